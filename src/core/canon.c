@@ -1,0 +1,228 @@
+/*
+ * canon.c — canonical JSON: the bytes a plan's digest is taken over.
+ *
+ * Object keys sorted bytewise, no insignificant white space, integers as
+ * integers, other numbers in the shortest form that reads back to the same
+ * double, strings with the minimal escapes.  Two plans with the same meaning
+ * therefore serialise to the same bytes.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <json-c/json.h>
+
+#include "compile.h"
+
+typedef struct sbuf
+{
+	char	   *data;
+	size_t		len;
+	size_t		cap;
+} sbuf;
+
+/* Append n bytes. */
+static void
+sbuf_put(sbuf *b, const char *s, size_t n)
+{
+	if (b->len + n + 1 > b->cap)
+	{
+		size_t		cap = b->cap ? b->cap : 256;
+
+		while (cap < b->len + n + 1)
+			cap *= 2;
+		b->data = realloc(b->data, cap);
+		if (b->data == NULL)
+			abort();
+		b->cap = cap;
+	}
+	memcpy(b->data + b->len, s, n);
+	b->len += n;
+	b->data[b->len] = '\0';
+}
+
+/* Append a C string. */
+static void
+sbuf_puts(sbuf *b, const char *s)
+{
+	sbuf_put(b, s, strlen(s));
+}
+
+/* A JSON string literal with minimal escaping. */
+static void
+put_string(sbuf *b, const char *s, size_t len)
+{
+	size_t		run = 0;
+
+	sbuf_put(b, "\"", 1);
+	for (size_t i = 0; i < len; i++)
+	{
+		unsigned char c = (unsigned char) s[i];
+		char		esc[8];
+
+		if (c >= 0x20 && c != '"' && c != '\\')
+			continue;
+		sbuf_put(b, s + run, i - run);
+		run = i + 1;
+		switch (c)
+		{
+			case '"':
+				sbuf_puts(b, "\\\"");
+				break;
+			case '\\':
+				sbuf_puts(b, "\\\\");
+				break;
+			case '\b':
+				sbuf_puts(b, "\\b");
+				break;
+			case '\f':
+				sbuf_puts(b, "\\f");
+				break;
+			case '\n':
+				sbuf_puts(b, "\\n");
+				break;
+			case '\r':
+				sbuf_puts(b, "\\r");
+				break;
+			case '\t':
+				sbuf_puts(b, "\\t");
+				break;
+			default:
+				snprintf(esc, sizeof(esc), "\\u%04x", c);
+				sbuf_puts(b, esc);
+		}
+	}
+	sbuf_put(b, s + run, len - run);
+	sbuf_put(b, "\"", 1);
+}
+
+/* The shortest decimal that reads back as d (integral values as integers). */
+static void
+put_double(sbuf *b, double d)
+{
+	char		buf[40];
+
+	if (!isfinite(d))
+	{
+		sbuf_puts(b, "null");	/* cannot happen: the loader refuses them */
+		return;
+	}
+	if (d == floor(d) && fabs(d) < 9007199254740992.0)
+	{
+		snprintf(buf, sizeof(buf), "%.0f", d);
+		if (strcmp(buf, "-0") == 0)
+			strcpy(buf, "0");
+		sbuf_puts(b, buf);
+		return;
+	}
+	for (int prec = 1; prec <= 17; prec++)
+	{
+		snprintf(buf, sizeof(buf), "%.*g", prec, d);
+		if (strtod(buf, NULL) == d)
+			break;
+	}
+	/* "1e+20" -> "1e20", "1e-05" -> "1e-5" */
+	{
+		char	   *e = strchr(buf, 'e');
+
+		if (e)
+		{
+			char		mant[64];
+			int			exp = atoi(e + 1);
+
+			*e = '\0';
+			snprintf(mant, sizeof(mant), "%se%d", buf, exp);
+			strcpy(buf, mant);
+		}
+	}
+	sbuf_puts(b, buf);
+}
+
+static int
+cmp_keys(const void *a, const void *b)
+{
+	return strcmp(*(char *const *) a, *(char *const *) b);
+}
+
+/* Serialise one value. */
+static void
+put_value(sbuf *b, json_object *o)
+{
+	switch (json_object_get_type(o))
+	{
+		case json_type_null:
+			sbuf_puts(b, "null");
+			break;
+		case json_type_boolean:
+			sbuf_puts(b, json_object_get_boolean(o) ? "true" : "false");
+			break;
+		case json_type_int:
+			{
+				char		buf[32];
+
+				snprintf(buf, sizeof(buf), "%lld", (long long) json_object_get_int64(o));
+				sbuf_puts(b, buf);
+				break;
+			}
+		case json_type_double:
+			put_double(b, json_object_get_double(o));
+			break;
+		case json_type_string:
+			put_string(b, json_object_get_string(o), (size_t) json_object_get_string_len(o));
+			break;
+		case json_type_array:
+			{
+				size_t		n = json_object_array_length(o);
+
+				sbuf_put(b, "[", 1);
+				for (size_t i = 0; i < n; i++)
+				{
+					if (i)
+						sbuf_put(b, ",", 1);
+					put_value(b, json_object_array_get_idx(o, i));
+				}
+				sbuf_put(b, "]", 1);
+				break;
+			}
+		case json_type_object:
+			{
+				int			n = json_object_object_length(o);
+				char	  **keys = malloc(sizeof(char *) * (n ? n : 1));
+				int			k = 0;
+
+				if (keys == NULL)
+					abort();
+				{
+					/* the macro declares its cursor: give it a block of its own */
+					json_object_object_foreach(o, key, val)
+					{
+						(void) val;
+						keys[k++] = key;
+					}
+				}
+				qsort(keys, k, sizeof(char *), cmp_keys);
+				sbuf_put(b, "{", 1);
+				for (int i = 0; i < k; i++)
+				{
+					if (i)
+						sbuf_put(b, ",", 1);
+					put_string(b, keys[i], strlen(keys[i]));
+					sbuf_put(b, ":", 1);
+					put_value(b, json_object_object_get(o, keys[i]));
+				}
+				sbuf_put(b, "}", 1);
+				free(keys);
+				break;
+			}
+	}
+}
+
+char *
+wfe_canonical_json(json_object *obj)
+{
+	sbuf		b = {NULL, 0, 0};
+
+	put_value(&b, obj);
+	return b.data;
+}

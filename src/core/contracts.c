@@ -1,0 +1,230 @@
+/*
+ * contracts.c — the contracts layer: every action, worker and finaliser
+ * names a registered contract of the right kind, a worker's queue is its
+ * contract's queue, and what a stage's input statically binds can satisfy the
+ * contract's input schema.  Runs only when a registry is given (always in
+ * the database; with --contracts FILE in the CLI).
+ */
+#include <string.h>
+
+#include "model.h"
+
+/* The registry entry of `ref`, or NULL. */
+static json_object *
+find_contract(const wfe_model *m, const char *ref)
+{
+	json_object *list = m->opts->contracts;
+	size_t		n = json_object_array_length(list);
+
+	for (size_t i = 0; i < n; i++)
+	{
+		json_object *c = json_object_array_get_idx(list, i);
+		json_object *r;
+
+		if (json_object_object_get_ex(c, "ref", &r) &&
+			json_object_is_type(r, json_type_string) &&
+			strcmp(json_object_get_string(r), ref) == 0)
+			return c;
+	}
+	return NULL;
+}
+
+/* A string member of a JSON object, or NULL. */
+static const char *
+string_member(json_object *o, const char *key)
+{
+	json_object *v;
+
+	if (o && json_object_object_get_ex(o, key, &v) && json_object_is_type(v, json_type_string))
+		return json_object_get_string(v);
+	return NULL;
+}
+
+/* The JSON-Schema type name a YAML value statically has, or NULL if unknown. */
+static const char *
+static_type(const wfe_model *m, const wfe_ynode *n)
+{
+	if (n->kind == WFE_Y_MAP)
+		return "object";
+	if (n->kind == WFE_Y_SEQ)
+		return "array";
+	switch (n->type)
+	{
+		case WFE_YS_NULL:
+			return "null";
+		case WFE_YS_BOOL:
+			return "boolean";
+		case WFE_YS_INT:
+			return "integer";
+		case WFE_YS_FLOAT:
+			return "number";
+		case WFE_YS_STRING:
+			break;
+	}
+	/* exactly one ${context.a.b}: the type the context schema gives it */
+	if (n->len > 3 && strncmp(n->text, "${", 2) == 0 && n->text[n->len - 1] == '}' &&
+		strstr(n->text + 2, "${") == NULL)
+	{
+		const char *body = n->text + 2;
+		size_t		blen = n->len - 3;
+		const wfe_ynode *schema = m->context_schema;
+		const char *seg;
+
+		if (blen > 8 && strncmp(body, "context.", 8) == 0)
+			seg = body + 8;
+		else if (blen > 8 && strncmp(body, "payload.", 8) == 0)
+			seg = body + 8;
+		else
+			return NULL;
+		/* follow simple dotted names through properties */
+		while (schema && *seg && seg < body + blen)
+		{
+			const char *dot = memchr(seg, '.', body + blen - seg);
+			size_t		slen = dot ? (size_t) (dot - seg) : (size_t) (body + blen - seg);
+			const wfe_ynode *props = wfe_ymap_get(schema, "properties");
+			const wfe_ynode *next = NULL;
+
+			for (int i = 0; props && props->kind == WFE_Y_MAP && i < props->n; i++)
+				if (strlen(props->keys[i]->text) == slen &&
+					strncmp(props->keys[i]->text, seg, slen) == 0)
+					next = props->items[i];
+			schema = next;
+			seg = dot ? dot + 1 : body + blen;
+		}
+		if (schema && schema->kind == WFE_Y_MAP)
+		{
+			const wfe_ynode *t = wfe_ymap_get(schema, "type");
+
+			if (t && t->kind == WFE_Y_SCALAR && t->type == WFE_YS_STRING)
+				return t->text;
+		}
+		return NULL;
+	}
+	return "string";
+}
+
+/* Can a value of static type `have` satisfy schema type `want`? */
+static int
+type_fits(const char *have, const char *want)
+{
+	if (strcmp(have, want) == 0)
+		return 1;
+	return strcmp(want, "number") == 0 && strcmp(have, "integer") == 0;
+}
+
+/* Input mapping against the contract's input schema (top-level properties). */
+static void
+check_input(wfe_model *m, const wfe_stage *s, json_object *contract)
+{
+	json_object *schema,
+			   *props = NULL,
+			   *required = NULL;
+
+	if (!json_object_object_get_ex(contract, "input_schema", &schema) ||
+		!json_object_is_type(schema, json_type_object))
+		return;
+	json_object_object_get_ex(schema, "properties", &props);
+	json_object_object_get_ex(schema, "required", &required);
+
+	if (required && json_object_is_type(required, json_type_array))
+	{
+		size_t		n = json_object_array_length(required);
+
+		for (size_t i = 0; i < n; i++)
+		{
+			const char *key = json_object_get_string(json_object_array_get_idx(required, i));
+
+			if (key && wfe_ymap_get(s->input, key) == NULL)
+				wfe_diag(m->diags, "contract.input_type", s->input_path,
+						 s->input ? s->input->line : s->line,
+						 s->input ? s->input->column : s->column,
+						 "stage '%s' input lacks '%s', which %s requires",
+						 s->name, key, s->ref.name);
+		}
+	}
+	if (s->input == NULL || props == NULL || !json_object_is_type(props, json_type_object))
+		return;
+	for (int i = 0; i < s->input->n; i++)
+	{
+		const char *key = s->input->keys[i]->text;
+		json_object *prop;
+		const char *want,
+				   *have;
+
+		if (!json_object_object_get_ex(props, key, &prop) ||
+			(want = string_member(prop, "type")) == NULL ||
+			(have = static_type(m, s->input->items[i])) == NULL)
+			continue;
+		if (!type_fits(have, want))
+			wfe_diag(m->diags, "contract.input_type",
+					 wfe_arena_printf(m->arena, "%s/%s", s->input_path, key),
+					 s->input->items[i]->line, s->input->items[i]->column,
+					 "stage '%s' input '%s' is %s, but %s wants %s",
+					 s->name, key, have, s->ref.name, want);
+	}
+}
+
+/* One action/worker stage against the registry. */
+static void
+check_stage(wfe_model *m, const wfe_stage *s)
+{
+	json_object *c;
+	const char *kind,
+			   *queue;
+	const char *want = s->type == WFE_ST_WORKER ? "worker" : "action";
+
+	if (s->ref.name == NULL)
+		return;
+	c = find_contract(m, s->ref.name);
+	if (c == NULL)
+	{
+		wfe_diag(m->diags, "contract.unknown", s->ref.path, s->ref.line, s->ref.column,
+				 "no %s '%s' is registered", want, s->ref.name);
+		return;
+	}
+	kind = string_member(c, "kind");
+	if (kind == NULL || strcmp(kind, want) != 0)
+	{
+		wfe_diag(m->diags, "contract.disallowed", s->ref.path, s->ref.line, s->ref.column,
+				 "'%s' is registered as %s %s, not as %s %s",
+				 s->ref.name, kind && kind[0] == 'a' ? "an" : "a", kind ? kind : "?",
+				 want[0] == 'a' ? "an" : "a", want);
+		return;
+	}
+	queue = string_member(c, "queue");
+	if (s->type == WFE_ST_WORKER && s->queue.name &&
+		(queue == NULL || strcmp(queue, s->queue.name) != 0))
+		wfe_diag(m->diags, "contract.queue_mismatch", s->queue.path, s->queue.line, s->queue.column,
+				 "stage '%s' sends to queue '%s', but %s consumes queue '%s'",
+				 s->name, s->queue.name, s->ref.name, queue ? queue : "(none)");
+	check_input(m, s, c);
+}
+
+void
+wfe_contracts_check(wfe_model *m)
+{
+	if (m->opts->contracts == NULL ||
+		!json_object_is_type(m->opts->contracts, json_type_array))
+		return;
+	for (int i = 0; i < m->nstages; i++)
+		if (m->stages[i].type == WFE_ST_ACTION || m->stages[i].type == WFE_ST_WORKER)
+			check_stage(m, &m->stages[i]);
+	for (int i = 0; i < m->nfinalisers; i++)
+	{
+		const wfe_name_ref *f = &m->finalisers[i];
+		json_object *c;
+		const char *kind;
+
+		if (f->name == NULL)
+			continue;
+		c = find_contract(m, f->name);
+		kind = string_member(c, "kind");
+		if (c == NULL)
+			wfe_diag(m->diags, "contract.unknown", f->path, f->line, f->column,
+					 "no action '%s' is registered for this finaliser", f->name);
+		else if (kind == NULL || strcmp(kind, "action") != 0)
+			wfe_diag(m->diags, "contract.disallowed", f->path, f->line, f->column,
+					 "finaliser '%s' is a %s; finalisers must be actions",
+					 f->name, kind ? kind : "?");
+	}
+}

@@ -1,0 +1,36 @@
+-- Group roles (docs: operations.md "Roles").
+--
+-- Roles are cluster-wide: each is created if absent and never dropped (DROP
+-- EXTENSION leaves them), so CREATE EXTENSION wfe works in any number of
+-- databases.  An existing role of the same name is left exactly as it is.
+-- Users get the rights by membership: GRANT wfe_author TO alice.
+
+DO $roles$
+DECLARE
+    r record;
+BEGIN
+    FOR r IN
+        SELECT v.rolname, v.about
+        FROM (VALUES
+            ('wfe_admin',     'wfe: registers contracts and action handlers, sets queue modes and limits, manages callback keys'),
+            ('wfe_author',    'wfe: compiles and creates workflow definitions'),
+            ('wfe_approver',  'wfe: approves and activates workflow definitions'),
+            ('wfe_submitter', 'wfe: submits and cancels runs of its tenants'),
+            ('wfe_worker',    'wfe: claims and reports tasks of the queues granted to it'),
+            ('wfe_operator',  'wfe: dead letters, re-drive, skip, cancel, pause and resume queues'),
+            ('wfe_reader',    'wfe: reads the dashboard views')
+        ) AS v(rolname, about)
+    LOOP
+        IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles AS a
+                       WHERE a.rolname OPERATOR(pg_catalog.=) r.rolname::pg_catalog.name)
+        THEN
+            BEGIN
+                EXECUTE pg_catalog.format('CREATE ROLE %I NOLOGIN', r.rolname);
+                EXECUTE pg_catalog.format('COMMENT ON ROLE %I IS %L', r.rolname, r.about);
+            EXCEPTION WHEN duplicate_object THEN
+                NULL;           -- created meanwhile by CREATE EXTENSION in another database
+            END;
+        END IF;
+    END LOOP;
+END
+$roles$;

@@ -1,0 +1,298 @@
+-- Contracts: the registry of the actions and workers definitions may use
+-- (docs: runtime.md "Contracts").
+--
+-- A contract version (name@N) is immutable once registered.  Registering the
+-- same ref again with identical content is a no-op, so set-up scripts can be
+-- re-run; with different content it is an error with SQLSTATE 23505
+-- (unique_violation: the ref is taken by other content), naming what differs.
+
+CREATE TABLE wfe.contracts (
+    ref           text PRIMARY KEY
+                  CONSTRAINT contracts_ref_format
+                  CHECK (ref ~ '^[a-z][a-z0-9_.-]*@[1-9][0-9]*$'),
+    kind          text NOT NULL
+                  CONSTRAINT contracts_kind CHECK (kind IN ('worker', 'action')),
+    name          text NOT NULL,
+    version       int NOT NULL CONSTRAINT contracts_version CHECK (version >= 1),
+    queue         text
+                  CONSTRAINT contracts_queue_format
+                  CHECK (queue ~ '^[a-z][a-z0-9_.-]{0,62}$'),
+    handler       regprocedure,
+    input_schema  jsonb NOT NULL DEFAULT '{}'
+                  CONSTRAINT contracts_input_schema CHECK (jsonb_typeof(input_schema) = 'object'),
+    output_schema jsonb NOT NULL DEFAULT '{}'
+                  CONSTRAINT contracts_output_schema CHECK (jsonb_typeof(output_schema) = 'object'),
+    created_at    timestamptz NOT NULL DEFAULT now(),
+    created_by    name NOT NULL DEFAULT session_user,
+    CONSTRAINT contracts_ref_parts CHECK (ref = name || '@' || version::text),
+    -- a worker has a queue; an action has exactly one of handler and queue
+    CONSTRAINT contracts_executor CHECK (
+        CASE kind
+            WHEN 'worker' THEN queue IS NOT NULL AND handler IS NULL
+            ELSE (queue IS NULL) <> (handler IS NULL)
+        END)
+);
+
+COMMENT ON TABLE wfe.contracts IS
+'Registered action and worker contracts (name@N). Rows are immutable: register a new version instead.';
+COMMENT ON COLUMN wfe.contracts.ref IS 'Contract reference name@N, as definitions name it';
+COMMENT ON COLUMN wfe.contracts.kind IS 'worker (runs outside the database, claimed from a queue) or action';
+COMMENT ON COLUMN wfe.contracts.queue IS 'Queue the worker or queued action is dispatched to; NULL for an in-database action';
+COMMENT ON COLUMN wfe.contracts.handler IS 'In-database action: a function (input jsonb) RETURNS jsonb; NULL otherwise';
+COMMENT ON COLUMN wfe.contracts.input_schema IS 'JSON-Schema subset the bound input must satisfy';
+COMMENT ON COLUMN wfe.contracts.output_schema IS 'JSON-Schema subset a result must satisfy';
+COMMENT ON COLUMN wfe.contracts.created_by IS 'session_user that registered the contract';
+
+CREATE TRIGGER contracts_immutable
+    BEFORE UPDATE OR DELETE OR TRUNCATE ON wfe.contracts
+    FOR EACH STATEMENT
+    EXECUTE FUNCTION wfe._immutable('registered contracts are immutable',
+                                    'Register a new version of the contract (name@N+1) instead.');
+
+-- Registered contracts are user data: pg_dump dumps them.
+SELECT pg_catalog.pg_extension_config_dump('wfe.contracts', '');
+
+
+-- JSON pointer of a child: path + '/' + key, with ~ and / escaped (RFC 6901).
+CREATE FUNCTION wfe._json_pointer(path text, key text)
+RETURNS text
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT path || '/' || replace(replace(key, '~', '~0'), '/', '~1');
+END;
+
+COMMENT ON FUNCTION wfe._json_pointer(text, text) IS
+'JSON pointer of the member "key" below "path" (RFC 6901 escaping).';
+
+
+-- Checks that a schema uses only the supported JSON-Schema subset:
+-- type, properties, required, items, enum (plus the annotations description
+-- and title), recursively.  Raises 22023 naming the offending path.
+CREATE FUNCTION wfe._check_json_schema(schema jsonb, label text, path text DEFAULT '')
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    kw      text;
+    val     jsonb;
+    prop    record;
+    types   constant text[] := ARRAY['object', 'array', 'string', 'number',
+                                     'integer', 'boolean', 'null'];
+    hint    constant text := 'Schemas may use the keywords type, properties, required, items and enum (and the annotations description and title).';
+BEGIN
+    IF jsonb_typeof(schema) IS DISTINCT FROM 'object' THEN
+        RAISE EXCEPTION USING
+            MESSAGE = format('%s%s must be a JSON object (a schema), not %s',
+                             label, CASE WHEN path = '' THEN '' ELSE format(' at "%s"', path) END,
+                             coalesce(jsonb_typeof(schema), 'missing')),
+            ERRCODE = 'invalid_parameter_value', HINT = hint;
+    END IF;
+
+    FOR kw, val IN SELECT e.key, e.value FROM jsonb_each(schema) AS e ORDER BY e.key
+    LOOP
+        CASE kw
+        WHEN 'type' THEN
+            IF NOT (   (jsonb_typeof(val) = 'string' AND val #>> '{}' = ANY (types))
+                    OR (jsonb_typeof(val) = 'array' AND jsonb_array_length(val) > 0
+                        AND (SELECT bool_and(jsonb_typeof(t) = 'string' AND t #>> '{}' = ANY (types))
+                                    AND count(DISTINCT t) = count(*)
+                             FROM jsonb_array_elements(val) AS t)))
+            THEN
+                RAISE EXCEPTION '% at "%": "type" must be one of %, or an array of distinct ones, not %',
+                        label, wfe._json_pointer(path, kw), array_to_string(types, ', '), val::text
+                    USING ERRCODE = 'invalid_parameter_value', HINT = hint;
+            END IF;
+        WHEN 'properties' THEN
+            IF jsonb_typeof(val) <> 'object' THEN
+                RAISE EXCEPTION '% at "%": "properties" must be an object of schemas, not %',
+                        label, wfe._json_pointer(path, kw), jsonb_typeof(val)
+                    USING ERRCODE = 'invalid_parameter_value', HINT = hint;
+            END IF;
+            FOR prop IN SELECT e.key, e.value FROM jsonb_each(val) AS e ORDER BY e.key
+            LOOP
+                PERFORM wfe._check_json_schema(prop.value, label,
+                            wfe._json_pointer(wfe._json_pointer(path, kw), prop.key));
+            END LOOP;
+        WHEN 'required' THEN
+            IF jsonb_typeof(val) <> 'array'
+               OR (SELECT NOT coalesce(bool_and(jsonb_typeof(r) = 'string'), true)
+                          OR count(DISTINCT r) <> count(*)
+                   FROM jsonb_array_elements(val) AS r)
+            THEN
+                RAISE EXCEPTION '% at "%": "required" must be an array of distinct property names, not %',
+                        label, wfe._json_pointer(path, kw), val::text
+                    USING ERRCODE = 'invalid_parameter_value', HINT = hint;
+            END IF;
+        WHEN 'items' THEN
+            PERFORM wfe._check_json_schema(val, label, wfe._json_pointer(path, kw));
+        WHEN 'enum' THEN
+            IF jsonb_typeof(val) <> 'array' OR jsonb_array_length(val) = 0 THEN
+                RAISE EXCEPTION '% at "%": "enum" must be a non-empty array of values, not %',
+                        label, wfe._json_pointer(path, kw), val::text
+                    USING ERRCODE = 'invalid_parameter_value', HINT = hint;
+            END IF;
+        WHEN 'description', 'title' THEN
+            IF jsonb_typeof(val) <> 'string' THEN
+                RAISE EXCEPTION '% at "%": "%" must be a string, not %',
+                        label, wfe._json_pointer(path, kw), kw, jsonb_typeof(val)
+                    USING ERRCODE = 'invalid_parameter_value', HINT = hint;
+            END IF;
+        ELSE
+            RAISE EXCEPTION '% at "%": unsupported JSON Schema keyword "%"',
+                    label, wfe._json_pointer(path, kw), kw
+                USING ERRCODE = 'invalid_parameter_value', HINT = hint;
+        END CASE;
+    END LOOP;
+END
+$$;
+
+COMMENT ON FUNCTION wfe._check_json_schema(jsonb, text, text) IS
+'Raises 22023 with the JSON pointer of the first keyword outside the supported JSON-Schema subset (type, properties, required, items, enum, description, title).';
+
+
+-- Validates and stores one contract; shared by register_worker and
+-- register_action, which are its only callers.
+CREATE FUNCTION wfe._register_contract(p_ref text, p_kind text, p_queue text,
+                                       p_handler regprocedure,
+                                       p_input_schema jsonb, p_output_schema jsonb)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    version_text text;
+    fn           record;
+    old          wfe.contracts;
+    differs      text[];
+    inserted     bigint;
+BEGIN
+    IF p_ref IS NULL THEN
+        RAISE EXCEPTION 'contract reference must not be null'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF p_ref !~ '^[a-z][a-z0-9_.-]*@[1-9][0-9]*$' THEN
+        RAISE EXCEPTION 'invalid contract reference "%"', p_ref
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'A contract reference is name@N: a name matching [a-z][a-z0-9_.-]* and a version number from 1, e.g. cache.lookup@1.';
+    END IF;
+    version_text := split_part(p_ref, '@', 2);
+    IF length(version_text) > 10 OR version_text::numeric > 2147483647 THEN
+        RAISE EXCEPTION 'version of contract reference "%" is out of range', p_ref
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Contract versions are integers from 1 to 2147483647.';
+    END IF;
+
+    IF p_kind = 'worker' THEN
+        IF p_queue IS NULL THEN
+            RAISE EXCEPTION 'worker contract "%" needs a queue', p_ref
+                USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+    ELSIF (p_handler IS NULL) = (p_queue IS NULL) THEN
+        RAISE EXCEPTION 'action contract "%" needs exactly one of handler and queue', p_ref
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'An action either runs in the database (handler => a function (input jsonb) RETURNS jsonb) or is dispatched to workers (queue => a queue name).';
+    END IF;
+
+    IF p_queue IS NOT NULL AND p_queue !~ '^[a-z][a-z0-9_.-]{0,62}$' THEN
+        RAISE EXCEPTION 'invalid queue name "%"', p_queue
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'A queue name matches [a-z][a-z0-9_.-]* and has at most 63 characters.';
+    END IF;
+
+    IF p_handler IS NOT NULL THEN
+        SELECT p.prokind, p.pronargs, p.proargtypes, p.prorettype, p.proretset
+          INTO fn
+          FROM pg_catalog.pg_proc AS p
+         WHERE p.oid = p_handler;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'action handler with OID % does not exist', p_handler::oid
+                USING ERRCODE = 'undefined_function';
+        END IF;
+        IF fn.prokind <> 'f' OR fn.pronargs <> 1
+           OR fn.proargtypes[0] <> 'pg_catalog.jsonb'::regtype
+           OR fn.prorettype <> 'pg_catalog.jsonb'::regtype OR fn.proretset
+        THEN
+            RAISE EXCEPTION 'action handler % must be a function (input jsonb) RETURNS jsonb', p_handler
+                USING ERRCODE = 'invalid_parameter_value',
+                      HINT = 'Declare it as CREATE FUNCTION ... (input jsonb) RETURNS jsonb; wfe runs it with the bound input and stores its result.';
+        END IF;
+        IF NOT has_function_privilege(session_user, p_handler::oid, 'EXECUTE') THEN
+            RAISE EXCEPTION 'role "%" may not execute action handler %', session_user, p_handler
+                USING ERRCODE = 'insufficient_privilege';
+        END IF;
+    END IF;
+
+    -- NULL schemas mean "no constraint", like the default '{}'.
+    p_input_schema := coalesce(p_input_schema, '{}');
+    p_output_schema := coalesce(p_output_schema, '{}');
+    PERFORM wfe._check_json_schema(p_input_schema, 'input_schema');
+    PERFORM wfe._check_json_schema(p_output_schema, 'output_schema');
+
+    INSERT INTO wfe.contracts AS c
+           (ref, kind, name, version, queue, handler, input_schema, output_schema,
+            created_at, created_by)
+    VALUES (p_ref, p_kind, split_part(p_ref, '@', 1), version_text::int, p_queue,
+            p_handler, p_input_schema, p_output_schema, now(), session_user)
+    ON CONFLICT (ref) DO NOTHING;
+    GET DIAGNOSTICS inserted = ROW_COUNT;
+    IF inserted > 0 THEN
+        RETURN;
+    END IF;
+
+    -- The ref exists (perhaps registered concurrently, now committed):
+    -- identical content is a no-op, anything else is refused.
+    SELECT * INTO STRICT old FROM wfe.contracts AS c WHERE c.ref = p_ref;
+    differs := array_remove(ARRAY[
+        CASE WHEN old.kind <> p_kind THEN 'kind' END,
+        CASE WHEN old.queue IS DISTINCT FROM p_queue THEN 'queue' END,
+        CASE WHEN old.handler IS DISTINCT FROM p_handler THEN 'handler' END,
+        CASE WHEN old.input_schema <> p_input_schema THEN 'input_schema' END,
+        CASE WHEN old.output_schema <> p_output_schema THEN 'output_schema' END], NULL);
+    IF cardinality(differs) > 0 THEN
+        RAISE EXCEPTION 'contract "%" is already registered with different content', p_ref
+            USING ERRCODE = 'unique_violation',
+                  DETAIL = format('A registered contract version is immutable; this registration differs in %s.',
+                                  array_to_string(differs, ', ')),
+                  HINT = format('Register the changed contract as a new version, e.g. %s@%s.',
+                                old.name, old.version::bigint + 1);
+    END IF;
+END
+$$;
+
+COMMENT ON FUNCTION wfe._register_contract(text, text, text, regprocedure, jsonb, jsonb) IS
+'Validates and stores a contract; identical re-registration is a no-op, different content raises 23505.';
+
+
+CREATE FUNCTION wfe.register_worker(ref text, queue text,
+                                    input_schema jsonb DEFAULT '{}',
+                                    output_schema jsonb DEFAULT '{}')
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM wfe._register_contract($1, 'worker', $2, NULL, $3, $4);
+END
+$$;
+
+COMMENT ON FUNCTION wfe.register_worker(text, text, jsonb, jsonb) IS
+'Registers worker contract ref (name@N) served from queue, with its input and output JSON schemas. Idempotent; a registered version is immutable.';
+
+
+CREATE FUNCTION wfe.register_action(ref text, handler regprocedure DEFAULT NULL,
+                                    queue text DEFAULT NULL,
+                                    input_schema jsonb DEFAULT '{}',
+                                    output_schema jsonb DEFAULT '{}')
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM wfe._register_contract($1, 'action', $3, $2, $4, $5);
+END
+$$;
+
+COMMENT ON FUNCTION wfe.register_action(text, regprocedure, text, jsonb, jsonb) IS
+'Registers action contract ref (name@N): either an in-database handler (input jsonb) RETURNS jsonb or a queue. Idempotent; a registered version is immutable.';

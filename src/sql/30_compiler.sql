@@ -1,0 +1,61 @@
+-- The definition compiler (C, src/core) and its SQL face (docs: dsl.md).
+
+-- Compiles one YAML definition.  contracts is the registry as a JSON array
+-- (see wfe._contracts_json()); NULL skips the contracts layer, so the
+-- function is not STRICT.  STABLE because it reads the wfe.max_* limits.
+-- Never raises for a bad definition: the answer is
+-- {"ok", "digest", "plan", "diagnostics"}.
+CREATE FUNCTION wfe._compile(source text, contracts jsonb)
+RETURNS jsonb
+AS 'MODULE_PATHNAME', 'wfe_compile_sql'
+LANGUAGE C STABLE PARALLEL SAFE;
+
+COMMENT ON FUNCTION wfe._compile(text, jsonb) IS
+'Compiler core: {"ok","digest","plan","diagnostics"} for a YAML definition, checked against the given contracts (NULL: contracts layer skipped). Use wfe.compile().';
+
+
+-- Mermaid flowchart of a compiled plan.
+CREATE FUNCTION wfe._plan_mermaid(plan jsonb)
+RETURNS text
+AS 'MODULE_PATHNAME', 'wfe_plan_mermaid_sql'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
+COMMENT ON FUNCTION wfe._plan_mermaid(jsonb) IS
+'Mermaid flowchart of a compiled plan. Use wfe.plan_mermaid().';
+
+
+-- The registry in the compiler's format.  Never NULL: with no contracts
+-- registered it is [], which makes every reference contract.unknown.
+CREATE FUNCTION wfe._contracts_json()
+RETURNS jsonb
+LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT coalesce(jsonb_agg(jsonb_build_object(
+                        'ref', c.ref,
+                        'kind', c.kind,
+                        'queue', c.queue,
+                        'handler', c.handler IS NOT NULL,
+                        'input_schema', c.input_schema,
+                        'output_schema', c.output_schema)
+                    ORDER BY c.ref),
+                    '[]'::jsonb)
+      FROM wfe.contracts AS c;
+END;
+
+COMMENT ON FUNCTION wfe._contracts_json() IS
+'All registered contracts as the JSON array the compiler takes: [{"ref","kind","queue","handler","input_schema","output_schema"}].';
+
+
+-- SECURITY DEFINER only so that authors need no privilege on wfe.contracts;
+-- it writes nothing.
+CREATE FUNCTION wfe.compile(source text)
+RETURNS jsonb
+LANGUAGE sql STABLE STRICT PARALLEL SAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT wfe._compile(source, wfe._contracts_json());
+END;
+
+COMMENT ON FUNCTION wfe.compile(text) IS
+'Compiles a YAML workflow definition against the registered contracts without storing anything. Returns {"ok": bool, "digest": "sha256:..."|null, "plan": {...}|null, "diagnostics": [{"code","severity","message","path","line","column"}]}; never raises for a bad definition.';

@@ -1,0 +1,67 @@
+#!/bin/bash
+# deps.sh — install the Debian packages wfe needs that are not installed yet.
+#
+#   test/harness/deps.sh          check, and as root install what is missing
+#   test/harness/deps.sh --list   print the package list (.ci/run uses it)
+#
+# Everything comes from Debian; nothing is vendored or downloaded otherwise.
+set -euo pipefail
+
+PACKAGES=(
+	build-essential             # gcc and make
+	postgresql-15
+	postgresql-server-dev-15    # PGXS, pg_regress, pg_isolation_regress, TAP modules
+	libyaml-dev
+	libjson-c-dev
+	libssl-dev                  # SHA-256 for wfe-compile
+	librabbitmq-dev
+	libpq-dev
+	rabbitmq-server
+	libipc-run-perl             # TAP tests
+	amqp-tools
+	clang                       # libFuzzer
+	libclang-rt-14-dev
+)
+
+# is_installed PACKAGE: true when dpkg has the package fully installed.
+is_installed() {
+	[ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null)" = "install ok installed" ]
+}
+
+# missing_packages: print the packages that are not installed, one a line.
+missing_packages() {
+	local pkg
+	for pkg in "${PACKAGES[@]}"; do
+		is_installed "$pkg" || echo "$pkg"
+	done
+}
+
+main() {
+	local missing
+
+	if [ "${1:-}" = "--list" ]; then
+		printf '%s\n' "${PACKAGES[@]}"
+		return 0
+	fi
+
+	# Step 1: what is missing?
+	mapfile -t missing < <(missing_packages)
+	if [ "${#missing[@]}" -eq 0 ]; then
+		echo "deps: all ${#PACKAGES[@]} packages are installed"
+		return 0
+	fi
+	echo "deps: missing: ${missing[*]}"
+
+	# Step 2: only root installs; anyone else is told the command.
+	if [ "$(id -u)" -ne 0 ]; then
+		echo "deps: run: sudo apt-get update && sudo apt-get install -y ${missing[*]}" >&2
+		return 1
+	fi
+
+	# Step 3: install them, without questions (CI has no stdin).
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update
+	apt-get install -y "${missing[@]}"
+}
+
+main "$@"

@@ -1,0 +1,122 @@
+# lib.sh — helpers shared by the test harness, the demo and the benchmarks.
+# Source it from bash; it defines functions and a few read-only paths.
+
+WFE_TOP=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+WFE_HARNESS="$WFE_TOP/test/harness"
+PG_CONFIG=${PG_CONFIG:-pg_config}
+MAKE=${MAKE:-make}
+
+# say MESSAGE...: one line of progress.
+say() {
+	printf '%s\n' "$*"
+}
+
+# banner TITLE: mark the start of a step, so a long log is easy to scan.
+banner() {
+	printf '\n== %s\n' "$*"
+}
+
+# die MESSAGE...: report a problem and stop.
+die() {
+	printf 'error: %s\n' "$*" >&2
+	exit 1
+}
+
+# is_root: true when running as root.
+is_root() {
+	[ "$(id -u)" -eq 0 ]
+}
+
+# pg_path WHAT: a directory from pg_config (bindir, pkglibdir, ...).
+pg_path() {
+	"$PG_CONFIG" "--$1"
+}
+
+# pgxs_tool NAME: path of a test driver shipped with PGXS (pg_regress, ...).
+pgxs_tool() {
+	case $1 in
+		pg_regress) echo "$(pg_path pkglibdir)/pgxs/src/test/regress/pg_regress" ;;
+		pg_isolation_regress) echo "$(pg_path pkglibdir)/pgxs/src/test/isolation/pg_isolation_regress" ;;
+		perl) echo "$(pg_path pkglibdir)/pgxs/src/test/perl" ;;
+		*) die "unknown PGXS tool $1" ;;
+	esac
+}
+
+# server_user: the OS user that owns server processes.  initdb refuses to
+# run as root, so root hands the server to "postgres".
+server_user() {
+	if is_root; then echo postgres; else id -un; fi
+}
+
+# as_server_user CMD...: run CMD as the server user, from a directory it can
+# read (the caller's may be private).
+as_server_user() {
+	if is_root; then
+		(cd / && runuser -u postgres -- "$@")
+	else
+		"$@"
+	fi
+}
+
+# give_to_server_user PATH...: hand files over to the server user.
+give_to_server_user() {
+	if is_root; then
+		chown -R postgres: "$@"
+	fi
+}
+
+# make_workdir: create a private temporary directory and print its path.
+make_workdir() {
+	local dir
+	dir=$(mktemp -d "${TMPDIR:-/tmp}/wfe.XXXXXX")
+	# Traversable, so the server user can reach what is handed to it inside.
+	chmod 755 "$dir"
+	echo "$dir"
+}
+
+# wfe_make TARGET...: run make at the top of the tree.
+wfe_make() {
+	$MAKE -C "$WFE_TOP" --no-print-directory "$@"
+}
+
+# wfe_install: install the extension and wfe-compile, which needs write
+# access to PostgreSQL's directories (root, on Debian).
+wfe_install() {
+	if [ ! -w "$(pg_path pkglibdir)" ]; then
+		die "cannot write $(pg_path pkglibdir): run as root (sudo make ...)"
+	fi
+	wfe_make install
+}
+
+# wfe_setup: the set-up shared by the demo and the benchmarks: packages,
+# build, install.  (run-all.sh does the same steps one by one, to count them.)
+wfe_setup() {
+	banner "packages"
+	"$WFE_HARNESS/deps.sh"
+	banner "build"
+	wfe_make all
+	banner "install"
+	wfe_install
+}
+
+# tap_tally FILE STATUS: count a TAP stream, print "PASSED FAILED".  A
+# "not ok" marked # TODO is expected to fail and counts as passed.  A missing
+# plan, a plan that disagrees with the count, or a non-zero exit status with
+# no failing assertion (a crash, a sanitizer report) adds one failure.
+tap_tally() {
+	local file=$1 status=$2 passed failed planned
+	passed=$(grep -cE '^ok [0-9]+|^not ok [0-9]+.*# *TODO' "$file" || true)
+	failed=$(grep -E '^not ok [0-9]+' "$file" | grep -cvE '# *TODO' || true)
+	planned=$(sed -nE 's/^1\.\.([0-9]+).*/\1/p' "$file" | tail -n 1)
+	if [ -z "$planned" ] || [ "$planned" -ne $((passed + failed)) ]; then
+		failed=$((failed + 1))
+	elif [ "$status" -ne 0 ] && [ "$failed" -eq 0 ]; then
+		failed=1
+	fi
+	echo "$passed $failed"
+}
+
+# summary PASSED FAILED: the last line of every suite and of the whole run.
+summary() {
+	printf '%d passed, %d failed\n' "$1" "$2"
+}

@@ -1,0 +1,103 @@
+#!/bin/bash
+# run-regress.sh — pg_regress or pg_isolation_regress against the running
+# test cluster (PGHOST, PGPORT and PGUSER come from cluster.sh).
+#
+#   test/harness/run-regress.sh regress OUTDIR     sql/NAME.sql vs expected/NAME.out
+#   test/harness/run-regress.sh isolation OUTDIR   test/isolation/specs/NAME.spec
+#                                                  vs test/isolation/expected/NAME.out
+#
+# Counts one result per test, prints regression.diffs when a test fails, and
+# ends with "N passed, N failed".  Isolation specs are optional: with none the
+# suite is skipped; pg_regress tests are required.
+set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+# regress_tests: the pg_regress tests, sql/*.sql minus the sql/wfe--*.sql
+# extension scripts that share the directory (the Makefile's REGRESS).
+regress_tests() {
+	local f
+	for f in "$WFE_TOP"/sql/*.sql; do
+		f=$(basename "$f" .sql)
+		case $f in
+			'*' | wfe--*) ;;
+			*) echo "$f" ;;
+		esac
+	done
+}
+
+# isolation_tests: the isolation specs.
+isolation_tests() {
+	local f
+	for f in "$WFE_TOP"/test/isolation/specs/*.spec; do
+		[ -e "$f" ] && basename "$f" .spec
+	done
+	return 0
+}
+
+# tally_results LOG: count pg_regress's "test NAME ... ok|FAILED" lines.
+tally_results() {
+	local passed failed
+	passed=$(grep -cE '^(test| ) +[^ ]+ +\.\.\. +ok ' "$1" || true)
+	failed=$(grep -E '^(test| ) +[^ ]+ +\.\.\. ' "$1" | grep -cvE '\.\.\. +ok ' || true)
+	echo "$passed $failed"
+}
+
+main() {
+	local kind=$1 outdir=$2 driver inputdir dbname log status passed failed
+	local -a tests
+
+	# Step 1: which driver, which tests.
+	case $kind in
+		regress)
+			driver=$(pgxs_tool pg_regress)
+			inputdir=$WFE_TOP
+			dbname=wfe_regress
+			mapfile -t tests < <(regress_tests)
+			if [ "${#tests[@]}" -eq 0 ]; then
+				say "regress: no tests in sql/"
+				exit 2
+			fi
+			;;
+		isolation)
+			driver=$(pgxs_tool pg_isolation_regress)
+			inputdir=$WFE_TOP/test/isolation
+			dbname=wfe_isolation
+			mapfile -t tests < <(isolation_tests)
+			if [ "${#tests[@]}" -eq 0 ]; then
+				say "isolation: no specs in test/isolation/specs; skipped"
+				summary 0 0
+				exit 0
+			fi
+			;;
+		*)
+			die "usage: run-regress.sh regress|isolation OUTDIR"
+			;;
+	esac
+
+	# Step 2: run the driver.  It creates and drops the database itself;
+	# each test says CREATE EXTENSION wfe on its own.  The output directory
+	# belongs to the server user, in case a test makes the server write there.
+	mkdir -p "$outdir"
+	give_to_server_user "$outdir"
+	log="$outdir/driver.log"
+	status=0
+	"$driver" --bindir="$(pg_path bindir)" \
+		--host="$PGHOST" --port="$PGPORT" --user="$PGUSER" \
+		--inputdir="$inputdir" --outputdir="$outdir" --dbname="$dbname" \
+		"${tests[@]}" 2>&1 | tee "$log" || status=$?
+
+	# Step 3: count, and explain failures.
+	read -r passed failed < <(tally_results "$log")
+	if [ -s "$outdir/regression.diffs" ]; then
+		banner "$kind: regression.diffs"
+		cat "$outdir/regression.diffs"
+	fi
+	if [ "$status" -ne 0 ] && [ "$failed" -eq 0 ]; then
+		say "$kind: $(basename "$driver") exited with status $status"
+		exit 2
+	fi
+	summary "$passed" "$failed"
+	[ "$failed" -eq 0 ]
+}
+
+main "$@"
