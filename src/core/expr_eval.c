@@ -321,8 +321,9 @@ index_of(json_object *index, int64_t *out)
 		case NUMBER_INT:
 			return 0;
 		case NUMBER_DOUBLE:
+			/* whole-number test without libm: the range check makes the cast defined */
 			if (d >= -9223372036854775808.0 && d < 9223372036854775808.0 &&
-				d == floor(d))
+				d == (double) (int64_t) d)
 			{
 				*out = (int64_t) d;
 				return 0;

@@ -508,7 +508,7 @@ check_stages_form(wfe_model *m)
 
 		reach_from(m, entry, -1, seen, queue);
 		for (int i = 0; i < m->nstages; i++)
-			if (!seen[i] && m->stages[i].name)
+			if (!seen[i] && m->stages[i].name && wfe_model_find(m, m->stages[i].name) == i)
 				wfe_diag(m->diags, "graph.unreachable", m->stages[i].path, m->stages[i].line,
 						 m->stages[i].column,
 						 "stage '%s' cannot be reached from entry '%s' by any route",

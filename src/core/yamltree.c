@@ -38,12 +38,31 @@ typedef struct yloader
 	int			failed;
 } yloader;
 
+/* Where the loader is now, as a JSON-pointer-like path ("/stages/3/input"). */
+static const char *
+current_path(yloader *l)
+{
+	char		buf[1024] = "";
+
+	for (int i = 0; i < l->depth; i++)
+	{
+		const yframe *f = &l->stack[i];
+		size_t		used = strlen(buf);
+
+		if (f->node->kind == WFE_Y_MAP && f->pending_key && f->pending_key->text)
+			snprintf(buf + used, sizeof(buf) - used, "/%s", f->pending_key->text);
+		else if (f->node->kind == WFE_Y_SEQ)
+			snprintf(buf + used, sizeof(buf) - used, "/%d", f->node->n);
+	}
+	return wfe_arena_strdup(l->arena, buf);
+}
+
 /* Report at a libyaml mark (0-based) as a 1-based position. */
 static void
 ydiag_at(yloader *l, const char *code, yaml_mark_t mark, const char *msg,
 		 const char *detail)
 {
-	wfe_diag(l->diags, code, "", (int) mark.line + 1, (int) mark.column + 1,
+	wfe_diag(l->diags, code, current_path(l), (int) mark.line + 1, (int) mark.column + 1,
 			 "%s%s%s", msg, detail ? ": " : "", detail ? detail : "");
 }
 
@@ -258,7 +277,7 @@ frame_add(yloader *l, yframe *f, wfe_ynode *child)
 	if (c->kind == WFE_Y_MAP && f->pending_key == NULL)
 	{
 		if (child->kind != WFE_Y_SCALAR)
-			wfe_diag(l->diags, "schema.type", "", child->line, child->column,
+			wfe_diag(l->diags, "schema.type", current_path(l), child->line, child->column,
 					 "mapping keys must be scalars");
 		f->pending_key = child;
 		return;
@@ -335,7 +354,9 @@ check_duplicate_keys(yloader *l, const wfe_ynode *map)
 		const wfe_ynode *key = map->keys[order[i]];
 
 		if (prev->text && key->text && strcmp(prev->text, key->text) == 0)
-			wfe_diag(l->diags, "yaml.duplicate_key", "", key->line, key->column,
+			wfe_diag(l->diags, "yaml.duplicate_key",
+					 wfe_arena_printf(l->arena, "%s/%s", current_path(l), key->text),
+					 key->line, key->column,
 					 "duplicate key '%s' (first at line %d, column %d)",
 					 key->text, prev->line, prev->column);
 	}
@@ -364,7 +385,7 @@ on_scalar(yloader *l, yaml_event_t *ev)
 		return;
 	if (ev->data.scalar.length > WFE_YAML_MAX_SCALAR)
 	{
-		wfe_diag(l->diags, "yaml.scalar_too_large", "", n->line, n->column,
+		wfe_diag(l->diags, "yaml.scalar_too_large", current_path(l), n->line, n->column,
 				 "scalar of %zu bytes is over the limit of %d bytes",
 				 ev->data.scalar.length, WFE_YAML_MAX_SCALAR);
 		n->text = wfe_arena_strdup(l->arena, "");
@@ -376,12 +397,12 @@ on_scalar(yloader *l, yaml_event_t *ev)
 								ev->data.scalar.length);
 	n->len = ev->data.scalar.length;
 	if (strlen(n->text) != n->len)
-		wfe_diag(l->diags, "yaml.syntax", "", n->line, n->column,
+		wfe_diag(l->diags, "yaml.syntax", current_path(l), n->line, n->column,
 				 "scalar contains a NUL character");
 
 	if (!tag_allowed(tag, WFE_Y_SCALAR))
 	{
-		wfe_diag(l->diags, "schema.type", "", n->line, n->column,
+		wfe_diag(l->diags, "schema.type", current_path(l), n->line, n->column,
 				 "tag '%s' is not supported (only !!str, !!int, !!float, !!bool, !!null)", tag);
 		n->type = WFE_YS_STRING;
 	}
@@ -389,7 +410,7 @@ on_scalar(yloader *l, yaml_event_t *ev)
 	{
 		if (!resolve_tagged(n, tag))
 		{
-			wfe_diag(l->diags, "schema.type", "", n->line, n->column,
+			wfe_diag(l->diags, "schema.type", current_path(l), n->line, n->column,
 					 "'%s' is not a valid %s", n->text, tag + strlen(TAG_PREFIX));
 			n->type = WFE_YS_STRING;
 		}
@@ -401,7 +422,7 @@ on_scalar(yloader *l, yaml_event_t *ev)
 	if (n->type == WFE_YS_FLOAT && !isfinite(n->dval))
 	{
 		/* JSON has no spelling for them, and no setting needs them. */
-		wfe_diag(l->diags, "schema.value", "", n->line, n->column,
+		wfe_diag(l->diags, "schema.value", current_path(l), n->line, n->column,
 				 "'%s' is not a finite number; .inf and .nan are not allowed", n->text);
 		n->type = WFE_YS_STRING;
 	}
@@ -430,7 +451,7 @@ on_container_start(yloader *l, yaml_event_t *ev, wfe_ynode_kind kind)
 	if (n == NULL)
 		return;
 	if (!tag_allowed(tag, kind))
-		wfe_diag(l->diags, "schema.type", "", n->line, n->column,
+		wfe_diag(l->diags, "schema.type", current_path(l), n->line, n->column,
 				 "tag '%s' is not supported here", tag);
 	l->stack[l->depth].node = n;
 	l->stack[l->depth].cap = 0;
@@ -449,6 +470,28 @@ on_container_end(yloader *l)
 	attach(l, n);
 }
 
+/*
+ * Did the YAML layer itself report anything since `from`?  Only those errors
+ * leave the tree unusable; a bad tag or a non-finite number (schema.*) does
+ * not, and the later layers may still find other mistakes.
+ */
+static int
+yaml_errors_since(wfe_diags *diags, size_t from)
+{
+	size_t		n = json_object_array_length(diags->list);
+
+	if (diags->dropped > 0)
+		return 1;
+	for (size_t i = from; i < n; i++)
+	{
+		json_object *code = json_object_object_get(json_object_array_get_idx(diags->list, i), "code");
+
+		if (strncmp(json_object_get_string(code), "yaml.", 5) == 0)
+			return 1;
+	}
+	return 0;
+}
+
 wfe_ynode *
 wfe_yaml_load(wfe_arena *arena, wfe_diags *diags, const char *source,
 			  size_t len, size_t max_bytes)
@@ -457,7 +500,7 @@ wfe_yaml_load(wfe_arena *arena, wfe_diags *diags, const char *source,
 	yaml_event_t ev;
 	yloader		l;
 	int			documents = 0;
-	int			errors_before = diags->errors;
+	size_t		list_before = json_object_array_length(diags->list);
 	int			done = 0;
 
 	if (len > max_bytes)
@@ -483,7 +526,7 @@ wfe_yaml_load(wfe_arena *arena, wfe_diags *diags, const char *source,
 
 			if (parser.context)
 				snprintf(ctx, sizeof(ctx), " %s", parser.context);
-			wfe_diag(diags, "yaml.syntax", "", (int) parser.problem_mark.line + 1,
+			wfe_diag(diags, "yaml.syntax", current_path(&l), (int) parser.problem_mark.line + 1,
 					 (int) parser.problem_mark.column + 1, "%s%s",
 					 parser.problem ? parser.problem : "invalid YAML", ctx);
 			l.failed = 1;
@@ -537,7 +580,7 @@ wfe_yaml_load(wfe_arena *arena, wfe_diags *diags, const char *source,
 	}
 	yaml_parser_delete(&parser);
 
-	if (l.failed || diags->errors > errors_before)
+	if (l.failed || yaml_errors_since(diags, list_before))
 		return NULL;
 	return l.root;
 }
