@@ -224,31 +224,44 @@ SELECT ref, queue FROM wfe.contracts WHERE ref = 'contracts.plain@1';
 --
 SET client_min_messages = warning;
 DROP ROLE IF EXISTS regress_wfe_contracts_admin;
+DROP ROLE IF EXISTS regress_wfe_contracts_reader;
 DROP ROLE IF EXISTS regress_wfe_contracts_nobody;
 RESET client_min_messages;
 CREATE ROLE regress_wfe_contracts_admin IN ROLE wfe_admin;
+CREATE ROLE regress_wfe_contracts_reader IN ROLE wfe_reader;
 CREATE ROLE regress_wfe_contracts_nobody;
+-- a role outside the wfe roles does not even see the schema
 SET SESSION AUTHORIZATION regress_wfe_contracts_nobody;
+SELECT wfe.register_worker('contracts.denied@1', 'contracts');
+\echo :LAST_ERROR_SQLSTATE
+RESET SESSION AUTHORIZATION;
+-- another wfe role may read the registry but not register
+SET SESSION AUTHORIZATION regress_wfe_contracts_reader;
+SELECT ref, kind, queue FROM wfe.contracts WHERE ref = 'contracts.plain@1';
 SELECT wfe.register_worker('contracts.denied@1', 'contracts');
 \echo :LAST_ERROR_SQLSTATE
 SELECT wfe.register_action('contracts.denied@1', queue => 'contracts');
 \echo :LAST_ERROR_SQLSTATE
 SELECT wfe._register_contract('contracts.denied@1', 'worker', 'contracts', NULL, '{}', '{}');
 \echo :LAST_ERROR_SQLSTATE
-SELECT count(*) FROM wfe.contracts;
+INSERT INTO wfe.contracts (ref, kind, name, version, queue)
+VALUES ('contracts.denied@1', 'worker', 'contracts.denied', 1, 'contracts');
 \echo :LAST_ERROR_SQLSTATE
 RESET SESSION AUTHORIZATION;
 SET SESSION AUTHORIZATION regress_wfe_contracts_admin;
 SELECT wfe.register_worker('contracts.by-admin@1', 'contracts');
--- a handler the registering role may not execute is refused
 SELECT wfe.register_action('contracts.private@1', 'public.contracts_echo(jsonb)');
 RESET SESSION AUTHORIZATION;
+-- a handler the registering role may not execute is refused
 REVOKE EXECUTE ON FUNCTION public.contracts_echo(jsonb) FROM PUBLIC;
 SET SESSION AUTHORIZATION regress_wfe_contracts_admin;
 SELECT wfe.register_action('contracts.private@2', 'public.contracts_echo(jsonb)');
 \echo :LAST_ERROR_SQLSTATE
--- the admin reads the registry
-SELECT ref, created_by FROM wfe.contracts WHERE ref IN ('contracts.by-admin@1', 'contracts.private@1');
+-- created_by is the registering session's role
+SELECT ref, created_by FROM wfe.contracts
+ WHERE ref IN ('contracts.by-admin@1', 'contracts.private@1', 'contracts.private@2', 'contracts.denied@1')
+ ORDER BY ref;
 RESET SESSION AUTHORIZATION;
 DROP ROLE regress_wfe_contracts_admin;
+DROP ROLE regress_wfe_contracts_reader;
 DROP ROLE regress_wfe_contracts_nobody;

@@ -1,6 +1,8 @@
 -- Every diagnostic code of the compiler, each triggered by a small definition,
 -- with the line, column and path it points at.
+SET client_min_messages = warning;
 CREATE EXTENSION IF NOT EXISTS wfe;
+RESET client_min_messages;
 
 -- One row per diagnostic: code, position, path, message.
 CREATE FUNCTION pg_temp.diags(src text, contracts jsonb DEFAULT NULL)

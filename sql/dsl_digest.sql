@@ -1,6 +1,8 @@
 -- Digest stability: comments, key order, quoting, white space and YAML style
 -- do not change a plan's digest; every change of meaning does.
+SET client_min_messages = warning;
 CREATE EXTENSION IF NOT EXISTS wfe;
+RESET client_min_messages;
 
 CREATE TEMP TABLE variant (label text, same_meaning boolean, source text);
 

@@ -1,7 +1,9 @@
 -- The three example workflows (examples/*.yaml, copied verbatim): they
 -- compile, their digests are pinned (the CLI must print the same ones, see
 -- test/harness/cli_vs_db.sh), and their plans carry every default.
+SET client_min_messages = warning;
 CREATE EXTENSION IF NOT EXISTS wfe;
+RESET client_min_messages;
 CREATE TEMP TABLE example (name text PRIMARY KEY, source text);
 INSERT INTO example VALUES ('model-ingest', $yaml$# Seed 000's example, as written there (indentation restored).
 name: model-ingest

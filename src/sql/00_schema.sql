@@ -2,9 +2,10 @@
 --
 -- The extension script wfe--<version>.sql is built from src/sql/*.sql,
 -- concatenated in lexical order by the Makefile (which also adds the psql
--- guard line); each file holds one concern.  The schema
--- itself is created by CREATE EXTENSION (wfe.control: schema = wfe,
--- relocatable = false), so nothing here creates it.
+-- guard line); each file holds one concern.  The schema itself is created by
+-- CREATE EXTENSION (wfe.control: schema = wfe, relocatable = false), so
+-- nothing here creates it; it is not a member of the extension and outlives
+-- DROP EXTENSION, like the roles.
 --
 -- Rules every file follows:
 --  * every object is schema-qualified, in the script and in function bodies;

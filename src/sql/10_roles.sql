@@ -1,4 +1,4 @@
--- Group roles (docs: operations.md "Roles").
+-- Group roles: who may do what with wfe.
 --
 -- Roles are cluster-wide: each is created if absent and never dropped (DROP
 -- EXTENSION leaves them), so CREATE EXTENSION wfe works in any number of

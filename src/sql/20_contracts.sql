@@ -1,5 +1,4 @@
--- Contracts: the registry of the actions and workers definitions may use
--- (docs: runtime.md "Contracts").
+-- Contracts: the registry of the actions and workers definitions may use.
 --
 -- A contract version (name@N) is immutable once registered.  Registering the
 -- same ref again with identical content is a no-op, so set-up scripts can be

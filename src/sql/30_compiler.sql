@@ -1,4 +1,4 @@
--- The definition compiler (C, src/core) and its SQL face (docs: dsl.md).
+-- The definition compiler (C, src/core) and its SQL face.
 
 -- Compiles one YAML definition.  contracts is the registry as a JSON array
 -- (see wfe._contracts_json()); NULL skips the contracts layer, so the

@@ -1,4 +1,4 @@
--- Workflow definitions and their plan tables (docs: runtime.md "Definitions").
+-- Workflow definitions and their plan tables.
 --
 -- A definition version is stored once and never edited: only its lifecycle
 -- columns change (draft -> approved -> active -> retired, and retired ->
@@ -271,13 +271,16 @@ BEGIN
     v_digest := v_result ->> 'digest';
 
     -- ON CONFLICT waits for a concurrent creator of the same version, so of
-    -- two sessions creating it at once exactly one inserts.
+    -- two sessions creating it at once exactly one inserts.  No conflict
+    -- target: the digest names the workflow and version, so a clash on
+    -- either unique key is the same definition, and both keys must arbitrate
+    -- (a non-arbiter unique index would raise instead of waiting).
     INSERT INTO wfe.definitions AS d
            (workflow, version, digest, state, source, plan, dsl_version,
             compiler_version, created_at, created_by)
     VALUES (v_plan ->> 'name', v_plan ->> 'version', v_digest, 'draft', $1, v_plan,
             v_plan ->> 'dsl_version', v_plan ->> 'compiler_version', now(), session_user)
-    ON CONFLICT (workflow, version) DO NOTHING
+    ON CONFLICT DO NOTHING
     RETURNING d.definition_id INTO new_id;
 
     IF new_id IS NULL THEN

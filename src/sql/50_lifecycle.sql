@@ -1,6 +1,5 @@
 -- Definition lifecycle: approve, activate (and so retire and roll back), and
--- the reviewer's picture (docs: runtime.md "Definitions", operations.md
--- "Roles").
+-- the reviewer's picture.
 --
 -- With wfe.four_eyes on, a role may neither approve nor activate a version
 -- it created (identities are session_user, see 00_schema.sql).  The setting
@@ -10,11 +9,18 @@
 -- Whether the four-eyes rule is in force (wfe.four_eyes, default off).
 CREATE FUNCTION wfe._four_eyes()
 RETURNS boolean
-LANGUAGE sql STABLE PARALLEL SAFE
+LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
-BEGIN ATOMIC
-    SELECT coalesce(nullif(current_setting('wfe.four_eyes', true), ''), 'off')::boolean;
-END;
+AS $$
+BEGIN
+    -- NB: load the library first (a no-op once loaded, e.g. preloaded).  Until
+    -- it is loaded wfe.four_eyes is a placeholder that any role may SET for
+    -- its own session; loading it defines the real, superuser-only setting
+    -- and discards such a value with a warning.
+    LOAD 'MODULE_PATHNAME';
+    RETURN coalesce(nullif(current_setting('wfe.four_eyes', true), ''), 'off')::boolean;
+END
+$$;
 
 COMMENT ON FUNCTION wfe._four_eyes() IS
 'True when wfe.four_eyes is on: the creator of a definition version may not approve or activate it.';
@@ -128,7 +134,7 @@ COMMENT ON FUNCTION wfe.activate(text, text) IS
 
 CREATE FUNCTION wfe.plan_mermaid(workflow text)
 RETURNS text
-LANGUAGE plpgsql STABLE STRICT SECURITY DEFINER
+LANGUAGE plpgsql STABLE STRICT PARALLEL SAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE

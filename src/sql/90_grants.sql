@@ -1,7 +1,7 @@
--- Privileges (docs: operations.md "Roles").  Runs last, so it covers every
--- function the files before it created: nothing is callable by PUBLIC, and
--- each role gets EXECUTE on its functions only.  Internal functions (named
--- wfe._*) are granted to nobody; they run inside the SECURITY DEFINER ones.
+-- Privileges.  This file runs last, so it covers every function the files
+-- before it created: nothing is callable by PUBLIC, and each role gets
+-- EXECUTE on its functions only.  Internal functions (named wfe._*) are
+-- granted to nobody; they run inside the SECURITY DEFINER ones.
 
 REVOKE ALL ON ALL ROUTINES IN SCHEMA wfe FROM PUBLIC;
 

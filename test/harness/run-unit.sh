@@ -16,6 +16,8 @@ set -euo pipefail
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1}
 
+OUT="" # a test program's output
+
 # default_programs: the program built from each test/unit/test_*.c.
 default_programs() {
 	local src
@@ -38,7 +40,7 @@ run_one() {
 }
 
 main() {
-	local programs=("$@") out passed=0 failed=0 prog status p f
+	local programs=("$@") passed=0 failed=0 prog status p f
 
 	if [ "${#programs[@]}" -eq 0 ]; then
 		mapfile -t programs < <(default_programs)
@@ -48,16 +50,16 @@ main() {
 		exit 2
 	fi
 
-	out=$(mktemp)
-	trap 'rm -f "$out"' EXIT
+	OUT=$(mktemp)
+	trap 'rm -f "$OUT"' EXIT
 	for prog in "${programs[@]}"; do
-		status=$(run_one "$prog" "$out")
-		read -r p f < <(tap_tally "$out" "$status")
+		status=$(run_one "$prog" "$OUT")
+		read -r p f < <(tap_tally "$OUT" "$status")
 		if [ "$f" -eq 0 ]; then
 			say "unit: $(basename "$prog"): ok ($p assertions)"
 		else
 			say "unit: $(basename "$prog"): FAILED ($f failed, exit status $status)"
-			sed 's/^/    /' "$out"
+			sed 's/^/    /' "$OUT"
 		fi
 		passed=$((passed + p))
 		failed=$((failed + f))
