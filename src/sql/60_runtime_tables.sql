@@ -1,0 +1,246 @@
+-- Runs and their durable state (docs: runtime.md).
+--
+-- Every row carries tenant.  A run's stages are created with the run, all in
+-- state waiting, so joins, skips and reports work on rows rather than on
+-- memory.  Lock order everywhere: the run row first, then its stage rows.
+
+-- The transition guards (src/transitions.c holds the tables).
+CREATE FUNCTION wfe._stage_state_guard()
+RETURNS trigger AS 'MODULE_PATHNAME', 'wfe_stage_state_guard' LANGUAGE C;
+COMMENT ON FUNCTION wfe._stage_state_guard() IS 'Trigger: refuses stage state changes not in wfe.stage_transitions()';
+CREATE FUNCTION wfe._run_state_guard()
+RETURNS trigger AS 'MODULE_PATHNAME', 'wfe_run_state_guard' LANGUAGE C;
+COMMENT ON FUNCTION wfe._run_state_guard() IS 'Trigger: refuses run state changes not in wfe.run_transitions()';
+
+CREATE FUNCTION wfe.stage_transitions(OUT from_state text, OUT to_state text, OUT meaning text)
+RETURNS SETOF record AS 'MODULE_PATHNAME', 'wfe_stage_transitions' LANGUAGE C IMMUTABLE STRICT;
+COMMENT ON FUNCTION wfe.stage_transitions() IS 'The legal stage state transitions (any state may also be updated in place)';
+CREATE FUNCTION wfe.run_transitions(OUT from_state text, OUT to_state text, OUT meaning text)
+RETURNS SETOF record AS 'MODULE_PATHNAME', 'wfe_run_transitions' LANGUAGE C IMMUTABLE STRICT;
+COMMENT ON FUNCTION wfe.run_transitions() IS 'The legal run state transitions';
+
+-- Queues: delivery mode, in-flight limit, pause.  A queue never configured is
+-- a poll queue (wfe.claim_task); broker queues get dispatch messages.
+CREATE TABLE wfe.queues (
+    queue         text PRIMARY KEY,
+    delivery      text NOT NULL DEFAULT 'poll'
+                  CONSTRAINT queues_delivery CHECK (delivery IN ('poll', 'broker')),
+    max_in_flight int CONSTRAINT queues_max_in_flight CHECK (max_in_flight > 0),
+    paused        boolean NOT NULL DEFAULT false,
+    updated_at    timestamptz NOT NULL DEFAULT now()
+);
+COMMENT ON TABLE wfe.queues IS
+'Queue settings: delivery mode (poll or broker), in-flight limit, paused.  Unlisted queues are poll queues.';
+
+CREATE TABLE wfe.runs (
+    run_id            bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    tenant            text NOT NULL DEFAULT 'default',
+    workflow          text NOT NULL,
+    version           text NOT NULL,
+    definition_id     bigint NOT NULL REFERENCES wfe.definitions,
+    definition_digest text NOT NULL,
+    dsl_version       text NOT NULL,
+    compiler_version  text NOT NULL,
+    engine_version    text NOT NULL,
+    contracts         jsonb NOT NULL,
+    context           jsonb NOT NULL,
+    execution_context text,
+    idempotency_key   text,
+    state             text NOT NULL DEFAULT 'running'
+                      CONSTRAINT runs_state
+                      CHECK (state IN ('running', 'finalising', 'completed', 'failed', 'cancelled')),
+    intent            text CONSTRAINT runs_intent CHECK (intent IN ('completed', 'failed', 'cancelled')),
+    reason            text,
+    priority          int NOT NULL DEFAULT 0,
+    not_before        timestamptz,
+    deadline_at       timestamptz,
+    submitted_at      timestamptz NOT NULL DEFAULT now(),
+    finished_at       timestamptz,
+    replay_of         bigint,
+    form              text NOT NULL CONSTRAINT runs_form CHECK (form IN ('stages', 'tasks')),
+    CONSTRAINT runs_intent_state CHECK (state = 'running' OR intent IS NOT NULL)
+);
+COMMENT ON TABLE wfe.runs IS
+'Workflow runs, pinned at creation to a definition digest, the DSL/compiler/engine versions and the contract versions.';
+COMMENT ON COLUMN wfe.runs.intent IS 'Terminal intent (completed, failed, cancelled) once set; finalisers then run';
+COMMENT ON COLUMN wfe.runs.contracts IS 'Pinned contract versions: {ref: {"kind","queue"}} of every contract the plan uses';
+
+-- An idempotency key names one live or successful run per tenant and
+-- workflow; once that run failed or was cancelled the key is free again.
+CREATE UNIQUE INDEX runs_idempotency_key
+    ON wfe.runs (tenant, workflow, idempotency_key)
+    WHERE idempotency_key IS NOT NULL AND state NOT IN ('failed', 'cancelled');
+CREATE INDEX runs_unfinished ON wfe.runs (workflow, state) WHERE finished_at IS NULL;
+CREATE INDEX runs_finished_at ON wfe.runs (finished_at) WHERE finished_at IS NOT NULL;
+
+CREATE TABLE wfe.run_stages (
+    run_id          bigint NOT NULL REFERENCES wfe.runs ON DELETE CASCADE,
+    stage           text NOT NULL,
+    tenant          text NOT NULL,
+    ordinal         int NOT NULL,
+    kind            text NOT NULL
+                    CONSTRAINT run_stages_kind
+                    CHECK (kind IN ('action', 'worker', 'decision', 'fork', 'join', 'finaliser')),
+    state           text NOT NULL DEFAULT 'waiting'
+                    CONSTRAINT run_stages_state
+                    CHECK (state IN ('waiting', 'queued', 'dispatched', 'running', 'retry_scheduled',
+                                     'completed', 'failed', 'timed_out', 'skipped', 'cancelled')),
+    attempt         int NOT NULL DEFAULT 0 CONSTRAINT run_stages_attempt CHECK (attempt >= 0),
+    fence           bigint NOT NULL DEFAULT 0 CONSTRAINT run_stages_fence CHECK (fence >= 0),
+    queue           text,
+    worker          text,
+    handler         regprocedure,
+    priority        int NOT NULL DEFAULT 0,
+    awaits          boolean NOT NULL DEFAULT true,
+    branch          text,
+    input           jsonb,
+    result          jsonb,
+    error           jsonb,
+    outcome         text CONSTRAINT run_stages_outcome CHECK (outcome IN ('completed', 'failed')),
+    skip_reason     text CONSTRAINT run_stages_skip_reason
+                    CHECK (skip_reason IN ('branch_not_taken', 'dependency_failed', 'context_gated',
+                                           'missing_input', 'run_aborted')),
+    exec_ms         int,
+    queue_ms        int,
+    heartbeat_ms    int,
+    ready_at        timestamptz,
+    claimed_by      text,
+    started_at      timestamptz,
+    heartbeat_at    timestamptz,
+    deadline_at     timestamptz,
+    finished_at     timestamptz,
+    PRIMARY KEY (run_id, stage)
+);
+COMMENT ON TABLE wfe.run_stages IS
+'One row per stage (or task, or finaliser) of each run: state, current attempt and fence, bound input, result.';
+COMMENT ON COLUMN wfe.run_stages.attempt IS 'Current attempt, from 1; 0 until released';
+COMMENT ON COLUMN wfe.run_stages.fence IS 'Fencing token of the current attempt; grows with every new attempt and every fencing';
+COMMENT ON COLUMN wfe.run_stages.outcome IS 'What the current attempt reported (completed or failed), for duplicate/conflict answers';
+COMMENT ON COLUMN wfe.run_stages.branch IS 'The fork branch this stage runs in, for joins';
+
+-- Claimers take the highest priority, then oldest, ready task of a queue.
+CREATE INDEX run_stages_ready ON wfe.run_stages (queue, priority DESC, ready_at)
+    WHERE state = 'queued';
+-- The clocks: queued, dispatched or running attempts with a deadline.
+CREATE INDEX run_stages_deadline ON wfe.run_stages (deadline_at)
+    WHERE state IN ('queued', 'dispatched', 'running') AND deadline_at IS NOT NULL;
+-- In-database actions waiting for wfe.tick() or the background worker.
+CREATE INDEX run_stages_handler ON wfe.run_stages (ready_at)
+    WHERE state = 'queued' AND handler IS NOT NULL;
+
+CREATE TRIGGER run_stages_state_guard
+    BEFORE UPDATE OF state ON wfe.run_stages
+    FOR EACH ROW EXECUTE FUNCTION wfe._stage_state_guard();
+CREATE TRIGGER runs_state_guard
+    BEFORE UPDATE OF state ON wfe.runs
+    FOR EACH ROW EXECUTE FUNCTION wfe._run_state_guard();
+
+-- Outputs of the tasks form: write-once per (run, task, key).
+CREATE TABLE wfe.outputs (
+    run_id     bigint NOT NULL REFERENCES wfe.runs ON DELETE CASCADE,
+    task       text NOT NULL,
+    key        text NOT NULL,
+    tenant     text NOT NULL,
+    value      jsonb NOT NULL,
+    written_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (run_id, task, key)
+);
+COMMENT ON TABLE wfe.outputs IS 'Task outputs (tasks form), written once per run, task and key';
+CREATE TRIGGER outputs_write_once
+    BEFORE UPDATE OR DELETE ON wfe.outputs
+    FOR EACH ROW WHEN (pg_trigger_depth() = 0)
+    EXECUTE FUNCTION wfe._immutable('task outputs are write-once', 'A task writes each declared output once.');
+
+-- The event log: every accepted transition and every rejected callback.
+-- run_id has no foreign key: a callback about an unknown run is recorded too.
+CREATE TABLE wfe.events (
+    event_id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    run_id   bigint,
+    tenant   text NOT NULL,
+    stage    text,
+    attempt  int,
+    type     text NOT NULL,
+    at       timestamptz NOT NULL DEFAULT now(),
+    detail   jsonb
+);
+COMMENT ON TABLE wfe.events IS
+'Event log: every accepted transition (run.submitted, stage.released, stage.claimed, stage.completed, ...) and every rejected callback (callback.stale, callback.late, ...).';
+CREATE INDEX events_run ON wfe.events (run_id, event_id);
+
+-- The transactional outbox: messages for the broker, written in the same
+-- transaction as the transition that caused them (published by the
+-- background worker or an external relay).
+CREATE TABLE wfe.outbox (
+    id           bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    tenant       text NOT NULL,
+    run_id       bigint,
+    stage        text,
+    attempt      int,
+    fence        bigint,
+    kind         text NOT NULL CONSTRAINT outbox_kind CHECK (kind IN ('dispatch', 'cancel', 'event')),
+    exchange     text NOT NULL,
+    routing_key  text NOT NULL,
+    message_id   uuid NOT NULL,
+    headers      jsonb NOT NULL DEFAULT '{}',
+    body         jsonb NOT NULL,
+    state        text NOT NULL DEFAULT 'pending'
+                 CONSTRAINT outbox_state CHECK (state IN ('pending', 'claimed', 'published')),
+    attempts     int NOT NULL DEFAULT 0,
+    last_error   text,
+    available_at timestamptz NOT NULL DEFAULT now(),
+    claimed_by   text,
+    created_at   timestamptz NOT NULL DEFAULT now(),
+    published_at timestamptz
+);
+COMMENT ON TABLE wfe.outbox IS 'Messages to publish, written in the transaction of the transition that caused them';
+CREATE INDEX outbox_pending ON wfe.outbox (available_at, id) WHERE state = 'pending';
+
+-- Timers: retries, delayed starts and run deadlines.  (Queue, execution and
+-- heartbeat deadlines live on the stage row, indexed, so a claim writes one
+-- row rather than two.)
+CREATE TABLE wfe.timers (
+    timer_id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    tenant   text NOT NULL,
+    run_id   bigint NOT NULL REFERENCES wfe.runs ON DELETE CASCADE,
+    stage    text,
+    attempt  int,
+    fence    bigint,
+    kind     text NOT NULL CONSTRAINT timers_kind CHECK (kind IN ('retry', 'not_before', 'run_deadline')),
+    due_at   timestamptz NOT NULL,
+    fired_at timestamptz
+);
+COMMENT ON TABLE wfe.timers IS 'Durable timers: retry delays, delayed starts (not_before), run deadlines';
+CREATE INDEX timers_due ON wfe.timers (due_at) WHERE fired_at IS NULL;
+CREATE INDEX timers_run ON wfe.timers (run_id);
+
+-- What a worker receives from wfe.claim_task.
+CREATE TYPE wfe.task AS (
+    run_id            bigint,
+    stage             text,
+    attempt           int,
+    fence             bigint,
+    queue             text,
+    worker            text,
+    input             jsonb,
+    payload_ref       jsonb,
+    deadline_at       timestamptz,
+    heartbeat_ms      int,
+    definition_digest text,
+    message_id        uuid,
+    tenant            text
+);
+COMMENT ON TYPE wfe.task IS 'A claimed task: identity (run, stage, attempt, fence), what to run, its input and deadline';
+
+-- Stages that exhausted their retries (and, later, broker dead letters).
+CREATE TABLE wfe.dead_letters (
+    dead_letter_id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    tenant         text NOT NULL,
+    run_id         bigint NOT NULL REFERENCES wfe.runs ON DELETE CASCADE,
+    stage          text NOT NULL,
+    attempt        int NOT NULL,
+    reason         text NOT NULL,
+    error          jsonb,
+    at             timestamptz NOT NULL DEFAULT now()
+);
+COMMENT ON TABLE wfe.dead_letters IS 'Stages that exhausted their retries, with the last error';
+CREATE INDEX dead_letters_run ON wfe.dead_letters (run_id);

@@ -1,0 +1,34 @@
+-- Privileges of the runtime (after 90_grants.sql revoked everything from PUBLIC).
+
+GRANT EXECUTE ON FUNCTION
+    wfe.submit(text, jsonb, text, jsonb),
+    wfe.cancel_run(bigint, text),
+    wfe.report(bigint),
+    wfe.run_timeline(bigint)
+    TO wfe_submitter;
+
+GRANT EXECUTE ON FUNCTION
+    wfe.claim_task(text, text, int, int),
+    wfe.accept_task(bigint, text, int, bigint, text),
+    wfe.heartbeat(bigint, text, int, bigint),
+    wfe.complete_task(bigint, text, int, bigint, jsonb),
+    wfe.fail_task(bigint, text, int, bigint, jsonb, boolean)
+    TO wfe_worker;
+
+GRANT EXECUTE ON FUNCTION
+    wfe.tick(int),
+    wfe.cancel_run(bigint, text),
+    wfe.report(bigint),
+    wfe.run_timeline(bigint)
+    TO wfe_operator;
+
+GRANT EXECUTE ON FUNCTION
+    wfe.report(bigint),
+    wfe.run_timeline(bigint),
+    wfe.stage_transitions(),
+    wfe.run_transitions()
+    TO wfe_reader, wfe_operator;
+
+GRANT SELECT ON wfe.runs, wfe.run_stages, wfe.events, wfe.outputs, wfe.timers, wfe.outbox,
+                wfe.dead_letters, wfe.queues
+    TO wfe_reader, wfe_operator;
