@@ -118,7 +118,8 @@ wfe_json_parse(const char *text)
 
 	if (tok == NULL)
 		abort();
-	obj = json_tokener_parse_ex(tok, text, (int) strlen(text));
+	/* the terminating NUL ends a bare scalar ("1", "true") json-c would wait on */
+	obj = json_tokener_parse_ex(tok, text, (int) strlen(text) + 1);
 	if (json_tokener_get_error(tok) != json_tokener_success)
 	{
 		json_object_put(obj);

@@ -233,10 +233,33 @@ task_edges(mbuf *b, json_object *stages, json_object *s, size_t i)
 		return;
 	for (size_t k = 0; k < json_object_array_length(deps); k++)
 	{
+		const char *dep = json_object_get_string(json_object_array_get_idx(deps, k));
+		json_object *reqs;
+		mbuf		keys = {NULL, 0, 0};
 		char		id[32];
 
-		node_id(stages, json_object_get_string(json_object_array_get_idx(deps, k)), id, sizeof(id), 0);
-		out(b, "  %s --> s%zu\n", id, i);
+		/* label a dependency with the outputs the task reads from it */
+		out(&keys, "%s", "");
+		if (json_object_object_get_ex(s, "requires_outputs", &reqs))
+			for (size_t r = 0; r < json_object_array_length(reqs); r++)
+			{
+				json_object *req = json_object_array_get_idx(reqs, r);
+				const char *producer = get_str(req, "producer_task_id");
+
+				if (producer && strcmp(producer, dep) == 0)
+					out(&keys, "%s%s", keys.len ? ", " : "", get_str(req, "key"));
+			}
+		node_id(stages, dep, id, sizeof(id), 0);
+		if (keys.len)
+		{
+			char	   *l = label(keys.data);
+
+			out(b, "  %s -->|\"%s\"| s%zu\n", id, l, i);
+			free(l);
+		}
+		else
+			out(b, "  %s --> s%zu\n", id, i);
+		free(keys.data);
 	}
 }
 

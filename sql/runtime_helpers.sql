@@ -1,0 +1,151 @@
+--
+-- Run-time helpers: wfe._validate (JSON-Schema subset), wfe._bind_input
+-- (${...} binding) and wfe._eval_decision (decision branches).
+-- Every refused call is followed by the SQLSTATE it raised.
+--
+SET client_min_messages = warning;
+CREATE EXTENSION IF NOT EXISTS wfe;
+RESET client_min_messages;
+\set VERBOSITY default
+\set SHOW_CONTEXT never
+
+-- The evaluation root the binding and decision examples run over.
+\set root '{"context": {"modelId": "m-1", "count": 3, "ratio": 0.25, "flag": true, "nothing": null, "obj": {"a": 1}, "list": [1, "x"], "amount": 15000, "zero": 0}, "stages": {"cache-lookup": {"result": {"hit": true, "uri": "s3://m"}}}, "outputs": {"restore_session": {"user_session": "abc"}}, "run": {"id": 42, "tenant": "acme", "workflow": "model-ingest", "version": "2.3.0"}}'
+
+--
+-- Declarations: pure, parallel safe, internal (no EXECUTE for PUBLIC)
+--
+SELECT p.proname, p.provolatile, p.proisstrict, p.proparallel,
+       pg_get_function_arguments(p.oid) AS arguments,
+       obj_description(p.oid, 'pg_proc') IS NOT NULL AS commented,
+       EXISTS (SELECT FROM aclexplode(coalesce(p.proacl, acldefault('f', p.proowner))) AS a
+                WHERE a.grantee = 0) AS public_execute
+  FROM pg_proc AS p
+ WHERE p.pronamespace = 'wfe'::regnamespace
+   AND p.proname IN ('_validate', '_bind_input', '_eval_decision')
+ ORDER BY p.proname;
+
+--
+-- wfe._validate: NULL when valid, else the first violation with its path
+--
+SELECT t AS type, v AS value, wfe._validate(jsonb_build_object('type', t), v::jsonb) AS violation
+  FROM (VALUES ('object', '{}'), ('object', '[]'),
+               ('array', '[1]'), ('array', '"a"'),
+               ('string', '"s"'), ('string', '1'),
+               ('number', '1.5'), ('number', '2'), ('number', 'true'),
+               ('integer', '2'), ('integer', '2.0'), ('integer', '2.5'),
+               ('boolean', 'false'), ('boolean', 'null'),
+               ('null', 'null'), ('null', '0')) AS c(t, v);
+SELECT wfe._validate('{"type": ["string", "null"]}', 'null') AS nullable_null,
+       wfe._validate('{"type": ["string", "null"]}', '7') AS nullable_int;
+
+\set model_schema '{"type": "object", "title": "render input", "required": ["modelId"], "properties": {"modelId": {"type": "string", "description": "the model"}, "opts": {"type": "object", "required": ["mode"], "properties": {"mode": {"enum": ["fast", "safe"]}}}, "tags": {"type": "array", "items": {"type": "string"}}, "cache-key": {"type": "integer"}}}'
+SELECT v AS value, wfe._validate(:'model_schema', v::jsonb) AS violation
+  FROM (VALUES ('{"modelId": "m", "opts": {"mode": "safe"}, "tags": ["a"], "extra": 1}'),
+               ('{"modelId": 7}'),
+               ('{"other": 1}'),
+               ('{"modelId": "m", "opts": {}}'),
+               ('{"modelId": "m", "opts": {"mode": "slow"}}'),
+               ('{"modelId": "m", "tags": ["a", 2]}'),
+               ('{"modelId": "m", "cache-key": "k"}'),
+               ('"not an object"')) AS c(v);
+-- enum compares deeply; 1.0 equals 1
+SELECT v AS value,
+       wfe._validate('{"enum": [1, "one", null, {"a": [1, {"b": true}]}]}', v::jsonb) AS violation
+  FROM (VALUES ('1.0'), ('"one"'), ('null'), ('{"a": [1, {"b": true}]}'),
+               ('{"a": [1, {"b": false}]}'), ('"two"')) AS c(v);
+-- schemas outside the subset are refused, not used
+SELECT wfe._validate('{"type": "text"}', '1');
+\echo :LAST_ERROR_SQLSTATE
+SELECT wfe._validate('{"properties": {"a": 1}}', '{"a": 1}');
+\echo :LAST_ERROR_SQLSTATE
+SELECT wfe._validate('[]', '1');
+\echo :LAST_ERROR_SQLSTATE
+-- STRICT
+SELECT wfe._validate(NULL, '1') IS NULL AS null_in_null_out;
+
+--
+-- wfe._bind_input: typed whole values, text interpolation, failures
+--
+SELECT wfe._bind_input(
+    '{"modelId": "${context.modelId}", "count": "${context.count}", "ratio": "${payload.ratio}",
+      "flag": "${context.flag}", "obj": "${context.obj}", "list": "${context.list}",
+      "hit": "${stages[\"cache-lookup\"].result.hit}", "run": "${run.id}"}', :'root');
+SELECT wfe._bind_input(
+    '{"url": "${stages[\"cache-lookup\"].result.uri}/${context.modelId}?n=${context.count}&r=${context.ratio}&f=${context.flag}",
+      "tenant": "tenant ${run.tenant}", "literal": "$${context.modelId} costs $5",
+      "session": "${outputs.restore_session.user_session}"}', :'root');
+-- nested templates; literals and keys are kept as they are
+SELECT wfe._bind_input(
+    '{"a": {"b": ["${context.count}", {"c": "id-${context.modelId}"}, 7, null, true]},
+      "${context.modelId}": "key"}', :'root');
+-- binding.missing, binding.null, binding.type: answers, not errors
+SELECT t AS template, wfe._bind_input(t::jsonb, :'root') AS answer
+  FROM (VALUES ('{"modelId": "${context.nope}"}'),
+               ('{"modelId": "${context.nothing}"}'),
+               ('{"u": "x/${context.nope}"}'),
+               ('{"u": "x/${context.nothing}"}'),
+               ('{"u": "x/${context.obj}"}'),
+               ('{"u": "x/${context.list}"}'),
+               ('{"a": {"b": [1, {"c": "${stages.other.result.x}"}]}}'),
+               ('{"my key": "${context.list[5]}"}')) AS c(t);
+-- against the contract's input schema
+SELECT wfe._bind_input('{"modelId": "${context.modelId}"}', :'root', :'model_schema') AS conforming,
+       wfe._bind_input('{"modelId": "${context.count}"}', :'root', :'model_schema') AS wrong_type,
+       wfe._bind_input('{"tags": "${context.list}"}', :'root', :'model_schema') AS missing_required;
+SELECT wfe._bind_input('{"modelId": "${context.nope}"}', :'root', :'model_schema')
+       AS binding_before_schema;
+SELECT wfe._bind_input(template => '{"x": 1}', root => '{}', input_schema => NULL) AS no_schema;
+-- bad arguments raise
+SELECT wfe._bind_input('{"x": 1}', :'root', '{"type": "text"}');
+\echo :LAST_ERROR_SQLSTATE
+SELECT wfe._bind_input(NULL, :'root');
+\echo :LAST_ERROR_SQLSTATE
+SELECT wfe._bind_input('{"x": 1}', NULL);
+\echo :LAST_ERROR_SQLSTATE
+SELECT wfe._bind_input('["${context.count}"]', :'root');
+\echo :LAST_ERROR_SQLSTATE
+SELECT wfe._bind_input('{"x": 1}', '[]');
+\echo :LAST_ERROR_SQLSTATE
+
+--
+-- wfe._eval_decision: the seed expressions verbatim, and evaluation errors
+--
+-- (in \set, \\ stands for one backslash)
+\set seed000 '[{"when": "stages[\\"cache-lookup\\"].result.hit == true", "next": "publish"}, {"when": "true", "next": "convert"}]'
+\echo :seed000
+\set seed004 '[{"when": "has(payload.amount) && payload.amount > 10000", "next": "review"}, {"when": "true", "next": "auto"}]'
+SELECT wfe._eval_decision(:'seed000', :'root') AS hit,
+       wfe._eval_decision(:'seed000', '{"stages": {"cache-lookup": {"result": {"hit": false}}}}') AS miss;
+SELECT r AS root, wfe._eval_decision(:'seed004', r::jsonb) AS decision
+  FROM (VALUES ('{"context": {"amount": 15000}}'),
+               ('{"context": {"amount": 10000}}'),
+               ('{"context": {}}')) AS c(r);
+-- expr.eval: division by zero, a missing field without has(), a type
+-- mismatch, a non-boolean result; each names its branch
+SELECT w AS "when", wfe._eval_decision(
+           jsonb_build_array(jsonb_build_object('when', 'false', 'next', 'a'),
+                             jsonb_build_object('when', w, 'next', 'b'),
+                             jsonb_build_object('when', 'true', 'next', 'c')),
+           :'root') AS decision
+  FROM (VALUES ('context.amount / context.zero > 1'),
+               ('payload.missing > 1'),
+               ('has(payload.missing) && payload.missing > 1'),
+               ('context.modelId > 1'),
+               ('context.amount'),
+               ('size(context.list) == 2')) AS c(w);
+SELECT wfe._eval_decision('[{"when": "false", "next": "a"}]', '{}') AS no_branch_true;
+-- malformed branches raise
+SELECT wfe._eval_decision('[{"when": "true"}]', '{}');
+\echo :LAST_ERROR_SQLSTATE
+SELECT wfe._eval_decision('{"when": "true", "next": "a"}', '{}');
+\echo :LAST_ERROR_SQLSTATE
+
+--
+-- Repeated calls: successes and failures alike (memory is released per call)
+--
+SELECT count(*) FILTER (WHERE (wfe._bind_input('{"u": "x${context.count}", "o": "${context.obj}"}', :'root') ->> 'ok')::boolean) AS bound,
+       count(*) FILTER (WHERE wfe._bind_input('{"u": "${context.nope}"}', :'root') ->> 'code' = 'binding.missing') AS missing,
+       count(*) FILTER (WHERE wfe._eval_decision(:'seed004', :'root') ->> 'next' = 'review') AS decided,
+       count(*) FILTER (WHERE wfe._validate(:'model_schema', '{"modelId": 1}') IS NOT NULL) AS violations
+  FROM generate_series(1, 2000);
