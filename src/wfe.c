@@ -2,12 +2,14 @@
  * wfe.c — module entry point: wfe, a durable workflow engine in PostgreSQL.
  *
  * _PG_init only asks each part to set itself up; the parts live in their
- * own files (guc.c for configuration, compile_fn.c for the compiler's SQL
- * face, and later the runtime and the background worker).
+ * own files: guc.c (configuration), shmem.c (wakeups), worker.c (the
+ * background worker), compile_fn.c and runtime_fn.c (C behind SQL
+ * functions), transitions.c (the legal state transitions).
  */
 #include "postgres.h"
 
 #include "fmgr.h"
+#include "miscadmin.h"
 
 #include "wfe.h"
 
@@ -15,9 +17,16 @@ PG_MODULE_MAGIC;
 
 void		_PG_init(void);
 
-/* Module load: define configuration. */
+/*
+ * Module load: define configuration; under shared_preload_libraries also
+ * reserve shared memory and register the background worker.
+ */
 void
 _PG_init(void)
 {
 	wfe_guc_init();
+	if (!process_shared_preload_libraries_in_progress)
+		return;
+	wfe_shmem_init();
+	wfe_worker_register();
 }

@@ -152,6 +152,7 @@ BEGIN
                 'deadline_at', p_stage.deadline_at,
                 'payload_inline', p_stage.input, 'payload_ref', NULL,
                 'created_at', now()));
+    PERFORM wfe._wake(now());               -- the publisher has a message
 END
 $$;
 COMMENT ON FUNCTION wfe._dispatch(wfe.runs, wfe.run_stages) IS
@@ -185,7 +186,9 @@ BEGIN
     PERFORM wfe._event(p_run.run_id, p_run.tenant, p_stage, s.attempt,
                        CASE WHEN s.attempt = 1 THEN 'stage.released' ELSE 'stage.retried' END,
                        jsonb_build_object('queue', s.queue, 'fence', s.fence));
-    IF s.queue IS NOT NULL THEN
+    IF s.handler IS NOT NULL THEN
+        PERFORM wfe._wake(now());           -- an in-database action to run
+    ELSIF s.queue IS NOT NULL THEN
         SELECT q.delivery INTO v_delivery FROM wfe.queues AS q WHERE q.queue = s.queue;
         IF v_delivery = 'broker' THEN
             PERFORM wfe._dispatch(p_run, s);
@@ -736,6 +739,7 @@ BEGIN
          WHERE st.run_id = p_run.run_id AND st.stage = p_stage;
         INSERT INTO wfe.timers (tenant, run_id, stage, attempt, fence, kind, due_at)
         VALUES (p_run.tenant, p_run.run_id, p_stage, s.attempt, s.fence, 'retry', now() + v_delay);
+        PERFORM wfe._wake(now() + v_delay);
         PERFORM wfe._event(p_run.run_id, p_run.tenant, p_stage, s.attempt, 'stage.retry_scheduled',
                            jsonb_build_object('delay_ms', round(extract(epoch FROM v_delay) * 1000),
                                               'error', p_error -> 'code'));

@@ -217,10 +217,12 @@ BEGIN
     IF r.deadline_at IS NOT NULL THEN
         INSERT INTO wfe.timers (tenant, run_id, kind, due_at)
         VALUES (r.tenant, r.run_id, 'run_deadline', r.deadline_at);
+        PERFORM wfe._wake(r.deadline_at);
     END IF;
     IF v_start IS NOT NULL AND v_start > now() THEN
         INSERT INTO wfe.timers (tenant, run_id, kind, due_at)
         VALUES (r.tenant, r.run_id, 'not_before', v_start);
+        PERFORM wfe._wake(v_start);
     ELSE
         PERFORM wfe._start(r);
     END IF;

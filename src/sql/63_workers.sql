@@ -108,6 +108,8 @@ BEGIN
            wfe._message_id(c.run_id, c.stage, c.attempt, c.fence, 'dispatch'), c.tenant
       FROM claimed AS c
       JOIN wfe.runs AS r ON r.run_id = c.run_id
+      -- the worker must be awake when the execution deadline passes
+      CROSS JOIN LATERAL wfe._wake(c.deadline_at) AS w
      ORDER BY c.priority DESC, c.ready_at;
 
     IF NOT FOUND
@@ -146,6 +148,8 @@ BEGIN
        SET state = 'running', claimed_by = accept_task.worker_id, started_at = now(), heartbeat_at = now(),
            deadline_at = now() + make_interval(secs => least(st.exec_ms, coalesce(st.heartbeat_ms, 2147483647)) / 1000.0)
      WHERE st.run_id = accept_task.run_id AND st.stage = accept_task.stage;
+    PERFORM wfe._wake(now() + make_interval(secs => least((g.stage).exec_ms,
+                                                          coalesce((g.stage).heartbeat_ms, 2147483647)) / 1000.0));
     PERFORM wfe._event(accept_task.run_id, (g.run).tenant, accept_task.stage, accept_task.attempt,
                        'stage.accepted', jsonb_build_object('worker_id', accept_task.worker_id));
     RETURN 'accepted';

@@ -146,36 +146,16 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE
-    t    wfe.timers;
-    c    record;
-    done int := 0;
+    done int;
 BEGIN
     IF tick.max IS NULL OR tick.max < 1 THEN
         RAISE EXCEPTION 'max must be positive, not %', tick.max USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    FOR t IN SELECT * FROM wfe.timers AS x
-              WHERE x.fired_at IS NULL AND x.due_at <= now()
-              ORDER BY x.due_at LIMIT tick.max
-                FOR UPDATE SKIP LOCKED
-    LOOP
-        PERFORM wfe._fire_timer(t);
+    -- the background worker's round, in the caller's one transaction
+    done := wfe._worker_round(tick.max);
+    FOR i IN 1 .. tick.max LOOP
+        EXIT WHEN NOT wfe._run_next_handler();
         done := done + 1;
-    END LOOP;
-    FOR c IN SELECT st.run_id, st.stage FROM wfe.run_stages AS st
-              WHERE st.state IN ('queued', 'dispatched', 'running') AND st.deadline_at <= now()
-              ORDER BY st.deadline_at LIMIT tick.max
-    LOOP
-        IF wfe._expire(c.run_id, c.stage) THEN
-            done := done + 1;
-        END IF;
-    END LOOP;
-    FOR c IN SELECT st.run_id, st.stage FROM wfe.run_stages AS st
-              WHERE st.state = 'queued' AND st.handler IS NOT NULL
-              ORDER BY st.ready_at LIMIT tick.max
-    LOOP
-        IF wfe._run_handler(c.run_id, c.stage) THEN
-            done := done + 1;
-        END IF;
     END LOOP;
     RETURN done;
 END

@@ -1,0 +1,261 @@
+/*
+ * worker.c — the wfe background worker: fires timers, runs in-database
+ * actions, removes expired history, and (later) publishes the outbox.
+ *
+ * Written the way worker_spi, autoprewarm and pg_cron are: a latch loop with
+ * WL_EXIT_ON_PM_DEATH, SIGHUP reloads the configuration, SIGTERM ends the
+ * loop cleanly, a nonzero restart time brings it back after a crash, and on
+ * start it repairs what a crash left half done.  The engine's logic lives in
+ * SQL functions (the same ones wfe.tick() uses); this file only decides when
+ * to call them, each in a short transaction of its own.
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "storage/proc.h"
+#include "tcop/utility.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+
+#include "wfe.h"
+
+PGDLLEXPORT void wfe_worker_main(Datum main_arg);
+
+/* How often retention runs, at most. */
+#define RETENTION_INTERVAL_MS (60 * 1000)
+
+/* Register the worker; called from _PG_init under shared_preload_libraries. */
+void
+wfe_worker_register(void)
+{
+	BackgroundWorker worker;
+
+	memset(&worker, 0, sizeof(worker));
+	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+	worker.bgw_restart_time = 5;
+	snprintf(worker.bgw_library_name, BGW_MAXLEN, "wfe");
+	snprintf(worker.bgw_function_name, BGW_MAXLEN, "wfe_worker_main");
+	snprintf(worker.bgw_name, BGW_MAXLEN, "wfe worker");
+	snprintf(worker.bgw_type, BGW_MAXLEN, "wfe worker");
+	RegisterBackgroundWorker(&worker);
+}
+
+/* Forget our latch when we exit, so no backend sets a dead one. */
+static void
+wfe_worker_detach(int code, Datum arg)
+{
+	SpinLockAcquire(&wfe_shared->mutex);
+	wfe_shared->worker_latch = NULL;
+	wfe_shared->worker_pid = 0;
+	wfe_shared->sleeping_until = 0;
+	SpinLockRelease(&wfe_shared->mutex);
+}
+
+/*
+ * Run one SQL statement returning one int8 in a transaction of its own.
+ * Errors are reported and the transaction rolled back; the worker goes on
+ * (the failed unit is retried on a later round).  Returns -1 on error.
+ */
+static int64
+run_unit(const char *activity, const char *sql)
+{
+	MemoryContext caller = CurrentMemoryContext;
+	volatile int64 result = -1;
+
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	pgstat_report_activity(STATE_RUNNING, activity);
+	PG_TRY();
+	{
+		bool		isnull;
+		Datum		value;
+
+		SPI_connect();
+		PushActiveSnapshot(GetTransactionSnapshot());
+		if (SPI_execute(sql, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
+			elog(ERROR, "wfe worker: \"%s\" did not return one row", sql);
+		value = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+		result = isnull ? 0 : DatumGetInt64(value);
+		SPI_finish();
+		PopActiveSnapshot();
+		CommitTransactionCommand();
+	}
+	PG_CATCH();
+	{
+		/* report, roll back, and carry on with the next unit of work */
+		MemoryContextSwitchTo(caller);
+		EmitErrorReport();
+		FlushErrorState();
+		AbortCurrentTransaction();
+		result = -1;
+	}
+	PG_END_TRY();
+	MemoryContextSwitchTo(caller);
+	pgstat_report_stat(false);
+	pgstat_report_activity(STATE_IDLE, NULL);
+	return result;
+}
+
+/* Is wfe installed (at the version this library serves) in our database? */
+static bool
+extension_ready(void)
+{
+	return run_unit("wfe worker: looking for the extension",
+					"SELECT count(*) FROM pg_catalog.pg_extension e "
+					"JOIN pg_catalog.pg_proc p ON p.proname = '_worker_round' "
+					"JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace AND n.nspname = 'wfe' "
+					"WHERE e.extname = 'wfe'") > 0;
+}
+
+/* Publish our latch, so committing backends can wake us. */
+static void
+attach_to_shared(void)
+{
+	SpinLockAcquire(&wfe_shared->mutex);
+	wfe_shared->worker_latch = MyLatch;
+	wfe_shared->worker_pid = MyProcPid;
+	wfe_shared->started_at = GetCurrentTimestamp();
+	wfe_shared->sleeping_until = DT_NOEND;
+	SpinLockRelease(&wfe_shared->mutex);
+	before_shmem_exit(wfe_worker_detach, (Datum) 0);
+}
+
+/* Tell backends until when we sleep (0: we are awake and will look). */
+static void
+set_sleeping_until(TimestampTz until)
+{
+	SpinLockAcquire(&wfe_shared->mutex);
+	wfe_shared->sleeping_until = until;
+	SpinLockRelease(&wfe_shared->mutex);
+}
+
+/*
+ * One round: fire what is due, run queued in-database actions one per
+ * transaction, and say how long we may sleep.  Returns true when a batch
+ * was full, i.e. there is more to do right away.
+ */
+static bool
+run_round(long *sleep_ms)
+{
+	char		sql[128];
+	int64		fired,
+				actions = 0,
+				next;
+
+	/*
+	 * Awake: any commit that adds work sets our latch from now on, so work
+	 * added after we looked makes the next WaitLatch return at once.
+	 */
+	set_sleeping_until(DT_NOEND);
+
+	snprintf(sql, sizeof(sql), "SELECT wfe._worker_round(%d)::int8", wfe_worker_batch);
+	fired = run_unit("wfe worker: firing timers and deadlines", sql);
+
+	/* in-database actions: one transaction per attempt */
+	while (actions < wfe_worker_batch && !ShutdownRequestPending &&
+		   run_unit("wfe worker: running an in-database action",
+					"SELECT wfe._run_next_handler()::int::int8") > 0)
+		actions++;
+
+	next = run_unit("wfe worker: planning", "SELECT coalesce(wfe._next_due_ms(), -1)");
+
+	SpinLockAcquire(&wfe_shared->mutex);
+	wfe_shared->rounds++;
+	wfe_shared->timers_fired += Max(fired, 0);
+	wfe_shared->actions_run += actions;
+	SpinLockRelease(&wfe_shared->mutex);
+
+	*sleep_ms = wfe_poll_interval_ms;
+	if (next >= 0 && next < *sleep_ms)
+		*sleep_ms = next;
+	return fired >= wfe_worker_batch || actions >= wfe_worker_batch;
+}
+
+/* The background worker's entry point. */
+void
+wfe_worker_main(Datum main_arg)
+{
+	MemoryContext loop_context;
+	TimestampTz last_retention = 0;
+	bool		repaired = false;
+
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	pqsignal(SIGTERM, SignalHandlerForShutdownRequest);
+	BackgroundWorkerUnblockSignals();
+
+	BackgroundWorkerInitializeConnection(wfe_database, NULL, 0);
+	pgstat_report_appname("wfe worker");
+	attach_to_shared();
+	ereport(LOG, (errmsg("wfe worker started for database \"%s\"", wfe_database)));
+
+	loop_context = AllocSetContextCreate(TopMemoryContext, "wfe worker loop",
+										 ALLOCSET_DEFAULT_SIZES);
+	while (!ShutdownRequestPending)
+	{
+		long		sleep_ms = wfe_poll_interval_ms;
+		bool		more = false;
+		TimestampTz now;
+
+		CHECK_FOR_INTERRUPTS();
+		if (ConfigReloadPending)
+		{
+			ConfigReloadPending = false;
+			ProcessConfigFile(PGC_SIGHUP);
+			ereport(LOG, (errmsg("wfe worker reloaded its configuration")));
+		}
+
+		MemoryContextReset(loop_context);
+		MemoryContextSwitchTo(loop_context);
+		if (extension_ready())
+		{
+			if (!repaired)
+			{
+				/* what a crashed incarnation left claimed goes back to pending */
+				int64		n = run_unit("wfe worker: repairing", "SELECT wfe._repair()::int8");
+
+				if (n > 0)
+					ereport(LOG, (errmsg("wfe worker repaired %lld rows left by a previous run",
+										 (long long) n)));
+				repaired = n >= 0;
+			}
+			more = run_round(&sleep_ms);
+			now = GetCurrentTimestamp();
+			if (TimestampDifferenceExceeds(last_retention, now, RETENTION_INTERVAL_MS))
+			{
+				char		sql[128];
+
+				snprintf(sql, sizeof(sql), "SELECT wfe._retention(%d, %d)::int8",
+						 wfe_retention_s, wfe_worker_batch);
+				if (run_unit("wfe worker: removing expired history", sql) >= 0)
+					last_retention = now;
+			}
+		}
+		else
+			repaired = false;	/* dropped and created again: repair again */
+		MemoryContextSwitchTo(TopMemoryContext);
+
+		if (more || ShutdownRequestPending)
+			continue;
+
+		set_sleeping_until(TimestampTzPlusMilliseconds(GetCurrentTimestamp(), sleep_ms));
+		pgstat_report_activity(STATE_IDLE, "wfe worker: waiting");
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 sleep_ms, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		SpinLockAcquire(&wfe_shared->mutex);
+		wfe_shared->woke_at = GetCurrentTimestamp();
+		SpinLockRelease(&wfe_shared->mutex);
+	}
+	ereport(LOG, (errmsg("wfe worker stopping")));
+	proc_exit(0);
+}
