@@ -2,6 +2,8 @@
  * wfe_compile.c — the wfe-compile command: the database's compiler, offline.
  *
  *   wfe-compile FILE.yaml [--plan | --digest | --mermaid | --json] [--contracts FILE]
+ *               [--max-definition-bytes N] [--max-stages N] [--max-fanout N]
+ *               [--max-expression-bytes N]
  *
  * Prints exactly the diagnostics, plan and digest the database would, so a
  * release pipeline can lint definitions before they reach a server.  Exit
@@ -77,6 +79,34 @@ read_all(const char *path, size_t *len)
 	return buf;
 }
 
+/*
+ * Is argv[*i] one of the --max-* options?  Then consume its value into *n
+ * (-1 when missing or not a number) and leave *i on the value.
+ */
+static int
+limit_option(int argc, char **argv, int *i, long *n)
+{
+	static const char *const names[] = {
+		"--max-definition-bytes", "--max-stages", "--max-fanout", "--max-expression-bytes", NULL
+	};
+	char	   *end;
+
+	for (int k = 0; names[k]; k++)
+		if (strcmp(argv[*i], names[k]) == 0)
+		{
+			*n = -1;
+			if (*i + 1 < argc)
+			{
+				*n = strtol(argv[*i + 1], &end, 10);
+				if (*end != '\0' || *n > 1000000000L)
+					*n = -1;
+			}
+			(*i)++;
+			return 1;
+		}
+	return 0;
+}
+
 static void
 usage(FILE *to)
 {
@@ -92,6 +122,10 @@ usage(FILE *to)
 			"  --json            print {ok, digest, plan, diagnostics} as wfe.compile() returns it\n"
 			"  --contracts FILE  check contracts against FILE, a JSON list of\n"
 			"                    {ref, kind, queue, handler, input_schema, output_schema}\n"
+			"  --max-definition-bytes N, --max-stages N, --max-fanout N,\n"
+			"  --max-expression-bytes N\n"
+			"                    the server's wfe.max_* settings, when not the defaults\n"
+			"                    (1048576, 500, 64, 4096)\n"
 			"  FILE may be - for standard input.\n"
 			"\n"
 			"Exit status: 0 valid, 1 invalid, 2 usage or I/O error.\n");
@@ -129,9 +163,28 @@ main(int argc, char **argv)
 	size_t		len;
 	int			status;
 
+	wfe_compile_options_init(&opts);
 	for (int i = 1; i < argc; i++)
 	{
-		if (strcmp(argv[i], "--plan") == 0)
+		long		n;
+
+		if (limit_option(argc, argv, &i, &n))
+		{
+			if (n < 1)
+			{
+				fprintf(stderr, "wfe-compile: %s needs a positive number\n", argv[i - 1]);
+				return 2;
+			}
+			if (strcmp(argv[i - 1], "--max-definition-bytes") == 0)
+				opts.max_definition_bytes = (size_t) n;
+			else if (strcmp(argv[i - 1], "--max-stages") == 0)
+				opts.max_stages = (int) n;
+			else if (strcmp(argv[i - 1], "--max-fanout") == 0)
+				opts.max_fanout = (int) n;
+			else
+				opts.max_expression_bytes = (size_t) n;
+		}
+		else if (strcmp(argv[i], "--plan") == 0)
 			mode = OUT_PLAN;
 		else if (strcmp(argv[i], "--digest") == 0)
 			mode = OUT_DIGEST;
@@ -166,7 +219,6 @@ main(int argc, char **argv)
 		return 2;
 	}
 
-	wfe_compile_options_init(&opts);
 	opts.sha256 = sha256_openssl;
 	if (contracts_file)
 	{
