@@ -15,6 +15,7 @@ queue=$1
 worker_id=$2
 seconds=${3:-60}
 deadline=$((SECONDS + seconds))
+trap 'exit 0' TERM
 
 psql_quiet() {
 	psql -X -q -At -v ON_ERROR_STOP=1 "$@"

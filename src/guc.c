@@ -5,6 +5,7 @@
 
 #include <limits.h>
 
+#include "miscadmin.h"
 #include "utils/guc.h"
 
 #include "wfe.h"
@@ -59,13 +60,19 @@ wfe_guc_init(void)
 							 false,
 							 PGC_SUSET, 0,
 							 NULL, NULL, NULL);
-	DefineCustomStringVariable("wfe.database",
-							   "Database the wfe background worker serves.",
-							   "Needs wfe in shared_preload_libraries; the worker waits until the extension exists there.",
-							   &wfe_database,
-							   "postgres",
-							   PGC_POSTMASTER, 0,
-							   NULL, NULL, NULL);
+	/*
+	 * A PGC_POSTMASTER setting can only be defined while the postmaster
+	 * loads preloaded libraries; without preload there is no worker to
+	 * configure anyway.
+	 */
+	if (process_shared_preload_libraries_in_progress)
+		DefineCustomStringVariable("wfe.database",
+								   "Database the wfe background worker serves.",
+								   "Needs wfe in shared_preload_libraries; the worker waits until the extension exists there.",
+								   &wfe_database,
+								   "postgres",
+								   PGC_POSTMASTER, 0,
+								   NULL, NULL, NULL);
 	DefineCustomIntVariable("wfe.poll_interval_ms",
 							"Longest the background worker sleeps without being woken.",
 							"A safety net only: commits that add work wake the worker, and it sleeps until the earliest due timer.",

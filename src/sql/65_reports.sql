@@ -74,7 +74,7 @@ BEGIN
     v_span := greatest(extract(epoch FROM coalesce(r.finished_at, now()) - r.submitted_at), 0.001);
     RETURN QUERY
     WITH a AS (
-        SELECT e.stage, e.attempt, min(e.at) AS t_start, max(e.at) AS t_end,
+        SELECT e.stage, e.attempt, min(e.at) AS t_start, max(e.at) AS t_end, min(e.event_id) AS first_event,
                (array_agg(e.type ORDER BY e.event_id DESC))[1] AS last_type
           FROM wfe.events AS e
          WHERE e.run_id = r.run_id AND e.stage IS NOT NULL AND e.attempt IS NOT NULL
@@ -88,7 +88,7 @@ BEGIN
                        || repeat('█', greatest(1, round(extract(epoch FROM a.t_end - a.t_start) / v_span * 40)::int)),
                        40) || '|'
       FROM a
-     ORDER BY a.t_start, a.stage, a.attempt;
+     ORDER BY a.first_event;
 END
 $$;
 COMMENT ON FUNCTION wfe.run_timeline(bigint) IS
