@@ -30,7 +30,7 @@ SRC_HEADERS := $(wildcard src/*.h src/core/*.h)
 # PostgreSQL's own headers have unused parameters; nothing else is relaxed.
 PG_CPPFLAGS  = -std=gnu11 -Wall -Wextra -Werror -Wno-unused-parameter \
                -Isrc -Isrc/core -DWFE_COMPILER_VERSION='"$(EXTVERSION)"'
-SHLIB_LINK  += -lyaml -ljson-c
+SHLIB_LINK  += -lyaml -ljson-c -lrabbitmq
 
 # The install script is src/sql/*.sql concatenated in lexical order.
 SQL_SRCS    := $(sort $(wildcard src/sql/*.sql))

@@ -20,6 +20,15 @@ int			wfe_poll_interval_ms = 1000;
 int			wfe_retention_s = 7 * 24 * 3600;
 int			wfe_worker_batch = 100;
 bool		wfe_notify = true;
+char	   *wfe_amqp_uri = NULL;
+char	   *wfe_amqp_password_file = NULL;
+bool		wfe_publisher_enabled = true;
+int			wfe_publish_batch = 500;
+int			wfe_confirm_window = 200;
+int			wfe_broker_retry_ttl_ms = 5000;
+int			wfe_broker_max_redeliveries = 5;
+int			wfe_track_threshold_bytes = 524288;
+bool		wfe_publish_events = false;
 
 /* Define every wfe.* parameter, then reserve the prefix against typos. */
 void
@@ -100,6 +109,69 @@ wfe_guc_init(void)
 							 &wfe_notify,
 							 true,
 							 PGC_USERSET, 0,
+							 NULL, NULL, NULL);
+	DefineCustomStringVariable("wfe.amqp_uri",
+							   "RabbitMQ the background worker publishes the outbox to (amqp://user:pass@host:port/vhost).",
+							   "Empty: the publisher idles and rows stay in the outbox.  A changed URI reconnects at once.",
+							   &wfe_amqp_uri,
+							   "",
+							   PGC_SIGHUP, GUC_SUPERUSER_ONLY,
+							   NULL, NULL, NULL);
+	DefineCustomStringVariable("wfe.amqp_password_file",
+							   "File whose first line is the RabbitMQ password (instead of one in wfe.amqp_uri).",
+							   NULL,
+							   &wfe_amqp_password_file,
+							   "",
+							   PGC_SIGHUP, GUC_SUPERUSER_ONLY,
+							   NULL, NULL, NULL);
+	DefineCustomBoolVariable("wfe.publisher_enabled",
+							 "Publish the outbox from the background worker.",
+							 "Off: external relays drain it with wfe.outbox_claim/wfe.outbox_ack.",
+							 &wfe_publisher_enabled,
+							 true,
+							 PGC_SIGHUP, 0,
+							 NULL, NULL, NULL);
+	DefineCustomIntVariable("wfe.publish_batch",
+							"Most outbox rows the publisher claims at once.",
+							NULL,
+							&wfe_publish_batch,
+							500, 1, 10000,
+							PGC_SIGHUP, 0,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("wfe.confirm_window",
+							"Most published messages awaiting publisher confirms at once.",
+							NULL,
+							&wfe_confirm_window,
+							200, 1, 10000,
+							PGC_SIGHUP, 0,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("wfe.broker_retry_ttl_ms",
+							"How long a rejected dispatch waits in its retry queue before it is delivered again.",
+							"Applies to retry queues declared after the change; RabbitMQ cannot alter an existing queue's TTL.",
+							&wfe_broker_retry_ttl_ms,
+							5000, 1, 24 * 3600 * 1000,
+							PGC_SIGHUP, GUC_UNIT_MS,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("wfe.broker_max_redeliveries",
+							"Rejection cycles after which a consumer sends a dispatch to wfe.dlq.",
+							"Consumers (wfe-worker) read it; x-death counts the cycles.",
+							&wfe_broker_max_redeliveries,
+							5, 0, 1000,
+							PGC_SIGHUP, 0,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("wfe.track_threshold_bytes",
+							"Inputs larger than this go on the large track, by reference.",
+							NULL,
+							&wfe_track_threshold_bytes,
+							524288, 1024, 1024 * 1024 * 1024,
+							PGC_SUSET, 0,	/* unitless: SQL reads it as an integer */
+							NULL, NULL, NULL);
+	DefineCustomBoolVariable("wfe.publish_events",
+							 "Also publish the event log's projection on the wfe.events exchange.",
+							 NULL,
+							 &wfe_publish_events,
+							 false,
+							 PGC_SUSET, 0,
 							 NULL, NULL, NULL);
 	MarkGUCPrefixReserved("wfe");
 }

@@ -46,5 +46,21 @@ extern void wfe_shmem_init(void);
 
 /* The background worker (worker.c). */
 extern void wfe_worker_register(void);
+extern bool wfe_in_transaction(const char *activity, void (*fn) (void *arg), void *arg);
+
+/* The outbox publisher, run by the worker (publisher.c). */
+extern int	wfe_publisher_round(bool *more, long *wait_ms);
+extern void wfe_publisher_shutdown(void);
+
+/* Publisher and broker settings. */
+extern char *wfe_amqp_uri;
+extern char *wfe_amqp_password_file;
+extern bool wfe_publisher_enabled;
+extern int	wfe_publish_batch;
+extern int	wfe_confirm_window;
+extern int	wfe_broker_retry_ttl_ms;
+extern int	wfe_broker_max_redeliveries;
+extern int	wfe_track_threshold_bytes;
+extern bool wfe_publish_events;
 
 #endif							/* WFE_WFE_H */

@@ -62,30 +62,24 @@ wfe_worker_detach(int code, Datum arg)
 }
 
 /*
- * Run one SQL statement returning one int8 in a transaction of its own.
- * Errors are reported and the transaction rolled back; the worker goes on
- * (the failed unit is retried on a later round).  Returns -1 on error.
+ * Run fn(arg) in a transaction of its own, with SPI connected and a
+ * snapshot pushed.  An error is reported and the transaction rolled back;
+ * the worker goes on (the failed unit is retried on a later round).
  */
-static int64
-run_unit(const char *activity, const char *sql)
+bool
+wfe_in_transaction(const char *activity, void (*fn) (void *arg), void *arg)
 {
 	MemoryContext caller = CurrentMemoryContext;
-	volatile int64 result = -1;
+	volatile bool ok = true;
 
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
 	pgstat_report_activity(STATE_RUNNING, activity);
 	PG_TRY();
 	{
-		bool		isnull;
-		Datum		value;
-
 		SPI_connect();
 		PushActiveSnapshot(GetTransactionSnapshot());
-		if (SPI_execute(sql, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
-			elog(ERROR, "wfe worker: \"%s\" did not return one row", sql);
-		value = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
-		result = isnull ? 0 : DatumGetInt64(value);
+		fn(arg);
 		SPI_finish();
 		PopActiveSnapshot();
 		CommitTransactionCommand();
@@ -97,13 +91,42 @@ run_unit(const char *activity, const char *sql)
 		EmitErrorReport();
 		FlushErrorState();
 		AbortCurrentTransaction();
-		result = -1;
+		ok = false;
 	}
 	PG_END_TRY();
 	MemoryContextSwitchTo(caller);
 	pgstat_report_stat(false);
 	pgstat_report_activity(STATE_IDLE, NULL);
-	return result;
+	return ok;
+}
+
+typedef struct scalar_unit
+{
+	const char *sql;
+	int64		result;
+} scalar_unit;
+
+/* wfe_in_transaction body: one statement returning one int8. */
+static void
+scalar_unit_body(void *arg)
+{
+	scalar_unit *u = arg;
+	bool		isnull;
+	Datum		value;
+
+	if (SPI_execute(u->sql, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
+		elog(ERROR, "wfe worker: \"%s\" did not return one row", u->sql);
+	value = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	u->result = isnull ? 0 : DatumGetInt64(value);
+}
+
+/* One SQL statement returning one int8, in its own transaction; -1 on error. */
+static int64
+run_unit(const char *activity, const char *sql)
+{
+	scalar_unit u = {sql, 0};
+
+	return wfe_in_transaction(activity, scalar_unit_body, &u) ? u.result : -1;
 }
 
 /* Is wfe installed (at the version this library serves) in our database? */
@@ -150,7 +173,10 @@ run_round(long *sleep_ms)
 	char		sql[128];
 	int64		fired,
 				actions = 0,
+				published,
 				next;
+	bool		publish_more = false;
+	long		publish_wait_ms = -1;
 
 	/*
 	 * Awake: any commit that adds work sets our latch from now on, so work
@@ -167,6 +193,9 @@ run_round(long *sleep_ms)
 					"SELECT wfe._run_next_handler()::int::int8") > 0)
 		actions++;
 
+	/* the outbox: publish what committed transactions wrote */
+	published = wfe_publisher_round(&publish_more, &publish_wait_ms);
+
 	next = run_unit("wfe worker: planning", "SELECT coalesce(wfe._next_due_ms(), -1)");
 
 	SpinLockAcquire(&wfe_shared->mutex);
@@ -178,7 +207,10 @@ run_round(long *sleep_ms)
 	*sleep_ms = wfe_poll_interval_ms;
 	if (next >= 0 && next < *sleep_ms)
 		*sleep_ms = next;
-	return fired >= wfe_worker_batch || actions >= wfe_worker_batch;
+	if (publish_wait_ms >= 0 && publish_wait_ms < *sleep_ms)
+		*sleep_ms = publish_wait_ms;	/* reconnect or retry backoff */
+	(void) published;
+	return fired >= wfe_worker_batch || actions >= wfe_worker_batch || publish_more;
 }
 
 /* The background worker's entry point. */
@@ -257,5 +289,6 @@ wfe_worker_main(Datum main_arg)
 		SpinLockRelease(&wfe_shared->mutex);
 	}
 	ereport(LOG, (errmsg("wfe worker stopping")));
+	wfe_publisher_shutdown();
 	proc_exit(0);
 }

@@ -189,6 +189,7 @@ CREATE TABLE wfe.outbox (
     last_error   text,
     available_at timestamptz NOT NULL DEFAULT now(),
     claimed_by   text,
+    claimed_at   timestamptz,
     created_at   timestamptz NOT NULL DEFAULT now(),
     published_at timestamptz
 );

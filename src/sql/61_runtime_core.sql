@@ -121,42 +121,59 @@ $$;
 COMMENT ON FUNCTION wfe._notify_ready(text) IS
 'NOTIFY wfe_task_ready with the queue name (once per transaction and queue), unless wfe.notify is off.';
 
--- Queue a dispatch message in the outbox for a broker-mode queue.
+-- Queue a dispatch message in the outbox for a broker-mode queue.  An input
+-- over wfe.track_threshold_bytes goes on the large track: stored once by its
+-- SHA-256 in wfe.payloads, the envelope carrying only a reference.
 CREATE FUNCTION wfe._dispatch(p_run wfe.runs, p_stage wfe.run_stages)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_id uuid := wfe._message_id(p_run.run_id, p_stage.stage, p_stage.attempt, p_stage.fence, 'dispatch');
+    v_id    uuid := wfe._message_id(p_run.run_id, p_stage.stage, p_stage.attempt, p_stage.fence, 'dispatch');
+    v_text  text := coalesce(p_stage.input, '{}')::text;
+    v_bytes int := octet_length(v_text);
+    v_track text := 'small';
+    v_hash  text;
+    v_ref   jsonb;
 BEGIN
+    IF v_bytes > coalesce(current_setting('wfe.track_threshold_bytes', true)::int, 524288) THEN
+        v_track := 'large';
+        v_hash := encode(sha256(convert_to(v_text, 'UTF8')), 'hex');
+        v_ref := jsonb_build_object('bucket', 'wfe.payloads', 'key', 'sha256:' || v_hash,
+                                    'sha256', v_hash, 'bytes', v_bytes);
+        INSERT INTO wfe.payloads (key, tenant, bytes, body)
+        VALUES ('sha256:' || v_hash, p_run.tenant, v_bytes, coalesce(p_stage.input, '{}'))
+        ON CONFLICT (key) DO NOTHING;
+    END IF;
     INSERT INTO wfe.outbox (tenant, run_id, stage, attempt, fence, kind, exchange, routing_key,
                             message_id, headers, body)
     VALUES (p_run.tenant, p_run.run_id, p_stage.stage, p_stage.attempt, p_stage.fence, 'dispatch',
-            'wfe.commands', 'run.' || p_stage.queue || '.small', v_id,
+            'wfe.commands', 'run.' || p_stage.queue || '.' || v_track, v_id,
             jsonb_build_object(
                 'x-wfe-run-id', p_run.run_id::text, 'x-wfe-stage', p_stage.stage,
                 'x-wfe-attempt', p_stage.attempt::text, 'x-wfe-fence', p_stage.fence::text,
                 'x-wfe-digest', p_run.definition_digest, 'x-wfe-contract', p_stage.worker,
-                'x-wfe-tenant', p_run.tenant, 'x-wfe-track', 'small',
+                'x-wfe-tenant', p_run.tenant, 'x-wfe-track', v_track,
                 'x-wfe-deadline', coalesce(p_stage.deadline_at::text, '')),
             jsonb_build_object(
                 'message_id', v_id, 'correlation_id', p_run.run_id::text,
                 'workflow_name', p_run.workflow, 'workflow_version', p_run.version,
                 'definition_digest', p_run.definition_digest, 'run_id', p_run.run_id,
                 'stage', p_stage.stage, 'attempt', p_stage.attempt, 'fence', p_stage.fence,
-                'worker', p_stage.worker, 'track', 'small',
+                'worker', p_stage.worker, 'track', v_track,
                 'headers', jsonb_build_object('content_type', 'application/json',
                                               'source', 'wfe', 'tenant', p_run.tenant),
                 'idempotency_key', p_run.run_id || ':' || p_stage.stage || ':' || p_stage.attempt,
                 'deadline_at', p_stage.deadline_at,
-                'payload_inline', p_stage.input, 'payload_ref', NULL,
+                'payload_inline', CASE WHEN v_track = 'small' THEN coalesce(p_stage.input, '{}') END,
+                'payload_ref', v_ref,
                 'created_at', now()));
     PERFORM wfe._wake(now());               -- the publisher has a message
 END
 $$;
 COMMENT ON FUNCTION wfe._dispatch(wfe.runs, wfe.run_stages) IS
-'Writes the dispatch message of a released attempt to the outbox (broker-mode queues).';
+'Writes the dispatch message of a released attempt to the outbox (broker-mode queues), by reference on the large track.';
 
 -- Make a released attempt claimable: queued, with its bound input.
 CREATE FUNCTION wfe._enqueue(p_run wfe.runs, p_stage text, p_input jsonb, p_new_attempt boolean)
@@ -466,10 +483,13 @@ BEGIN
 
     -- Cooperative cancellation: attempts in flight are fenced (their later
     -- callbacks answer late) and asked to stop; nothing pretends they did.
+    -- Tasks the run does not wait for (awaits: false) go on after a
+    -- completed intent, but an abort or a cancel stops them too.
     WITH inflight AS (
         SELECT st.stage, st.state AS was, st.queue
           FROM wfe.run_stages AS st
-         WHERE st.run_id = p_run_id AND st.kind <> 'finaliser' AND st.awaits
+         WHERE st.run_id = p_run_id AND st.kind <> 'finaliser'
+           AND (st.awaits OR p_intent <> 'completed')
            AND st.state IN ('queued', 'dispatched', 'running', 'retry_scheduled')
          ORDER BY st.stage
            FOR UPDATE
@@ -496,6 +516,9 @@ BEGIN
       FROM fenced AS f
       JOIN wfe.queues AS q ON q.queue = f.queue AND q.delivery = 'broker'
      WHERE f.was IN ('dispatched', 'running');
+    IF FOUND THEN
+        PERFORM wfe._wake(now());           -- cancellation requests to publish
+    END IF;
 
     WITH skipped AS (
         UPDATE wfe.run_stages AS st

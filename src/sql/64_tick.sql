@@ -5,7 +5,9 @@
 --
 -- NB: a firing locks the timer (SKIP LOCKED), then the run, then the stage;
 -- callbacks lock the run, then the stage, and never a timer, so the orders
--- cannot deadlock and two firers never fire one timer twice.
+-- cannot deadlock and two firers never fire one timer twice.  A round locks
+-- its whole batch of timers first and fires them in run_id order, so two
+-- firers cannot deadlock on each other's run locks either.
 
 -- Fire one due timer whose row the caller has locked.
 CREATE FUNCTION wfe._fire_timer(p_timer wfe.timers)

@@ -19,10 +19,15 @@ DECLARE
     c    record;
     done int := 0;
 BEGIN
-    FOR t IN SELECT * FROM wfe.timers AS x
-              WHERE x.fired_at IS NULL AND x.due_at <= now()
-              ORDER BY x.due_at LIMIT p_max
-                FOR UPDATE SKIP LOCKED
+    -- Lock the batch first, then fire it in run order: each firing takes
+    -- its run's lock and keeps it, so two firers (this worker, a manual
+    -- wfe.tick()) firing in due order could each wait for a run the other
+    -- holds -- a deadlock (test/isolation/specs/tick-lock-order.spec).
+    FOR t IN SELECT d.* FROM (SELECT * FROM wfe.timers AS x
+                               WHERE x.fired_at IS NULL AND x.due_at <= now()
+                               ORDER BY x.due_at LIMIT p_max
+                                 FOR UPDATE SKIP LOCKED) AS d
+              ORDER BY d.run_id, d.due_at, d.timer_id
     LOOP
         PERFORM wfe._fire_timer(t);
         done := done + 1;
@@ -95,8 +100,8 @@ DECLARE
 BEGIN
     -- outbox rows a publisher claimed but never marked: publish them again
     -- (their message ids are deterministic, so consumers deduplicate)
-    UPDATE wfe.outbox AS o SET state = 'pending', claimed_by = NULL
-     WHERE o.state = 'claimed';
+    UPDATE wfe.outbox AS o SET state = 'pending', claimed_by = NULL, claimed_at = NULL
+     WHERE o.state = 'claimed' AND o.claimed_by LIKE 'wfe worker%';
     GET DIAGNOSTICS n = ROW_COUNT;
     RETURN n;
 END

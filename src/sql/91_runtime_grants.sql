@@ -32,3 +32,17 @@ GRANT EXECUTE ON FUNCTION
 GRANT SELECT ON wfe.runs, wfe.run_stages, wfe.events, wfe.outputs, wfe.timers, wfe.outbox,
                 wfe.dead_letters, wfe.queues
     TO wfe_reader, wfe_operator;
+
+GRANT EXECUTE ON FUNCTION
+    wfe.fetch_payload(jsonb),
+    wfe.ack_cancel(bigint, text, int, bigint)
+    TO wfe_worker;
+
+GRANT EXECUTE ON FUNCTION wfe.configure_queue(text, text, int, boolean) TO wfe_admin;
+
+GRANT EXECUTE ON FUNCTION
+    wfe.outbox_claim(int, text),
+    wfe.outbox_ack(bigint[], text)
+    TO wfe_admin, wfe_operator;
+
+GRANT EXECUTE ON FUNCTION wfe.worker_status() TO wfe_reader, wfe_operator;

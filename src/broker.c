@@ -1,0 +1,433 @@
+/*
+ * broker.c — AMQP for the publisher: one connection, one channel in
+ * publisher-confirm mode, idempotent topology declaration, and a confirm
+ * reader that tracks delivery tags (acks may come out of order and with
+ * "multiple"), nacks and basic.return of unroutable mandatory messages.
+ *
+ * Every network operation has a deadline, so SIGTERM and postmaster death
+ * are noticed within a second or so even when the broker hangs.
+ *
+ * NB: this file sees json-c, so it must not include PostgreSQL's fmgr
+ * prototypes (utils/builtins.h), which declare a function named json_object.
+ */
+#include "postgres.h"
+
+#include <sys/time.h>
+#include <time.h>
+#include <amqp.h>
+#include <amqp_tcp_socket.h>
+#include <json-c/json.h>
+
+#include "broker.h"
+
+#define CHANNEL 1
+#define IO_TIMEOUT_S 5
+
+static amqp_connection_state_t conn = NULL;
+static uint64_t last_tag = 0;
+
+/* Describe a failed RPC reply. */
+static void
+reply_error(amqp_rpc_reply_t r, const char *what, char *err, size_t errlen)
+{
+	switch (r.reply_type)
+	{
+		case AMQP_RESPONSE_NORMAL:
+			snprintf(err, errlen, "%s: ok", what);
+			break;
+		case AMQP_RESPONSE_NONE:
+			snprintf(err, errlen, "%s: no reply", what);
+			break;
+		case AMQP_RESPONSE_LIBRARY_EXCEPTION:
+			snprintf(err, errlen, "%s: %s", what, amqp_error_string2(r.library_error));
+			break;
+		case AMQP_RESPONSE_SERVER_EXCEPTION:
+			if (r.reply.id == AMQP_CONNECTION_CLOSE_METHOD)
+			{
+				amqp_connection_close_t *m = r.reply.decoded;
+
+				snprintf(err, errlen, "%s: connection closed by broker: %d %.*s", what,
+						 m->reply_code, (int) m->reply_text.len, (char *) m->reply_text.bytes);
+			}
+			else if (r.reply.id == AMQP_CHANNEL_CLOSE_METHOD)
+			{
+				amqp_channel_close_t *m = r.reply.decoded;
+
+				snprintf(err, errlen, "%s: channel closed by broker: %d %.*s", what,
+						 m->reply_code, (int) m->reply_text.len, (char *) m->reply_text.bytes);
+			}
+			else
+				snprintf(err, errlen, "%s: broker error (method 0x%08x)", what, r.reply.id);
+			break;
+	}
+}
+
+/* Did the last synchronous RPC succeed? */
+static bool
+rpc_ok(const char *what, char *err, size_t errlen)
+{
+	amqp_rpc_reply_t r = amqp_get_rpc_reply(conn);
+
+	if (r.reply_type == AMQP_RESPONSE_NORMAL)
+		return true;
+	reply_error(r, what, err, errlen);
+	return false;
+}
+
+/* The password: from the URI, or the first line of the password file. */
+static bool
+read_password(const char *path, char *buf, size_t size, char *err, size_t errlen)
+{
+	FILE	   *f = fopen(path, "r");
+	size_t		len;
+
+	if (f == NULL || fgets(buf, (int) size, f) == NULL)
+	{
+		snprintf(err, errlen, "cannot read wfe.amqp_password_file \"%s\": %m", path);
+		if (f)
+			fclose(f);
+		return false;
+	}
+	fclose(f);
+	len = strlen(buf);
+	while (len > 0 && (buf[len - 1] == '\n' || buf[len - 1] == '\r'))
+		buf[--len] = '\0';
+	return true;
+}
+
+bool
+broker_connect(const char *uri, const char *password_file, char *err, size_t errlen)
+{
+	struct amqp_connection_info info;
+	struct timeval timeout = {IO_TIMEOUT_S, 0};
+	amqp_socket_t *socket;
+	amqp_rpc_reply_t login;
+	char	   *copy = pstrdup(uri);
+	char		password[256];
+	int			status;
+
+	broker_disconnect();
+	amqp_default_connection_info(&info);
+	if (amqp_parse_url(copy, &info) != AMQP_STATUS_OK)
+	{
+		snprintf(err, errlen, "wfe.amqp_uri is not a valid amqp:// URI");
+		pfree(copy);
+		return false;
+	}
+	/* "amqp://host/" names the vhost ""; nobody means that: use "/" */
+	if (info.vhost == NULL || info.vhost[0] == '\0')
+		info.vhost = "/";
+	strlcpy(password, info.password ? info.password : "", sizeof(password));
+	if (password_file && password_file[0] &&
+		!read_password(password_file, password, sizeof(password), err, errlen))
+	{
+		pfree(copy);
+		return false;
+	}
+
+	conn = amqp_new_connection();
+	socket = amqp_tcp_socket_new(conn);
+	if (socket == NULL)
+	{
+		snprintf(err, errlen, "cannot create a TCP socket");
+		goto fail;
+	}
+	status = amqp_socket_open_noblock(socket, info.host, info.port, &timeout);
+	if (status != AMQP_STATUS_OK)
+	{
+		snprintf(err, errlen, "cannot connect to %s:%d: %s", info.host, info.port,
+				 amqp_error_string2(status));
+		goto fail;
+	}
+	amqp_set_handshake_timeout(conn, &timeout);
+	amqp_set_rpc_timeout(conn, &timeout);
+	login = amqp_login(conn, info.vhost, 0, AMQP_DEFAULT_FRAME_SIZE, 0,
+					   AMQP_SASL_METHOD_PLAIN, info.user, password);
+	if (login.reply_type != AMQP_RESPONSE_NORMAL)
+	{
+		reply_error(login, "login", err, errlen);
+		goto fail;
+	}
+	amqp_channel_open(conn, CHANNEL);
+	if (!rpc_ok("channel.open", err, errlen))
+		goto fail;
+	amqp_confirm_select(conn, CHANNEL);
+	if (!rpc_ok("confirm.select", err, errlen))
+		goto fail;
+	last_tag = 0;
+	pfree(copy);
+	return true;
+
+fail:
+	pfree(copy);
+	broker_disconnect();
+	return false;
+}
+
+void
+broker_disconnect(void)
+{
+	if (conn == NULL)
+		return;
+	/* best effort: the broker may be gone already */
+	amqp_connection_close(conn, AMQP_REPLY_SUCCESS);
+	amqp_destroy_connection(conn);
+	conn = NULL;
+}
+
+bool
+broker_is_connected(void)
+{
+	return conn != NULL;
+}
+
+/* Declare a durable topic exchange. */
+static bool
+declare_exchange(const char *name, char *err, size_t errlen)
+{
+	amqp_exchange_declare(conn, CHANNEL, amqp_cstring_bytes(name), amqp_cstring_bytes("topic"),
+						  0, 1, 0, 0, amqp_empty_table);
+	return rpc_ok(name, err, errlen);
+}
+
+/* Declare a durable queue with arguments and bind it. */
+static bool
+declare_bound_queue(const char *name, amqp_table_t args, const char *exchange,
+					const char *routing_key, char *err, size_t errlen)
+{
+	amqp_queue_declare(conn, CHANNEL, amqp_cstring_bytes(name), 0, 1, 0, 0, args);
+	if (!rpc_ok(name, err, errlen))
+		return false;
+	amqp_queue_bind(conn, CHANNEL, amqp_cstring_bytes(name), amqp_cstring_bytes(exchange),
+					amqp_cstring_bytes(routing_key), amqp_empty_table);
+	return rpc_ok(name, err, errlen);
+}
+
+bool
+broker_declare_base(char *err, size_t errlen)
+{
+	return declare_exchange("wfe.commands", err, errlen) &&
+		declare_exchange("wfe.retry", err, errlen) &&
+		declare_exchange("wfe.events", err, errlen) &&
+		declare_bound_queue("wfe.dlq", amqp_empty_table, "wfe.commands", "dead", err, errlen);
+}
+
+/* A string-valued table entry. */
+static amqp_table_entry_t
+string_entry(const char *key, const char *value)
+{
+	amqp_table_entry_t e;
+
+	e.key = amqp_cstring_bytes(key);
+	e.value.kind = AMQP_FIELD_KIND_UTF8;
+	e.value.value.bytes = amqp_cstring_bytes(value);
+	return e;
+}
+
+bool
+broker_declare_queue(const char *queue, int retry_ttl_ms, char *err, size_t errlen)
+{
+	static const char *const tracks[] = {"small", "large"};
+
+	for (int t = 0; t < 2; t++)
+	{
+		char		main_name[160],
+					retry_name[160],
+					run_key[160],
+					retry_key[160];
+		amqp_table_entry_t main_args[2],
+					retry_args[3];
+		amqp_table_t table;
+
+		snprintf(main_name, sizeof(main_name), "wfe.%s.%s", queue, tracks[t]);
+		snprintf(retry_name, sizeof(retry_name), "wfe.%s.retry.%s", queue, tracks[t]);
+		snprintf(run_key, sizeof(run_key), "run.%s.%s", queue, tracks[t]);
+		snprintf(retry_key, sizeof(retry_key), "retry.%s.%s", queue, tracks[t]);
+
+		/* rejected messages dead-letter into the retry queue ... */
+		main_args[0] = string_entry("x-dead-letter-exchange", "wfe.retry");
+		main_args[1] = string_entry("x-dead-letter-routing-key", retry_key);
+		table.num_entries = 2;
+		table.entries = main_args;
+		if (!declare_bound_queue(main_name, table, "wfe.commands", run_key, err, errlen))
+			return false;
+
+		/* ... which holds them for the TTL and dead-letters them back */
+		retry_args[0].key = amqp_cstring_bytes("x-message-ttl");
+		retry_args[0].value.kind = AMQP_FIELD_KIND_I32;
+		retry_args[0].value.value.i32 = retry_ttl_ms;
+		retry_args[1] = string_entry("x-dead-letter-exchange", "wfe.commands");
+		retry_args[2] = string_entry("x-dead-letter-routing-key", run_key);
+		table.num_entries = 3;
+		table.entries = retry_args;
+		if (!declare_bound_queue(retry_name, table, "wfe.retry", retry_key, err, errlen))
+			return false;
+	}
+	return true;
+}
+
+bool
+broker_publish(BrokerMessage *msg, char *err, size_t errlen)
+{
+	amqp_basic_properties_t props;
+	json_object *headers = json_tokener_parse(msg->headers_json ? msg->headers_json : "{}");
+	amqp_table_entry_t *entries = NULL;
+	int			n = 0,
+				status;
+
+	memset(&props, 0, sizeof(props));
+	if (headers && json_object_is_type(headers, json_type_object))
+	{
+		entries = palloc(sizeof(amqp_table_entry_t) * (json_object_object_length(headers) + 1));
+		{
+			json_object_object_foreach(headers, key, value)
+			{
+				entries[n++] = string_entry(key, json_object_get_string(value) ? json_object_get_string(value) : "");
+			}
+		}
+	}
+	props._flags = AMQP_BASIC_CONTENT_TYPE_FLAG | AMQP_BASIC_DELIVERY_MODE_FLAG |
+		AMQP_BASIC_MESSAGE_ID_FLAG | AMQP_BASIC_CORRELATION_ID_FLAG |
+		AMQP_BASIC_TIMESTAMP_FLAG | AMQP_BASIC_HEADERS_FLAG;
+	props.content_type = amqp_cstring_bytes("application/json");
+	props.delivery_mode = 2;	/* persistent */
+	props.message_id = amqp_cstring_bytes(msg->message_id);
+	props.correlation_id = amqp_cstring_bytes(msg->correlation_id ? msg->correlation_id : "");
+	props.timestamp = (uint64_t) time(NULL);
+	props.headers.num_entries = n;
+	props.headers.entries = entries;
+
+	status = amqp_basic_publish(conn, CHANNEL, amqp_cstring_bytes(msg->exchange),
+								amqp_cstring_bytes(msg->routing_key), msg->mandatory, 0,
+								&props, amqp_cstring_bytes(msg->body));
+	/* the strings the table points into belong to the json object */
+	json_object_put(headers);
+	if (entries)
+		pfree(entries);
+	if (status != AMQP_STATUS_OK)
+	{
+		snprintf(err, errlen, "publish failed: %s", amqp_error_string2(status));
+		return false;
+	}
+	msg->tag = ++last_tag;
+	msg->status = MSG_SENT;
+	return true;
+}
+
+/* Settle a confirm for `tag` (and every earlier one when `multiple`). */
+static void
+settle(BrokerMessage *msgs, int n, uint64_t tag, bool multiple, BrokerStatus status)
+{
+	for (int i = 0; i < n; i++)
+	{
+		BrokerMessage *m = &msgs[i];
+
+		if (m->status != MSG_SENT && m->status != MSG_RETURNED)
+			continue;
+		if (m->tag == tag || (multiple && m->tag < tag))
+		{
+			/* a returned message is acked after its return: it stays returned */
+			if (m->status == MSG_SENT || status == MSG_NACKED)
+				m->status = status;
+			if (m->status == MSG_RETURNED && status == MSG_ACKED)
+				m->tag = 0;		/* settled */
+		}
+	}
+}
+
+/* Are any sent messages still waiting for their confirm? */
+static bool
+unsettled(BrokerMessage *msgs, int n)
+{
+	for (int i = 0; i < n; i++)
+		if (msgs[i].status == MSG_SENT || (msgs[i].status == MSG_RETURNED && msgs[i].tag != 0))
+			return true;
+	return false;
+}
+
+/* A basic.return: read the returned message and mark it by message id. */
+static bool
+on_return(BrokerMessage *msgs, int n, amqp_channel_t channel, char *err, size_t errlen)
+{
+	amqp_message_t returned;
+	amqp_rpc_reply_t r = amqp_read_message(conn, channel, &returned, 0);
+
+	if (r.reply_type != AMQP_RESPONSE_NORMAL)
+	{
+		reply_error(r, "reading a returned message", err, errlen);
+		return false;
+	}
+	if (returned.properties._flags & AMQP_BASIC_MESSAGE_ID_FLAG)
+		for (int i = 0; i < n; i++)
+			if (msgs[i].status == MSG_SENT &&
+				strlen(msgs[i].message_id) == returned.properties.message_id.len &&
+				memcmp(msgs[i].message_id, returned.properties.message_id.bytes,
+					   returned.properties.message_id.len) == 0)
+				msgs[i].status = MSG_RETURNED;
+	amqp_destroy_message(&returned);
+	return true;
+}
+
+bool
+broker_await_confirms(BrokerMessage *msgs, int n, int timeout_ms, volatile sig_atomic_t *stop,
+					  char *err, size_t errlen)
+{
+	struct timeval start,
+				now;
+
+	gettimeofday(&start, NULL);
+	while (unsettled(msgs, n) && !*stop)
+	{
+		struct timeval slice = {0, 100 * 1000};	/* stay responsive to signals */
+		amqp_frame_t frame;
+		int			status;
+		long		elapsed_ms;
+
+		amqp_maybe_release_buffers(conn);
+		status = amqp_simple_wait_frame_noblock(conn, &frame, &slice);
+		gettimeofday(&now, NULL);
+		elapsed_ms = (now.tv_sec - start.tv_sec) * 1000 + (now.tv_usec - start.tv_usec) / 1000;
+		if (status == AMQP_STATUS_TIMEOUT)
+		{
+			if (elapsed_ms >= timeout_ms)
+				break;			/* unconfirmed: the caller retries them */
+			continue;
+		}
+		if (status != AMQP_STATUS_OK)
+		{
+			snprintf(err, errlen, "waiting for confirms: %s", amqp_error_string2(status));
+			return false;
+		}
+		if (frame.frame_type != AMQP_FRAME_METHOD)
+			continue;
+		switch (frame.payload.method.id)
+		{
+			case AMQP_BASIC_ACK_METHOD:
+				{
+					amqp_basic_ack_t *ack = frame.payload.method.decoded;
+
+					settle(msgs, n, ack->delivery_tag, ack->multiple, MSG_ACKED);
+					break;
+				}
+			case AMQP_BASIC_NACK_METHOD:
+				{
+					amqp_basic_nack_t *nack = frame.payload.method.decoded;
+
+					settle(msgs, n, nack->delivery_tag, nack->multiple, MSG_NACKED);
+					break;
+				}
+			case AMQP_BASIC_RETURN_METHOD:
+				if (!on_return(msgs, n, frame.channel, err, errlen))
+					return false;
+				break;
+			case AMQP_CHANNEL_CLOSE_METHOD:
+			case AMQP_CONNECTION_CLOSE_METHOD:
+				snprintf(err, errlen, "the broker closed the %s",
+						 frame.payload.method.id == AMQP_CHANNEL_CLOSE_METHOD ? "channel" : "connection");
+				return false;
+			default:
+				break;
+		}
+	}
+	return true;
+}

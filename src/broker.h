@@ -1,0 +1,57 @@
+/*
+ * broker.h — the publisher's side of AMQP 0-9-1 (librabbitmq): connect,
+ * declare topology, publish with confirms.  No PostgreSQL state in here;
+ * publisher.c decides what to send and records what was confirmed.
+ */
+#ifndef WFE_BROKER_H
+#define WFE_BROKER_H
+
+#include <signal.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum BrokerStatus
+{
+	MSG_UNSENT,
+	MSG_SENT,					/* published, waiting for its confirm */
+	MSG_ACKED,					/* confirmed by the broker */
+	MSG_NACKED,					/* refused by the broker */
+	MSG_RETURNED				/* mandatory and unroutable (then acked) */
+} BrokerStatus;
+
+typedef struct BrokerMessage
+{
+	int64_t		id;				/* outbox row */
+	const char *exchange;
+	const char *routing_key;
+	const char *message_id;
+	const char *correlation_id;
+	const char *headers_json;	/* {"name": "string value", ...} */
+	const char *body;
+	bool		mandatory;		/* dispatches must reach a queue */
+	uint64_t	tag;			/* delivery tag once sent */
+	BrokerStatus status;
+} BrokerMessage;
+
+/* Connect, log in, open a channel in confirm mode; false with *err set. */
+extern bool broker_connect(const char *uri, const char *password_file, char *err, size_t errlen);
+extern void broker_disconnect(void);
+extern bool broker_is_connected(void);
+
+/* The exchanges and wfe.dlq; and the queues of one wfe queue. */
+extern bool broker_declare_base(char *err, size_t errlen);
+extern bool broker_declare_queue(const char *queue, int retry_ttl_ms, char *err, size_t errlen);
+
+/* Publish one message; false (connection lost) with *err set. */
+extern bool broker_publish(BrokerMessage *msg, char *err, size_t errlen);
+
+/*
+ * Read confirms (acks, nacks, returns) for the sent messages until each is
+ * settled, timeout_ms passes, or *stop becomes true.  Returns false when the
+ * connection failed (the caller disconnects).
+ */
+extern bool broker_await_confirms(BrokerMessage *msgs, int n, int timeout_ms,
+								  volatile sig_atomic_t *stop, char *err, size_t errlen);
+
+#endif							/* WFE_BROKER_H */

@@ -1,0 +1,294 @@
+-- The outbox's consumers: the background worker's publisher (src/publisher.c),
+-- external relays, large-payload tracks, queue settings, cancellation
+-- acknowledgements and the event projection (docs: delivery.md).
+
+-- Inputs over wfe.track_threshold_bytes, stored once by their SHA-256.
+CREATE TABLE wfe.payloads (
+    key        text PRIMARY KEY CONSTRAINT payloads_key CHECK (key ~ '^sha256:[0-9a-f]{64}$'),
+    tenant     text NOT NULL,
+    bytes      int NOT NULL,
+    body       jsonb NOT NULL,
+    created_at timestamptz NOT NULL DEFAULT now()
+);
+COMMENT ON TABLE wfe.payloads IS 'Large inputs (the large track), stored once under sha256:<hex> of their JSON text';
+
+-- One publisher per database: whoever holds the lease publishes; its token
+-- grows with every new holder and is checked when rows are marked, so a
+-- publisher that lost the lease (a zombie incarnation) cannot mark anything.
+CREATE TABLE wfe.publisher_lease (
+    singleton    boolean PRIMARY KEY DEFAULT true CONSTRAINT publisher_lease_singleton CHECK (singleton),
+    holder       text,
+    token        bigint NOT NULL DEFAULT 0,
+    heartbeat_at timestamptz,
+    connected    boolean NOT NULL DEFAULT false,
+    last_error   text
+);
+INSERT INTO wfe.publisher_lease DEFAULT VALUES;
+COMMENT ON TABLE wfe.publisher_lease IS 'The publisher lease: holder, monotonic fencing token, liveness, broker connection state';
+
+-- Take or renew the lease: a new holder gets a new token.
+CREATE FUNCTION wfe._publisher_lease(p_holder text, p_connected boolean, p_error text)
+RETURNS bigint
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    UPDATE wfe.publisher_lease AS l
+       SET token = CASE WHEN l.holder IS DISTINCT FROM p_holder THEN l.token + 1 ELSE l.token END,
+           holder = p_holder, heartbeat_at = now(), connected = p_connected, last_error = p_error
+     WHERE l.holder IS NULL OR l.holder = p_holder
+        OR l.heartbeat_at < now() - interval '30 seconds'
+        -- a holder whose process is gone (a restarted worker) is replaced at once
+        OR NOT EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity AS a
+                        WHERE a.pid::text = substring(l.holder FROM '[0-9]+$')
+                          AND a.backend_type = 'wfe worker')
+    RETURNING l.token;
+END;
+COMMENT ON FUNCTION wfe._publisher_lease(text, boolean, text) IS
+'Takes or renews the publisher lease; returns its fencing token, or NULL while another live publisher holds it.';
+
+-- Claim a batch for the lease holder.
+CREATE FUNCTION wfe._outbox_claim(p_holder text, p_token bigint, p_max int)
+RETURNS TABLE (id bigint, kind text, exchange text, routing_key text, message_id uuid,
+               run_id bigint, created_at timestamptz, headers text, body text)
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    WITH lease AS (
+        SELECT 1 FROM wfe.publisher_lease AS l WHERE l.holder = p_holder AND l.token = p_token
+    ), picked AS (
+        SELECT o.id FROM wfe.outbox AS o
+         WHERE o.state = 'pending' AND o.available_at <= now() AND EXISTS (SELECT 1 FROM lease)
+         ORDER BY o.id LIMIT p_max
+           FOR UPDATE SKIP LOCKED
+    )
+    UPDATE wfe.outbox AS o
+       SET state = 'claimed', claimed_by = p_holder, claimed_at = now(), attempts = o.attempts + 1
+      FROM picked
+     WHERE o.id = picked.id
+    RETURNING o.id, o.kind, o.exchange, o.routing_key, o.message_id, o.run_id, o.created_at,
+              o.headers::text, o.body::text;
+END;
+COMMENT ON FUNCTION wfe._outbox_claim(text, bigint, int) IS
+'Publisher: claims up to p_max pending outbox rows (SKIP LOCKED, id order) while holding the lease.';
+
+-- Record what the broker confirmed, and what it did not.
+CREATE FUNCTION wfe._outbox_mark(p_holder text, p_token bigint, p_published bigint[],
+                                 p_failed bigint[], p_error text, p_unroutable bigint[])
+RETURNS int
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    n int;
+BEGIN
+    -- fenced: a publisher that lost the lease marks nothing (its rows are
+    -- claimed by a dead holder and go back to pending on repair)
+    PERFORM 1 FROM wfe.publisher_lease AS l WHERE l.holder = p_holder AND l.token = p_token FOR SHARE;
+    IF NOT FOUND THEN
+        RAISE WARNING 'wfe publisher % lost its lease (token %): nothing marked', p_holder, p_token;
+        RETURN 0;
+    END IF;
+    UPDATE wfe.outbox AS o
+       SET state = 'published', published_at = now(), last_error = NULL
+     WHERE o.id = ANY (p_published) AND o.state = 'claimed' AND o.claimed_by = p_holder;
+    GET DIAGNOSTICS n = ROW_COUNT;
+    -- not confirmed: pending again after an exponential backoff
+    UPDATE wfe.outbox AS o
+       SET state = 'pending', claimed_by = NULL, claimed_at = NULL, last_error = p_error,
+           available_at = now() + make_interval(secs => least(60, 0.1 * power(2, least(o.attempts, 10))))
+     WHERE o.id = ANY (p_failed) AND o.state = 'claimed' AND o.claimed_by = p_holder;
+    UPDATE wfe.outbox AS o
+       SET state = 'pending', claimed_by = NULL, claimed_at = NULL,
+           last_error = 'unroutable: no queue is bound for ' || o.exchange || ' ' || o.routing_key,
+           available_at = now() + make_interval(secs => least(300, power(2, least(o.attempts, 8))))
+     WHERE o.id = ANY (p_unroutable) AND o.state = 'claimed' AND o.claimed_by = p_holder;
+    IF cardinality(p_unroutable) > 0 THEN
+        RAISE WARNING 'wfe publisher: % outbox rows were unroutable and stay pending (ids %)',
+              cardinality(p_unroutable), p_unroutable;
+    END IF;
+    RETURN n;
+END
+$$;
+COMMENT ON FUNCTION wfe._outbox_mark(text, bigint, bigint[], bigint[], text, bigint[]) IS
+'Publisher: marks exactly the confirmed rows published; nacked, timed-out and unroutable rows go back to pending with a backoff.';
+
+-- Broker-mode queues, whose topology the publisher declares.
+CREATE FUNCTION wfe._broker_queues()
+RETURNS SETOF text
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT q.queue FROM wfe.queues AS q WHERE q.delivery = 'broker' ORDER BY q.queue;
+END;
+COMMENT ON FUNCTION wfe._broker_queues() IS 'Queues in broker delivery mode.';
+
+-- External relays (no preload): claim and acknowledge outbox rows.
+CREATE FUNCTION wfe.outbox_claim(max int, relay text)
+RETURNS SETOF wfe.outbox
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+BEGIN
+    IF outbox_claim.max IS NULL OR outbox_claim.max < 1 OR outbox_claim.relay IS NULL
+       OR outbox_claim.relay = '' THEN
+        RAISE EXCEPTION 'max must be positive and relay must name the relay'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    -- rows a relay claimed and never acknowledged for 5 minutes are claimable again
+    RETURN QUERY
+    WITH picked AS (
+        SELECT o.id FROM wfe.outbox AS o
+         WHERE (o.state = 'pending' AND o.available_at <= now())
+            OR (o.state = 'claimed' AND o.claimed_at < now() - interval '5 minutes'
+                AND o.claimed_by NOT LIKE 'wfe worker%')
+         ORDER BY o.id LIMIT outbox_claim.max
+           FOR UPDATE SKIP LOCKED
+    )
+    UPDATE wfe.outbox AS o
+       SET state = 'claimed', claimed_by = outbox_claim.relay, claimed_at = now(), attempts = o.attempts + 1
+      FROM picked WHERE o.id = picked.id
+    RETURNING o.*;
+END
+$$;
+COMMENT ON FUNCTION wfe.outbox_claim(int, text) IS
+'External relay: claims up to max pending outbox rows (SKIP LOCKED, id order); acknowledge them with wfe.outbox_ack.';
+
+CREATE FUNCTION wfe.outbox_ack(ids bigint[], relay text)
+RETURNS int
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    n int;
+BEGIN
+    IF outbox_ack.ids IS NULL OR outbox_ack.relay IS NULL THEN
+        RAISE EXCEPTION 'ids and relay must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    UPDATE wfe.outbox AS o SET state = 'published', published_at = now(), last_error = NULL
+     WHERE o.id = ANY (outbox_ack.ids) AND o.state = 'claimed' AND o.claimed_by = outbox_ack.relay;
+    GET DIAGNOSTICS n = ROW_COUNT;
+    RETURN n;
+END
+$$;
+COMMENT ON FUNCTION wfe.outbox_ack(bigint[], text) IS
+'External relay: marks the rows it claimed and published as published; returns how many (rows it no longer holds are not counted).';
+
+CREATE FUNCTION wfe.fetch_payload(ref jsonb)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE STRICT SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    p wfe.payloads;
+BEGIN
+    IF ref ->> 'key' IS NULL OR ref ->> 'sha256' IS NULL
+       OR ref ->> 'key' IS DISTINCT FROM 'sha256:' || (ref ->> 'sha256') THEN
+        RAISE EXCEPTION 'payload reference is malformed or its hash does not match its key'
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = format('key %s, sha256 %s', ref ->> 'key', ref ->> 'sha256');
+    END IF;
+    SELECT * INTO p FROM wfe.payloads AS x WHERE x.key = ref ->> 'key';
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'payload % does not exist', ref ->> 'key' USING ERRCODE = 'undefined_object';
+    END IF;
+    -- verify the content against its name: a tampered row is refused
+    IF 'sha256:' || encode(sha256(convert_to(p.body::text, 'UTF8')), 'hex') <> p.key THEN
+        RAISE EXCEPTION 'payload % failed its SHA-256 check', p.key USING ERRCODE = 'data_corrupted';
+    END IF;
+    RETURN p.body;
+END
+$$;
+COMMENT ON FUNCTION wfe.fetch_payload(jsonb) IS
+'The input a large-track envelope refers to, after checking its SHA-256 against the reference.';
+
+CREATE FUNCTION wfe.ack_cancel(run_id bigint, stage text, attempt int, fence bigint)
+RETURNS text
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    s wfe.run_stages;
+BEGIN
+    IF ack_cancel.run_id IS NULL OR ack_cancel.stage IS NULL OR ack_cancel.attempt IS NULL
+       OR ack_cancel.fence IS NULL THEN
+        RAISE EXCEPTION 'run_id, stage, attempt and fence must not be null'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    SELECT * INTO s FROM wfe.run_stages AS st
+     WHERE st.run_id = ack_cancel.run_id AND st.stage = ack_cancel.stage;
+    IF NOT FOUND THEN
+        RETURN 'unknown';
+    END IF;
+    -- the cancelled attempt is the one whose fence was just superseded
+    IF s.attempt <> ack_cancel.attempt OR s.fence <> ack_cancel.fence + 1 OR s.state <> 'cancelled' THEN
+        PERFORM wfe._event(s.run_id, s.tenant, s.stage, ack_cancel.attempt, 'callback.stale',
+                           jsonb_build_object('callback', 'ack_cancel', 'fence', ack_cancel.fence));
+        RETURN 'stale';
+    END IF;
+    PERFORM wfe._event(s.run_id, s.tenant, s.stage, s.attempt, 'stage.cancel_acknowledged',
+                       jsonb_build_object('fence', ack_cancel.fence));
+    RETURN 'accepted';
+END
+$$;
+COMMENT ON FUNCTION wfe.ack_cancel(bigint, text, int, bigint) IS
+'Records a worker''s acknowledgement of a cooperative cancellation request.';
+
+CREATE FUNCTION wfe.configure_queue(queue text, delivery text DEFAULT 'poll', max_in_flight int DEFAULT NULL,
+                                    paused boolean DEFAULT false)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+BEGIN
+    IF configure_queue.queue IS NULL OR configure_queue.delivery IS NULL OR configure_queue.paused IS NULL THEN
+        RAISE EXCEPTION 'queue, delivery and paused must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF configure_queue.queue !~ '^[a-z][a-z0-9_.-]{0,62}$' THEN
+        RAISE EXCEPTION 'queue name "%" is not valid', configure_queue.queue
+            USING ERRCODE = 'invalid_parameter_value', HINT = 'Queue names match ^[a-z][a-z0-9_.-]{0,62}$.';
+    END IF;
+    IF configure_queue.delivery NOT IN ('poll', 'broker') THEN
+        RAISE EXCEPTION 'delivery must be poll or broker, not "%"', configure_queue.delivery
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF configure_queue.max_in_flight IS NOT NULL AND configure_queue.max_in_flight < 1 THEN
+        RAISE EXCEPTION 'max_in_flight must be positive' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    INSERT INTO wfe.queues AS q (queue, delivery, max_in_flight, paused)
+    VALUES (configure_queue.queue, configure_queue.delivery, configure_queue.max_in_flight, configure_queue.paused)
+    ON CONFLICT (queue) DO UPDATE
+       SET delivery = excluded.delivery, max_in_flight = excluded.max_in_flight,
+           paused = excluded.paused, updated_at = now();
+    PERFORM wfe._wake(now());      -- the publisher declares a new broker queue's topology
+END
+$$;
+COMMENT ON FUNCTION wfe.configure_queue(text, text, int, boolean) IS
+'Sets a queue''s delivery mode (poll: claim_task; broker: RabbitMQ dispatches), in-flight limit and pause.';
+
+-- The event log's projection on wfe.events, while wfe.publish_events is on.
+CREATE FUNCTION wfe._project_event()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    INSERT INTO wfe.outbox (tenant, run_id, stage, attempt, kind, exchange, routing_key, message_id, body)
+    VALUES (NEW.tenant, NEW.run_id, NEW.stage, NEW.attempt, 'event', 'wfe.events', NEW.type,
+            md5('event:' || NEW.event_id)::uuid,
+            jsonb_build_object('event_id', NEW.event_id, 'run_id', NEW.run_id, 'tenant', NEW.tenant,
+                               'stage', NEW.stage, 'attempt', NEW.attempt, 'type', NEW.type,
+                               'at', NEW.at, 'detail', NEW.detail));
+    PERFORM wfe._wake(now());
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION wfe._project_event() IS 'Trigger: copies an event row to the outbox for the wfe.events exchange.';
+CREATE TRIGGER events_projection
+    AFTER INSERT ON wfe.events
+    FOR EACH ROW WHEN (current_setting('wfe.publish_events', true) = 'on')
+    EXECUTE FUNCTION wfe._project_event();
