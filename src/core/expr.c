@@ -4,7 +4,7 @@
  * time (legal roots per form, type errors provable without data, stage
  * references).
  *
- * The lexer and parser live in expr_parse.c, evaluation in expr_eval.c; the
+ * The lexer lives in expr_lex.c, the parser in expr_parse.c, the path parser in expr_path.c, evaluation in expr_eval.c; the
  * AST they share is described in expr_internal.h.  Plain C99 over json-c.
  */
 #include <stdarg.h>

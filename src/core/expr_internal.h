@@ -1,7 +1,9 @@
 /*
  * expr_internal.h — the expression AST and helpers shared by expr.c (shared
- * utilities, static check), expr_parse.c (lexer, parser, paths) and
- * expr_eval.c (evaluation, path resolution).  Not part of the public API.
+ * utilities, static check), expr_lex.c (lexer), expr_parse.c (parser),
+ * expr_path.c (reference paths) and expr_eval.c (evaluation, path
+ * resolution).  Not part of the public API; the lexer's own declarations
+ * are in expr_lex.h.
  */
 #ifndef WFE_EXPR_INTERNAL_H
 #define WFE_EXPR_INTERNAL_H

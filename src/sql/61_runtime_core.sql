@@ -191,6 +191,7 @@ BEGIN
            fence = st.fence + 1,
            input = coalesce(p_input, st.input),
            outcome = NULL,
+           error = NULL,
            ready_at = now(),
            claimed_by = NULL,
            started_at = NULL,
@@ -203,6 +204,9 @@ BEGIN
     PERFORM wfe._event(p_run.run_id, p_run.tenant, p_stage, s.attempt,
                        CASE WHEN s.attempt = 1 THEN 'stage.released' ELSE 'stage.retried' END,
                        jsonb_build_object('queue', s.queue, 'fence', s.fence));
+    IF s.deadline_at IS NOT NULL THEN
+        PERFORM wfe._wake(s.deadline_at);   -- the queue deadline is a timer too
+    END IF;
     IF s.handler IS NOT NULL THEN
         PERFORM wfe._wake(now());           -- an in-database action to run
     ELSIF s.queue IS NOT NULL THEN
@@ -478,6 +482,8 @@ BEGIN
         RETURN;
     END IF;
     UPDATE wfe.runs AS x SET intent = p_intent, reason = p_reason WHERE x.run_id = p_run_id;
+    -- the run's pending timers can only do nothing now: retire them
+    UPDATE wfe.timers AS t SET fired_at = now() WHERE t.run_id = p_run_id AND t.fired_at IS NULL;
     PERFORM wfe._event(p_run_id, r.tenant, NULL, NULL, 'run.intent',
                        jsonb_build_object('intent', p_intent, 'reason', p_reason));
 
