@@ -44,7 +44,7 @@ BEGIN
     SELECT * INTO d
       FROM wfe.definitions AS x
      WHERE x.workflow = $1 AND x.version = $2
-       FOR UPDATE;
+       FOR NO KEY UPDATE;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'workflow definition "%@%" does not exist', $1, $2
             USING ERRCODE = 'undefined_object';
@@ -89,10 +89,12 @@ BEGIN
     -- one after the other, and the second sees (READ COMMITTED: in its next
     -- statement's snapshot) the version the first activated; in REPEATABLE
     -- READ or SERIALIZABLE the second fails with a serialization error.
+    -- NO KEY UPDATE: submits take a key-share lock on the version they pin
+    -- (the runs foreign key), which must not wait for an activation.
     PERFORM FROM wfe.definitions AS x
       WHERE x.workflow = $1
       ORDER BY x.definition_id
-        FOR UPDATE;
+        FOR NO KEY UPDATE;
 
     SELECT * INTO d
       FROM wfe.definitions AS x

@@ -192,8 +192,15 @@ BEGIN
        DO NOTHING
     RETURNING x.* INTO r;
     IF NOT FOUND THEN
-        -- a concurrent submit with the same key won; answer with its run
+        -- A concurrent submit with the same key won: answer with its run.
+        -- (Should that run have failed in between, the key is free again:
+        -- the caller's retry starts a new run.)
         v_existing := wfe._idempotent_run(v_tenant, d.workflow, submit.idempotency_key, v_context);
+        IF v_existing IS NULL THEN
+            RAISE EXCEPTION 'idempotency key "%" was released while this submit ran', submit.idempotency_key
+                USING ERRCODE = 'serialization_failure',
+                      HINT = 'Submit again: the run that held the key has ended failed or cancelled.';
+        END IF;
         RETURN QUERY SELECT v_existing, false;
         RETURN;
     END IF;
