@@ -1,4 +1,5 @@
 # cluster.sh — a throwaway PostgreSQL cluster for the tests, the demo and the
+# shellcheck shell=bash
 # benchmarks.  Source lib.sh first, then:
 #
 #     cluster_start WORKDIR     # initdb + start under WORKDIR/pg
@@ -81,11 +82,14 @@ cluster_stop() {
 		cluster_pg_ctl -m immediate -w stop >/dev/null 2>&1 || true
 }
 
-# cluster_log_tail [LINES]: the end of the server log, to explain a failure.
-cluster_log_tail() {
-	[ -n "$CLUSTER_DIR" ] && [ -f "$CLUSTER_DIR/server.log" ] || return 0
-	banner "server log (last ${1:-40} lines)"
-	tail -n "${1:-40}" "$CLUSTER_DIR/server.log"
+# cluster_crash_report: if a server process crashed, show the end of the
+# server log, which says why (the tests' own errors are not worth showing).
+cluster_crash_report() {
+	local log="$CLUSTER_DIR/server.log"
+	[ -n "$CLUSTER_DIR" ] && [ -f "$log" ] || return 0
+	grep -qE 'PANIC:|TRAP:|server process \(PID [0-9]+\) (was terminated|exited with exit code)' "$log" || return 0
+	banner "server log: a server process crashed (last 60 lines)"
+	tail -n 60 "$log"
 }
 
 # cluster_psql ARGS...: psql on the cluster, quiet and strict.
@@ -95,6 +99,7 @@ cluster_psql() {
 
 # cluster_createdb NAME: (re)create a database and the extension in it.
 cluster_createdb() {
-	cluster_psql -d postgres -c "DROP DATABASE IF EXISTS \"$1\"" -c "CREATE DATABASE \"$1\""
+	cluster_psql -d postgres -c 'SET client_min_messages = warning' \
+		-c "DROP DATABASE IF EXISTS \"$1\"" -c "CREATE DATABASE \"$1\""
 	cluster_psql -d "$1" -c 'CREATE EXTENSION wfe'
 }

@@ -1,5 +1,6 @@
 # lib.sh — helpers shared by the test harness, the demo and the benchmarks.
-# Source it from bash; it defines functions and a few read-only paths.
+# shellcheck shell=bash
+# Source it from bash; it sets a few paths and defines functions.
 
 WFE_TOP=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 WFE_HARNESS="$WFE_TOP/test/harness"
@@ -42,14 +43,9 @@ pgxs_tool() {
 	esac
 }
 
-# server_user: the OS user that owns server processes.  initdb refuses to
-# run as root, so root hands the server to "postgres".
-server_user() {
-	if is_root; then echo postgres; else id -un; fi
-}
-
-# as_server_user CMD...: run CMD as the server user, from a directory it can
-# read (the caller's may be private).
+# as_server_user CMD...: run CMD as the user that owns the server.  initdb
+# refuses to run as root, so root hands the server to "postgres"; the
+# command starts in a directory that user can read.
 as_server_user() {
 	if is_root; then
 		(cd / && runuser -u postgres -- "$@")
@@ -58,7 +54,7 @@ as_server_user() {
 	fi
 }
 
-# give_to_server_user PATH...: hand files over to the server user.
+# give_to_server_user PATH...: hand files over to that user.
 give_to_server_user() {
 	if is_root; then
 		chown -R postgres: "$@"
@@ -79,6 +75,16 @@ wfe_make() {
 	$MAKE -C "$WFE_TOP" --no-print-directory "$@"
 }
 
+# wfe_build TARGET...: build in parallel, unless the calling make already
+# runs jobs (its -j reaches us through MAKEFLAGS).
+wfe_build() {
+	if [[ ${MAKEFLAGS:-} == *j* ]]; then
+		wfe_make "$@"
+	else
+		wfe_make -j"$(nproc)" "$@"
+	fi
+}
+
 # wfe_install: install the extension and wfe-compile, which needs write
 # access to PostgreSQL's directories (root, on Debian).
 wfe_install() {
@@ -94,7 +100,7 @@ wfe_setup() {
 	banner "packages"
 	"$WFE_HARNESS/deps.sh"
 	banner "build"
-	wfe_make all
+	wfe_build all
 	banner "install"
 	wfe_install
 }

@@ -9,7 +9,7 @@
 # exactly one line "N passed, N failed".  Exits non-zero if anything failed
 # or could not run.
 #
-# Environment: FUZZ_SECONDS (default 20) for the short fuzz run;
+# Environment: TEST_FUZZ_SECONDS (default 20) for the short fuzz run;
 # WFE_KEEP_WORKDIR=1 keeps the temporary directory (test outputs, server log).
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -73,7 +73,7 @@ run_named_suite() {
 		isolation) run_suite isolation "$WFE_HARNESS/run-regress.sh" isolation "$WORKDIR/isolation" ;;
 		tap) run_suite tap "$WFE_HARNESS/run-tap.sh" "$WORKDIR/tap" ;;
 		unit) run_suite unit "$WFE_HARNESS/run-unit.sh" ;;
-		fuzz) run_suite fuzz "$WFE_HARNESS/run-fuzz.sh" "${FUZZ_SECONDS:-20}" \
+		fuzz) run_suite fuzz "$WFE_HARNESS/run-fuzz.sh" "${TEST_FUZZ_SECONDS:-20}" \
 			"$WORKDIR/fuzz/corpus" "$WORKDIR/fuzz" ;;
 		cli) run_suite cli "$WFE_HARNESS/cli_vs_db.sh" ;;
 	esac
@@ -88,14 +88,12 @@ needs_cluster() {
 	return 1
 }
 
-# finish: the EXIT trap.  Stop the server, explain a failure with the end of
-# its log, remove the temporary directory, and print the totals last.
+# finish: the EXIT trap.  Stop the server, show its log if it crashed,
+# remove the temporary directory, and print the totals last.
 finish() {
 	local status=$?
 	cluster_stop
-	if [ "$FAILED" -gt 0 ] || [ "$status" -ne 0 ]; then
-		cluster_log_tail 40
-	fi
+	cluster_crash_report
 	if [ -n "$WORKDIR" ]; then
 		if [ -n "${WFE_KEEP_WORKDIR:-}" ]; then
 			say "kept $WORKDIR"
@@ -103,9 +101,12 @@ finish() {
 			rm -rf "$WORKDIR"
 		fi
 	fi
-	if [ "$status" -ne 0 ] && [ "$FAILED" -eq 0 ]; then
-		say "${CURRENT_STEP:-harness}: FAILED, so no suite could run"
-		record "${CURRENT_STEP:-harness}" 0 1
+	if [ -n "$CURRENT_STEP" ]; then
+		say "$CURRENT_STEP: FAILED, so no suite could run"
+		record "$CURRENT_STEP" 0 1
+	elif [ "$status" -ne 0 ]; then
+		say "the run was interrupted or broke (exit status $status)"
+		record harness 0 1
 	fi
 	banner "results"
 	printf '%s\n' "${RECAP[@]}"
@@ -132,7 +133,7 @@ main() {
 
 	# Step 2: build everything: the extension, wfe-compile, the unit tests
 	# and the fuzz target.
-	setup_step build wfe_make all unit-tests fuzz-target
+	setup_step build wfe_build all unit-tests fuzz-target
 
 	# Step 3: install the extension and wfe-compile (root on Debian).
 	setup_step install wfe_install

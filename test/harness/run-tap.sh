@@ -13,11 +13,14 @@ set -euo pipefail
 
 # run_one TEST OUTFILE: prove one test file verbosely; print its exit status.
 run_one() {
-	local status=0
+	local status=0 testdir
+	testdir="$WORKDIR/$(basename "$1" .pl)"
+	mkdir -p "$testdir"
+	give_to_server_user "$testdir"
 	as_server_user env \
 		PATH="$(pg_path bindir):$PATH" \
 		PG_REGRESS="$(pgxs_tool pg_regress)" \
-		TESTDIR="$WORKDIR/$(basename "$1" .pl)" \
+		TESTDIR="$testdir" \
 		prove -v -I "$(pgxs_tool perl)" -I "$WFE_TOP/test/tap" "$1" \
 		>"$2" 2>&1 || status=$?
 	echo "$status"
