@@ -77,12 +77,18 @@ wfe_xact_callback(XactEvent event, void *arg)
 	TimestampTz due = pending_wake_at;
 	Latch	   *latch = NULL;
 
+	/*
+	 * NB: a prepared transaction forgets its wakeup (COMMIT PREPARED runs
+	 * elsewhere); the worker's poll interval then bounds the delay.
+	 */
 	if (event != XACT_EVENT_COMMIT && event != XACT_EVENT_PARALLEL_COMMIT &&
-		event != XACT_EVENT_ABORT && event != XACT_EVENT_PARALLEL_ABORT)
+		event != XACT_EVENT_ABORT && event != XACT_EVENT_PARALLEL_ABORT &&
+		event != XACT_EVENT_PREPARE)
 		return;
 	pending_wake_at = 0;
 	if (due == 0 || wfe_shared == NULL ||
-		event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT)
+		event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT ||
+		event == XACT_EVENT_PREPARE)
 		return;
 
 	SpinLockAcquire(&wfe_shared->mutex);

@@ -190,7 +190,7 @@ run_round(long *sleep_ms)
 	/* in-database actions: one transaction per attempt */
 	while (actions < wfe_worker_batch && !ShutdownRequestPending &&
 		   run_unit("wfe worker: running an in-database action",
-					"SELECT wfe._run_next_handler()::int::int8") > 0)
+					"SELECT wfe._run_next_handler('wfe worker')::int::int8") > 0)
 		actions++;
 
 	/* the outbox: publish what committed transactions wrote */
@@ -207,6 +207,13 @@ run_round(long *sleep_ms)
 	*sleep_ms = wfe_poll_interval_ms;
 	if (next >= 0 && next < *sleep_ms)
 		*sleep_ms = next;
+
+	/*
+	 * Something is due that this round could not take (its run is locked by
+	 * a transaction in progress): look again shortly rather than spin.
+	 */
+	if (next == 0 && fired <= 0 && actions == 0)
+		*sleep_ms = Min(wfe_poll_interval_ms, 100);
 	if (publish_wait_ms >= 0 && publish_wait_ms < *sleep_ms)
 		*sleep_ms = publish_wait_ms;	/* reconnect or retry backoff */
 	(void) published;

@@ -89,7 +89,7 @@ COMMENT ON FUNCTION wfe._expire(bigint, text) IS
 'Times out an attempt past its queue, execution or heartbeat deadline: fenced, then retried or failed per policy.';
 
 -- Run one queued in-database action (a contract with a handler).
-CREATE FUNCTION wfe._run_handler(p_run_id bigint, p_stage text)
+CREATE FUNCTION wfe._run_handler(p_run_id bigint, p_stage text, p_by text DEFAULT 'wfe.tick')
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -112,10 +112,10 @@ BEGIN
         RETURN false;
     END IF;
     UPDATE wfe.run_stages AS st
-       SET state = 'running', claimed_by = 'wfe.tick', started_at = now(), heartbeat_at = now()
+       SET state = 'running', claimed_by = p_by, started_at = now(), heartbeat_at = now()
      WHERE st.run_id = p_run_id AND st.stage = p_stage;
     PERFORM wfe._event(p_run_id, r.tenant, p_stage, s.attempt, 'stage.claimed',
-                       jsonb_build_object('worker_id', 'wfe.tick', 'handler', s.handler::text));
+                       jsonb_build_object('worker_id', p_by, 'handler', s.handler::text));
     BEGIN
         -- a subtransaction: a failing handler undoes only its own writes
         EXECUTE format('SELECT %s($1)', s.handler::oid::regproc) INTO v_result USING s.input;
@@ -138,7 +138,7 @@ BEGIN
     RETURN true;
 END
 $$;
-COMMENT ON FUNCTION wfe._run_handler(bigint, text) IS
+COMMENT ON FUNCTION wfe._run_handler(bigint, text, text) IS
 'Runs a queued in-database action''s handler in a subtransaction; an error fails the attempt (retried per policy).';
 
 CREATE FUNCTION wfe.tick(max int DEFAULT 1000)

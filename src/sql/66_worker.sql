@@ -47,7 +47,7 @@ COMMENT ON FUNCTION wfe._worker_round(int) IS
 'Fires up to p_max due timers and times out up to p_max expired attempts; returns how many.';
 
 -- Run the oldest queued in-database action that nobody else is handling.
-CREATE FUNCTION wfe._run_next_handler()
+CREATE FUNCTION wfe._run_next_handler(p_by text DEFAULT 'wfe.tick')
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -59,14 +59,14 @@ BEGIN
               WHERE st.state = 'queued' AND st.handler IS NOT NULL
               ORDER BY st.ready_at LIMIT 20
     LOOP
-        IF wfe._run_handler(c.run_id, c.stage) THEN
+        IF wfe._run_handler(c.run_id, c.stage, p_by) THEN
             RETURN true;
         END IF;
     END LOOP;
     RETURN false;
 END
 $$;
-COMMENT ON FUNCTION wfe._run_next_handler() IS
+COMMENT ON FUNCTION wfe._run_next_handler(text) IS
 'Runs one queued in-database action (its own transaction when called by the worker); false when there was none.';
 
 -- Milliseconds until the next timer, deadline or queued action is due.
