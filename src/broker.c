@@ -62,16 +62,36 @@ reply_error(amqp_rpc_reply_t r, const char *what, char *err, size_t errlen)
 	}
 }
 
+/* Reply code of a channel the broker closed in the last RPC, or 0. */
+static int	channel_closed_code = 0;
+
 /* Did the last synchronous RPC succeed? */
 static bool
 rpc_ok(const char *what, char *err, size_t errlen)
 {
 	amqp_rpc_reply_t r = amqp_get_rpc_reply(conn);
 
+	channel_closed_code = 0;
 	if (r.reply_type == AMQP_RESPONSE_NORMAL)
 		return true;
+	if (r.reply_type == AMQP_RESPONSE_SERVER_EXCEPTION && r.reply.id == AMQP_CHANNEL_CLOSE_METHOD)
+		channel_closed_code = ((amqp_channel_close_t *) r.reply.decoded)->reply_code;
 	reply_error(r, what, err, errlen);
 	return false;
+}
+
+/* Open our channel in confirm mode (again, after the broker closed it). */
+static bool
+open_channel(char *err, size_t errlen)
+{
+	amqp_channel_open(conn, CHANNEL);
+	if (!rpc_ok("channel.open", err, errlen))
+		return false;
+	amqp_confirm_select(conn, CHANNEL);
+	if (!rpc_ok("confirm.select", err, errlen))
+		return false;
+	last_tag = 0;				/* delivery tags start again on a new channel */
+	return true;
 }
 
 /* The password: from the URI, or the first line of the password file. */
@@ -148,13 +168,8 @@ broker_connect(const char *uri, const char *password_file, char *err, size_t err
 		reply_error(login, "login", err, errlen);
 		goto fail;
 	}
-	amqp_channel_open(conn, CHANNEL);
-	if (!rpc_ok("channel.open", err, errlen))
+	if (!open_channel(err, errlen))
 		goto fail;
-	amqp_confirm_select(conn, CHANNEL);
-	if (!rpc_ok("confirm.select", err, errlen))
-		goto fail;
-	last_tag = 0;
 	pfree(copy);
 	return true;
 
@@ -224,9 +239,30 @@ string_entry(const char *key, const char *value)
 	return e;
 }
 
-bool
+/*
+ * The broker refused a declaration that disagrees with an existing queue
+ * (406 PRECONDITION_FAILED) and closed the channel: acknowledge the close
+ * and open the channel again, so one bad queue does not stop publishing.
+ */
+static bool
+recover_channel(void)
+{
+	amqp_channel_close_ok_t close_ok;
+	char		again[256];
+
+	if (channel_closed_code != AMQP_PRECONDITION_FAILED)
+		return false;
+	if (amqp_send_method(conn, CHANNEL, AMQP_CHANNEL_CLOSE_OK_METHOD, &close_ok) != AMQP_STATUS_OK ||
+		!open_channel(again, sizeof(again)))
+		return false;
+	return true;
+}
+
+int
 broker_declare_queue(const char *queue, int retry_ttl_ms, char *err, size_t errlen)
 {
+	int			result = 1;
+
 	static const char *const tracks[] = {"small", "large"};
 
 	for (int t = 0; t < 2; t++)
@@ -250,7 +286,11 @@ broker_declare_queue(const char *queue, int retry_ttl_ms, char *err, size_t errl
 		table.num_entries = 2;
 		table.entries = main_args;
 		if (!declare_bound_queue(main_name, table, "wfe.commands", run_key, err, errlen))
-			return false;
+		{
+			if (!recover_channel())
+				return 0;
+			result = -1;
+		}
 
 		/* ... which holds them for the TTL and dead-letters them back */
 		retry_args[0].key = amqp_cstring_bytes("x-message-ttl");
@@ -261,9 +301,13 @@ broker_declare_queue(const char *queue, int retry_ttl_ms, char *err, size_t errl
 		table.num_entries = 3;
 		table.entries = retry_args;
 		if (!declare_bound_queue(retry_name, table, "wfe.retry", retry_key, err, errlen))
-			return false;
+		{
+			if (!recover_channel())
+				return 0;
+			result = -1;
+		}
 	}
-	return true;
+	return result;
 }
 
 bool

@@ -41,7 +41,12 @@ extern bool broker_is_connected(void);
 
 /* The exchanges and wfe.dlq; and the queues of one wfe queue. */
 extern bool broker_declare_base(char *err, size_t errlen);
-extern bool broker_declare_queue(const char *queue, int retry_ttl_ms, char *err, size_t errlen);
+/*
+ * Declare the queues of one wfe queue: 1 done; -1 an existing queue has other
+ * arguments (e.g. another TTL) and was left as it is, *err says which; 0 the
+ * connection failed.
+ */
+extern int	broker_declare_queue(const char *queue, int retry_ttl_ms, char *err, size_t errlen);
 
 /* Publish one message; false (connection lost) with *err set. */
 extern bool broker_publish(BrokerMessage *msg, char *err, size_t errlen);

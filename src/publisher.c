@@ -62,14 +62,26 @@ ensure_queue(const char *queue)
 {
 	char		err[256];
 
+	int			status;
+
 	for (int i = 0; i < ndeclared; i++)
 		if (strcmp(declared[i], queue) == 0)
 			return true;
-	if (!broker_declare_queue(queue, wfe_broker_retry_ttl_ms, err, sizeof(err)))
+	status = broker_declare_queue(queue, wfe_broker_retry_ttl_ms, err, sizeof(err));
+	if (status == 0)
 	{
 		strlcpy(last_error, err, sizeof(last_error));
 		disconnect(err);
 		return false;
+	}
+	if (status < 0)
+	{
+		/* the queue works as it is; say once why the setting did not apply */
+		ereport(WARNING,
+				(errmsg("wfe publisher: RabbitMQ kept the existing queues of \"%s\": %s", queue, err),
+				 errhint("Queue arguments such as wfe.broker_retry_ttl_ms apply only to new queues; "
+						 "delete the old ones in RabbitMQ to apply a change.")));
+		strlcpy(last_error, err, sizeof(last_error));
 	}
 	if (ndeclared == declared_cap)
 	{
@@ -80,6 +92,19 @@ ensure_queue(const char *queue)
 	}
 	declared[ndeclared++] = MemoryContextStrdup(TopMemoryContext, queue);
 	return true;
+}
+
+/* Forget that a queue's topology was declared (NULL is fine). */
+static void
+forget_queue(const char *queue)
+{
+	for (int i = 0; queue && i < ndeclared; i++)
+		if (strcmp(declared[i], queue) == 0)
+		{
+			pfree(declared[i]);
+			declared[i] = declared[--ndeclared];
+			return;
+		}
 }
 
 /* The queue a dispatch routing key names: run.<queue>.<track>. */
@@ -294,17 +319,25 @@ publish_batch(BrokerMessage *msgs, int n)
 {
 	static char err[256];
 
+	/*
+	 * A queue's topology exists before its first message.  All of the batch's
+	 * queues are declared before anything is published, because recovering
+	 * from a refused declaration reopens the channel and restarts the
+	 * delivery tags.
+	 */
+	for (int i = 0; i < n; i++)
+	{
+		char	   *queue = msgs[i].mandatory ? queue_of(msgs[i].routing_key) : NULL;
+
+		if (queue && !ensure_queue(queue))
+			return last_error;
+	}
 	for (int start = 0; start < n; start += wfe_confirm_window)
 	{
 		int			end = Min(n, start + wfe_confirm_window);
 
 		for (int i = start; i < end; i++)
 		{
-			char	   *queue = msgs[i].mandatory ? queue_of(msgs[i].routing_key) : NULL;
-
-			/* a queue's topology exists before its first message */
-			if (queue && !ensure_queue(queue))
-				return last_error;
 			if (!broker_publish(&msgs[i], err, sizeof(err)))
 			{
 				disconnect(err);
@@ -320,6 +353,10 @@ publish_batch(BrokerMessage *msgs, int n)
 		if (ShutdownRequestPending)
 			return "shutting down";
 	}
+	/* a returned dispatch: its queue vanished, so declare it again next time */
+	for (int i = 0; i < n; i++)
+		if (msgs[i].status == MSG_RETURNED)
+			forget_queue(queue_of(msgs[i].routing_key));
 	for (int i = 0; i < n; i++)
 		if (msgs[i].status == MSG_SENT)
 			return "confirm timeout";

@@ -787,7 +787,8 @@ BEGIN
         INSERT INTO wfe.dead_letters (tenant, run_id, stage, attempt, reason, error)
         VALUES (p_run.tenant, p_run.run_id, p_stage, s.attempt, 'retries exhausted', p_error);
     END IF;
-    PERFORM wfe._stage_done(p_run, p_stage, 'failed');
+    -- a join records the branch's real terminal state (failed or timed_out)
+    PERFORM wfe._stage_done(p_run, p_stage, p_final_state);
 END
 $$;
 COMMENT ON FUNCTION wfe._attempt_failed(wfe.runs, text, jsonb, boolean, text) IS

@@ -83,7 +83,9 @@ BEGIN
         SELECT st.run_id, st.stage
           FROM wfe.run_stages AS st
          WHERE st.queue = claim_task.queue AND st.state = 'queued'
-           AND NOT EXISTS (SELECT 1 FROM wfe.queues AS q WHERE q.queue = claim_task.queue AND q.paused)
+           -- paused queues keep their tasks; broker queues are served by the broker
+           AND NOT EXISTS (SELECT 1 FROM wfe.queues AS q
+                            WHERE q.queue = claim_task.queue AND (q.paused OR q.delivery = 'broker'))
          ORDER BY st.priority DESC, st.ready_at
          LIMIT claim_task.max_tasks
            FOR UPDATE SKIP LOCKED
@@ -112,6 +114,13 @@ BEGIN
       CROSS JOIN LATERAL wfe._wake(c.deadline_at) AS w
      ORDER BY c.priority DESC, c.ready_at;
 
+    IF NOT FOUND AND EXISTS (SELECT 1 FROM wfe.queues AS q
+                              WHERE q.queue = claim_task.queue AND q.delivery = 'broker') THEN
+        RAISE EXCEPTION 'queue "%" is in broker delivery mode', claim_task.queue
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = 'Its tasks are dispatched through RabbitMQ and started with wfe.accept_task; '
+                         'wfe.configure_queue(queue, ''poll'') makes it a poll queue.';
+    END IF;
     IF NOT FOUND
        AND NOT EXISTS (SELECT 1 FROM wfe.contracts AS c WHERE c.queue = claim_task.queue)
        AND NOT EXISTS (SELECT 1 FROM wfe.queues AS q WHERE q.queue = claim_task.queue) THEN

@@ -88,10 +88,23 @@ BEGIN
         RAISE WARNING 'wfe publisher % lost its lease (token %): nothing marked', p_holder, p_token;
         RETURN 0;
     END IF;
-    UPDATE wfe.outbox AS o
-       SET state = 'published', published_at = now(), last_error = NULL
-     WHERE o.id = ANY (p_published) AND o.state = 'claimed' AND o.claimed_by = p_holder;
-    GET DIAGNOSTICS n = ROW_COUNT;
+    WITH published AS (
+        UPDATE wfe.outbox AS o
+           SET state = 'published', published_at = now(), last_error = NULL
+         WHERE o.id = ANY (p_published) AND o.state = 'claimed' AND o.claimed_by = p_holder
+        RETURNING o.run_id, o.stage, o.attempt, o.fence, o.kind
+    ), dispatched AS (
+        -- the broker has the attempt now; accept_task will start it.  (Only
+        -- the stage row is locked here, never the run: no lock-order cycle
+        -- with callbacks, which lock the run, then the stage.)
+        UPDATE wfe.run_stages AS st
+           SET state = 'dispatched'
+          FROM published AS p
+         WHERE p.kind = 'dispatch' AND st.run_id = p.run_id AND st.stage = p.stage
+           AND st.attempt = p.attempt AND st.fence = p.fence AND st.state = 'queued'
+        RETURNING 1
+    )
+    SELECT count(*) INTO n FROM published;
     -- not confirmed: pending again after an exponential backoff
     UPDATE wfe.outbox AS o
        SET state = 'pending', claimed_by = NULL, claimed_at = NULL, last_error = p_error,
