@@ -6,6 +6,7 @@
 #   make demo            scripts/demo.sh: the example workflows on a private cluster
 #   make bench           bench/compile/run.sh: compile time of a 500-stage definition
 #   make check-unit      the C unit tests of the compiler core (no server needed)
+#   make test-tools      build/test/amqp-probe, the TAP tests' AMQP client
 #   make check-regress   pg_regress alone, on a private cluster
 #   make fuzz            libFuzzer over the compiler for FUZZ_SECONDS (600)
 #   make META.json       regenerate it after changing the version in wfe.control
@@ -56,10 +57,20 @@ WFE_LIBS     = -lyaml -ljson-c -lcrypto
 CLI          = build/wfe-compile
 CLI_OBJS     = $(patsubst src/%.c,build/cli/%.o,$(CORE_SRCS) $(sort $(wildcard src/cli/*.c)))
 
+# wfe-worker: the reference worker, a client of libpq and librabbitmq.
+WORKER       = build/wfe-worker
+WORKER_SRCS := $(sort $(wildcard src/wfe-worker/*.c))
+WORKER_OBJS  = $(patsubst src/wfe-worker/%.c,build/wfe-worker-obj/%.o,$(WORKER_SRCS))
+WORKER_CPPFLAGS = -I$(shell $(PG_CONFIG) --includedir 2>/dev/null) -DWFE_VERSION='"$(EXTVERSION)"'
+WORKER_LIBS  = -lpq -lrabbitmq -ljson-c
+
 UNIT_CFLAGS  = $(WFE_CFLAGS) -g -fno-omit-frame-pointer \
                -fsanitize=address,undefined -fno-sanitize-recover=all
 UNIT_TESTS  := $(patsubst %.c,build/%,$(sort $(wildcard test/unit/test_*.c)))
 UNIT_OBJS    = $(patsubst src/%.c,build/unit/%.o,$(CORE_SRCS))
+
+PROBE        = build/test/amqp-probe
+PROBE_LIBS   = -lrabbitmq -ljson-c
 
 FUZZ_CC      = clang
 FUZZ_CFLAGS  = -std=gnu11 -g -O1 -Wall -Wextra -Werror \
@@ -81,10 +92,10 @@ all install installcheck:
 endif
 
 .DEFAULT_GOAL := all
-.PHONY: all install install-cli uninstall uninstall-cli unit-tests fuzz-target \
+.PHONY: all install install-cli uninstall uninstall-cli unit-tests fuzz-target test-tools \
         test check-unit check-regress check-meta fuzz demo bench deps
 
-all: $(CLI)
+all: $(CLI) $(WORKER)
 
 # Every object depends on every header and on the version it is stamped with.
 $(OBJS) $(OBJS:.o=.bc): $(SRC_HEADERS) wfe.control
@@ -105,14 +116,23 @@ build/cli/%.o: src/%.c $(SRC_HEADERS) wfe.control
 	@mkdir -p $(@D)
 	$(CC) $(WFE_CFLAGS) $(WFE_CPPFLAGS) -c -o $@ $<
 
+# wfe-worker: src/wfe-worker/*.c, a program of its own (not in OBJS).
+$(WORKER): $(WORKER_OBJS)
+	$(CC) $(WFE_CFLAGS) -o $@ $^ $(WORKER_LIBS)
+
+build/wfe-worker-obj/%.o: src/wfe-worker/%.c $(wildcard src/wfe-worker/*.h) wfe.control
+	@mkdir -p $(@D)
+	$(CC) $(WFE_CFLAGS) $(WORKER_CPPFLAGS) -c -o $@ $<
+
 install: install-cli
-install-cli: $(CLI)
+install-cli: $(CLI) $(WORKER)
 	$(MKDIR_P) '$(DESTDIR)$(bindir)'
 	$(INSTALL_PROGRAM) $(CLI) '$(DESTDIR)$(bindir)/wfe-compile'
+	$(INSTALL_PROGRAM) $(WORKER) '$(DESTDIR)$(bindir)/wfe-worker'
 
 uninstall: uninstall-cli
 uninstall-cli:
-	rm -f '$(DESTDIR)$(bindir)/wfe-compile'
+	rm -f '$(DESTDIR)$(bindir)/wfe-compile' '$(DESTDIR)$(bindir)/wfe-worker'
 
 # Unit tests: each test/unit/test_*.c is a program over the core, sanitized.
 unit-tests: $(UNIT_TESTS)
@@ -124,6 +144,13 @@ build/test/unit/test_%: test/unit/test_%.c $(UNIT_OBJS) $(wildcard test/unit/*.h
 build/unit/%.o: src/%.c $(SRC_HEADERS) wfe.control
 	@mkdir -p $(@D)
 	$(CC) $(UNIT_CFLAGS) $(WFE_CPPFLAGS) -c -o $@ $<
+
+# amqp-probe: the AMQP client of the TAP tests and the benchmark.
+test-tools: $(PROBE)
+
+$(PROBE): test/tools/amqp-probe.c
+	@mkdir -p $(@D)
+	$(CC) $(WFE_CFLAGS) -o $@ $< $(PROBE_LIBS)
 
 # The libFuzzer target: one clang invocation over the harness and the core.
 fuzz-target: $(FUZZ_TARGET)
@@ -152,13 +179,13 @@ check-unit: unit-tests
 	test/harness/run-unit.sh $(UNIT_TESTS)
 
 fuzz: fuzz-target
-	test/harness/run-fuzz.sh $(FUZZ_SECONDS) build/fuzz/corpus build/fuzz/
+	test/harness/run-fuzz.sh $(FUZZ_SECONDS) build/fuzz/corpus build/fuzz
 
 demo:
 	MAKE='$(MAKE)' PG_CONFIG='$(PG_CONFIG)' scripts/demo.sh
 
 bench:
-	MAKE='$(MAKE)' PG_CONFIG='$(PG_CONFIG)' bench/compile/run.sh
+	MAKE='$(MAKE)' PG_CONFIG='$(PG_CONFIG)' bench/run.sh
 
 deps:
 	test/harness/deps.sh

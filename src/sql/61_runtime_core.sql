@@ -162,6 +162,8 @@ BEGIN
                 'definition_digest', p_run.definition_digest, 'run_id', p_run.run_id,
                 'stage', p_stage.stage, 'attempt', p_stage.attempt, 'fence', p_stage.fence,
                 'worker', p_stage.worker, 'track', v_track,
+                -- what a pushed worker needs to keep the attempt alive
+                'heartbeat_ms', p_stage.heartbeat_ms, 'execution_deadline_ms', p_stage.exec_ms,
                 'headers', jsonb_build_object('content_type', 'application/json',
                                               'source', 'wfe', 'tenant', p_run.tenant),
                 'idempotency_key', p_run.run_id || ':' || p_stage.stage || ':' || p_stage.attempt,

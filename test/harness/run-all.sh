@@ -3,7 +3,7 @@
 #
 #   test/harness/run-all.sh [SUITE...]
 #
-# Suites, in order: version regress isolation tap unit fuzz cli (default: all).
+# Suites, in order: version regress isolation tap unit fuzz cli worker (default: all).
 # Sets up first (packages, build, install, a private cluster), runs the
 # suites, each printing its result as it goes, tears down, and ends with
 # exactly one line "N passed, N failed".  Exits non-zero if anything failed
@@ -15,7 +15,7 @@ set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 . "$WFE_HARNESS/cluster.sh"
 
-ALL_SUITES=(version regress isolation tap unit fuzz cli)
+ALL_SUITES=(version regress isolation tap unit fuzz cli worker)
 WORKDIR=""
 CURRENT_STEP=""
 PASSED=0
@@ -48,7 +48,9 @@ run_suite() {
 	banner "$name"
 	log="$WORKDIR/$name.log"
 	"$@" 2>&1 | tee "$log" || status=$?
-	last=$(tail -n 1 "$log")
+	# the suite's own "N passed, N failed" line (the last such line: a
+	# suite may print where its logs are after it)
+	last=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$log" | tail -n 1 || true)
 	if [[ $last =~ ^([0-9]+)\ passed,\ ([0-9]+)\ failed$ ]]; then
 		passed=${BASH_REMATCH[1]}
 		failed=${BASH_REMATCH[2]}
@@ -76,6 +78,7 @@ run_named_suite() {
 		fuzz) run_suite fuzz "$WFE_HARNESS/run-fuzz.sh" "${TEST_FUZZ_SECONDS:-20}" \
 			"$WORKDIR/fuzz/corpus" "$WORKDIR/fuzz" ;;
 		cli) run_suite cli "$WFE_HARNESS/cli_vs_db.sh" ;;
+		worker) run_suite worker "$WFE_TOP/test/worker/run.sh" "$WORKDIR/worker" ;;
 	esac
 }
 
