@@ -1,23 +1,28 @@
 #!/bin/bash
-# demo.sh — what `make demo` runs: the example workflows on a private cluster.
+# demo.sh — what `make demo` runs: the example workflows, for real.
 #
-# Installs what is missing, builds and installs wfe, starts a throwaway
-# cluster, registers the example contracts, creates a definition from each
-# examples/*.yaml and prints its digest and Mermaid picture, approves and
-# activates them, submits a batch of runs, lets poll workers
-# (scripts/demo-worker.sh, one per queue) do the work while wfe.tick() fires
-# the retry timers, prints the runs, one report and one timeline, then stops
-# the cluster and removes it.  Every run starts from nothing: re-running is safe.
+# Installs what is missing, builds and installs wfe, starts a private
+# RabbitMQ node and a private PostgreSQL cluster on loopback (with wfe in
+# shared_preload_libraries, so its background worker fires timers and
+# publishes the outbox), registers the contracts, creates, approves and
+# activates the three example workflows (printing each digest and Mermaid
+# picture), and submits a batch of runs.  wfe-worker processes do the work:
+# model-ingest's queues over RabbitMQ (broker mode, acceptance handshake),
+# the others with wfe.claim_task (poll mode).  It ends by printing the runs,
+# a report, timelines and the delivery figures, then stops everything.
+# Every run starts from nothing: re-running is safe.
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/../test/harness/lib.sh"
 . "$WFE_HARNESS/cluster.sh"
+. "$WFE_HARNESS/rabbit.sh"
 
 DB=wfe_demo
 WORKDIR=""
 WORKER_PIDS=()
-QUEUES=(actions rendering analysis metadata payments payments-review init)
+BROKER_QUEUES=(actions rendering analysis)
+POLL_QUEUES=(metadata payments payments-review init)
 
-# cleanup: the EXIT trap; stop the workers and the cluster, remove the directory.
+# cleanup: the EXIT trap; stop the workers, the cluster and the broker.
 cleanup() {
 	local pid
 	for pid in "${WORKER_PIDS[@]}"; do
@@ -27,7 +32,10 @@ cleanup() {
 		wait "$pid" 2>/dev/null || true
 	done
 	cluster_stop
-	[ -z "$WORKDIR" ] || rm -rf "$WORKDIR"
+	rmq_stop
+	if [ -n "$WORKDIR" ] && [ -z "${WFE_KEEP_WORKDIR:-}" ]; then
+		rm -rf "$WORKDIR"
+	fi
 }
 
 # yaml_top KEY FILE: a top-level scalar of a definition (name, version),
@@ -37,7 +45,7 @@ yaml_top() {
 		sed -E "s/[[:space:]]+#.*//; s/^[\"']//; s/[\"'][[:space:]]*\$//"
 }
 
-# show_definition FILE: create the definition, print its digest and picture.
+# show_definition FILE: create, show, approve and activate one definition.
 show_definition() {
 	local file=$1 ref
 	ref="$(yaml_top name "$file")@$(yaml_top version "$file")"
@@ -51,45 +59,68 @@ SELECT wfe.activate(split_part(:'ref', '@', 1), split_part(:'ref', '@', 2));
 SQL
 }
 
+# wait_for_worker: the background worker started before the demo database
+# existed, so it retries its connection every 5 s; wait until it is in.
+wait_for_worker() {
+	wait_for 30 '[ -n "$(cluster_psql -d "$DB" -Atc "SELECT pid FROM wfe.worker_status()")" ]' ||
+		die "the wfe background worker did not start (see the server log)"
+	say "background worker: pid $(cluster_psql -d "$DB" -Atc "SELECT pid FROM wfe.worker_status()")"
+}
+
+# configure_queues: model-ingest's queues go through RabbitMQ.
+configure_queues() {
+	local queue
+	for queue in "${BROKER_QUEUES[@]}"; do
+		cluster_psql -d "$DB" -Atc "SELECT wfe.configure_queue('$queue', 'broker')" >/dev/null
+	done
+}
+
+# start_worker QUEUE MODE: one wfe-worker in the background, logging to a file.
+start_worker() {
+	local queue=$1 mode=$2
+	"$WFE_TOP/build/wfe-worker" --queue "$queue" --mode "$mode" --concurrency 4 \
+		--worker-id "$mode-$queue" --command "$WFE_TOP/scripts/demo-task.sh" \
+		--dsn "host=$PGHOST port=$PGPORT user=postgres dbname=$DB" \
+		--amqp-uri "$(amqp_uri)/" --declare \
+		>>"$WORKDIR/workers.log" 2>&1 &
+	WORKER_PIDS+=($!)
+}
+
 # submit_runs: a batch that takes every route of the examples.
 submit_runs() {
 	cluster_psql -d "$DB" -At <<'SQL'
--- model ids ending in an even digit are cache hits (see demo-worker.sh)
+-- model ids ending in an even digit are cache hits (see demo-task.sh)
 SELECT count(*) || ' model-ingest runs submitted'
-  FROM generate_series(1, 6) AS i,
+  FROM generate_series(1, 8) AS i,
        wfe.submit('model-ingest', jsonb_build_object('modelId', 'm-' || i), 'demo-m-' || i);
 SELECT count(*) || ' payment-routing runs submitted'
   FROM (VALUES (250, 'acc-1'), (25000, 'acc-2')) AS p(amount, account),
        wfe.submit('payment-routing', jsonb_build_object('amount', amount, 'account', account));
-SELECT count(*) || ' system-initialization runs submitted'
+SELECT count(*) || ' system-initialization run submitted'
   FROM wfe.submit('system-initialization', '{}', options => '{"execution_context": "foreground_app"}');
 SQL
 }
 
-# start_workers: one poll worker per queue, in the background.
-start_workers() {
-	local queue
-	for queue in "${QUEUES[@]}"; do
-		PGDATABASE=$DB "$WFE_TOP/scripts/demo-worker.sh" "$queue" "worker-$queue" 90 &
-		WORKER_PIDS+=($!)
-	done
-}
-
-# wait_for_runs: tick (retry timers) until every run is finished, or 60 s.
+# wait_for_runs: until every run is finished (the background worker fires
+# the retry timers; nobody calls wfe.tick()), or 120 s.
 wait_for_runs() {
-	local left deadline=$((SECONDS + 60))
+	local deadline=$((SECONDS + 120)) left
 	while [ $SECONDS -lt $deadline ]; do
-		left=$(cluster_psql -d "$DB" -At -c "SELECT wfe.tick()" \
-			-c "SELECT count(*) FROM wfe.runs WHERE finished_at IS NULL" | tail -n 1)
-		[ "$left" -eq 0 ] && return 0
-		sleep 0.3
+		left=$(cluster_psql -d "$DB" -Atc "SELECT count(*) FROM wfe.runs WHERE finished_at IS NULL")
+		if [ "$left" -eq 0 ]; then
+			say "all runs finished in $SECONDS s since the demo started"
+			return 0
+		fi
+		sleep 0.5
 	done
-	die "runs still unfinished after 60 s"
+	tail -n 40 "$WORKDIR/workers.log"
+	die "runs still unfinished after 120 s"
 }
 
-# show_results: every run, then the report and timeline of one.
+# show_results: the runs, one report, timelines, the delivery figures.
 show_results() {
 	cluster_psql -d "$DB" <<'SQL'
+\pset footer off
 SELECT workflow, version, state, count(*) AS runs
   FROM wfe.runs GROUP BY 1, 2, 3 ORDER BY 1, 3;
 SELECT r.run_id, r.workflow, r.state,
@@ -97,13 +128,23 @@ SELECT r.run_id, r.workflow, r.state,
                   ORDER BY s.ordinal) AS stages
   FROM wfe.runs AS r JOIN wfe.run_stages AS s USING (run_id)
  GROUP BY r.run_id, r.workflow, r.state ORDER BY r.run_id;
-\echo
+\echo Who did the work (model-ingest over RabbitMQ, the rest with wfe.claim_task):
+SELECT coalesce(claimed_by, '-') AS worker, count(*) AS attempts
+  FROM wfe.run_stages WHERE attempt > 0 AND claimed_by IS NOT NULL GROUP BY 1 ORDER BY 1;
+\echo The outbox, published to RabbitMQ with publisher confirms by the background worker:
+SELECT kind, state, count(*) AS messages,
+       round(percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM published_at - created_at) * 1000)::numeric, 1)
+           AS p50_ms_commit_to_confirmed,
+       round(max(extract(epoch FROM published_at - created_at) * 1000)::numeric, 1) AS max_ms
+  FROM wfe.outbox GROUP BY 1, 2 ORDER BY 1, 2;
+SELECT holder, token, connected FROM wfe.publisher_lease;
 \echo The report of a cache-miss model-ingest run (render, fork, join, publish):
 SELECT jsonb_pretty(wfe.report(r.run_id) - 'stages') FROM wfe.runs AS r
  WHERE r.workflow = 'model-ingest' AND r.context ->> 'modelId' = 'm-1';
-SELECT * FROM wfe.run_timeline((SELECT r.run_id FROM wfe.runs AS r
-                                 WHERE r.workflow = 'model-ingest' AND r.context ->> 'modelId' = 'm-1'));
-\echo The timeline of the high-value payment, retried after a failed first attempt:
+SELECT stage, attempt, outcome, duration_ms, waterfall
+  FROM wfe.run_timeline((SELECT r.run_id FROM wfe.runs AS r
+                          WHERE r.workflow = 'model-ingest' AND r.context ->> 'modelId' = 'm-1'));
+\echo The high-value payment: its first review failed, the background worker fired the retry:
 SELECT stage, attempt, outcome, duration_ms, waterfall
   FROM wfe.run_timeline((SELECT r.run_id FROM wfe.runs AS r
                           WHERE r.workflow = 'payment-routing' AND (r.context ->> 'amount')::int > 10000));
@@ -111,7 +152,7 @@ SQL
 }
 
 main() {
-	local file
+	local file queue
 
 	trap cleanup EXIT
 	trap 'exit 130' INT
@@ -120,28 +161,38 @@ main() {
 	# Step 1: packages, build, install.
 	wfe_setup
 
-	# Step 2: a private cluster with a database that has the extension.
-	banner "cluster"
+	# Step 2: RabbitMQ, then PostgreSQL with wfe's background worker.
 	WORKDIR=$(make_workdir)
-	cluster_start "$WORKDIR"
+	banner "rabbitmq"
+	rmq_start "$WORKDIR" || die "cannot start a private RabbitMQ node (is rabbitmq-server installed?)"
+	say "rabbitmq: $(amqp_uri)"
+	banner "cluster"
+	CLUSTER_EXTRA_CONF="shared_preload_libraries = 'wfe'
+wfe.database = '$DB'
+wfe.amqp_uri = '$(amqp_uri)/'" cluster_start "$WORKDIR"
 	cluster_createdb "$DB"
+	wait_for_worker
 
-	# Step 3: the worker and action contracts the examples name.
+	# Step 3: contracts, queues, definitions.
 	cluster_psql -d "$DB" -f "$WFE_TOP/examples/contracts.sql" >/dev/null
-
-	# Step 4: each example becomes a definition; show what was stored.
+	configure_queues
 	for file in "$WFE_TOP"/examples/*.yaml; do
 		show_definition "$file"
 	done
 
-	# Step 5: runs, done by poll workers; wfe.tick() fires the retry timers.
+	# Step 4: workers, then runs.
 	banner "runs"
+	for queue in "${BROKER_QUEUES[@]}"; do
+		start_worker "$queue" broker
+	done
+	for queue in "${POLL_QUEUES[@]}"; do
+		start_worker "$queue" poll
+	done
 	submit_runs
-	start_workers
 	wait_for_runs
 	show_results
 
-	# Step 6: cleanup (the EXIT trap) stops the workers and the cluster.
+	# Step 5: cleanup (the EXIT trap) stops the workers, the cluster and the broker.
 }
 
 main "$@"

@@ -43,9 +43,11 @@ fsync = on
 synchronous_commit = on
 lc_messages = 'C'
 log_line_prefix = '%m [%p] %q%a '
-# The background worker needs the library preloaded; enable this when it lands:
-#shared_preload_libraries = 'wfe'
 EOF
+	# what a caller adds: the demo preloads wfe for its background worker
+	if [ -n "${CLUSTER_EXTRA_CONF:-}" ]; then
+		printf '%s\n' "$CLUSTER_EXTRA_CONF" >>"$CLUSTER_DIR/data/postgresql.conf"
+	fi
 }
 
 # cluster_start WORKDIR: create and start a cluster under WORKDIR/pg.

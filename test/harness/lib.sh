@@ -126,3 +126,13 @@ tap_tally() {
 summary() {
 	printf '%d passed, %d failed\n' "$1" "$2"
 }
+
+# wait_for SECONDS EXPR: evaluate EXPR (in the caller's variables) every
+# 0.1 s until it is true; false if it never is.
+wait_for() {
+	local deadline=$((SECONDS + $1))
+	until eval "$2"; do
+		[ $SECONDS -ge $deadline ] && return 1
+		sleep 0.1
+	done
+}

@@ -14,6 +14,7 @@
 set -uo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/../harness/lib.sh"
 . "$WFE_HARNESS/cluster.sh"
+. "$WFE_HARNESS/rabbit.sh"
 
 WORKER="${WFE_WORKER_BIN:-$WFE_TOP/build/wfe-worker}"
 TASK="$WFE_TOP/test/worker/task.sh"
@@ -23,9 +24,6 @@ PASSED=0
 FAILED=0
 CHECK=0
 EXEC_LOG=""
-RMQ_DIR=""
-RMQ_PORT=""
-RMQ_EPMD_PORT=""
 BG_PIDS=()
 
 # --- reporting ---------------------------------------------------------------
@@ -189,15 +187,6 @@ stop_worker() {
 	wait "$1" || STOPPED=$?
 }
 
-# wait_for SECONDS EXPR: evaluate EXPR (in the caller's variables) every
-# 0.1 s until it is true; false if it never is.
-wait_for() {
-	local deadline=$((SECONDS + $1))
-	until eval "$2"; do
-		[ $SECONDS -ge $deadline ] && return 1
-		sleep 0.1
-	done
-}
 
 # executions RUN MARK: how many times the command started/ended for a run.
 executions() {
@@ -377,65 +366,6 @@ test_poll_privileges() {
 }
 
 # --- broker mode -------------------------------------------------------------
-
-# free_port FROM: the first port from FROM nothing listens on.
-free_port() {
-	local port
-	for ((port = $1; port < $1 + 200; port++)); do
-		if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-			echo "$port"
-			return 0
-		fi
-	done
-	return 1
-}
-
-# rmq_env: the environment of our private node.
-rmq_env() {
-	export HOME="$RMQ_DIR/home" \
-		RABBITMQ_NODENAME="wfe-worker-test-$$@localhost" \
-		RABBITMQ_NODE_IP_ADDRESS=127.0.0.1 \
-		RABBITMQ_NODE_PORT="$RMQ_PORT" \
-		RABBITMQ_DIST_PORT="$((RMQ_PORT + 1))" \
-		ERL_EPMD_PORT="$RMQ_EPMD_PORT" \
-		ERL_EPMD_ADDRESS=127.0.0.1 \
-		RABBITMQ_MNESIA_BASE="$RMQ_DIR/mnesia" \
-		RABBITMQ_LOG_BASE="$RMQ_DIR/log" \
-		RABBITMQ_ENABLED_PLUGINS_FILE="$RMQ_DIR/enabled_plugins" \
-		RABBITMQ_CONFIG_FILE="$RMQ_DIR/rabbitmq" \
-		RABBITMQ_PID_FILE="$RMQ_DIR/pid"
-}
-
-# rmqctl ARGS...: rabbitmqctl on our node.
-rmqctl() {
-	(rmq_env && /usr/lib/rabbitmq/bin/rabbitmqctl -q -n "$RABBITMQ_NODENAME" "$@")
-}
-
-# rmq_start: a private RabbitMQ node on loopback; false if it cannot run.
-rmq_start() {
-	[ -x /usr/lib/rabbitmq/bin/rabbitmq-server ] || return 1
-	command -v amqp-publish >/dev/null || return 1
-	RMQ_DIR="$WORKDIR/rabbitmq"
-	mkdir -p "$RMQ_DIR/home" "$RMQ_DIR/mnesia" "$RMQ_DIR/log"
-	echo '[].' >"$RMQ_DIR/enabled_plugins"
-	echo 'loopback_users = none' >"$RMQ_DIR/rabbitmq.conf"
-	RMQ_PORT=$(free_port 25699) || return 1
-	RMQ_EPMD_PORT=$(free_port 24369) || return 1
-	(rmq_env && setsid /usr/lib/rabbitmq/bin/rabbitmq-server >"$RMQ_DIR/server.out" 2>&1 &)
-	wait_for 60 'rmqctl await_startup >/dev/null 2>&1'
-}
-
-# rmq_stop: stop our node and its epmd.
-rmq_stop() {
-	[ -n "$RMQ_DIR" ] || return 0
-	rmqctl stop >/dev/null 2>&1 || true
-	(rmq_env && epmd -port "$RMQ_EPMD_PORT" -kill >/dev/null 2>&1) || true
-	RMQ_DIR=""
-}
-
-amqp_uri() {
-	echo "amqp://guest:guest@127.0.0.1:$RMQ_PORT"
-}
 
 # relay DB: publish the pending outbox rows as the wfe publisher would.
 relay() {
