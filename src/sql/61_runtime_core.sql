@@ -224,9 +224,11 @@ $$;
 COMMENT ON FUNCTION wfe._enqueue(wfe.runs, text, jsonb, boolean) IS
 'Moves a stage to queued with a new fence (and, for a retry, a new attempt); dispatches or notifies.';
 
--- Release a waiting stage: decisions and forks resolve here and now;
--- executing stages get their input bound and are queued.
-CREATE FUNCTION wfe._activate(p_run wfe.runs, p_stage text, p_branch text)
+-- Release a stage a route leads to: a join records the arrival; decisions
+-- and forks resolve here and now; executing stages get their input bound and
+-- are queued.
+CREATE FUNCTION wfe._activate(p_run wfe.runs, p_stage text, p_branch text,
+                              p_outcome text DEFAULT 'completed')
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -244,11 +246,18 @@ BEGIN
     SELECT * INTO s FROM wfe.run_stages AS st
      WHERE st.run_id = p_run.run_id AND st.stage = p_stage FOR UPDATE;
     IF NOT FOUND OR s.state <> 'waiting' THEN
-        RETURN;                 -- skipped, cancelled or released already
+        RETURN;                 -- skipped, cancelled, resolved or released already
+    END IF;
+    IF s.kind = 'join' THEN
+        PERFORM wfe._arrive(p_run, s, p_branch, p_outcome);
+        RETURN;
     END IF;
     v_spec := wfe._spec(p_run.definition_id, p_stage);
-    UPDATE wfe.run_stages AS st SET branch = p_branch
-     WHERE st.run_id = p_run.run_id AND st.stage = p_stage AND st.branch IS DISTINCT FROM p_branch;
+    IF s.branch IS DISTINCT FROM p_branch THEN
+        UPDATE wfe.run_stages AS st SET branch = p_branch
+         WHERE st.run_id = p_run.run_id AND st.stage = p_stage;
+        s.branch := p_branch;
+    END IF;
 
     IF s.kind = 'decision' THEN
         -- evaluated in the transaction that releases it, over durable results
@@ -295,10 +304,6 @@ BEGIN
         RETURN;
     END IF;
 
-    IF s.kind = 'join' THEN
-        RETURN;                 -- joins resolve through wfe._arrive
-    END IF;
-
     -- action, worker, finaliser: bind the input now, at release
     IF s.kind = 'finaliser' THEN
         SELECT jsonb_build_object(
@@ -329,7 +334,7 @@ BEGIN
                  WHERE st.run_id = p_run.run_id AND st.stage = p_stage;
                 PERFORM wfe._event(p_run.run_id, p_run.tenant, p_stage, 1, 'stage.binding_failed',
                                    jsonb_build_object('code', v_bound ->> 'code', 'error', v_bound ->> 'error'));
-                PERFORM wfe._stage_done(p_run, p_stage, 'failed');
+                PERFORM wfe._stage_done(p_run, s, 'failed');
                 RETURN;
             END IF;
             v_input := v_bound -> 'input';
@@ -338,8 +343,8 @@ BEGIN
     PERFORM wfe._enqueue(p_run, p_stage, v_input, true);
 END
 $$;
-COMMENT ON FUNCTION wfe._activate(wfe.runs, text, text) IS
-'Releases a waiting stage: evaluates a decision, opens a fork, or binds the input of an executing stage and queues it.';
+COMMENT ON FUNCTION wfe._activate(wfe.runs, text, text, text) IS
+'Releases a waiting stage: records a join arrival, evaluates a decision, opens a fork, or binds the input of an executing stage and queues it.';
 
 -- Follow a route out of a stage: to a terminal intent, a join, or a stage.
 CREATE FUNCTION wfe._route(p_run wfe.runs, p_from text, p_target text, p_branch text, p_outcome text)
@@ -347,8 +352,6 @@ RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
-DECLARE
-    v_kind text;
 BEGIN
     IF p_target IS NULL THEN
         RETURN;
@@ -358,13 +361,7 @@ BEGIN
                                 format('stage %s routed to %s', p_from, p_target));
         RETURN;
     END IF;
-    SELECT st.kind INTO v_kind FROM wfe.run_stages AS st
-     WHERE st.run_id = p_run.run_id AND st.stage = p_target;
-    IF v_kind = 'join' THEN
-        PERFORM wfe._arrive(p_run, p_target, p_branch, p_outcome);
-    ELSE
-        PERFORM wfe._activate(p_run, p_target, p_branch);
-    END IF;
+    PERFORM wfe._activate(p_run, p_target, p_branch, p_outcome);
 END
 $$;
 COMMENT ON FUNCTION wfe._route(wfe.runs, text, text, text, text) IS
@@ -373,24 +370,20 @@ COMMENT ON FUNCTION wfe._route(wfe.runs, text, text, text, text) IS
 -- A fork branch reaches its join.  The join persists each branch's terminal
 -- state and releases its successor exactly once, in the transaction that
 -- completes the required set (the run lock serialises racing branches).
-CREATE FUNCTION wfe._arrive(p_run wfe.runs, p_join text, p_branch text, p_outcome text)
+CREATE FUNCTION wfe._arrive(p_run wfe.runs, j wfe.run_stages, p_branch text, p_outcome text)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    j          wfe.run_stages;
+    p_join     text := j.stage;
     v_spec     jsonb;
     v_arrivals jsonb;
     v_ok       boolean;
     v_next     text;
     v_outer    text;
 BEGIN
-    SELECT * INTO j FROM wfe.run_stages AS st
-     WHERE st.run_id = p_run.run_id AND st.stage = p_join FOR UPDATE;
-    IF j.state <> 'waiting' THEN
-        RETURN;
-    END IF;
+    -- j is the join's row, locked and still waiting (see wfe._activate)
     v_spec := wfe._spec(p_run.definition_id, p_join);
     v_arrivals := coalesce(j.result -> 'arrivals', '{}')
                   || jsonb_build_object(coalesce(p_branch, '?'), p_outcome);
@@ -429,7 +422,7 @@ BEGIN
     PERFORM wfe._route(p_run, p_join, v_next, v_outer, CASE WHEN v_ok THEN 'completed' ELSE 'failed' END);
 END
 $$;
-COMMENT ON FUNCTION wfe._arrive(wfe.runs, text, text, text) IS
+COMMENT ON FUNCTION wfe._arrive(wfe.runs, wfe.run_stages, text, text) IS
 'Records a fork branch arriving at its join; the last required arrival resolves the join and routes on.';
 
 -- After a decision: every waiting stage that no live path can reach any
@@ -606,16 +599,16 @@ COMMENT ON FUNCTION wfe._finish(bigint) IS
 'Finishes a run: completed only when its intent was completed and every finaliser succeeded; notifies wfe_run_done.';
 
 -- A stage reached its final state for this run: move the run along.
-CREATE FUNCTION wfe._stage_done(p_run wfe.runs, p_stage text, p_outcome text)
+CREATE FUNCTION wfe._stage_done(p_run wfe.runs, s wfe.run_stages, p_outcome text)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    s      wfe.run_stages;
-    v_spec jsonb;
+    p_stage text := s.stage;
+    v_spec  jsonb;
 BEGIN
-    SELECT * INTO s FROM wfe.run_stages AS st WHERE st.run_id = p_run.run_id AND st.stage = p_stage;
+    -- s is the finished stage's row as its caller last saw it (kind, branch)
     IF s.kind = 'finaliser' THEN
         PERFORM wfe._next_finaliser(p_run.run_id);
         RETURN;
@@ -631,7 +624,7 @@ BEGIN
                        s.branch, p_outcome);
 END
 $$;
-COMMENT ON FUNCTION wfe._stage_done(wfe.runs, text, text) IS
+COMMENT ON FUNCTION wfe._stage_done(wfe.runs, wfe.run_stages, text) IS
 'Moves a run on after a stage finished: the stage''s route, the task graph, or the next finaliser.';
 
 -- Tasks form: a task finished (or was skipped); decide its dependents and
@@ -790,7 +783,7 @@ BEGIN
         VALUES (p_run.tenant, p_run.run_id, p_stage, s.attempt, 'retries exhausted', p_error);
     END IF;
     -- a join records the branch's real terminal state (failed or timed_out)
-    PERFORM wfe._stage_done(p_run, p_stage, p_final_state);
+    PERFORM wfe._stage_done(p_run, s, p_final_state);
 END
 $$;
 COMMENT ON FUNCTION wfe._attempt_failed(wfe.runs, text, jsonb, boolean, text) IS
@@ -818,7 +811,7 @@ BEGIN
           FROM jsonb_array_elements(wfe._spec(p_run.definition_id, p_stage) -> 'produces') AS x(pr)
         ON CONFLICT DO NOTHING;
     END IF;
-    PERFORM wfe._stage_done(p_run, p_stage, 'completed');
+    PERFORM wfe._stage_done(p_run, s, 'completed');
 END
 $$;
 COMMENT ON FUNCTION wfe._attempt_completed(wfe.runs, text, jsonb) IS

@@ -61,6 +61,8 @@ CREATE FUNCTION wfe.claim_task(queue text, worker_id text, max_tasks int DEFAULT
 RETURNS SETOF wfe.task
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
+-- the claim's plan is the same whatever the arguments: plan it once per session
+SET plan_cache_mode = force_generic_plan
 AS $$
 #variable_conflict use_column
 BEGIN
