@@ -203,9 +203,11 @@ BEGIN
      WHERE st.run_id = p_run.run_id AND st.stage = p_stage
     RETURNING st.* INTO s;
 
-    PERFORM wfe._event(p_run.run_id, p_run.tenant, p_stage, s.attempt,
-                       CASE WHEN s.attempt = 1 THEN 'stage.released' ELSE 'stage.retried' END,
-                       jsonb_build_object('queue', s.queue, 'fence', s.fence));
+    -- (the hot path writes its events directly rather than through wfe._event)
+    INSERT INTO wfe.events (run_id, tenant, stage, attempt, type, detail)
+    VALUES (p_run.run_id, p_run.tenant, p_stage, s.attempt,
+            CASE WHEN s.attempt = 1 THEN 'stage.released' ELSE 'stage.retried' END,
+            jsonb_build_object('queue', s.queue, 'fence', s.fence));
     IF s.deadline_at IS NOT NULL THEN
         PERFORM wfe._wake(s.deadline_at);   -- the queue deadline is a timer too
     END IF;
@@ -803,7 +805,8 @@ BEGIN
            finished_at = now(), deadline_at = NULL
      WHERE st.run_id = p_run.run_id AND st.stage = p_stage
     RETURNING st.* INTO s;
-    PERFORM wfe._event(p_run.run_id, p_run.tenant, p_stage, s.attempt, 'stage.completed', NULL);
+    INSERT INTO wfe.events (run_id, tenant, stage, attempt, type)
+    VALUES (p_run.run_id, p_run.tenant, p_stage, s.attempt, 'stage.completed');
     IF p_run.form = 'tasks' AND s.kind <> 'finaliser' THEN
         -- outputs are write-once per (run, task, key)
         INSERT INTO wfe.outputs (run_id, task, key, tenant, value)
