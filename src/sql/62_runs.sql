@@ -1,7 +1,7 @@
 -- Starting and stopping runs: wfe.submit and wfe.cancel_run (docs: runtime.md).
 
 -- Release a run's first stages: the entry, or every task without dependencies.
-CREATE FUNCTION wfe._start(p_run wfe.runs)
+CREATE FUNCTION wfe._start(p_run wfe.runs, p_entry text)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -9,12 +9,9 @@ AS $$
 DECLARE
     v_task text;
 BEGIN
-    PERFORM wfe._event(p_run.run_id, p_run.tenant, NULL, NULL, 'run.started', NULL);
+    INSERT INTO wfe.events (run_id, tenant, type) VALUES (p_run.run_id, p_run.tenant, 'run.started');
     IF p_run.form = 'stages' THEN
-        PERFORM wfe._activate(p_run,
-                              (SELECT d.plan ->> 'entry' FROM wfe.definitions AS d
-                                WHERE d.definition_id = p_run.definition_id),
-                              NULL);
+        PERFORM wfe._activate(p_run, p_entry, NULL);
         RETURN;
     END IF;
     FOR v_task IN SELECT ps.stage FROM wfe.plan_stages AS ps
@@ -27,7 +24,7 @@ BEGIN
     PERFORM wfe._tasks_maybe_complete(p_run.run_id);
 END
 $$;
-COMMENT ON FUNCTION wfe._start(wfe.runs) IS
+COMMENT ON FUNCTION wfe._start(wfe.runs, text) IS
 'Releases a run''s entry stage (stages form) or its tasks without dependencies (tasks form).';
 
 -- The run an idempotency key names, if it may be returned again.
@@ -217,10 +214,10 @@ BEGIN
       LEFT JOIN wfe.contracts AS c ON c.ref = coalesce(ps.spec ->> 'worker', ps.spec ->> 'action')
      WHERE ps.definition_id = d.definition_id;
 
-    PERFORM wfe._event(r.run_id, r.tenant, NULL, NULL, 'run.submitted',
-                       jsonb_build_object('workflow', r.workflow, 'version', r.version,
-                                          'digest', r.definition_digest,
-                                          'idempotency_key', r.idempotency_key));
+    INSERT INTO wfe.events (run_id, tenant, type, detail)
+    VALUES (r.run_id, r.tenant, 'run.submitted',
+            jsonb_build_object('workflow', r.workflow, 'version', r.version,
+                               'digest', r.definition_digest, 'idempotency_key', r.idempotency_key));
     IF r.deadline_at IS NOT NULL THEN
         INSERT INTO wfe.timers (tenant, run_id, kind, due_at)
         VALUES (r.tenant, r.run_id, 'run_deadline', r.deadline_at);
@@ -231,7 +228,7 @@ BEGIN
         VALUES (r.tenant, r.run_id, 'not_before', v_start);
         PERFORM wfe._wake(v_start);
     ELSE
-        PERFORM wfe._start(r);
+        PERFORM wfe._start(r, d.plan ->> 'entry');
     END IF;
     RETURN QUERY SELECT r.run_id, true;
 END

@@ -32,7 +32,8 @@ BEGIN
     ELSIF p_timer.kind = 'not_before' THEN
         IF r.intent IS NULL AND NOT EXISTS (SELECT 1 FROM wfe.events AS e
                                              WHERE e.run_id = r.run_id AND e.type = 'run.started') THEN
-            PERFORM wfe._start(r);
+            PERFORM wfe._start(r, (SELECT d.plan ->> 'entry' FROM wfe.definitions AS d
+                                    WHERE d.definition_id = r.definition_id));
         END IF;
     ELSIF p_timer.kind = 'run_deadline' THEN
         IF r.intent IS NULL THEN
