@@ -134,9 +134,9 @@ main() {
 	# Step 1: install the Debian packages that are missing.
 	setup_step packages "$WFE_HARNESS/deps.sh"
 
-	# Step 2: build everything: the extension, wfe-compile, the unit tests
-	# and the fuzz target.
-	setup_step build wfe_build all unit-tests fuzz-target
+	# Step 2: build everything: the extension, wfe-compile, the unit tests,
+	# the fuzz target and the TAP tests' amqp-probe.
+	setup_step build wfe_build all unit-tests fuzz-target test-tools
 
 	# Step 3: install the extension and wfe-compile (root on Debian).
 	setup_step install wfe_install
