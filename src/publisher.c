@@ -36,6 +36,7 @@ static char holder[64];
 static int64 lease_token = -1;
 static char *connected_uri = NULL;	/* TopMemoryContext */
 static TimestampTz next_connect_at = 0;
+static char *failed_uri = NULL;	/* TopMemoryContext: the URI the backoff is for */
 static int	connect_failures = 0;
 static char last_error[256] = "";
 
@@ -133,6 +134,9 @@ connect_if_needed(long *wait_ms)
 		disconnect("wfe.amqp_uri changed");
 		next_connect_at = 0;
 	}
+	/* a corrected URI is tried at once, not after the old one's backoff */
+	if (failed_uri && strcmp(failed_uri, wfe_amqp_uri) != 0)
+		next_connect_at = 0;
 	if (now < next_connect_at)
 	{
 		*wait_ms = (long) ((next_connect_at - now) / 1000);
@@ -158,6 +162,9 @@ connect_if_needed(long *wait_ms)
 	strlcpy(last_error, err, sizeof(last_error));
 	connect_failures++;
 	backoff = Min(MAX_RECONNECT_BACKOFF_MS, 100L << Min(connect_failures, 9));
+	if (failed_uri)
+		pfree(failed_uri);
+	failed_uri = MemoryContextStrdup(TopMemoryContext, wfe_amqp_uri);
 	next_connect_at = TimestampTzPlusMilliseconds(now, backoff);
 	*wait_ms = backoff;
 	return false;
@@ -414,7 +421,7 @@ wfe_publisher_round(bool *more, long *wait_ms)
 	mark.failed = ids_where(claim.msgs, claim.n, is_failed);
 	mark.unroutable = ids_where(claim.msgs, claim.n, is_returned);
 	if (!wfe_in_transaction("wfe publisher: marking", mark_body, &mark))
-		return 0;				/* rows stay claimed: repaired on restart */
+		return 0;				/* rows stay claimed: the next claim takes them again */
 	*more = claim.n >= wfe_publish_batch && mark.error == NULL;
 	return mark.marked;
 }

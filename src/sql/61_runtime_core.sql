@@ -155,7 +155,9 @@ BEGIN
                 'x-wfe-attempt', p_stage.attempt::text, 'x-wfe-fence', p_stage.fence::text,
                 'x-wfe-digest', p_run.definition_digest, 'x-wfe-contract', p_stage.worker,
                 'x-wfe-tenant', p_run.tenant, 'x-wfe-track', v_track,
-                'x-wfe-deadline', coalesce(p_stage.deadline_at::text, '')),
+                -- ISO 8601 in UTC, whatever the releasing session's DateStyle and TimeZone
+                'x-wfe-deadline', coalesce(to_char(p_stage.deadline_at AT TIME ZONE 'UTC',
+                                                   'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'), '')),
             jsonb_build_object(
                 'message_id', v_id, 'correlation_id', p_run.run_id::text,
                 'workflow_name', p_run.workflow, 'workflow_version', p_run.version,

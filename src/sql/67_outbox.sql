@@ -56,8 +56,12 @@ BEGIN ATOMIC
     WITH lease AS (
         SELECT 1 FROM wfe.publisher_lease AS l WHERE l.holder = p_holder AND l.token = p_token
     ), picked AS (
+        -- rows this publisher claimed in a round whose mark failed count as
+        -- pending again: each round marks what it claimed, so any left are lost
         SELECT o.id FROM wfe.outbox AS o
-         WHERE o.state = 'pending' AND o.available_at <= now() AND EXISTS (SELECT 1 FROM lease)
+         WHERE ((o.state = 'pending' AND o.available_at <= now())
+                OR (o.state = 'claimed' AND o.claimed_by = p_holder))
+           AND EXISTS (SELECT 1 FROM lease)
          ORDER BY o.id LIMIT p_max
            FOR UPDATE SKIP LOCKED
     )

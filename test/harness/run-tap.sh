@@ -40,7 +40,8 @@ main() {
 	WORKDIR=$1
 
 	shopt -s nullglob
-	tests=("$WFE_TOP"/test/tap/*.pl)
+	# WFE_TAP_ONLY=PATTERN runs the matching tests only (e.g. "01[04]_*")
+	tests=("$WFE_TOP"/test/tap/${WFE_TAP_ONLY:-*}.pl)
 	if [ "${#tests[@]}" -eq 0 ]; then
 		say "tap: no tests in test/tap; skipped"
 		summary 0 0

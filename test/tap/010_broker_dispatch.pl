@@ -2,9 +2,9 @@
 # topology", "Tracks and the envelope"): the topology the publisher
 # declares; a dispatch's routing key, properties, x-wfe-* headers and
 # envelope, field by field, against the outbox row, the run and the stage,
-# for a stage without and with a queue deadline (TODO: x-wfe-deadline is
-# written in the DateStyle and TimeZone of the session that released the
-# stage, so a consumer cannot always read it); messages of consecutive
+# for a stage without and with a queue deadline (x-wfe-deadline is ISO 8601
+# in UTC whatever the DateStyle and TimeZone of the session that released
+# the stage); messages of consecutive
 # outbox ids arrive in id order across claims and confirm windows; the
 # large track: an input over wfe.track_threshold_bytes goes by reference
 # (payload_ref) to run.<queue>.large, wfe.fetch_payload returns it, and
@@ -259,13 +259,9 @@ is($m->{properties}{message_id}, $s->{message_id}, 'stage d: its message_id');
 is(sql(qq{SELECT '$m->{body}{deadline_at}'::timestamptz = deadline_at FROM wfe.run_stages
            WHERE run_id = $run AND stage = 'd'}),
 	't', 'stage d: envelope deadline_at is the deadline, whatever the DateStyle of the releasing session');
-TODO:
-{
-	local $TODO = "src/sql/61_runtime_core.sql _dispatch: x-wfe-deadline is deadline_at::text, in the releasing session's DateStyle and TimeZone";
-	is( sql(qq{SELECT tap_same_instant('$m->{headers}{'x-wfe-deadline'}', deadline_at) FROM wfe.run_stages
-	             WHERE run_id = $run AND stage = 'd'}),
-		't', "stage d: x-wfe-deadline reads as the deadline too ($m->{headers}{'x-wfe-deadline'})");
-}
+is( sql(qq{SELECT tap_same_instant('$m->{headers}{'x-wfe-deadline'}', deadline_at) FROM wfe.run_stages
+             WHERE run_id = $run AND stage = 'd'}),
+	't', "stage d: x-wfe-deadline reads as the deadline too ($m->{headers}{'x-wfe-deadline'})");
 sql(qq{SELECT wfe.accept_task($run, 'd', $s->{attempt}, $s->{fence}, 'tap-w'),
               wfe.complete_task($run, 'd', $s->{attempt}, $s->{fence}, '{}')});
 is(sql("SELECT state FROM wfe.runs WHERE run_id = $run"), 'completed', 'the run completed');
