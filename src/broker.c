@@ -26,6 +26,15 @@
 static amqp_connection_state_t conn = NULL;
 static uint64_t last_tag = 0;
 
+/*
+ * RabbitMQ blocks publishing connections during a resource alarm (memory,
+ * disk) and says so with connection.blocked when the client advertises the
+ * capability.  librabbitmq's socket writes have no deadline, so publishing
+ * into a blocked connection could hang the worker: we stop publishing while
+ * blocked instead.
+ */
+static bool blocked = false;
+
 /* Describe a failed RPC reply. */
 static void
 reply_error(amqp_rpc_reply_t r, const char *what, char *err, size_t errlen)
@@ -92,6 +101,18 @@ open_channel(char *err, size_t errlen)
 		return false;
 	last_tag = 0;				/* delivery tags start again on a new channel */
 	return true;
+}
+
+/* A string-valued table entry. */
+static amqp_table_entry_t
+string_entry(const char *key, const char *value)
+{
+	amqp_table_entry_t e;
+
+	e.key = amqp_cstring_bytes(key);
+	e.value.kind = AMQP_FIELD_KIND_UTF8;
+	e.value.value.bytes = amqp_cstring_bytes(value);
+	return e;
 }
 
 /* The password: from the URI, or the first line of the password file. */
@@ -161,8 +182,29 @@ broker_connect(const char *uri, const char *password_file, char *err, size_t err
 	}
 	amqp_set_handshake_timeout(conn, &timeout);
 	amqp_set_rpc_timeout(conn, &timeout);
-	login = amqp_login(conn, info.vhost, 0, AMQP_DEFAULT_FRAME_SIZE, 0,
-					   AMQP_SASL_METHOD_PLAIN, info.user, password);
+	{
+		/* advertise connection.blocked so a resource alarm is announced */
+		amqp_table_entry_t caps[3];
+		amqp_table_entry_t props[2];
+		amqp_table_t caps_table = {3, caps};
+		amqp_table_t props_table = {2, props};
+
+		caps[0].key = amqp_cstring_bytes("connection.blocked");
+		caps[1].key = amqp_cstring_bytes("publisher_confirms");
+		caps[2].key = amqp_cstring_bytes("authentication_failure_close");
+		for (int i = 0; i < 3; i++)
+		{
+			caps[i].value.kind = AMQP_FIELD_KIND_BOOLEAN;
+			caps[i].value.value.boolean = 1;
+		}
+		props[0].key = amqp_cstring_bytes("capabilities");
+		props[0].value.kind = AMQP_FIELD_KIND_TABLE;
+		props[0].value.value.table = caps_table;
+		props[1] = string_entry("product", "wfe publisher");
+		login = amqp_login_with_properties(conn, info.vhost, 0, AMQP_DEFAULT_FRAME_SIZE, 0,
+										   &props_table, AMQP_SASL_METHOD_PLAIN,
+										   info.user, password);
+	}
 	if (login.reply_type != AMQP_RESPONSE_NORMAL)
 	{
 		reply_error(login, "login", err, errlen);
@@ -188,6 +230,60 @@ broker_disconnect(void)
 	amqp_connection_close(conn, AMQP_REPLY_SUCCESS);
 	amqp_destroy_connection(conn);
 	conn = NULL;
+	blocked = false;
+}
+
+bool
+broker_is_blocked(void)
+{
+	return blocked;
+}
+
+/* Note connection.blocked / unblocked frames; true if the frame was one. */
+static bool
+on_blocking_frame(const amqp_frame_t *frame)
+{
+	if (frame->frame_type != AMQP_FRAME_METHOD)
+		return false;
+	if (frame->payload.method.id == AMQP_CONNECTION_BLOCKED_METHOD)
+	{
+		blocked = true;
+		return true;
+	}
+	if (frame->payload.method.id == AMQP_CONNECTION_UNBLOCKED_METHOD)
+	{
+		blocked = false;
+		return true;
+	}
+	return false;
+}
+
+bool
+broker_poll(int timeout_ms, char *err, size_t errlen)
+{
+	struct timeval start,
+				now;
+
+	gettimeofday(&start, NULL);
+	for (;;)
+	{
+		struct timeval slice = {0, 50 * 1000};
+		amqp_frame_t frame;
+		int			status;
+
+		status = amqp_simple_wait_frame_noblock(conn, &frame, &slice);
+		if (status == AMQP_STATUS_OK)
+			(void) on_blocking_frame(&frame);	/* stray acks of old windows are ignored */
+		else if (status != AMQP_STATUS_TIMEOUT)
+		{
+			snprintf(err, errlen, "reading from the broker: %s", amqp_error_string2(status));
+			return false;
+		}
+		gettimeofday(&now, NULL);
+		if ((now.tv_sec - start.tv_sec) * 1000 + (now.tv_usec - start.tv_usec) / 1000 >= timeout_ms ||
+			(status == AMQP_STATUS_TIMEOUT && !amqp_data_in_buffer(conn)))
+			return true;
+	}
 }
 
 bool
@@ -227,17 +323,6 @@ broker_declare_base(char *err, size_t errlen)
 		declare_bound_queue("wfe.dlq", amqp_empty_table, "wfe.commands", "dead", err, errlen);
 }
 
-/* A string-valued table entry. */
-static amqp_table_entry_t
-string_entry(const char *key, const char *value)
-{
-	amqp_table_entry_t e;
-
-	e.key = amqp_cstring_bytes(key);
-	e.value.kind = AMQP_FIELD_KIND_UTF8;
-	e.value.value.bytes = amqp_cstring_bytes(value);
-	return e;
-}
 
 /*
  * The broker refused a declaration that disagrees with an existing queue
@@ -441,6 +526,12 @@ broker_await_confirms(BrokerMessage *msgs, int n, int timeout_ms, volatile sig_a
 		{
 			snprintf(err, errlen, "waiting for confirms: %s", amqp_error_string2(status));
 			return false;
+		}
+		if (on_blocking_frame(&frame))
+		{
+			if (blocked)
+				break;			/* nothing will be confirmed until it is lifted */
+			continue;
 		}
 		if (frame.frame_type != AMQP_FRAME_METHOD)
 			continue;

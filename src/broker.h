@@ -39,6 +39,12 @@ extern bool broker_connect(const char *uri, const char *password_file, char *err
 extern void broker_disconnect(void);
 extern bool broker_is_connected(void);
 
+/* Is RabbitMQ blocking our publishing (a resource alarm)? */
+extern bool broker_is_blocked(void);
+
+/* Read what the broker sent (blocked/unblocked) for up to timeout_ms. */
+extern bool broker_poll(int timeout_ms, char *err, size_t errlen);
+
 /* The exchanges and wfe.dlq; and the queues of one wfe queue. */
 extern bool broker_declare_base(char *err, size_t errlen);
 /*

@@ -30,6 +30,14 @@
 
 /* How long to wait for the confirms of one window. */
 #define CONFIRM_TIMEOUT_MS 5000
+
+/*
+ * A confirm window also ends at this many body bytes, so one window always
+ * fits in the socket's send buffer: librabbitmq's writes have no deadline,
+ * and a window larger than the buffer could block the worker if the broker
+ * stopped reading in the middle of it.
+ */
+#define WINDOW_MAX_BYTES (1024 * 1024)
 #define MAX_RECONNECT_BACKOFF_MS 30000
 
 static char holder[64];
@@ -339,10 +347,17 @@ publish_batch(BrokerMessage *msgs, int n)
 		if (queue && !ensure_queue(queue))
 			return last_error;
 	}
-	for (int start = 0; start < n; start += wfe_confirm_window)
+	for (int start = 0, end = 0; start < n; start = end)
 	{
-		int			end = Min(n, start + wfe_confirm_window);
+		size_t		bytes = 0;
 
+		/* a window: up to wfe.confirm_window messages and WINDOW_MAX_BYTES */
+		for (end = start; end < n && end - start < wfe_confirm_window; end++)
+		{
+			bytes += strlen(msgs[end].body);
+			if (end > start && bytes > WINDOW_MAX_BYTES)
+				break;
+		}
 		for (int i = start; i < end; i++)
 		{
 			if (!broker_publish(&msgs[i], err, sizeof(err)))
@@ -359,6 +374,15 @@ publish_batch(BrokerMessage *msgs, int n)
 		}
 		if (ShutdownRequestPending)
 			return "shutting down";
+		if (broker_is_blocked())
+			return "RabbitMQ is blocking publishers (resource alarm)";
+		for (int i = start; i < end; i++)
+			if (msgs[i].status == MSG_SENT)
+			{
+				/* the broker stopped answering: do not write more into it */
+				disconnect("confirms timed out");
+				return "confirm timeout";
+			}
 	}
 	/* a returned dispatch: its queue vanished, so declare it again next time */
 	for (int i = 0; i < n; i++)
@@ -408,6 +432,25 @@ wfe_publisher_round(bool *more, long *wait_ms)
 	for (int i = 0; i < lease.nqueues; i++)
 		if (!ensure_queue(lease.queues[i]))
 			return 0;
+
+	/* while RabbitMQ blocks publishers, publish nothing (rows wait in the outbox) */
+	if (broker_is_blocked())
+	{
+		char		err[256];
+
+		if (!broker_poll(100, err, sizeof(err)))
+		{
+			disconnect(err);
+			return 0;
+		}
+		if (broker_is_blocked())
+		{
+			strlcpy(last_error, "RabbitMQ is blocking publishers (resource alarm)", sizeof(last_error));
+			*wait_ms = 500;
+			return 0;
+		}
+		last_error[0] = '\0';
+	}
 
 	/* NB: no transaction is open from here until the mark */
 	claim.token = lease_token;
