@@ -4,7 +4,7 @@
 #   make install         install them into PostgreSQL's directories (as root)
 #   make test            install what is missing, build, install, run every suite
 #   make demo            scripts/demo.sh: the example workflows on a private cluster
-#   make bench           bench/compile/run.sh: compile time of a 500-stage definition
+#   make bench           bench/run.sh: compile, throughput and latency benchmarks
 #   make check-unit      the C unit tests of the compiler core (no server needed)
 #   make test-tools      build/test/amqp-probe, the TAP tests' AMQP client
 #   make check-regress   pg_regress alone, on a private cluster

@@ -3,8 +3,9 @@
  *
  * _PG_init only asks each part to set itself up; the parts live in their
  * own files: guc.c (configuration), shmem.c (wakeups), worker.c (the
- * background worker), compile_fn.c and runtime_fn.c (C behind SQL
- * functions), transitions.c (the legal state transitions).
+ * background worker), publisher.c and broker.c (the outbox publisher it
+ * runs), compile_fn.c and runtime_fn.c (C behind SQL functions),
+ * transitions.c (the legal state transitions).
  */
 #include "postgres.h"
 

@@ -1,6 +1,6 @@
 /*
  * worker.c — the wfe background worker: fires timers, runs in-database
- * actions, removes expired history, and (later) publishes the outbox.
+ * actions, publishes the outbox (publisher.c) and removes expired history.
  *
  * Written the way worker_spi, autoprewarm and pg_cron are: a latch loop with
  * WL_EXIT_ON_PM_DEATH, SIGHUP reloads the configuration, SIGTERM ends the

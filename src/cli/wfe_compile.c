@@ -107,6 +107,20 @@ limit_option(int argc, char **argv, int *i, long *n)
 	return 0;
 }
 
+/* The range the server accepts for the setting behind a --max-* option. */
+static void
+limit_range(const char *option, long *lo, long *hi)
+{
+	if (strcmp(option, "--max-definition-bytes") == 0)
+		*lo = 1024, *hi = 64L * 1024 * 1024;
+	else if (strcmp(option, "--max-stages") == 0)
+		*lo = 1, *hi = 10000;
+	else if (strcmp(option, "--max-fanout") == 0)
+		*lo = 2, *hi = 1024;
+	else
+		*lo = 16, *hi = 65536;	/* --max-expression-bytes */
+}
+
 static void
 usage(FILE *to)
 {
@@ -170,9 +184,15 @@ main(int argc, char **argv)
 
 		if (limit_option(argc, argv, &i, &n))
 		{
-			if (n < 1)
+			long		lo,
+						hi;
+
+			/* the ranges of the server's wfe.max_* settings */
+			limit_range(argv[i - 1], &lo, &hi);
+			if (n < lo || n > hi)
 			{
-				fprintf(stderr, "wfe-compile: %s needs a positive number\n", argv[i - 1]);
+				fprintf(stderr, "wfe-compile: %s takes a number from %ld to %ld\n",
+						argv[i - 1], lo, hi);
 				return 2;
 			}
 			if (strcmp(argv[i - 1], "--max-definition-bytes") == 0)

@@ -75,6 +75,24 @@ END;
 COMMENT ON FUNCTION wfe._outbox_claim(text, bigint, int) IS
 'Publisher: claims up to p_max pending outbox rows (SKIP LOCKED, id order) while holding the lease.';
 
+-- The broker has these dispatches now: their attempts are dispatched, and
+-- accept_task will start them.  (Only stage rows are locked here, never the
+-- run: no lock-order cycle with callbacks, which lock the run, then the stage.)
+CREATE FUNCTION wfe._mark_dispatched(p_ids bigint[])
+RETURNS void
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    UPDATE wfe.run_stages AS st
+       SET state = 'dispatched'
+      FROM wfe.outbox AS o
+     WHERE o.id = ANY (p_ids) AND o.kind = 'dispatch' AND o.state = 'published'
+       AND st.run_id = o.run_id AND st.stage = o.stage
+       AND st.attempt = o.attempt AND st.fence = o.fence AND st.state = 'queued';
+END;
+COMMENT ON FUNCTION wfe._mark_dispatched(bigint[]) IS
+'Moves the attempts of published dispatch rows from queued to dispatched.';
+
 -- Record what the broker confirmed, and what it did not.
 CREATE FUNCTION wfe._outbox_mark(p_holder text, p_token bigint, p_published bigint[],
                                  p_failed bigint[], p_error text, p_unroutable bigint[])
@@ -92,23 +110,11 @@ BEGIN
         RAISE WARNING 'wfe publisher % lost its lease (token %): nothing marked', p_holder, p_token;
         RETURN 0;
     END IF;
-    WITH published AS (
-        UPDATE wfe.outbox AS o
-           SET state = 'published', published_at = now(), last_error = NULL
-         WHERE o.id = ANY (p_published) AND o.state = 'claimed' AND o.claimed_by = p_holder
-        RETURNING o.run_id, o.stage, o.attempt, o.fence, o.kind
-    ), dispatched AS (
-        -- the broker has the attempt now; accept_task will start it.  (Only
-        -- the stage row is locked here, never the run: no lock-order cycle
-        -- with callbacks, which lock the run, then the stage.)
-        UPDATE wfe.run_stages AS st
-           SET state = 'dispatched'
-          FROM published AS p
-         WHERE p.kind = 'dispatch' AND st.run_id = p.run_id AND st.stage = p.stage
-           AND st.attempt = p.attempt AND st.fence = p.fence AND st.state = 'queued'
-        RETURNING 1
-    )
-    SELECT count(*) INTO n FROM published;
+    UPDATE wfe.outbox AS o
+       SET state = 'published', published_at = now(), last_error = NULL
+     WHERE o.id = ANY (p_published) AND o.state = 'claimed' AND o.claimed_by = p_holder;
+    GET DIAGNOSTICS n = ROW_COUNT;
+    PERFORM wfe._mark_dispatched(p_published);
     -- not confirmed: pending again after an exponential backoff
     UPDATE wfe.outbox AS o
        SET state = 'pending', claimed_by = NULL, claimed_at = NULL, last_error = p_error,
@@ -186,6 +192,7 @@ BEGIN
     UPDATE wfe.outbox AS o SET state = 'published', published_at = now(), last_error = NULL
      WHERE o.id = ANY (outbox_ack.ids) AND o.state = 'claimed' AND o.claimed_by = outbox_ack.relay;
     GET DIAGNOSTICS n = ROW_COUNT;
+    PERFORM wfe._mark_dispatched(outbox_ack.ids);
     RETURN n;
 END
 $$;
@@ -261,6 +268,9 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
+DECLARE
+    v_was text;
+    c     record;
 BEGIN
     IF configure_queue.queue IS NULL OR configure_queue.delivery IS NULL OR configure_queue.paused IS NULL THEN
         RAISE EXCEPTION 'queue, delivery and paused must not be null' USING ERRCODE = 'null_value_not_allowed';
@@ -276,11 +286,31 @@ BEGIN
     IF configure_queue.max_in_flight IS NOT NULL AND configure_queue.max_in_flight < 1 THEN
         RAISE EXCEPTION 'max_in_flight must be positive' USING ERRCODE = 'invalid_parameter_value';
     END IF;
+    SELECT q.delivery INTO v_was FROM wfe.queues AS q WHERE q.queue = configure_queue.queue FOR UPDATE;
     INSERT INTO wfe.queues AS q (queue, delivery, max_in_flight, paused)
     VALUES (configure_queue.queue, configure_queue.delivery, configure_queue.max_in_flight, configure_queue.paused)
     ON CONFLICT (queue) DO UPDATE
        SET delivery = excluded.delivery, max_in_flight = excluded.max_in_flight,
            paused = excluded.paused, updated_at = now();
+    -- Tasks waiting in the old mode follow the queue into the new one: to
+    -- broker, queued attempts get their dispatch message; to poll,
+    -- dispatched attempts become claimable (a broker worker that still
+    -- accepts one is answered duplicate once a poll worker has it).
+    IF configure_queue.delivery = 'broker' AND coalesce(v_was, 'poll') = 'poll' THEN
+        FOR c IN SELECT st.run_id, st.stage FROM wfe.run_stages AS st
+                  WHERE st.queue = configure_queue.queue AND st.state = 'queued' AND st.handler IS NULL
+                  ORDER BY st.ready_at
+                    FOR UPDATE
+        LOOP
+            PERFORM wfe._dispatch((SELECT r FROM wfe.runs AS r WHERE r.run_id = c.run_id),
+                                  (SELECT s FROM wfe.run_stages AS s
+                                    WHERE s.run_id = c.run_id AND s.stage = c.stage));
+        END LOOP;
+    ELSIF configure_queue.delivery = 'poll' AND v_was = 'broker' THEN
+        UPDATE wfe.run_stages AS st SET state = 'queued'
+         WHERE st.queue = configure_queue.queue AND st.state = 'dispatched';
+        PERFORM wfe._notify_ready(configure_queue.queue);
+    END IF;
     PERFORM wfe._wake(now());      -- the publisher declares a new broker queue's topology
 END
 $$;
