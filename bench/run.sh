@@ -11,7 +11,11 @@
 #   3. where the time goes: short profiling runs (floor, wfe batch 1, the
 #      same with wfe.notify off to price the NOTIFY, submit) with
 #      pg_stat_statements tracking nested statements and planning, the
-#      sessions' wait events sampled, the claim's plan (auto_explain).
+#      sessions' wait events sampled, the claim's plan (auto_explain);
+#   4. latency, on the same cluster (bench/latency/latency.sh): timer due ->
+#      fired (idle and under the step load), commit -> worker woken, submit
+#      -> in-database action done, outbox drain against a plain confirmed
+#      publisher and commit -> broker-confirmed, with a private RabbitMQ.
 #
 # The table goes to stdout and, between the markers, into docs/benchmarks.md.
 # Default settings, fsync and synchronous_commit on; wfe.notify stays on.
@@ -23,9 +27,14 @@
 #   BENCH_CLIENTS    client counts, one row each (default "4 1")
 #   BENCH_DOCS       page to update (default docs/benchmarks.md; empty: none)
 #   BENCH_SKIP_COMPILE=1  leave out the compile benchmark
+#   BENCH_SKIP_THROUGHPUT=1  leave out 2 and 3 (only the latency section of
+#                         the page is then rewritten)
+#   BENCH_SKIP_LATENCY=1  leave out 4
+#   and the latency benchmark's own (bench/latency/latency.sh).
 #
-# With the defaults the whole run takes about five minutes: ten measured runs
-# of 22 s, four profiling runs of 8 s, set-up.  Every pgbench run and every
+# With the defaults the whole run takes about seven minutes: ten measured
+# runs of 22 s, four profiling runs of 8 s, about two minutes of latency
+# probes, set-up.  Every pgbench run and every
 # statement is bounded (timeout, statement_timeout); the cluster is stopped
 # and removed on any exit.
 #
@@ -35,6 +44,8 @@ set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/../test/harness/lib.sh"
 # shellcheck source=../test/harness/cluster.sh
 . "$WFE_HARNESS/cluster.sh"
+# shellcheck source=../test/harness/rabbit.sh
+. "$WFE_HARNESS/rabbit.sh"
 
 BENCH_SECONDS=${BENCH_SECONDS:-20}
 WARMUP_SECONDS=${WARMUP_SECONDS:-2}
@@ -58,15 +69,20 @@ LOAD_END=""
 # The figures, keyed "what:clients" (rates per second).
 declare -A RATE LATENCY STARVED WAL
 
+# shellcheck source=latency/latency.sh
+. "$BENCH_DIR/latency/latency.sh"
+
 # cleanup: the EXIT trap; stop the cluster and remove its directory.
 cleanup() {
 	local status=$?
 	[ -z "${SAMPLER_PID:-}" ] || kill "$SAMPLER_PID" 2>/dev/null || true
+	[ -z "${LOAD_PID:-}" ] || kill "$LOAD_PID" 2>/dev/null || true
 	if [ "$status" -ne 0 ]; then
 		[ -z "$CLUSTER_DIR" ] || [ ! -f "$CLUSTER_DIR/server.log" ] ||
 			{ banner "server log (last 30 lines)"; tail -n 30 "$CLUSTER_DIR/server.log"; }
 	fi
 	cluster_stop
+	rmq_stop
 	[ -z "$WORKDIR" ] || rm -rf "$WORKDIR"
 }
 
@@ -418,8 +434,9 @@ results() {
 machine() {
 	local s
 	printf -- '- date: %s\n' "$(date -u '+%Y-%m-%d %H:%M UTC')"
-	printf -- '- command: `make bench` (BENCH_SECONDS=%s, WARMUP_SECONDS=%s, PROFILE_SECONDS=%s, clients %s)\n' \
-		"$BENCH_SECONDS" "$WARMUP_SECONDS" "$PROFILE_SECONDS" "$BENCH_CLIENTS"
+	printf -- '- command: `make bench` (BENCH_SECONDS=%s, WARMUP_SECONDS=%s, PROFILE_SECONDS=%s, clients %s%s%s)\n' \
+		"$BENCH_SECONDS" "$WARMUP_SECONDS" "$PROFILE_SECONDS" "$BENCH_CLIENTS" \
+		"${BENCH_SKIP_THROUGHPUT:+; BENCH_SKIP_THROUGHPUT=1}" "${BENCH_SKIP_BROKER:+; BENCH_SKIP_BROKER=1}"
 	printf -- '- machine: %s CPUs (`nproc`), %s; %s; %s\n' "$(nproc)" \
 		"$(awk '/^MemTotal:/ { printf "%.1f GiB memory", $2 / 1048576 }' /proc/meminfo)" \
 		"$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)" "$(uname -sr)"
@@ -494,28 +511,46 @@ main() {
 
 	# Step 4: the measured runs.
 	LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
-	for c in $BENCH_CLIENTS; do
-		throughput "$c"
-	done
+	if [ -z "${BENCH_SKIP_THROUGHPUT:-}" ]; then
+		for c in $BENCH_CLIENTS; do
+			throughput "$c"
+		done
+	fi
 	LOAD_END=$(cut -d' ' -f1-3 /proc/loadavg)
 
 	# Step 5: where the time goes.
-	profile
+	[ -n "${BENCH_SKIP_THROUGHPUT:-}" ] || profile
 
-	# Step 6: the report.
-	{ machine; printf '\n'; results; } >"$WORKDIR/results.md"
-	if [ -n "$compile_out" ]; then
-		printf '\nCompile time of a 500-stage definition (goal ≤ 50 ms):\n\n```\n%s\n```\n' \
-			"$(sed '1d' <<<"$compile_out")" >>"$WORKDIR/results.md"
+	# Step 6: latency.
+	[ -n "${BENCH_SKIP_LATENCY:-}" ] || latency
+
+	# Step 7: the report.
+	if [ -z "${BENCH_SKIP_THROUGHPUT:-}" ]; then
+		{ machine; printf '\n'; results; } >"$WORKDIR/results.md"
+		if [ -n "$compile_out" ]; then
+			printf '\nCompile time of a 500-stage definition (goal ≤ 50 ms):\n\n```\n%s\n```\n' \
+				"$(sed '1d' <<<"$compile_out")" >>"$WORKDIR/results.md"
+		fi
+		profile_report >"$WORKDIR/profile.md"
+		banner "results"
+		cat "$WORKDIR/results.md"
+		banner "where the time goes"
+		cat "$WORKDIR/profile.md"
 	fi
-	profile_report >"$WORKDIR/profile.md"
-	banner "results"
-	cat "$WORKDIR/results.md"
-	banner "where the time goes"
-	cat "$WORKDIR/profile.md"
+	if [ -z "${BENCH_SKIP_LATENCY:-}" ]; then
+		{
+			[ -z "${BENCH_SKIP_THROUGHPUT:-}" ] || { machine; printf '\n'; }
+			latency_results
+		} >"$WORKDIR/latency.md"
+		banner "latency"
+		cat "$WORKDIR/latency.md"
+	fi
 	if [ -n "$BENCH_DOCS" ] && [ -f "$BENCH_DOCS" ]; then
-		splice "$BENCH_DOCS" results "$WORKDIR/results.md"
-		splice "$BENCH_DOCS" profile "$WORKDIR/profile.md"
+		if [ -z "${BENCH_SKIP_THROUGHPUT:-}" ]; then
+			splice "$BENCH_DOCS" results "$WORKDIR/results.md"
+			splice "$BENCH_DOCS" profile "$WORKDIR/profile.md"
+		fi
+		[ -n "${BENCH_SKIP_LATENCY:-}" ] || splice "$BENCH_DOCS" latency "$WORKDIR/latency.md"
 		say "updated $BENCH_DOCS"
 	fi
 }
