@@ -178,9 +178,20 @@ connect_if_needed(long *wait_ms)
 	return false;
 }
 
+/*
+ * The lease is renewed (a write, so a commit that waits for WAL) at most
+ * this often; in between a round only reads it.  Leases expire after 30 s.
+ */
+#define LEASE_RENEW_MS 5000
+
+static TimestampTz lease_renewed_at = 0;
+static bool lease_connected = false;
+static char lease_error[256] = "";
+
 typedef struct lease_unit
 {
 	MemoryContext cxt;
+	bool		renew;			/* write the lease, not just read it */
 	bool		connected;
 	int64		token;			/* -1: someone else holds the lease */
 	char	  **queues;
@@ -201,9 +212,17 @@ lease_body(void *arg)
 	values[0] = CStringGetTextDatum(holder);
 	values[1] = BoolGetDatum(u->connected);
 	values[2] = CStringGetTextDatum(last_error);
-	if (SPI_execute_with_args("SELECT wfe._publisher_lease($1, $2, $3)", 3, types, values, nulls,
-							  false, 1) != SPI_OK_SELECT)
+	if (u->renew
+		? SPI_execute_with_args("SELECT wfe._publisher_lease($1, $2, $3)",
+								3, types, values, nulls, false, 1) != SPI_OK_SELECT
+		: SPI_execute_with_args("SELECT l.token FROM wfe.publisher_lease AS l WHERE l.holder = $1",
+								1, types, values, nulls, true, 1) != SPI_OK_SELECT)
 		elog(ERROR, "wfe publisher: lease query failed");
+	if (SPI_processed == 0)
+	{
+		u->token = -1;			/* read only: we no longer hold it */
+		return;
+	}
 	token = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
 	u->token = isnull ? -1 : DatumGetInt64(token);
 	if (u->token < 0 || !u->connected)
@@ -399,7 +418,7 @@ publish_batch(BrokerMessage *msgs, int n)
 int
 wfe_publisher_round(bool *more, long *wait_ms)
 {
-	lease_unit	lease = {CurrentMemoryContext, false, -1, NULL, 0};
+	lease_unit	lease = {CurrentMemoryContext, false, false, -1, NULL, 0};
 	claim_unit	claim = {CurrentMemoryContext, 0, NULL, 0};
 	mark_unit	mark = {0};
 
@@ -415,8 +434,23 @@ wfe_publisher_round(bool *more, long *wait_ms)
 	}
 
 	lease.connected = connect_if_needed(wait_ms);
-	if (!wfe_in_transaction("wfe publisher: lease", lease_body, &lease))
-		return 0;
+	{
+		TimestampTz now = GetCurrentTimestamp();
+
+		lease.renew = lease_token < 0 || lease.connected != lease_connected ||
+			strcmp(last_error, lease_error) != 0 ||
+			TimestampDifferenceExceeds(lease_renewed_at, now, LEASE_RENEW_MS);
+		if (!wfe_in_transaction("wfe publisher: lease", lease_body, &lease))
+			return 0;
+		if (lease.renew)
+		{
+			lease_renewed_at = now;
+			lease_connected = lease.connected;
+			strlcpy(lease_error, last_error, sizeof(lease_error));
+		}
+		else if (lease.token < 0)
+			lease_token = -1;	/* lost it: take it again next round */
+	}
 	if (!lease.connected)
 		return 0;
 	if (lease.token < 0)

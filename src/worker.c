@@ -33,6 +33,9 @@ PGDLLEXPORT void wfe_worker_main(Datum main_arg);
 /* How often retention runs, at most. */
 #define RETENTION_INTERVAL_MS (60 * 1000)
 
+/* Rounds in a row that found work due but took none (see run_round). */
+static int	empty_due_rounds = 0;
+
 /* Register the worker; called from _PG_init under shared_preload_libraries. */
 void
 wfe_worker_register(void)
@@ -209,14 +212,21 @@ run_round(long *sleep_ms)
 		*sleep_ms = next;
 
 	/*
-	 * Something is due that this round could not take (its run is locked by
-	 * a transaction in progress): look again shortly rather than spin.
+	 * Something is due that this round did not take.  It may have fallen due
+	 * after the round looked: go round again at once.  If the next round
+	 * takes nothing either, it is locked by a transaction in progress: look
+	 * again shortly rather than spin.
 	 */
-	if (next == 0 && fired <= 0 && actions == 0)
+	if (next == 0 && fired <= 0 && actions == 0 && published <= 0)
+	{
+		if (empty_due_rounds++ == 0)
+			return true;
 		*sleep_ms = Min(wfe_poll_interval_ms, 100);
+	}
+	else
+		empty_due_rounds = 0;
 	if (publish_wait_ms >= 0 && publish_wait_ms < *sleep_ms)
 		*sleep_ms = publish_wait_ms;	/* reconnect or retry backoff */
-	(void) published;
 	return fired >= wfe_worker_batch || actions >= wfe_worker_batch || publish_more;
 }
 

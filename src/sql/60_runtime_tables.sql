@@ -195,6 +195,9 @@ CREATE TABLE wfe.outbox (
 );
 COMMENT ON TABLE wfe.outbox IS 'Messages to publish, written in the transaction of the transition that caused them';
 CREATE INDEX outbox_pending ON wfe.outbox (available_at, id) WHERE state = 'pending';
+CREATE INDEX outbox_claimed ON wfe.outbox (claimed_by) WHERE state = 'claimed';
+-- retention finds expired published rows without reading the whole table
+CREATE INDEX outbox_published ON wfe.outbox (published_at) WHERE state = 'published';
 
 -- Timers: retries, delayed starts and run deadlines.  (Queue, execution and
 -- heartbeat deadlines live on the stage row, indexed, so a claim writes one

@@ -50,28 +50,34 @@ COMMENT ON FUNCTION wfe._publisher_lease(text, boolean, text) IS
 CREATE FUNCTION wfe._outbox_claim(p_holder text, p_token bigint, p_max int)
 RETURNS TABLE (id bigint, kind text, exchange text, routing_key text, message_id uuid,
                run_id bigint, created_at timestamptz, headers text, body text)
-LANGUAGE sql VOLATILE
+LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
-BEGIN ATOMIC
-    WITH lease AS (
-        SELECT 1 FROM wfe.publisher_lease AS l WHERE l.holder = p_holder AND l.token = p_token
-    ), picked AS (
-        -- rows this publisher claimed in a round whose mark failed count as
-        -- pending again: each round marks what it claimed, so any left are lost
+AS $$
+#variable_conflict use_column
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM wfe.publisher_lease AS l WHERE l.holder = p_holder AND l.token = p_token) THEN
+        RETURN;
+    END IF;
+    -- rows this publisher claimed in a round whose mark failed are pending
+    -- again: each round marks what it claimed, so any left over are lost
+    UPDATE wfe.outbox AS o SET state = 'pending', claimed_by = NULL, claimed_at = NULL
+     WHERE o.state = 'claimed' AND o.claimed_by = p_holder;
+    -- NB: pick along the pending index and update by primary key, so the
+    -- claim costs the same however much published history the table holds
+    RETURN QUERY
+    WITH picked AS MATERIALIZED (
         SELECT o.id FROM wfe.outbox AS o
-         WHERE ((o.state = 'pending' AND o.available_at <= now())
-                OR (o.state = 'claimed' AND o.claimed_by = p_holder))
-           AND EXISTS (SELECT 1 FROM lease)
-         ORDER BY o.id LIMIT p_max
+         WHERE o.state = 'pending' AND o.available_at <= now()
+         ORDER BY o.available_at, o.id LIMIT p_max
            FOR UPDATE SKIP LOCKED
     )
     UPDATE wfe.outbox AS o
        SET state = 'claimed', claimed_by = p_holder, claimed_at = now(), attempts = o.attempts + 1
-      FROM picked
-     WHERE o.id = picked.id
+     WHERE o.id = ANY (ARRAY(SELECT picked.id FROM picked))
     RETURNING o.id, o.kind, o.exchange, o.routing_key, o.message_id, o.run_id, o.created_at,
               o.headers::text, o.body::text;
-END;
+END
+$$;
 COMMENT ON FUNCTION wfe._outbox_claim(text, bigint, int) IS
 'Publisher: claims up to p_max pending outbox rows (SKIP LOCKED, id order) while holding the lease.';
 
