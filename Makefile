@@ -70,7 +70,7 @@ UNIT_TESTS  := $(patsubst %.c,build/%,$(sort $(wildcard test/unit/test_*.c)))
 UNIT_OBJS    = $(patsubst src/%.c,build/unit/%.o,$(CORE_SRCS))
 
 PROBE        = build/test/amqp-probe
-PROBE_LIBS   = -lrabbitmq -ljson-c
+PROBE_LIBS   = -lrabbitmq -ljson-c -lm
 
 FUZZ_CC      = clang
 FUZZ_CFLAGS  = -std=gnu11 -g -O1 -Wall -Wextra -Werror \

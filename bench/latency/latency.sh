@@ -23,7 +23,7 @@
 #      broker-mode queue at random, about one every LAT_CONFIRM_GAP_MS;
 #      published_at (start of the publisher's marking transaction, after
 #      the confirms) - the clock right after the submit's COMMIT; the
-#      broker's own part (bench/tools/confirm-latency.c); the same behind
+#      broker's own part (amqp-probe confirm-latency); the same behind
 #      OUTBOX_HISTORY published rows, and the retention pass over both.
 #
 # The probes are procedures in bench/latency/setup.sql.  Every wait is
@@ -279,15 +279,10 @@ history() {
 }
 
 # broker_confirms: the broker's own confirm latency for single messages
-# like the dispatches, at the same rate (bench/tools/confirm-latency.c);
+# like the dispatches, at the same rate (amqp-probe confirm-latency);
 # samples as "broker".
 broker_confirms() {
-	local tool="$WORKDIR/confirm-latency"
-	if ! cc -std=gnu11 -O2 -Wall -Wextra -o "$tool" "$BENCH_DIR/tools/confirm-latency.c" -lrabbitmq -lm 2>"$WORKDIR/cc.out"; then
-		say "warning: bench/tools/confirm-latency.c did not build: $(head -n 3 "$WORKDIR/cc.out")"
-		return 0
-	fi
-	timeout 300 "$tool" "$(amqp_uri)/" wfe.commands "$BROKER_KEY" "$LAT_CONFIRMS" "$LAT_CONFIRM_GAP_MS" "${LAT[body]}" |
+	probe confirm-latency wfe.commands "$BROKER_KEY" "$LAT_CONFIRMS" "$LAT_CONFIRM_GAP_MS" "${LAT[body]}" |
 		awk '{ printf "broker\t%s\n", $1 }' | q "COPY bench_lat (figure, ms) FROM STDIN" >/dev/null ||
 		die "confirm-latency failed"
 	say "$(printf '%-30s' "broker alone, publish -> ack:") $(stats broker)  (n p50 p90 p99 max, ms)"

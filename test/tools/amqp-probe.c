@@ -26,6 +26,7 @@
  *   amqp-probe URI delete-queue QUEUE
  *   amqp-probe URI purge QUEUE
  *   amqp-probe URI publish-plain EXCHANGE ROUTING_KEY N [WINDOW [BYTES]]
+ *   amqp-probe URI confirm-latency EXCHANGE ROUTING_KEY N GAP_MS BYTES
  *       Publish N persistent, mandatory messages shaped like wfe's
  *       dispatches (same properties and header count, a BYTES-long JSON
  *       body, default 512) with publisher confirms, WINDOW (default 200) at
@@ -45,6 +46,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
+#include <math.h>
 #include <time.h>
 
 #include <amqp.h>
@@ -83,8 +85,9 @@ usage(void)
 			"       %s URI reject-to-dlq QUEUE MAX N TIMEOUT_S\n"
 			"       %s URI queue-info|declare-queue|delete-queue|purge QUEUE\n"
 			"       %s URI bind QUEUE EXCHANGE ROUTING_KEY\n"
-			"       %s URI publish-plain EXCHANGE ROUTING_KEY N [WINDOW [BYTES]]\n",
-			progname, progname, progname, progname, progname, progname, progname);
+			"       %s URI publish-plain EXCHANGE ROUTING_KEY N [WINDOW [BYTES]]\n"
+			"       %s URI confirm-latency EXCHANGE ROUTING_KEY N GAP_MS BYTES\n",
+			progname, progname, progname, progname, progname, progname, progname, progname);
 	exit(2);
 }
 
@@ -786,57 +789,73 @@ plain_body(long i, long bytes)
 	return body;
 }
 
+/* Headers of the same number and about the same size as a dispatch's. */
+static void
+dispatch_headers(amqp_table_entry_t headers[9], const char *value)
+{
+	static const char *const names[] = {"x-wfe-run-id", "x-wfe-stage", "x-wfe-attempt",
+		"x-wfe-fence", "x-wfe-digest", "x-wfe-contract", "x-wfe-tenant", "x-wfe-track",
+	"x-wfe-deadline"};
+
+	for (int h = 0; h < 9; h++)
+	{
+		headers[h].key = amqp_cstring_bytes(names[h]);
+		headers[h].value.kind = AMQP_FIELD_KIND_UTF8;
+		headers[h].value.value.bytes = amqp_cstring_bytes(h == 4 ? "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef" : value);
+	}
+}
+
+/* Publish message i like a wfe dispatch: persistent, mandatory, with headers. */
+static void
+publish_dispatch_like(amqp_connection_state_t conn, const char *exchange, const char *routing_key,
+					  long i, amqp_table_entry_t headers[9], const char *body)
+{
+	amqp_basic_properties_t props;
+	char		message_id[40],
+				correlation_id[24];
+	int			status;
+
+	snprintf(message_id, sizeof(message_id), "00000000-0000-4000-8000-%012ld", i);
+	snprintf(correlation_id, sizeof(correlation_id), "%ld", i);
+	memset(&props, 0, sizeof(props));
+	props._flags = AMQP_BASIC_CONTENT_TYPE_FLAG | AMQP_BASIC_DELIVERY_MODE_FLAG |
+		AMQP_BASIC_MESSAGE_ID_FLAG | AMQP_BASIC_CORRELATION_ID_FLAG |
+		AMQP_BASIC_TIMESTAMP_FLAG | AMQP_BASIC_HEADERS_FLAG;
+	props.content_type = amqp_cstring_bytes("application/json");
+	props.delivery_mode = 2;
+	props.message_id = amqp_cstring_bytes(message_id);
+	props.correlation_id = amqp_cstring_bytes(correlation_id);
+	props.timestamp = (uint64_t) time(NULL);
+	props.headers.num_entries = 9;
+	props.headers.entries = headers;
+	status = amqp_basic_publish(conn, PUBLISH_CHANNEL, amqp_cstring_bytes(exchange),
+								amqp_cstring_bytes(routing_key), 1, 0, &props,
+								amqp_cstring_bytes(body));
+	if (status != AMQP_STATUS_OK)
+		die("publish failed: %s", amqp_error_string2(status));
+}
+
 /* publish-plain EXCHANGE ROUTING_KEY N WINDOW BYTES: a plain confirmed publisher. */
 static int
 cmd_publish_plain(amqp_connection_state_t conn, const char *exchange, const char *routing_key,
 				  long n, long window, long bytes)
 {
-	static const char *const names[] = {"x-wfe-run-id", "x-wfe-stage", "x-wfe-attempt",
-		"x-wfe-fence", "x-wfe-digest", "x-wfe-contract", "x-wfe-tenant", "x-wfe-track",
-	"x-wfe-deadline"};
 	amqp_table_entry_t headers[9];
 	uint64_t	tag = 0;
 	int64_t		start = now_ms(),
 				elapsed;
 
-	/* headers of the same number and about the same size as a dispatch's */
-	for (int h = 0; h < 9; h++)
-	{
-		headers[h].key = amqp_cstring_bytes(names[h]);
-		headers[h].value.kind = AMQP_FIELD_KIND_UTF8;
-		headers[h].value.value.bytes = amqp_cstring_bytes(h == 4 ? "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef" : "plain");
-	}
+	dispatch_headers(headers, "plain");
 	for (long sent = 0; sent < n;)
 	{
 		long		end = sent + window < n ? sent + window : n;
 
 		for (; sent < end; sent++)
 		{
-			amqp_basic_properties_t props;
-			char		message_id[40],
-						correlation_id[24];
 			char	   *body = plain_body(sent, bytes);
-			int			status;
 
-			snprintf(message_id, sizeof(message_id), "00000000-0000-4000-8000-%012ld", sent);
-			snprintf(correlation_id, sizeof(correlation_id), "%ld", sent);
-			memset(&props, 0, sizeof(props));
-			props._flags = AMQP_BASIC_CONTENT_TYPE_FLAG | AMQP_BASIC_DELIVERY_MODE_FLAG |
-				AMQP_BASIC_MESSAGE_ID_FLAG | AMQP_BASIC_CORRELATION_ID_FLAG |
-				AMQP_BASIC_TIMESTAMP_FLAG | AMQP_BASIC_HEADERS_FLAG;
-			props.content_type = amqp_cstring_bytes("application/json");
-			props.delivery_mode = 2;
-			props.message_id = amqp_cstring_bytes(message_id);
-			props.correlation_id = amqp_cstring_bytes(correlation_id);
-			props.timestamp = (uint64_t) time(NULL);
-			props.headers.num_entries = 9;
-			props.headers.entries = headers;
-			status = amqp_basic_publish(conn, PUBLISH_CHANNEL, amqp_cstring_bytes(exchange),
-										amqp_cstring_bytes(routing_key), 1, 0, &props,
-										amqp_cstring_bytes(body));
+			publish_dispatch_like(conn, exchange, routing_key, sent, headers, body);
 			free(body);
-			if (status != AMQP_STATUS_OK)
-				die("publish failed: %s", amqp_error_string2(status));
 			tag++;
 		}
 		await_confirms(conn, tag);
@@ -844,6 +863,42 @@ cmd_publish_plain(amqp_connection_state_t conn, const char *exchange, const char
 	elapsed = now_ms() - start;
 	printf("published %ld messages in %.3f s: %.0f msg/s (window %ld, body %ld bytes)\n", n,
 		   elapsed / 1000.0, elapsed > 0 ? n * 1000.0 / elapsed : 0.0, window, bytes);
+	return 0;
+}
+
+/*
+ * confirm-latency EXCHANGE ROUTING_KEY N GAP_MS BYTES: the broker's own part
+ * of "commit -> broker-confirmed": one dispatch-like message at a time, about
+ * one every GAP_MS ms (exponential gaps, at most five times GAP_MS), and the
+ * milliseconds from basic.publish to its ack, one line per message.
+ */
+static int
+cmd_confirm_latency(amqp_connection_state_t conn, const char *exchange, const char *routing_key,
+					long n, long gap_ms, long bytes)
+{
+	amqp_table_entry_t headers[9];
+	char	   *body = plain_body(0, bytes);
+
+	dispatch_headers(headers, "latency");
+	srand48((long) now_ms());
+	for (long i = 1; i <= n; i++)
+	{
+		double		gap = -log(1.0 - drand48());
+		struct timespec pause,
+					t0,
+					t1;
+
+		gap = (gap > 5.0 ? 5.0 : gap) * gap_ms / 1000.0;
+		pause.tv_sec = (time_t) gap;
+		pause.tv_nsec = (long) ((gap - pause.tv_sec) * 1e9);
+		nanosleep(&pause, NULL);
+		clock_gettime(CLOCK_MONOTONIC, &t0);
+		publish_dispatch_like(conn, exchange, routing_key, i, headers, body);
+		await_confirms(conn, (uint64_t) i);
+		clock_gettime(CLOCK_MONOTONIC, &t1);
+		printf("%.3f\n", (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6);
+	}
+	free(body);
 	return 0;
 }
 
@@ -872,6 +927,8 @@ main(int argc, char **argv)
 		;
 	else if (strcmp(cmd, "publish-plain") == 0 && argc >= 6 && argc <= 8)
 		(void) int_arg(argv[5]);
+	else if (strcmp(cmd, "confirm-latency") == 0 && argc == 8)
+		(void) (int_arg(argv[5]) + int_arg(argv[6]) + int_arg(argv[7]));
 	else
 		usage();
 
@@ -918,6 +975,9 @@ main(int argc, char **argv)
 			usage();
 		rc = cmd_publish_plain(conn, argv[3], argv[4], int_arg(argv[5]), window, bytes);
 	}
+	else if (strcmp(cmd, "confirm-latency") == 0)
+		rc = cmd_confirm_latency(conn, argv[3], argv[4], int_arg(argv[5]), int_arg(argv[6]),
+								 int_arg(argv[7]));
 	if (rc == 4)
 	{
 		/* the broker closed the channel of the failed passive declare */
