@@ -208,7 +208,8 @@ UPDATE wfe.outputs SET value = '"s-2"' WHERE run_id = :ok AND task = 'show_splas
 \echo :LAST_ERROR_SQLSTATE
 DELETE FROM wfe.outputs WHERE run_id = :ok;
 \echo :LAST_ERROR_SQLSTATE
--- the task the run did not wait for reports after the run ended: late
+-- the task the run did not wait for goes on after the run completed: its
+-- report is accepted (and changes nothing else of the finished run)
 SELECT * FROM pg_temp.work('telemetry');
 SELECT pg_temp.ready();
 

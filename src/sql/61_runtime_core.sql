@@ -481,8 +481,13 @@ BEGIN
         RETURN;
     END IF;
     UPDATE wfe.runs AS x SET intent = p_intent, reason = p_reason WHERE x.run_id = p_run_id;
-    -- the run's pending timers can only do nothing now: retire them
-    UPDATE wfe.timers AS t SET fired_at = now() WHERE t.run_id = p_run_id AND t.fired_at IS NULL;
+    -- the run's pending timers can only do nothing now: retire them (but a
+    -- task the run does not wait for goes on after a completed intent)
+    UPDATE wfe.timers AS t SET fired_at = now()
+     WHERE t.run_id = p_run_id AND t.fired_at IS NULL
+       AND NOT (p_intent = 'completed'
+                AND t.stage IN (SELECT st.stage FROM wfe.run_stages AS st
+                                 WHERE st.run_id = p_run_id AND NOT st.awaits));
     PERFORM wfe._event(p_run_id, r.tenant, NULL, NULL, 'run.intent',
                        jsonb_build_object('intent', p_intent, 'reason', p_reason));
 
@@ -643,6 +648,9 @@ DECLARE
     v_spec jsonb;
     d      record;
 BEGIN
+    IF p_run.intent IS NOT NULL THEN
+        RETURN;                 -- a detached task finishing after the run's intent
+    END IF;
     SELECT * INTO s FROM wfe.run_stages AS st WHERE st.run_id = p_run.run_id AND st.stage = p_task;
     v_spec := wfe._spec(p_run.definition_id, p_task);
     IF s.state IN ('failed', 'timed_out') AND s.awaits AND (v_spec ->> 'critical')::boolean THEN

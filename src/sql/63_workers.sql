@@ -26,7 +26,10 @@ BEGIN
     END IF;
     outcome := CASE
         WHEN run.run_id IS NULL OR stage.stage IS NULL THEN 'unknown'
-        WHEN run.intent IS NOT NULL AND stage.kind <> 'finaliser' THEN 'late'
+        -- finalisers complete a run after its intent; so do the tasks it did
+        -- not wait for (awaits: false), once it completed
+        WHEN run.intent IS NOT NULL AND stage.kind <> 'finaliser'
+             AND (stage.awaits OR run.intent <> 'completed') THEN 'late'
         WHEN stage.attempt = 0 OR p_attempt <> stage.attempt OR p_fence <> stage.fence THEN 'stale'
     END;
     IF outcome IS NOT NULL THEN

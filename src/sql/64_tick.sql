@@ -26,7 +26,8 @@ BEGIN
          WHERE st.run_id = p_timer.run_id AND st.stage = p_timer.stage FOR UPDATE;
         -- a timer made for a superseded attempt or fence does nothing
         IF s.state = 'retry_scheduled' AND s.attempt = p_timer.attempt AND s.fence = p_timer.fence
-           AND (r.intent IS NULL OR s.kind = 'finaliser') THEN
+           AND (r.intent IS NULL OR s.kind = 'finaliser'
+                OR (NOT s.awaits AND r.intent = 'completed')) THEN
             PERFORM wfe._enqueue(r, p_timer.stage, NULL, true);
         END IF;
     ELSIF p_timer.kind = 'not_before' THEN
