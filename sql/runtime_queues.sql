@@ -75,6 +75,15 @@ UPDATE wfe.payloads SET body = '{"v": "tampered"}';
 SELECT pg_temp.try(format('SELECT wfe.fetch_payload(%L)', body -> 'payload_ref'))
   FROM wfe.outbox WHERE routing_key = 'run.rt-q-jobs.large';
 
+-- a paused broker queue keeps its new tasks queued, without dispatch
+-- messages; resuming it dispatches them
+SELECT wfe.configure_queue('rt-q-jobs', 'broker', paused => true);
+SELECT run_id AS paused_run FROM wfe.submit('rt-q-flow', '{"v": "p"}') \gset
+SELECT state FROM wfe.run_stages WHERE run_id = :paused_run;
+SELECT count(*) AS dispatches FROM wfe.outbox WHERE run_id = :paused_run;
+SELECT wfe.configure_queue('rt-q-jobs', 'broker');
+SELECT count(*) AS dispatches FROM wfe.outbox WHERE run_id = :paused_run;
+
 -- cancellation acknowledgements
 SELECT run_id AS cancel_run FROM wfe.run_stages WHERE queue = 'rt-q-jobs' AND state = 'queued' LIMIT 1 \gset
 SELECT wfe.cancel_run(:cancel_run, 'test');

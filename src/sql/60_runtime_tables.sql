@@ -196,6 +196,8 @@ CREATE TABLE wfe.outbox (
 COMMENT ON TABLE wfe.outbox IS 'Messages to publish, written in the transaction of the transition that caused them';
 CREATE INDEX outbox_pending ON wfe.outbox (available_at, id) WHERE state = 'pending';
 CREATE INDEX outbox_claimed ON wfe.outbox (claimed_by) WHERE state = 'claimed';
+-- a run's messages: retention, and a resumed queue's undispatched tasks
+CREATE INDEX outbox_run ON wfe.outbox (run_id, stage);
 -- retention finds expired published rows without reading the whole table
 CREATE INDEX outbox_published ON wfe.outbox (published_at) WHERE state = 'published';
 

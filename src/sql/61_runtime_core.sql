@@ -188,6 +188,7 @@ AS $$
 DECLARE
     s wfe.run_stages;
     v_delivery text;
+    v_paused   boolean;
 BEGIN
     UPDATE wfe.run_stages AS st
        SET state = 'queued',
@@ -216,10 +217,13 @@ BEGIN
     IF s.handler IS NOT NULL THEN
         PERFORM wfe._wake(now());           -- an in-database action to run
     ELSIF s.queue IS NOT NULL THEN
-        SELECT q.delivery INTO v_delivery FROM wfe.queues AS q WHERE q.queue = s.queue;
+        SELECT q.delivery, q.paused INTO v_delivery, v_paused FROM wfe.queues AS q WHERE q.queue = s.queue;
         IF v_delivery = 'broker' THEN
-            PERFORM wfe._dispatch(p_run, s);
-        ELSE
+            -- a paused queue keeps its tasks queued: dispatched on resume
+            IF NOT v_paused THEN
+                PERFORM wfe._dispatch(p_run, s);
+            END IF;
+        ELSIF NOT coalesce(v_paused, false) THEN
             PERFORM wfe._notify_ready(s.queue);
         END IF;
     END IF;

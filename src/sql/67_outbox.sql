@@ -275,8 +275,9 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_was text;
-    c     record;
+    v_was        text;
+    v_was_paused boolean;
+    c            record;
 BEGIN
     IF configure_queue.queue IS NULL OR configure_queue.delivery IS NULL OR configure_queue.paused IS NULL THEN
         RAISE EXCEPTION 'queue, delivery and paused must not be null' USING ERRCODE = 'null_value_not_allowed';
@@ -292,19 +293,29 @@ BEGIN
     IF configure_queue.max_in_flight IS NOT NULL AND configure_queue.max_in_flight < 1 THEN
         RAISE EXCEPTION 'max_in_flight must be positive' USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    SELECT q.delivery INTO v_was FROM wfe.queues AS q WHERE q.queue = configure_queue.queue FOR UPDATE;
+    SELECT q.delivery, q.paused INTO v_was, v_was_paused
+      FROM wfe.queues AS q WHERE q.queue = configure_queue.queue FOR UPDATE;
     INSERT INTO wfe.queues AS q (queue, delivery, max_in_flight, paused)
     VALUES (configure_queue.queue, configure_queue.delivery, configure_queue.max_in_flight, configure_queue.paused)
     ON CONFLICT (queue) DO UPDATE
        SET delivery = excluded.delivery, max_in_flight = excluded.max_in_flight,
            paused = excluded.paused, updated_at = now();
     -- Tasks waiting in the old mode follow the queue into the new one: to
-    -- broker, queued attempts get their dispatch message; to poll,
-    -- dispatched attempts become claimable (a broker worker that still
-    -- accepts one is answered duplicate once a poll worker has it).
-    IF configure_queue.delivery = 'broker' AND coalesce(v_was, 'poll') = 'poll' THEN
+    -- broker (or resumed as broker), queued attempts get their dispatch
+    -- message; to poll, dispatched attempts become claimable (a broker worker
+    -- that still accepts one is answered duplicate once a poll worker has it).
+    -- A paused queue keeps everything as it is until it is resumed.
+    IF configure_queue.paused THEN
+        NULL;                       -- paused: what waits stays queued
+    ELSIF configure_queue.delivery = 'broker'
+          AND (coalesce(v_was, 'poll') = 'poll' OR coalesce(v_was_paused, false)) THEN
         FOR c IN SELECT st.run_id, st.stage FROM wfe.run_stages AS st
                   WHERE st.queue = configure_queue.queue AND st.state = 'queued' AND st.handler IS NULL
+                    -- not those whose dispatch message exists already
+                    AND NOT EXISTS (SELECT 1 FROM wfe.outbox AS o
+                                     WHERE o.run_id = st.run_id AND o.stage = st.stage
+                                       AND o.attempt = st.attempt AND o.fence = st.fence
+                                       AND o.kind = 'dispatch')
                   ORDER BY st.ready_at
                     FOR UPDATE
         LOOP
@@ -312,10 +323,10 @@ BEGIN
                                   (SELECT s FROM wfe.run_stages AS s
                                     WHERE s.run_id = c.run_id AND s.stage = c.stage));
         END LOOP;
-    ELSIF configure_queue.delivery = 'poll' AND v_was = 'broker' THEN
+    ELSIF configure_queue.delivery = 'poll' AND (v_was = 'broker' OR coalesce(v_was_paused, false)) THEN
         UPDATE wfe.run_stages AS st SET state = 'queued'
          WHERE st.queue = configure_queue.queue AND st.state = 'dispatched';
-        PERFORM wfe._notify_ready(configure_queue.queue);
+        PERFORM wfe._notify_ready(configure_queue.queue);     -- resumed or switched: wake the pollers
     END IF;
     PERFORM wfe._wake(now());      -- the publisher declares a new broker queue's topology
 END
