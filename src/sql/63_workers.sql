@@ -5,10 +5,29 @@
 -- duplicate/conflict, invalid_result, accepted -- and every rejected callback
 -- leaves an event row and changes nothing else.
 
+-- Record a rejected callback that passed the gate (duplicate, conflict, stale).
+CREATE FUNCTION wfe._reject(p_stage wfe.run_stages, p_callback text, p_outcome text)
+RETURNS text
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM wfe._event(p_stage.run_id, p_stage.tenant, p_stage.stage, p_stage.attempt,
+                       'callback.' || p_outcome,
+                       jsonb_build_object('callback', p_callback, 'state', p_stage.state,
+                                          'reported', p_stage.outcome));
+    RETURN p_outcome;
+END
+$$;
+COMMENT ON FUNCTION wfe._reject(wfe.run_stages, text, text) IS
+'Records a rejected callback on the event log and returns its outcome word.';
+
 -- The checks every callback shares, under the run's and the stage's locks.
+-- A report (p_report 'completed' or 'failed', with its result or error in
+-- p_value) is also checked against what the attempt already reported.
 -- outcome is NULL when the callback may proceed.
 CREATE FUNCTION wfe._callback_gate(p_run_id bigint, p_stage text, p_attempt int, p_fence bigint,
-                                   p_callback text,
+                                   p_callback text, p_report text DEFAULT NULL, p_value jsonb DEFAULT NULL,
                                    OUT outcome text, OUT run wfe.runs, OUT stage wfe.run_stages)
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -37,28 +56,19 @@ BEGIN
                            jsonb_build_object('callback', p_callback, 'fence', p_fence,
                                               'current_attempt', stage.attempt,
                                               'current_fence', stage.fence));
+    ELSIF p_report IS NOT NULL AND stage.outcome IS NOT NULL THEN
+        outcome := wfe._reject(stage, p_callback,
+                               CASE WHEN stage.outcome = p_report
+                                         AND (CASE p_report WHEN 'completed' THEN stage.result
+                                                            ELSE stage.error END) = p_value
+                                    THEN 'duplicate' ELSE 'conflict' END);
+    ELSIF p_report IS NOT NULL AND stage.state NOT IN ('queued', 'dispatched', 'running') THEN
+        outcome := wfe._reject(stage, p_callback, 'stale');
     END IF;
 END
 $$;
-COMMENT ON FUNCTION wfe._callback_gate(bigint, text, int, bigint, text) IS
-'Locks the run and the stage and answers unknown, late or stale (recording the rejection), or NULL to proceed.';
-
--- Record a rejected callback that passed the gate (duplicate, conflict, stale).
-CREATE FUNCTION wfe._reject(p_stage wfe.run_stages, p_callback text, p_outcome text)
-RETURNS text
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    PERFORM wfe._event(p_stage.run_id, p_stage.tenant, p_stage.stage, p_stage.attempt,
-                       'callback.' || p_outcome,
-                       jsonb_build_object('callback', p_callback, 'state', p_stage.state,
-                                          'reported', p_stage.outcome));
-    RETURN p_outcome;
-END
-$$;
-COMMENT ON FUNCTION wfe._reject(wfe.run_stages, text, text) IS
-'Records a rejected callback on the event log and returns its outcome word.';
+COMMENT ON FUNCTION wfe._callback_gate(bigint, text, int, bigint, text, text, jsonb) IS
+'Locks the run and the stage and answers unknown, late, stale, duplicate or conflict (recording the rejection), or NULL to proceed.';
 
 CREATE FUNCTION wfe.claim_task(queue text, worker_id text, max_tasks int DEFAULT 1, lease_ms int DEFAULT NULL)
 RETURNS SETOF wfe.task
@@ -215,17 +225,9 @@ DECLARE
     v_problem text;
 BEGIN
     g := wfe._callback_gate(complete_task.run_id, complete_task.stage, complete_task.attempt,
-                            complete_task.fence, 'complete_task');
+                            complete_task.fence, 'complete_task', 'completed', v_result);
     IF g.outcome IS NOT NULL THEN
         RETURN g.outcome;
-    END IF;
-    IF (g.stage).outcome IS NOT NULL THEN
-        RETURN wfe._reject(g.stage, 'complete_task',
-                           CASE WHEN (g.stage).outcome = 'completed' AND (g.stage).result = v_result
-                                THEN 'duplicate' ELSE 'conflict' END);
-    END IF;
-    IF (g.stage).state NOT IN ('queued', 'dispatched', 'running') THEN
-        RETURN wfe._reject(g.stage, 'complete_task', 'stale');
     END IF;
     v_problem := wfe._result_problem(g.run, g.stage, v_result);
     IF v_problem IS NOT NULL THEN
@@ -254,17 +256,9 @@ DECLARE
     v_error jsonb := coalesce(fail_task.error, '{}');
 BEGIN
     g := wfe._callback_gate(fail_task.run_id, fail_task.stage, fail_task.attempt, fail_task.fence,
-                            'fail_task');
+                            'fail_task', 'failed', v_error);
     IF g.outcome IS NOT NULL THEN
         RETURN g.outcome;
-    END IF;
-    IF (g.stage).outcome IS NOT NULL THEN
-        RETURN wfe._reject(g.stage, 'fail_task',
-                           CASE WHEN (g.stage).outcome = 'failed' AND (g.stage).error = v_error
-                                THEN 'duplicate' ELSE 'conflict' END);
-    END IF;
-    IF (g.stage).state NOT IN ('queued', 'dispatched', 'running') THEN
-        RETURN wfe._reject(g.stage, 'fail_task', 'stale');
     END IF;
     PERFORM wfe._attempt_failed(g.run, fail_task.stage, v_error, coalesce(fail_task.retryable, true));
     RETURN 'accepted';
