@@ -31,7 +31,7 @@ SRC_HEADERS := $(wildcard src/*.h src/core/*.h)
 # PostgreSQL's own headers have unused parameters; nothing else is relaxed.
 PG_CPPFLAGS  = -std=gnu11 -Wall -Wextra -Werror -Wno-unused-parameter \
                -Isrc -Isrc/core -DWFE_COMPILER_VERSION='"$(EXTVERSION)"'
-SHLIB_LINK  += -lyaml -ljson-c -lrabbitmq
+SHLIB_LINK  += -lyaml -ljson-c -lrabbitmq -lm
 
 # The install script is src/sql/*.sql concatenated in lexical order.
 SQL_SRCS    := $(sort $(wildcard src/sql/*.sql))
@@ -52,7 +52,7 @@ EXTRA_CLEAN = build results regression.diffs regression.out
 # ---------------------------------------------------------------------------
 WFE_CFLAGS   = -std=gnu11 -O2 -Wall -Wextra -Werror
 WFE_CPPFLAGS = -Isrc -Isrc/core -DWFE_COMPILER_VERSION='"$(EXTVERSION)"'
-WFE_LIBS     = -lyaml -ljson-c -lcrypto
+WFE_LIBS     = -lyaml -ljson-c -lcrypto -lm
 
 CLI          = build/wfe-compile
 CLI_OBJS     = $(patsubst src/%.c,build/cli/%.o,$(CORE_SRCS) $(sort $(wildcard src/cli/*.c)))

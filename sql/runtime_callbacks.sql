@@ -205,8 +205,10 @@ SELECT state, intent FROM wfe.runs WHERE run_id = :run;
 SELECT * FROM pg_temp.stages(:run);
 
 --
--- late: the run has a terminal intent.  Every ordinary callback is late,
--- even one that would otherwise be a duplicate, conflict or stale.
+-- After the run's intent: a report of the attempt that was taken is still
+-- answered duplicate (same result) or conflict (another one), so a worker
+-- always learns its result was taken; every other ordinary callback is late,
+-- even one that would otherwise be stale.
 --
 SELECT * FROM pg_temp.call('complete', :run, 'second', :a3, :f3, '{"n": 3}');
 SELECT * FROM pg_temp.call('complete', :run, 'second', :a3, :f3, '{"n": 4}');

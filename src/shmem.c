@@ -116,10 +116,16 @@ PG_FUNCTION_INFO_V1(wfe_wake);
 Datum
 wfe_wake(PG_FUNCTION_ARGS)
 {
-	TimestampTz due = PG_ARGISNULL(0) ? GetCurrentTimestamp() : PG_GETARG_TIMESTAMPTZ(0);
+	wfe_wake_at(PG_ARGISNULL(0) ? GetCurrentTimestamp() : PG_GETARG_TIMESTAMPTZ(0));
+	PG_RETURN_VOID();
+}
 
+/* Ask for the worker to be awake by due once this transaction commits (C callers). */
+void
+wfe_wake_at(TimestampTz due)
+{
 	if (wfe_shared == NULL)
-		PG_RETURN_VOID();
+		return;
 	if (!xact_callback_registered)
 	{
 		RegisterXactCallback(wfe_xact_callback, NULL);
@@ -127,7 +133,6 @@ wfe_wake(PG_FUNCTION_ARGS)
 	}
 	if (pending_wake_at == 0 || due < pending_wake_at)
 		pending_wake_at = due;
-	PG_RETURN_VOID();
 }
 
 PG_FUNCTION_INFO_V1(wfe_worker_status);

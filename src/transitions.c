@@ -2,7 +2,7 @@
  * transitions.c — the legal state transitions of stages and runs, and the
  * triggers that refuse every other one.
  *
- * The tables below are the single source of truth: the triggers consult
+ * The tables in core/states.c are the single source of truth: the triggers consult
  * them on every state change, wfe.stage_transitions() and
  * wfe.run_transitions() list them for psql and the docs.  Written in C
  * because the stage trigger sits on the hottest path of the engine.
@@ -16,71 +16,7 @@
 #include "utils/builtins.h"
 #include "utils/rel.h"
 
-typedef struct transition
-{
-	const char *from;
-	const char *to;
-	const char *why;
-} transition;
-
-/* Stage states (runtime.md "States"); same-state updates are always legal. */
-static const transition stage_transitions[] = {
-	{"waiting", "queued", "released: its predecessors are done"},
-	{"waiting", "completed", "a decision, fork or join resolved at release"},
-	{"waiting", "failed", "input binding failed, or a join was not satisfied"},
-	{"waiting", "skipped", "branch not taken, dependency failed, context gated, missing input, run aborted"},
-	{"waiting", "cancelled", "the run was cancelled before the stage was released"},
-	{"queued", "dispatched", "published to the broker"},
-	{"queued", "running", "claimed by a poll worker, or accepted"},
-	{"queued", "completed", "a worker reported before claiming (broker delivery)"},
-	{"queued", "failed", "a worker reported failure before claiming"},
-	{"queued", "retry_scheduled", "a worker reported a retryable failure before claiming"},
-	{"queued", "timed_out", "queue deadline passed"},
-	{"queued", "cancelled", "run intent set or run cancelled"},
-	{"dispatched", "running", "accepted by the worker"},
-	{"dispatched", "queued", "publisher gave the message back"},
-	{"dispatched", "completed", "a worker reported before accepting"},
-	{"dispatched", "failed", "a worker reported failure before accepting"},
-	{"dispatched", "retry_scheduled", "retryable failure before accepting"},
-	{"dispatched", "timed_out", "queue deadline passed"},
-	{"dispatched", "cancelled", "run intent set or run cancelled"},
-	{"running", "completed", "the worker completed the attempt"},
-	{"running", "failed", "the attempt failed with no retry left"},
-	{"running", "retry_scheduled", "the attempt failed and a retry is due later"},
-	{"running", "timed_out", "execution or heartbeat deadline passed"},
-	{"running", "cancelled", "run intent set or run cancelled: the attempt is fenced"},
-	{"retry_scheduled", "queued", "the retry timer fired: new attempt, new fence"},
-	{"retry_scheduled", "cancelled", "run intent set or run cancelled"},
-	{"timed_out", "retry_scheduled", "the timed-out attempt is retried later"},
-	{"timed_out", "queued", "operator re-drive"},
-	{"failed", "queued", "operator re-drive"},
-	{"cancelled", "queued", "operator re-drive"},
-	{NULL, NULL, NULL}
-};
-
-/* Run states: a run ends only through its intent (and finalisers). */
-static const transition run_transitions[] = {
-	{"running", "finalising", "a terminal intent was set; finalisers run"},
-	{"running", "completed", "completed intent, no finalisers"},
-	{"running", "failed", "failed intent, no finalisers"},
-	{"running", "cancelled", "cancelled, no finalisers"},
-	{"finalising", "completed", "completed intent and every finaliser succeeded"},
-	{"finalising", "failed", "failed intent, or a finaliser failed"},
-	{"finalising", "cancelled", "cancelled, finalisers done"},
-	{NULL, NULL, NULL}
-};
-
-/* Is from -> to in the table (or a same-state update)? */
-static bool
-transition_legal(const transition *table, const char *from, const char *to)
-{
-	if (strcmp(from, to) == 0)
-		return true;
-	for (; table->from; table++)
-		if (strcmp(table->from, from) == 0 && strcmp(table->to, to) == 0)
-			return true;
-	return false;
-}
+#include "core/states.h"
 
 /* Attribute number of the "state" column. */
 static int
@@ -99,7 +35,7 @@ state_attno(TupleDesc desc)
 
 /* Shared body of the two BEFORE UPDATE triggers. */
 static Datum
-guard_state(FunctionCallInfo fcinfo, const transition *table, const char *what)
+guard_state(FunctionCallInfo fcinfo, const wfe_transition *table, const char *what)
 {
 	TriggerData *trigdata = (TriggerData *) fcinfo->context;
 	TupleDesc	desc;
@@ -123,7 +59,7 @@ guard_state(FunctionCallInfo fcinfo, const transition *table, const char *what)
 		elog(ERROR, "%s state must not be null", what);
 	from = TextDatumGetCString(olddatum);
 	to = TextDatumGetCString(newdatum);
-	if (!transition_legal(table, from, to))
+	if (!wfe_transition_legal(table, from, to))
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("illegal %s transition from %s to %s", what, from, to),
@@ -140,19 +76,19 @@ PG_FUNCTION_INFO_V1(wfe_run_transitions);
 Datum
 wfe_stage_state_guard(PG_FUNCTION_ARGS)
 {
-	return guard_state(fcinfo, stage_transitions, "stage");
+	return guard_state(fcinfo, wfe_stage_transition_table, "stage");
 }
 
 /* Trigger on wfe.runs: refuse illegal run transitions. */
 Datum
 wfe_run_state_guard(PG_FUNCTION_ARGS)
 {
-	return guard_state(fcinfo, run_transitions, "run");
+	return guard_state(fcinfo, wfe_run_transition_table, "run");
 }
 
 /* A transition table as rows (from_state, to_state, meaning). */
 static Datum
-list_transitions(FunctionCallInfo fcinfo, const transition *table)
+list_transitions(FunctionCallInfo fcinfo, const wfe_transition *table)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 
@@ -174,12 +110,12 @@ list_transitions(FunctionCallInfo fcinfo, const transition *table)
 Datum
 wfe_stage_transitions(PG_FUNCTION_ARGS)
 {
-	return list_transitions(fcinfo, stage_transitions);
+	return list_transitions(fcinfo, wfe_stage_transition_table);
 }
 
 /* wfe.run_transitions() */
 Datum
 wfe_run_transitions(PG_FUNCTION_ARGS)
 {
-	return list_transitions(fcinfo, run_transitions);
+	return list_transitions(fcinfo, wfe_run_transition_table);
 }

@@ -43,6 +43,7 @@ typedef struct WfeShared
 
 extern WfeShared *wfe_shared;
 extern void wfe_shmem_init(void);
+extern void wfe_wake_at(TimestampTz due);
 
 /* The background worker (worker.c). */
 extern void wfe_worker_register(void);

@@ -1,32 +1,5 @@
 -- Starting and stopping runs: wfe.submit and wfe.cancel_run (docs: runtime.md).
 
--- Release a run's first stages: the entry, or every task without dependencies.
-CREATE FUNCTION wfe._start(p_run wfe.runs, p_entry text)
-RETURNS void
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    v_task text;
-BEGIN
-    INSERT INTO wfe.events (run_id, tenant, type) VALUES (p_run.run_id, p_run.tenant, 'run.started');
-    IF p_run.form = 'stages' THEN
-        PERFORM wfe._activate(p_run, p_entry, NULL);
-        RETURN;
-    END IF;
-    FOR v_task IN SELECT ps.stage FROM wfe.plan_stages AS ps
-                   WHERE ps.definition_id = p_run.definition_id AND ps.type <> 'finaliser'
-                     AND jsonb_array_length(ps.spec -> 'depends_on') = 0
-                   ORDER BY ps.ordinal
-    LOOP
-        PERFORM wfe._task_consider(p_run, v_task);
-    END LOOP;
-    PERFORM wfe._tasks_maybe_complete(p_run.run_id);
-END
-$$;
-COMMENT ON FUNCTION wfe._start(wfe.runs, text) IS
-'Releases a run''s entry stage (stages form) or its tasks without dependencies (tasks form).';
-
 -- The run an idempotency key names, if it may be returned again.
 CREATE FUNCTION wfe._idempotent_run(p_tenant text, p_workflow text, p_key text, p_context jsonb)
 RETURNS bigint
@@ -228,7 +201,7 @@ BEGIN
         VALUES (r.tenant, r.run_id, 'not_before', v_start);
         PERFORM wfe._wake(v_start);
     ELSE
-        PERFORM wfe._start(r, d.plan ->> 'entry');
+        PERFORM wfe._start_run(r.run_id);
     END IF;
     RETURN QUERY SELECT r.run_id, true;
 END
@@ -259,8 +232,7 @@ BEGIN
     END IF;
     PERFORM wfe._event(r.run_id, r.tenant, NULL, NULL, 'run.cancel_requested',
                        jsonb_build_object('by', session_user, 'reason', cancel_run.reason));
-    PERFORM wfe._set_intent(r.run_id, 'cancelled',
-                            coalesce(cancel_run.reason, 'cancelled by ' || session_user));
+    PERFORM wfe._cancel(r.run_id, coalesce(cancel_run.reason, 'cancelled by ' || session_user));
     RETURN 'accepted';
 END
 $$;

@@ -1,74 +1,10 @@
 -- The worker protocol: claim, accept, heartbeat, complete, fail (docs: runtime.md).
 --
 -- Every callback names (run, stage, attempt, fence) and is answered with one
--- outcome word.  The checks run in a fixed order -- unknown, late, stale,
--- duplicate/conflict, invalid_result, accepted -- and every rejected callback
--- leaves an event row and changes nothing else.
-
--- Record a rejected callback that passed the gate (duplicate, conflict, stale).
-CREATE FUNCTION wfe._reject(p_stage wfe.run_stages, p_callback text, p_outcome text)
-RETURNS text
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    PERFORM wfe._event(p_stage.run_id, p_stage.tenant, p_stage.stage, p_stage.attempt,
-                       'callback.' || p_outcome,
-                       jsonb_build_object('callback', p_callback, 'state', p_stage.state,
-                                          'reported', p_stage.outcome));
-    RETURN p_outcome;
-END
-$$;
-COMMENT ON FUNCTION wfe._reject(wfe.run_stages, text, text) IS
-'Records a rejected callback on the event log and returns its outcome word.';
-
--- The checks every callback shares, under the run's and the stage's locks.
--- A report (p_report 'completed' or 'failed', with its result or error in
--- p_value) is also checked against what the attempt already reported.
--- outcome is NULL when the callback may proceed.
-CREATE FUNCTION wfe._callback_gate(p_run_id bigint, p_stage text, p_attempt int, p_fence bigint,
-                                   p_callback text, p_report text DEFAULT NULL, p_value jsonb DEFAULT NULL,
-                                   OUT outcome text, OUT run wfe.runs, OUT stage wfe.run_stages)
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    IF p_run_id IS NULL OR p_stage IS NULL OR p_attempt IS NULL OR p_fence IS NULL THEN
-        RAISE EXCEPTION 'run_id, stage, attempt and fence must not be null'
-            USING ERRCODE = 'null_value_not_allowed';
-    END IF;
-    -- lock order: the run, then the stage
-    SELECT * INTO run FROM wfe.runs AS x WHERE x.run_id = p_run_id FOR NO KEY UPDATE;
-    IF FOUND THEN
-        SELECT * INTO stage FROM wfe.run_stages AS st
-         WHERE st.run_id = p_run_id AND st.stage = p_stage FOR UPDATE;
-    END IF;
-    outcome := CASE
-        WHEN run.run_id IS NULL OR stage.stage IS NULL THEN 'unknown'
-        -- finalisers complete a run after its intent; so do the tasks it did
-        -- not wait for (awaits: false), once it completed
-        WHEN run.intent IS NOT NULL AND stage.kind <> 'finaliser'
-             AND (stage.awaits OR run.intent <> 'completed') THEN 'late'
-        WHEN stage.attempt = 0 OR p_attempt <> stage.attempt OR p_fence <> stage.fence THEN 'stale'
-    END;
-    IF outcome IS NOT NULL THEN
-        PERFORM wfe._event(p_run_id, coalesce(run.tenant, ''), p_stage, p_attempt, 'callback.' || outcome,
-                           jsonb_build_object('callback', p_callback, 'fence', p_fence,
-                                              'current_attempt', stage.attempt,
-                                              'current_fence', stage.fence));
-    ELSIF p_report IS NOT NULL AND stage.outcome IS NOT NULL THEN
-        outcome := wfe._reject(stage, p_callback,
-                               CASE WHEN stage.outcome = p_report
-                                         AND (CASE p_report WHEN 'completed' THEN stage.result
-                                                            ELSE stage.error END) = p_value
-                                    THEN 'duplicate' ELSE 'conflict' END);
-    ELSIF p_report IS NOT NULL AND stage.state NOT IN ('queued', 'dispatched', 'running') THEN
-        outcome := wfe._reject(stage, p_callback, 'stale');
-    END IF;
-END
-$$;
-COMMENT ON FUNCTION wfe._callback_gate(bigint, text, int, bigint, text, text, jsonb) IS
-'Locks the run and the stage and answers unknown, late, stale, duplicate or conflict (recording the rejection), or NULL to proceed.';
+-- outcome word.  The checks run in a fixed order -- unknown, duplicate or
+-- conflict, late, stale, invalid_result, accepted -- and every rejected
+-- callback leaves an event row and changes nothing else.  The callbacks are
+-- C (src/engine.c): the gate and the transition are the step core's.
 
 CREATE FUNCTION wfe.claim_task(queue text, worker_id text, max_tasks int DEFAULT 1, lease_ms int DEFAULT NULL)
 RETURNS SETOF wfe.task
@@ -93,26 +29,28 @@ BEGIN
 
     -- SKIP LOCKED: a claimer never waits for another and never takes a row
     -- another is taking; the state change makes the attempt unclaimable.
+    -- The picked rows are found by walking the ready index and updated by
+    -- their tuple ids, so the claim never joins against (or scans) the
+    -- whole stage table, whatever max_tasks and the table size
+    -- (test/tap/006_claim_plan.pl).
     RETURN QUERY
-    WITH picked AS (
-        SELECT st.run_id, st.stage
-          FROM wfe.run_stages AS st
-         WHERE st.queue = claim_task.queue AND st.state = 'queued'
-           -- paused queues keep their tasks; broker queues are served by the broker
-           AND NOT EXISTS (SELECT 1 FROM wfe.queues AS q
-                            WHERE q.queue = claim_task.queue AND (q.paused OR q.delivery = 'broker'))
-         ORDER BY st.priority DESC, st.ready_at
-         LIMIT claim_task.max_tasks
-           FOR UPDATE SKIP LOCKED
-    ), claimed AS (
+    WITH claimed AS (
         UPDATE wfe.run_stages AS st
            SET state = 'running', claimed_by = claim_task.worker_id,
                started_at = now(), heartbeat_at = now(),
                deadline_at = now() + make_interval(secs => least(
                    coalesce(claim_task.lease_ms, st.exec_ms),
                    coalesce(st.heartbeat_ms, 2147483647)) / 1000.0)
-          FROM picked
-         WHERE st.run_id = picked.run_id AND st.stage = picked.stage
+         WHERE st.ctid = ANY (ARRAY(
+                   SELECT p.ctid
+                     FROM wfe.run_stages AS p
+                    WHERE p.queue = claim_task.queue AND p.state = 'queued'
+                      -- paused queues keep their tasks; broker queues are served by the broker
+                      AND NOT EXISTS (SELECT 1 FROM wfe.queues AS q
+                                       WHERE q.queue = claim_task.queue AND (q.paused OR q.delivery = 'broker'))
+                    ORDER BY p.priority DESC, p.ready_at
+                    LIMIT claim_task.max_tasks
+                      FOR UPDATE SKIP LOCKED))
         RETURNING st.*
     ), logged AS (
         INSERT INTO wfe.events (run_id, tenant, stage, attempt, type, detail)
@@ -150,119 +88,86 @@ COMMENT ON FUNCTION wfe.claim_task(text, text, int, int) IS
 
 CREATE FUNCTION wfe.accept_task(run_id bigint, stage text, attempt int, fence bigint, worker_id text)
 RETURNS text
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-#variable_conflict use_column
-DECLARE
-    g record;
-BEGIN
-    g := wfe._callback_gate(accept_task.run_id, accept_task.stage, accept_task.attempt,
-                            accept_task.fence, 'accept_task');
-    IF g.outcome IS NOT NULL THEN
-        RETURN g.outcome;
-    END IF;
-    IF (g.stage).state NOT IN ('queued', 'dispatched') THEN
-        -- a redelivered envelope: the attempt is already under way or done
-        RETURN wfe._reject(g.stage, 'accept_task',
-                           CASE WHEN (g.stage).state = 'running' OR (g.stage).outcome IS NOT NULL
-                                THEN 'duplicate' ELSE 'stale' END);
-    END IF;
-    UPDATE wfe.run_stages AS st
-       SET state = 'running', claimed_by = accept_task.worker_id, started_at = now(), heartbeat_at = now(),
-           deadline_at = now() + make_interval(secs => least(st.exec_ms, coalesce(st.heartbeat_ms, 2147483647)) / 1000.0)
-     WHERE st.run_id = accept_task.run_id AND st.stage = accept_task.stage;
-    PERFORM wfe._wake(now() + make_interval(secs => least((g.stage).exec_ms,
-                                                          coalesce((g.stage).heartbeat_ms, 2147483647)) / 1000.0));
-    PERFORM wfe._event(accept_task.run_id, (g.run).tenant, accept_task.stage, accept_task.attempt,
-                       'stage.accepted', jsonb_build_object('worker_id', accept_task.worker_id));
-    RETURN 'accepted';
-END
-$$;
+AS 'MODULE_PATHNAME', 'wfe_accept_task'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION wfe.accept_task(bigint, text, int, bigint, text) IS
 'Acceptance handshake for a pushed dispatch: the first call starts the attempt; a redelivery answers duplicate.';
 
 CREATE FUNCTION wfe.heartbeat(run_id bigint, stage text, attempt int, fence bigint)
 RETURNS text
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-#variable_conflict use_column
-DECLARE
-    g record;
-BEGIN
-    g := wfe._callback_gate(heartbeat.run_id, heartbeat.stage, heartbeat.attempt, heartbeat.fence,
-                            'heartbeat');
-    IF g.outcome IS NOT NULL THEN
-        RETURN g.outcome;
-    END IF;
-    IF (g.stage).state <> 'running' THEN
-        RETURN wfe._reject(g.stage, 'heartbeat', 'stale');
-    END IF;
-    -- a heartbeat extends the heartbeat deadline, never the execution deadline
-    UPDATE wfe.run_stages AS st
-       SET heartbeat_at = now(),
-           deadline_at = CASE WHEN st.heartbeat_ms IS NULL THEN st.deadline_at
-                              ELSE least(st.started_at + make_interval(secs => st.exec_ms / 1000.0),
-                                         now() + make_interval(secs => st.heartbeat_ms / 1000.0)) END
-     WHERE st.run_id = heartbeat.run_id AND st.stage = heartbeat.stage;
-    RETURN 'accepted';
-END
-$$;
+AS 'MODULE_PATHNAME', 'wfe_heartbeat'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION wfe.heartbeat(bigint, text, int, bigint) IS
 'Records that a running attempt is alive, pushing out its heartbeat deadline; late or stale tells the worker to stop.';
 
 CREATE FUNCTION wfe.complete_task(run_id bigint, stage text, attempt int, fence bigint,
                                   result jsonb DEFAULT '{}')
 RETURNS text
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-#variable_conflict use_column
-DECLARE
-    g         record;
-    v_result  jsonb := coalesce(complete_task.result, '{}');
-    v_problem text;
-BEGIN
-    g := wfe._callback_gate(complete_task.run_id, complete_task.stage, complete_task.attempt,
-                            complete_task.fence, 'complete_task', 'completed', v_result);
-    IF g.outcome IS NOT NULL THEN
-        RETURN g.outcome;
-    END IF;
-    v_problem := wfe._result_problem(g.run, g.stage, v_result);
-    IF v_problem IS NOT NULL THEN
-        PERFORM wfe._event(complete_task.run_id, (g.run).tenant, complete_task.stage, complete_task.attempt,
-                           'stage.invalid_result', jsonb_build_object('error', v_problem));
-        PERFORM wfe._attempt_failed(g.run, complete_task.stage,
-                                    jsonb_build_object('code', 'result.schema', 'message', v_problem), true);
-        RETURN 'invalid_result';
-    END IF;
-    PERFORM wfe._attempt_completed(g.run, complete_task.stage, v_result);
-    RETURN 'accepted';
-END
-$$;
+AS 'MODULE_PATHNAME', 'wfe_complete_task'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION wfe.complete_task(bigint, text, int, bigint, jsonb) IS
 'Reports an attempt''s result: accepted, duplicate, conflict, stale, late, invalid_result or unknown.';
 
 CREATE FUNCTION wfe.fail_task(run_id bigint, stage text, attempt int, fence bigint, error jsonb DEFAULT '{}',
                               retryable boolean DEFAULT true)
 RETURNS text
+AS 'MODULE_PATHNAME', 'wfe_fail_task'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION wfe.fail_task(bigint, text, int, bigint, jsonb, boolean) IS
+'Reports a failed attempt: retried after a backoff while attempts remain (if retryable), else the stage fails and routes on.';
+
+-- Batch reports: many completions in one call and one transaction, each
+-- through the same gate as wfe.complete_task.  Runs are locked in run_id
+-- (then stage) order whatever the order of the array, so two batches that
+-- share runs cannot deadlock; the answers come back in that order.
+CREATE FUNCTION wfe.complete_tasks(reports jsonb)
+RETURNS TABLE (run_id bigint, stage text, outcome text)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE
-    g       record;
-    v_error jsonb := coalesce(fail_task.error, '{}');
+    r   record;
+    v_n int := 0;
 BEGIN
-    g := wfe._callback_gate(fail_task.run_id, fail_task.stage, fail_task.attempt, fail_task.fence,
-                            'fail_task', 'failed', v_error);
-    IF g.outcome IS NOT NULL THEN
-        RETURN g.outcome;
+    IF complete_tasks.reports IS NULL THEN
+        RAISE EXCEPTION 'reports must not be null' USING ERRCODE = 'null_value_not_allowed';
     END IF;
-    PERFORM wfe._attempt_failed(g.run, fail_task.stage, v_error, coalesce(fail_task.retryable, true));
-    RETURN 'accepted';
+    IF jsonb_typeof(complete_tasks.reports) <> 'array' THEN
+        RAISE EXCEPTION 'reports must be a JSON array, not %', jsonb_typeof(complete_tasks.reports)
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    FOR r IN SELECT x.n, x.rep FROM jsonb_array_elements(complete_tasks.reports) WITH ORDINALITY AS x(rep, n) LOOP
+        IF jsonb_typeof(r.rep) <> 'object'
+           OR jsonb_typeof(r.rep -> 'run_id') IS DISTINCT FROM 'number'
+           OR jsonb_typeof(r.rep -> 'stage') IS DISTINCT FROM 'string'
+           OR jsonb_typeof(r.rep -> 'attempt') IS DISTINCT FROM 'number'
+           OR jsonb_typeof(r.rep -> 'fence') IS DISTINCT FROM 'number' THEN
+            RAISE EXCEPTION 'report % must be an object with numbers run_id, attempt and fence and a string stage', r.n
+                USING ERRCODE = 'invalid_parameter_value',
+                      DETAIL = format('Report %s is %s.', r.n, left(r.rep::text, 200));
+        END IF;
+        v_n := v_n + 1;
+    END LOOP;
+    IF v_n > 1000 THEN
+        RAISE EXCEPTION 'at most 1000 reports per call, not %', v_n USING ERRCODE = 'program_limit_exceeded';
+    END IF;
+    FOR r IN SELECT (x.rep ->> 'run_id')::bigint AS run_id, x.rep ->> 'stage' AS stage,
+                    (x.rep ->> 'attempt')::int AS attempt, (x.rep ->> 'fence')::bigint AS fence,
+                    coalesce(x.rep -> 'result', '{}') AS result
+               FROM jsonb_array_elements(complete_tasks.reports) AS x(rep)
+              ORDER BY 1, 2
+    LOOP
+        run_id := r.run_id;
+        stage := r.stage;
+        outcome := wfe.complete_task(r.run_id, r.stage, r.attempt, r.fence, r.result);
+        RETURN NEXT;
+    END LOOP;
 END
 $$;
-COMMENT ON FUNCTION wfe.fail_task(bigint, text, int, bigint, jsonb, boolean) IS
-'Reports a failed attempt: retried after a backoff while attempts remain (if retryable), else the stage fails and routes on.';
+COMMENT ON FUNCTION wfe.complete_tasks(jsonb) IS
+'Reports many completed attempts in one transaction ([{"run_id","stage","attempt","fence","result"}, ...]); one outcome per report, in run_id order.';

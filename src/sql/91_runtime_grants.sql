@@ -12,7 +12,8 @@ GRANT EXECUTE ON FUNCTION
     wfe.accept_task(bigint, text, int, bigint, text),
     wfe.heartbeat(bigint, text, int, bigint),
     wfe.complete_task(bigint, text, int, bigint, jsonb),
-    wfe.fail_task(bigint, text, int, bigint, jsonb, boolean)
+    wfe.fail_task(bigint, text, int, bigint, jsonb, boolean),
+    wfe.complete_tasks(jsonb)
     TO wfe_worker;
 
 GRANT EXECUTE ON FUNCTION

@@ -1,0 +1,1268 @@
+/*
+ * step.c — the step core (step.h): every decision about how a run moves.
+ *
+ * The functions below call each other the way a run's consequences chain:
+ * a completion routes to a stage, which may be a decision that routes on,
+ * or a join that releases its successor, or a terminal that sets the
+ * intent, which skips what never started and starts the finalisers.  The
+ * chain is bounded by the plan (each call moves a stage out of waiting, or
+ * ends), and st->depth guards it anyway.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <json-c/json.h>
+
+#include "bind.h"
+#include "compile.h"
+#include "expr.h"
+#include "jsonschema.h"
+#include "step.h"
+
+#define STEP_MAX_DEPTH 4096
+
+static void activate(wfe_step *st, int i, int branch, wfe_state outcome);
+static void stage_done(wfe_step *st, int i, wfe_state outcome);
+static void set_intent(wfe_step *st, wfe_run_state intent, const char *reason);
+static void task_done(wfe_step *st, int i);
+
+/* ---------------------------------------------------------------------
+ * Memory, rows and effects
+ * --------------------------------------------------------------------- */
+
+/* Keep a parsed object until the step ends. */
+static json_object *
+hold(wfe_step *st, json_object *o)
+{
+	if (o == NULL)
+		return NULL;
+	if (st->nheld == st->capheld)
+	{
+		st->capheld = st->capheld ? st->capheld * 2 : 16;
+		st->held = realloc(st->held, sizeof(json_object *) * st->capheld);
+		if (st->held == NULL)
+			abort();
+	}
+	st->held[st->nheld++] = o;
+	return o;
+}
+
+static void
+release_held(wfe_step *st)
+{
+	for (int i = 0; i < st->nheld; i++)
+		json_object_put(st->held[i]);
+	free(st->held);
+	st->held = NULL;
+	st->nheld = st->capheld = 0;
+}
+
+void
+wfe_step_begin(wfe_step *st, const wfe_run_plan *rp, wfe_run *run, const wfe_step_io *io)
+{
+	/* an earlier step that the server's error ended left these behind */
+	if (st->rp != NULL)
+		wfe_step_end(st);
+	memset(st, 0, sizeof(*st));
+	st->rp = rp;
+	st->run = run;
+	st->io = io;
+	wfe_arena_init(&st->arena);
+	st->rows = wfe_arena_alloc(&st->arena, sizeof(wfe_row) * (rp->nstages + 1));
+}
+
+void
+wfe_step_end(wfe_step *st)
+{
+	release_held(st);
+	free(st->ops);
+	wfe_arena_free(&st->arena);
+	memset(st, 0, sizeof(*st));
+}
+
+wfe_row *
+wfe_step_row(wfe_step *st, int i)
+{
+	wfe_row    *r = &st->rows[i];
+
+	if (!r->loaded)
+	{
+		memset(r, 0, sizeof(*r));
+		r->branch = -1;
+		st->io->load(st->io->arg, i, r);
+		r->loaded = 1;
+	}
+	return r;
+}
+
+/* Every row of the run, for the decisions that look at the whole run. */
+static void
+load_all(wfe_step *st)
+{
+	if (st->all_loaded)
+		return;
+	for (int i = 0; i < st->rp->nstages; i++)
+		(void) wfe_step_row(st, i);
+	st->all_loaded = 1;
+}
+
+static wfe_op *
+emit(wfe_step *st, wfe_op_kind kind, int stage)
+{
+	wfe_op	   *op;
+
+	if (st->nops == st->capops)
+	{
+		st->capops = st->capops ? st->capops * 2 : 16;
+		st->ops = realloc(st->ops, sizeof(wfe_op) * st->capops);
+		if (st->ops == NULL)
+			abort();
+	}
+	op = &st->ops[st->nops++];
+	memset(op, 0, sizeof(*op));
+	op->kind = kind;
+	op->stage = stage;
+	op->branch = -1;
+	return op;
+}
+
+/* Serialise (and free) a json-c object into the arena. */
+static const char *
+json_text(wfe_step *st, json_object *o)
+{
+	const char *s;
+
+	if (o == NULL)
+		return NULL;
+	s = wfe_arena_strdup(&st->arena,
+						 json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN));
+	json_object_put(o);
+	return s;
+}
+
+const char *
+wfe_step_json_str(wfe_step *st, const char *s)
+{
+	return json_text(st, json_object_new_string(s));
+}
+
+static json_object *
+jstr(const char *s)
+{
+	return s ? json_object_new_string(s) : NULL;
+}
+
+/* A stage name as JSON, or null for none. */
+static json_object *
+jname(wfe_step *st, int i)
+{
+	return i >= 0 ? json_object_new_string(st->rp->stages[i].name) : NULL;
+}
+
+/* A JSON text parsed into a new object (NULL for NULL or JSON null). */
+static json_object *
+jparse(const char *text)
+{
+	size_t		n;
+	char	   *copy;
+	json_object *o;
+
+	if (text == NULL)
+		return NULL;
+	if (text[0] == '{' || text[0] == '[')
+		return wfe_json_parse(text);
+	/* a bare scalar needs a blank after it, or the tokener waits for more */
+	n = strlen(text);
+	copy = malloc(n + 2);
+	if (copy == NULL)
+		abort();
+	memcpy(copy, text, n);
+	copy[n] = ' ';
+	copy[n + 1] = '\0';
+	o = wfe_json_parse(copy);
+	free(copy);
+	return o;
+}
+
+static void
+event(wfe_step *st, int stage, int attempt, const char *type, json_object *detail)
+{
+	wfe_op	   *op = emit(st, WFE_OP_EVENT, stage);
+
+	op->attempt = attempt;
+	op->text = type;
+	op->json = json_text(st, detail);
+}
+
+static const char *
+intent_name(int intent)
+{
+	return wfe_run_state_name((wfe_run_state) intent);
+}
+
+/* ---------------------------------------------------------------------
+ * Binding and decisions
+ * --------------------------------------------------------------------- */
+
+/*
+ * The outputs task i requires, as {task: {key: value}}; *missing (if not
+ * NULL) says whether any is absent.  A producer that completed in this very
+ * step has not written its outputs yet: they are read from its result.
+ */
+static json_object *
+required_outputs(wfe_step *st, int i, int *missing)
+{
+	const wfe_rp_stage *s = &st->rp->stages[i];
+	json_object *out = json_object_new_object();
+
+	if (missing)
+		*missing = 0;
+	for (int k = 0; k < s->nrequires; k++)
+	{
+		const wfe_require *rq = &s->requires[k];
+		json_object *value = NULL;
+		int			found = 0;
+		json_object *per;
+
+		if (rq->producer >= 0 && wfe_step_row(st, rq->producer)->result != NULL)
+		{
+			const wfe_rp_stage *ps = &st->rp->stages[rq->producer];
+			json_object *result = hold(st, jparse(st->rows[rq->producer].result));
+			json_object *v;
+
+			for (int m = 0; m < ps->nproduces && !found; m++)
+				if (strcmp(ps->produces[m].key, rq->key) == 0 &&
+					json_object_is_type(result, json_type_object) &&
+					json_object_object_get_ex(result, rq->key, &v))
+				{
+					value = json_object_get(v);
+					found = 1;
+				}
+		}
+		else
+		{
+			const char *text = st->io->output(st->io->arg, rq->producer_name, rq->key);
+
+			if (text != NULL)
+			{
+				value = jparse(text);
+				found = 1;
+			}
+		}
+		if (!found)
+		{
+			if (missing)
+				*missing = 1;
+			continue;
+		}
+		if (!json_object_object_get_ex(out, rq->producer_name, &per))
+		{
+			per = json_object_new_object();
+			json_object_object_add(out, rq->producer_name, per);
+		}
+		json_object_object_add(per, rq->key, value);
+	}
+	return out;
+}
+
+/*
+ * The evaluation root a stage's input or decision reads: the context and
+ * run identity, the results of the stages it refers to (only completed
+ * actions and workers have results), the outputs it requires.
+ */
+static json_object *
+build_root(wfe_step *st, int i, int for_decision)
+{
+	const wfe_rp_stage *s = &st->rp->stages[i];
+	json_object *root = json_object_new_object();
+	json_object *stages = json_object_new_object();
+	json_object *run = json_object_new_object();
+	json_object *context = NULL;
+	json_object *outputs = NULL;
+
+	if (for_decision || (s->input_refs & WFE_REF_CONTEXT))
+		context = jparse(st->io->context(st->io->arg));
+	json_object_object_add(root, "context", context ? context : json_object_new_object());
+	if (for_decision || (s->input_refs & WFE_REF_STAGES))
+	{
+		int			n = s->nstage_refs < 0 ? st->rp->nstages : s->nstage_refs;
+
+		for (int k = 0; k < n; k++)
+		{
+			int			t = s->nstage_refs < 0 ? k : s->stage_refs[k];
+			const wfe_rp_stage *ts = &st->rp->stages[t];
+			wfe_row    *tr;
+			json_object *entry;
+
+			if (ts->kind != WFE_K_ACTION && ts->kind != WFE_K_WORKER)
+				continue;
+			tr = wfe_step_row(st, t);
+			if (!tr->exists || tr->state != WFE_COMPLETED)
+				continue;
+			entry = json_object_new_object();
+			json_object_object_add(entry, "result",
+								   jparse(tr->result ? tr->result : st->io->result(st->io->arg, t)));
+			json_object_object_add(stages, ts->name, entry);
+		}
+	}
+	json_object_object_add(root, "stages", stages);
+	if (s->nrequires > 0)
+		outputs = required_outputs(st, i, NULL);
+	json_object_object_add(root, "outputs", outputs ? outputs : json_object_new_object());
+	json_object_object_add(run, "id", json_object_new_int64(st->run->run_id));
+	json_object_object_add(run, "tenant", jstr(st->run->tenant));
+	json_object_object_add(run, "workflow", jstr(st->run->workflow));
+	json_object_object_add(run, "version", jstr(st->run->version));
+	json_object_object_add(root, "run", run);
+	return hold(st, root);
+}
+
+/* A decision's outcome over pre-parsed `when` clauses (bind.c's rules). */
+static void
+decide(wfe_step *st, int i, wfe_decision *d)
+{
+	const wfe_rp_stage *s = &st->rp->stages[i];
+	json_object *root = build_root(st, i, 1);
+
+	memset(d, 0, sizeof(*d));
+	d->branch = -1;
+	for (int k = 0; k < s->nbranches; k++)
+	{
+		wfe_expr_error err;
+		int			rc;
+
+		memset(&err, 0, sizeof(err));
+		if (s->when[k] == NULL)
+		{
+			d->branch = k;
+			d->code = "expr.eval";
+			snprintf(d->message, sizeof(d->message), "expr.syntax: branch %d does not parse", k + 1);
+			return;
+		}
+		rc = wfe_expr_eval_bool(s->when[k], root, NULL, &err);
+		if (rc < 0)
+		{
+			d->branch = k;
+			d->code = "expr.eval";
+			snprintf(d->message, sizeof(d->message), "%s", err.message);
+			return;
+		}
+		if (rc == 1)
+		{
+			d->ok = 1;
+			d->branch = k;
+			return;
+		}
+	}
+	d->code = "expr.eval";
+	snprintf(d->message, sizeof(d->message), "no branch of the decision is true");
+}
+
+/* A finaliser's input: the run's identity, intent and stage states. */
+static const char *
+finaliser_input(wfe_step *st)
+{
+	json_object *in = json_object_new_object();
+	json_object *stages = json_object_new_object();
+
+	load_all(st);
+	for (int k = 0; k < st->rp->nstages; k++)
+		if (st->rp->stages[k].kind != WFE_K_FINALISER && st->rows[k].exists)
+			json_object_object_add(stages, st->rp->stages[k].name,
+								   json_object_new_string(wfe_state_name(st->rows[k].state)));
+	json_object_object_add(in, "run_id", json_object_new_int64(st->run->run_id));
+	json_object_object_add(in, "workflow", jstr(st->run->workflow));
+	json_object_object_add(in, "version", jstr(st->run->version));
+	json_object_object_add(in, "tenant", jstr(st->run->tenant));
+	json_object_object_add(in, "intent", st->run->intent >= 0 ? jstr(intent_name(st->run->intent)) : NULL);
+	json_object_object_add(in, "stages", stages);
+	return json_text(st, in);
+}
+
+/*
+ * Bind stage i's input.  Returns the input's JSON text, or NULL with *code
+ * and *message set when binding failed.
+ */
+static const char *
+bind_stage(wfe_step *st, int i, const char **code, const char **message)
+{
+	const wfe_rp_stage *s = &st->rp->stages[i];
+	json_object *schema = st->io->input_schema(st->io->arg, i);
+	json_object *root;
+	json_object *input;
+	wfe_bind_error err;
+	char	   *canon;
+	const char *text;
+
+	if (s->input_refs == 0 && schema == NULL)
+		return s->input_text;	/* nothing to interpolate or check */
+	root = s->input_refs ? build_root(st, i, 0) : hold(st, json_object_new_object());
+	memset(&err, 0, sizeof(err));
+	input = wfe_bind_input(s->input, root, schema, &err);
+	if (input == NULL)
+	{
+		*code = wfe_arena_strdup(&st->arena, err.code ? err.code : WFE_BIND_TYPE);
+		*message = wfe_arena_strdup(&st->arena, err.message);
+		return NULL;
+	}
+	canon = wfe_canonical_json(input);
+	json_object_put(input);
+	text = wfe_arena_strdup(&st->arena, canon ? canon : "{}");
+	free(canon);
+	return text;
+}
+
+/* ---------------------------------------------------------------------
+ * Releasing stages
+ * --------------------------------------------------------------------- */
+
+/* Queue an attempt: a new fence (and, for a release or a retry, a new attempt). */
+static void
+enqueue(wfe_step *st, int i, const char *input, int new_attempt)
+{
+	wfe_row    *r = wfe_step_row(st, i);
+	wfe_op	   *op = emit(st, WFE_OP_ENQUEUE, i);
+	json_object *detail = json_object_new_object();
+
+	op->flag = new_attempt;
+	op->json = input;
+	r->state = WFE_QUEUED;
+	r->attempt += new_attempt;
+	r->fence += 1;
+	r->outcome = 0;
+	op->attempt = r->attempt;
+	op->fence = r->fence;
+	json_object_object_add(detail, "queue", jstr(r->queue));
+	json_object_object_add(detail, "fence", json_object_new_int64(r->fence));
+	event(st, i, r->attempt, r->attempt == 1 ? "stage.released" : "stage.retried", detail);
+}
+
+/* Resolve a decision, fork or join at release. */
+static void
+resolve(wfe_step *st, int i, wfe_state state, json_object *result, json_object *error, int branch)
+{
+	wfe_row    *r = wfe_step_row(st, i);
+	wfe_op	   *op = emit(st, WFE_OP_RESOLVE, i);
+
+	op->state = state;
+	op->json = json_text(st, result);
+	op->json2 = json_text(st, error);
+	op->branch = branch;
+	r->state = state;
+	r->attempt = 1;
+	r->fence = 1;
+	r->outcome = state;
+	if (branch != -2)
+		r->branch = branch;
+}
+
+static void
+skip(wfe_step *st, int i, const char *reason, int decision)
+{
+	wfe_row    *r = wfe_step_row(st, i);
+	wfe_op	   *op = emit(st, WFE_OP_SKIP, i);
+	json_object *detail = json_object_new_object();
+
+	op->text = reason;
+	r->state = WFE_SKIPPED;
+	json_object_object_add(detail, "reason", jstr(reason));
+	if (decision >= 0)
+		json_object_object_add(detail, "decision", jname(st, decision));
+	event(st, i, 0, "stage.skipped", detail);
+}
+
+/*
+ * After a decision: skip (branch_not_taken) every waiting stage that no live
+ * path can reach any more.  Live paths start at the chosen target and at
+ * every stage with an attempt under way.
+ */
+static void
+skip_unreachable(wfe_step *st, int decision, int next)
+{
+	const wfe_run_plan *rp = st->rp;
+
+	load_all(st);
+	for (int i = 0; i < rp->nstages; i++)
+	{
+		wfe_row    *r = &st->rows[i];
+		int			live = 0;
+
+		if (!r->exists || r->state != WFE_WAITING || rp->stages[i].kind == WFE_K_FINALISER ||
+			i == decision)
+			continue;
+		if (next >= 0 && wfe_run_plan_reaches(rp, next, i))
+			live = 1;
+		for (int k = 0; !live && k < rp->nstages; k++)
+			if (st->rows[k].exists && WFE_STATE_IN_FLIGHT(st->rows[k].state) &&
+				wfe_run_plan_reaches(rp, k, i))
+				live = 1;
+		if (!live)
+			skip(st, i, "branch_not_taken", decision);
+	}
+}
+
+/* Follow a route: a terminal sets the intent, a stage is released. */
+static void
+route(wfe_step *st, int from, int target, int branch, wfe_state outcome)
+{
+	if (target == WFE_TO_NONE)
+		return;
+	if (target == WFE_TO_COMPLETED || target == WFE_TO_FAILED)
+	{
+		const char *word = target == WFE_TO_COMPLETED ? "completed" : "failed";
+
+		set_intent(st, target == WFE_TO_COMPLETED ? WFE_RUN_COMPLETED : WFE_RUN_FAILED,
+				   wfe_arena_printf(&st->arena, "stage %s routed to %s",
+									st->rp->stages[from].name, word));
+		return;
+	}
+	activate(st, target, branch, outcome);
+}
+
+/*
+ * A fork branch reaches its join: the arrival is recorded, and the last
+ * required arrival resolves the join and routes on -- once, because the
+ * run's lock serialises racing branches.
+ */
+static void
+arrive(wfe_step *st, int j, int branch, wfe_state outcome)
+{
+	const wfe_rp_stage *js = &st->rp->stages[j];
+	wfe_row    *r = wfe_step_row(st, j);
+	json_object *arrivals = jparse(r->arrivals);
+	json_object *detail = json_object_new_object();
+	json_object *result;
+	int			complete = 1,
+				ok = 1,
+				next,
+				outer;
+	const char *next_name;
+
+	if (!json_object_is_type(arrivals, json_type_object))
+	{
+		json_object_put(arrivals);
+		arrivals = json_object_new_object();
+	}
+	json_object_object_add(arrivals, branch >= 0 ? st->rp->stages[branch].name : "?",
+						   json_object_new_string(wfe_state_name(outcome)));
+	json_object_object_add(detail, "branch", jname(st, branch));
+	json_object_object_add(detail, "outcome", jstr(wfe_state_name(outcome)));
+	event(st, j, 0, "stage.join_arrival", detail);
+
+	for (int k = 0; k < js->ntargets; k++)
+		if (!json_object_object_get_ex(arrivals, st->rp->stages[js->targets[k]].name, NULL))
+			complete = 0;
+	if (!complete)
+	{
+		wfe_op	   *op = emit(st, WFE_OP_ARRIVALS, j);
+
+		r->arrivals = wfe_arena_strdup(&st->arena,
+									   json_object_to_json_string_ext(arrivals, JSON_C_TO_STRING_PLAIN));
+		result = json_object_new_object();
+		json_object_object_add(result, "arrivals", arrivals);
+		op->json = json_text(st, result);
+		return;
+	}
+	{
+		json_object_object_foreach(arrivals, b, o)
+		{
+			int			s = wfe_state_from_name(json_object_get_string(o));
+
+			(void) b;
+			if (s < 0 || !(js->acceptable & (1u << s)))
+				ok = 0;
+		}
+	}
+	next = ok ? js->on_success : js->on_failure;
+	next_name = ok ? js->on_success_name : js->on_failure_name;
+	/* after the join, the run goes on in the branch its fork was in */
+	outer = js->fork >= 0 ? wfe_step_row(st, js->fork)->branch : -1;
+
+	result = json_object_new_object();
+	json_object_object_add(result, "arrivals", json_object_get(arrivals));
+	{
+		json_object *error = NULL;
+
+		if (!ok)
+		{
+			error = json_object_new_object();
+			json_object_object_add(error, "code", json_object_new_string("join.unsatisfied"));
+			json_object_object_add(error, "arrivals", json_object_get(arrivals));
+		}
+		resolve(st, j, ok ? WFE_COMPLETED : WFE_FAILED, result, error, outer);
+	}
+	detail = json_object_new_object();
+	json_object_object_add(detail, "arrivals", arrivals);
+	json_object_object_add(detail, "next", jstr(next_name));
+	event(st, j, 1, ok ? "stage.joined" : "stage.join_failed", detail);
+	route(st, j, next, outer, ok ? WFE_COMPLETED : WFE_FAILED);
+}
+
+/*
+ * Release a waiting stage a route leads to: a join records the arrival,
+ * decisions and forks resolve at once, executing stages get their input
+ * bound and are queued.
+ */
+static void
+activate(wfe_step *st, int i, int branch, wfe_state outcome)
+{
+	const wfe_rp_stage *s = &st->rp->stages[i];
+	wfe_row    *r = wfe_step_row(st, i);
+
+	if (!r->exists || r->state != WFE_WAITING)
+		return;					/* skipped, cancelled, resolved or released already */
+	if (++st->depth > STEP_MAX_DEPTH)
+		abort();				/* a plan cannot chain this far */
+	if (s->kind == WFE_K_JOIN)
+	{
+		arrive(st, i, branch, outcome);
+		st->depth--;
+		return;
+	}
+	if (r->branch != branch)
+	{
+		wfe_op	   *op = emit(st, WFE_OP_BRANCH, i);
+
+		op->branch = branch;
+		r->branch = branch;
+	}
+
+	if (s->kind == WFE_K_DECISION)
+	{
+		wfe_decision d;
+		json_object *detail = json_object_new_object();
+		int			next;
+
+		decide(st, i, &d);
+		if (d.ok)
+		{
+			json_object *result = json_object_new_object();
+
+			next = s->next[d.branch];
+			json_object_object_add(result, "branch", json_object_new_int(d.branch + 1));
+			json_object_object_add(result, "next", jstr(s->next_name[d.branch]));
+			resolve(st, i, WFE_COMPLETED, result, NULL, -2);
+			json_object_object_add(detail, "branch", json_object_new_int(d.branch + 1));
+			json_object_object_add(detail, "next", jstr(s->next_name[d.branch]));
+			event(st, i, 1, "stage.decided", detail);
+		}
+		else
+		{
+			json_object *error = json_object_new_object();
+
+			next = s->on_evaluation_error;
+			json_object_object_add(error, "code", json_object_new_string("expr.eval"));
+			json_object_object_add(error, "message", json_object_new_string(d.message));
+			json_object_object_add(error, "branch", d.branch >= 0 ? json_object_new_int(d.branch + 1) : NULL);
+			resolve(st, i, WFE_FAILED, NULL, error, -2);
+			json_object_object_add(detail, "error", json_object_new_string(d.message));
+			json_object_object_add(detail, "next", jstr(s->on_evaluation_error_name));
+			event(st, i, 1, "stage.evaluation_error", detail);
+		}
+		skip_unreachable(st, i, next);
+		route(st, i, next, branch, d.ok ? WFE_COMPLETED : WFE_FAILED);
+	}
+	else if (s->kind == WFE_K_FORK)
+	{
+		json_object *result = json_object_new_object();
+		json_object *detail = json_object_new_object();
+		json_object *branches = json_object_new_array();
+
+		for (int k = 0; k < s->ntargets; k++)
+			json_object_array_add(branches, jname(st, s->targets[k]));
+		json_object_object_add(result, "branches", json_object_get(branches));
+		resolve(st, i, WFE_COMPLETED, result, NULL, -2);
+		json_object_object_add(detail, "branches", branches);
+		event(st, i, 1, "stage.forked", detail);
+		/* each branch runs under its own name, which its join records */
+		for (int k = 0; k < s->ntargets; k++)
+			activate(st, s->targets[k], s->targets[k], WFE_COMPLETED);
+	}
+	else
+	{
+		const char *input;
+		const char *code = NULL,
+				   *message = NULL;
+
+		input = s->kind == WFE_K_FINALISER ? finaliser_input(st)
+			: bind_stage(st, i, &code, &message);
+		if (input == NULL)
+		{
+			/* binding failures fail the attempt without retry */
+			wfe_op	   *op = emit(st, WFE_OP_BIND_FAILED, i);
+			json_object *error = json_object_new_object();
+			json_object *detail = json_object_new_object();
+
+			json_object_object_add(error, "code", jstr(code));
+			json_object_object_add(error, "message", jstr(message));
+			op->json = json_text(st, error);
+			r->state = WFE_FAILED;
+			r->attempt = 1;
+			r->fence += 1;
+			r->outcome = WFE_FAILED;
+			json_object_object_add(detail, "code", jstr(code));
+			json_object_object_add(detail, "error", jstr(message));
+			event(st, i, 1, "stage.binding_failed", detail);
+			stage_done(st, i, WFE_FAILED);
+		}
+		else
+			enqueue(st, i, input, 1);
+	}
+	st->depth--;
+}
+
+/* ---------------------------------------------------------------------
+ * Intents, finalisers, the end of a run
+ * --------------------------------------------------------------------- */
+
+/* Expose the run's final state: completed only if every finaliser succeeded. */
+static void
+finish(wfe_step *st)
+{
+	wfe_run    *run = st->run;
+	wfe_run_state final;
+	wfe_op	   *op;
+	json_object *detail = json_object_new_object();
+
+	if (run->finished)
+		return;
+	if (run->intent == WFE_RUN_CANCELLED)
+		final = WFE_RUN_CANCELLED;
+	else if (run->intent == WFE_RUN_COMPLETED)
+	{
+		final = WFE_RUN_COMPLETED;
+		load_all(st);
+		for (int k = st->rp->first_finaliser; k < st->rp->nstages; k++)
+			if (st->rows[k].exists && st->rows[k].state != WFE_COMPLETED)
+				final = WFE_RUN_FAILED;
+	}
+	else
+		final = WFE_RUN_FAILED;
+	op = emit(st, WFE_OP_FINISH, -1);
+	op->state = final;
+	op->text = (final == WFE_RUN_FAILED && run->intent == WFE_RUN_COMPLETED)
+		? "a finaliser failed" : NULL;
+	run->state = final;
+	run->finished = 1;
+	json_object_object_add(detail, "intent", jstr(intent_name(run->intent)));
+	event(st, -1, 0, wfe_arena_printf(&st->arena, "run.%s", wfe_run_state_name(final)), detail);
+}
+
+/* Release the next finaliser in declared order, or finish the run. */
+static void
+next_finaliser(wfe_step *st)
+{
+	for (int k = st->rp->first_finaliser; k < st->rp->nstages; k++)
+	{
+		wfe_row    *r = wfe_step_row(st, k);
+
+		if (r->exists && r->state == WFE_WAITING)
+		{
+			if (st->run->state == WFE_RUN_RUNNING)
+			{
+				emit(st, WFE_OP_FINALISING, -1);
+				st->run->state = WFE_RUN_FINALISING;
+			}
+			activate(st, k, -1, WFE_COMPLETED);
+			return;
+		}
+	}
+	finish(st);
+}
+
+/*
+ * Set the run's terminal intent (once): fence what is in flight and ask it
+ * to stop, skip what never started, then run the finalisers.  Tasks the run
+ * does not wait for (awaits: false) go on after a completed intent.
+ */
+static void
+set_intent(wfe_step *st, wfe_run_state intent, const char *reason)
+{
+	const wfe_run_plan *rp = st->rp;
+	wfe_op	   *op;
+	json_object *detail;
+
+	if (st->run->intent >= 0)
+		return;
+	op = emit(st, WFE_OP_INTENT, -1);
+	op->state = intent;
+	op->text = reason;
+	st->run->intent = intent;
+	detail = json_object_new_object();
+	json_object_object_add(detail, "intent", jstr(intent_name(intent)));
+	json_object_object_add(detail, "reason", jstr(reason));
+	event(st, -1, 0, "run.intent", detail);
+
+	load_all(st);
+	for (int i = 0; i < rp->nstages; i++)
+	{
+		wfe_row    *r = &st->rows[i];
+		wfe_state	was = r->state;
+
+		if (!r->exists || rp->stages[i].kind == WFE_K_FINALISER || !WFE_STATE_IN_FLIGHT(was) ||
+			(!r->awaits && intent == WFE_RUN_COMPLETED))
+			continue;
+		op = emit(st, WFE_OP_CANCEL, i);
+		{
+			json_object *error = json_object_new_object();
+
+			json_object_object_add(error, "code", json_object_new_string(
+								   wfe_arena_printf(&st->arena, "run.%s", intent_name(intent))));
+			json_object_object_add(error, "message", jstr(reason));
+			op->json = json_text(st, error);
+		}
+		op->flag = (was == WFE_DISPATCHED || was == WFE_RUNNING);
+		op->text = reason;
+		r->state = WFE_CANCELLED;
+		r->fence += 1;
+		op->attempt = r->attempt;
+		op->fence = r->fence;
+		detail = json_object_new_object();
+		json_object_object_add(detail, "was", jstr(wfe_state_name(was)));
+		json_object_object_add(detail, "fence", json_object_new_int64(r->fence));
+		json_object_object_add(detail, "cancel_requested", json_object_new_boolean(op->flag));
+		event(st, i, r->attempt, "stage.cancelled", detail);
+	}
+	for (int i = 0; i < rp->nstages; i++)
+		if (st->rows[i].exists && st->rows[i].state == WFE_WAITING &&
+			rp->stages[i].kind != WFE_K_FINALISER)
+			skip(st, i, intent == WFE_RUN_COMPLETED ? "branch_not_taken" : "run_aborted", -1);
+	next_finaliser(st);
+}
+
+/* ---------------------------------------------------------------------
+ * The tasks form
+ * --------------------------------------------------------------------- */
+
+/* When no awaited task is waiting or under way, the run's intent is completed. */
+static void
+tasks_maybe_complete(wfe_step *st)
+{
+	if (st->run->intent >= 0)
+		return;
+	load_all(st);
+	for (int i = 0; i < st->rp->nstages; i++)
+	{
+		wfe_row    *r = &st->rows[i];
+
+		if (r->exists && st->rp->stages[i].kind != WFE_K_FINALISER && r->awaits &&
+			(r->state == WFE_WAITING || WFE_STATE_IN_FLIGHT(r->state)))
+			return;
+	}
+	set_intent(st, WFE_RUN_COMPLETED, "every awaited task finished");
+}
+
+/* Release a waiting task whose dependencies are all done, or skip it. */
+static void
+task_consider(wfe_step *st, int i)
+{
+	const wfe_rp_stage *s = &st->rp->stages[i];
+	wfe_row    *r = wfe_step_row(st, i);
+	const char *reason = NULL;
+
+	if (!r->exists || r->state != WFE_WAITING)
+		return;
+	if (s->ncontexts >= 0)
+	{
+		const char *ctx = st->run->execution_context ? st->run->execution_context : "";
+		int			in = 0;
+
+		for (int k = 0; k < s->ncontexts; k++)
+			in |= s->contexts[k] && strcmp(s->contexts[k], ctx) == 0;
+		if (!in)
+			reason = "context_gated";	/* pruned before anything is resolved */
+	}
+	if (reason == NULL)
+	{
+		int			bad = 0;
+
+		for (int k = 0; k < s->ndeps; k++)
+		{
+			wfe_row    *d = wfe_step_row(st, s->deps[k]);
+
+			if (!d->exists)
+				continue;
+			if (d->state == WFE_WAITING || WFE_STATE_IN_FLIGHT(d->state))
+				return;			/* not all dependencies are done yet */
+			if (!(d->state == WFE_COMPLETED || (d->state == WFE_SKIPPED && s->allow_skipped)))
+				bad = 1;
+		}
+		if (bad)
+			reason = "dependency_failed";
+		else if (s->nrequires > 0)
+		{
+			int			missing;
+
+			hold(st, required_outputs(st, i, &missing));
+			if (missing)
+				reason = "missing_input";
+		}
+	}
+	if (reason == NULL)
+	{
+		activate(st, i, -1, WFE_COMPLETED);
+		return;
+	}
+	skip(st, i, reason, -1);
+	task_done(st, i);
+}
+
+/* A task ended (or was skipped): a critical failure aborts the run, else its dependents are considered. */
+static void
+task_done(wfe_step *st, int i)
+{
+	const wfe_rp_stage *s = &st->rp->stages[i];
+	wfe_row    *r = wfe_step_row(st, i);
+
+	if (st->run->intent >= 0)
+		return;					/* a detached task finishing after the intent */
+	if (++st->depth > STEP_MAX_DEPTH)
+		abort();
+	if ((r->state == WFE_FAILED || r->state == WFE_TIMED_OUT) && r->awaits && s->critical)
+	{
+		/* a critical failure halts the run: nothing unstarted is dispatched */
+		set_intent(st, WFE_RUN_FAILED,
+				   wfe_arena_printf(&st->arena, "critical task %s failed", s->name));
+		st->depth--;
+		return;
+	}
+	for (int k = 0; k < s->ndependents; k++)
+		task_consider(st, s->dependents[k]);
+	tasks_maybe_complete(st);
+	st->depth--;
+}
+
+/* ---------------------------------------------------------------------
+ * Attempts
+ * --------------------------------------------------------------------- */
+
+/* A stage reached its final state: its route, the task graph, or the next finaliser. */
+static void
+stage_done(wfe_step *st, int i, wfe_state outcome)
+{
+	const wfe_rp_stage *s = &st->rp->stages[i];
+
+	if (s->kind == WFE_K_FINALISER)
+		next_finaliser(st);
+	else if (st->rp->tasks_form)
+		task_done(st, i);
+	else
+		route(st, i, outcome == WFE_COMPLETED ? s->on_success : s->on_failure,
+			  wfe_step_row(st, i)->branch, outcome);
+}
+
+/* Delay before the attempt after attempt n: capped exponential backoff with jitter. */
+static int64_t
+backoff_us(wfe_step *st, const wfe_retry *r, int attempt)
+{
+	double		base = r->initial_ms * pow(r->multiplier, attempt - 1);
+	double		ms;
+
+	if (base > r->max_ms)
+		base = r->max_ms;
+	switch (r->jitter)
+	{
+		case WFE_JITTER_FULL:
+			ms = st->io->random(st->io->arg) * base;
+			break;
+		case WFE_JITTER_EQUAL:
+			ms = base / 2 + st->io->random(st->io->arg) * base / 2;
+			break;
+		default:
+			ms = base;
+	}
+	return llround(ms * 1000.0);
+}
+
+/* An attempt failed: retry it later while attempts remain, else fail the stage and route on. */
+static void
+attempt_failed(wfe_step *st, int i, const char *error, const char *code, int retryable,
+			   wfe_state final_state)
+{
+	const wfe_retry *retry = &st->rp->stages[i].retry;
+	wfe_row    *r = wfe_step_row(st, i);
+	wfe_op	   *op;
+	json_object *detail = json_object_new_object();
+
+	if (retryable && r->attempt < retry->max_attempts)
+	{
+		op = emit(st, WFE_OP_RETRY, i);
+		op->json = error;
+		op->delay_us = backoff_us(st, retry, r->attempt);
+		op->attempt = r->attempt;
+		op->fence = r->fence;
+		r->state = WFE_RETRY_SCHEDULED;
+		r->outcome = WFE_FAILED;
+		json_object_object_add(detail, "delay_ms", json_object_new_int64(llround(op->delay_us / 1000.0)));
+		json_object_object_add(detail, "error", jparse(code));
+		event(st, i, r->attempt, "stage.retry_scheduled", detail);
+		return;
+	}
+	op = emit(st, WFE_OP_FAIL, i);
+	op->state = final_state;
+	op->json = error;
+	op->flag = retryable;		/* retries exhausted: a dead letter */
+	op->attempt = r->attempt;
+	r->state = final_state;
+	r->outcome = WFE_FAILED;
+	if (final_state == WFE_FAILED)	/* a timeout was recorded when it fired */
+	{
+		json_object_object_add(detail, "error", jparse(code));
+		json_object_object_add(detail, "retryable", json_object_new_boolean(retryable));
+		event(st, i, r->attempt, "stage.failed", detail);
+	}
+	else
+		json_object_put(detail);
+	/* a join records the branch's real terminal state (failed or timed_out) */
+	stage_done(st, i, final_state);
+}
+
+void
+wfe_step_completed(wfe_step *st, int i, const char *result)
+{
+	const wfe_rp_stage *s = &st->rp->stages[i];
+	wfe_row    *r = wfe_step_row(st, i);
+
+	r->result = wfe_arena_strdup(&st->arena, result ? result : "{}");
+	emit(st, WFE_OP_COMPLETE, i)->attempt = r->attempt;
+	r->state = WFE_COMPLETED;
+	r->outcome = WFE_COMPLETED;
+	event(st, i, r->attempt, "stage.completed", NULL);
+	if (st->rp->tasks_form && s->kind != WFE_K_FINALISER && s->nproduces > 0)
+	{
+		/* outputs are write-once per (run, task, key) */
+		json_object *keys = json_object_new_array();
+
+		for (int k = 0; k < s->nproduces; k++)
+			json_object_array_add(keys, jstr(s->produces[k].key));
+		emit(st, WFE_OP_OUTPUTS, i)->json = json_text(st, keys);
+	}
+	stage_done(st, i, WFE_COMPLETED);
+}
+
+void
+wfe_step_failed(wfe_step *st, int i, const char *error, int retryable)
+{
+	json_object *e = hold(st, jparse(error));
+	json_object *code = NULL;
+
+	if (json_object_is_type(e, json_type_object))
+		json_object_object_get_ex(e, "code", &code);
+	attempt_failed(st, i, error,
+				   code ? wfe_arena_strdup(&st->arena, json_object_to_json_string_ext(code, JSON_C_TO_STRING_PLAIN))
+				   : NULL, retryable, WFE_FAILED);
+}
+
+void
+wfe_step_invalid_result(wfe_step *st, int i, const char *problem)
+{
+	wfe_row    *r = wfe_step_row(st, i);
+	json_object *detail = json_object_new_object();
+	json_object *error = json_object_new_object();
+
+	json_object_object_add(detail, "error", jstr(problem));
+	event(st, i, r->attempt, "stage.invalid_result", detail);
+	json_object_object_add(error, "code", json_object_new_string("result.schema"));
+	json_object_object_add(error, "message", jstr(problem));
+	attempt_failed(st, i, json_text(st, error), "\"result.schema\"", 1, WFE_FAILED);
+}
+
+void
+wfe_step_expired(wfe_step *st, int i, const char *clock, const char *deadline_text,
+				 const char *deadline_json)
+{
+	wfe_row    *r = wfe_step_row(st, i);
+	json_object *detail = json_object_new_object();
+	json_object *error = json_object_new_object();
+	const char *code = wfe_arena_printf(&st->arena, "timeout.%s", clock);
+
+	/* the expired attempt is fenced: whatever it reports later is stale */
+	emit(st, WFE_OP_TIME_OUT, i);
+	r->state = WFE_TIMED_OUT;
+	r->fence += 1;
+	json_object_object_add(detail, "clock", jstr(clock));
+	json_object_object_add(detail, "deadline_at", jparse(deadline_json));
+	event(st, i, r->attempt, "stage.timed_out", detail);
+	json_object_object_add(error, "code", jstr(code));
+	json_object_object_add(error, "message", json_object_new_string(
+						   wfe_arena_printf(&st->arena, "%s deadline passed at %s", clock, deadline_text)));
+	attempt_failed(st, i, json_text(st, error), wfe_step_json_str(st, code), 1, WFE_TIMED_OUT);
+}
+
+void
+wfe_step_retry_due(wfe_step *st, int i, int attempt, int64_t fence)
+{
+	wfe_row    *r = wfe_step_row(st, i);
+	int			intent = st->run->intent;
+
+	/* a timer made for a superseded attempt or fence does nothing */
+	if (r->exists && r->state == WFE_RETRY_SCHEDULED && r->attempt == attempt && r->fence == fence &&
+		(intent < 0 || st->rp->stages[i].kind == WFE_K_FINALISER ||
+		 (!r->awaits && intent == WFE_RUN_COMPLETED)))
+		enqueue(st, i, NULL, 1);
+}
+
+void
+wfe_step_run_deadline(wfe_step *st, const char *deadline_json)
+{
+	json_object *detail;
+
+	if (st->run->intent >= 0)
+		return;
+	detail = json_object_new_object();
+	json_object_object_add(detail, "deadline_at", jparse(deadline_json));
+	event(st, -1, 0, "run.deadline_expired", detail);
+	set_intent(st, WFE_RUN_FAILED, "run deadline passed");
+}
+
+void
+wfe_step_cancel(wfe_step *st, const char *reason)
+{
+	set_intent(st, WFE_RUN_CANCELLED, reason);
+}
+
+void
+wfe_step_start(wfe_step *st)
+{
+	event(st, -1, 0, "run.started", NULL);
+	if (!st->rp->tasks_form)
+	{
+		if (st->rp->entry >= 0)
+			activate(st, st->rp->entry, -1, WFE_COMPLETED);
+		return;
+	}
+	for (int i = 0; i < st->rp->first_finaliser; i++)
+		if (st->rp->stages[i].ndeps == 0)
+			task_consider(st, i);
+	tasks_maybe_complete(st);
+}
+
+void
+wfe_step_accepted(wfe_step *st, int i, const char *worker_id)
+{
+	wfe_row    *r = wfe_step_row(st, i);
+	json_object *detail = json_object_new_object();
+
+	emit(st, WFE_OP_ACCEPT, i)->text = worker_id;
+	r->state = WFE_RUNNING;
+	json_object_object_add(detail, "worker_id", jstr(worker_id));
+	event(st, i, r->attempt, "stage.accepted", detail);
+}
+
+/* ---------------------------------------------------------------------
+ * The callback gate and result checks
+ * --------------------------------------------------------------------- */
+
+static const char *const callback_names[] = {"accept_task", "heartbeat", "complete_task", "fail_task"};
+
+/* Record a rejection of a callback that names the current attempt. */
+static const char *
+reject(wfe_step *st, int i, wfe_callback cb, const char *outcome)
+{
+	wfe_row    *r = wfe_step_row(st, i);
+	json_object *detail = json_object_new_object();
+
+	json_object_object_add(detail, "callback", jstr(callback_names[cb]));
+	json_object_object_add(detail, "state", jstr(wfe_state_name(r->state)));
+	json_object_object_add(detail, "reported", r->outcome ? jstr(wfe_state_name(r->outcome)) : NULL);
+	event(st, i, r->attempt, wfe_arena_printf(&st->arena, "callback.%s", outcome), detail);
+	return outcome;
+}
+
+/* Record a rejection of a callback that does not name the current attempt. */
+static const char *
+refuse(wfe_step *st, int i, wfe_callback cb, int attempt, int64_t fence, const char *outcome)
+{
+	wfe_row    *r = wfe_step_row(st, i);
+	json_object *detail = json_object_new_object();
+
+	json_object_object_add(detail, "callback", jstr(callback_names[cb]));
+	json_object_object_add(detail, "fence", json_object_new_int64(fence));
+	json_object_object_add(detail, "current_attempt", json_object_new_int(r->attempt));
+	json_object_object_add(detail, "current_fence", json_object_new_int64(r->fence));
+	event(st, i, attempt, wfe_arena_printf(&st->arena, "callback.%s", outcome), detail);
+	return outcome;
+}
+
+const char *
+wfe_step_gate(wfe_step *st, int i, wfe_callback cb, int attempt, int64_t fence, int same_value)
+{
+	wfe_row    *r = wfe_step_row(st, i);
+	int			report = (cb == WFE_CB_COMPLETE || cb == WFE_CB_FAIL);
+	int			current = r->attempt > 0 && attempt == r->attempt && fence == r->fence;
+	int			intent = st->run->intent;
+
+	/* a worker whose report was taken learns so, even after the run ended */
+	if (report && current && r->outcome != 0)
+		return reject(st, i, cb,
+					  (r->outcome == (cb == WFE_CB_COMPLETE ? WFE_COMPLETED : WFE_FAILED) && same_value)
+					  ? "duplicate" : "conflict");
+	/* finalisers complete a run after its intent; so do the tasks it did not wait for */
+	if (intent >= 0 && st->rp->stages[i].kind != WFE_K_FINALISER &&
+		(r->awaits || intent != WFE_RUN_COMPLETED))
+		return refuse(st, i, cb, attempt, fence, "late");
+	if (!current)
+		return refuse(st, i, cb, attempt, fence, "stale");
+	switch (cb)
+	{
+		case WFE_CB_ACCEPT:
+			if (r->state != WFE_QUEUED && r->state != WFE_DISPATCHED)
+				/* a redelivered envelope: the attempt is under way or done */
+				return reject(st, i, cb, (r->state == WFE_RUNNING || r->outcome) ? "duplicate" : "stale");
+			break;
+		case WFE_CB_HEARTBEAT:
+			if (r->state != WFE_RUNNING)
+				return reject(st, i, cb, "stale");
+			break;
+		default:
+			if (r->state != WFE_QUEUED && r->state != WFE_DISPATCHED && r->state != WFE_RUNNING)
+				return reject(st, i, cb, "stale");
+	}
+	return NULL;
+}
+
+const char *
+wfe_step_result_problem(wfe_step *st, int i, const char *result_text, json_object *schema)
+{
+	const wfe_rp_stage *s = &st->rp->stages[i];
+	json_object *result = hold(st, jparse(result_text));
+
+	if (schema != NULL)
+	{
+		char		msg[512];
+
+		if (wfe_schema_validate(schema, result, msg, sizeof(msg)) != WFE_SCHEMA_VALID)
+			return wfe_arena_strdup(&st->arena, msg);
+	}
+	if (!st->rp->tasks_form || s->kind == WFE_K_FINALISER)
+		return NULL;
+	for (int k = 0; k < s->nproduces; k++)
+	{
+		const char *key = s->produces[k].key;
+		const char *type = s->produces[k].type ? s->produces[k].type : "object";
+		json_object *v;
+		const char *have;
+		int			fits;
+
+		if (!json_object_is_type(result, json_type_object) ||
+			!json_object_object_get_ex(result, key, &v))
+			return wfe_arena_printf(&st->arena, "result lacks declared output \"%s\"", key);
+		have = v == NULL ? "null" : wfe_json_type_name(v);
+		if (strcmp(have, "integer") == 0)
+			have = "number";
+		if (strcmp(type, "integer") == 0)
+			fits = v && (json_object_is_type(v, json_type_int) ||
+						 (json_object_is_type(v, json_type_double) &&
+						  floor(json_object_get_double(v)) == json_object_get_double(v)));
+		else if (strcmp(type, "number") == 0 || strcmp(type, "string") == 0 ||
+				 strcmp(type, "boolean") == 0 || strcmp(type, "array") == 0)
+			fits = strcmp(have, type) == 0;
+		else
+			fits = strcmp(have, "object") == 0;	/* object, and names ending in Object */
+		if (!fits)
+			return wfe_arena_printf(&st->arena, "output \"%s\" is %s, declared %s", key, have, type);
+	}
+	return NULL;
+}

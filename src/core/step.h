@@ -1,0 +1,188 @@
+/*
+ * step.h — the step core: how a run moves, as a pure function.
+ *
+ * Given a run plan (runplan.h), the run's rows as the server reads them
+ * and one event (a start, an attempt's report, a timeout, a due retry, a
+ * run deadline, a cancel), the core decides every consequence — stage and
+ * run transitions, event records, dispatches, timers, finalisers — and
+ * returns them as an ordered list of effects (wfe_op) for the server to
+ * write.  Routing, decisions, forks and joins, skips, the tasks form's
+ * dependents, intents, finalisers and backoff live here and nowhere else.
+ *
+ * The core reads stage rows through the wfe_step_io callbacks as it needs
+ * them (a linear step reads two rows, not the run), and keeps its copies up
+ * to date as it decides, so later decisions see earlier ones.  It has no
+ * PostgreSQL headers: the unit tests and the fuzzer drive it with rows in
+ * memory.  Everything it allocates lives in the step's arena, and the few
+ * json-c objects it parses are released by wfe_step_end (or, should the
+ * server's callback raise, by the next wfe_step_begin).
+ */
+#ifndef WFE_STEP_H
+#define WFE_STEP_H
+
+#include <stdint.h>
+
+#include "arena.h"
+#include "runplan.h"
+#include "states.h"
+
+struct json_object;
+
+/* A stage row as far as the core reads it. */
+typedef struct wfe_row
+{
+	int			loaded;
+	int			exists;			/* 0: no such row (treated as not waiting) */
+	wfe_state	state;
+	int			attempt;
+	int64_t		fence;
+	int			outcome;		/* 0 none, WFE_COMPLETED or WFE_FAILED */
+	int			branch;			/* the fork branch head it runs under, or -1 */
+	int			awaits;
+	int			has_handler;
+	const char *queue;			/* NULL for decisions, forks, joins */
+	const char *arrivals;		/* join: JSON of {branch: outcome}, or NULL */
+	const char *result;			/* set by this step's completion: its result */
+} wfe_row;
+
+/* The run, as the server read it under its lock. */
+typedef struct wfe_run
+{
+	int64_t		run_id;
+	const char *tenant;
+	const char *workflow;
+	const char *version;
+	const char *execution_context;	/* NULL: none */
+	int			intent;			/* -1 none, else WFE_RUN_COMPLETED/FAILED/CANCELLED */
+	wfe_run_state state;
+	int			finished;
+} wfe_run;
+
+/* What the core may ask the server for; every callback may raise. */
+typedef struct wfe_step_io
+{
+	void	   *arg;
+	/* fill *row for stage i (row->exists 0 when there is none) */
+	void		(*load) (void *arg, int stage, wfe_row *row);
+	/* the stored result (JSON text) of a completed stage, or NULL */
+	const char *(*result) (void *arg, int stage);
+	/* the run's context (JSON text) */
+	const char *(*context) (void *arg);
+	/* the stored output (JSON text) of a task's key, or NULL */
+	const char *(*output) (void *arg, const char *task, const char *key);
+	/* the parsed input schema of stage i's contract, or NULL for none */
+	struct json_object *(*input_schema) (void *arg, int stage);
+	/* uniform in [0, 1), for jitter */
+	double		(*random) (void *arg);
+} wfe_step_io;
+
+/* The effects, in the order the server writes them. */
+typedef enum wfe_op_kind
+{
+	WFE_OP_EVENT,				/* event row: stage (-1 none), attempt (0 none), text type, json detail */
+	WFE_OP_ENQUEUE,				/* queued; flag: new attempt; json: input (NULL keeps it) */
+	WFE_OP_RESOLVE,				/* decision/fork/join resolved: state, json result, json2 error, branch */
+	WFE_OP_BIND_FAILED,			/* failed at release: json error */
+	WFE_OP_COMPLETE,			/* the attempt completed with the reported result */
+	WFE_OP_RETRY,				/* retry_scheduled, json error; a timer after delay_us */
+	WFE_OP_FAIL,				/* state (failed or timed_out), json error; flag: dead letter */
+	WFE_OP_TIME_OUT,			/* timed_out, fenced */
+	WFE_OP_SKIP,				/* skipped, text reason */
+	WFE_OP_CANCEL,				/* cancelled and fenced, json error; flag: send a cancel message */
+	WFE_OP_BRANCH,				/* record branch */
+	WFE_OP_ARRIVALS,			/* join still waiting: json arrivals */
+	WFE_OP_OUTPUTS,				/* write the task's declared outputs from its result */
+	WFE_OP_ACCEPT,				/* running, accepted by a pushed worker */
+	WFE_OP_HEARTBEAT,			/* a running attempt is alive */
+	WFE_OP_INTENT,				/* run intent (state) and text reason; retire its timers */
+	WFE_OP_FINALISING,			/* run moves to finalising */
+	WFE_OP_FINISH				/* run ends in state, text reason (NULL keeps it) */
+} wfe_op_kind;
+
+typedef struct wfe_op
+{
+	wfe_op_kind kind;
+	int			stage;
+	int			state;
+	int			attempt;
+	int64_t		fence;
+	int			flag;
+	int			branch;
+	int64_t		delay_us;
+	const char *text;
+	const char *json;
+	const char *json2;
+} wfe_op;
+
+/* One step's working state. */
+typedef struct wfe_step
+{
+	const wfe_run_plan *rp;
+	wfe_run    *run;
+	const wfe_step_io *io;
+	wfe_arena	arena;
+	wfe_row    *rows;			/* rp->nstages */
+	int			all_loaded;
+	wfe_op	   *ops;
+	int			nops;
+	int			capops;
+	struct json_object **held;	/* parsed JSON to release */
+	int			nheld;
+	int			capheld;
+	int			depth;			/* recursion guard */
+} wfe_step;
+
+/* Start a step (releases what an interrupted earlier step still held). */
+extern void wfe_step_begin(wfe_step *st, const wfe_run_plan *rp, wfe_run *run,
+						   const wfe_step_io *io);
+/* Release the step's memory (its ops too: write them first). */
+extern void wfe_step_end(wfe_step *st);
+
+/* The stage row as the core sees it now (loaded on first use). */
+extern wfe_row *wfe_step_row(wfe_step *st, int stage);
+
+/* Events.  Each appends its consequences to st->ops. */
+extern void wfe_step_start(wfe_step *st);
+/* result: the accepted result's JSON text (the stage's successors may read it) */
+extern void wfe_step_completed(wfe_step *st, int stage, const char *result);
+/* error: the reported error's JSON text */
+extern void wfe_step_failed(wfe_step *st, int stage, const char *error, int retryable);
+/* a completion whose result was refused (wfe_step_result_problem) */
+extern void wfe_step_invalid_result(wfe_step *st, int stage, const char *problem);
+/* the firing of a queue/execution/heartbeat deadline: fence, then retry or fail */
+extern void wfe_step_expired(wfe_step *st, int stage, const char *clock,
+							 const char *deadline_text, const char *deadline_json);
+extern void wfe_step_retry_due(wfe_step *st, int stage, int attempt, int64_t fence);
+extern void wfe_step_run_deadline(wfe_step *st, const char *deadline_json);
+extern void wfe_step_cancel(wfe_step *st, const char *reason);
+extern void wfe_step_accepted(wfe_step *st, int stage, const char *worker_id);
+
+/* The callback gate: which callback is this, and what it reports. */
+typedef enum wfe_callback
+{
+	WFE_CB_ACCEPT,
+	WFE_CB_HEARTBEAT,
+	WFE_CB_COMPLETE,
+	WFE_CB_FAIL
+} wfe_callback;
+
+/*
+ * Answer a callback about an existing stage in the spec's order: duplicate
+ * or conflict (this attempt and fence already reported: same_value says
+ * whether the report equals what was recorded), late, stale; NULL when it
+ * may go on.  A rejection also appends its callback.* event.
+ */
+extern const char *wfe_step_gate(wfe_step *st, int stage, wfe_callback cb,
+								 int attempt, int64_t fence, int same_value);
+
+/*
+ * Why a result (JSON text) is not acceptable for stage i: the contract's
+ * output schema (NULL: none), then the task's declared produces; or NULL.
+ */
+extern const char *wfe_step_result_problem(wfe_step *st, int stage, const char *result,
+										   struct json_object *output_schema);
+
+/* JSON text of a string (quoted, escaped), in the step's arena. */
+extern const char *wfe_step_json_str(wfe_step *st, const char *s);
+
+#endif							/* WFE_STEP_H */

@@ -1,0 +1,1023 @@
+/*
+ * engine.c — the server layer of the run engine.
+ *
+ * Every transition of a run comes through here: a worker's callback, a
+ * run's start, a timer, an expired deadline, an in-database action's
+ * result, a cancel.  This file takes the locks (the run row, then the one
+ * stage row a claimer could be taking), hands the step core (core/step.c)
+ * the run plan (cached per backend: plans never change) and the rows it
+ * asks for, and writes the effects the core returns with prepared
+ * statements.  It decides nothing about routing itself.
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "commands/async.h"
+#include "common/pg_prng.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "utils/builtins.h"
+#include "utils/hsearch.h"
+#include "utils/jsonb.h"
+#include "utils/memutils.h"
+#include "utils/timestamp.h"
+
+#include "core/compile.h"
+#include "core/runplan.h"
+#include "core/step.h"
+#include "wfe.h"
+
+/* ---------------------------------------------------------------------
+ * Prepared statements
+ * --------------------------------------------------------------------- */
+
+typedef struct stmt
+{
+	const char *sql;
+	int			nargs;
+	Oid			types[8];
+	SPIPlanPtr	plan;
+} stmt;
+
+#define STMT(sql, n, ...) {sql, n, {__VA_ARGS__}, NULL}
+#define I8 INT8OID
+#define I4 INT4OID
+#define TX TEXTOID
+#define BO BOOLOID
+
+static stmt q_lock_run = STMT(
+	"SELECT r.tenant, r.workflow, r.version, r.execution_context, r.intent, r.state,"
+	" r.finished_at IS NOT NULL, r.definition_id"
+	" FROM wfe.runs AS r WHERE r.run_id = $1 FOR NO KEY UPDATE", 1, I8);
+static stmt q_lock_run_skip = STMT(
+	"SELECT r.tenant, r.workflow, r.version, r.execution_context, r.intent, r.state,"
+	" r.finished_at IS NOT NULL, r.definition_id"
+	" FROM wfe.runs AS r WHERE r.run_id = $1 FOR NO KEY UPDATE SKIP LOCKED", 1, I8);
+static stmt q_plan = STMT(
+	"SELECT d.plan::text FROM wfe.definitions AS d WHERE d.definition_id = $1", 1, I8);
+static stmt q_contract = STMT(
+	"SELECT c.input_schema::text, c.output_schema::text FROM wfe.contracts AS c WHERE c.ref = $1", 1, TX);
+#define ROW_COLS "st.state, st.attempt, st.fence, st.outcome, st.branch, st.awaits," \
+	" st.handler IS NOT NULL, st.queue, (st.result -> 'arrivals')::text"
+static stmt q_row = STMT(
+	"SELECT " ROW_COLS " FROM wfe.run_stages AS st WHERE st.run_id = $1 AND st.stage = $2", 2, I8, TX);
+static stmt q_row_lock = STMT(
+	"SELECT " ROW_COLS " FROM wfe.run_stages AS st WHERE st.run_id = $1 AND st.stage = $2 FOR UPDATE", 2, I8, TX);
+static stmt q_result = STMT(
+	"SELECT st.result::text FROM wfe.run_stages AS st WHERE st.run_id = $1 AND st.stage = $2", 2, I8, TX);
+static stmt q_context = STMT(
+	"SELECT r.context::text FROM wfe.runs AS r WHERE r.run_id = $1", 1, I8);
+static stmt q_same = STMT(
+	"SELECT (CASE WHEN $3 THEN st.result ELSE st.error END) = $4::jsonb"
+	" FROM wfe.run_stages AS st WHERE st.run_id = $1 AND st.stage = $2", 4, I8, TX, BO, TX);
+static stmt q_output = STMT(
+	"SELECT o.value::text FROM wfe.outputs AS o WHERE o.run_id = $1 AND o.task = $2 AND o.key = $3",
+3, I8, TX, TX);
+static stmt q_event = STMT(
+	"INSERT INTO wfe.events (run_id, tenant, stage, attempt, type, detail)"
+	" VALUES ($1, $2, $3, $4, $5, $6::jsonb)", 6, I8, TX, TX, I4, TX, TX);
+static stmt q_enqueue = STMT(
+	"UPDATE wfe.run_stages AS st"
+	"   SET state = 'queued', attempt = CASE WHEN $3 THEN st.attempt + 1 ELSE st.attempt END,"
+	"       fence = st.fence + 1, input = coalesce($4::jsonb, st.input), outcome = NULL, error = NULL,"
+	"       ready_at = now(), claimed_by = NULL, started_at = NULL, heartbeat_at = NULL,"
+	"       deadline_at = CASE WHEN st.queue_ms IS NOT NULL"
+	"                          THEN now() + make_interval(secs => st.queue_ms / 1000.0) END"
+	" WHERE st.run_id = $1 AND st.stage = $2"
+	" RETURNING st.deadline_at, st.handler IS NOT NULL, st.queue", 4, I8, TX, BO, TX);
+static stmt q_queue_mode = STMT(
+	"SELECT q.delivery = 'broker', q.paused FROM wfe.queues AS q WHERE q.queue = $1", 1, TX);
+static stmt q_dispatch = STMT(
+	"SELECT wfe._dispatch(r, s) FROM wfe.runs AS r, wfe.run_stages AS s"
+	" WHERE r.run_id = $1 AND s.run_id = $1 AND s.stage = $2", 2, I8, TX);
+static stmt q_resolve = STMT(
+	"UPDATE wfe.run_stages AS st"
+	"   SET state = $3, attempt = 1, fence = 1, outcome = $3, result = $4::jsonb, error = $5::jsonb,"
+	"       branch = CASE WHEN $6 THEN $7 ELSE st.branch END,"
+	"       started_at = coalesce(st.started_at, now()), finished_at = now()"
+	" WHERE st.run_id = $1 AND st.stage = $2", 7, I8, TX, TX, TX, TX, BO, TX);
+static stmt q_bind_failed = STMT(
+	"UPDATE wfe.run_stages AS st"
+	"   SET state = 'failed', attempt = 1, fence = st.fence + 1, outcome = 'failed',"
+	"       error = $3::jsonb, finished_at = now()"
+	" WHERE st.run_id = $1 AND st.stage = $2", 3, I8, TX, TX);
+static stmt q_complete = STMT(
+	"UPDATE wfe.run_stages AS st"
+	"   SET state = 'completed', outcome = 'completed', result = $3::jsonb, error = NULL,"
+	"       finished_at = now(), deadline_at = NULL"
+	" WHERE st.run_id = $1 AND st.stage = $2", 3, I8, TX, TX);
+static stmt q_retry = STMT(
+	"WITH s AS (UPDATE wfe.run_stages AS st"
+	"              SET state = 'retry_scheduled', outcome = 'failed', error = $3::jsonb, deadline_at = NULL"
+	"            WHERE st.run_id = $1 AND st.stage = $2 RETURNING st.tenant, st.attempt, st.fence)"
+	" INSERT INTO wfe.timers (tenant, run_id, stage, attempt, fence, kind, due_at)"
+	" SELECT s.tenant, $1, $2, s.attempt, s.fence, 'retry', now() + make_interval(secs => $4 / 1e6) FROM s", 4, I8, TX, TX, I8);
+static stmt q_fail = STMT(
+	"UPDATE wfe.run_stages AS st"
+	"   SET state = $3, outcome = 'failed', error = $4::jsonb, finished_at = now(), deadline_at = NULL"
+	" WHERE st.run_id = $1 AND st.stage = $2", 4, I8, TX, TX, TX);
+static stmt q_dead_letter = STMT(
+	"INSERT INTO wfe.dead_letters (tenant, run_id, stage, attempt, reason, error)"
+	" VALUES ($3, $1, $2, $4, 'retries exhausted', $5::jsonb)", 5, I8, TX, TX, I4, TX);
+static stmt q_time_out = STMT(
+	"UPDATE wfe.run_stages AS st SET state = 'timed_out', fence = st.fence + 1, deadline_at = NULL"
+	" WHERE st.run_id = $1 AND st.stage = $2", 2, I8, TX);
+static stmt q_skip = STMT(
+	"UPDATE wfe.run_stages AS st SET state = 'skipped', skip_reason = $3, finished_at = now()"
+	" WHERE st.run_id = $1 AND st.stage = $2", 3, I8, TX, TX);
+static stmt q_cancel = STMT(
+	"UPDATE wfe.run_stages AS st"
+	"   SET state = 'cancelled', fence = st.fence + 1, finished_at = now(), error = $3::jsonb"
+	" WHERE st.run_id = $1 AND st.stage = $2 RETURNING st.queue", 3, I8, TX, TX);
+static stmt q_cancel_message = STMT(
+	"INSERT INTO wfe.outbox (tenant, run_id, stage, attempt, fence, kind, exchange, routing_key,"
+	"                        message_id, body)"
+	" SELECT $3, $1, $2, $4, $5, 'cancel', 'wfe.commands', 'cancel.' || q.queue,"
+	"        wfe._message_id($1, $2, $4, $5, 'cancel'),"
+	"        jsonb_build_object('run_id', $1, 'stage', $2, 'attempt', $4, 'fence', $5 - 1, 'reason', $6)"
+	"   FROM wfe.queues AS q WHERE q.queue = $7 AND q.delivery = 'broker'", 7, I8, TX, TX, I4, I8, TX, TX);
+static stmt q_branch = STMT(
+	"UPDATE wfe.run_stages AS st SET branch = $3 WHERE st.run_id = $1 AND st.stage = $2", 3, I8, TX, TX);
+static stmt q_arrivals = STMT(
+	"UPDATE wfe.run_stages AS st SET result = $3::jsonb WHERE st.run_id = $1 AND st.stage = $2", 3, I8, TX, TX);
+static stmt q_outputs_write = STMT(
+	"INSERT INTO wfe.outputs (run_id, task, key, tenant, value)"
+	" SELECT $1, $2, k, $3, $4::jsonb -> k FROM jsonb_array_elements_text($5::jsonb) AS x(k)"
+	" ON CONFLICT DO NOTHING", 5, I8, TX, TX, TX, TX);
+static stmt q_accept = STMT(
+	"UPDATE wfe.run_stages AS st"
+	"   SET state = 'running', claimed_by = $3, started_at = now(), heartbeat_at = now(),"
+	"       deadline_at = now() + make_interval(secs => least(st.exec_ms,"
+	"                                 coalesce(st.heartbeat_ms, 2147483647)) / 1000.0)"
+	" WHERE st.run_id = $1 AND st.stage = $2 RETURNING st.deadline_at", 3, I8, TX, TX);
+static stmt q_heartbeat = STMT(
+	"UPDATE wfe.run_stages AS st"
+	"   SET heartbeat_at = now(),"
+	"       deadline_at = CASE WHEN st.heartbeat_ms IS NULL THEN st.deadline_at"
+	"                          ELSE least(st.started_at + make_interval(secs => st.exec_ms / 1000.0),"
+	"                                     now() + make_interval(secs => st.heartbeat_ms / 1000.0)) END"
+	" WHERE st.run_id = $1 AND st.stage = $2", 2, I8, TX);
+static stmt q_intent = STMT(
+	"UPDATE wfe.runs AS x SET intent = $2, reason = $3 WHERE x.run_id = $1", 3, I8, TX, TX);
+/* the run's pending timers can only do nothing now (but a task the run
+ * does not wait for goes on after a completed intent) */
+static stmt q_retire_timers = STMT(
+	"UPDATE wfe.timers AS t SET fired_at = now()"
+	" WHERE t.run_id = $1 AND t.fired_at IS NULL"
+	"   AND NOT ($2 AND t.stage IN (SELECT st.stage FROM wfe.run_stages AS st"
+	"                                WHERE st.run_id = $1 AND NOT st.awaits))", 2, I8, BO);
+static stmt q_finalising = STMT(
+	"UPDATE wfe.runs AS x SET state = 'finalising' WHERE x.run_id = $1 AND x.state = 'running'", 1, I8);
+static stmt q_finish = STMT(
+	"UPDATE wfe.runs AS x SET state = $2, finished_at = now(), reason = coalesce($3, x.reason)"
+	" WHERE x.run_id = $1", 3, I8, TX, TX);
+static stmt q_started = STMT(
+	"SELECT EXISTS (SELECT 1 FROM wfe.events AS e WHERE e.run_id = $1 AND e.type = 'run.started')", 1, I8);
+static stmt q_deadline = STMT(
+	"SELECT to_jsonb(r.deadline_at)::text FROM wfe.runs AS r WHERE r.run_id = $1", 1, I8);
+static stmt q_expiring = STMT(
+	"SELECT st.state, st.deadline_at::text, to_jsonb(st.deadline_at)::text,"
+	"       CASE WHEN st.state IN ('queued', 'dispatched') THEN 'queue'"
+	"            WHEN st.heartbeat_ms IS NOT NULL"
+	"                 AND st.heartbeat_at + make_interval(secs => st.heartbeat_ms / 1000.0) <= now()"
+	"                 AND st.started_at + make_interval(secs => st.exec_ms / 1000.0) > now() THEN 'heartbeat'"
+	"            ELSE 'execution' END"
+	"  FROM wfe.run_stages AS st WHERE st.run_id = $1 AND st.stage = $2"
+	"   AND st.state IN ('queued', 'dispatched', 'running') AND st.deadline_at <= now()"
+	"   FOR UPDATE", 2, I8, TX);
+
+/* The statement's plan, prepared on first use and kept for the session. */
+static SPIPlanPtr
+prepared(stmt *s)
+{
+	if (s->plan == NULL)
+	{
+		SPIPlanPtr	p = SPI_prepare(s->sql, s->nargs, s->types);
+
+		if (p == NULL)
+			elog(ERROR, "wfe: cannot prepare \"%s\": %s", s->sql, SPI_result_code_string(SPI_result));
+		SPI_keepplan(p);
+		s->plan = p;
+	}
+	return s->plan;
+}
+
+/*
+ * Run a prepared statement; nulls as SPI wants them (' ' or 'n').  Never
+ * read-only: a read-only execution would see the calling statement's
+ * snapshot, older than the run lock we waited for, while every read here
+ * must see what the lock's previous holder committed.
+ */
+static int
+run(stmt *s, Datum *values, const char *nulls)
+{
+	int			rc = SPI_execute_plan(prepared(s), values, nulls, false, 0);
+
+	if (rc < 0)
+		elog(ERROR, "wfe: \"%s\" failed: %s", s->sql, SPI_result_code_string(rc));
+	return rc;
+}
+
+/* Column c (1-based) of result row 0 as text, or NULL. */
+static char *
+col(int c)
+{
+	return SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, c);
+}
+
+static bool
+col_bool(int c)
+{
+	char	   *v = col(c);
+
+	return v != NULL && v[0] == 't';
+}
+
+static Datum
+text_or_null(const char *s, char *null)
+{
+	*null = s ? ' ' : 'n';
+	return s ? CStringGetTextDatum(s) : (Datum) 0;
+}
+
+/* ---------------------------------------------------------------------
+ * Caches: run plans by definition, contracts by ref (both immutable)
+ * --------------------------------------------------------------------- */
+
+typedef struct plan_entry
+{
+	int64		definition_id;
+	wfe_run_plan *rp;
+} plan_entry;
+
+typedef struct contract_entry
+{
+	char		ref[256];
+	struct json_object *input_schema;	/* NULL: none */
+	struct json_object *output_schema;
+} contract_entry;
+
+static HTAB *plan_cache;
+static HTAB *contract_cache;
+
+/* The run plan of a definition, built on first use. */
+static const wfe_run_plan *
+run_plan(int64 definition_id)
+{
+	plan_entry *e;
+	bool		found;
+
+	if (plan_cache == NULL)
+	{
+		HASHCTL		ctl = {.keysize = sizeof(int64),.entrysize = sizeof(plan_entry)};
+
+		plan_cache = hash_create("wfe run plans", 64, &ctl, HASH_ELEM | HASH_BLOBS);
+	}
+	e = hash_search(plan_cache, &definition_id, HASH_FIND, NULL);
+	if (e == NULL)
+	{
+		Datum		v[1] = {Int64GetDatum(definition_id)};
+		char		err[256];
+		wfe_run_plan *rp;
+
+		run(&q_plan, v, NULL);
+		if (SPI_processed != 1)
+			elog(ERROR, "wfe: definition %lld does not exist", (long long) definition_id);
+		rp = wfe_run_plan_build(definition_id, col(1), err, sizeof(err));
+		if (rp == NULL)
+			elog(ERROR, "wfe: %s", err);
+		e = hash_search(plan_cache, &definition_id, HASH_ENTER, &found);
+		e->rp = rp;
+	}
+	return e->rp;
+}
+
+/* A parsed schema, or NULL for an empty one ({}: anything goes). */
+static struct json_object *
+parse_schema(const char *text)
+{
+	if (text == NULL || strcmp(text, "{}") == 0)
+		return NULL;
+	return wfe_json_parse(text);
+}
+
+/* The cached contract of a ref (NULL ref: none). */
+static contract_entry *
+contract(const char *ref)
+{
+	contract_entry *e;
+	bool		found;
+	char		key[256];
+
+	if (ref == NULL)
+		return NULL;
+	if (contract_cache == NULL)
+	{
+		HASHCTL		ctl = {.keysize = sizeof(key),.entrysize = sizeof(contract_entry)};
+
+		contract_cache = hash_create("wfe contracts", 64, &ctl, HASH_ELEM | HASH_STRINGS);
+	}
+	strlcpy(key, ref, sizeof(key));
+	e = hash_search(contract_cache, key, HASH_FIND, NULL);
+	if (e == NULL)
+	{
+		Datum		v[1] = {CStringGetTextDatum(ref)};
+		struct json_object *in = NULL,
+				   *out = NULL;
+
+		run(&q_contract, v, NULL);
+		if (SPI_processed == 1)
+		{
+			in = parse_schema(col(1));
+			out = parse_schema(col(2));
+		}
+		e = hash_search(contract_cache, key, HASH_ENTER, &found);
+		e->input_schema = in;
+		e->output_schema = out;
+	}
+	return e;
+}
+
+/* ---------------------------------------------------------------------
+ * One step: the run under its lock, the core's callbacks
+ * --------------------------------------------------------------------- */
+
+typedef struct srv
+{
+	int64		run_id;
+	wfe_run		run;
+	const wfe_run_plan *rp;
+	char	   *context;
+	wfe_step_io io;
+	int			lock_stage;		/* load this stage's row FOR UPDATE, or -1 */
+} srv;
+
+/* The one step in progress; kept static so an error's leftovers are released next time. */
+static wfe_step current_step;
+
+static void
+io_load(void *arg, int i, wfe_row *row)
+{
+	srv		   *s = arg;
+	Datum		v[2] = {Int64GetDatum(s->run_id), CStringGetTextDatum(s->rp->stages[i].name)};
+	char	   *state,
+			   *outcome,
+			   *branch;
+
+	run(i == s->lock_stage ? &q_row_lock : &q_row, v, NULL);
+	if (SPI_processed != 1)
+	{
+		row->exists = 0;
+		return;
+	}
+	row->exists = 1;
+	state = col(1);
+	row->state = (wfe_state) wfe_state_from_name(state);
+	row->attempt = pg_strtoint32(col(2));
+	row->fence = pg_strtoint64(col(3));
+	outcome = col(4);
+	row->outcome = outcome == NULL ? 0 : strcmp(outcome, "completed") == 0 ? WFE_COMPLETED : WFE_FAILED;
+	branch = col(5);
+	row->branch = branch ? wfe_run_plan_find(s->rp, branch) : -1;
+	row->awaits = col_bool(6);
+	row->has_handler = col_bool(7);
+	row->queue = col(8);
+	row->arrivals = col(9);
+}
+
+static const char *
+io_result(void *arg, int i)
+{
+	srv		   *s = arg;
+	Datum		v[2] = {Int64GetDatum(s->run_id), CStringGetTextDatum(s->rp->stages[i].name)};
+
+	run(&q_result, v, NULL);
+	return SPI_processed == 1 ? col(1) : NULL;
+}
+
+static const char *
+io_context(void *arg)
+{
+	srv		   *s = arg;
+
+	if (s->context == NULL)
+	{
+		Datum		v[1] = {Int64GetDatum(s->run_id)};
+
+		run(&q_context, v, NULL);
+		s->context = SPI_processed == 1 ? col(1) : pstrdup("{}");
+	}
+	return s->context;
+}
+
+static const char *
+io_output(void *arg, const char *task, const char *key)
+{
+	srv		   *s = arg;
+	Datum		v[3] = {Int64GetDatum(s->run_id), CStringGetTextDatum(task), CStringGetTextDatum(key)};
+
+	run(&q_output, v, NULL);
+	return SPI_processed == 1 ? col(1) : NULL;
+}
+
+static struct json_object *
+io_input_schema(void *arg, int i)
+{
+	srv		   *s = arg;
+	contract_entry *c = contract(s->rp->stages[i].contract);
+
+	return c ? c->input_schema : NULL;
+}
+
+static double
+io_random(void *arg)
+{
+	return pg_prng_double(&pg_global_prng_state);
+}
+
+/*
+ * Lock the run and set up a step over it.  Returns false when there is no
+ * such run (or, with skip_locked, when another transaction holds it).
+ */
+static bool
+begin(srv *s, int64 run_id, bool skip_locked)
+{
+	Datum		v[1] = {Int64GetDatum(run_id)};
+	char	   *intent;
+
+	memset(s, 0, sizeof(*s));
+	s->run_id = run_id;
+	s->lock_stage = -1;
+	/* lock order everywhere: the run row first, then its stage rows */
+	run(skip_locked ? &q_lock_run_skip : &q_lock_run, v, NULL);
+	if (SPI_processed != 1)
+		return false;
+	s->run.run_id = run_id;
+	s->run.tenant = col(1);
+	s->run.workflow = col(2);
+	s->run.version = col(3);
+	s->run.execution_context = col(4);
+	intent = col(5);
+	s->run.intent = intent ? wfe_run_state_from_name(intent) : -1;
+	s->run.state = (wfe_run_state) wfe_run_state_from_name(col(6));
+	s->run.finished = col_bool(7);
+	s->rp = run_plan(pg_strtoint64(col(8)));
+	s->io = (wfe_step_io) {
+		.arg = s,.load = io_load,.result = io_result,.context = io_context,
+		.output = io_output,
+		.input_schema = io_input_schema,.random = io_random
+	};
+	wfe_step_begin(&current_step, s->rp, &s->run, &s->io);
+	return true;
+}
+
+/* Write one event row. */
+static void
+write_event(srv *s, const char *stage, int attempt, const char *type, const char *detail)
+{
+	Datum		v[6];
+	char		n[7] = "      ";
+
+	v[0] = Int64GetDatum(s->run_id);
+	v[1] = CStringGetTextDatum(s->run.tenant ? s->run.tenant : "");
+	v[2] = text_or_null(stage, &n[2]);
+	v[3] = Int32GetDatum(attempt);
+	n[3] = attempt > 0 ? ' ' : 'n';
+	v[4] = CStringGetTextDatum(type);
+	v[5] = text_or_null(detail, &n[5]);
+	run(&q_event, v, n);
+}
+
+/* After a release: wake the worker for a deadline or an action, dispatch, or notify pollers. */
+static void
+after_enqueue(srv *s, const char *stage)
+{
+	bool		isnull;
+	Datum		deadline = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	bool		handler = col_bool(2);
+	char	   *queue = col(3);
+
+	if (!isnull)
+		wfe_wake_at(DatumGetTimestampTz(deadline));	/* the queue deadline is a timer too */
+	if (handler)
+		wfe_wake_at(GetCurrentTimestamp());	/* an in-database action to run */
+	else if (queue != NULL)
+	{
+		Datum		v[2] = {CStringGetTextDatum(queue)};
+		bool		broker = false,
+					paused = false;
+
+		run(&q_queue_mode, v, NULL);
+		if (SPI_processed == 1)
+		{
+			broker = col_bool(1);
+			paused = col_bool(2);
+		}
+		/* a paused queue keeps its tasks queued: dispatched or announced on resume */
+		if (paused)
+			return;
+		if (broker)
+		{
+			Datum		d[2] = {Int64GetDatum(s->run_id), CStringGetTextDatum(stage)};
+
+			run(&q_dispatch, d, NULL);
+		}
+		else if (wfe_notify)
+			/* NOTIFY folds equal payloads: a batch to one queue costs one */
+			Async_Notify("wfe_task_ready", queue);
+	}
+}
+
+/* Write the effects the core decided, in order. */
+static void
+apply(srv *s, const char *reported)
+{
+	wfe_step   *st = &current_step;
+	char		runid[32];
+
+	for (int k = 0; k < st->nops; k++)
+	{
+		const wfe_op *op = &st->ops[k];
+		const char *stage = op->stage >= 0 ? s->rp->stages[op->stage].name : NULL;
+		Datum		v[8];
+		char		n[9] = "        ";
+
+		v[0] = Int64GetDatum(s->run_id);
+		v[1] = stage ? CStringGetTextDatum(stage) : (Datum) 0;
+		switch (op->kind)
+		{
+			case WFE_OP_EVENT:
+				write_event(s, stage, op->attempt, op->text, op->json);
+				break;
+			case WFE_OP_ENQUEUE:
+				v[2] = BoolGetDatum(op->flag);
+				v[3] = text_or_null(op->json, &n[3]);
+				run(&q_enqueue, v, n);
+				after_enqueue(s, stage);
+				break;
+			case WFE_OP_RESOLVE:
+				v[2] = CStringGetTextDatum(wfe_state_name(op->state));
+				v[3] = text_or_null(op->json, &n[3]);
+				v[4] = text_or_null(op->json2, &n[4]);
+				v[5] = BoolGetDatum(op->branch != -2);
+				v[6] = text_or_null(op->branch >= 0 ? s->rp->stages[op->branch].name : NULL, &n[6]);
+				run(&q_resolve, v, n);
+				break;
+			case WFE_OP_BIND_FAILED:
+				v[2] = CStringGetTextDatum(op->json);
+				run(&q_bind_failed, v, n);
+				break;
+			case WFE_OP_COMPLETE:
+				v[2] = CStringGetTextDatum(reported ? reported : "{}");
+				run(&q_complete, v, n);
+				break;
+			case WFE_OP_RETRY:
+				v[2] = CStringGetTextDatum(op->json ? op->json : "{}");
+				v[3] = Int64GetDatum(op->delay_us);
+				run(&q_retry, v, n);
+				wfe_wake_at(GetCurrentTimestamp() + op->delay_us);
+				break;
+			case WFE_OP_FAIL:
+				v[2] = CStringGetTextDatum(wfe_state_name(op->state));
+				v[3] = CStringGetTextDatum(op->json ? op->json : "{}");
+				run(&q_fail, v, n);
+				if (op->flag)
+				{
+					v[2] = CStringGetTextDatum(s->run.tenant);
+					v[3] = Int32GetDatum(op->attempt);
+					v[4] = CStringGetTextDatum(op->json ? op->json : "{}");
+					run(&q_dead_letter, v, n);
+				}
+				break;
+			case WFE_OP_TIME_OUT:
+				run(&q_time_out, v, n);
+				break;
+			case WFE_OP_SKIP:
+				v[2] = CStringGetTextDatum(op->text);
+				run(&q_skip, v, n);
+				break;
+			case WFE_OP_CANCEL:
+				{
+					char	   *queue;
+
+					v[2] = CStringGetTextDatum(op->json);
+					run(&q_cancel, v, n);
+					queue = SPI_processed == 1 ? col(1) : NULL;
+					if (op->flag && queue != NULL)
+					{
+						v[2] = CStringGetTextDatum(s->run.tenant);
+						v[3] = Int32GetDatum(op->attempt);
+						v[4] = Int64GetDatum(op->fence);
+						v[5] = text_or_null(op->text, &n[5]);
+						v[6] = CStringGetTextDatum(queue);
+						run(&q_cancel_message, v, n);
+						if (SPI_processed > 0)
+							wfe_wake_at(GetCurrentTimestamp());	/* a request to publish */
+					}
+				}
+				break;
+			case WFE_OP_BRANCH:
+				v[2] = text_or_null(op->branch >= 0 ? s->rp->stages[op->branch].name : NULL, &n[2]);
+				run(&q_branch, v, n);
+				break;
+			case WFE_OP_ARRIVALS:
+				v[2] = CStringGetTextDatum(op->json);
+				run(&q_arrivals, v, n);
+				break;
+			case WFE_OP_OUTPUTS:
+				v[2] = CStringGetTextDatum(s->run.tenant);
+				v[3] = CStringGetTextDatum(reported ? reported : "{}");
+				v[4] = CStringGetTextDatum(op->json);
+				run(&q_outputs_write, v, n);
+				break;
+			case WFE_OP_ACCEPT:
+				{
+					bool		isnull;
+					Datum		due;
+
+					v[2] = CStringGetTextDatum(op->text ? op->text : "");
+					run(&q_accept, v, n);
+					due = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+					if (!isnull)
+						wfe_wake_at(DatumGetTimestampTz(due));
+				}
+				break;
+			case WFE_OP_HEARTBEAT:
+				run(&q_heartbeat, v, n);
+				break;
+			case WFE_OP_INTENT:
+				v[1] = CStringGetTextDatum(wfe_run_state_name(op->state));
+				v[2] = text_or_null(op->text, &n[2]);
+				run(&q_intent, v, n);
+				v[1] = BoolGetDatum(op->state == WFE_RUN_COMPLETED);
+				run(&q_retire_timers, v, n);
+				break;
+			case WFE_OP_FINALISING:
+				run(&q_finalising, v, n);
+				break;
+			case WFE_OP_FINISH:
+				v[1] = CStringGetTextDatum(wfe_run_state_name(op->state));
+				v[2] = text_or_null(op->text, &n[2]);
+				run(&q_finish, v, n);
+				snprintf(runid, sizeof(runid), INT64_FORMAT, s->run_id);
+				Async_Notify("wfe_run_done", runid);
+				break;
+		}
+	}
+	wfe_step_end(&current_step);
+}
+
+/* ---------------------------------------------------------------------
+ * Callbacks
+ * --------------------------------------------------------------------- */
+
+/* Record a callback about a run or stage that does not exist. */
+static const char *
+unknown(int64 run_id, const char *tenant, const char *stage, int attempt, int64 fence,
+		wfe_callback cb)
+{
+	static const char *const names[] = {"accept_task", "heartbeat", "complete_task", "fail_task"};
+	srv			s;
+	char	   *detail = psprintf("{\"callback\": \"%s\", \"fence\": " INT64_FORMAT
+								  ", \"current_attempt\": null, \"current_fence\": null}",
+								  names[cb], fence);
+
+	memset(&s, 0, sizeof(s));
+	s.run_id = run_id;
+	s.run.tenant = tenant;
+	write_event(&s, stage, attempt, "callback.unknown", detail);
+	return "unknown";
+}
+
+/*
+ * One callback about (run, stage, attempt, fence): the gate, then the
+ * transition.  value is the reported result or error (JSON text).
+ */
+static const char *
+callback(int64 run_id, const char *stage, int attempt, int64 fence, wfe_callback cb,
+		 const char *value, bool retryable, const char *worker_id)
+{
+	srv			s;
+	int			i;
+	wfe_row    *row;
+	const char *outcome;
+	int			same = 0;
+
+	if (!begin(&s, run_id, false))
+		return unknown(run_id, "", stage, attempt, fence, cb);
+	i = wfe_run_plan_find(s.rp, stage);
+	if (i < 0)
+	{
+		wfe_step_end(&current_step);
+		return unknown(run_id, s.run.tenant, stage, attempt, fence, cb);
+	}
+	row = wfe_step_row(&current_step, i);
+	if (row->exists && (row->state == WFE_QUEUED || row->state == WFE_DISPATCHED))
+	{
+		/* a claimer or the publisher may be taking it: wait for them, look again */
+		s.lock_stage = i;
+		row->loaded = 0;
+		row = wfe_step_row(&current_step, i);
+	}
+	if (!row->exists)
+	{
+		wfe_step_end(&current_step);
+		return unknown(run_id, s.run.tenant, stage, attempt, fence, cb);
+	}
+	if ((cb == WFE_CB_COMPLETE || cb == WFE_CB_FAIL) && row->outcome ==
+		(cb == WFE_CB_COMPLETE ? WFE_COMPLETED : WFE_FAILED))
+	{
+		Datum		v[4] = {Int64GetDatum(run_id), CStringGetTextDatum(stage),
+		BoolGetDatum(cb == WFE_CB_COMPLETE), CStringGetTextDatum(value)};
+
+		run(&q_same, v, NULL);
+		same = SPI_processed == 1 && col_bool(1);
+	}
+	outcome = wfe_step_gate(&current_step, i, cb, attempt, fence, same);
+	if (outcome == NULL)
+	{
+		outcome = "accepted";
+		switch (cb)
+		{
+			case WFE_CB_ACCEPT:
+				wfe_step_accepted(&current_step, i, worker_id);
+				break;
+			case WFE_CB_HEARTBEAT:
+				{
+					wfe_op		hb;
+
+					/* nothing to decide: the attempt is alive */
+					memset(&hb, 0, sizeof(hb));
+					apply(&s, NULL);
+					{
+						Datum		v[2] = {Int64GetDatum(run_id), CStringGetTextDatum(stage)};
+
+						run(&q_heartbeat, v, NULL);
+					}
+					(void) hb;
+					return outcome;
+				}
+			case WFE_CB_COMPLETE:
+				{
+					contract_entry *c = contract(s.rp->stages[i].contract);
+					const char *problem = wfe_step_result_problem(&current_step, i, value,
+																  c ? c->output_schema : NULL);
+
+					if (problem != NULL)
+					{
+						wfe_step_invalid_result(&current_step, i, problem);
+						outcome = "invalid_result";
+					}
+					else
+						wfe_step_completed(&current_step, i, value);
+				}
+				break;
+			case WFE_CB_FAIL:
+				wfe_step_failed(&current_step, i, value, retryable);
+				break;
+		}
+	}
+	apply(&s, value);
+	return outcome;
+}
+
+static void
+require_identity(FunctionCallInfo fcinfo)
+{
+	for (int k = 0; k < 4; k++)
+		if (PG_ARGISNULL(k))
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("run_id, stage, attempt and fence must not be null")));
+}
+
+/* A jsonb argument as text, or dflt for SQL NULL. */
+static char *
+jsonb_arg(FunctionCallInfo fcinfo, int k, const char *dflt)
+{
+	Jsonb	   *jb;
+
+	if (PG_ARGISNULL(k))
+		return pstrdup(dflt);
+	jb = PG_GETARG_JSONB_P(k);
+	return JsonbToCString(NULL, &jb->root, VARSIZE(jb));
+}
+
+/* Connect to SPI, run one callback, disconnect; the outcome word as text. */
+static Datum
+callback_sql(FunctionCallInfo fcinfo, wfe_callback cb, const char *value, bool retryable,
+			 const char *worker_id)
+{
+	const char *outcome;
+	text	   *result;
+
+	SPI_connect();
+	outcome = callback(PG_GETARG_INT64(0), text_to_cstring(PG_GETARG_TEXT_PP(1)),
+					   PG_GETARG_INT32(2), PG_GETARG_INT64(3), cb, value, retryable, worker_id);
+	result = cstring_to_text(outcome);	/* before SPI_finish frees the SPI memory */
+	result = (text *) SPI_datumTransfer(PointerGetDatum(result), false, -1);
+	SPI_finish();
+	PG_RETURN_TEXT_P(result);
+}
+
+PG_FUNCTION_INFO_V1(wfe_accept_task);
+PG_FUNCTION_INFO_V1(wfe_heartbeat);
+PG_FUNCTION_INFO_V1(wfe_complete_task);
+PG_FUNCTION_INFO_V1(wfe_fail_task);
+
+/* wfe.accept_task(run_id, stage, attempt, fence, worker_id) */
+Datum
+wfe_accept_task(PG_FUNCTION_ARGS)
+{
+	require_identity(fcinfo);
+	return callback_sql(fcinfo, WFE_CB_ACCEPT, NULL, true,
+						PG_ARGISNULL(4) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(4)));
+}
+
+/* wfe.heartbeat(run_id, stage, attempt, fence) */
+Datum
+wfe_heartbeat(PG_FUNCTION_ARGS)
+{
+	require_identity(fcinfo);
+	return callback_sql(fcinfo, WFE_CB_HEARTBEAT, NULL, true, NULL);
+}
+
+/* wfe.complete_task(run_id, stage, attempt, fence, result) */
+Datum
+wfe_complete_task(PG_FUNCTION_ARGS)
+{
+	require_identity(fcinfo);
+	return callback_sql(fcinfo, WFE_CB_COMPLETE, jsonb_arg(fcinfo, 4, "{}"), true, NULL);
+}
+
+/* wfe.fail_task(run_id, stage, attempt, fence, error, retryable) */
+Datum
+wfe_fail_task(PG_FUNCTION_ARGS)
+{
+	require_identity(fcinfo);
+	return callback_sql(fcinfo, WFE_CB_FAIL, jsonb_arg(fcinfo, 4, "{}"),
+						PG_ARGISNULL(5) ? true : PG_GETARG_BOOL(5), NULL);
+}
+
+/* ---------------------------------------------------------------------
+ * The run's own transitions: start, timers, deadlines, actions, cancel
+ * --------------------------------------------------------------------- */
+
+PG_FUNCTION_INFO_V1(wfe_start_run);
+PG_FUNCTION_INFO_V1(wfe_timer_fired);
+PG_FUNCTION_INFO_V1(wfe_expire);
+PG_FUNCTION_INFO_V1(wfe_action_done);
+PG_FUNCTION_INFO_V1(wfe_cancel);
+
+/* wfe._start_run(run_id): release a new run's first stages (its lock is held). */
+Datum
+wfe_start_run(PG_FUNCTION_ARGS)
+{
+	srv			s;
+
+	SPI_connect();
+	if (begin(&s, PG_GETARG_INT64(0), false))
+	{
+		wfe_step_start(&current_step);
+		apply(&s, NULL);
+	}
+	SPI_finish();
+	PG_RETURN_VOID();
+}
+
+/*
+ * wfe._timer_fired(run_id, kind, stage, attempt, fence): a due timer (its
+ * row locked and marked fired by the caller).
+ */
+Datum
+wfe_timer_fired(PG_FUNCTION_ARGS)
+{
+	srv			s;
+	char	   *kind = text_to_cstring(PG_GETARG_TEXT_PP(1));
+
+	SPI_connect();
+	if (begin(&s, PG_GETARG_INT64(0), false))
+	{
+		if (strcmp(kind, "retry") == 0 && !PG_ARGISNULL(2))
+		{
+			int			i = wfe_run_plan_find(s.rp, text_to_cstring(PG_GETARG_TEXT_PP(2)));
+
+			if (i >= 0)
+			{
+				s.lock_stage = i;
+				wfe_step_retry_due(&current_step, i, PG_ARGISNULL(3) ? -1 : PG_GETARG_INT32(3),
+								   PG_ARGISNULL(4) ? -1 : PG_GETARG_INT64(4));
+			}
+		}
+		else if (strcmp(kind, "not_before") == 0)
+		{
+			Datum		v[1] = {Int64GetDatum(s.run_id)};
+
+			run(&q_started, v, NULL);
+			if (s.run.intent < 0 && !col_bool(1))
+				wfe_step_start(&current_step);
+		}
+		else if (strcmp(kind, "run_deadline") == 0)
+		{
+			Datum		v[1] = {Int64GetDatum(s.run_id)};
+
+			run(&q_deadline, v, NULL);
+			wfe_step_run_deadline(&current_step, col(1));
+		}
+		apply(&s, NULL);
+	}
+	SPI_finish();
+	PG_RETURN_VOID();
+}
+
+/*
+ * wfe._expire(run_id, stage) RETURNS boolean: time out the attempt whose
+ * deadline passed, if it still is the one that expired.  A run another
+ * transaction holds is left to it (SKIP LOCKED).
+ */
+Datum
+wfe_expire(PG_FUNCTION_ARGS)
+{
+	srv			s;
+	bool		done = false;
+
+	SPI_connect();
+	if (begin(&s, PG_GETARG_INT64(0), true))
+	{
+		char	   *stage = text_to_cstring(PG_GETARG_TEXT_PP(1));
+		int			i = wfe_run_plan_find(s.rp, stage);
+		Datum		v[2] = {Int64GetDatum(s.run_id), CStringGetTextDatum(stage)};
+
+		run(&q_expiring, v, NULL);
+		if (i >= 0 && SPI_processed == 1)
+		{
+			char	   *deadline_text = col(2);
+			char	   *deadline_json = col(3);
+			char	   *clock = col(4);
+
+			wfe_step_expired(&current_step, i, clock, deadline_text, deadline_json);
+			done = true;
+		}
+		apply(&s, NULL);
+	}
+	SPI_finish();
+	PG_RETURN_BOOL(done);
+}
+
+/*
+ * wfe._action_done(run_id, stage, result, error): an in-database action's
+ * attempt ended (the caller holds the run's lock): its result is checked
+ * like a worker's, an error is retried per policy.
+ */
+Datum
+wfe_action_done(PG_FUNCTION_ARGS)
+{
+	srv			s;
+
+	SPI_connect();
+	if (begin(&s, PG_GETARG_INT64(0), false))
+	{
+		int			i = wfe_run_plan_find(s.rp, text_to_cstring(PG_GETARG_TEXT_PP(1)));
+		char	   *result = PG_ARGISNULL(2) ? NULL : jsonb_arg(fcinfo, 2, "{}");
+
+		if (i >= 0 && !PG_ARGISNULL(3))
+			wfe_step_failed(&current_step, i, jsonb_arg(fcinfo, 3, "{}"), true);
+		else if (i >= 0)
+		{
+			contract_entry *c = contract(s.rp->stages[i].contract);
+			const char *problem = wfe_step_result_problem(&current_step, i, result,
+														  c ? c->output_schema : NULL);
+
+			if (problem != NULL)
+			{
+				char	   *error = psprintf("{\"code\": \"result.schema\", \"message\": %s}",
+											 wfe_step_json_str(&current_step, problem));
+
+				wfe_step_failed(&current_step, i, error, true);
+			}
+			else
+				wfe_step_completed(&current_step, i, result);
+		}
+		apply(&s, result);
+	}
+	SPI_finish();
+	PG_RETURN_VOID();
+}
+
+/* wfe._cancel(run_id, reason): set the cancelled intent (the caller checked it may). */
+Datum
+wfe_cancel(PG_FUNCTION_ARGS)
+{
+	srv			s;
+
+	SPI_connect();
+	if (begin(&s, PG_GETARG_INT64(0), false))
+	{
+		wfe_step_cancel(&current_step, text_to_cstring(PG_GETARG_TEXT_PP(1)));
+		apply(&s, NULL);
+	}
+	SPI_finish();
+	PG_RETURN_VOID();
+}

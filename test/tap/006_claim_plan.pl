@@ -1,0 +1,351 @@
+# The claim's plans never scan a big table: wfe.claim_task stays an index
+# walk whatever the size of the backlog and whatever max_tasks, with the
+# generic plan as well as the custom ones.
+#
+# wfe.claim_task is a black box here.  On a private cluster, a one-stage poll
+# workflow gets a large backlog (20,000 queued runs) and some finished
+# history (3,000 runs completed), then VACUUM ANALYZE.  Each claim session
+# loads auto_explain (nested statements on, no ANALYZE, JSON, verbose so
+# that every relation is schema-qualified, plans sent back as NOTICEs) and
+# calls claim_task several times with max_tasks 1, 10 or 1000: a fresh
+# session per max_tasks, so that both the first (custom) plans and the
+# generic plan after five executions are seen at every size, and one more
+# session with plan_cache_mode = force_generic_plan.
+#
+# Every plan of every statement the claims ran, whatever its text, is
+# checked: a scan of a wfe table with more than BIG_ROWS rows must be an
+# Index Scan or Index Only Scan with an Index Cond, or a Tid Scan (so also
+# not a Seq Scan, a Bitmap Heap Scan, or an index walked end to end, as a
+# merge join input would be), and must not be hashed whole.  An offending
+# plan is printed.  The claims must return the tasks asked for and each
+# must complete ('accepted'), so that the test cannot pass vacuously.
+use strict;
+use warnings;
+
+use JSON::PP;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $BACKLOG  = 20_000;    # queued runs left when the claims start
+my $HISTORY  = 3_000;     # runs claimed and completed before that
+my $BIG_ROWS = 500;       # a wfe table with more rows is a big one
+my @SIZES    = (1, 10, 1000);
+my $CALLS    = 7;         # per size and session: past the 5 custom plans
+
+my $node = PostgreSQL::Test::Cluster->new('wfe_claim_plan');
+$node->init;
+$node->start;
+
+# psql that dies on error and returns (stdout, stderr); notices go to stderr
+sub run_sql
+{
+	my ($sql, $what) = @_;
+	my ($out, $err) = ('', '');
+	my $status = $node->psql(
+		'postgres', $sql,
+		stdout => \$out,
+		stderr => \$err,
+		on_error_stop => 1,
+		timeout => $PostgreSQL::Test::Utils::timeout_default);
+	die "$what failed (psql exit status $status):\n$err" if $status != 0;
+	return ($out, $err);
+}
+
+#
+# A one-stage poll workflow, a backlog and some history.
+#
+$node->safe_psql(
+	'postgres', q{
+CREATE EXTENSION wfe;
+SELECT wfe.register_worker('tap-plan.step@1', 'tap-plan-jobs');
+SELECT wfe.create_definition($y$
+name: tap-plan-flow
+version: "1.0.0"
+entry: a
+stages:
+  - { name: a, type: worker, queue: tap-plan-jobs, worker: tap-plan.step@1, input: { v: "${context.v}" }, on_success: completed, on_failure: failed }
+$y$);
+SELECT wfe.approve('tap-plan-flow', '1.0.0');
+SELECT wfe.activate('tap-plan-flow', '1.0.0');
+CREATE TABLE public.tap_claimed (session text, call int, max_tasks int,
+    run_id bigint, stage text, attempt int, fence bigint);
+});
+
+my $t0 = time;
+is( $node->safe_psql(
+		'postgres',
+		'SELECT count(*) FROM generate_series(1, '
+		  . ($BACKLOG + $HISTORY)
+		  . ") AS i, LATERAL wfe.submit('tap-plan-flow', jsonb_build_object('v', i)) AS s "
+		  . 'WHERE s.accepted'),
+	$BACKLOG + $HISTORY,
+	'the runs are submitted');
+
+# history: claimed and completed a thousand at a time
+$node->safe_psql(
+	'postgres', qq{
+DO \$\$
+DECLARE
+    t record;
+    n int := 0;
+BEGIN
+    FOR b IN 1 .. $HISTORY / 1000 LOOP
+        FOR t IN SELECT * FROM wfe.claim_task('tap-plan-jobs', 'tap-history', 1000) LOOP
+            IF wfe.complete_task(t.run_id, t.stage, t.attempt, t.fence, '{}') = 'accepted' THEN
+                n := n + 1;
+            END IF;
+        END LOOP;
+    END LOOP;
+    IF n <> $HISTORY THEN
+        RAISE EXCEPTION 'history: % of $HISTORY tasks completed', n;
+    END IF;
+END
+\$\$;
+});
+is( $node->safe_psql(
+		'postgres',
+		"SELECT count(*) FILTER (WHERE state = 'queued') || '/' || count(*) "
+		  . "FROM wfe.run_stages WHERE queue = 'tap-plan-jobs'"),
+	"$BACKLOG/" . ($BACKLOG + $HISTORY),
+	"$BACKLOG tasks queued, $HISTORY done");
+$node->safe_psql('postgres', 'VACUUM ANALYZE');
+note sprintf('set-up took %d s', time - $t0);
+
+# The size of every wfe table, exactly.
+my %rows;
+for my $line (
+	split /\n/,
+	$node->safe_psql(
+		'postgres', q{
+SELECT c.relname || '=' ||
+       (xpath('/row/n/text()',
+              query_to_xml(format('SELECT count(*) AS n FROM wfe.%I', c.relname), false, true, '')))[1]::text
+  FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace
+ WHERE n.nspname = 'wfe' AND c.relkind IN ('r', 'p', 'm')}))
+{
+	my ($rel, $n) = split /=/, $line;
+	$rows{$rel} = $n;
+}
+my @big = sort grep { $rows{$_} > $BIG_ROWS } keys %rows;
+note 'big wfe tables: ' . join(', ', map { "$_ ($rows{$_} rows)" } @big);
+ok(scalar(grep { $_ eq 'run_stages' } @big), 'wfe.run_stages is one of the big tables');
+
+#
+# Reading the plans.
+#
+
+# "Node Type on wfe.rel alias" and the like, as EXPLAIN's text would say it
+sub node_title
+{
+	my ($n) = @_;
+	my $t = $n->{'Node Type'};
+	$t = $n->{'Operation'} if $t eq 'ModifyTable' && $n->{'Operation'};
+	$t = "$n->{'Strategy'} $t" if $t eq 'Aggregate' && $n->{'Strategy'};
+	$t .= " ($n->{'Join Type'})"
+	  if defined $n->{'Join Type'} && $n->{'Join Type'} ne 'Inner';
+	$t .= ' Backward' if ($n->{'Scan Direction'} // '') eq 'Backward';
+	$t .= " using $n->{'Index Name'}" if defined $n->{'Index Name'};
+	if (defined $n->{'Relation Name'})
+	{
+		my $rel = ($n->{'Schema'} ? "$n->{'Schema'}." : '') . $n->{'Relation Name'};
+		$t .= " on $rel";
+		$t .= " $n->{'Alias'}"
+		  if defined $n->{'Alias'} && $n->{'Alias'} ne $n->{'Relation Name'};
+	}
+	$t .= " on $n->{'CTE Name'}"      if defined $n->{'CTE Name'};
+	$t .= " on $n->{'Function Name'}" if defined $n->{'Function Name'};
+	$t .= "  (rows=$n->{'Plan Rows'})" if defined $n->{'Plan Rows'};
+	return $t;
+}
+
+my @CONDS = ('Index Cond', 'TID Cond', 'Recheck Cond', 'Hash Cond', 'Merge Cond',
+	'Join Filter', 'Filter', 'One-Time Filter', 'Sort Key');
+
+# the plan as an indented tree, the offending nodes marked
+sub render
+{
+	my ($n, $bad, $depth) = @_;
+	$depth //= 0;
+	my $pad = '  ' x $depth;
+	my $s = '';
+	$s .= "$pad$n->{'Subplan Name'}\n" if defined $n->{'Subplan Name'};
+	$s .= $pad . ($depth ? '->  ' : '') . node_title($n);
+	$s .= "    <== $bad->{$n}" if $bad->{$n};
+	$s .= "\n";
+	for my $k (@CONDS)
+	{
+		next unless defined $n->{$k};
+		my $v = ref $n->{$k} eq 'ARRAY' ? join(', ', @{ $n->{$k} }) : $n->{$k};
+		$s .= "$pad      $k: $v\n";
+	}
+	$s .= render($_, $bad, $depth + 1) for @{ $n->{'Plans'} // [] };
+	return $s;
+}
+
+# the wfe table a node reads, if it is a big one (ModifyTable nodes only
+# write: their children read)
+sub big_table_read
+{
+	my ($n) = @_;
+	return undef
+	  unless defined $n->{'Relation Name'}
+	  && ($n->{'Schema'} // '') eq 'wfe'
+	  && $n->{'Node Type'} ne 'ModifyTable';
+	my $rel = $n->{'Relation Name'};
+	return ($rows{$rel} // 0) > $BIG_ROWS ? $rel : undef;
+}
+
+# the offending nodes of a plan tree: { node => why }
+sub offences
+{
+	my ($n, $bad) = @_;
+	$bad //= {};
+	if (my $rel = big_table_read($n))
+	{
+		my $type = $n->{'Node Type'};
+		my $size = "wfe.$rel has $rows{$rel} rows";
+		if ($type eq 'Index Scan' || $type eq 'Index Only Scan')
+		{
+			$bad->{$n} = "an index walked end to end (no Index Cond); $size"
+			  unless defined $n->{'Index Cond'};
+		}
+		elsif ($type ne 'Tid Scan')
+		{
+			$bad->{$n} = "$type; $size";
+		}
+	}
+	if ($n->{'Node Type'} eq 'Hash')
+	{
+		for my $c (@{ $n->{'Plans'} // [] })
+		{
+			my $rel = big_table_read($c) or next;
+			$bad->{$c} //= "hashed whole into a Hash Join; wfe.$rel has $rows{$rel} rows";
+		}
+	}
+	offences($_, $bad) for @{ $n->{'Plans'} // [] };
+	return $bad;
+}
+
+# does the plan read a big wfe table at all?
+sub reads_big
+{
+	my ($n) = @_;
+	return 1 if big_table_read($n);
+	for (@{ $n->{'Plans'} // [] }) { return 1 if reads_big($_) }
+	return 0;
+}
+
+# auto_explain's NOTICEs on psql's stderr: [{ text, plan }] in order
+sub plans_from
+{
+	my ($err) = @_;
+	my @plans;
+	while ($err =~ /NOTICE:\s+duration: [0-9.]+ ms\s+plan:\n(\{.*?\n\})(?:\n|\z)/sg)
+	{
+		my $j = decode_json($1);
+		push @plans, { text => $j->{'Query Text'} // '', plan => $j->{'Plan'} };
+	}
+	return @plans;
+}
+
+#
+# The claims.
+#
+my @sessions = map { { name => "max_tasks=$_", sizes => [$_], mode => undef } } @SIZES;
+push @sessions, { name => 'force_generic_plan', sizes => [@SIZES], mode => 'force_generic_plan' };
+
+my $total = 0;
+for my $s (@sessions)
+{
+	my $sql = q{
+LOAD 'auto_explain';
+SET auto_explain.log_min_duration = 0;
+SET auto_explain.log_nested_statements = on;
+SET auto_explain.log_analyze = off;
+SET auto_explain.log_verbose = on;
+SET auto_explain.log_format = json;
+SET auto_explain.log_level = notice;
+SET client_min_messages = notice;
+};
+	$sql .= "SET plan_cache_mode = $s->{mode};\n" if $s->{mode};
+	my ($call, $expected) = (0, 0);
+	for my $size (@{ $s->{sizes} })
+	{
+		my $calls = $s->{mode} ? 2 : $CALLS;
+		for (1 .. $calls)
+		{
+			$call++;
+			$expected += $size;
+			$sql .=
+			    "INSERT INTO public.tap_claimed SELECT '$s->{name}', $call, $size, "
+			  . 't.run_id, t.stage, t.attempt, t.fence '
+			  . "FROM wfe.claim_task('tap-plan-jobs', 'tap-w-$call', $size) AS t;\n";
+		}
+	}
+	$total += $expected;
+	my (undef, $err) = run_sql($sql, "the claims ($s->{name})");
+	# what auto_explain said, kept for a closer look
+	(my $file = "claims-$s->{name}.log") =~ s/=/-/;
+	PostgreSQL::Test::Utils::append_to_file("$PostgreSQL::Test::Utils::tmp_check/$file", $err);
+
+	is( $node->safe_psql(
+			'postgres',
+			"SELECT count(*) FILTER (WHERE n = max_tasks) || '/' || count(*) || ' ' || sum(n) "
+			  . "FROM (SELECT call, max_tasks, count(*) AS n FROM public.tap_claimed "
+			  . "WHERE session = '$s->{name}' GROUP BY call, max_tasks) AS c"),
+		"$call/$call $expected",
+		"$s->{name}: each of the $call claims returned max_tasks tasks");
+
+	# the plans, attributed to the claim whose top-level INSERT ends them
+	my @plans = plans_from($err);
+	my (@calls, @current, %seen, @offending);
+	for my $p (@plans)
+	{
+		if ($p->{text} =~ /tap_claimed/)
+		{
+			push @calls, [@current];
+			@current = ();
+			next;
+		}
+		push @current, $p;
+		my $bad = offences($p->{plan});
+		next unless %$bad;
+		my $shown = render($p->{plan}, $bad);
+		push @offending, "Query Text: $p->{text}\n$shown" unless $seen{ $p->{text} . $shown }++;
+	}
+	my $covered = grep { grep { reads_big($_->{plan}) } @$_ } @calls;
+	is( scalar(@calls) . ' ' . $covered,
+		"$call $call",
+		"$s->{name}: auto_explain showed, for each of the $call claims, "
+		  . 'nested plans that read a big wfe table ('
+		  . scalar(@plans)
+		  . ' plans in all)')
+	  or diag "psql's stderr (first 4000 characters):\n" . substr($err, 0, 4000);
+	ok(!@offending, "$s->{name}: no plan scans a big wfe table")
+	  or diag(scalar(@offending)
+		  . " offending plan(s) (every plan: tmp_check/$file):\n\n"
+		  . join("\n", @offending));
+}
+
+#
+# Each claimed task completes.
+#
+is( $node->safe_psql(
+		'postgres',
+		q{SELECT string_agg(r || '=' || n, ' ' ORDER BY r)
+		    FROM (SELECT r, count(*) AS n
+		            FROM (SELECT wfe.complete_task(run_id, stage, attempt, fence, '{}') AS r
+		                    FROM public.tap_claimed ORDER BY run_id) AS x
+		           GROUP BY r) AS y}),
+	"accepted=$total",
+	"complete_task accepts each of the $total claimed tasks");
+is( $node->safe_psql(
+		'postgres',
+		"SELECT count(*) FROM wfe.runs WHERE workflow = 'tap-plan-flow' AND state = 'completed'"),
+	$HISTORY + $total,
+	'their runs completed');
+
+note sprintf('took %d s', time - $t0);
+$node->stop;
+done_testing();
