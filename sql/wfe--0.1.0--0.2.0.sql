@@ -237,81 +237,9 @@ COMMENT ON FUNCTION wfe.cancel_run(bigint, text) IS
 
 CREATE OR REPLACE FUNCTION wfe.claim_task(queue text, worker_id text, max_tasks int DEFAULT 1, lease_ms int DEFAULT NULL)
 RETURNS SETOF wfe.task
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
--- the claim's plan is the same whatever the arguments: plan it once per session
-SET plan_cache_mode = force_generic_plan
-AS $$
-#variable_conflict use_column
-BEGIN
-    IF claim_task.queue IS NULL OR claim_task.worker_id IS NULL THEN
-        RAISE EXCEPTION 'queue and worker_id must not be null' USING ERRCODE = 'null_value_not_allowed';
-    END IF;
-    IF claim_task.max_tasks IS NULL OR claim_task.max_tasks NOT BETWEEN 1 AND 1000 THEN
-        RAISE EXCEPTION 'max_tasks must be between 1 and 1000, not %', claim_task.max_tasks
-            USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    IF claim_task.lease_ms IS NOT NULL AND claim_task.lease_ms < 1 THEN
-        RAISE EXCEPTION 'lease_ms must be positive, not %', claim_task.lease_ms
-            USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-
-    -- SKIP LOCKED: a claimer never waits for another and never takes a row
-    -- another is taking; the state change makes the attempt unclaimable.
-    -- The picked rows are found by walking the ready index and updated by
-    -- their tuple ids, so the claim never joins against (or scans) the
-    -- whole stage table, whatever max_tasks and the table size
-    -- (test/tap/006_claim_plan.pl).
-    RETURN QUERY
-    WITH claimed AS (
-        UPDATE wfe.run_stages AS st
-           SET state = 'running', claimed_by = claim_task.worker_id,
-               started_at = now(), heartbeat_at = now(),
-               deadline_at = now() + make_interval(secs => least(
-                   coalesce(claim_task.lease_ms, st.exec_ms),
-                   coalesce(st.heartbeat_ms, 2147483647)) / 1000.0)
-         WHERE st.ctid = ANY (ARRAY(
-                   SELECT p.ctid
-                     FROM wfe.run_stages AS p
-                    WHERE p.queue = claim_task.queue AND p.state = 'queued'
-                      -- paused queues keep their tasks; broker queues are served by the broker
-                      AND NOT EXISTS (SELECT 1 FROM wfe.queues AS q
-                                       WHERE q.queue = claim_task.queue AND (q.paused OR q.delivery = 'broker'))
-                    ORDER BY p.priority DESC, p.ready_at
-                    LIMIT claim_task.max_tasks
-                      FOR UPDATE SKIP LOCKED))
-        RETURNING st.*
-    ), logged AS (
-        INSERT INTO wfe.events (run_id, tenant, stage, attempt, type, detail)
-        SELECT c.run_id, c.tenant, c.stage, c.attempt, 'stage.claimed',
-               jsonb_build_object('worker_id', claim_task.worker_id)
-          FROM claimed AS c
-    )
-    SELECT c.run_id, c.stage, c.attempt, c.fence, c.queue, c.worker, c.input, NULL::jsonb,
-           c.deadline_at, c.heartbeat_ms, r.definition_digest,
-           wfe._message_id(c.run_id, c.stage, c.attempt, c.fence, 'dispatch'), c.tenant
-      FROM claimed AS c
-      JOIN wfe.runs AS r ON r.run_id = c.run_id
-      -- the worker must be awake when the execution deadline passes
-      CROSS JOIN LATERAL wfe._wake(c.deadline_at) AS w
-     ORDER BY c.priority DESC, c.ready_at;
-
-    IF NOT FOUND AND EXISTS (SELECT 1 FROM wfe.queues AS q
-                              WHERE q.queue = claim_task.queue AND q.delivery = 'broker') THEN
-        RAISE EXCEPTION 'queue "%" is in broker delivery mode', claim_task.queue
-            USING ERRCODE = 'object_not_in_prerequisite_state',
-                  HINT = 'Its tasks are dispatched through RabbitMQ and started with wfe.accept_task; '
-                         'wfe.configure_queue(queue, ''poll'') makes it a poll queue.';
-    END IF;
-    IF NOT FOUND
-       AND NOT EXISTS (SELECT 1 FROM wfe.contracts AS c WHERE c.queue = claim_task.queue)
-       AND NOT EXISTS (SELECT 1 FROM wfe.queues AS q WHERE q.queue = claim_task.queue) THEN
-        RAISE EXCEPTION 'queue "%" does not exist', claim_task.queue
-            USING ERRCODE = 'undefined_object',
-                  HINT = 'Queues come from the contracts registry (wfe.register_worker, wfe.register_action).';
-    END IF;
-END
-$$;
+AS 'MODULE_PATHNAME', 'wfe_claim_task'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION wfe.claim_task(text, text, int, int) IS
 'Claims up to max_tasks ready tasks of a poll queue (SKIP LOCKED, highest priority then oldest), marks them running with an execution deadline.';
 

@@ -11,6 +11,7 @@
  */
 #include "postgres.h"
 
+#include "access/htup_details.h"
 #include "access/xact.h"
 #include "commands/async.h"
 #include "common/pg_prng.h"
@@ -187,6 +188,41 @@ static stmt q_expiring = STMT(
 	"  FROM wfe.run_stages AS st WHERE st.run_id = $1 AND st.stage = $2"
 	"   AND st.state IN ('queued', 'dispatched', 'running') AND st.deadline_at <= now()"
 	"   FOR UPDATE", 2, I8, TX);
+
+/*
+ * The claim: the ready index is walked under SKIP LOCKED and the rows taken
+ * are updated by tuple id, so the plan never joins against (or scans) the
+ * stage table, whatever its size and max_tasks (test/tap/006_claim_plan.pl).
+ */
+static stmt q_claim = STMT(
+	"WITH claimed AS ("
+	"  UPDATE wfe.run_stages AS st"
+	"     SET state = 'running', claimed_by = $2, started_at = now(), heartbeat_at = now(),"
+	"         deadline_at = now() + make_interval(secs => least(coalesce($4, st.exec_ms),"
+	"                                             coalesce(st.heartbeat_ms, 2147483647)) / 1000.0)"
+	"   WHERE st.ctid = ANY (ARRAY("
+	"           SELECT p.ctid FROM wfe.run_stages AS p"
+	"            WHERE p.queue = $1 AND p.state = 'queued'"
+	"              AND NOT EXISTS (SELECT 1 FROM wfe.queues AS q"
+	"                               WHERE q.queue = $1 AND (q.paused OR q.delivery = 'broker'))"
+	"            ORDER BY p.priority DESC, p.ready_at LIMIT $3"
+	"              FOR UPDATE SKIP LOCKED))"
+	"  RETURNING st.*"
+	"), logged AS ("
+	"  INSERT INTO wfe.events (run_id, tenant, stage, attempt, type, detail)"
+	"  SELECT c.run_id, c.tenant, c.stage, c.attempt, 'stage.claimed',"
+	"         jsonb_build_object('worker_id', $2::text) FROM claimed AS c"
+	")"
+	" SELECT c.run_id, c.stage, c.attempt, c.fence, c.queue, c.worker, c.input, NULL::jsonb,"
+	"        c.deadline_at, c.heartbeat_ms, r.definition_digest,"
+	"        wfe._message_id(c.run_id, c.stage, c.attempt, c.fence, 'dispatch'), c.tenant"
+	"   FROM claimed AS c JOIN wfe.runs AS r ON r.run_id = c.run_id"
+	"  ORDER BY c.priority DESC, c.ready_at", 4, TX, TX, I4, I4);
+static stmt q_queue_broker = STMT(
+	"SELECT EXISTS (SELECT 1 FROM wfe.queues AS q WHERE q.queue = $1 AND q.delivery = 'broker')", 1, TX);
+static stmt q_queue_known = STMT(
+	"SELECT EXISTS (SELECT 1 FROM wfe.contracts AS c WHERE c.queue = $1)"
+	"    OR EXISTS (SELECT 1 FROM wfe.queues AS q WHERE q.queue = $1)", 1, TX);
 
 /* The statement's plan, prepared on first use and kept for the session. */
 static SPIPlanPtr
@@ -524,9 +560,8 @@ after_enqueue(srv *s, const char *stage)
 
 			run(&q_dispatch, d, NULL);
 		}
-		else if (wfe_notify)
-			/* NOTIFY folds equal payloads: a batch to one queue costs one */
-			Async_Notify("wfe_task_ready", queue);
+		else
+			wfe_ready_released(queue);	/* poll workers that wait hear of it at commit */
 	}
 }
 
@@ -1020,4 +1055,93 @@ wfe_cancel(PG_FUNCTION_ARGS)
 	}
 	SPI_finish();
 	PG_RETURN_VOID();
+}
+
+/* ---------------------------------------------------------------------
+ * Claims
+ * --------------------------------------------------------------------- */
+
+PG_FUNCTION_INFO_V1(wfe_claim_task);
+
+/*
+ * wfe.claim_task(queue, worker_id, max_tasks, lease_ms) RETURNS SETOF wfe.task
+ *
+ * Up to max_tasks ready tasks of a poll queue, highest priority then
+ * oldest, marked running with an execution deadline; never waits for
+ * another claimer (SKIP LOCKED).
+ */
+Datum
+wfe_claim_task(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	char	   *queue;
+	int			max_tasks;
+	wfe_claim_ticket ticket;
+	Datum		v[4];
+	char		n[5] = "    ";
+	TimestampTz due = 0;
+	uint64		claimed;
+
+	if (PG_ARGISNULL(0) || PG_ARGISNULL(1))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("queue and worker_id must not be null")));
+	max_tasks = PG_ARGISNULL(2) ? 0 : PG_GETARG_INT32(2);
+	if (PG_ARGISNULL(2) || max_tasks < 1 || max_tasks > 1000)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 PG_ARGISNULL(2) ? errmsg("max_tasks must be between 1 and 1000, not <NULL>")
+				 : errmsg("max_tasks must be between 1 and 1000, not %d", max_tasks)));
+	if (!PG_ARGISNULL(3) && PG_GETARG_INT32(3) < 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("lease_ms must be positive, not %d", PG_GETARG_INT32(3))));
+	queue = text_to_cstring(PG_GETARG_TEXT_PP(0));
+
+	InitMaterializedSRF(fcinfo, 0);
+	SPI_connect();
+	/* before the claim's snapshot: a release from now on wakes us if we wait */
+	wfe_ready_claim_begin(queue, &ticket);
+	v[0] = PG_GETARG_DATUM(0);
+	v[1] = PG_GETARG_DATUM(1);
+	v[2] = Int32GetDatum(max_tasks);
+	v[3] = PG_ARGISNULL(3) ? (Datum) 0 : PG_GETARG_DATUM(3);
+	n[3] = PG_ARGISNULL(3) ? 'n' : ' ';
+	run(&q_claim, v, n);
+	claimed = SPI_processed;
+	for (uint64 k = 0; k < claimed; k++)
+	{
+		Datum		values[13];
+		bool		nulls[13];
+
+		heap_deform_tuple(SPI_tuptable->vals[k], SPI_tuptable->tupdesc, values, nulls);
+		/* the worker must be awake when the execution deadline passes */
+		if (!nulls[8] && (due == 0 || DatumGetTimestampTz(values[8]) < due))
+			due = DatumGetTimestampTz(values[8]);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	if (due != 0)
+		wfe_wake_at(due);
+	wfe_ready_claim_end(queue, &ticket, claimed < (uint64) max_tasks);
+
+	if (claimed == 0)
+	{
+		Datum		q[1] = {PG_GETARG_DATUM(0)};
+
+		run(&q_queue_broker, q, NULL);
+		if (col_bool(1))
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("queue \"%s\" is in broker delivery mode", queue),
+					 errhint("Its tasks are dispatched through RabbitMQ and started with wfe.accept_task; "
+							 "wfe.configure_queue(queue, 'poll') makes it a poll queue.")));
+		run(&q_queue_known, q, NULL);
+		if (!col_bool(1))
+			ereport(ERROR,
+					(errcode(ERRCODE_UNDEFINED_OBJECT),
+					 errmsg("queue \"%s\" does not exist", queue),
+					 errhint("Queues come from the contracts registry (wfe.register_worker, wfe.register_action).")));
+	}
+	SPI_finish();
+	return (Datum) 0;
 }

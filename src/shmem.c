@@ -56,6 +56,7 @@ wfe_shmem_startup(void)
 	{
 		memset(wfe_shared, 0, sizeof(WfeShared));
 		SpinLockInit(&wfe_shared->mutex);
+		SpinLockInit(&wfe_shared->ready_mutex);
 	}
 	LWLockRelease(AddinShmemInitLock);
 }

@@ -25,6 +25,8 @@ extern bool wfe_notify;
 /* Define the GUCs (called from _PG_init). */
 extern void wfe_guc_init(void);
 
+#define WFE_READY_SLOTS 64
+
 /* Shared state between backends and the background worker (shmem.c). */
 typedef struct WfeShared
 {
@@ -39,11 +41,31 @@ typedef struct WfeShared
 	int64		timers_fired;
 	int64		actions_run;
 	TimestampTz started_at;
+
+	/* Who waits for which poll queue (ready.c), by a hash of its name. */
+	slock_t		ready_mutex;
+	uint32		ready_epoch[WFE_READY_SLOTS];	/* bumped by each notifying commit */
+	int32		ready_waiting[WFE_READY_SLOTS];	/* claimers that may wait */
+	int32		ready_committing[WFE_READY_SLOTS];	/* commits that released without notifying */
+	int64		ready_notified;
+	int64		ready_skipped;
 } WfeShared;
 
 extern WfeShared *wfe_shared;
 extern void wfe_shmem_init(void);
 extern void wfe_wake_at(TimestampTz due);
+
+/* Wakeups for poll workers (ready.c). */
+extern void wfe_ready_released(const char *queue);
+typedef struct wfe_claim_ticket
+{
+	int			slot;
+	uint32		epoch;
+	bool		registered;
+	bool		maybe_missed;
+} wfe_claim_ticket;
+extern void wfe_ready_claim_begin(const char *queue, wfe_claim_ticket *t);
+extern void wfe_ready_claim_end(const char *queue, wfe_claim_ticket *t, bool short_batch);
 
 /* The background worker (worker.c). */
 extern void wfe_worker_register(void);

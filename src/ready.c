@@ -1,0 +1,183 @@
+/*
+ * ready.c — NOTIFY wfe_task_ready only when a poll worker may be waiting.
+ *
+ * NOTIFY takes a database-wide lock at commit and holds it through the
+ * commit's WAL flush, so every notifying transaction commits alone
+ * (docs/benchmarks.md measured a third of a step's time waiting for it).
+ * Yet a queue under load has claimers that always find work and never
+ * wait.  So claimers say, in shared memory, when they may be about to
+ * wait, and a transaction that released tasks notifies only if one may.
+ *
+ * Per queue slot (a hash of the name):
+ *   waiting     claimers that came up short and may be waiting now;
+ *   epoch       bumped by each notifying commit, which wakes them all
+ *               (a NOTIFY reaches every listener) and so resets waiting;
+ *   committing  transactions between deciding not to notify (pre-commit)
+ *               and their commit becoming visible.
+ *
+ * A claimer registers before its claim's snapshot.  A releasing
+ * transaction decides at pre-commit: someone waiting -> NOTIFY; nobody ->
+ * it counts itself in committing until its commit is visible.  The race
+ * left is a claimer that registers after a release decided not to notify
+ * but takes its snapshot before that release is visible: it would miss the
+ * task and wait.  It sees committing > 0 when it registers, and then, if
+ * its claim comes up short, notifies itself, so it looks again at once.
+ * Without shared memory (no shared_preload_libraries) every release
+ * notifies, as before.  The isolation of this rule is tested by
+ * test/tap/007_ready_wakeups.pl.
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "commands/async.h"
+#include "common/hashfn.h"
+#include "storage/spin.h"
+#include "utils/memutils.h"
+
+#include "wfe.h"
+
+/* The queues this transaction released tasks to (deduplicated). */
+static List *released = NIL;
+/* The slots this transaction counted itself in as committing. */
+static int	committing[WFE_READY_SLOTS];
+static bool any_committing = false;
+static bool callback_registered = false;
+
+static int
+slot_of(const char *queue)
+{
+	return (int) (hash_bytes((const unsigned char *) queue, (int) strlen(queue)) % WFE_READY_SLOTS);
+}
+
+/* Undo this transaction's committing counts (its commit is visible, or it aborted). */
+static void
+leave_committing(void)
+{
+	if (!any_committing)
+		return;
+	any_committing = false;
+	SpinLockAcquire(&wfe_shared->ready_mutex);
+	for (int i = 0; i < WFE_READY_SLOTS; i++)
+	{
+		wfe_shared->ready_committing[i] -= committing[i];
+		committing[i] = 0;
+	}
+	SpinLockRelease(&wfe_shared->ready_mutex);
+}
+
+static void
+ready_xact_callback(XactEvent event, void *arg)
+{
+	ListCell   *lc;
+
+	if (event == XACT_EVENT_PRE_COMMIT && released != NIL)
+	{
+		foreach(lc, released)
+		{
+			const char *queue = lfirst(lc);
+			int			slot = slot_of(queue);
+			bool		notify;
+
+			SpinLockAcquire(&wfe_shared->ready_mutex);
+			notify = wfe_shared->ready_waiting[slot] > 0;
+			if (notify)
+			{
+				/* our NOTIFY wakes every waiter of the slot: they register again */
+				wfe_shared->ready_waiting[slot] = 0;
+				wfe_shared->ready_epoch[slot]++;
+				wfe_shared->ready_notified++;
+			}
+			else
+			{
+				wfe_shared->ready_committing[slot]++;
+				committing[slot]++;
+				any_committing = true;
+				wfe_shared->ready_skipped++;
+			}
+			SpinLockRelease(&wfe_shared->ready_mutex);
+			if (notify)
+				Async_Notify("wfe_task_ready", queue);
+		}
+		list_free_deep(released);
+		released = NIL;
+		return;
+	}
+	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT ||
+		event == XACT_EVENT_PARALLEL_COMMIT || event == XACT_EVENT_PARALLEL_ABORT ||
+		event == XACT_EVENT_PREPARE)
+	{
+		if (released != NIL)
+		{
+			list_free_deep(released);
+			released = NIL;
+		}
+		leave_committing();
+	}
+}
+
+/* This transaction made a task of a poll queue claimable: wake a waiting poller at commit. */
+void
+wfe_ready_released(const char *queue)
+{
+	ListCell   *lc;
+	MemoryContext old;
+
+	if (!wfe_notify)
+		return;
+	if (wfe_shared == NULL)
+	{
+		/* NOTIFY folds equal payloads: a batch to one queue costs one */
+		Async_Notify("wfe_task_ready", queue);
+		return;
+	}
+	if (!callback_registered)
+	{
+		RegisterXactCallback(ready_xact_callback, NULL);
+		callback_registered = true;
+	}
+	foreach(lc, released)
+		if (strcmp(lfirst(lc), queue) == 0)
+			return;
+	old = MemoryContextSwitchTo(TopMemoryContext);
+	released = lappend(released, pstrdup(queue));
+	MemoryContextSwitchTo(old);
+}
+
+/* A claim is about to take its snapshot: count the claimer as possibly waiting. */
+void
+wfe_ready_claim_begin(const char *queue, wfe_claim_ticket *t)
+{
+	memset(t, 0, sizeof(*t));
+	if (wfe_shared == NULL || !wfe_notify)
+		return;
+	t->slot = slot_of(queue);
+	SpinLockAcquire(&wfe_shared->ready_mutex);
+	wfe_shared->ready_waiting[t->slot]++;
+	t->epoch = wfe_shared->ready_epoch[t->slot];
+	t->maybe_missed = wfe_shared->ready_committing[t->slot] > 0;
+	SpinLockRelease(&wfe_shared->ready_mutex);
+	t->registered = true;
+}
+
+/*
+ * The claim is done.  A full batch means the claimer will come back at once
+ * rather than wait: it stops counting (unless a notifying commit already
+ * reset the count).  A short batch that may have missed a release still
+ * committing notifies its own session, so the claimer looks again.
+ */
+void
+wfe_ready_claim_end(const char *queue, wfe_claim_ticket *t, bool short_batch)
+{
+	if (!t->registered)
+		return;
+	if (!short_batch)
+	{
+		SpinLockAcquire(&wfe_shared->ready_mutex);
+		if (wfe_shared->ready_epoch[t->slot] == t->epoch && wfe_shared->ready_waiting[t->slot] > 0)
+			wfe_shared->ready_waiting[t->slot]--;
+		SpinLockRelease(&wfe_shared->ready_mutex);
+	}
+	else if (t->maybe_missed)
+		Async_Notify("wfe_task_ready", queue);
+	t->registered = false;
+}
