@@ -7,17 +7,34 @@
 #        - one-row INSERT commits/s (bench/pgbench/insert.sql),
 #        - the floor: a bare SKIP LOCKED queue, steps/s (floor-step.sql),
 #        - wfe steps/s, batch 1 (wfe-step.sql) and batch 10 (wfe-step-batch.sql),
+#        - wfe steps/s, batch 10 reported in one wfe.complete_tasks call
+#          (wfe-step-batch-call.sql; "n/a" while the engine has no such function),
 #        - wfe submits/s of a 12-stage workflow (submit.sql);
 #   3. where the time goes: short profiling runs (floor, wfe batch 1, the
 #      same with wfe.notify off to price the NOTIFY, submit) with
 #      pg_stat_statements tracking nested statements and planning, the
 #      sessions' wait events sampled, the claim's plan (auto_explain);
-#   4. latency, on the same cluster (bench/latency/latency.sh): timer due ->
+#   4. scale, on the same cluster, 4 clients (claim-step.sql, seed003-step.sql):
+#        - the claim's latency (p50, p99) on a one-stage workflow with a small
+#          queue (SCALE_DEPTH runs, topped up) after a little history
+#          (SCALE_FRESH_HISTORY finished runs): "fresh";
+#        - the same with BENCH_SCALE_BACKLOG runs queued by a burst of submits
+#          (kept at that depth), and its ratio to fresh;
+#        - the same with BENCH_SCALE_HISTORY finished runs, loaded straight
+#          into the engine's tables as copies of a run finished through the
+#          API (bench_clone_run, bench/scale/setup.sql), and its ratio to a
+#          fresh run measured just before;
+#        - seed 003's shape: BENCH_SEED003_RUNS runs of a 12-stage workflow in
+#          flight (a new run for every one that finishes), steps/s over
+#          BENCH_SEED003_SECONDS, in its first and last tenth, and the queued
+#          tasks at its start and end;
+#   5. latency, on the same cluster (bench/latency/latency.sh): timer due ->
 #      fired (idle and under the step load), commit -> worker woken, submit
 #      -> in-database action done, outbox drain against a plain confirmed
 #      publisher and commit -> broker-confirmed, with a private RabbitMQ.
 #
-# The table goes to stdout and, between the markers, into docs/benchmarks.md.
+# The tables go to stdout and, between the markers (bench:results,
+# bench:profile, bench:scale, bench:latency), into docs/benchmarks.md.
 # Default settings, fsync and synchronous_commit on; wfe.notify stays on.
 #
 # Environment:
@@ -27,14 +44,23 @@
 #   BENCH_CLIENTS    client counts, one row each (default "4 1")
 #   BENCH_DOCS       page to update (default docs/benchmarks.md; empty: none)
 #   BENCH_SKIP_COMPILE=1  leave out the compile benchmark
-#   BENCH_SKIP_THROUGHPUT=1  leave out 2 and 3 (only the latency section of
-#                         the page is then rewritten)
-#   BENCH_SKIP_LATENCY=1  leave out 4
+#   BENCH_SKIP_THROUGHPUT=1  leave out 2 and 3 (only the scale and latency
+#                         sections of the page are then rewritten)
+#   BENCH_SKIP_SCALE=1    leave out 4
+#   BENCH_SKIP_LATENCY=1  leave out 5
+#   BENCH_SCALE_SECONDS   length of each measured claim-latency run (default
+#                         BENCH_SECONDS; each after WARMUP_SECONDS of warm-up)
+#   BENCH_SCALE_BACKLOG   queued runs of the backlog figure (default 20000)
+#   BENCH_SCALE_HISTORY   finished runs of the history figure (default 1000000)
+#   BENCH_SEED003_RUNS    runs in flight in seed 003's shape (default 10000)
+#   BENCH_SEED003_SECONDS length of that run (default 600; the goal is
+#                         900 steps/s sustained for 10 minutes)
 #   and the latency benchmark's own (bench/latency/latency.sh).
 #
-# With the defaults the whole run takes about seven minutes: ten measured
-# runs of 22 s, four profiling runs of 8 s, about two minutes of latency
-# probes, set-up.  Every pgbench run and every
+# With the defaults the whole run takes about twenty minutes: twelve
+# measured runs of 22 s, four profiling runs of 8 s; for scale four runs of
+# 22 s, a minute of loading and the ten minutes of seed 003; about two
+# minutes of latency probes; set-up.  Every pgbench run and every
 # statement is bounded (timeout, statement_timeout); the cluster is stopped
 # and removed on any exit.
 #
@@ -69,6 +95,8 @@ LOAD_END=""
 # The figures, keyed "what:clients" (rates per second).
 declare -A RATE LATENCY STARVED WAL
 
+# shellcheck source=scale/scale.sh
+. "$BENCH_DIR/scale/scale.sh"
 # shellcheck source=latency/latency.sh
 . "$BENCH_DIR/latency/latency.sh"
 
@@ -147,12 +175,12 @@ settle() {
 	q "VACUUM ANALYZE" "CHECKPOINT" >/dev/null
 }
 
-# pgb CLIENTS SECONDS SCRIPT [PGOPTIONS]: one pgbench run; prints
-# "TRANSACTIONS TPS LATENCY_MS".
+# pgb CLIENTS SECONDS SCRIPT [PGOPTIONS [PGBENCH_ARGS...]]: one pgbench run;
+# prints "TRANSACTIONS TPS LATENCY_MS".
 pgb() {
 	local out
 	out=$(PGOPTIONS="${4:-}" timeout $(($2 + 120)) "$(pg_path bindir)/pgbench" \
-		-n -M prepared -c "$1" -j "$1" -T "$2" -f "$SCRIPTS/$3" "$DB" 2>&1) ||
+		-n -M prepared -c "$1" -j "$1" -T "$2" "${@:5}" -f "$SCRIPTS/$3" "$DB" 2>&1) ||
 		{ printf '%s\n' "$out" >&2; die "pgbench $3 failed"; }
 	awk '/^number of transactions actually processed:/ { n = $NF }
 	     /^tps = / { t = $3 }
@@ -262,6 +290,19 @@ throughput() {
 	measure "floor:$c" "$c" floor-step.sql "SELECT count(*) FROM bench_jobs WHERE state = 'done'"
 	wfe_steps wfe1 "$c" wfe-step.sql 1 2
 	wfe_steps wfe10 "$c" wfe-step-batch.sql 10 5
+	if has_complete_tasks; then
+		wfe_steps wfe10call "$c" wfe-step-batch-call.sql 10 5
+	else
+		say "wfe10call      $c client(s):      n/a  (the engine has no wfe.complete_tasks(jsonb))"
+	fi
+}
+
+# has_complete_tasks: true when the engine has the batch report call
+# wfe.complete_tasks(reports jsonb).
+has_complete_tasks() {
+	[ -n "$(q "SELECT 1 FROM pg_proc
+	            WHERE pronamespace = 'wfe'::regnamespace AND proname = 'complete_tasks'
+	              AND proargtypes[0] = 'jsonb'::regtype AND pronargs - pronargdefaults <= 1")" ]
 }
 
 # sampler SECONDS LABEL: in the background, sample the wait events of the
@@ -373,9 +414,9 @@ ROLLBACK;
 SQL
 }
 
-# ratio A B: A / B to two places, or "n/a".
+# ratio A B: A / B to two places, or "n/a" (either missing, B not positive).
 ratio() {
-	awk -v a="${1:-0}" -v b="${2:-0}" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "n/a" }'
+	awk -v a="${1:-}" -v b="${2:-}" 'BEGIN { if (a != "" && a != "n/a" && b > 0) printf "%.2f", a / b; else print "n/a" }'
 }
 
 # verdict VALUE GOAL: "yes" or "**no**".
@@ -392,12 +433,12 @@ fmt_rate() {
 
 # results: the markdown of the measured figures.
 results() {
-	local c k first=${BENCH_CLIENTS%% *} r
-	printf '| clients | one-row inserts/s | floor steps/s | wfe steps/s, batch 1 | wfe steps/s, batch 10 | submits/s (12 stages) |\n'
-	printf '|---:|---:|---:|---:|---:|---:|\n'
+	local c k w first=${BENCH_CLIENTS%% *} r
+	printf '| clients | one-row inserts/s | floor steps/s | wfe steps/s, batch 1 | wfe steps/s, batch 10 | wfe steps/s, batch 10, one `complete_tasks` call | submits/s (12 stages) |\n'
+	printf '|---:|---:|---:|---:|---:|---:|---:|\n'
 	for c in $BENCH_CLIENTS; do
-		printf '| %s | %s | %s | %s | %s | %s |\n' "$c" "$(fmt_rate "insert:$c")" "$(fmt_rate "floor:$c")" \
-			"$(fmt_rate "wfe1:$c")" "$(fmt_rate "wfe10:$c")" "$(fmt_rate "submit:$c")"
+		printf '| %s | %s | %s | %s | %s | %s | %s |\n' "$c" "$(fmt_rate "insert:$c")" "$(fmt_rate "floor:$c")" \
+			"$(fmt_rate "wfe1:$c")" "$(fmt_rate "wfe10:$c")" "$(fmt_rate "wfe10call:$c")" "$(fmt_rate "submit:$c")"
 	done
 	printf '\n| figure |'
 	for c in $BENCH_CLIENTS; do printf ' %s client(s) |' "$c"; done
@@ -406,6 +447,7 @@ results() {
 	printf '%s\n' '---:|---|'
 	for r in "wfe steps/s ÷ floor steps/s, batch 1|wfe1|floor|0.8" \
 		"wfe steps/s, batch 10 ÷ floor steps/s|wfe10|floor|2" \
+		"wfe steps/s, batch 10, one \`complete_tasks\` call ÷ floor steps/s|wfe10call|floor|2" \
 		"submits/s ÷ one-row-insert commits/s|submit|insert|0.4"; do
 		IFS='|' read -r name num den goal <<<"$r"
 		printf '| %s |' "$name"
@@ -414,17 +456,18 @@ results() {
 			"$(verdict "$(ratio "${RATE[$num:$first]:-}" "${RATE[$den:$first]:-}")" "$goal")"
 	done
 	printf '\nAverage latency per pgbench script (ms; a step script is two transactions, a batch-10 script claims and completes up to 10 tasks):\n\n'
-	printf '| clients | insert | floor step | wfe step, batch 1 | wfe script, batch 10 | submit |\n|---:|---:|---:|---:|---:|---:|\n'
+	printf '| clients | insert | floor step | wfe step, batch 1 | wfe script, batch 10 | wfe script, batch 10, one call | submit |\n|---:|---:|---:|---:|---:|---:|---:|\n'
 	for c in $BENCH_CLIENTS; do
-		printf '| %s | %s | %s | %s | %s | %s |\n' "$c" "${LATENCY[insert:$c]:-n/a}" "${LATENCY[floor:$c]:-n/a}" \
-			"${LATENCY[wfe1:$c]:-n/a}" "${LATENCY[wfe10:$c]:-n/a}" "${LATENCY[submit:$c]:-n/a}"
+		printf '| %s | %s | %s | %s | %s | %s | %s |\n' "$c" "${LATENCY[insert:$c]:-n/a}" "${LATENCY[floor:$c]:-n/a}" \
+			"${LATENCY[wfe1:$c]:-n/a}" "${LATENCY[wfe10:$c]:-n/a}" "${LATENCY[wfe10call:$c]:-n/a}" "${LATENCY[submit:$c]:-n/a}"
 	done
 	printf '\nWAL per step (per row, per run), the whole cluster over each measured run: records / full-page images / bytes:\n\n'
-	printf '| clients | insert | floor step | wfe step, batch 1 | wfe step, batch 10 | submit |\n|---:|---|---|---|---|---|\n'
+	printf '| clients | insert | floor step | wfe step, batch 1 | wfe step, batch 10 | wfe step, batch 10, one call | submit |\n|---:|---|---|---|---|---|---|\n'
 	for c in $BENCH_CLIENTS; do
 		printf '| %s |' "$c"
-		for k in insert floor wfe1 wfe10 submit; do
-			printf ' %s |' "$(tr ' ' '/' <<<"${WAL[$k:$c]:-n/a}" | sed 's|/| / |g')"
+		for k in insert floor wfe1 wfe10 wfe10call submit; do
+			w=${WAL[$k:$c]:-n/a}
+			printf ' %s |' "${w// / \/ }"
 		done
 		printf '\n'
 	done
@@ -434,9 +477,10 @@ results() {
 machine() {
 	local s
 	printf -- '- date: %s\n' "$(date -u '+%Y-%m-%d %H:%M UTC')"
-	printf -- '- command: `make bench` (BENCH_SECONDS=%s, WARMUP_SECONDS=%s, PROFILE_SECONDS=%s, clients %s%s%s)\n' \
+	printf -- '- command: `make bench` (BENCH_SECONDS=%s, WARMUP_SECONDS=%s, PROFILE_SECONDS=%s, clients %s%s%s%s)\n' \
 		"$BENCH_SECONDS" "$WARMUP_SECONDS" "$PROFILE_SECONDS" "$BENCH_CLIENTS" \
-		"${BENCH_SKIP_THROUGHPUT:+; BENCH_SKIP_THROUGHPUT=1}" "${BENCH_SKIP_BROKER:+; BENCH_SKIP_BROKER=1}"
+		"${BENCH_SKIP_THROUGHPUT:+; BENCH_SKIP_THROUGHPUT=1}" "${BENCH_SKIP_SCALE:+; BENCH_SKIP_SCALE=1}" \
+		"${BENCH_SKIP_BROKER:+; BENCH_SKIP_BROKER=1}"
 	printf -- '- machine: %s CPUs (`nproc`), %s; %s; %s\n' "$(nproc)" \
 		"$(awk '/^MemTotal:/ { printf "%.1f GiB memory", $2 / 1048576 }' /proc/meminfo)" \
 		"$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)" "$(uname -sr)"
@@ -521,10 +565,13 @@ main() {
 	# Step 5: where the time goes.
 	[ -n "${BENCH_SKIP_THROUGHPUT:-}" ] || profile
 
-	# Step 6: latency.
+	# Step 6: scale.
+	[ -n "${BENCH_SKIP_SCALE:-}" ] || scale
+
+	# Step 7: latency.
 	[ -n "${BENCH_SKIP_LATENCY:-}" ] || latency
 
-	# Step 7: the report.
+	# Step 8: the report.
 	if [ -z "${BENCH_SKIP_THROUGHPUT:-}" ]; then
 		{ machine; printf '\n'; results; } >"$WORKDIR/results.md"
 		if [ -n "$compile_out" ]; then
@@ -536,6 +583,14 @@ main() {
 		cat "$WORKDIR/results.md"
 		banner "where the time goes"
 		cat "$WORKDIR/profile.md"
+	fi
+	if [ -z "${BENCH_SKIP_SCALE:-}" ]; then
+		{
+			[ -z "${BENCH_SKIP_THROUGHPUT:-}" ] || { machine; printf '\n'; }
+			scale_results
+		} >"$WORKDIR/scale.md"
+		banner "scale"
+		cat "$WORKDIR/scale.md"
 	fi
 	if [ -z "${BENCH_SKIP_LATENCY:-}" ]; then
 		{
@@ -550,9 +605,11 @@ main() {
 			splice "$BENCH_DOCS" results "$WORKDIR/results.md"
 			splice "$BENCH_DOCS" profile "$WORKDIR/profile.md"
 		fi
+		[ -n "${BENCH_SKIP_SCALE:-}" ] || splice "$BENCH_DOCS" scale "$WORKDIR/scale.md"
 		[ -n "${BENCH_SKIP_LATENCY:-}" ] || splice "$BENCH_DOCS" latency "$WORKDIR/latency.md"
 		say "updated $BENCH_DOCS"
 	fi
 }
 
-main "$@"
+# run, unless sourced (to call its functions by hand)
+[[ ${BASH_SOURCE[0]} != "$0" ]] || main "$@"

@@ -1,0 +1,299 @@
+# scale.sh — the scale benchmarks of docs/benchmarks.md, sourced by
+# bench/run.sh after the throughput runs and the profile, on the same
+# private cluster (wfe and pg_stat_statements preloaded, default settings),
+# through the public API, SCALE_CLIENTS pgbench clients:
+#
+#   1. claim latency, fresh: a one-stage worker workflow (bench-scale, queue
+#      bench-scale); SCALE_FRESH_HISTORY finished runs, SCALE_DEPTH queued
+#      ones, vacuumed and analysed; then claim and complete
+#      (bench/pgbench/claim-step.sql), each completion submitting a new run,
+#      so the queue keeps its depth; the claim of every step is timed;
+#   2. the same with BENCH_SCALE_BACKLOG runs queued (one burst of submits)
+#      instead of SCALE_DEPTH: claim p99 ÷ fresh p99;
+#   3. fresh again, then the same with BENCH_SCALE_HISTORY finished runs
+#      (loaded by bench_clone_run, bench/scale/setup.sql: copies of a run
+#      finished through the API, spread over the retention period):
+#      claim p99 ÷ that fresh p99 (goal ≤ 1.5);
+#   4. seed 003's shape: BENCH_SEED003_RUNS runs of a 12-stage linear worker
+#      workflow (bench-seed003) in flight, claimed and completed for
+#      BENCH_SEED003_SECONDS (bench/pgbench/seed003-step.sql: a new run for
+#      each one that finishes); steps/s over the run and in its first and
+#      last tenth, queued tasks and runs in flight at its start and end
+#      (goal: 900 steps/s sustained, no backlog growth).
+#
+# Each figure starts from no runs (TRUNCATE), builds what it needs, and
+# settles (VACUUM ANALYZE, CHECKPOINT); each pgbench run is bounded by its
+# length and a timeout, each statement by statement_timeout.  The runs are
+# removed at the end.
+#
+# Environment (defaults in brackets):
+#   BENCH_SCALE_SECONDS [BENCH_SECONDS]  each measured claim run, after
+#                                        WARMUP_SECONDS of warm-up
+#   BENCH_SCALE_BACKLOG [20000]   queued runs of 2 (0: leave 2 out)
+#   BENCH_SCALE_HISTORY [1000000] finished runs of 3 (0: leave 3 out)
+#   BENCH_SEED003_RUNS [10000]    runs in flight in 4
+#   BENCH_SEED003_SECONDS [600]   length of 4 (0: leave 4 out)
+#
+# shellcheck shell=bash disable=SC2016
+
+BENCH_SCALE_SECONDS=${BENCH_SCALE_SECONDS:-$BENCH_SECONDS}
+BENCH_SCALE_BACKLOG=${BENCH_SCALE_BACKLOG:-20000}
+BENCH_SCALE_HISTORY=${BENCH_SCALE_HISTORY:-1000000}
+BENCH_SEED003_RUNS=${BENCH_SEED003_RUNS:-10000}
+BENCH_SEED003_SECONDS=${BENCH_SEED003_SECONDS:-600}
+SCALE_DIR="$BENCH_DIR/scale"
+SCALE_CLIENTS=4
+SCALE_DEPTH=100           # queued runs of the fresh and history figures, kept
+SCALE_FRESH_HISTORY=2000  # finished runs behind the fresh and backlog figures
+SCALE_CHUNK=200000        # copies per statement of the history loader
+SCALE_SUBMITS=2000        # submits per statement when queueing runs
+SCALE_GOAL=1.5            # claim p99 at scale ÷ fresh, at most
+SEED003_STAGES=12         # seed 003's average workflow
+SEED003_GOAL=900          # steps/s, sustained
+SCALE_PGOPTIONS="-c statement_timeout=60s"
+
+# The scale figures, keyed "figure:what".
+declare -A SCALE
+
+# scale_setup: the two workflows and the sample tables (safe to repeat).
+scale_setup() {
+	chain bench-scale 1 bench-scale bench.scale@1 >"$WORKDIR/scale.yaml"
+	chain bench-seed003 "$SEED003_STAGES" bench-seed003 bench.seed003@1 >"$WORKDIR/seed003.yaml"
+	PGOPTIONS="-c statement_timeout=${ADMIN_TIMEOUT}s -c client_min_messages=warning" cluster_psql -d "$DB" -q \
+		-v scale="$WORKDIR/scale.yaml" -v seed003="$WORKDIR/seed003.yaml" \
+		-f "$SCALE_DIR/setup.sql" >/dev/null
+}
+
+# scale_reset: no runs (stages, events, outbox rows, timers) left from before.
+scale_reset() {
+	q "TRUNCATE wfe.events, wfe.outbox, wfe.runs CASCADE" >/dev/null
+}
+
+# scale_submit WORKFLOW N: N runs submitted, SCALE_SUBMITS per statement.
+scale_submit() {
+	local made=0 n
+	while [ "$made" -lt "$2" ]; do
+		n=$(($2 - made < SCALE_SUBMITS ? $2 - made : SCALE_SUBMITS))
+		q "SELECT count(*) FROM (SELECT wfe.submit('$1', jsonb_build_object('x', i))
+		                           FROM generate_series(1, $n) AS i) AS s" >/dev/null
+		made=$((made + n))
+	done
+}
+
+# scale_history N KEY: N finished runs of bench-scale, on an empty queue:
+# one submitted, claimed and completed through the API, then N - 1 copies
+# of it (bench_clone_run), spread over the retention period less an hour
+# (the worker's retention pass deletes none of them during the runs), run
+# ids and finish times growing together.  Its time goes to SCALE[KEY:*].
+scale_history() {
+	local n=$1 key=$2 t0 tpl run stage attempt fence span first k rows=0
+	[ "$n" -gt 0 ] || return 0
+	t0=$(date +%s.%N)
+	tpl=$(q "SELECT run_id FROM wfe.submit('bench-scale', '{\"x\": 0}')")
+	read -r run stage attempt fence <<<"$(q "SELECT run_id || ' ' || stage || ' ' || attempt || ' ' || fence
+	                                         FROM wfe.claim_task('bench-scale', 'loader', 1)")"
+	[ "${run:-}" = "$tpl" ] || die "history: the template run $tpl was not the one claimed (${run:-none})"
+	[ "$(q "SELECT wfe.complete_task($run, '$stage', $attempt, $fence)")" = accepted ] ||
+		die "history: the template run's completion was not accepted"
+	[ "$(q "SELECT state FROM wfe.runs WHERE run_id = $tpl AND finished_at IS NOT NULL")" = completed ] ||
+		die "history: the template run did not finish completed"
+	span=$(q "SELECT greatest(setting::int - 3600, setting::int / 2) FROM pg_settings WHERE name = 'wfe.retention'")
+	[ -n "$span" ] || span=$((6 * 24 * 3600))
+	for ((first = 1; first < n; first += k)); do
+		k=$((n - first < SCALE_CHUNK ? n - first : SCALE_CHUNK))
+		rows=$((rows + $(q "SELECT bench_clone_run($tpl, $first, $k, $((n - 1)), make_interval(secs => $span))")))
+	done
+	q "SELECT setval(pg_get_serial_sequence('wfe.runs', 'run_id'), (SELECT max(run_id) FROM wfe.runs))" >/dev/null
+	SCALE[$key:finished]=$(q "SELECT count(*) FROM wfe.runs WHERE finished_at IS NOT NULL")
+	[ "${SCALE[$key:finished]}" -eq "$n" ] || die "history: ${SCALE[$key:finished]} finished runs, not $n"
+	SCALE[$key:load_s]=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+	SCALE[$key:load_rows]=$((rows + $(q "SELECT (SELECT count(*) FROM wfe.run_stages WHERE run_id = $tpl)
+	                                           + (SELECT count(*) FROM wfe.events WHERE run_id = $tpl) + 1")))
+	SCALE[$key:span_d]=$(awk -v s="$span" 'BEGIN { printf "%.1f", s / 86400 }')
+}
+
+# scale_check KEY QUEUE: no callback was rejected (else the benchmark is
+# wrong); the tasks still queued go to SCALE[KEY:queued_end].
+scale_check() {
+	local rejected
+	rejected=$(q "SELECT count(*) FROM wfe.events WHERE type LIKE 'callback.%'")
+	[ "$rejected" -eq 0 ] || die "$1: $rejected callbacks were rejected; the benchmark is wrong"
+	SCALE[$1:queued_end]=$(q "SELECT count(*) FROM wfe.run_stages WHERE queue = '$2' AND state = 'queued'")
+}
+
+# claim_run KEY: a warm-up, then a measured run of claim-step.sql on
+# bench-scale; the claims' latencies (bench_claim_lat) and the steps'
+# (pgbench's log, into bench_step_lat) go to SCALE[KEY:*].
+claim_run() {
+	local key=$1 n tps lat
+	local args=(-D queue=bench-scale -D workflow=bench-scale)
+	q "DELETE FROM bench_claim_lat WHERE label IN ('$key', '$key:warmup')" \
+		"DELETE FROM bench_step_lat WHERE label = '$key'" >/dev/null
+	SCALE[$key:queued]=$(q "SELECT count(*) FROM wfe.run_stages WHERE queue = 'bench-scale' AND state = 'queued'")
+	pgb "$SCALE_CLIENTS" "$WARMUP_SECONDS" claim-step.sql "$SCALE_PGOPTIONS" "${args[@]}" -D label="$key:warmup" >/dev/null
+	rm -f "$WORKDIR/pgbench-$key".*
+	read -r n tps lat < <(pgb "$SCALE_CLIENTS" "$BENCH_SCALE_SECONDS" claim-step.sql "$SCALE_PGOPTIONS" \
+		"${args[@]}" -D label="$key" --log --log-prefix="$WORKDIR/pgbench-$key")
+	# pgbench's log: client, script number, latency (us), ...
+	cat "$WORKDIR/pgbench-$key".* | awk -v l="$key" '{ printf "%s\t%.3f\n", l, $3 / 1000 }' |
+		q "COPY bench_step_lat (label, ms) FROM STDIN" >/dev/null
+	scale_check "$key" bench-scale
+	SCALE[$key:rate]=$(awk -v t="$tps" 'BEGIN { printf "%.0f", t }')
+	SCALE[$key:scripts]=$n
+	read -r "SCALE[$key:n]" "SCALE[$key:empty]" "SCALE[$key:p50]" "SCALE[$key:p99]" "SCALE[$key:max]" \
+		"SCALE[$key:exec_p50]" "SCALE[$key:exec_p99]" < <(q "
+		SELECT count(*) || ' ' || count(*) FILTER (WHERE tasks = 0)
+		       || ' ' || to_char(percentile_cont(0.5) WITHIN GROUP (ORDER BY txn_ms), 'FM999990.000')
+		       || ' ' || to_char(percentile_cont(0.99) WITHIN GROUP (ORDER BY txn_ms), 'FM999990.000')
+		       || ' ' || to_char(max(txn_ms), 'FM999990.000')
+		       || ' ' || to_char(percentile_cont(0.5) WITHIN GROUP (ORDER BY exec_ms), 'FM999990.000')
+		       || ' ' || to_char(percentile_cont(0.99) WITHIN GROUP (ORDER BY exec_ms), 'FM999990.000')
+		  FROM bench_claim_lat WHERE label = '$key'")
+	SCALE[$key:step_p99]=$(q "SELECT coalesce(to_char(percentile_cont(0.99) WITHIN GROUP (ORDER BY ms), 'FM999990.000'), 'n/a')
+	                            FROM bench_step_lat WHERE label = '$key'")
+	[ "${SCALE[$key:empty]:-0}" -eq 0 ] ||
+		say "warning: $key: ${SCALE[$key:empty]} claims found the queue empty"
+	say "$(printf '%-8s claim p50 %s ms, p99 %s ms, max %s ms (execution p50 %s, p99 %s ms; %s claims); step p99 %s ms; %s steps/s; queued %s -> %s' \
+		"$key:" "${SCALE[$key:p50]}" "${SCALE[$key:p99]}" "${SCALE[$key:max]}" "${SCALE[$key:exec_p50]}" \
+		"${SCALE[$key:exec_p99]}" "${SCALE[$key:n]}" "${SCALE[$key:step_p99]}" "${SCALE[$key:rate]}" \
+		"${SCALE[$key:queued]}" "${SCALE[$key:queued_end]}")"
+}
+
+# scale_fresh KEY: the claim latency on a fresh database: a little
+# history, a small queue.
+scale_fresh() {
+	scale_reset
+	scale_history "$SCALE_FRESH_HISTORY" "$1"
+	scale_submit bench-scale "$SCALE_DEPTH"
+	settle
+	claim_run "$1"
+}
+
+# scale_backlog: the claim latency with BENCH_SCALE_BACKLOG runs queued
+# by a burst of submits, behind the same little history.
+scale_backlog() {
+	scale_reset
+	scale_history "$SCALE_FRESH_HISTORY" backlog
+	scale_submit bench-scale "$BENCH_SCALE_BACKLOG"
+	settle
+	claim_run backlog
+}
+
+# scale_finished: the claim latency behind BENCH_SCALE_HISTORY finished
+# runs, with a small queue.
+scale_finished() {
+	scale_reset
+	scale_history "$BENCH_SCALE_HISTORY" history
+	say "history: ${SCALE[history:finished]} finished runs (${SCALE[history:load_rows]} rows) loaded in ${SCALE[history:load_s]} s, over ${SCALE[history:span_d]} days"
+	scale_submit bench-scale "$SCALE_DEPTH"
+	settle
+	claim_run history
+}
+
+# seed003_state: "QUEUED IN_FLIGHT EPOCH" of seed 003's runs, now.
+seed003_state() {
+	q "SELECT (SELECT count(*) FROM wfe.run_stages WHERE queue = 'bench-seed003' AND state = 'queued')
+	          || ' ' || (SELECT count(*) FROM wfe.runs WHERE workflow = 'bench-seed003' AND finished_at IS NULL)
+	          || ' ' || extract(epoch FROM clock_timestamp())"
+}
+
+# seed003: seed 003's shape, BENCH_SEED003_RUNS runs in flight for
+# BENCH_SEED003_SECONDS; rates from the stage.completed events' times.
+seed003() {
+	local t0 t1 slice n tps lat first last all runs
+	scale_reset
+	scale_submit bench-seed003 "$BENCH_SEED003_RUNS"
+	settle
+	pgb "$SCALE_CLIENTS" "$WARMUP_SECONDS" seed003-step.sql "$SCALE_PGOPTIONS" >/dev/null
+	read -r "SCALE[seed:queued]" "SCALE[seed:flight]" t0 < <(seed003_state)
+	read -r n tps lat < <(pgb "$SCALE_CLIENTS" "$BENCH_SEED003_SECONDS" seed003-step.sql "$SCALE_PGOPTIONS")
+	read -r "SCALE[seed:queued_end]" "SCALE[seed:flight_end]" t1 < <(seed003_state)
+	scale_check seed bench-seed003
+	slice=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", (b - a) / 10 }')
+	read -r first last all runs < <(q "
+		SELECT count(*) FILTER (WHERE type = 'stage.completed' AND at < to_timestamp($t0) + make_interval(secs => $slice))
+		       || ' ' || count(*) FILTER (WHERE type = 'stage.completed' AND at >= to_timestamp($t1) - make_interval(secs => $slice))
+		       || ' ' || count(*) FILTER (WHERE type = 'stage.completed')
+		       || ' ' || count(*) FILTER (WHERE type = 'run.completed')
+		  FROM wfe.events
+		 WHERE type IN ('stage.completed', 'run.completed') AND at >= to_timestamp($t0) AND at < to_timestamp($t1)")
+	SCALE[seed:s]=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')
+	SCALE[seed:rate]=$(awk -v n="$all" -v s="${SCALE[seed:s]}" 'BEGIN { printf "%.0f", n / s }')
+	SCALE[seed:first]=$(awk -v n="$first" -v s="$slice" 'BEGIN { printf "%.0f", n / s }')
+	SCALE[seed:last]=$(awk -v n="$last" -v s="$slice" 'BEGIN { printf "%.0f", n / s }')
+	SCALE[seed:runs]=$(awk -v n="$runs" -v s="${SCALE[seed:s]}" 'BEGIN { printf "%.1f", n / s }')
+	SCALE[seed:steps]=$all
+	SCALE[seed:latency]=$lat
+	say "seed 003: ${SCALE[seed:rate]} steps/s over ${SCALE[seed:s]} s ($all steps, ${SCALE[seed:runs]} runs finished/s; first tenth ${SCALE[seed:first]}/s, last tenth ${SCALE[seed:last]}/s; pgbench latency $lat ms)"
+	say "          queued tasks ${SCALE[seed:queued]} -> ${SCALE[seed:queued_end]}, runs in flight ${SCALE[seed:flight]} -> ${SCALE[seed:flight_end]}"
+}
+
+# scale: every scale figure.
+scale() {
+	banner "scale: claim latency (${BENCH_SCALE_SECONDS} s runs after ${WARMUP_SECONDS} s of warm-up), seed 003's shape (${BENCH_SEED003_SECONDS} s), $SCALE_CLIENTS clients"
+	scale_setup
+	scale_fresh fresh
+	[ "$BENCH_SCALE_BACKLOG" -le 0 ] || scale_backlog
+	if [ "$BENCH_SCALE_HISTORY" -gt 0 ]; then
+		scale_fresh fresh2
+		scale_finished
+	fi
+	[ "$BENCH_SEED003_SECONDS" -le 0 ] || seed003
+	scale_reset
+}
+
+# verdict_at_most VALUE GOAL: "yes" or "**no**".
+verdict_at_most() {
+	awk -v v="$1" -v g="$2" 'BEGIN { if (v == "n/a" || v == "") print "n/a"; else if (v + 0 <= g) print "yes"; else print "**no**" }'
+}
+
+# scale_row NAME KEY: one markdown row of a claim latency run.
+scale_row() {
+	local k=$2
+	[ -n "${SCALE[$k:n]:-}" ] || return 0
+	printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' "$1" "${SCALE[$k:queued]}" \
+		"${SCALE[$k:finished]:-0}" "${SCALE[$k:rate]}" "${SCALE[$k:n]}" "${SCALE[$k:p50]}" "${SCALE[$k:p99]}" \
+		"${SCALE[$k:max]}" "${SCALE[$k:exec_p50]}" "${SCALE[$k:exec_p99]}" "${SCALE[$k:step_p99]}"
+}
+
+# scale_results: the markdown of the scale figures.
+scale_results() {
+	local r rx sustained growth
+	printf -- '- settings: %s clients, `-M prepared`; claim runs of %s s after %s s of warm-up; fresh: %s finished runs, %s queued (kept); backlog: %s queued (kept); history: %s finished runs; seed 003: %s runs of %s stages in flight for %s s\n' \
+		"$SCALE_CLIENTS" "$BENCH_SCALE_SECONDS" "$WARMUP_SECONDS" "$SCALE_FRESH_HISTORY" "$SCALE_DEPTH" \
+		"$BENCH_SCALE_BACKLOG" "$BENCH_SCALE_HISTORY" "$BENCH_SEED003_RUNS" "$SEED003_STAGES" "$BENCH_SEED003_SECONDS"
+	if [ -n "${SCALE[history:load_s]:-}" ]; then
+		printf -- '- history loader: %s finished runs, %s rows (runs, stages, events), in %s s, finish times spread over %s days\n' \
+			"${SCALE[history:finished]}" "${SCALE[history:load_rows]}" "${SCALE[history:load_s]}" "${SCALE[history:span_d]}"
+	fi
+	printf '\nClaim latency, one-stage workflow, each completion submitting a new run (ms; "claim" = the claim transaction, from its statement'"'"'s start to the client'"'"'s next statement; "execution" = the claim statement without its commit; "step" = claim and completion, pgbench'"'"'s log):\n\n'
+	printf '| run | queued | finished runs before | steps/s | claims | claim p50 | claim p99 | claim max | execution p50 | execution p99 | step p99 |\n'
+	printf '|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n'
+	scale_row fresh fresh
+	scale_row "backlog" backlog
+	scale_row "fresh (again)" fresh2
+	scale_row "history" history
+	printf '\n| figure | value | goal | met |\n|---|---:|---|---|\n'
+	if [ -n "${SCALE[backlog:n]:-}" ]; then
+		r=$(ratio "${SCALE[backlog:p99]}" "${SCALE[fresh:p99]}")
+		rx=$(ratio "${SCALE[backlog:exec_p99]}" "${SCALE[fresh:exec_p99]}")
+		printf '| claim p99 with %s runs queued ÷ fresh (execution alone) | %s (%s) | | |\n' "$BENCH_SCALE_BACKLOG" "$r" "$rx"
+	fi
+	if [ -n "${SCALE[history:n]:-}" ]; then
+		r=$(ratio "${SCALE[history:p99]}" "${SCALE[fresh2:p99]}")
+		rx=$(ratio "${SCALE[history:exec_p99]}" "${SCALE[fresh2:exec_p99]}")
+		printf '| claim p99 at %s finished runs ÷ fresh (execution alone) | %s (%s) | ≤ %s | %s |\n' \
+			"${SCALE[history:finished]}" "$r" "$rx" "$SCALE_GOAL" "$(verdict_at_most "$r" "$SCALE_GOAL")"
+	fi
+	if [ -n "${SCALE[seed:rate]:-}" ]; then
+		sustained=$(awk -v a="${SCALE[seed:rate]}" -v l="${SCALE[seed:last]}" -v g="$SEED003_GOAL" \
+			'BEGIN { print (a >= g && l >= g) ? "yes" : "**no**" }')
+		growth=$(awk -v a="${SCALE[seed:queued]}" -v b="${SCALE[seed:queued_end]}" \
+			'BEGIN { print (b <= a * 1.05) ? "yes" : "**no**" }')
+		printf '| seed 003: steps/s with %s runs of %s stages in flight, %s s (first tenth, last tenth) | %s (%s, %s) | ≥ %s, sustained | %s |\n' \
+			"${SCALE[seed:flight]}" "$SEED003_STAGES" "${SCALE[seed:s]}" "${SCALE[seed:rate]}" \
+			"${SCALE[seed:first]}" "${SCALE[seed:last]}" "$SEED003_GOAL" "$sustained"
+		printf '| seed 003: queued tasks at start → end (runs in flight) | %s → %s (%s → %s) | no growth (end ≤ start × 1.05) | %s |\n' \
+			"${SCALE[seed:queued]}" "${SCALE[seed:queued_end]}" "${SCALE[seed:flight]}" "${SCALE[seed:flight_end]}" "$growth"
+	fi
+}
