@@ -392,49 +392,9 @@ COMMENT ON FUNCTION wfe.submit(text, jsonb, text, jsonb) IS
 -- The batch call (src/sql/63_workers.sql).
 CREATE FUNCTION wfe.complete_tasks(reports jsonb)
 RETURNS TABLE (run_id bigint, stage text, outcome text)
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-#variable_conflict use_column
-DECLARE
-    r   record;
-    v_n int := 0;
-BEGIN
-    IF complete_tasks.reports IS NULL THEN
-        RAISE EXCEPTION 'reports must not be null' USING ERRCODE = 'null_value_not_allowed';
-    END IF;
-    IF jsonb_typeof(complete_tasks.reports) <> 'array' THEN
-        RAISE EXCEPTION 'reports must be a JSON array, not %', jsonb_typeof(complete_tasks.reports)
-            USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    FOR r IN SELECT x.n, x.rep FROM jsonb_array_elements(complete_tasks.reports) WITH ORDINALITY AS x(rep, n) LOOP
-        IF jsonb_typeof(r.rep) <> 'object'
-           OR jsonb_typeof(r.rep -> 'run_id') IS DISTINCT FROM 'number'
-           OR jsonb_typeof(r.rep -> 'stage') IS DISTINCT FROM 'string'
-           OR jsonb_typeof(r.rep -> 'attempt') IS DISTINCT FROM 'number'
-           OR jsonb_typeof(r.rep -> 'fence') IS DISTINCT FROM 'number' THEN
-            RAISE EXCEPTION 'report % must be an object with numbers run_id, attempt and fence and a string stage', r.n
-                USING ERRCODE = 'invalid_parameter_value',
-                      DETAIL = format('Report %s is %s.', r.n, left(r.rep::text, 200));
-        END IF;
-        v_n := v_n + 1;
-    END LOOP;
-    IF v_n > 1000 THEN
-        RAISE EXCEPTION 'at most 1000 reports per call, not %', v_n USING ERRCODE = 'program_limit_exceeded';
-    END IF;
-    FOR r IN SELECT (x.rep ->> 'run_id')::bigint AS run_id, x.rep ->> 'stage' AS stage,
-                    (x.rep ->> 'attempt')::int AS attempt, (x.rep ->> 'fence')::bigint AS fence,
-                    coalesce(x.rep -> 'result', '{}') AS result
-               FROM jsonb_array_elements(complete_tasks.reports) AS x(rep)
-              ORDER BY 1, 2
-    LOOP
-        run_id := r.run_id;
-        stage := r.stage;
-        outcome := wfe.complete_task(r.run_id, r.stage, r.attempt, r.fence, r.result);
-        RETURN NEXT;
-    END LOOP;
-END
-$$;
+AS 'MODULE_PATHNAME', 'wfe_complete_tasks'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION wfe.complete_tasks(jsonb) IS
 'Reports many completed attempts in one transaction ([{"run_id","stage","attempt","fence","result"}, ...]); one outcome per report, in run_id order.';
 

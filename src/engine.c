@@ -76,9 +76,12 @@ static stmt q_same = STMT(
 static stmt q_output = STMT(
 	"SELECT o.value::text FROM wfe.outputs AS o WHERE o.run_id = $1 AND o.task = $2 AND o.key = $3",
 3, I8, TX, TX);
-static stmt q_event = STMT(
+/* a step's events, in order, in one statement */
+static stmt q_events = STMT(
 	"INSERT INTO wfe.events (run_id, tenant, stage, attempt, type, detail)"
-	" VALUES ($1, $2, $3, $4, $5, $6::jsonb)", 6, I8, TX, TX, I4, TX, TX);
+	" SELECT $1, $2, e.stage, e.attempt, e.type, e.detail::jsonb"
+	"   FROM unnest($3::text[], $4::int[], $5::text[], $6::text[]) WITH ORDINALITY AS e(stage, attempt, type, detail, n)"
+	"  ORDER BY e.n", 6, I8, TX, TEXTARRAYOID, INT4ARRAYOID, TEXTARRAYOID, TEXTARRAYOID);
 static stmt q_enqueue = STMT(
 	"UPDATE wfe.run_stages AS st"
 	"   SET state = 'queued', attempt = CASE WHEN $3 THEN st.attempt + 1 ELSE st.attempt END,"
@@ -223,6 +226,21 @@ static stmt q_queue_broker = STMT(
 static stmt q_queue_known = STMT(
 	"SELECT EXISTS (SELECT 1 FROM wfe.contracts AS c WHERE c.queue = $1)"
 	"    OR EXISTS (SELECT 1 FROM wfe.queues AS q WHERE q.queue = $1)", 1, TX);
+
+/* a batch of reports, checked, in run_id then stage order (invalid ones first) */
+static stmt q_reports = STMT(
+	"SELECT x.n::int, x.ok,"
+	"       CASE WHEN x.ok THEN (x.rep ->> 'run_id')::bigint END, CASE WHEN x.ok THEN x.rep ->> 'stage' END,"
+	"       CASE WHEN x.ok THEN (x.rep ->> 'attempt')::int END, CASE WHEN x.ok THEN (x.rep ->> 'fence')::bigint END,"
+	"       CASE WHEN x.ok THEN coalesce(x.rep -> 'result', '{}')::text END, left(x.rep::text, 200)"
+	"  FROM (SELECT e.n, e.rep,"
+	"               coalesce(jsonb_typeof(e.rep) = 'object'"
+	"                        AND jsonb_typeof(e.rep -> 'run_id') = 'number'"
+	"                        AND jsonb_typeof(e.rep -> 'stage') = 'string'"
+	"                        AND jsonb_typeof(e.rep -> 'attempt') = 'number'"
+	"                        AND jsonb_typeof(e.rep -> 'fence') = 'number', false) AS ok"
+	"          FROM jsonb_array_elements($1) WITH ORDINALITY AS e(rep, n)) AS x"
+	" ORDER BY x.ok, 3, 4, x.n", 1, JSONBOID);
 
 /* The statement's plan, prepared on first use and kept for the session. */
 static SPIPlanPtr
@@ -393,14 +411,32 @@ typedef struct srv
 /* The one step in progress; kept static so an error's leftovers are released next time. */
 static wfe_step current_step;
 
+/* Fill *row from result columns first.. first+8 of row 0 (see ROW_COLS). */
+static void
+fill_row(srv *s, wfe_row *row, int first)
+{
+	char	   *outcome,
+			   *branch;
+
+	row->exists = 1;
+	row->state = (wfe_state) wfe_state_from_name(col(first));
+	row->attempt = pg_strtoint32(col(first + 1));
+	row->fence = pg_strtoint64(col(first + 2));
+	outcome = col(first + 3);
+	row->outcome = outcome == NULL ? 0 : strcmp(outcome, "completed") == 0 ? WFE_COMPLETED : WFE_FAILED;
+	branch = col(first + 4);
+	row->branch = branch ? wfe_run_plan_find(s->rp, branch) : -1;
+	row->awaits = col_bool(first + 5);
+	row->has_handler = col_bool(first + 6);
+	row->queue = col(first + 7);
+	row->arrivals = col(first + 8);
+}
+
 static void
 io_load(void *arg, int i, wfe_row *row)
 {
 	srv		   *s = arg;
 	Datum		v[2] = {Int64GetDatum(s->run_id), CStringGetTextDatum(s->rp->stages[i].name)};
-	char	   *state,
-			   *outcome,
-			   *branch;
 
 	run(i == s->lock_stage ? &q_row_lock : &q_row, v, NULL);
 	if (SPI_processed != 1)
@@ -408,19 +444,7 @@ io_load(void *arg, int i, wfe_row *row)
 		row->exists = 0;
 		return;
 	}
-	row->exists = 1;
-	state = col(1);
-	row->state = (wfe_state) wfe_state_from_name(state);
-	row->attempt = pg_strtoint32(col(2));
-	row->fence = pg_strtoint64(col(3));
-	outcome = col(4);
-	row->outcome = outcome == NULL ? 0 : strcmp(outcome, "completed") == 0 ? WFE_COMPLETED : WFE_FAILED;
-	branch = col(5);
-	row->branch = branch ? wfe_run_plan_find(s->rp, branch) : -1;
-	row->awaits = col_bool(6);
-	row->has_handler = col_bool(7);
-	row->queue = col(8);
-	row->arrivals = col(9);
+	fill_row(s, row, 1);
 }
 
 static const char *
@@ -476,6 +500,12 @@ io_random(void *arg)
 /*
  * Lock the run and set up a step over it.  Returns false when there is no
  * such run (or, with skip_locked, when another transaction holds it).
+ *
+ * NB: the stage rows are read by statements of their own, after the lock:
+ * a row joined to the locked run row in the locking statement would be the
+ * version that statement's snapshot saw before it waited for the lock
+ * (EvalPlanQual re-reads only the locked row), not what the lock's
+ * previous holder committed (test/isolation/specs/complete-twice.spec).
  */
 static bool
 begin(srv *s, int64 run_id, bool skip_locked)
@@ -509,21 +539,83 @@ begin(srv *s, int64 run_id, bool skip_locked)
 	return true;
 }
 
+/* The step's events, written together at the end of apply(). */
+typedef struct event_batch
+{
+	int			n;
+	int			cap;
+	Datum	   *stage;
+	bool	   *stage_null;
+	Datum	   *attempt;
+	bool	   *attempt_null;
+	Datum	   *type;
+	Datum	   *detail;
+	bool	   *detail_null;
+} event_batch;
+
+static void
+add_event(event_batch *b, const char *stage, int attempt, const char *type, const char *detail)
+{
+	if (b->n == b->cap)
+	{
+		b->cap = b->cap ? b->cap * 2 : 8;
+#define GROW(f, t) b->f = b->f ? repalloc(b->f, sizeof(t) * b->cap) : palloc(sizeof(t) * b->cap)
+		GROW(stage, Datum);
+		GROW(stage_null, bool);
+		GROW(attempt, Datum);
+		GROW(attempt_null, bool);
+		GROW(type, Datum);
+		GROW(detail, Datum);
+		GROW(detail_null, bool);
+#undef GROW
+	}
+	b->stage_null[b->n] = stage == NULL;
+	b->stage[b->n] = stage ? CStringGetTextDatum(stage) : (Datum) 0;
+	b->attempt_null[b->n] = attempt <= 0;
+	b->attempt[b->n] = Int32GetDatum(attempt);
+	b->type[b->n] = CStringGetTextDatum(type);
+	b->detail_null[b->n] = detail == NULL;
+	b->detail[b->n] = detail ? CStringGetTextDatum(detail) : (Datum) 0;
+	b->n++;
+}
+
+static Datum
+array_of(Datum *elems, bool *nulls, int n, Oid type)
+{
+	int			dims[1] = {n};
+	int			lbs[1] = {1};
+
+	if (type == INT4OID)
+		return PointerGetDatum(construct_md_array(elems, nulls, 1, dims, lbs, INT4OID, 4, true, TYPALIGN_INT));
+	return PointerGetDatum(construct_md_array(elems, nulls, 1, dims, lbs, TEXTOID, -1, false, TYPALIGN_INT));
+}
+
+/* Write the batch's events in one statement. */
+static void
+write_events(srv *s, event_batch *b)
+{
+	Datum		v[6];
+
+	if (b->n == 0)
+		return;
+	v[0] = Int64GetDatum(s->run_id);
+	v[1] = CStringGetTextDatum(s->run.tenant ? s->run.tenant : "");
+	v[2] = array_of(b->stage, b->stage_null, b->n, TEXTOID);
+	v[3] = array_of(b->attempt, b->attempt_null, b->n, INT4OID);
+	v[4] = array_of(b->type, NULL, b->n, TEXTOID);
+	v[5] = array_of(b->detail, b->detail_null, b->n, TEXTOID);
+	run(&q_events, v, NULL);
+}
+
 /* Write one event row. */
 static void
 write_event(srv *s, const char *stage, int attempt, const char *type, const char *detail)
 {
-	Datum		v[6];
-	char		n[7] = "      ";
+	event_batch b;
 
-	v[0] = Int64GetDatum(s->run_id);
-	v[1] = CStringGetTextDatum(s->run.tenant ? s->run.tenant : "");
-	v[2] = text_or_null(stage, &n[2]);
-	v[3] = Int32GetDatum(attempt);
-	n[3] = attempt > 0 ? ' ' : 'n';
-	v[4] = CStringGetTextDatum(type);
-	v[5] = text_or_null(detail, &n[5]);
-	run(&q_event, v, n);
+	memset(&b, 0, sizeof(b));
+	add_event(&b, stage, attempt, type, detail);
+	write_events(s, &b);
 }
 
 /* After a release: wake the worker for a deadline or an action, dispatch, or notify pollers. */
@@ -571,7 +663,9 @@ apply(srv *s, const char *reported)
 {
 	wfe_step   *st = &current_step;
 	char		runid[32];
+	event_batch events;
 
+	memset(&events, 0, sizeof(events));
 	for (int k = 0; k < st->nops; k++)
 	{
 		const wfe_op *op = &st->ops[k];
@@ -584,7 +678,7 @@ apply(srv *s, const char *reported)
 		switch (op->kind)
 		{
 			case WFE_OP_EVENT:
-				write_event(s, stage, op->attempt, op->text, op->json);
+				add_event(&events, stage, op->attempt, op->text, op->json);
 				break;
 			case WFE_OP_ENQUEUE:
 				v[2] = BoolGetDatum(op->flag);
@@ -701,6 +795,7 @@ apply(srv *s, const char *reported)
 				break;
 		}
 	}
+	write_events(s, &events);
 	wfe_step_end(&current_step);
 }
 
@@ -1141,6 +1236,92 @@ wfe_claim_task(PG_FUNCTION_ARGS)
 					(errcode(ERRCODE_UNDEFINED_OBJECT),
 					 errmsg("queue \"%s\" does not exist", queue),
 					 errhint("Queues come from the contracts registry (wfe.register_worker, wfe.register_action).")));
+	}
+	SPI_finish();
+	return (Datum) 0;
+}
+
+/* ---------------------------------------------------------------------
+ * Batch reports
+ * --------------------------------------------------------------------- */
+
+PG_FUNCTION_INFO_V1(wfe_complete_tasks);
+
+/*
+ * wfe.complete_tasks(reports jsonb) RETURNS TABLE (run_id, stage, outcome)
+ *
+ * Each report through the same gate and transition as wfe.complete_task,
+ * in run_id then stage order (so two batches that share runs take their
+ * locks in the same order and cannot deadlock), all in the caller's
+ * transaction.
+ */
+Datum
+wfe_complete_tasks(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	Jsonb	   *reports;
+	Datum		v[1];
+	uint64		n;
+	int64	   *run_ids;
+	char	  **stages;
+	int		   *attempts;
+	int64	   *fences;
+	char	  **results;
+
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("reports must not be null")));
+	reports = PG_GETARG_JSONB_P(0);
+	if (!JB_ROOT_IS_ARRAY(reports) || JB_ROOT_IS_SCALAR(reports))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("reports must be a JSON array, not %s",
+						JB_ROOT_IS_OBJECT(reports) ? "object" : "a scalar")));
+	if (JB_ROOT_COUNT(reports) > 1000)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("at most 1000 reports per call, not %u", JB_ROOT_COUNT(reports))));
+
+	InitMaterializedSRF(fcinfo, 0);
+	SPI_connect();
+	v[0] = PointerGetDatum(reports);
+	run(&q_reports, v, NULL);
+	n = SPI_processed;
+	if (n > 0 && !col_bool(2))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("report %s must be an object with numbers run_id, attempt and fence and a string stage",
+						col(1)),
+				 errdetail("Report %s is %s.", col(1), col(8))));
+	/* the callbacks below run statements of their own: copy the batch first */
+	run_ids = palloc(sizeof(int64) * (n + 1));
+	stages = palloc(sizeof(char *) * (n + 1));
+	attempts = palloc(sizeof(int) * (n + 1));
+	fences = palloc(sizeof(int64) * (n + 1));
+	results = palloc(sizeof(char *) * (n + 1));
+	for (uint64 k = 0; k < n; k++)
+	{
+		HeapTuple	t = SPI_tuptable->vals[k];
+		TupleDesc	d = SPI_tuptable->tupdesc;
+
+		run_ids[k] = pg_strtoint64(SPI_getvalue(t, d, 3));
+		stages[k] = SPI_getvalue(t, d, 4);
+		attempts[k] = pg_strtoint32(SPI_getvalue(t, d, 5));
+		fences[k] = pg_strtoint64(SPI_getvalue(t, d, 6));
+		results[k] = SPI_getvalue(t, d, 7);
+	}
+	for (uint64 k = 0; k < n; k++)
+	{
+		const char *outcome = callback(run_ids[k], stages[k], attempts[k], fences[k],
+									   WFE_CB_COMPLETE, results[k], true, NULL);
+		Datum		values[3];
+		bool		nulls[3] = {false, false, false};
+
+		values[0] = Int64GetDatum(run_ids[k]);
+		values[1] = CStringGetTextDatum(stages[k]);
+		values[2] = CStringGetTextDatum(outcome);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	SPI_finish();
 	return (Datum) 0;

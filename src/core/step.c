@@ -396,8 +396,8 @@ bind_stage(wfe_step *st, int i, const char **code, const char **message)
 	char	   *canon;
 	const char *text;
 
-	if (s->input_refs == 0 && schema == NULL)
-		return s->input_text;	/* nothing to interpolate or check */
+	if (s->input_refs == 0 && schema == NULL && strstr(s->input_text, "$${") == NULL)
+		return s->input_text;	/* nothing to interpolate, unescape or check */
 	root = s->input_refs ? build_root(st, i, 0) : hold(st, json_object_new_object());
 	memset(&err, 0, sizeof(err));
 	input = wfe_bind_input(s->input, root, schema, &err);
@@ -475,8 +475,10 @@ skip(wfe_step *st, int i, const char *reason, int decision)
 
 /*
  * After a decision: skip (branch_not_taken) every waiting stage that no live
- * path can reach any more.  Live paths start at the chosen target and at
- * every stage with an attempt under way.
+ * path can reach any more.  Live paths start at the chosen target, at every
+ * stage with an attempt under way, and at the branches a fork has resolved
+ * but not released yet (a decision heading a fork branch is decided while
+ * its fork is still releasing the branches after it).
  */
 static void
 skip_unreachable(wfe_step *st, int decision, int next)
@@ -498,6 +500,17 @@ skip_unreachable(wfe_step *st, int decision, int next)
 			if (st->rows[k].exists && WFE_STATE_IN_FLIGHT(st->rows[k].state) &&
 				wfe_run_plan_reaches(rp, k, i))
 				live = 1;
+		for (int f = 0; !live && f < rp->nstages; f++)
+			if (rp->stages[f].kind == WFE_K_FORK && st->rows[f].exists &&
+				st->rows[f].state == WFE_COMPLETED)
+				for (int m = 0; !live && m < rp->stages[f].ntargets; m++)
+				{
+					int			t = rp->stages[f].targets[m];
+
+					if (st->rows[t].exists && st->rows[t].state == WFE_WAITING &&
+						wfe_run_plan_reaches(rp, t, i))
+						live = 1;
+				}
 		if (!live)
 			skip(st, i, "branch_not_taken", decision);
 	}
