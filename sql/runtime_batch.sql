@@ -35,6 +35,8 @@ SELECT wfe.activate('batch-test', '1.0.0');
 SELECT count(*) AS submitted FROM generate_series(1, 4) AS g, wfe.submit('batch-test', jsonb_build_object('g', g));
 CREATE TEMP TABLE claimed AS SELECT * FROM wfe.claim_task('rt-batch-work', 'w-batch', 4);
 SELECT count(*) AS claimed FROM claimed;
+-- a claimed task carries its attempt's deterministic message id
+SELECT bool_and(message_id = wfe._message_id(run_id, stage, attempt, fence, 'dispatch')) AS ids_match FROM claimed;
 
 -- Four reports in reverse order: answered in run order, one outcome each:
 -- two accepted, one invalid_result (n is not an integer), one stale fence.
