@@ -54,6 +54,15 @@ static stmt q_lock_run = STMT(
 	"SELECT r.tenant, r.workflow, r.version, r.execution_context, r.intent, r.state,"
 	" r.finished_at IS NOT NULL, r.definition_id"
 	" FROM wfe.runs AS r WHERE r.run_id = $1 FOR NO KEY UPDATE", 1, I8);
+/*
+ * a run this transaction just inserted (wfe.submit): no other transaction
+ * can see it before commit, so there is nothing to lock -- and locking our
+ * own new row would only cost a WAL record
+ */
+static stmt q_read_new_run = STMT(
+	"SELECT r.tenant, r.workflow, r.version, r.execution_context, r.intent, r.state,"
+	" r.finished_at IS NOT NULL, r.definition_id"
+	" FROM wfe.runs AS r WHERE r.run_id = $1", 1, I8);
 static stmt q_lock_run_skip = STMT(
 	"SELECT r.tenant, r.workflow, r.version, r.execution_context, r.intent, r.state,"
 	" r.finished_at IS NOT NULL, r.definition_id"
@@ -508,8 +517,15 @@ io_random(void *arg)
  * (EvalPlanQual re-reads only the locked row), not what the lock's
  * previous holder committed (test/isolation/specs/complete-twice.spec).
  */
+typedef enum run_lock
+{
+	LOCK_WAIT,					/* FOR NO KEY UPDATE */
+	LOCK_SKIP,					/* ... SKIP LOCKED: another transaction decides */
+	LOCK_NEW					/* the run was inserted by this transaction */
+} run_lock;
+
 static bool
-begin(srv *s, int64 run_id, bool skip_locked)
+begin(srv *s, int64 run_id, run_lock how)
 {
 	Datum		v[1] = {Int64GetDatum(run_id)};
 	char	   *intent;
@@ -518,7 +534,7 @@ begin(srv *s, int64 run_id, bool skip_locked)
 	s->run_id = run_id;
 	s->lock_stage = -1;
 	/* lock order everywhere: the run row first, then its stage rows */
-	run(skip_locked ? &q_lock_run_skip : &q_lock_run, v, NULL);
+	run(how == LOCK_SKIP ? &q_lock_run_skip : how == LOCK_NEW ? &q_read_new_run : &q_lock_run, v, NULL);
 	if (SPI_processed != 1)
 		return false;
 	s->run.run_id = run_id;
@@ -836,7 +852,7 @@ callback(int64 run_id, const char *stage, int attempt, int64 fence, wfe_callback
 	const char *outcome;
 	int			same = 0;
 
-	if (!begin(&s, run_id, false))
+	if (!begin(&s, run_id, LOCK_WAIT))
 		return unknown(run_id, "", stage, attempt, fence, cb);
 	i = wfe_run_plan_find(s.rp, stage);
 	if (i < 0)
@@ -1002,14 +1018,14 @@ PG_FUNCTION_INFO_V1(wfe_expire);
 PG_FUNCTION_INFO_V1(wfe_action_done);
 PG_FUNCTION_INFO_V1(wfe_cancel);
 
-/* wfe._start_run(run_id): release a new run's first stages (its lock is held). */
+/* wfe._start_run(run_id): release the first stages of a run this transaction submitted. */
 Datum
 wfe_start_run(PG_FUNCTION_ARGS)
 {
 	srv			s;
 
 	SPI_connect();
-	if (begin(&s, PG_GETARG_INT64(0), false))
+	if (begin(&s, PG_GETARG_INT64(0), LOCK_NEW))
 	{
 		wfe_step_start(&current_step);
 		apply(&s, NULL);
@@ -1029,7 +1045,7 @@ wfe_timer_fired(PG_FUNCTION_ARGS)
 	char	   *kind = text_to_cstring(PG_GETARG_TEXT_PP(1));
 
 	SPI_connect();
-	if (begin(&s, PG_GETARG_INT64(0), false))
+	if (begin(&s, PG_GETARG_INT64(0), LOCK_WAIT))
 	{
 		if (strcmp(kind, "retry") == 0 && !PG_ARGISNULL(2))
 		{
@@ -1075,7 +1091,7 @@ wfe_expire(PG_FUNCTION_ARGS)
 	bool		done = false;
 
 	SPI_connect();
-	if (begin(&s, PG_GETARG_INT64(0), true))
+	if (begin(&s, PG_GETARG_INT64(0), LOCK_SKIP))
 	{
 		char	   *stage = text_to_cstring(PG_GETARG_TEXT_PP(1));
 		int			i = wfe_run_plan_find(s.rp, stage);
@@ -1108,7 +1124,7 @@ wfe_action_done(PG_FUNCTION_ARGS)
 	srv			s;
 
 	SPI_connect();
-	if (begin(&s, PG_GETARG_INT64(0), false))
+	if (begin(&s, PG_GETARG_INT64(0), LOCK_WAIT))
 	{
 		int			i = wfe_run_plan_find(s.rp, text_to_cstring(PG_GETARG_TEXT_PP(1)));
 		char	   *result = PG_ARGISNULL(2) ? NULL : jsonb_arg(fcinfo, 2, "{}");
@@ -1144,7 +1160,7 @@ wfe_cancel(PG_FUNCTION_ARGS)
 	srv			s;
 
 	SPI_connect();
-	if (begin(&s, PG_GETARG_INT64(0), false))
+	if (begin(&s, PG_GETARG_INT64(0), LOCK_WAIT))
 	{
 		wfe_step_cancel(&current_step, text_to_cstring(PG_GETARG_TEXT_PP(1)));
 		apply(&s, NULL);
