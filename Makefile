@@ -8,7 +8,7 @@
 #   make check-unit      the C unit tests of the compiler core (no server needed)
 #   make test-tools      build/test/amqp-probe, the TAP tests' AMQP client
 #   make check-regress   pg_regress alone, on a private cluster
-#   make fuzz            libFuzzer over the compiler for FUZZ_SECONDS (600)
+#   make fuzz            libFuzzer over the compiler and the step core for FUZZ_SECONDS (600)
 #   make META.json       regenerate it after changing the version in wfe.control
 #   make deps            install the Debian packages the project needs
 
@@ -76,6 +76,7 @@ FUZZ_CC      = clang
 FUZZ_CFLAGS  = -std=gnu11 -g -O1 -Wall -Wextra -Werror \
                -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
 FUZZ_TARGET  = build/fuzz/fuzz_compile
+FUZZ_STEP    = build/fuzz/fuzz_step
 FUZZ_SECONDS = 600
 
 # ---------------------------------------------------------------------------
@@ -152,12 +153,18 @@ $(PROBE): test/tools/amqp-probe.c
 	@mkdir -p $(@D)
 	$(CC) $(WFE_CFLAGS) -o $@ $< $(PROBE_LIBS)
 
-# The libFuzzer target: one clang invocation over the harness and the core.
-fuzz-target: $(FUZZ_TARGET)
+# The libFuzzer targets: one clang invocation each over the harness and the
+# core.  fuzz_step drives the step core through the unit tests' in-memory
+# server (test/unit/step_harness.h).
+fuzz-target: $(FUZZ_TARGET) $(FUZZ_STEP)
 
 $(FUZZ_TARGET): test/fuzz/fuzz_compile.c $(CORE_SRCS) $(SRC_HEADERS) wfe.control
 	@mkdir -p $(@D)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) $(WFE_CPPFLAGS) -o $@ $(filter %.c,$^) $(WFE_LIBS)
+
+$(FUZZ_STEP): test/fuzz/fuzz_step.c $(CORE_SRCS) $(SRC_HEADERS) $(wildcard test/unit/*.h) wfe.control
+	@mkdir -p $(@D)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) $(WFE_CPPFLAGS) -Itest/unit -o $@ $(filter %.c,$^) $(WFE_LIBS)
 
 # META.json is committed (PGXN reads it) and generated from META.json.in.
 META.json: META.json.in wfe.control

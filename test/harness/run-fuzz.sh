@@ -1,44 +1,72 @@
 #!/bin/bash
-# run-fuzz.sh — run the libFuzzer target over the compiler for a fixed time.
+# run-fuzz.sh — run the libFuzzer targets for a fixed time, shared between them.
 #
 #   test/harness/run-fuzz.sh SECONDS CORPUS_DIR ARTIFACT_DIR
 #
-# The seeds in test/fuzz/corpus are read but never written: libFuzzer adds
-# the inputs it finds to the first corpus directory, CORPUS_DIR.  A crash, a
-# leak, a timeout (5 s per input) or more than 1 GiB of memory fails the run
-# and leaves the input in ARTIFACT_DIR.  Counts as one test.
+# Two targets: fuzz_compile (the compiler, 3/5 of SECONDS) and fuzz_step
+# (the step core, the rest).  The seeds in test/fuzz/corpus (YAML) and
+# test/fuzz/corpus-step (event sequences) are read but never written:
+# libFuzzer adds the inputs it finds to the first corpus directory,
+# CORPUS_DIR for fuzz_compile and CORPUS_DIR-step for fuzz_step.  A crash, a
+# leak, a broken invariant, a timeout (5 s per input) or more than 1 GiB of
+# memory fails the run and leaves the input in ARTIFACT_DIR (fuzz_step's
+# prefixed step-).  Counts as one test per target.
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-FUZZER="$WFE_TOP/build/fuzz/fuzz_compile"
-SEEDS="$WFE_TOP/test/fuzz/corpus"
-DICT="$WFE_TOP/test/fuzz/wfe.dict"
+# run_target NAME SECONDS CORPUS SEEDS ARTIFACT_PREFIX LOG [LIBFUZZER_OPTION...]:
+# fuzz one target; report it; return non-zero if it failed.
+run_target() {
+	local name=$1 seconds=$2 corpus=$3 seeds=$4 prefix=$5 log=$6 status=0
+	local fuzzer="$WFE_TOP/build/fuzz/$name"
+	shift 6
 
-main() {
-	local seconds=$1 corpus=$2 artifacts=$3 log status=0
-
-	[ -x "$FUZZER" ] || { say "fuzz: $FUZZER is missing (make fuzz-target)"; exit 2; }
-	mkdir -p "$corpus" "$artifacts"
-	log="$artifacts/fuzz.log"
-
+	mkdir -p "$corpus"
 	# Step 1: fuzz.  The log is long; keep it aside.
-	say "fuzz: $(basename "$FUZZER") for ${seconds}s, seeds from test/fuzz/corpus (log: $log)"
-	"$FUZZER" -max_total_time="$seconds" -rss_limit_mb=1024 -timeout=5 \
-		-dict="$DICT" -artifact_prefix="${artifacts%/}/" -print_final_stats=1 \
-		"$corpus" "$SEEDS" >"$log" 2>&1 || status=$?
+	say "fuzz: $name for ${seconds}s, seeds from ${seeds#"$WFE_TOP"/} (log: $log)"
+	"$fuzzer" -max_total_time="$seconds" -rss_limit_mb=1024 -timeout=5 \
+		-artifact_prefix="$prefix" -print_final_stats=1 "$@" \
+		"$corpus" "$seeds" >"$log" 2>&1 || status=$?
 
 	# Step 2: report.  On failure show the end of the log: the sanitizer
 	# report and the artifact libFuzzer saved.
 	if [ "$status" -eq 0 ]; then
-		say "fuzz: ok, $(sed -nE 's/^stat::number_of_executed_units: *//p' "$log") inputs," \
+		say "fuzz: $name: ok, $(sed -nE 's/^stat::number_of_executed_units: *//p' "$log") inputs," \
 			"peak RSS $(sed -nE 's/^stat::peak_rss_mb: *//p' "$log") MB"
-		summary 1 0
-	else
-		say "fuzz: FAILED (exit status $status)"
-		tail -n 60 "$log" | sed 's/^/    /'
-		summary 0 1
-		exit 1
+		return 0
 	fi
+	say "fuzz: $name: FAILED (exit status $status)"
+	tail -n 60 "$log" | sed 's/^/    /'
+	return 1
+}
+
+main() {
+	local seconds=$1 corpus=${2%/} artifacts=${3%/} step_seconds compile_seconds
+	local passed=0 failed=0 name
+
+	for name in fuzz_compile fuzz_step; do
+		[ -x "$WFE_TOP/build/fuzz/$name" ] || { say "fuzz: build/fuzz/$name is missing (make fuzz-target)"; exit 2; }
+	done
+	mkdir -p "$artifacts"
+	step_seconds=$((seconds * 2 / 5))
+	[ "$step_seconds" -ge 1 ] || step_seconds=1
+	compile_seconds=$((seconds - step_seconds))
+	[ "$compile_seconds" -ge 1 ] || compile_seconds=1
+
+	if run_target fuzz_compile "$compile_seconds" "$corpus" "$WFE_TOP/test/fuzz/corpus" \
+		"$artifacts/" "$artifacts/fuzz.log" -dict="$WFE_TOP/test/fuzz/wfe.dict"; then
+		passed=$((passed + 1))
+	else
+		failed=$((failed + 1))
+	fi
+	if run_target fuzz_step "$step_seconds" "$corpus-step" "$WFE_TOP/test/fuzz/corpus-step" \
+		"$artifacts/step-" "$artifacts/fuzz-step.log"; then
+		passed=$((passed + 1))
+	else
+		failed=$((failed + 1))
+	fi
+	summary "$passed" "$failed"
+	[ "$failed" -eq 0 ]
 }
 
 main "$@"

@@ -1,0 +1,371 @@
+/*
+ * fuzz_step.c — libFuzzer harness over the step core (src/core/step.c).
+ *
+ * A few fixed workflows are compiled once: the stages form with decisions
+ * (one heading a fork branch), nested forks and joins, finalisers, retries;
+ * the tasks form with contexts, policies, required outputs and detached
+ * tasks.  Each input picks a workflow, a run context and an execution
+ * context, starts a run on test/unit/step_harness.h's in-memory server and
+ * reads the rest of its bytes as a sequence of events: callbacks (accept,
+ * heartbeat, complete, fail) with current, stale or foreign attempt/fence
+ * and values from a small set, poll claims, publishes and give-backs,
+ * expired deadlines, retry timers (real and made up), in-database action
+ * results, the run deadline, a cancel.  Every op is applied to the rows as
+ * engine.c applies it, and the harness's checks after every event abort
+ * the process (so libFuzzer keeps the input) on: an illegal stage or run
+ * transition, an op on a stage out of range, a fence or attempt that
+ * decreases, a run that finishes twice or without intent, an intent set
+ * twice, a core view of a row that differs from the row, a rejection that
+ * wrote more than its callback.* event, a stuck run, a finished run that
+ * left something waiting.  ASan, LSan and UBSan do the rest.
+ *
+ * Build and run: make fuzz (make test runs it briefly).
+ */
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "step_harness.h"
+
+int			LLVMFuzzerInitialize(int *argc, char ***argv);
+int			LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+/* Stages form: nested forks, decisions heading branches, finalisers. */
+static const char *FORKS =
+"name: forks\n"
+"version: \"1.0.0\"\n"
+"entry: start\n"
+"finalisers: [fin.one@1, fin.two@1]\n"
+"defaults:\n"
+"  retry: { max_attempts: 2, initial_ms: 10, multiplier: 2, max_ms: 100, jitter: full }\n"
+"stages:\n"
+"  - { name: start, type: worker, queue: q, worker: w.s@1, on_success: f1, on_failure: recover }\n"
+"  - { name: recover, type: action, action: act.r@1, on_success: completed, on_failure: failed }\n"
+"  - { name: f1, type: fork, branches: [f2, d1, w1] }\n"
+"  - { name: f2, type: fork, branches: [d2, y] }\n"
+"  - name: d2\n"
+"    type: decision\n"
+"    on_evaluation_error: j2\n"
+"    branches:\n"
+"      - { when: 'stages.start.result.score >= 5', next: z }\n"
+"      - { when: \"true\", next: j2 }\n"
+"  - { name: z, type: worker, queue: q, worker: w.z@1, input: { s: '${stages.start.result.score}' },"
+" on_success: j2, on_failure: j2 }\n"
+"  - { name: y, type: worker, queue: q, worker: w.y@1, on_success: j2, on_failure: failed }\n"
+"  - { name: j2, type: join, required: [d2, y], acceptable_terminal_states: [completed, failed],"
+" on_success: after2, on_failure: j1 }\n"
+"  - { name: after2, type: action, action: act.a@1, on_success: j1, on_failure: j1 }\n"
+"  - name: d1\n"
+"    type: decision\n"
+"    on_evaluation_error: failed\n"
+"    branches:\n"
+"      - { when: \"context.go == true\", next: k1 }\n"
+"      - { when: \"true\", next: j1 }\n"
+"  - { name: k1, type: worker, queue: q, worker: w.k@1, input: { x: \"${context.x}\" },"
+" on_success: j1, on_failure: j1 }\n"
+"  - { name: w1, type: worker, queue: q, worker: w.w@1, on_success: j1, on_failure: failed }\n"
+"  - { name: j1, type: join, required: [f2, d1, w1], acceptable_terminal_states: [completed, timed_out],"
+" on_success: last, on_failure: failed }\n"
+"  - name: last\n"
+"    type: decision\n"
+"    on_evaluation_error: failed\n"
+"    branches:\n"
+"      - { when: 'stages.w1.result.v == 1', next: completed }\n"
+"      - { when: \"true\", next: tail }\n"
+"  - { name: tail, type: worker, queue: q, worker: w.t@1, on_success: completed, on_failure: failed }\n";
+
+/* Seed 000's example: a decision that skips a fork, a join, a finaliser. */
+static const char *MODEL_INGEST =
+"name: model-ingest\n"
+"version: \"2.3.0\"\n"
+"entry: cache-lookup\n"
+"finalisers: [audit.run-terminal@1]\n"
+"stages:\n"
+"  - { name: cache-lookup, type: action, action: cache.lookup@1, input: { modelId: \"${context.modelId}\" },"
+" on_success: cache-route, on_failure: failed }\n"
+"  - name: cache-route\n"
+"    type: decision\n"
+"    on_evaluation_error: failed\n"
+"    branches:\n"
+"      - { when: 'stages[\"cache-lookup\"].result.hit == true', next: publish }\n"
+"      - { when: \"true\", next: render-thumbnail }\n"
+"  - { name: render-thumbnail, type: worker, queue: rendering, worker: thumbnail.render@3,"
+" on_success: derive-fork, on_failure: failed }\n"
+"  - { name: derive-fork, type: fork, branches: [semantic-analysis, technical-metadata] }\n"
+"  - { name: semantic-analysis, type: worker, queue: analysis, worker: semantic.analyse@4,"
+" on_success: derive-join, on_failure: failed }\n"
+"  - { name: technical-metadata, type: worker, queue: metadata, worker: metadata.extract@2,"
+" on_success: derive-join, on_failure: failed }\n"
+"  - { name: derive-join, type: join, required: [semantic-analysis, technical-metadata],"
+" on_success: publish, on_failure: failed }\n"
+"  - { name: publish, type: action, action: catalogue.publish@2, on_success: completed, on_failure: failed }\n";
+
+/* A chain with binding, an on_failure route and a decision with an error route. */
+static const char *CHAIN =
+"name: chain\n"
+"version: \"1.0.0\"\n"
+"entry: a\n"
+"defaults:\n"
+"  retry: { max_attempts: 3, initial_ms: 100, multiplier: 3, max_ms: 500, jitter: none }\n"
+"stages:\n"
+"  - { name: a, type: worker, queue: q, worker: w.a@1, input: { x: \"${context.x}\" },"
+" on_success: route, on_failure: cleanup }\n"
+"  - name: route\n"
+"    type: decision\n"
+"    on_evaluation_error: cleanup\n"
+"    branches:\n"
+"      - { when: \"context.amount > 100\", next: big }\n"
+"      - { when: 'stages.a.result.score >= 5', next: mid }\n"
+"      - { when: \"true\", next: small }\n"
+"  - { name: big, type: action, action: act.b@1, on_success: completed, on_failure: cleanup }\n"
+"  - { name: mid, type: worker, queue: q, worker: w.m@1, input: { s: '${stages.a.result.score}' },"
+" on_success: completed, on_failure: failed }\n"
+"  - { name: small, type: worker, queue: q, worker: w.s@1, on_success: completed, on_failure: failed }\n"
+"  - { name: cleanup, type: worker, queue: q, worker: w.c@1, retry: { max_attempts: 1 },"
+" on_success: failed, on_failure: failed }\n";
+
+/* The tasks form: contexts, both policies, required outputs, a detached task. */
+static const char *TASKS =
+"name: tasks-fuzz\n"
+"version: \"1.0.0\"\n"
+"context: background\n"
+"finalisers: [fin.one@1]\n"
+"defaults:\n"
+"  retry: { max_attempts: 2, initial_ms: 10, multiplier: 2, max_ms: 100, jitter: equal }\n"
+"tasks:\n"
+"  - { id: root, worker: w.r@1, queue: q, produces: [{ key: tok, type: string }] }\n"
+"  - { id: side, action: act.side@1, critical: false }\n"
+"  - { id: gated, worker: w.g@1, queue: q, contexts: [foreground], depends_on: [root],"
+" produces: [{ key: n, type: integer }] }\n"
+"  - { id: lenient, worker: w.l@1, queue: q, depends_on: [gated, side], dependency_policy: allow_skipped,"
+" critical: false }\n"
+"  - id: needs\n"
+"    worker: w.n@1\n"
+"    queue: q\n"
+"    depends_on: [root, gated]\n"
+"    dependency_policy: allow_skipped\n"
+"    requires_outputs: [{ producer_task_id: root, key: tok }, { producer_task_id: gated, key: n }]\n"
+"    input: { t: \"${outputs.root.tok}\", n: \"${outputs.gated.n}\" }\n"
+"  - { id: bg, worker: w.b@1, queue: q, awaits: false, depends_on: [root] }\n"
+"  - { id: afterbg, worker: w.a@1, queue: q, depends_on: [bg] }\n"
+"  - { id: crit, worker: w.c@1, queue: q, depends_on: [side] }\n";
+
+/* The tasks form without finalisers: roots, a non-critical chain, detached. */
+static const char *TASKS_PLAIN =
+"name: tasks-plain\n"
+"version: \"1.0.0\"\n"
+"defaults:\n"
+"  retry: { max_attempts: 2, initial_ms: 10, multiplier: 1, max_ms: 10, jitter: none }\n"
+"tasks:\n"
+"  - { id: a, worker: w.a@1, queue: q }\n"
+"  - { id: b, worker: w.b@1, queue: q, awaits: false }\n"
+"  - { id: c, worker: w.c@1, queue: q, depends_on: [a], critical: false }\n"
+"  - { id: d, worker: w.d@1, queue: q, depends_on: [c], dependency_policy: allow_skipped }\n"
+"  - { id: e, action: act.e@1, depends_on: [a, b], contexts: [x] }\n";
+
+static const char *const *const WORKFLOWS[] = {&FORKS, &MODEL_INGEST, &CHAIN, &TASKS, &TASKS_PLAIN};
+#define NWORKFLOWS (sizeof(WORKFLOWS) / sizeof(WORKFLOWS[0]))
+static wfe_run_plan *plans[NWORKFLOWS];
+
+static const char *const CONTEXTS[] = {
+	"{}",
+	"{\"go\": true, \"x\": 1, \"modelId\": \"m\", \"amount\": 500}",
+	"{\"go\": false, \"x\": \"s\", \"modelId\": \"m\", \"amount\": 1}",
+	"{\"go\": 1, \"amount\": \"lots\"}",
+};
+static const char *const EXEC_CONTEXTS[] = {NULL, "foreground", "background", "x"};
+static const double RANDOMS[] = {0.0, 0.25, 0.5, 0.999};
+
+static const char *const RESULTS[] = {
+	"{}",
+	"{\"hit\": true}",
+	"{\"hit\": false}",
+	"{\"score\": 7, \"v\": 1}",
+	"{\"score\": 1, \"v\": 2}",
+	"{\"tok\": \"abc\", \"n\": 3}",
+	"{\"tok\": 5, \"n\": 1.5}",
+	"{\"n\": 2.0, \"tok\": \"\"}",
+	"[1, 2]",
+	"null",
+	"7",
+	"\"text\"",
+	"{\"arrivals\": {\"y\": \"completed\"}}",
+	"{\"score\": \"high\"}",
+};
+static const char *const ERRORS[] = {
+	"{}",
+	"{\"code\": \"boom\"}",
+	"{\"code\": 5, \"message\": \"x\"}",
+	"null",
+	"[]",
+};
+#define N(a) (sizeof(a) / sizeof((a)[0]))
+
+static void
+fuzz_violation(sh *h, const char *message)
+{
+	(void) h;
+	fprintf(stderr, "fuzz_step: broken invariant: %s\n", message);
+	abort();
+}
+
+int
+LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+	(void) argc;
+	(void) argv;
+	for (size_t k = 0; k < NWORKFLOWS; k++)
+	{
+		plans[k] = sh_plan(*WORKFLOWS[k], (int64_t) k + 1);
+		if (plans[k] == NULL)
+		{
+			fprintf(stderr, "fuzz_step: workflow %zu does not compile\n", k);
+			abort();
+		}
+	}
+	return 0;
+}
+
+/* An attempt and fence for a callback: the current ones, or near them. */
+static void
+pick_identity(const sh *h, int i, unsigned sel, int *attempt, int64_t *fence)
+{
+	*attempt = h->rows[i].attempt;
+	*fence = h->rows[i].fence;
+	switch (sel & 3)
+	{
+		case 0:
+			break;
+		case 1:
+			*attempt -= 1;
+			break;
+		case 2:
+			*fence -= 1;
+			break;
+		default:
+			*fence += 1;
+	}
+}
+
+/* The k-th stage (from s, wrapping) whose attempt is under way, or -1. */
+static int
+in_flight_from(const sh *h, int s)
+{
+	for (int n = 0; n < h->nst; n++)
+	{
+		int			i = (s + n) % h->nst;
+		wfe_state	st = h->rows[i].state;
+
+		if (st == WFE_QUEUED || st == WFE_DISPATCHED || st == WFE_RUNNING)
+			return i;
+	}
+	return -1;
+}
+
+int
+LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	sh			h;
+	size_t		pos = 3;
+	int			commands = 0;
+
+	if (size < 3)
+		return 0;
+	sh_init(&h, plans[data[0] % NWORKFLOWS], CONTEXTS[data[1] % N(CONTEXTS)],
+			EXEC_CONTEXTS[(data[1] >> 2) % N(EXEC_CONTEXTS)]);
+	h.violation = fuzz_violation;
+	h.random = RANDOMS[(data[2] >> 1) % N(RANDOMS)];
+	if (data[2] & 1)
+		for (int i = 0; i < h.nst; i++)
+			if (h.rp->stages[i].kind == WFE_K_ACTION)
+				sh_set_handler(&h, i);
+	if (data[2] & 8)
+		for (int i = 0; i < h.nst; i++)
+			if (h.rp->stages[i].contract && strncmp(h.rp->stages[i].contract, "w.s@", 4) == 0)
+				sh_set_schema(&h, i, "{\"type\": \"object\", \"properties\": {\"x\": {\"type\": \"integer\"}}}",
+							  "{\"type\": \"object\", \"required\": [\"score\"]}");
+	sh_start(&h);
+
+	while (pos + 3 <= size && commands++ < 400)
+	{
+		unsigned	cmd = data[pos];
+		int			i = data[pos + 1] % h.nst;
+		unsigned	sel = data[pos + 2];
+		int			attempt;
+		int64_t		fence;
+
+		pos += 3;
+		pick_identity(&h, i, sel, &attempt, &fence);
+		switch (cmd % 16)
+		{
+			case 0:
+				sh_callback(&h, i, WFE_CB_COMPLETE, attempt, fence, RESULTS[(sel >> 2) % N(RESULTS)], 1);
+				break;
+			case 1:
+				sh_callback(&h, i, WFE_CB_FAIL, attempt, fence, ERRORS[(sel >> 3) % N(ERRORS)], (sel >> 2) & 1);
+				break;
+			case 2:
+				sh_callback(&h, i, WFE_CB_ACCEPT, attempt, fence, NULL, 1);
+				break;
+			case 3:
+				sh_callback(&h, i, WFE_CB_HEARTBEAT, attempt, fence, NULL, 1);
+				break;
+			case 4:
+				sh_claim(&h, i);
+				break;
+			case 5:
+				sh_publish(&h, i);
+				break;
+			case 6:
+				sh_give_back(&h, i);
+				break;
+			case 7:
+				sh_expire(&h, i, (sel & 1) ? "heartbeat" : "execution");
+				break;
+			case 8:
+				if (h.ntimers > 0)
+					sh_fire_timer(&h, (int) (sel % (unsigned) h.ntimers));
+				break;
+			case 9:
+				/* a timer made up from near the current attempt and fence */
+				sh_retry_due(&h, i, h.rows[i].attempt + (int) (sel % 3) - 1,
+							 h.rows[i].fence + (int64_t) ((sel >> 2) % 3) - 1);
+				break;
+			case 10:
+				if ((sel & 7) == 0)
+					sh_run_deadline(&h);
+				break;
+			case 11:
+				if ((sel & 7) == 0)
+					sh_cancel(&h, "fuzz");
+				break;
+			case 12:
+				if (sel & 1)
+					sh_action_done(&h, i, NULL, ERRORS[(sel >> 1) % N(ERRORS)]);
+				else
+					sh_action_done(&h, i, RESULTS[(sel >> 1) % N(RESULTS)], NULL);
+				break;
+			default:
+				/* drive: complete (or fail) some attempt under way, with its identity */
+				{
+					int			k = in_flight_from(&h, i);
+
+					if (k < 0)
+					{
+						if (h.ntimers > 0)
+							sh_fire_timer(&h, h.ntimers - 1);
+					}
+					else if (h.rows[k].has_handler)
+						sh_action_done(&h, k, RESULTS[sel % N(RESULTS)], NULL);
+					else if ((sel & 0xC0) == 0xC0)
+						sh_fail(&h, k, ERRORS[sel % N(ERRORS)], sel & 1);
+					else
+						sh_complete(&h, k, RESULTS[sel % N(RESULTS)]);
+				}
+		}
+	}
+	sh_free(&h);
+	return 0;
+}

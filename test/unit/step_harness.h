@@ -1,0 +1,1366 @@
+/*
+ * step_harness.h — an in-memory server for the step core (core/step.h),
+ * shared by test/unit/test_step.c and test/fuzz/fuzz_step.c.
+ *
+ * One run's rows live in arrays: they are "the database".  The wfe_step_io
+ * callbacks read them the way engine.c's io_* functions read wfe.run_stages,
+ * and sh_apply() writes every effect the core returns exactly as engine.c's
+ * apply() does: the same attempt and fence arithmetic, results, errors,
+ * skip reasons, branches, arrivals, timers, dead letters, cancel messages,
+ * outputs, run intent and run state.  The sh_* "server" functions mirror
+ * engine.c's entry points (a callback through the gate, the start, a retry
+ * timer, an expired deadline, the run deadline, a cancel, an in-database
+ * action's result) and the SQL-side transitions the core never sees (a poll
+ * claim, the publisher's dispatch and give-back).
+ *
+ * After every event, sh_check() verifies what must always hold:
+ *   - every stage state change the ops imply is in wfe_stage_transition_table
+ *     and every run state change in wfe_run_transition_table (checked as
+ *     each op is written, like the triggers on wfe.run_stages and wfe.runs);
+ *   - ops name stages in range, fences and attempts never decrease, the
+ *     intent is set once, a run finishes once, skip reasons and resolved
+ *     states are ones the table's CHECK constraints allow;
+ *   - the core's copy of every row it read equals the row after the write
+ *     (so the core's later decisions in a step saw what the database holds);
+ *   - a gate rejection wrote exactly one callback.* event and nothing else;
+ *   - optionally, liveness: a started run without intent has an attempt
+ *     under way, a run with an intent is finalising or finished, a finished
+ *     run has nothing waiting or under way it waits for.
+ * A breach goes to h->violation(): the unit test counts it, the fuzzer
+ * aborts.  Everything the harness allocates is freed by sh_free().
+ */
+#ifndef WFE_STEP_HARNESS_H
+#define WFE_STEP_HARNESS_H
+
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <json-c/json.h>
+
+#include "compile.h"
+#include "runplan.h"
+#include "states.h"
+#include "step.h"
+
+#define SH_FN static __attribute__((unused))
+
+/* A stage row of wfe.run_stages, as far as the engine writes it. */
+typedef struct sh_row
+{
+	wfe_state	state;
+	int			attempt;
+	int64_t		fence;
+	int			outcome;		/* 0, WFE_COMPLETED or WFE_FAILED */
+	int			branch;			/* stage index or -1 */
+	int			awaits;
+	int			has_handler;
+	char	   *queue;
+	char	   *input;
+	char	   *result;
+	char	   *error;
+	char	   *skip_reason;
+	char	   *claimed_by;
+	char	   *arrivals;		/* (result -> 'arrivals')::text */
+} sh_row;
+
+typedef struct sh_event
+{
+	int			stage;
+	int			attempt;
+	char	   *type;
+	char	   *detail;
+} sh_event;
+
+typedef struct sh_timer
+{
+	int			stage;
+	int			attempt;
+	int64_t		fence;
+	int64_t		delay_us;
+	int			fired;
+} sh_timer;
+
+typedef struct sh_output
+{
+	int			task;
+	char	   *key;
+	char	   *value;
+} sh_output;
+
+/* A dead letter or a cancel message: which attempt. */
+typedef struct sh_mark
+{
+	int			stage;
+	int			attempt;
+	int64_t		fence;
+} sh_mark;
+
+/* A copy of one op of the last step (the core's strings die with the step). */
+typedef struct sh_op
+{
+	wfe_op_kind kind;
+	int			stage;
+	int			state;
+	int			attempt;
+	int64_t		fence;
+	int			flag;
+	int			branch;
+	int64_t		delay_us;
+	char	   *text;
+	char	   *json;
+	char	   *json2;
+} sh_op;
+
+typedef struct sh sh;
+typedef void (*sh_violation_fn) (sh *h, const char *message);
+
+struct sh
+{
+	const wfe_run_plan *rp;
+	wfe_run_plan *owned_rp;		/* freed by sh_free when set */
+	int			nst;
+	sh_row	   *rows;
+	wfe_run		run;			/* the wfe.runs row */
+	char	   *reason;
+	char	   *context;
+	char	   *execution_context;
+	int			started;
+	int			finishes;
+	struct json_object **input_schema;	/* per stage, owned (engine.c caches them) */
+	struct json_object **output_schema;
+	double		random;			/* what io->random returns */
+
+	sh_event   *events;
+	int			nevents,
+				capevents;
+	int			mark;			/* first event of the last step */
+	sh_timer   *timers;
+	int			ntimers,
+				captimers;
+	sh_output  *outputs;
+	int			noutputs,
+				capoutputs;
+	sh_mark    *dead;
+	int			ndead,
+				capdead;
+	sh_mark    *cancels;
+	int			ncancels,
+				capcancels;
+	sh_op	   *ops;			/* the last step's ops */
+	int			nops,
+				capops;
+	char	  **garbage;		/* replaced strings, freed after the step */
+	int			ngarbage,
+				capgarbage;
+
+	int			steps;			/* events checked */
+	int			check_liveness;
+	int			violations;
+	sh_violation_fn violation;
+	void	   *arg;
+
+	wfe_step	st;
+	wfe_run		view;			/* the run as the core sees it in a step */
+	wfe_step_io io;
+};
+
+/* ---------------------------------------------------------------------
+ * Small things
+ * --------------------------------------------------------------------- */
+
+static void *
+sh_realloc(void *p, size_t n)
+{
+	void	   *q = realloc(p, n ? n : 1);
+
+	if (q == NULL)
+		abort();
+	return q;
+}
+
+static char *
+sh_strdup(const char *s)
+{
+	char	   *d;
+
+	if (s == NULL)
+		return NULL;
+	d = strdup(s);
+	if (d == NULL)
+		abort();
+	return d;
+}
+
+/* Grow a dynamic array by one zeroed element; return it. */
+#define SH_PUSH(arr, n, cap) \
+	(((n) == (cap) ? ((cap) = (cap) ? (cap) * 2 : 16, \
+					  (arr) = sh_realloc((arr), sizeof(*(arr)) * (size_t) (cap))) : 0), \
+	 memset(&(arr)[(n)], 0, sizeof(*(arr))), &(arr)[(n)++])
+
+static void
+sh_violate(sh *h, const char *fmt,...) __attribute__((format(printf, 2, 3)));
+
+static void
+sh_violate(sh *h, const char *fmt,...)
+{
+	char		msg[1024];
+	va_list		ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	h->violations++;
+	if (h->violation)
+		h->violation(h, msg);
+}
+
+/* Replace a string field; the old value lives until the step ends. */
+static void
+sh_set(sh *h, char **field, const char *value)
+{
+	if (*field)
+		*SH_PUSH(h->garbage, h->ngarbage, h->capgarbage) = *field;
+	*field = sh_strdup(value);
+}
+
+static void
+sh_collect(sh *h)
+{
+	for (int i = 0; i < h->ngarbage; i++)
+		free(h->garbage[i]);
+	h->ngarbage = 0;
+}
+
+/* Parse JSON text (a bare scalar needs a blank after it, as in step.c). */
+SH_FN json_object *
+sh_parse(const char *text)
+{
+	char	   *padded;
+	json_object *o;
+
+	if (text == NULL)
+		return NULL;
+	padded = sh_realloc(NULL, strlen(text) + 2);
+	sprintf(padded, "%s ", text);
+	o = wfe_json_parse(padded);
+	free(padded);
+	return o;
+}
+
+/* Do two JSON texts hold equal values (jsonb's =)?  NULL equals nothing. */
+SH_FN int
+sh_json_equal(const char *a, const char *b)
+{
+	json_object *x,
+			   *y;
+	char	   *cx,
+			   *cy;
+	int			eq;
+
+	if (a == NULL || b == NULL)
+		return 0;
+	x = sh_parse(a);
+	y = sh_parse(b);
+	cx = wfe_canonical_json(x);
+	cy = wfe_canonical_json(y);
+	eq = cx && cy && strcmp(cx, cy) == 0;
+	free(cx);
+	free(cy);
+	json_object_put(x);
+	json_object_put(y);
+	return eq;
+}
+
+static const char *
+sh_sname(const sh *h, int i)
+{
+	return i >= 0 && i < h->nst ? h->rp->stages[i].name : "(none)";
+}
+
+SH_FN int
+sh_stage(const sh *h, const char *name)
+{
+	return wfe_run_plan_find(h->rp, name);
+}
+
+/* A string member of plan stage i (stages, then finalisers), or NULL. */
+static const char *
+sh_plan_str(const sh *h, int i, const char *key)
+{
+	json_object *list,
+			   *o,
+			   *v;
+	int			fin = i >= h->rp->first_finaliser;
+
+	if (!json_object_object_get_ex(h->rp->plan, fin ? "finalisers" : "stages", &list))
+		return NULL;
+	o = json_object_array_get_idx(list, fin ? i - h->rp->first_finaliser : i);
+	if (o && json_object_object_get_ex(o, key, &v) && json_object_is_type(v, json_type_string))
+		return json_object_get_string(v);
+	return NULL;
+}
+
+/* Compile YAML and build its run plan, or NULL (diagnostics on stderr). */
+static void
+sh_fake_sha256(const unsigned char *data, size_t len, unsigned char out[32])
+{
+	/* the digest plays no part in running a plan */
+	memset(out, 0, 32);
+	for (size_t i = 0; i < len; i++)
+		out[i % 32] = (unsigned char) (out[i % 32] * 31 + data[i]);
+}
+
+SH_FN wfe_run_plan *
+sh_plan(const char *yaml, int64_t definition_id)
+{
+	wfe_compile_options opts;
+	wfe_compile_result *res;
+	wfe_run_plan *rp = NULL;
+	char		err[256];
+
+	wfe_compile_options_init(&opts);
+	opts.sha256 = sh_fake_sha256;
+	res = wfe_compile(yaml, strlen(yaml), &opts);
+	if (res->ok)
+	{
+		rp = wfe_run_plan_build(definition_id, res->plan_text, err, sizeof(err));
+		if (rp == NULL)
+			fprintf(stderr, "step harness: run plan: %s\n", err);
+	}
+	else
+		fprintf(stderr, "step harness: the workflow does not compile: %s\n",
+				json_object_to_json_string(res->diagnostics));
+	wfe_compile_result_free(res);
+	return rp;
+}
+
+/* ---------------------------------------------------------------------
+ * The io callbacks: the database as engine.c reads it
+ * --------------------------------------------------------------------- */
+
+static void
+sh_io_load(void *arg, int i, wfe_row *row)
+{
+	sh		   *h = arg;
+	sh_row	   *r;
+
+	if (i < 0 || i >= h->nst)
+	{
+		sh_violate(h, "the core loads stage %d of %d", i, h->nst);
+		row->exists = 0;
+		return;
+	}
+	r = &h->rows[i];
+	row->exists = 1;
+	row->state = r->state;
+	row->attempt = r->attempt;
+	row->fence = r->fence;
+	row->outcome = r->outcome;
+	row->branch = r->branch;
+	row->awaits = r->awaits;
+	row->has_handler = r->has_handler;
+	row->queue = r->queue;
+	row->arrivals = r->arrivals;
+}
+
+static const char *
+sh_io_result(void *arg, int i)
+{
+	sh		   *h = arg;
+
+	if (i < 0 || i >= h->nst)
+	{
+		sh_violate(h, "the core reads the result of stage %d of %d", i, h->nst);
+		return NULL;
+	}
+	return h->rows[i].result;
+}
+
+static const char *
+sh_io_context(void *arg)
+{
+	sh		   *h = arg;
+
+	return h->context ? h->context : "{}";
+}
+
+static const char *
+sh_io_output(void *arg, const char *task, const char *key)
+{
+	sh		   *h = arg;
+	int			t = task ? wfe_run_plan_find(h->rp, task) : -1;
+
+	for (int k = 0; k < h->noutputs; k++)
+		if (h->outputs[k].task == t && strcmp(h->outputs[k].key, key) == 0)
+			return h->outputs[k].value;
+	return NULL;
+}
+
+static struct json_object *
+sh_io_input_schema(void *arg, int i)
+{
+	sh		   *h = arg;
+
+	if (i < 0 || i >= h->nst)
+	{
+		sh_violate(h, "the core asks for the input schema of stage %d of %d", i, h->nst);
+		return NULL;
+	}
+	return h->input_schema[i];
+}
+
+static double
+sh_io_random(void *arg)
+{
+	sh		   *h = arg;
+
+	return h->random;
+}
+
+/* ---------------------------------------------------------------------
+ * A run: its rows as wfe.submit inserts them
+ * --------------------------------------------------------------------- */
+
+/*
+ * Set up a run of rp: every stage (and finaliser) waiting, attempt 0,
+ * fence 0; a worker's queue is its spec's, an action's and a finaliser's
+ * its contract's (here: "actions" and "final"); awaits from the spec.
+ * execution_context NULL takes the plan's default context.
+ */
+SH_FN void
+sh_init(sh *h, const wfe_run_plan *rp, const char *context, const char *execution_context)
+{
+	json_object *v;
+
+	memset(h, 0, sizeof(*h));
+	h->rp = rp;
+	h->nst = rp->nstages;
+	h->rows = sh_realloc(NULL, sizeof(sh_row) * (size_t) (h->nst + 1));
+	memset(h->rows, 0, sizeof(sh_row) * (size_t) (h->nst + 1));
+	h->input_schema = sh_realloc(NULL, sizeof(json_object *) * (size_t) (h->nst + 1));
+	h->output_schema = sh_realloc(NULL, sizeof(json_object *) * (size_t) (h->nst + 1));
+	memset(h->input_schema, 0, sizeof(json_object *) * (size_t) (h->nst + 1));
+	memset(h->output_schema, 0, sizeof(json_object *) * (size_t) (h->nst + 1));
+	for (int i = 0; i < h->nst; i++)
+	{
+		const wfe_rp_stage *s = &rp->stages[i];
+		sh_row	   *r = &h->rows[i];
+
+		r->state = WFE_WAITING;
+		r->branch = -1;
+		r->awaits = s->awaits;
+		if (s->kind == WFE_K_WORKER)
+			r->queue = sh_strdup(sh_plan_str(h, i, "queue"));
+		else if (s->kind == WFE_K_ACTION)
+			r->queue = sh_strdup("actions");
+		else if (s->kind == WFE_K_FINALISER)
+			r->queue = sh_strdup("final");
+	}
+	h->context = sh_strdup(context ? context : "{}");
+	if (execution_context)
+		h->execution_context = sh_strdup(execution_context);
+	else if (json_object_object_get_ex(rp->plan, "context", &v) &&
+			 json_object_is_type(v, json_type_string))
+		h->execution_context = sh_strdup(json_object_get_string(v));
+	h->run.run_id = 42;
+	h->run.tenant = "acme";
+	h->run.workflow = json_object_object_get_ex(rp->plan, "name", &v) ? json_object_get_string(v) : "w";
+	h->run.version = json_object_object_get_ex(rp->plan, "version", &v) ? json_object_get_string(v) : "1";
+	h->run.execution_context = h->execution_context;
+	h->run.intent = -1;
+	h->run.state = WFE_RUN_RUNNING;
+	h->run.finished = 0;
+	h->check_liveness = 1;
+	h->random = 0.5;
+}
+
+/* An in-database action: a handler, no queue (wfe._run_handler runs it). */
+SH_FN void
+sh_set_handler(sh *h, int i)
+{
+	free(h->rows[i].queue);
+	h->rows[i].queue = NULL;
+	h->rows[i].has_handler = 1;
+}
+
+/* Give stage i's contract an input or output schema (JSON text; owned). */
+SH_FN void
+sh_set_schema(sh *h, int i, const char *input, const char *output)
+{
+	if (input)
+	{
+		json_object_put(h->input_schema[i]);
+		h->input_schema[i] = sh_parse(input);
+	}
+	if (output)
+	{
+		json_object_put(h->output_schema[i]);
+		h->output_schema[i] = sh_parse(output);
+	}
+}
+
+static void
+sh_free_ops(sh *h)
+{
+	for (int k = 0; k < h->nops; k++)
+	{
+		free(h->ops[k].text);
+		free(h->ops[k].json);
+		free(h->ops[k].json2);
+	}
+	h->nops = 0;
+}
+
+SH_FN void
+sh_free(sh *h)
+{
+	wfe_step_end(&h->st);
+	for (int i = 0; i < h->nst; i++)
+	{
+		sh_row	   *r = &h->rows[i];
+
+		free(r->queue);
+		free(r->input);
+		free(r->result);
+		free(r->error);
+		free(r->skip_reason);
+		free(r->claimed_by);
+		free(r->arrivals);
+		json_object_put(h->input_schema[i]);
+		json_object_put(h->output_schema[i]);
+	}
+	free(h->rows);
+	free(h->input_schema);
+	free(h->output_schema);
+	for (int k = 0; k < h->nevents; k++)
+	{
+		free(h->events[k].type);
+		free(h->events[k].detail);
+	}
+	free(h->events);
+	free(h->timers);
+	for (int k = 0; k < h->noutputs; k++)
+	{
+		free(h->outputs[k].key);
+		free(h->outputs[k].value);
+	}
+	free(h->outputs);
+	free(h->dead);
+	free(h->cancels);
+	sh_free_ops(h);
+	free(h->ops);
+	sh_collect(h);
+	free(h->garbage);
+	free(h->reason);
+	free(h->context);
+	free(h->execution_context);
+	wfe_run_plan_free(h->owned_rp);
+	memset(h, 0, sizeof(*h));
+}
+
+/* ---------------------------------------------------------------------
+ * Writing: engine.c's apply()
+ * --------------------------------------------------------------------- */
+
+static void
+sh_record_event(sh *h, int stage, int attempt, const char *type, const char *detail)
+{
+	sh_event   *e = SH_PUSH(h->events, h->nevents, h->capevents);
+
+	e->stage = stage;
+	e->attempt = attempt;
+	e->type = sh_strdup(type ? type : "(null)");
+	e->detail = sh_strdup(detail);
+	if (type == NULL)
+		sh_violate(h, "an event without a type");
+}
+
+/* The stage trigger: refuse a transition the table does not list. */
+static void
+sh_move(sh *h, int i, wfe_state to, const char *by)
+{
+	sh_row	   *r = &h->rows[i];
+
+	if (to < 0 || to >= WFE_NSTATES)
+	{
+		sh_violate(h, "%s: %s to state %d, which is no state", sh_sname(h, i), by, (int) to);
+		return;
+	}
+	if (!wfe_transition_legal(wfe_stage_transition_table, wfe_state_name(r->state), wfe_state_name(to)))
+		sh_violate(h, "%s: illegal stage transition %s -> %s (%s)", sh_sname(h, i),
+				   wfe_state_name(r->state), wfe_state_name(to), by);
+	r->state = to;
+}
+
+/* The run trigger. */
+static void
+sh_run_move(sh *h, int to, const char *by)
+{
+	if (to < 0 || to >= WFE_NRUN_STATES)
+	{
+		sh_violate(h, "run: %s to state %d, which is no run state", by, to);
+		return;
+	}
+	if (h->run.finished)
+		sh_violate(h, "run: %s after the run finished (%s -> %s)", by,
+				   wfe_run_state_name(h->run.state), wfe_run_state_name((wfe_run_state) to));
+	if (!wfe_transition_legal(wfe_run_transition_table, wfe_run_state_name(h->run.state),
+							  wfe_run_state_name((wfe_run_state) to)))
+		sh_violate(h, "run: illegal run transition %s -> %s (%s)",
+				   wfe_run_state_name(h->run.state), wfe_run_state_name((wfe_run_state) to), by);
+	h->run.state = (wfe_run_state) to;
+}
+
+static void
+sh_set_fence(sh *h, int i, int64_t fence, const char *by)
+{
+	if (fence < h->rows[i].fence)
+		sh_violate(h, "%s: fence decreases from %lld to %lld (%s)", sh_sname(h, i),
+				   (long long) h->rows[i].fence, (long long) fence, by);
+	h->rows[i].fence = fence;
+}
+
+static void
+sh_set_attempt(sh *h, int i, int attempt, const char *by)
+{
+	if (attempt < h->rows[i].attempt)
+		sh_violate(h, "%s: attempt decreases from %d to %d (%s)", sh_sname(h, i),
+				   h->rows[i].attempt, attempt, by);
+	h->rows[i].attempt = attempt;
+}
+
+/* result (and the arrivals io_load reads from it) */
+static void
+sh_set_result(sh *h, int i, const char *json)
+{
+	json_object *o = sh_parse(json);
+	json_object *a;
+
+	sh_set(h, &h->rows[i].result, json);
+	if (o && json_object_is_type(o, json_type_object) && json_object_object_get_ex(o, "arrivals", &a))
+		sh_set(h, &h->rows[i].arrivals, json_object_to_json_string_ext(a, JSON_C_TO_STRING_SPACED));
+	else
+		sh_set(h, &h->rows[i].arrivals, NULL);
+	json_object_put(o);
+}
+
+static int
+sh_skip_reason_ok(const char *r)
+{
+	static const char *const ok[] = {"branch_not_taken", "dependency_failed", "context_gated",
+	"missing_input", "run_aborted"};
+
+	for (size_t k = 0; r && k < sizeof(ok) / sizeof(ok[0]); k++)
+		if (strcmp(r, ok[k]) == 0)
+			return 1;
+	return 0;
+}
+
+/* wfe.outputs: the task's declared keys from the reported result, write-once */
+static void
+sh_write_outputs(sh *h, int i, const char *keys_json, const char *reported)
+{
+	json_object *keys = sh_parse(keys_json);
+	json_object *result = sh_parse(reported ? reported : "{}");
+
+	if (!json_object_is_type(keys, json_type_array))
+		sh_violate(h, "%s: OUTPUTS op without a key list", sh_sname(h, i));
+	for (size_t k = 0; keys && json_object_is_type(keys, json_type_array) &&
+		 k < json_object_array_length(keys); k++)
+	{
+		const char *key = json_object_get_string(json_object_array_get_idx(keys, k));
+		json_object *v;
+		int			exists = 0;
+
+		if (!json_object_is_type(result, json_type_object) ||
+			!json_object_object_get_ex(result, key, &v))
+		{
+			/* wfe.outputs.value is NOT NULL: the insert would raise */
+			sh_violate(h, "%s: output %s is not in the result", sh_sname(h, i), key);
+			continue;
+		}
+		for (int m = 0; m < h->noutputs; m++)
+			exists |= h->outputs[m].task == i && strcmp(h->outputs[m].key, key) == 0;
+		if (!exists)
+		{
+			sh_output  *o = SH_PUSH(h->outputs, h->noutputs, h->capoutputs);
+
+			o->task = i;
+			o->key = sh_strdup(key);
+			o->value = sh_strdup(v ? json_object_to_json_string_ext(v, JSON_C_TO_STRING_PLAIN) : "null");
+		}
+	}
+	json_object_put(keys);
+	json_object_put(result);
+}
+
+/* Write the step's effects in order; reported is the callback's value. */
+static void
+sh_apply(sh *h, const char *reported)
+{
+	wfe_step   *st = &h->st;
+
+	sh_free_ops(h);
+	h->mark = h->nevents;
+	for (int k = 0; k < st->nops; k++)
+	{
+		const wfe_op *op = &st->ops[k];
+		sh_op	   *c = SH_PUSH(h->ops, h->nops, h->capops);
+		int			i = op->stage;
+		sh_row	   *r;
+
+		c->kind = op->kind;
+		c->stage = op->stage;
+		c->state = op->state;
+		c->attempt = op->attempt;
+		c->fence = op->fence;
+		c->flag = op->flag;
+		c->branch = op->branch;
+		c->delay_us = op->delay_us;
+		c->text = sh_strdup(op->text);
+		c->json = sh_strdup(op->json);
+		c->json2 = sh_strdup(op->json2);
+
+		if (i < -1 || i >= h->nst)
+		{
+			sh_violate(h, "op %d (kind %d) names stage %d of %d", k, (int) op->kind, i, h->nst);
+			continue;
+		}
+		if (i < 0 && op->kind != WFE_OP_EVENT && op->kind != WFE_OP_INTENT &&
+			op->kind != WFE_OP_FINALISING && op->kind != WFE_OP_FINISH)
+		{
+			sh_violate(h, "op %d (kind %d) needs a stage and has none", k, (int) op->kind);
+			continue;
+		}
+		r = i >= 0 ? &h->rows[i] : NULL;
+		if (op->branch < -2 || op->branch >= h->nst)
+			sh_violate(h, "op %d (kind %d) names branch %d of %d", k, (int) op->kind, op->branch, h->nst);
+		switch (op->kind)
+		{
+			case WFE_OP_EVENT:
+				sh_record_event(h, i, op->attempt, op->text, op->json);
+				break;
+			case WFE_OP_ENQUEUE:
+				sh_move(h, i, WFE_QUEUED, "enqueue");
+				sh_set_attempt(h, i, r->attempt + (op->flag ? 1 : 0), "enqueue");
+				sh_set_fence(h, i, r->fence + 1, "enqueue");
+				if (op->json)
+					sh_set(h, &r->input, op->json);
+				r->outcome = 0;
+				sh_set(h, &r->error, NULL);
+				sh_set(h, &r->claimed_by, NULL);
+				if (op->attempt != r->attempt || op->fence != r->fence)
+					sh_violate(h, "%s: ENQUEUE says attempt %d fence %lld, the row has %d and %lld",
+							   sh_sname(h, i), op->attempt, (long long) op->fence, r->attempt,
+							   (long long) r->fence);
+				break;
+			case WFE_OP_RESOLVE:
+				if (op->state != WFE_COMPLETED && op->state != WFE_FAILED)
+					sh_violate(h, "%s: resolved to %s, not an outcome", sh_sname(h, i),
+							   wfe_state_name((wfe_state) op->state));
+				sh_move(h, i, (wfe_state) op->state, "resolve");
+				sh_set_attempt(h, i, 1, "resolve");
+				sh_set_fence(h, i, 1, "resolve");
+				r->outcome = op->state;
+				sh_set_result(h, i, op->json);
+				sh_set(h, &r->error, op->json2);
+				if (op->branch != -2)
+					r->branch = op->branch;
+				break;
+			case WFE_OP_BIND_FAILED:
+				if (op->json == NULL)
+					sh_violate(h, "%s: BIND_FAILED without an error", sh_sname(h, i));
+				sh_move(h, i, WFE_FAILED, "binding failed");
+				sh_set_attempt(h, i, 1, "binding failed");
+				sh_set_fence(h, i, r->fence + 1, "binding failed");
+				r->outcome = WFE_FAILED;
+				sh_set(h, &r->error, op->json);
+				break;
+			case WFE_OP_COMPLETE:
+				sh_move(h, i, WFE_COMPLETED, "complete");
+				r->outcome = WFE_COMPLETED;
+				sh_set_result(h, i, reported ? reported : "{}");
+				sh_set(h, &r->error, NULL);
+				break;
+			case WFE_OP_RETRY:
+				{
+					sh_timer   *t;
+
+					sh_move(h, i, WFE_RETRY_SCHEDULED, "retry");
+					r->outcome = WFE_FAILED;
+					sh_set(h, &r->error, op->json ? op->json : "{}");
+					t = SH_PUSH(h->timers, h->ntimers, h->captimers);
+					t->stage = i;
+					t->attempt = r->attempt;	/* RETURNING st.attempt, st.fence */
+					t->fence = r->fence;
+					t->delay_us = op->delay_us;
+					if (op->attempt != r->attempt || op->fence != r->fence)
+						sh_violate(h, "%s: RETRY says attempt %d fence %lld, the row has %d and %lld",
+								   sh_sname(h, i), op->attempt, (long long) op->fence, r->attempt,
+								   (long long) r->fence);
+					if (op->delay_us < 0)
+						sh_violate(h, "%s: negative retry delay", sh_sname(h, i));
+				}
+				break;
+			case WFE_OP_FAIL:
+				if (op->state != WFE_FAILED && op->state != WFE_TIMED_OUT)
+					sh_violate(h, "%s: FAIL to %s", sh_sname(h, i), wfe_state_name((wfe_state) op->state));
+				sh_move(h, i, (wfe_state) op->state, "fail");
+				r->outcome = WFE_FAILED;
+				sh_set(h, &r->error, op->json ? op->json : "{}");
+				if (op->flag)
+				{
+					sh_mark    *d = SH_PUSH(h->dead, h->ndead, h->capdead);
+
+					d->stage = i;
+					d->attempt = op->attempt;
+					d->fence = r->fence;
+				}
+				break;
+			case WFE_OP_TIME_OUT:
+				sh_move(h, i, WFE_TIMED_OUT, "time out");
+				sh_set_fence(h, i, r->fence + 1, "time out");
+				break;
+			case WFE_OP_SKIP:
+				if (!sh_skip_reason_ok(op->text))
+					sh_violate(h, "%s: skip reason %s is not allowed", sh_sname(h, i),
+							   op->text ? op->text : "(null)");
+				sh_move(h, i, WFE_SKIPPED, "skip");
+				sh_set(h, &r->skip_reason, op->text);
+				break;
+			case WFE_OP_CANCEL:
+				if (op->json == NULL)
+					sh_violate(h, "%s: CANCEL without an error", sh_sname(h, i));
+				sh_move(h, i, WFE_CANCELLED, "cancel");
+				sh_set_fence(h, i, r->fence + 1, "cancel");
+				sh_set(h, &r->error, op->json);
+				if (op->attempt != r->attempt || op->fence != r->fence)
+					sh_violate(h, "%s: CANCEL says attempt %d fence %lld, the row has %d and %lld",
+							   sh_sname(h, i), op->attempt, (long long) op->fence, r->attempt,
+							   (long long) r->fence);
+				if (op->flag && r->queue != NULL)
+				{
+					sh_mark    *m = SH_PUSH(h->cancels, h->ncancels, h->capcancels);
+
+					m->stage = i;
+					m->attempt = op->attempt;
+					m->fence = op->fence - 1;	/* the message names the fenced attempt */
+				}
+				break;
+			case WFE_OP_BRANCH:
+				r->branch = op->branch;
+				break;
+			case WFE_OP_ARRIVALS:
+				if (op->json == NULL)
+					sh_violate(h, "%s: ARRIVALS without arrivals", sh_sname(h, i));
+				sh_set_result(h, i, op->json);
+				break;
+			case WFE_OP_OUTPUTS:
+				sh_write_outputs(h, i, op->json, reported);
+				break;
+			case WFE_OP_ACCEPT:
+				sh_move(h, i, WFE_RUNNING, "accept");
+				sh_set(h, &r->claimed_by, op->text ? op->text : "");
+				break;
+			case WFE_OP_HEARTBEAT:
+				break;
+			case WFE_OP_INTENT:
+				if (h->run.intent >= 0)
+					sh_violate(h, "run: intent %s set over intent %s",
+							   wfe_run_state_name((wfe_run_state) op->state),
+							   wfe_run_state_name((wfe_run_state) h->run.intent));
+				if (op->state != WFE_RUN_COMPLETED && op->state != WFE_RUN_FAILED &&
+					op->state != WFE_RUN_CANCELLED)
+					sh_violate(h, "run: intent %d is not terminal", op->state);
+				h->run.intent = op->state;
+				sh_set(h, &h->reason, op->text);
+				/* q_retire_timers: a detached task's go on after a completed intent */
+				for (int t = 0; t < h->ntimers; t++)
+					if (!h->timers[t].fired &&
+						!(op->state == WFE_RUN_COMPLETED && !h->rows[h->timers[t].stage].awaits))
+						h->timers[t].fired = 1;
+				break;
+			case WFE_OP_FINALISING:
+				if (h->run.state == WFE_RUN_RUNNING)
+					sh_run_move(h, WFE_RUN_FINALISING, "finalising");
+				break;
+			case WFE_OP_FINISH:
+				if (h->finishes++ > 0)
+					sh_violate(h, "run: finishes a second time, as %s",
+							   wfe_run_state_name((wfe_run_state) op->state));
+				if (h->run.intent < 0)
+					sh_violate(h, "run: finishes without an intent");
+				sh_run_move(h, op->state, "finish");
+				h->run.finished = 1;
+				if (op->text)
+					sh_set(h, &h->reason, op->text);
+				break;
+			default:
+				sh_violate(h, "op %d has kind %d, which is no op", k, (int) op->kind);
+		}
+	}
+}
+
+/* ---------------------------------------------------------------------
+ * The checks after every event
+ * --------------------------------------------------------------------- */
+
+static int
+sh_in_flight(wfe_state s)
+{
+	return WFE_STATE_IN_FLIGHT(s);
+}
+
+/* Liveness of the run, as far as the server can see it. */
+static void
+sh_check_live(sh *h, const char *what)
+{
+	const wfe_run_plan *rp = h->rp;
+	int			busy = 0,
+				finalising = 0;
+
+	for (int i = 0; i < h->nst; i++)
+	{
+		if (i < rp->first_finaliser)
+			busy |= sh_in_flight(h->rows[i].state);	/* an awaited task may wait for a detached one */
+		else
+			finalising |= sh_in_flight(h->rows[i].state);
+	}
+	if (h->run.intent < 0)
+	{
+		if (!busy)
+			sh_violate(h, "after %s: the run has no intent and nothing it waits for is under way (stuck)",
+					   what);
+		if (finalising)
+			sh_violate(h, "after %s: a finaliser runs before the intent", what);
+		return;
+	}
+	if (!h->run.finished)
+	{
+		if (!finalising)
+			sh_violate(h, "after %s: the run has intent %s but no finaliser under way and has not finished",
+					   what, wfe_run_state_name((wfe_run_state) h->run.intent));
+		return;
+	}
+	for (int i = 0; i < h->nst; i++)
+	{
+		wfe_state	s = h->rows[i].state;
+
+		if (s == WFE_WAITING || (sh_in_flight(s) &&
+								 (i >= rp->first_finaliser || h->rows[i].awaits ||
+								  h->run.intent != WFE_RUN_COMPLETED)))
+			sh_violate(h, "after %s: the run finished %s but %s is still %s", what,
+					   wfe_run_state_name(h->run.state), sh_sname(h, i), wfe_state_name(s));
+	}
+}
+
+/* After every event: the core's view equals the rows, and what must hold does. */
+static void
+sh_check(sh *h, const char *what)
+{
+	wfe_step   *st = &h->st;
+
+	h->steps++;
+	for (int i = 0; st->rows && i < h->nst; i++)
+	{
+		const wfe_row *c = &st->rows[i];
+		const sh_row *r = &h->rows[i];
+
+		if (!c->loaded || !c->exists)
+			continue;
+		if (c->state != r->state || c->attempt != r->attempt || c->fence != r->fence ||
+			c->outcome != r->outcome || c->branch != r->branch)
+			sh_violate(h, "after %s: %s: the core holds %s/%d/%lld/outcome %d/branch %d, the row %s/%d/%lld/outcome %d/branch %d",
+					   what, sh_sname(h, i),
+					   wfe_state_name(c->state), c->attempt, (long long) c->fence, c->outcome, c->branch,
+					   wfe_state_name(r->state), r->attempt, (long long) r->fence, r->outcome, r->branch);
+	}
+	if (st->run && (st->run->intent != h->run.intent || st->run->state != h->run.state ||
+					st->run->finished != h->run.finished))
+		sh_violate(h, "after %s: the core's run is %d/%s/%d, the row %d/%s/%d", what,
+				   st->run->intent, wfe_run_state_name(st->run->state), st->run->finished,
+				   h->run.intent, wfe_run_state_name(h->run.state), h->run.finished);
+	if (h->run.finished && h->finishes != 1)
+		sh_violate(h, "after %s: a finished run with %d FINISH ops", what, h->finishes);
+	if (h->check_liveness && h->started)
+		sh_check_live(h, what);
+}
+
+/* ---------------------------------------------------------------------
+ * The server: engine.c's entry points
+ * --------------------------------------------------------------------- */
+
+static void
+sh_begin(sh *h)
+{
+	h->view = h->run;
+	h->io.arg = h;
+	h->io.load = sh_io_load;
+	h->io.result = sh_io_result;
+	h->io.context = sh_io_context;
+	h->io.output = sh_io_output;
+	h->io.input_schema = sh_io_input_schema;
+	h->io.random = sh_io_random;
+	wfe_step_begin(&h->st, h->rp, &h->view, &h->io);
+}
+
+static void
+sh_end(sh *h, const char *reported, const char *what)
+{
+	sh_apply(h, reported);
+	sh_check(h, what);
+	wfe_step_end(&h->st);
+	sh_collect(h);
+}
+
+/* A step that only records an event, as the SQL layer does (no core). */
+static void
+sh_sql_event(sh *h, int stage, int attempt, const char *type)
+{
+	sh_free_ops(h);
+	h->mark = h->nevents;
+	sh_record_event(h, stage, attempt, type, NULL);
+}
+
+/* wfe._start_run, once (a not_before timer does nothing for a started run). */
+SH_FN void
+sh_start(sh *h)
+{
+	if (h->started || h->run.intent >= 0)
+		return;
+	h->started = 1;
+	sh_begin(h);
+	wfe_step_start(&h->st);
+	sh_end(h, NULL, "start");
+}
+
+static const char *const sh_cb_names[] = {"accept", "heartbeat", "complete", "fail"};
+
+/*
+ * One callback about stage i, as engine.c's callback() handles it: the
+ * gate, then the transition.  value: the reported result or error (JSON).
+ * Returns the outcome word.
+ */
+SH_FN const char *
+sh_callback(sh *h, int i, wfe_callback cb, int attempt, int64_t fence, const char *value,
+			int retryable)
+{
+	wfe_row    *row;
+	const char *outcome;
+	int			same = 0;
+	int			report = cb == WFE_CB_COMPLETE || cb == WFE_CB_FAIL;
+	char		what[128];
+
+	if (i < 0 || i >= h->nst)
+	{
+		sh_sql_event(h, -1, attempt, "callback.unknown");
+		return "unknown";
+	}
+	snprintf(what, sizeof(what), "%s %s (attempt %d, fence %lld)", sh_cb_names[cb],
+			 sh_sname(h, i), attempt, (long long) fence);
+	if (report && value == NULL)
+		value = "{}";			/* the SQL functions' default */
+	sh_begin(h);
+	row = wfe_step_row(&h->st, i);
+	if (report && row->outcome == (cb == WFE_CB_COMPLETE ? WFE_COMPLETED : WFE_FAILED))
+		same = sh_json_equal(cb == WFE_CB_COMPLETE ? h->rows[i].result : h->rows[i].error, value);
+	outcome = wfe_step_gate(&h->st, i, cb, attempt, fence, same);
+	if (outcome == NULL)
+	{
+		outcome = "accepted";
+		switch (cb)
+		{
+			case WFE_CB_ACCEPT:
+				wfe_step_accepted(&h->st, i, "worker-1");
+				break;
+			case WFE_CB_HEARTBEAT:
+				break;
+			case WFE_CB_COMPLETE:
+				{
+					const char *problem = wfe_step_result_problem(&h->st, i, value, h->output_schema[i]);
+
+					if (problem != NULL)
+					{
+						wfe_step_invalid_result(&h->st, i, problem);
+						outcome = "invalid_result";
+					}
+					else
+						wfe_step_completed(&h->st, i, value);
+				}
+				break;
+			case WFE_CB_FAIL:
+				wfe_step_failed(&h->st, i, value, retryable);
+				break;
+		}
+		sh_end(h, value, what);
+		return outcome;
+	}
+	sh_end(h, value, what);
+	/* a rejection: exactly its callback.* event, nothing else */
+	{
+		char		want[64];
+
+		snprintf(want, sizeof(want), "callback.%s", outcome);
+		if (h->nops != 1 || h->ops[0].kind != WFE_OP_EVENT || h->ops[0].text == NULL ||
+			strcmp(h->ops[0].text, want) != 0 || h->ops[0].stage != i)
+			sh_violate(h, "after %s: the %s answer wrote %d ops, not just one %s event", what,
+					   outcome, h->nops, want);
+	}
+	return outcome;
+}
+
+/* The current attempt's callbacks. */
+SH_FN const char *
+sh_complete(sh *h, int i, const char *result)
+{
+	return sh_callback(h, i, WFE_CB_COMPLETE, h->rows[i].attempt, h->rows[i].fence, result, 1);
+}
+
+SH_FN const char *
+sh_fail(sh *h, int i, const char *error, int retryable)
+{
+	return sh_callback(h, i, WFE_CB_FAIL, h->rows[i].attempt, h->rows[i].fence, error, retryable);
+}
+
+SH_FN const char *
+sh_accept(sh *h, int i)
+{
+	return sh_callback(h, i, WFE_CB_ACCEPT, h->rows[i].attempt, h->rows[i].fence, NULL, 1);
+}
+
+/* A retry timer for (attempt, fence) fires: wfe._timer_fired(.., 'retry', ..). */
+SH_FN void
+sh_retry_due(sh *h, int i, int attempt, int64_t fence)
+{
+	char		what[96];
+
+	snprintf(what, sizeof(what), "retry timer of %s (attempt %d, fence %lld)", sh_sname(h, i),
+			 attempt, (long long) fence);
+	sh_begin(h);
+	wfe_step_retry_due(&h->st, i, attempt, fence);
+	sh_end(h, NULL, what);
+}
+
+/* Fire timer k if it has not fired (wfe._fire_timer); 0 if it had. */
+SH_FN int
+sh_fire_timer(sh *h, int k)
+{
+	if (k < 0 || k >= h->ntimers || h->timers[k].fired)
+		return 0;
+	h->timers[k].fired = 1;
+	sh_retry_due(h, h->timers[k].stage, h->timers[k].attempt, h->timers[k].fence);
+	return 1;
+}
+
+/* Fire stage i's pending retry timer; 0 if it has none. */
+SH_FN int
+sh_fire_retry(sh *h, int i)
+{
+	for (int k = h->ntimers - 1; k >= 0; k--)
+		if (h->timers[k].stage == i && !h->timers[k].fired)
+			return sh_fire_timer(h, k);
+	return 0;
+}
+
+/*
+ * wfe._expire: the attempt's deadline passed.  Only a queued, dispatched or
+ * running attempt can expire (q_expiring); the clock is queue for the first
+ * two, else the given one (execution or heartbeat).  Returns whether it did.
+ */
+SH_FN int
+sh_expire(sh *h, int i, const char *clock)
+{
+	wfe_state	s = h->rows[i].state;
+	char		what[96];
+
+	if (s != WFE_QUEUED && s != WFE_DISPATCHED && s != WFE_RUNNING)
+		return 0;
+	if (s != WFE_RUNNING)
+		clock = "queue";
+	snprintf(what, sizeof(what), "%s deadline of %s", clock, sh_sname(h, i));
+	sh_begin(h);
+	wfe_step_expired(&h->st, i, clock, "2030-01-01 00:00:00+00", "\"2030-01-01T00:00:00+00:00\"");
+	sh_end(h, NULL, what);
+	return 1;
+}
+
+/* The run deadline timer (retired, so never fired, once the intent is set). */
+SH_FN void
+sh_run_deadline(sh *h)
+{
+	sh_begin(h);
+	wfe_step_run_deadline(&h->st, "\"2030-01-01T00:00:00+00:00\"");
+	sh_end(h, NULL, "run deadline");
+}
+
+/* wfe.cancel_run: late once the run has an intent. */
+SH_FN const char *
+sh_cancel(sh *h, const char *reason)
+{
+	if (h->run.intent >= 0)
+	{
+		sh_sql_event(h, -1, 0, "callback.late");
+		return "late";
+	}
+	sh_record_event(h, -1, 0, "run.cancel_requested", NULL);
+	sh_begin(h);
+	wfe_step_cancel(&h->st, reason);
+	sh_end(h, NULL, "cancel");
+	return "accepted";
+}
+
+/* wfe.claim_task (SQL): a queued attempt of a poll queue becomes running. */
+SH_FN int
+sh_claim(sh *h, int i)
+{
+	sh_row	   *r = &h->rows[i];
+
+	if (r->state != WFE_QUEUED || r->queue == NULL || r->has_handler)
+		return 0;
+	sh_free_ops(h);
+	h->mark = h->nevents;
+	sh_move(h, i, WFE_RUNNING, "claim");
+	sh_set(h, &r->claimed_by, "poller");
+	sh_record_event(h, i, r->attempt, "stage.claimed", NULL);
+	sh_collect(h);
+	if (h->check_liveness && h->started)
+		sh_check_live(h, "claim");
+	h->steps++;
+	return 1;
+}
+
+/* wfe._mark_dispatched (SQL): the broker confirmed the dispatch. */
+SH_FN int
+sh_publish(sh *h, int i)
+{
+	sh_row	   *r = &h->rows[i];
+
+	if (r->state != WFE_QUEUED || r->queue == NULL || r->has_handler)
+		return 0;
+	sh_free_ops(h);
+	h->mark = h->nevents;
+	sh_move(h, i, WFE_DISPATCHED, "publish");
+	h->steps++;
+	return 1;
+}
+
+/* The publisher gave the message back (or the queue went back to poll). */
+SH_FN int
+sh_give_back(sh *h, int i)
+{
+	if (h->rows[i].state != WFE_DISPATCHED)
+		return 0;
+	sh_free_ops(h);
+	h->mark = h->nevents;
+	sh_move(h, i, WFE_QUEUED, "give back");
+	h->steps++;
+	return 1;
+}
+
+/*
+ * wfe._run_handler then wfe._action_done: a queued in-database action runs
+ * (SQL: running) and ends with a result or an error (JSON text).
+ */
+SH_FN int
+sh_action_done(sh *h, int i, const char *result, const char *error)
+{
+	char		what[96];
+	char	   *err = NULL;
+
+	if (h->rows[i].state != WFE_QUEUED || !h->rows[i].has_handler)
+		return 0;
+	sh_move(h, i, WFE_RUNNING, "handler");
+	sh_record_event(h, i, h->rows[i].attempt, "stage.claimed", NULL);
+	snprintf(what, sizeof(what), "handler of %s", sh_sname(h, i));
+	if (error == NULL && result == NULL)
+		result = "{}";
+	sh_begin(h);
+	if (error != NULL)
+		wfe_step_failed(&h->st, i, error, 1);
+	else
+	{
+		const char *problem = wfe_step_result_problem(&h->st, i, result, h->output_schema[i]);
+
+		if (problem != NULL)
+		{
+			const char *q = wfe_step_json_str(&h->st, problem);
+
+			err = sh_realloc(NULL, strlen(q) + 64);
+			sprintf(err, "{\"code\": \"result.schema\", \"message\": %s}", q);
+			wfe_step_failed(&h->st, i, err, 1);
+		}
+		else
+			wfe_step_completed(&h->st, i, result);
+	}
+	sh_end(h, error ? NULL : result, what);
+	free(err);
+	return 1;
+}
+
+/* ---------------------------------------------------------------------
+ * Looking at the last step
+ * --------------------------------------------------------------------- */
+
+/* How many ops of this kind (stage -2: any) did the last step write? */
+SH_FN int
+sh_count_ops(const sh *h, wfe_op_kind kind, int stage)
+{
+	int			n = 0;
+
+	for (int k = 0; k < h->nops; k++)
+		n += h->ops[k].kind == kind && (stage == -2 || h->ops[k].stage == stage);
+	return n;
+}
+
+/* The last step's first op of this kind on this stage (-2: any), or NULL. */
+SH_FN const sh_op *
+sh_find_op(const sh *h, wfe_op_kind kind, int stage)
+{
+	for (int k = 0; k < h->nops; k++)
+		if (h->ops[k].kind == kind && (stage == -2 || h->ops[k].stage == stage))
+			return &h->ops[k];
+	return NULL;
+}
+
+/* Events of a type on a stage (-2: any) since event index `from`. */
+SH_FN int
+sh_count_events_since(const sh *h, int from, const char *type, int stage)
+{
+	int			n = 0;
+
+	for (int k = from; k < h->nevents; k++)
+		n += strcmp(h->events[k].type, type) == 0 && (stage == -2 || h->events[k].stage == stage);
+	return n;
+}
+
+/* The detail of the last step's first such event, or NULL. */
+SH_FN const char *
+sh_event_detail(const sh *h, const char *type, int stage)
+{
+	for (int k = h->mark; k < h->nevents; k++)
+		if (strcmp(h->events[k].type, type) == 0 && (stage == -2 || h->events[k].stage == stage))
+			return h->events[k].detail;
+	return NULL;
+}
+
+/* A string member of a JSON text (in a static buffer), or "" */
+SH_FN const char *
+sh_json_get(const char *json, const char *key)
+{
+	static char buf[1024];
+	json_object *o = sh_parse(json);
+	json_object *v;
+
+	buf[0] = '\0';
+	if (o && json_object_is_type(o, json_type_object) && json_object_object_get_ex(o, key, &v))
+		snprintf(buf, sizeof(buf), "%s",
+				 json_object_is_type(v, json_type_string) ? json_object_get_string(v)
+				 : json_object_to_json_string_ext(v, JSON_C_TO_STRING_PLAIN));
+	json_object_put(o);
+	return buf;
+}
+
+#endif							/* WFE_STEP_HARNESS_H */

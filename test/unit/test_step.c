@@ -1,0 +1,1945 @@
+/*
+ * test_step.c — unit tests of the step core (src/core/step.c): routing,
+ * decisions and their skips, forks and joins, retries and backoff,
+ * timeouts, binding, intents and finalisers, the tasks form, the callback
+ * gate and result checks.
+ *
+ * Each scenario compiles a workflow, runs it against step_harness.h's
+ * in-memory server (rows as the database; every op applied as engine.c
+ * applies it) and checks what the rows and the last step's ops say.  The
+ * harness checks after every event that every stage and run transition is
+ * legal (states.c's tables), that the core's view of each row equals the
+ * row, and that the run is live; each scenario ends with one check that
+ * none of that ever broke.
+ *
+ * A standalone TAP program: "ok N - ..." / "not ok N - ...", then "1..N";
+ * exit status 1 if anything failed.  Built with ASan/UBSan by the Makefile.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <json-c/json.h>
+
+#include "step_harness.h"
+
+static int	tests_run;
+static int	tests_failed;
+
+/* Record one TAP result. */
+static void
+ok(int cond, const char *fmt,...) __attribute__((format(printf, 2, 3)));
+
+static void
+ok(int cond, const char *fmt,...)
+{
+	va_list		ap;
+
+	tests_run++;
+	if (!cond)
+		tests_failed++;
+	printf("%s %d - ", cond ? "ok" : "not ok", tests_run);
+	va_start(ap, fmt);
+	vprintf(fmt, ap);
+	va_end(ap);
+	printf("\n");
+}
+
+/* TAP diagnostic line. */
+static void
+diag(const char *fmt,...) __attribute__((format(printf, 1, 2)));
+
+static void
+diag(const char *fmt,...)
+{
+	va_list		ap;
+
+	printf("# ");
+	va_start(ap, fmt);
+	vprintf(fmt, ap);
+	va_end(ap);
+	printf("\n");
+}
+
+/* ---------------------------------------------------------------------
+ * Workflows
+ * --------------------------------------------------------------------- */
+
+/* a -> b -> completed, a's failure -> cleanup -> failed; a binds ${context.x}. */
+static const char *LINEAR =
+"name: linear\n"
+"version: \"1.0.0\"\n"
+"entry: a\n"
+"defaults:\n"
+"  retry: { max_attempts: 4, initial_ms: 100, multiplier: 3, max_ms: 500, jitter: none }\n"
+"stages:\n"
+"  - name: a\n"
+"    type: worker\n"
+"    queue: qa\n"
+"    worker: w.a@1\n"
+"    input: { x: \"${context.x}\", fixed: 1 }\n"
+"    on_success: b\n"
+"    on_failure: cleanup\n"
+"  - name: b\n"
+"    type: action\n"
+"    action: act.b@1\n"
+"    input: { from_a: '${stages.a.result.v}' }\n"
+"    on_success: completed\n"
+"    on_failure: failed\n"
+"  - name: cleanup\n"
+"    type: worker\n"
+"    queue: qc\n"
+"    worker: w.c@1\n"
+"    retry: { max_attempts: 1 }\n"
+"    on_success: failed\n"
+"    on_failure: failed\n";
+
+static const char *JITTER =
+"name: jitter\n"
+"version: \"1.0.0\"\n"
+"entry: full\n"
+"stages:\n"
+"  - name: full\n"
+"    type: worker\n"
+"    queue: q\n"
+"    worker: w.a@1\n"
+"    retry: { max_attempts: 5, initial_ms: 1000, multiplier: 2, max_ms: 3000, jitter: full }\n"
+"    on_success: equal\n"
+"    on_failure: failed\n"
+"  - name: equal\n"
+"    type: worker\n"
+"    queue: q\n"
+"    worker: w.a@1\n"
+"    retry: { max_attempts: 5, initial_ms: 1000, multiplier: 2, max_ms: 3000, jitter: equal }\n"
+"    on_success: completed\n"
+"    on_failure: failed\n";
+
+/* Seed 000's example (examples/model-ingest.yaml). */
+static const char *MODEL_INGEST =
+"name: model-ingest\n"
+"version: \"2.3.0\"\n"
+"entry: cache-lookup\n"
+"stages:\n"
+"  - name: cache-lookup\n"
+"    type: action\n"
+"    action: cache.lookup@1\n"
+"    input: { modelId: \"${context.modelId}\" }\n"
+"    on_success: cache-route\n"
+"    on_failure: failed\n"
+"  - name: cache-route\n"
+"    type: decision\n"
+"    on_evaluation_error: failed\n"
+"    branches:\n"
+"      - when: 'stages[\"cache-lookup\"].result.hit == true'\n"
+"        next: publish\n"
+"      - when: \"true\"\n"
+"        next: render-thumbnail\n"
+"  - name: render-thumbnail\n"
+"    type: worker\n"
+"    queue: rendering\n"
+"    worker: thumbnail.render@3\n"
+"    input: { modelId: \"${context.modelId}\" }\n"
+"    execution_deadline_ms: 300000\n"
+"    on_success: derive-fork\n"
+"    on_failure: failed\n"
+"  - name: derive-fork\n"
+"    type: fork\n"
+"    branches: [semantic-analysis, technical-metadata]\n"
+"  - name: semantic-analysis\n"
+"    type: worker\n"
+"    queue: analysis\n"
+"    worker: semantic.analyse@4\n"
+"    input: { modelId: \"${context.modelId}\" }\n"
+"    on_success: derive-join\n"
+"    on_failure: failed\n"
+"  - name: technical-metadata\n"
+"    type: worker\n"
+"    queue: metadata\n"
+"    worker: metadata.extract@2\n"
+"    input: { modelId: \"${context.modelId}\" }\n"
+"    on_success: derive-join\n"
+"    on_failure: failed\n"
+"  - name: derive-join\n"
+"    type: join\n"
+"    required: [semantic-analysis, technical-metadata]\n"
+"    acceptable_terminal_states: [completed]\n"
+"    on_success: publish\n"
+"    on_failure: failed\n"
+"  - name: publish\n"
+"    type: action\n"
+"    action: catalogue.publish@2\n"
+"    input: { modelId: \"${context.modelId}\" }\n"
+"    on_success: completed\n"
+"    on_failure: failed\n"
+"finalisers: [audit.run-terminal@1]\n"
+"defaults:\n"
+"  retry: { max_attempts: 2, initial_ms: 10, multiplier: 1, max_ms: 10, jitter: none }\n";
+
+/* A decision over the context and a stage's result, with an error route. */
+static const char *DECIDE =
+"name: decide\n"
+"version: \"1.0.0\"\n"
+"entry: prep\n"
+"stages:\n"
+"  - name: prep\n"
+"    type: worker\n"
+"    queue: q\n"
+"    worker: w.p@1\n"
+"    on_success: route\n"
+"    on_failure: failed\n"
+"  - name: route\n"
+"    type: decision\n"
+"    on_evaluation_error: oops\n"
+"    branches:\n"
+"      - when: \"context.amount > 100\"\n"
+"        next: big\n"
+"      - when: 'stages.prep.result.score >= 5'\n"
+"        next: mid\n"
+"      - when: \"true\"\n"
+"        next: small\n"
+"  - name: big\n"
+"    type: worker\n"
+"    queue: q\n"
+"    worker: w.b@1\n"
+"    on_success: completed\n"
+"    on_failure: failed\n"
+"  - name: mid\n"
+"    type: worker\n"
+"    queue: q\n"
+"    worker: w.m@1\n"
+"    input: { score: '${stages.prep.result.score}' }\n"
+"    on_success: completed\n"
+"    on_failure: failed\n"
+"  - name: small\n"
+"    type: worker\n"
+"    queue: q\n"
+"    worker: w.s@1\n"
+"    on_success: completed\n"
+"    on_failure: failed\n"
+"  - name: oops\n"
+"    type: worker\n"
+"    queue: q\n"
+"    worker: w.o@1\n"
+"    on_success: failed\n"
+"    on_failure: failed\n";
+
+/* Nested forks: f1 [a, f2], f2 [b, c]; j2 -> after2 (in branch f2) -> j1. */
+static const char *NEST =
+"name: nest\n"
+"version: \"1.0.0\"\n"
+"entry: f1\n"
+"stages:\n"
+"  - name: f1\n"
+"    type: fork\n"
+"    branches: [a, f2]\n"
+"  - name: a\n"
+"    type: worker\n"
+"    queue: q\n"
+"    worker: w.a@1\n"
+"    retry: { max_attempts: 1 }\n"
+"    on_success: j1\n"
+"    on_failure: j1\n"
+"  - name: f2\n"
+"    type: fork\n"
+"    branches: [b, c]\n"
+"  - name: b\n"
+"    type: worker\n"
+"    queue: q\n"
+"    worker: w.b@1\n"
+"    on_success: j2\n"
+"    on_failure: j2\n"
+"  - name: c\n"
+"    type: worker\n"
+"    queue: q\n"
+"    worker: w.c@1\n"
+"    retry: { max_attempts: 1 }\n"
+"    on_success: j2\n"
+"    on_failure: j2\n"
+"  - name: j2\n"
+"    type: join\n"
+"    required: [b, c]\n"
+"    on_success: after2\n"
+"    on_failure: failed\n"
+"  - name: after2\n"
+"    type: worker\n"
+"    queue: q\n"
+"    worker: w.d@1\n"
+"    on_success: j1\n"
+"    on_failure: j1\n"
+"  - name: j1\n"
+"    type: join\n"
+"    required: [a, f2]\n"
+"    acceptable_terminal_states: [completed, timed_out]\n"
+"    on_success: done\n"
+"    on_failure: failed\n"
+"  - name: done\n"
+"    type: worker\n"
+"    queue: q\n"
+"    worker: w.e@1\n"
+"    on_success: completed\n"
+"    on_failure: failed\n";
+
+/*
+ * A fork whose branch heads are decisions: d (first, decided before its
+ * siblings are released) and e (decided while b is under way, with b2 after
+ * b still waiting).
+ */
+static const char *FORK_DECISION =
+"name: forkdec\n"
+"version: \"1.0.0\"\n"
+"entry: f\n"
+"stages:\n"
+"  - name: f\n"
+"    type: fork\n"
+"    branches: [d, b, e]\n"
+"  - name: d\n"
+"    type: decision\n"
+"    on_evaluation_error: failed\n"
+"    branches:\n"
+"      - when: \"context.go == true\"\n"
+"        next: x\n"
+"      - when: \"true\"\n"
+"        next: j\n"
+"  - { name: x, type: worker, queue: q, worker: w.x@1, on_success: j, on_failure: j }\n"
+"  - { name: b, type: worker, queue: q, worker: w.b@1, on_success: b2, on_failure: failed }\n"
+"  - { name: b2, type: worker, queue: q, worker: w.b@1, on_success: j, on_failure: failed }\n"
+"  - name: e\n"
+"    type: decision\n"
+"    on_evaluation_error: failed\n"
+"    branches:\n"
+"      - { when: \"true\", next: j }\n"
+"  - name: j\n"
+"    type: join\n"
+"    required: [d, b, e]\n"
+"    on_success: completed\n"
+"    on_failure: failed\n";
+
+/* Five branches to put in every state, then two finalisers. */
+static const char *INTENTS =
+"name: intents\n"
+"version: \"1.0.0\"\n"
+"entry: f\n"
+"defaults:\n"
+"  retry: { max_attempts: 2, initial_ms: 10, multiplier: 1, max_ms: 10, jitter: none }\n"
+"finalisers: [fin.one@1, fin.two@1]\n"
+"stages:\n"
+"  - name: f\n"
+"    type: fork\n"
+"    branches: [p, q, r, s, t]\n"
+"  - { name: p, type: worker, queue: q, worker: w.p@1, on_success: j, on_failure: failed }\n"
+"  - { name: q, type: worker, queue: q, worker: w.q@1, on_success: j, on_failure: failed }\n"
+"  - { name: r, type: worker, queue: q, worker: w.r@1, on_success: j, on_failure: failed }\n"
+"  - { name: s, type: worker, queue: q, worker: w.s@1, on_success: j, on_failure: failed }\n"
+"  - { name: t, type: worker, queue: q, worker: w.t@1, on_success: j, on_failure: failed }\n"
+"  - name: j\n"
+"    type: join\n"
+"    required: [p, q, r, s, t]\n"
+"    on_success: after\n"
+"    on_failure: failed\n"
+"  - { name: after, type: worker, queue: q, worker: w.z@1, on_success: completed, on_failure: failed }\n";
+
+/* The tasks form: roots, dependents, a non-critical task, both policies. */
+static const char *TASKS =
+"name: tasks-one\n"
+"version: \"1.0.0\"\n"
+"defaults:\n"
+"  retry: { max_attempts: 1 }\n"
+"tasks:\n"
+"  - { id: a, worker: w.a@1, queue: q }\n"
+"  - { id: b, worker: w.b@1, queue: q }\n"
+"  - { id: c, worker: w.c@1, queue: q, depends_on: [a], critical: false }\n"
+"  - { id: d, worker: w.d@1, queue: q, depends_on: [c] }\n"
+"  - { id: e, worker: w.e@1, queue: q, depends_on: [b] }\n"
+"  - { id: both, action: act.both@1, depends_on: [a, b] }\n"
+"  - { id: lenient, worker: w.l@1, queue: q, depends_on: [d], dependency_policy: allow_skipped }\n"
+"  - { id: strict, worker: w.s@1, queue: q, depends_on: [d] }\n";
+
+/* Contexts, required outputs, detached tasks, a finaliser. */
+static const char *TASKS_CONTEXT =
+"name: tasks-two\n"
+"version: \"1.0.0\"\n"
+"context: background\n"
+"finalisers: [fin.one@1]\n"
+"tasks:\n"
+"  - id: p\n"
+"    worker: w.p@1\n"
+"    queue: q\n"
+"    contexts: [foreground]\n"
+"    produces: [{ key: tok, type: string }]\n"
+"  - id: u\n"
+"    worker: w.u@1\n"
+"    queue: q\n"
+"    depends_on: [p]\n"
+"    dependency_policy: allow_skipped\n"
+"    requires_outputs: [{ producer_task_id: p, key: tok }]\n"
+"    input: { t: \"${outputs.p.tok}\" }\n"
+"  - { id: v, worker: w.v@1, queue: q }\n"
+"  - id: bg\n"
+"    worker: w.bg@1\n"
+"    queue: q\n"
+"    awaits: false\n"
+"    critical: true\n"
+"    retry: { max_attempts: 3, initial_ms: 50, multiplier: 2, max_ms: 1000, jitter: none }\n"
+"  - { id: bgdep, worker: w.bd@1, queue: q, depends_on: [bg], awaits: false }\n";
+
+/*
+ * A gated task with two dependencies; a task that requires outputs of two
+ * producers, one finished in an earlier step (read from wfe.outputs), one
+ * in this step (read from its result).
+ */
+static const char *TASKS_EDGE =
+"name: tasks-edge\n"
+"version: \"1.0.0\"\n"
+"tasks:\n"
+"  - { id: r1, worker: w.a@1, queue: q }\n"
+"  - { id: r2, worker: w.a@1, queue: q }\n"
+"  - { id: g, worker: w.g@1, queue: q, contexts: [other], depends_on: [r1, r2] }\n"
+"  - { id: after, worker: w.x@1, queue: q, depends_on: [g], dependency_policy: allow_skipped }\n"
+"  - { id: p1, worker: w.p@1, queue: q, produces: [{ key: tok, type: string }] }\n"
+"  - { id: p2, worker: w.p@1, queue: q, produces: [{ key: n, type: integer }] }\n"
+"  - id: both\n"
+"    worker: w.b@1\n"
+"    queue: q\n"
+"    depends_on: [p1, p2]\n"
+"    requires_outputs: [{ producer_task_id: p1, key: tok }, { producer_task_id: p2, key: n }]\n"
+"    input: { t: \"${outputs.p1.tok}\", n: \"${outputs.p2.n}\" }\n";
+
+/* A critical root task whose binding fails at the start. */
+static const char *TASKS_BIND =
+"name: tasks-bind\n"
+"version: \"1.0.0\"\n"
+"tasks:\n"
+"  - { id: first, worker: w.a@1, queue: q, input: { v: \"${context.nope}\" } }\n"
+"  - { id: other, worker: w.a@1, queue: q }\n"
+"  - { id: later, worker: w.a@1, queue: q, depends_on: [other] }\n";
+
+/* The $${ escape, alone and next to a reference. */
+static const char *ESCAPE =
+"name: escape\n"
+"version: \"1.0.0\"\n"
+"entry: a\n"
+"stages:\n"
+"  - name: a\n"
+"    type: worker\n"
+"    queue: q\n"
+"    worker: w.a@1\n"
+"    input: { price: \"$${not a reference}\", plain: \"no refs\", n: 2 }\n"
+"    on_success: b\n"
+"    on_failure: failed\n"
+"  - name: b\n"
+"    type: worker\n"
+"    queue: q\n"
+"    worker: w.b@1\n"
+"    input: { label: \"$${x} is ${context.x}\" }\n"
+"    on_success: completed\n"
+"    on_failure: failed\n";
+
+/* Declared outputs of every type. */
+static const char *TASKS_PRODUCES =
+"name: tasks-three\n"
+"version: \"1.0.0\"\n"
+"defaults:\n"
+"  retry: { max_attempts: 2, initial_ms: 10, multiplier: 1, max_ms: 10, jitter: none }\n"
+"tasks:\n"
+"  - id: make\n"
+"    worker: w.m@1\n"
+"    queue: q\n"
+"    produces:\n"
+"      - { key: n, type: integer }\n"
+"      - { key: r, type: number }\n"
+"      - { key: s, type: string }\n"
+"      - { key: o, type: ConfigObject }\n"
+"      - { key: flag, type: boolean }\n"
+"      - { key: list, type: array }\n"
+"  - id: use\n"
+"    worker: w.u@1\n"
+"    queue: q\n"
+"    depends_on: [make]\n"
+"    requires_outputs: [{ producer_task_id: make, key: n }, { producer_task_id: make, key: o }]\n"
+"    input: { n: \"${outputs.make.n}\", o: \"${outputs.make.o}\" }\n";
+
+static wfe_run_plan *rp_linear,
+		   *rp_jitter,
+		   *rp_model,
+		   *rp_decide,
+		   *rp_nest,
+		   *rp_forkdec,
+		   *rp_intents,
+		   *rp_tasks,
+		   *rp_tasks_context,
+		   *rp_tasks_produces,
+		   *rp_escape,
+		   *rp_tasks_edge,
+		   *rp_tasks_bind;
+
+/* ---------------------------------------------------------------------
+ * Helpers
+ * --------------------------------------------------------------------- */
+
+static void
+on_violation(sh *h, const char *message)
+{
+	(void) h;
+	diag("harness: %s", message);
+}
+
+/* Start a scenario over a run plan. */
+static void
+run_open(sh *h, const wfe_run_plan *rp, const char *context, const char *execution_context)
+{
+	sh_init(h, rp, context, execution_context);
+	h->violation = on_violation;
+}
+
+/* End a scenario: the check the harness made after every one of its events. */
+static void
+run_close(sh *h, const char *scenario)
+{
+	ok(h->violations == 0 && h->steps > 0,
+	   "%s: after each of %d events, every transition legal, rows and core agree, run live",
+	   scenario, h->steps);
+	sh_free(h);
+}
+
+/* A stage's index (exit on a name the test got wrong). */
+static int
+X(const sh *h, const char *name)
+{
+	int			i = sh_stage(h, name);
+
+	if (i < 0)
+	{
+		fprintf(stderr, "test bug: no stage %s\n", name);
+		exit(2);
+	}
+	return i;
+}
+
+static void
+expect_state(const sh *h, const char *name, wfe_state want, const char *what)
+{
+	wfe_state	got = h->rows[X(h, name)].state;
+
+	ok(got == want, "%s: %s is %s", what, name, wfe_state_name(want));
+	if (got != want)
+		diag("%s is %s", name, wfe_state_name(got));
+}
+
+static void
+expect_skipped(const sh *h, const char *name, const char *reason, const char *what)
+{
+	const sh_row *r = &h->rows[X(h, name)];
+	int			good = r->state == WFE_SKIPPED && r->skip_reason && strcmp(r->skip_reason, reason) == 0;
+
+	ok(good, "%s: %s skipped, %s", what, name, reason);
+	if (!good)
+		diag("%s is %s (%s)", name, wfe_state_name(r->state), r->skip_reason ? r->skip_reason : "no reason");
+}
+
+static void
+expect_str(const char *got, const char *want, const char *what)
+{
+	int			good = (got == NULL && want == NULL) ||
+		(got != NULL && want != NULL && strcmp(got, want) == 0);
+
+	ok(good, "%s", what);
+	if (!good)
+		diag("got %s, want %s", got ? got : "NULL", want ? want : "NULL");
+}
+
+static void
+expect_json(const char *got, const char *want, const char *what)
+{
+	int			good = sh_json_equal(got, want);
+
+	ok(good, "%s", what);
+	if (!good)
+		diag("got %s, want %s", got ? got : "NULL", want);
+}
+
+static void
+expect_int(long long got, long long want, const char *what)
+{
+	ok(got == want, "%s", what);
+	if (got != want)
+		diag("got %lld, want %lld", got, want);
+}
+
+/* Does the last step's op list have exactly n ops of a kind on a stage (-2: any)? */
+static void
+expect_ops(const sh *h, wfe_op_kind kind, const char *stage, int n, const char *what)
+{
+	int			got = sh_count_ops(h, kind, stage ? X(h, stage) : -2);
+
+	ok(got == n, "%s", what);
+	if (got != n)
+		diag("%d such ops, want %d (the step wrote %d ops)", got, n, h->nops);
+}
+
+/* The index of the last step's first op of a kind on a stage, or -1. */
+static int
+op_index(const sh *h, wfe_op_kind kind, int stage)
+{
+	for (int k = 0; k < h->nops; k++)
+		if (h->ops[k].kind == kind && (stage == -2 || h->ops[k].stage == stage))
+			return k;
+	return -1;
+}
+
+/* The event type at the last step's op k, or "". */
+static const char *
+op_event(const sh *h, int k)
+{
+	return k >= 0 && k < h->nops && h->ops[k].kind == WFE_OP_EVENT && h->ops[k].text ? h->ops[k].text : "";
+}
+
+/* How many events of a type (on a stage, NULL: any) the run has had. */
+static int
+events_total(const sh *h, const char *type, const char *stage)
+{
+	return sh_count_events_since(h, 0, type, stage ? X(h, stage) : -2);
+}
+
+/* How many events of a type the last step wrote. */
+static int
+events_last(const sh *h, const char *type, const char *stage)
+{
+	return sh_count_events_since(h, h->mark, type, stage ? X(h, stage) : -2);
+}
+
+/* ---------------------------------------------------------------------
+ * Routing and the end of a run
+ * --------------------------------------------------------------------- */
+
+static void
+test_linear_success(void)
+{
+	sh			h;
+	int			a,
+				b;
+	const sh_op *op;
+
+	run_open(&h, rp_linear, "{\"x\": \"hello\"}", NULL);
+	a = X(&h, "a");
+	b = X(&h, "b");
+	sh_start(&h);
+	ok(h.nops > 0 && strcmp(op_event(&h, 0), "run.started") == 0, "linear: the start writes run.started first");
+	expect_state(&h, "a", WFE_QUEUED, "linear start");
+	op = sh_find_op(&h, WFE_OP_ENQUEUE, a);
+	ok(op && op->flag == 1 && op->attempt == 1 && op->fence == 1,
+	   "linear start: a is enqueued as a new attempt 1, fence 1");
+	expect_json(h.rows[a].input, "{\"x\": \"hello\", \"fixed\": 1}", "linear start: a's input binds ${context.x}");
+	ok(events_last(&h, "stage.released", "a") == 1, "linear start: stage.released for a");
+	expect_state(&h, "b", WFE_WAITING, "linear start");
+	expect_state(&h, "cleanup", WFE_WAITING, "linear start");
+
+	expect_str(sh_accept(&h, a), "accepted", "linear: a is accepted");
+	expect_state(&h, "a", WFE_RUNNING, "linear accept");
+	expect_str(sh_complete(&h, a, "{\"v\": 7}"), "accepted", "linear: a completes");
+	expect_json(h.rows[a].result, "{\"v\": 7}", "linear: a's result is stored");
+	expect_state(&h, "b", WFE_QUEUED, "linear: on_success releases b");
+	expect_json(h.rows[b].input, "{\"from_a\": 7}", "linear: b's input reads stages.a.result.v");
+	ok(h.run.intent < 0, "linear: no intent while b runs");
+
+	expect_str(sh_complete(&h, b, "{}"), "accepted", "linear: b completes");
+	expect_int(h.run.intent, WFE_RUN_COMPLETED, "linear: b routes to completed: completed intent");
+	expect_str(h.reason, "stage b routed to completed", "linear: the intent's reason names the stage");
+	expect_skipped(&h, "cleanup", "branch_not_taken", "linear: completed intent");
+	op = sh_find_op(&h, WFE_OP_FINISH, -1);
+	ok(op && op->state == WFE_RUN_COMPLETED && op->text == NULL,
+	   "linear: FINISH completed, the intent's reason kept");
+	ok(h.run.finished && h.run.state == WFE_RUN_COMPLETED, "linear: the run is completed");
+	expect_json(sh_event_detail(&h, "run.completed", -1), "{\"intent\": \"completed\"}",
+				"linear: event run.completed with the intent");
+	ok(op_index(&h, WFE_OP_INTENT, -1) < op_index(&h, WFE_OP_SKIP, -2) &&
+	   op_index(&h, WFE_OP_SKIP, -2) < op_index(&h, WFE_OP_FINISH, -1),
+	   "linear: intent, then skips, then finish");
+	ok(sh_count_ops(&h, WFE_OP_FINALISING, -1) == 0, "linear: no finalisers, no finalising");
+	run_close(&h, "linear success");
+}
+
+static void
+test_linear_failure(void)
+{
+	sh			h;
+	int			a;
+	const sh_op *op;
+
+	run_open(&h, rp_linear, "{\"x\": 1}", NULL);
+	a = X(&h, "a");
+	sh_start(&h);
+	sh_claim(&h, a);
+	expect_str(sh_fail(&h, a, "{\"code\": \"bad.input\"}", 0), "accepted", "on_failure: a fails, not retryable");
+	op = sh_find_op(&h, WFE_OP_FAIL, a);
+	ok(op && op->state == WFE_FAILED && op->flag == 0, "on_failure: FAIL without dead letter");
+	expect_ops(&h, WFE_OP_RETRY, NULL, 0, "on_failure: a non-retryable failure is not retried");
+	expect_int(h.ndead, 0, "on_failure: no dead letter");
+	expect_json(sh_event_detail(&h, "stage.failed", a), "{\"error\": \"bad.input\", \"retryable\": false}",
+				"on_failure: stage.failed with the error code");
+	expect_state(&h, "cleanup", WFE_QUEUED, "on_failure: a's on_failure releases cleanup");
+	expect_state(&h, "b", WFE_WAITING, "on_failure");
+	expect_str(sh_complete(&h, X(&h, "cleanup"), "{}"), "accepted", "on_failure: cleanup completes");
+	expect_int(h.run.intent, WFE_RUN_FAILED, "on_failure: cleanup routes to failed: failed intent");
+	expect_skipped(&h, "b", "run_aborted", "on_failure: failed intent");
+	op = sh_find_op(&h, WFE_OP_FINISH, -1);
+	ok(op && op->state == WFE_RUN_FAILED, "on_failure: FINISH failed");
+	ok(events_last(&h, "run.failed", NULL) == 1, "on_failure: event run.failed");
+	run_close(&h, "on_failure route");
+}
+
+/* ---------------------------------------------------------------------
+ * Retries, backoff, timeouts
+ * --------------------------------------------------------------------- */
+
+static void
+test_retry_backoff(void)
+{
+	sh			h;
+	int			a;
+	const sh_op *op;
+	static const int64_t want_us[] = {100000, 300000, 500000};	/* 100, 300, min(900, 500) */
+
+	run_open(&h, rp_linear, "{\"x\": 1}", NULL);
+	a = X(&h, "a");
+	sh_start(&h);
+	sh_claim(&h, a);
+	for (int n = 1; n <= 3; n++)
+	{
+		char		what[96];
+		int			nt = h.ntimers;
+
+		snprintf(what, sizeof(what), "retry: attempt %d fails, retryable", n);
+		expect_str(sh_fail(&h, a, "{\"code\": \"boom\"}", 1), "accepted", what);
+		op = sh_find_op(&h, WFE_OP_RETRY, a);
+		ok(op && op->delay_us == want_us[n - 1] && op->attempt == n,
+		   "retry: after attempt %d the delay is %lld us (initial_ms * multiplier^(n-1), capped)",
+		   n, (long long) want_us[n - 1]);
+		if (op && op->delay_us != want_us[n - 1])
+			diag("delay %lld us", (long long) op->delay_us);
+		ok(h.rows[a].state == WFE_RETRY_SCHEDULED && h.rows[a].outcome == WFE_FAILED &&
+		   h.ntimers == nt + 1 && h.timers[nt].attempt == n && h.timers[nt].fence == h.rows[a].fence,
+		   "retry: attempt %d: retry_scheduled, a timer for this attempt and fence", n);
+		if (n == 1)
+		{
+			int			nev = h.nevents;
+
+			expect_json(sh_event_detail(&h, "stage.retry_scheduled", a),
+						"{\"delay_ms\": 100, \"error\": \"boom\"}", "retry: event with delay and error code");
+			sh_retry_due(&h, a, 0, 1);
+			sh_retry_due(&h, a, 1, 0);
+			sh_retry_due(&h, a, 2, 1);
+			sh_retry_due(&h, a, 1, 2);
+			ok(h.nevents == nev && h.nops == 0 && h.rows[a].state == WFE_RETRY_SCHEDULED,
+			   "retry: timers for another attempt or fence do nothing");
+		}
+		ok(sh_fire_retry(&h, a), "retry: the timer after attempt %d fires", n);
+		op = sh_find_op(&h, WFE_OP_ENQUEUE, a);
+		ok(op && op->flag == 1 && op->json == NULL && h.rows[a].attempt == n + 1 &&
+		   h.rows[a].fence == n + 1 && h.rows[a].state == WFE_QUEUED && h.rows[a].error == NULL,
+		   "retry: attempt %d queued, new fence, input kept, error cleared", n + 1);
+		ok(events_last(&h, "stage.retried", "a") == 1, "retry: event stage.retried");
+		if (n == 1)
+		{
+			expect_str(sh_callback(&h, a, WFE_CB_COMPLETE, 1, 1, "{}", 1), "stale",
+					   "retry: the first attempt's late report is stale");
+			ok(!sh_fire_timer(&h, 0), "retry: a fired timer does not fire again");
+		}
+	}
+	expect_str(sh_fail(&h, a, "{\"code\": \"boom\"}", 1), "accepted", "retry: the last attempt fails");
+	op = sh_find_op(&h, WFE_OP_FAIL, a);
+	ok(op && op->flag == 1 && op->attempt == 4 && op->state == WFE_FAILED,
+	   "retry: attempts exhausted: FAIL with a dead letter");
+	ok(h.ndead == 1 && h.dead[0].stage == a && h.dead[0].attempt == 4, "retry: the dead letter names attempt 4");
+	expect_json(sh_event_detail(&h, "stage.failed", a), "{\"error\": \"boom\", \"retryable\": true}",
+				"retry: stage.failed says it was retryable");
+	expect_state(&h, "cleanup", WFE_QUEUED, "retry: exhausted a follows on_failure");
+	run_close(&h, "retry backoff");
+}
+
+static void
+test_jitter(void)
+{
+	sh			h;
+	const sh_op *op;
+	int			full,
+				equal;
+
+	run_open(&h, rp_jitter, NULL, NULL);
+	full = X(&h, "full");
+	equal = X(&h, "equal");
+	h.random = 0.25;
+	sh_start(&h);
+	sh_fail(&h, full, NULL, 1);
+	op = sh_find_op(&h, WFE_OP_RETRY, full);
+	ok(op && op->delay_us == 250000, "jitter full: random() * base (0.25 * 1000 ms)");
+	sh_fire_retry(&h, full);
+	sh_fail(&h, full, NULL, 1);
+	op = sh_find_op(&h, WFE_OP_RETRY, full);
+	ok(op && op->delay_us == 500000, "jitter full: attempt 2: 0.25 * 2000 ms");
+	sh_fire_retry(&h, full);
+	sh_fail(&h, full, NULL, 1);
+	op = sh_find_op(&h, WFE_OP_RETRY, full);
+	ok(op && op->delay_us == 750000, "jitter full: attempt 3: 0.25 * min(4000, 3000) ms");
+	h.random = 0.0;
+	sh_fire_retry(&h, full);
+	sh_fail(&h, full, NULL, 1);
+	op = sh_find_op(&h, WFE_OP_RETRY, full);
+	ok(op && op->delay_us == 0, "jitter full: random() 0 gives no delay");
+	sh_fire_retry(&h, full);
+	sh_complete(&h, full, "{}");
+	expect_state(&h, "equal", WFE_QUEUED, "jitter");
+
+	h.random = 0.25;
+	sh_fail(&h, equal, NULL, 1);
+	op = sh_find_op(&h, WFE_OP_RETRY, equal);
+	ok(op && op->delay_us == 625000, "jitter equal: base/2 + random() * base/2 (500 + 125 ms)");
+	sh_fire_retry(&h, equal);
+	h.random = 0.5;
+	sh_fail(&h, equal, NULL, 1);
+	op = sh_find_op(&h, WFE_OP_RETRY, equal);
+	ok(op && op->delay_us == 1500000, "jitter equal: attempt 2: 1000 + 0.5 * 1000 ms");
+	if (op && op->delay_us != 1500000)
+		diag("delay %lld us", (long long) op->delay_us);
+	run_close(&h, "jitter");
+}
+
+static void
+test_timeout(void)
+{
+	sh			h;
+	int			a,
+				cleanup;
+	const sh_op *op;
+
+	run_open(&h, rp_linear, "{\"x\": 1}", NULL);
+	a = X(&h, "a");
+	cleanup = X(&h, "cleanup");
+	sh_start(&h);
+	sh_claim(&h, a);
+	ok(sh_expire(&h, a, "execution"), "timeout: a running attempt expires");
+	ok(op_index(&h, WFE_OP_TIME_OUT, a) >= 0 && op_index(&h, WFE_OP_TIME_OUT, a) < op_index(&h, WFE_OP_RETRY, a),
+	   "timeout: TIME_OUT, then RETRY");
+	ok(h.rows[a].state == WFE_RETRY_SCHEDULED && h.rows[a].fence == 2 && h.rows[a].attempt == 1,
+	   "timeout: the attempt is fenced (fence 2) and retried later");
+	expect_json(sh_event_detail(&h, "stage.timed_out", a),
+				"{\"clock\": \"execution\", \"deadline_at\": \"2030-01-01T00:00:00+00:00\"}",
+				"timeout: event stage.timed_out with the clock");
+	expect_str(sh_json_get(h.rows[a].error, "code"), "timeout.execution", "timeout: error timeout.execution");
+	ok(h.timers[h.ntimers - 1].fence == 2, "timeout: the retry timer carries the new fence");
+	expect_str(sh_callback(&h, a, WFE_CB_COMPLETE, 1, 1, "{}", 1), "stale",
+			   "timeout: the expired attempt's report is stale");
+	sh_fire_retry(&h, a);
+	ok(h.rows[a].attempt == 2 && h.rows[a].fence == 3, "timeout: attempt 2, fence 3");
+	ok(sh_expire(&h, a, "execution"), "timeout: a queued attempt expires too");
+	expect_str(sh_json_get(h.rows[a].error, "code"), "timeout.queue", "timeout: a queued attempt: timeout.queue");
+	ok(!sh_expire(&h, a, "execution"), "timeout: a retry_scheduled stage has no deadline (server)");
+	sh_fire_retry(&h, a);
+	sh_fail(&h, a, NULL, 0);
+	expect_state(&h, "cleanup", WFE_QUEUED, "timeout");
+	sh_claim(&h, cleanup);
+	sh_expire(&h, cleanup, "heartbeat");
+	op = sh_find_op(&h, WFE_OP_FAIL, cleanup);
+	ok(op && op->state == WFE_TIMED_OUT && op->flag == 1,
+	   "timeout: no attempt left: FAIL as timed_out, a dead letter");
+	ok(h.rows[cleanup].state == WFE_TIMED_OUT && events_last(&h, "stage.failed", "cleanup") == 0,
+	   "timeout: the stage ends timed_out; no stage.failed (the timeout was recorded)");
+	expect_str(sh_json_get(h.rows[cleanup].error, "code"), "timeout.heartbeat", "timeout: timeout.heartbeat");
+	expect_int(h.run.intent, WFE_RUN_FAILED, "timeout: on_failure of cleanup: failed");
+	ok(h.run.finished && h.run.state == WFE_RUN_FAILED, "timeout: the run failed");
+	run_close(&h, "timeout");
+}
+
+/* ---------------------------------------------------------------------
+ * Binding
+ * --------------------------------------------------------------------- */
+
+static void
+test_binding(void)
+{
+	sh			h;
+	int			a,
+				b;
+	const sh_op *op;
+
+	/* ${context.x} missing */
+	run_open(&h, rp_linear, "{}", NULL);
+	a = X(&h, "a");
+	sh_start(&h);
+	op = sh_find_op(&h, WFE_OP_BIND_FAILED, a);
+	ok(op != NULL, "binding: a missing ${context.x} fails the binding");
+	expect_str(op ? sh_json_get(op->json, "code") : NULL, "binding.missing", "binding: code binding.missing");
+	ok(h.rows[a].state == WFE_FAILED && h.rows[a].attempt == 1 && h.rows[a].fence == 1 &&
+	   h.rows[a].outcome == WFE_FAILED, "binding: a is failed, attempt 1, fence 1");
+	ok(sh_count_ops(&h, WFE_OP_RETRY, -2) == 0 && h.ndead == 0 && h.ntimers == 0,
+	   "binding: no retry, no dead letter, although retries are left");
+	ok(events_last(&h, "stage.binding_failed", "a") == 1, "binding: event stage.binding_failed");
+	expect_state(&h, "cleanup", WFE_QUEUED, "binding: the failure follows on_failure");
+	sh_complete(&h, X(&h, "cleanup"), "{}");
+	run_close(&h, "binding missing");
+
+	/* the contract's input schema refuses the bound value */
+	run_open(&h, rp_linear, "{\"x\": \"text\"}", NULL);
+	a = X(&h, "a");
+	sh_set_schema(&h, a, "{\"type\": \"object\", \"properties\": {\"x\": {\"type\": \"integer\"}}}", NULL);
+	sh_start(&h);
+	op = sh_find_op(&h, WFE_OP_BIND_FAILED, a);
+	expect_str(op ? sh_json_get(op->json, "code") : NULL, "binding.type", "binding: the input schema: binding.type");
+	expect_state(&h, "cleanup", WFE_QUEUED, "binding type");
+	sh_fail(&h, X(&h, "cleanup"), NULL, 1);
+	run_close(&h, "binding type");
+
+	/* the schema is checked even when nothing interpolates */
+	run_open(&h, rp_jitter, NULL, NULL);
+	sh_set_schema(&h, X(&h, "full"), "{\"type\": \"object\", \"required\": [\"need\"]}", NULL);
+	sh_start(&h);
+	ok(sh_find_op(&h, WFE_OP_BIND_FAILED, X(&h, "full")) != NULL,
+	   "binding: an input without ${} is still checked against the schema");
+	ok(h.run.intent == WFE_RUN_FAILED && h.run.finished, "binding: its on_failure, failed, ends the run");
+	run_close(&h, "binding schema");
+
+	/* a stage result that lacks the path */
+	run_open(&h, rp_linear, "{\"x\": 1}", NULL);
+	a = X(&h, "a");
+	b = X(&h, "b");
+	sh_start(&h);
+	sh_complete(&h, a, "{\"w\": 1}");
+	op = sh_find_op(&h, WFE_OP_BIND_FAILED, b);
+	expect_str(op ? sh_json_get(op->json, "code") : NULL, "binding.missing",
+			   "binding: stages.a.result.v missing: binding.missing");
+	ok(h.run.intent == WFE_RUN_FAILED, "binding: b's on_failure, failed");
+	expect_skipped(&h, "cleanup", "run_aborted", "binding");
+	run_close(&h, "binding stage result");
+
+	/* $${ is a literal ${, also in a template with nothing else to bind */
+	run_open(&h, rp_escape, "{\"x\": 5}", NULL);
+	sh_start(&h);
+	expect_json(h.rows[X(&h, "a")].input, "{\"price\": \"${not a reference}\", \"plain\": \"no refs\", \"n\": 2}",
+				"binding: $${ alone is resolved to a literal ${");
+	sh_complete(&h, X(&h, "a"), "{}");
+	expect_json(h.rows[X(&h, "b")].input, "{\"label\": \"${x} is 5\"}",
+				"binding: $${ next to a reference, both resolved");
+	sh_complete(&h, X(&h, "b"), "{}");
+	run_close(&h, "binding escape");
+}
+
+/* ---------------------------------------------------------------------
+ * Decisions
+ * --------------------------------------------------------------------- */
+
+static void
+test_decision_seed000(void)
+{
+	sh			h;
+	int			lookup,
+				route,
+				publish,
+				fin;
+	const sh_op *op;
+	static const char *const not_taken[] = {"render-thumbnail", "derive-fork", "semantic-analysis",
+	"technical-metadata", "derive-join"};
+
+	/* a cache hit: publish, and everything only the miss reaches is skipped */
+	run_open(&h, rp_model, "{\"modelId\": \"m-1\"}", NULL);
+	lookup = X(&h, "cache-lookup");
+	route = X(&h, "cache-route");
+	publish = X(&h, "publish");
+	fin = X(&h, "finaliser.1");
+	sh_start(&h);
+	expect_json(h.rows[lookup].input, "{\"modelId\": \"m-1\"}", "seed 000: cache-lookup's input");
+	sh_claim(&h, lookup);
+	sh_complete(&h, lookup, "{\"hit\": true, \"uri\": \"s3://m\"}");
+	op = sh_find_op(&h, WFE_OP_RESOLVE, route);
+	ok(op && op->state == WFE_COMPLETED, "seed 000 hit: the decision resolves completed");
+	expect_json(h.rows[route].result, "{\"branch\": 1, \"next\": \"publish\"}", "seed 000 hit: result branch 1, publish");
+	expect_json(sh_event_detail(&h, "stage.decided", route), "{\"branch\": 1, \"next\": \"publish\"}",
+				"seed 000 hit: event stage.decided");
+	for (size_t k = 0; k < sizeof(not_taken) / sizeof(not_taken[0]); k++)
+		expect_skipped(&h, not_taken[k], "branch_not_taken", "seed 000 hit");
+	expect_json(sh_event_detail(&h, "stage.skipped", X(&h, "derive-join")),
+				"{\"reason\": \"branch_not_taken\", \"decision\": \"cache-route\"}",
+				"seed 000 hit: the skip names the decision");
+	expect_state(&h, "publish", WFE_QUEUED, "seed 000 hit: publish, reachable from the taken branch, runs");
+	expect_state(&h, "finaliser.1", WFE_WAITING, "seed 000 hit: finalisers wait for the intent");
+	sh_complete(&h, publish, "{}");
+	ok(h.run.intent == WFE_RUN_COMPLETED && h.run.state == WFE_RUN_FINALISING && !h.run.finished,
+	   "seed 000 hit: completed intent, the run is finalising");
+	ok(op_index(&h, WFE_OP_INTENT, -1) < op_index(&h, WFE_OP_FINALISING, -1) &&
+	   op_index(&h, WFE_OP_FINALISING, -1) < op_index(&h, WFE_OP_ENQUEUE, fin),
+	   "seed 000 hit: intent, finalising, then finaliser.1 released");
+	expect_str(sh_json_get(h.rows[fin].input, "intent"), "completed", "seed 000: the finaliser's input has the intent");
+	expect_str(sh_json_get(h.rows[fin].input, "stages"),
+			   "{\"cache-lookup\":\"completed\",\"cache-route\":\"completed\",\"render-thumbnail\":\"skipped\","
+			   "\"derive-fork\":\"skipped\",\"semantic-analysis\":\"skipped\",\"technical-metadata\":\"skipped\","
+			   "\"derive-join\":\"skipped\",\"publish\":\"completed\"}",
+			   "seed 000: the finaliser's input maps each stage to its state");
+	expect_str(sh_json_get(h.rows[fin].input, "workflow"), "model-ingest", "seed 000: ... and names the workflow");
+	sh_complete(&h, fin, "{}");
+	op = sh_find_op(&h, WFE_OP_FINISH, -1);
+	ok(op && op->state == WFE_RUN_COMPLETED && h.run.state == WFE_RUN_COMPLETED,
+	   "seed 000 hit: the finaliser completed: the run is completed");
+	run_close(&h, "seed 000 cache hit");
+
+	/* a miss: render-thumbnail; nothing skipped, publish still reachable */
+	run_open(&h, rp_model, "{\"modelId\": \"m-1\"}", NULL);
+	lookup = X(&h, "cache-lookup");
+	route = X(&h, "cache-route");
+	sh_start(&h);
+	sh_complete(&h, lookup, "{\"hit\": false}");
+	expect_json(h.rows[route].result, "{\"branch\": 2, \"next\": \"render-thumbnail\"}",
+				"seed 000 miss: the fallback, branch 2");
+	expect_ops(&h, WFE_OP_SKIP, NULL, 0, "seed 000 miss: nothing is skipped");
+	expect_state(&h, "render-thumbnail", WFE_QUEUED, "seed 000 miss");
+	expect_state(&h, "publish", WFE_WAITING, "seed 000 miss: publish waits (reachable through the join)");
+	sh_cancel(&h, "enough");
+	run_close(&h, "seed 000 cache miss");
+
+	/* an evaluation error: on_evaluation_error (failed) */
+	run_open(&h, rp_model, "{\"modelId\": \"m-1\"}", NULL);
+	lookup = X(&h, "cache-lookup");
+	route = X(&h, "cache-route");
+	sh_start(&h);
+	sh_complete(&h, lookup, "{\"uri\": \"s3://m\"}");
+	op = sh_find_op(&h, WFE_OP_RESOLVE, route);
+	ok(op && op->state == WFE_FAILED && op->json == NULL, "seed 000 error: the decision fails without result");
+	expect_str(op ? sh_json_get(op->json2, "code") : NULL, "expr.eval", "seed 000 error: error expr.eval");
+	expect_str(op ? sh_json_get(op->json2, "branch") : NULL, "1", "seed 000 error: ... at branch 1");
+	ok(events_last(&h, "stage.evaluation_error", "cache-route") == 1, "seed 000 error: event stage.evaluation_error");
+	ok(h.run.intent == WFE_RUN_FAILED, "seed 000 error: on_evaluation_error failed: failed intent");
+	expect_skipped(&h, "publish", "branch_not_taken", "seed 000 error: nothing live reaches publish");
+	expect_state(&h, "finaliser.1", WFE_QUEUED, "seed 000 error: the finaliser runs");
+	sh_complete(&h, X(&h, "finaliser.1"), "{}");
+	ok(h.run.finished && h.run.state == WFE_RUN_FAILED, "seed 000 error: the run failed");
+	run_close(&h, "seed 000 evaluation error");
+}
+
+static void
+test_decision_rules(void)
+{
+	static const struct
+	{
+		const char *context;
+		const char *prep;
+		const char *taken;
+		int			error;
+	}			cases[] = {
+		{"{\"amount\": 500}", "{\"score\": 1}", "big", 0},
+		{"{\"amount\": 1}", "{\"score\": 7}", "mid", 0},
+		{"{\"amount\": 1}", "{\"score\": 1}", "small", 0},
+		{"{\"amount\": \"lots\"}", "{\"score\": 9}", "oops", 1},
+		{"{\"amount\": 1}", "{}", "oops", 1},
+	};
+	static const char *const targets[] = {"big", "mid", "small", "oops"};
+
+	for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++)
+	{
+		sh			h;
+		char		what[160];
+		int			route;
+
+		run_open(&h, rp_decide, cases[c].context, NULL);
+		route = X(&h, "route");
+		snprintf(what, sizeof(what), "decision %s, prep %s", cases[c].context, cases[c].prep);
+		sh_start(&h);
+		sh_complete(&h, X(&h, "prep"), cases[c].prep);
+		expect_state(&h, cases[c].taken, WFE_QUEUED, what);
+		ok(h.rows[route].state == (cases[c].error ? WFE_FAILED : WFE_COMPLETED),
+		   "%s: the decision %s", what, cases[c].error ? "failed" : "completed");
+		for (size_t t = 0; t < sizeof(targets) / sizeof(targets[0]); t++)
+			if (strcmp(targets[t], cases[c].taken) != 0)
+				expect_skipped(&h, targets[t], "branch_not_taken", what);
+		if (strcmp(cases[c].taken, "mid") == 0)
+			expect_json(h.rows[X(&h, "mid")].input, "{\"score\": 7}", "decision: mid binds the result it read");
+		if (cases[c].error)
+			expect_str(sh_json_get(h.rows[route].error, "code"), "expr.eval", "decision error: expr.eval");
+		sh_complete(&h, X(&h, cases[c].taken), "{}");
+		ok(h.run.finished && h.run.state == (cases[c].error ? WFE_RUN_FAILED : WFE_RUN_COMPLETED),
+		   "%s: the run ends %s", what, cases[c].error ? "failed" : "completed");
+		run_close(&h, what);
+	}
+}
+
+/* ---------------------------------------------------------------------
+ * Forks and joins
+ * --------------------------------------------------------------------- */
+
+static void
+test_fork_join(void)
+{
+	sh			h;
+	int			fork,
+				sem,
+				tech,
+				join,
+				publish,
+				fin;
+	const sh_op *op;
+
+	run_open(&h, rp_model, "{\"modelId\": \"m-2\"}", NULL);
+	fork = X(&h, "derive-fork");
+	sem = X(&h, "semantic-analysis");
+	tech = X(&h, "technical-metadata");
+	join = X(&h, "derive-join");
+	publish = X(&h, "publish");
+	fin = X(&h, "finaliser.1");
+	sh_start(&h);
+	sh_complete(&h, X(&h, "cache-lookup"), "{\"hit\": false}");
+	sh_publish(&h, X(&h, "render-thumbnail"));
+	expect_str(sh_accept(&h, X(&h, "render-thumbnail")), "accepted", "fork: render-thumbnail accepted (dispatched)");
+	sh_complete(&h, X(&h, "render-thumbnail"), "{}");
+	op = sh_find_op(&h, WFE_OP_RESOLVE, fork);
+	ok(op && op->state == WFE_COMPLETED, "fork: the fork resolves completed at release");
+	expect_json(h.rows[fork].result, "{\"branches\": [\"semantic-analysis\", \"technical-metadata\"]}",
+				"fork: result lists the branches");
+	ok(events_last(&h, "stage.forked", "derive-fork") == 1, "fork: event stage.forked");
+	ok(h.rows[sem].state == WFE_QUEUED && h.rows[sem].branch == sem &&
+	   h.rows[tech].state == WFE_QUEUED && h.rows[tech].branch == tech,
+	   "fork: both branches released, each recording its branch name");
+	ok(sh_count_ops(&h, WFE_OP_BRANCH, sem) == 1 && sh_count_ops(&h, WFE_OP_BRANCH, tech) == 1,
+	   "fork: a BRANCH op for each");
+
+	sh_complete(&h, sem, "{}");
+	op = sh_find_op(&h, WFE_OP_ARRIVALS, join);
+	ok(op && h.rows[join].state == WFE_WAITING, "join: the first arrival is recorded, the join waits");
+	expect_json(h.rows[join].result, "{\"arrivals\": {\"semantic-analysis\": \"completed\"}}",
+				"join: result.arrivals holds the branch and its outcome");
+	expect_json(sh_event_detail(&h, "stage.join_arrival", join),
+				"{\"branch\": \"semantic-analysis\", \"outcome\": \"completed\"}", "join: event stage.join_arrival");
+	expect_state(&h, "publish", WFE_WAITING, "join: publish waits for the join");
+
+	sh_claim(&h, tech);
+	sh_complete(&h, tech, "{}");
+	op = sh_find_op(&h, WFE_OP_RESOLVE, join);
+	ok(op && op->state == WFE_COMPLETED && sh_count_ops(&h, WFE_OP_RESOLVE, join) == 1,
+	   "join: the last required arrival resolves it, once");
+	expect_json(h.rows[join].result,
+				"{\"arrivals\": {\"semantic-analysis\": \"completed\", \"technical-metadata\": \"completed\"}}",
+				"join: result holds every arrival");
+	expect_json(sh_event_detail(&h, "stage.joined", join),
+				"{\"arrivals\": {\"semantic-analysis\": \"completed\", \"technical-metadata\": \"completed\"},"
+				" \"next\": \"publish\"}", "join: event stage.joined names the successor");
+	ok(h.rows[publish].state == WFE_QUEUED && h.rows[publish].branch == -1,
+	   "join: publish released in the fork's outer branch (none)");
+	ok(events_total(&h, "stage.joined", "derive-join") == 1 && events_total(&h, "stage.released", "publish") == 1,
+	   "join: joined once, publish released once");
+
+	sh_complete(&h, publish, "{}");
+	expect_state(&h, "finaliser.1", WFE_QUEUED, "finaliser");
+	expect_str(sh_fail(&h, fin, "{\"code\": \"audit.down\"}", 0), "accepted",
+			   "finaliser: a finaliser's failure after the intent is accepted (not late)");
+	op = sh_find_op(&h, WFE_OP_FINISH, -1);
+	ok(op && op->state == WFE_RUN_FAILED && op->text && strcmp(op->text, "a finaliser failed") == 0,
+	   "finaliser: completed intent, a finaliser failed: FINISH failed, \"a finaliser failed\"");
+	ok(h.run.state == WFE_RUN_FAILED && h.reason && strcmp(h.reason, "a finaliser failed") == 0,
+	   "finaliser: the run is failed with that reason");
+	ok(events_last(&h, "run.failed", NULL) == 1, "finaliser: event run.failed");
+	run_close(&h, "fork and join");
+}
+
+static void
+test_nested_forks(void)
+{
+	sh			h;
+	int			f2,
+				a,
+				b,
+				c,
+				j1,
+				j2,
+				after2,
+				done;
+	const sh_op *op;
+
+	run_open(&h, rp_nest, NULL, NULL);
+	f2 = X(&h, "f2");
+	a = X(&h, "a");
+	b = X(&h, "b");
+	c = X(&h, "c");
+	j1 = X(&h, "j1");
+	j2 = X(&h, "j2");
+	after2 = X(&h, "after2");
+	done = X(&h, "done");
+	sh_start(&h);
+	ok(h.rows[a].branch == a && h.rows[f2].branch == f2 && h.rows[f2].state == WFE_COMPLETED &&
+	   h.rows[b].branch == b && h.rows[c].branch == c && h.rows[a].state == WFE_QUEUED &&
+	   h.rows[b].state == WFE_QUEUED && h.rows[c].state == WFE_QUEUED,
+	   "nested: the start resolves both forks and releases a, b, c in their branches");
+	sh_complete(&h, b, "{}");
+	sh_complete(&h, c, "{}");
+	ok(h.rows[j2].state == WFE_COMPLETED && h.rows[j2].branch == f2,
+	   "nested: the inner join resolves in its fork's branch (f2)");
+	ok(h.rows[after2].state == WFE_QUEUED && h.rows[after2].branch == f2,
+	   "nested: after the inner join, the run goes on in the outer branch f2");
+	expect_state(&h, "j1", WFE_WAITING, "nested");
+	sh_complete(&h, after2, "{}");
+	expect_json(h.rows[j1].result, "{\"arrivals\": {\"f2\": \"completed\"}}", "nested: the outer join records f2's arrival");
+	sh_claim(&h, a);
+	sh_expire(&h, a, "execution");
+	ok(h.rows[a].state == WFE_TIMED_OUT, "nested: a times out with no attempt left");
+	op = sh_find_op(&h, WFE_OP_RESOLVE, j1);
+	ok(op && op->state == WFE_COMPLETED, "nested: timed_out is acceptable to j1: joined");
+	expect_json(h.rows[j1].result, "{\"arrivals\": {\"f2\": \"completed\", \"a\": \"timed_out\"}}",
+				"nested: the arrival is a's real final state, timed_out");
+	ok(h.rows[done].state == WFE_QUEUED && h.rows[done].branch == -1 && sh_count_ops(&h, WFE_OP_BRANCH, done) == 0,
+	   "nested: done runs outside any branch");
+	sh_complete(&h, done, "{}");
+	ok(h.run.finished && h.run.state == WFE_RUN_COMPLETED, "nested: completed");
+	run_close(&h, "nested forks");
+
+	/* an arrival that is not acceptable */
+	run_open(&h, rp_nest, NULL, NULL);
+	a = X(&h, "a");
+	b = X(&h, "b");
+	c = X(&h, "c");
+	j2 = X(&h, "j2");
+	sh_start(&h);
+	sh_claim(&h, b);
+	sh_fail(&h, c, "{\"code\": \"x\"}", 0);
+	expect_json(h.rows[j2].result, "{\"arrivals\": {\"c\": \"failed\"}}", "join failed: c's failure arrives");
+	expect_state(&h, "j2", WFE_WAITING, "join failed: the join waits for b");
+	sh_complete(&h, b, "{}");
+	op = sh_find_op(&h, WFE_OP_RESOLVE, j2);
+	ok(op && op->state == WFE_FAILED, "join failed: resolved failed");
+	expect_str(sh_json_get(h.rows[j2].error, "code"), "join.unsatisfied", "join failed: error join.unsatisfied");
+	ok(events_last(&h, "stage.join_failed", "j2") == 1 && events_last(&h, "stage.joined", NULL) == 0,
+	   "join failed: event stage.join_failed, no stage.joined");
+	ok(h.run.intent == WFE_RUN_FAILED, "join failed: on_failure failed");
+	op = sh_find_op(&h, WFE_OP_CANCEL, a);
+	ok(op && op->flag == 0 && h.rows[a].state == WFE_CANCELLED && h.rows[a].fence == 2,
+	   "join failed: the queued sibling a is fenced and cancelled, no cancel message");
+	expect_skipped(&h, "after2", "run_aborted", "join failed");
+	expect_skipped(&h, "j1", "run_aborted", "join failed");
+	expect_skipped(&h, "done", "run_aborted", "join failed");
+	run_close(&h, "join failed");
+}
+
+/* A fork's branch head that is a decision must not skip its sibling branches. */
+static void
+test_fork_decision(void)
+{
+	sh			h;
+	int			b,
+				b2,
+				j,
+				x,
+				d;
+
+	run_open(&h, rp_forkdec, "{\"go\": false}", NULL);
+	b = X(&h, "b");
+	b2 = X(&h, "b2");
+	j = X(&h, "j");
+	sh_start(&h);
+	ok(h.rows[X(&h, "d")].state == WFE_COMPLETED && h.rows[X(&h, "e")].state == WFE_COMPLETED,
+	   "fork decision: both decisions resolve at the fork's release");
+	expect_skipped(&h, "x", "branch_not_taken", "fork decision: the branch not taken");
+	expect_state(&h, "b", WFE_QUEUED, "fork decision: the sibling released after d is not skipped");
+	expect_state(&h, "b2", WFE_WAITING, "fork decision: b2, reachable only from the running b, is not skipped");
+	expect_json(h.rows[j].result, "{\"arrivals\": {\"d\": \"completed\", \"e\": \"completed\"}}",
+				"fork decision: d's and e's branches arrive at the join under their names");
+	if (h.rows[b].state == WFE_QUEUED)
+	{
+		sh_complete(&h, b, "{}");
+		ok(h.rows[b2].state == WFE_QUEUED && h.rows[b2].branch == b, "fork decision: b2 runs in branch b");
+		sh_complete(&h, b2, "{}");
+		ok(h.rows[j].state == WFE_COMPLETED && h.run.finished && h.run.state == WFE_RUN_COMPLETED,
+		   "fork decision: b's branch arrives, the join completes, so does the run");
+	}
+	else
+		ok(0, "fork decision: the run can go on");
+	run_close(&h, "fork with decision branches (go false)");
+
+	run_open(&h, rp_forkdec, "{\"go\": true}", NULL);
+	b = X(&h, "b");
+	b2 = X(&h, "b2");
+	x = X(&h, "x");
+	d = X(&h, "d");
+	sh_start(&h);
+	ok(h.rows[x].state == WFE_QUEUED && h.rows[x].branch == d && h.rows[b].state == WFE_QUEUED &&
+	   h.rows[b2].state == WFE_WAITING, "fork decision (go): x runs in branch d, b runs, b2 waits");
+	sh_complete(&h, x, "{}");
+	sh_complete(&h, b, "{}");
+	sh_complete(&h, b2, "{}");
+	ok(h.run.finished && h.run.state == WFE_RUN_COMPLETED, "fork decision (go): completed");
+	run_close(&h, "fork with decision branches (go true)");
+}
+
+/* ---------------------------------------------------------------------
+ * Intents, finalisers, cancel, run deadline
+ * --------------------------------------------------------------------- */
+
+/* Put p..t in queued, running, dispatched, queued, retry_scheduled. */
+static void
+intents_setup(sh *h)
+{
+	sh_start(h);
+	sh_claim(h, X(h, "q"));
+	sh_publish(h, X(h, "r"));
+	sh_claim(h, X(h, "t"));
+	sh_fail(h, X(h, "t"), "{\"code\": \"flaky\"}", 1);
+}
+
+static void
+test_intent_failed(void)
+{
+	sh			h;
+	int			p,
+				q,
+				r,
+				s,
+				t,
+				f1,
+				f2,
+				nt;
+	const sh_op *op;
+
+	run_open(&h, rp_intents, NULL, NULL);
+	p = X(&h, "p");
+	q = X(&h, "q");
+	r = X(&h, "r");
+	s = X(&h, "s");
+	t = X(&h, "t");
+	f1 = X(&h, "finaliser.1");
+	f2 = X(&h, "finaliser.2");
+	intents_setup(&h);
+	ok(h.rows[q].state == WFE_RUNNING && h.rows[r].state == WFE_DISPATCHED && h.rows[s].state == WFE_QUEUED &&
+	   h.rows[t].state == WFE_RETRY_SCHEDULED, "intent: siblings running, dispatched, queued, retry_scheduled");
+	nt = h.ntimers;
+	sh_fail(&h, p, "{\"code\": \"fatal\"}", 0);
+	op = sh_find_op(&h, WFE_OP_INTENT, -1);
+	ok(op && op->state == WFE_RUN_FAILED && h.run.intent == WFE_RUN_FAILED, "intent: p routes to failed: failed intent");
+	expect_str(h.reason, "stage p routed to failed", "intent: reason");
+	op = sh_find_op(&h, WFE_OP_CANCEL, q);
+	ok(op && op->flag == 1, "intent: running q cancelled with a cancel message");
+	op = sh_find_op(&h, WFE_OP_CANCEL, r);
+	ok(op && op->flag == 1, "intent: dispatched r cancelled with a cancel message");
+	op = sh_find_op(&h, WFE_OP_CANCEL, s);
+	ok(op && op->flag == 0, "intent: queued s cancelled without");
+	op = sh_find_op(&h, WFE_OP_CANCEL, t);
+	ok(op && op->flag == 0, "intent: retry_scheduled t cancelled without");
+	expect_ops(&h, WFE_OP_CANCEL, "p", 0, "intent: the failed stage itself is not cancelled");
+	ok(h.ncancels == 2 && h.cancels[0].stage == q && h.cancels[0].fence == 1 && h.cancels[1].stage == r,
+	   "intent: two cancel messages, naming the fenced attempts");
+	ok(h.rows[q].state == WFE_CANCELLED && h.rows[q].fence == 2 && h.rows[t].fence == 2,
+	   "intent: cancelled stages are fenced");
+	expect_str(sh_json_get(h.rows[q].error, "code"), "run.failed", "intent: the cancel error is run.failed");
+	expect_json(sh_event_detail(&h, "stage.cancelled", q),
+				"{\"was\": \"running\", \"fence\": 2, \"cancel_requested\": true}", "intent: event stage.cancelled");
+	expect_skipped(&h, "j", "run_aborted", "intent failed");
+	expect_skipped(&h, "after", "run_aborted", "intent failed");
+	ok(h.timers[nt - 1].fired, "intent: t's pending retry timer is retired");
+	ok(h.run.state == WFE_RUN_FINALISING && h.rows[f1].state == WFE_QUEUED && h.rows[f2].state == WFE_WAITING,
+	   "intent: finalising; finaliser.1 released, finaliser.2 waits");
+	expect_str(sh_json_get(h.rows[f1].input, "intent"), "failed", "intent: the finaliser's input says failed");
+
+	expect_str(sh_callback(&h, q, WFE_CB_COMPLETE, 1, 1, "{}", 1), "late", "intent: q's old attempt is late");
+	expect_str(sh_callback(&h, q, WFE_CB_COMPLETE, 1, 2, "{}", 1), "late", "intent: even with the current fence, late");
+	expect_str(sh_callback(&h, r, WFE_CB_ACCEPT, 1, 1, NULL, 1), "late", "intent: r's accept is late");
+	expect_str(sh_callback(&h, X(&h, "j"), WFE_CB_COMPLETE, 0, 0, "{}", 1), "late",
+			   "intent: a never-issued attempt after the intent is late, not stale");
+	expect_str(sh_fail(&h, p, "{\"code\": \"fatal\"}", 0), "duplicate",
+			   "intent: p's own failure again is a duplicate, even after the intent");
+	expect_str(sh_fail(&h, p, "{\"code\": \"other\"}", 0), "conflict", "intent: another error is a conflict");
+	expect_str(sh_complete(&h, p, "{}"), "conflict", "intent: a completion of the failed attempt is a conflict");
+	ok(h.nops == 1 && strcmp(op_event(&h, 0), "callback.conflict") == 0,
+	   "intent: a rejection writes one callback.* event and nothing else");
+	sh_retry_due(&h, t, 1, 1);
+	ok(h.nops == 0 && h.rows[t].state == WFE_CANCELLED, "intent: a stale retry timer of t does nothing");
+	sh_run_deadline(&h);
+	ok(h.nops == 0, "intent: the run deadline after the intent does nothing");
+	expect_str(sh_cancel(&h, "late"), "late", "intent: cancel_run after the intent is late");
+	sh_begin(&h);
+	wfe_step_cancel(&h.st, "again");
+	sh_end(&h, NULL, "a second intent, straight to the core");
+	ok(h.nops == 0 && h.run.intent == WFE_RUN_FAILED, "intent: the core sets an intent once");
+
+	expect_str(sh_complete(&h, f1, "{}"), "accepted", "finalisers: finaliser.1 completes (exempt from late)");
+	ok(h.rows[f2].state == WFE_QUEUED && sh_count_ops(&h, WFE_OP_FINISH, -1) == 0,
+	   "finalisers: then finaliser.2 is released, in declared order");
+	expect_str(sh_fail(&h, f2, "{\"code\": \"flaky\"}", 1), "accepted", "finalisers: finaliser.2 fails, retryable");
+	ok(h.rows[f2].state == WFE_RETRY_SCHEDULED && !h.timers[h.ntimers - 1].fired,
+	   "finalisers: a finaliser is retried after the intent");
+	ok(sh_fire_retry(&h, f2) && h.rows[f2].state == WFE_QUEUED && h.rows[f2].attempt == 2,
+	   "finalisers: its retry timer fires: attempt 2");
+	sh_fail(&h, f2, "{\"code\": \"flaky\"}", 1);
+	op = sh_find_op(&h, WFE_OP_FAIL, f2);
+	ok(op && op->flag == 1, "finalisers: finaliser.2 exhausts its retries: dead letter");
+	op = sh_find_op(&h, WFE_OP_FINISH, -1);
+	ok(op && op->state == WFE_RUN_FAILED && op->text == NULL, "finalisers: failed intent: FINISH failed, reason kept");
+	ok(h.run.finished && h.finishes == 1, "finalisers: the run finished once");
+	expect_str(sh_complete(&h, f1, "{}"), "duplicate", "finalisers: finaliser.1's report again: duplicate");
+	run_close(&h, "failed intent and finalisers");
+}
+
+static void
+test_intent_completed_finalisers(void)
+{
+	sh			h;
+	static const char *const branches[] = {"p", "q", "r", "s", "t"};
+	int			f1,
+				f2;
+
+	run_open(&h, rp_intents, NULL, NULL);
+	f1 = X(&h, "finaliser.1");
+	f2 = X(&h, "finaliser.2");
+	sh_start(&h);
+	for (size_t k = 0; k < 5; k++)
+		sh_complete(&h, X(&h, branches[k]), "{}");
+	expect_state(&h, "j", WFE_COMPLETED, "completed intent: the join");
+	sh_complete(&h, X(&h, "after"), "{}");
+	ok(h.run.intent == WFE_RUN_COMPLETED && h.rows[f1].state == WFE_QUEUED, "completed intent: finaliser.1 runs");
+	expect_str(sh_json_get(h.rows[f1].input, "intent"), "completed", "completed intent: the finaliser's input");
+	sh_claim(&h, f1);
+	sh_fail(&h, f1, "{\"code\": \"flaky\"}", 1);
+	expect_state(&h, "finaliser.2", WFE_WAITING, "completed intent: finaliser.2 waits while finaliser.1 retries");
+	sh_fire_retry(&h, f1);
+	sh_complete(&h, f1, "{}");
+	sh_complete(&h, f2, "{}");
+	ok(h.run.finished && h.run.state == WFE_RUN_COMPLETED && h.reason &&
+	   strcmp(h.reason, "stage after routed to completed") == 0,
+	   "completed intent: every finaliser completed: completed");
+	run_close(&h, "completed intent and finalisers");
+}
+
+static void
+test_cancel(void)
+{
+	sh			h;
+	const sh_op *op;
+
+	run_open(&h, rp_intents, NULL, NULL);
+	intents_setup(&h);
+	expect_str(sh_cancel(&h, "operator says stop"), "accepted", "cancel: accepted");
+	op = sh_find_op(&h, WFE_OP_INTENT, -1);
+	ok(op && op->state == WFE_RUN_CANCELLED && h.reason && strcmp(h.reason, "operator says stop") == 0,
+	   "cancel: cancelled intent with the reason");
+	expect_ops(&h, WFE_OP_CANCEL, NULL, 5, "cancel: all five branches in flight are cancelled");
+	ok(h.ncancels == 2, "cancel: cancel messages for the running and the dispatched one");
+	expect_str(sh_json_get(h.rows[X(&h, "p")].error, "code"), "run.cancelled", "cancel: error run.cancelled");
+	expect_skipped(&h, "j", "run_aborted", "cancel");
+	expect_skipped(&h, "after", "run_aborted", "cancel");
+	expect_state(&h, "finaliser.1", WFE_QUEUED, "cancel: finalisers run when cancelled too");
+	sh_complete(&h, X(&h, "finaliser.1"), "{}");
+	sh_fail(&h, X(&h, "finaliser.2"), NULL, 0);
+	op = sh_find_op(&h, WFE_OP_FINISH, -1);
+	ok(op && op->state == WFE_RUN_CANCELLED && h.run.state == WFE_RUN_CANCELLED,
+	   "cancel: the run is cancelled, whatever its finalisers did");
+	ok(events_last(&h, "run.cancelled", NULL) == 1, "cancel: event run.cancelled");
+	run_close(&h, "cancel");
+}
+
+static void
+test_run_deadline(void)
+{
+	sh			h;
+
+	run_open(&h, rp_intents, NULL, NULL);
+	sh_start(&h);
+	sh_run_deadline(&h);
+	ok(events_last(&h, "run.deadline_expired", NULL) == 1, "run deadline: event run.deadline_expired");
+	ok(h.run.intent == WFE_RUN_FAILED && h.reason && strcmp(h.reason, "run deadline passed") == 0,
+	   "run deadline: failed intent, \"run deadline passed\"");
+	expect_ops(&h, WFE_OP_CANCEL, NULL, 5, "run deadline: the branches are cancelled");
+	sh_run_deadline(&h);
+	ok(h.nops == 0, "run deadline: a second firing does nothing");
+	sh_complete(&h, X(&h, "finaliser.1"), "{}");
+	sh_complete(&h, X(&h, "finaliser.2"), "{}");
+	ok(h.run.finished && h.run.state == WFE_RUN_FAILED, "run deadline: the run failed after its finalisers");
+	run_close(&h, "run deadline");
+}
+
+/* ---------------------------------------------------------------------
+ * The tasks form
+ * --------------------------------------------------------------------- */
+
+static void
+test_tasks_release(void)
+{
+	sh			h;
+	int			a,
+				b,
+				c;
+	const sh_op *op;
+
+	run_open(&h, rp_tasks, NULL, NULL);
+	a = X(&h, "a");
+	b = X(&h, "b");
+	c = X(&h, "c");
+	sh_set_handler(&h, X(&h, "both"));	/* an in-database action */
+	sh_start(&h);
+	ok(h.rows[a].state == WFE_QUEUED && h.rows[b].state == WFE_QUEUED, "tasks: the tasks without deps start");
+	expect_int(sh_count_ops(&h, WFE_OP_ENQUEUE, -2), 2, "tasks: only those");
+	sh_complete(&h, a, "{}");
+	expect_state(&h, "c", WFE_QUEUED, "tasks: a done releases c");
+	expect_state(&h, "both", WFE_WAITING, "tasks: both waits for b as well");
+	sh_fail(&h, c, "{\"code\": \"nope\"}", 0);
+	expect_skipped(&h, "d", "dependency_failed", "tasks: non-critical c failed");
+	expect_state(&h, "lenient", WFE_QUEUED, "tasks: allow_skipped: a skipped dependency counts as done");
+	expect_skipped(&h, "strict", "dependency_failed", "tasks: require_success");
+	ok(h.run.intent < 0, "tasks: a non-critical failure does not end the run");
+	expect_state(&h, "b", WFE_QUEUED, "tasks: the unrelated b goes on");
+	sh_complete(&h, b, "{}");
+	ok(h.rows[X(&h, "e")].state == WFE_QUEUED && h.rows[X(&h, "both")].state == WFE_QUEUED,
+	   "tasks: b done releases e, and both (all its deps done)");
+	sh_complete(&h, X(&h, "e"), "{}");
+	ok(sh_action_done(&h, X(&h, "both"), "{}", NULL) && h.rows[X(&h, "both")].state == WFE_COMPLETED,
+	   "tasks: the in-database action both runs and completes");
+	ok(h.run.intent < 0, "tasks: lenient still runs");
+	sh_complete(&h, X(&h, "lenient"), "{}");
+	op = sh_find_op(&h, WFE_OP_INTENT, -1);
+	ok(op && op->state == WFE_RUN_COMPLETED && op->text && strcmp(op->text, "every awaited task finished") == 0,
+	   "tasks: no awaited task left: completed intent");
+	ok(h.run.finished && h.run.state == WFE_RUN_COMPLETED, "tasks: the run completes despite the non-critical failure");
+	run_close(&h, "tasks release");
+}
+
+static void
+test_tasks_critical(void)
+{
+	sh			h;
+	int			a,
+				b;
+	const sh_op *op;
+	static const char *const unstarted[] = {"c", "d", "e", "both", "lenient", "strict"};
+
+	run_open(&h, rp_tasks, NULL, NULL);
+	a = X(&h, "a");
+	b = X(&h, "b");
+	sh_start(&h);
+	sh_claim(&h, b);
+	sh_fail(&h, a, "{\"code\": \"disk\"}", 0);
+	op = sh_find_op(&h, WFE_OP_INTENT, -1);
+	ok(op && op->state == WFE_RUN_FAILED && op->text && strcmp(op->text, "critical task a failed") == 0,
+	   "tasks critical: a failed critical task: failed intent");
+	op = sh_find_op(&h, WFE_OP_CANCEL, b);
+	ok(op && op->flag == 1, "tasks critical: the running b is fenced and asked to stop");
+	for (size_t k = 0; k < sizeof(unstarted) / sizeof(unstarted[0]); k++)
+		expect_skipped(&h, unstarted[k], "run_aborted", "tasks critical");
+	ok(h.run.finished && h.run.state == WFE_RUN_FAILED, "tasks critical: the run failed");
+	expect_str(sh_complete(&h, b, "{}"), "late", "tasks critical: b's report is late");
+	run_close(&h, "tasks critical");
+
+	run_open(&h, rp_tasks, NULL, NULL);
+	a = X(&h, "a");
+	sh_start(&h);
+	sh_claim(&h, a);
+	sh_expire(&h, a, "execution");
+	ok(h.rows[a].state == WFE_TIMED_OUT && h.run.intent == WFE_RUN_FAILED,
+	   "tasks critical: a timed-out critical task aborts the run too");
+	run_close(&h, "tasks critical timeout");
+}
+
+static void
+test_tasks_context(void)
+{
+	sh			h;
+	int			p,
+				u,
+				v,
+				bg,
+				fin;
+	const sh_op *op;
+
+	/* the plan's context (background): p is gated, u misses p's output */
+	run_open(&h, rp_tasks_context, NULL, NULL);
+	p = X(&h, "p");
+	u = X(&h, "u");
+	v = X(&h, "v");
+	bg = X(&h, "bg");
+	fin = X(&h, "finaliser.1");
+	sh_start(&h);
+	expect_skipped(&h, "p", "context_gated", "tasks context (background)");
+	expect_skipped(&h, "u", "missing_input", "tasks context: allow_skipped, but p's output was never written");
+	ok(h.rows[v].state == WFE_QUEUED && h.rows[bg].state == WFE_QUEUED, "tasks context: v and bg start");
+	expect_state(&h, "bgdep", WFE_WAITING, "tasks context");
+	ok(sh_count_ops(&h, WFE_OP_ENQUEUE, p) == 0, "tasks context: nothing is dispatched for p");
+	sh_claim(&h, bg);
+	sh_complete(&h, v, "{}");
+	op = sh_find_op(&h, WFE_OP_INTENT, -1);
+	ok(op && op->state == WFE_RUN_COMPLETED, "awaits false: v done, only detached tasks left: completed intent");
+	ok(sh_count_ops(&h, WFE_OP_CANCEL, bg) == 0 && h.rows[bg].state == WFE_RUNNING,
+	   "awaits false: the detached bg is not fenced by a completed intent");
+	expect_skipped(&h, "bgdep", "branch_not_taken", "awaits false: a detached task still waiting when the run completes");
+	expect_state(&h, "finaliser.1", WFE_QUEUED, "awaits false: the finaliser runs");
+	expect_str(sh_fail(&h, bg, "{\"code\": \"later\"}", 1), "accepted",
+			   "awaits false: the detached task's failure after the intent is accepted");
+	ok(h.rows[bg].state == WFE_RETRY_SCHEDULED && sh_fire_retry(&h, bg) && h.rows[bg].attempt == 2,
+	   "awaits false: its retry fires after the intent");
+	sh_complete(&h, fin, "{}");
+	ok(h.run.finished && h.run.state == WFE_RUN_COMPLETED, "awaits false: the run completed");
+	expect_str(sh_complete(&h, bg, "{}"), "accepted", "awaits false: it may still complete after the run ended");
+	ok(h.nops > 0 && sh_count_ops(&h, WFE_OP_FINISH, -1) == 0 && sh_count_ops(&h, WFE_OP_ENQUEUE, -2) == 0,
+	   "awaits false: its completion changes nothing else");
+	run_close(&h, "tasks context gated, missing input, awaits false");
+
+	/* foreground: p runs, its output reaches u */
+	run_open(&h, rp_tasks_context, NULL, "foreground");
+	p = X(&h, "p");
+	u = X(&h, "u");
+	bg = X(&h, "bg");
+	sh_start(&h);
+	expect_state(&h, "p", WFE_QUEUED, "tasks context (foreground): p runs");
+	expect_str(sh_complete(&h, p, "{\"tok\": 5}"), "invalid_result", "produces: tok is a string, not a number");
+	sh_fire_retry(&h, p);
+	expect_str(sh_complete(&h, p, "{\"tok\": \"abc\", \"extra\": 1}"), "accepted", "produces: a string tok");
+	ok(sh_find_op(&h, WFE_OP_OUTPUTS, p) != NULL && h.noutputs == 1 && strcmp(h.outputs[0].key, "tok") == 0 &&
+	   strcmp(h.outputs[0].value, "\"abc\"") == 0, "outputs: the declared key, and only it, is written");
+	expect_state(&h, "u", WFE_QUEUED, "outputs: u is released");
+	expect_json(h.rows[u].input, "{\"t\": \"abc\"}", "outputs: u's input reads outputs.p.tok");
+	sh_claim(&h, bg);
+	sh_fail(&h, X(&h, "v"), NULL, 0);
+	ok(h.run.intent == WFE_RUN_FAILED, "awaits false: the critical v fails the run");
+	ok(sh_find_op(&h, WFE_OP_CANCEL, bg) != NULL, "awaits false: a failed intent fences the detached task");
+	expect_str(sh_complete(&h, bg, "{}"), "late", "awaits false: then its report is late");
+	run_close(&h, "tasks context foreground, outputs");
+}
+
+static void
+test_tasks_edges(void)
+{
+	sh			h;
+	const sh_op *op;
+
+	run_open(&h, rp_tasks_edge, NULL, NULL);
+	sh_start(&h);
+	expect_int(sh_count_ops(&h, WFE_OP_ENQUEUE, -2), 4, "tasks edge: the four roots start");
+	sh_complete(&h, X(&h, "r1"), "{}");
+	expect_skipped(&h, "g", "context_gated", "tasks edge: gated as soon as it is considered, r2 still running");
+	expect_state(&h, "after", WFE_QUEUED, "tasks edge: allow_skipped after the gated g");
+	sh_complete(&h, X(&h, "r2"), "{}");
+	ok(h.rows[X(&h, "g")].state == WFE_SKIPPED && sh_count_ops(&h, WFE_OP_SKIP, -2) == 0,
+	   "tasks edge: r2's end considers g again: nothing changes");
+	sh_complete(&h, X(&h, "p1"), "{\"tok\": \"first\"}");
+	expect_state(&h, "both", WFE_WAITING, "tasks edge: both waits for p2");
+	sh_complete(&h, X(&h, "p2"), "{\"n\": 4}");
+	expect_json(h.rows[X(&h, "both")].input, "{\"t\": \"first\", \"n\": 4}",
+				"tasks edge: outputs from wfe.outputs (p1, earlier) and from this step's result (p2)");
+	sh_complete(&h, X(&h, "after"), "{}");
+	sh_complete(&h, X(&h, "both"), "{}");
+	ok(h.run.finished && h.run.state == WFE_RUN_COMPLETED, "tasks edge: completed");
+	run_close(&h, "tasks gated late, outputs of two steps");
+
+	run_open(&h, rp_tasks_bind, "{}", NULL);
+	sh_start(&h);
+	ok(sh_find_op(&h, WFE_OP_BIND_FAILED, X(&h, "first")) != NULL, "tasks binding: first's binding fails at the start");
+	op = sh_find_op(&h, WFE_OP_INTENT, -1);
+	ok(op && op->state == WFE_RUN_FAILED && op->text && strcmp(op->text, "critical task first failed") == 0,
+	   "tasks binding: the critical task's binding failure aborts the run");
+	ok(sh_find_op(&h, WFE_OP_CANCEL, X(&h, "other")) == NULL && h.rows[X(&h, "other")].state == WFE_SKIPPED,
+	   "tasks binding: other, not released yet, is skipped, not cancelled");
+	expect_skipped(&h, "other", "run_aborted", "tasks binding");
+	expect_skipped(&h, "later", "run_aborted", "tasks binding");
+	ok(h.run.finished && h.run.state == WFE_RUN_FAILED && sh_count_ops(&h, WFE_OP_INTENT, -1) == 1,
+	   "tasks binding: one intent, the run failed within the start");
+	run_close(&h, "tasks binding failure");
+}
+
+/* ---------------------------------------------------------------------
+ * The gate
+ * --------------------------------------------------------------------- */
+
+static void
+test_gate(void)
+{
+	sh			h;
+	int			a,
+				b,
+				cleanup;
+
+	run_open(&h, rp_linear, "{\"x\": 1}", NULL);
+	a = X(&h, "a");
+	b = X(&h, "b");
+	cleanup = X(&h, "cleanup");
+	expect_str(sh_callback(&h, a, WFE_CB_COMPLETE, 0, 0, "{}", 1), "stale", "gate: attempt 0, never issued: stale");
+	expect_str(sh_callback(&h, -1, WFE_CB_COMPLETE, 1, 1, "{}", 1), "unknown", "gate: no such stage: unknown (the server's)");
+	sh_start(&h);
+	expect_str(sh_callback(&h, a, WFE_CB_HEARTBEAT, 1, 1, NULL, 1), "stale", "gate: a heartbeat while queued: stale");
+	expect_str(sh_callback(&h, a, WFE_CB_COMPLETE, 2, 1, "{}", 1), "stale", "gate: a wrong attempt: stale");
+	expect_str(sh_callback(&h, a, WFE_CB_COMPLETE, 1, 2, "{}", 1), "stale", "gate: a wrong fence: stale");
+	expect_str(sh_callback(&h, a, WFE_CB_FAIL, 1, 0, "{}", 1), "stale", "gate: an old fence: stale");
+	expect_str(sh_callback(&h, b, WFE_CB_COMPLETE, 0, 0, "{}", 1), "stale", "gate: a waiting stage: stale");
+	ok(h.nops == 1 && strcmp(op_event(&h, 0), "callback.stale") == 0 && h.ops[0].stage == b,
+	   "gate: a rejection writes exactly one callback.* event");
+	expect_str(sh_accept(&h, a), "accepted", "gate: accept");
+	expect_str(sh_accept(&h, a), "duplicate", "gate: accept again while running: duplicate");
+	expect_str(sh_callback(&h, a, WFE_CB_HEARTBEAT, 1, 1, NULL, 1), "accepted", "gate: heartbeat while running");
+	ok(h.nops == 0, "gate: an accepted heartbeat writes nothing to decide");
+	expect_str(sh_callback(&h, a, WFE_CB_HEARTBEAT, 1, 2, NULL, 1), "stale", "gate: heartbeat with a wrong fence");
+	expect_str(sh_complete(&h, a, "{\"v\": 1}"), "accepted", "gate: complete");
+	expect_str(sh_complete(&h, a, "{\"v\": 1}"), "duplicate", "gate: the same result again: duplicate");
+	expect_str(sh_complete(&h, a, "{ \"v\" : 1 }"), "duplicate", "gate: compared as values, not text");
+	expect_str(sh_complete(&h, a, "{\"v\": 2}"), "conflict", "gate: another result: conflict");
+	expect_str(sh_fail(&h, a, "{}", 1), "conflict", "gate: a failure of the completed attempt: conflict");
+	expect_str(sh_accept(&h, a), "duplicate", "gate: accept of a completed attempt: duplicate");
+	expect_str(sh_callback(&h, a, WFE_CB_HEARTBEAT, 1, 1, NULL, 1), "stale", "gate: heartbeat of a completed attempt");
+	expect_state(&h, "a", WFE_COMPLETED, "gate: rejections change nothing");
+	expect_int(events_total(&h, "stage.released", "b"), 1, "gate: b was released once, whatever came again");
+
+	sh_complete(&h, b, "{\"ok\": true}");
+	ok(h.run.finished, "gate: the run finished");
+	expect_str(sh_complete(&h, b, "{\"ok\": true}"), "duplicate", "gate: after the run ended, a duplicate is a duplicate");
+	expect_str(sh_complete(&h, b, "{\"ok\": false}"), "conflict", "gate: ... and a conflict a conflict");
+	expect_str(sh_complete(&h, a, "{\"v\": 1}"), "duplicate", "gate: a's duplicate too");
+	expect_str(sh_callback(&h, b, WFE_CB_COMPLETE, 1, 0, "{}", 1), "late", "gate: a stale fence after the intent: late");
+	expect_str(sh_callback(&h, cleanup, WFE_CB_COMPLETE, 0, 0, "{}", 1), "late", "gate: a skipped stage: late");
+	expect_str(sh_accept(&h, b), "late", "gate: accept after the intent: late");
+	expect_str(sh_callback(&h, b, WFE_CB_HEARTBEAT, 1, 1, NULL, 1), "late", "gate: heartbeat after the intent: late");
+	ok(h.nops == 1 && strcmp(op_event(&h, 0), "callback.late") == 0, "gate: late writes one callback.late event");
+	run_close(&h, "gate");
+
+	/* a queued attempt may be reported before it is claimed (broker delivery) */
+	run_open(&h, rp_linear, "{\"x\": 1}", NULL);
+	a = X(&h, "a");
+	sh_start(&h);
+	sh_publish(&h, a);
+	expect_str(sh_fail(&h, a, "{\"code\": \"e\"}", 1), "accepted", "gate: a dispatched attempt may fail");
+	expect_str(sh_fail(&h, a, "{\"code\": \"e\"}", 1), "duplicate", "gate: retry_scheduled: the same failure again is a duplicate");
+	expect_str(sh_accept(&h, a), "duplicate", "gate: accept of a failed attempt: duplicate");
+	sh_fire_retry(&h, a);
+	expect_str(sh_callback(&h, a, WFE_CB_FAIL, 1, 1, "{\"code\": \"e\"}", 1), "stale",
+			   "gate: after the retry the first attempt is stale, no longer duplicate");
+	expect_str(sh_complete(&h, a, "{\"v\": 3}"), "accepted", "gate: a queued attempt may complete");
+	sh_cancel(&h, "done");
+	run_close(&h, "gate before claim");
+
+	/* a row no event can make: an unreported attempt that is not under way */
+	run_open(&h, rp_linear, "{\"x\": 1}", NULL);
+	a = X(&h, "a");
+	h.check_liveness = 0;
+	h.rows[a].state = WFE_CANCELLED;
+	h.rows[a].attempt = 1;
+	h.rows[a].fence = 3;
+	expect_str(sh_callback(&h, a, WFE_CB_COMPLETE, 1, 3, "{}", 1), "stale",
+			   "gate: a current attempt not queued, dispatched or running: stale");
+	expect_str(sh_callback(&h, a, WFE_CB_ACCEPT, 1, 3, NULL, 1), "stale",
+			   "gate: accept of such an attempt: stale");
+	run_close(&h, "gate crafted row");
+}
+
+/* ---------------------------------------------------------------------
+ * Result checks
+ * --------------------------------------------------------------------- */
+
+/* wfe_step_result_problem in a step of its own; the problem copied, or NULL. */
+static char *
+problem(sh *h, int i, const char *result)
+{
+	const char *p;
+	char	   *copy;
+
+	sh_begin(h);
+	p = wfe_step_result_problem(&h->st, i, result, h->output_schema[i]);
+	copy = sh_strdup(p);
+	sh_end(h, NULL, "result check");
+	return copy;
+}
+
+static void
+expect_problem(sh *h, int i, const char *result, const char *want, const char *what)
+{
+	char	   *got = problem(h, i, result);
+	int			good = want == NULL ? got == NULL : (got != NULL && strcmp(got, want) == 0);
+
+	ok(good, "%s", what);
+	if (!good)
+		diag("problem: %s (want %s)", got ? got : "none", want ? want : "none");
+	free(got);
+}
+
+static void
+test_result_problems(void)
+{
+	sh			h;
+	int			make,
+				use;
+	char	   *p;
+	const sh_op *op;
+	static const char *GOOD =
+	"{\"n\": 3, \"r\": 1.5, \"s\": \"x\", \"o\": {\"a\": 1}, \"flag\": true, \"list\": []}";
+
+	run_open(&h, rp_tasks_produces, NULL, NULL);
+	make = X(&h, "make");
+	use = X(&h, "use");
+	sh_start(&h);
+	expect_problem(&h, make, GOOD, NULL, "produces: every declared output of its type");
+	expect_problem(&h, make, "{\"r\": 1, \"s\": \"x\", \"o\": {}, \"flag\": true, \"list\": []}",
+				   "result lacks declared output \"n\"", "produces: a missing key");
+	expect_problem(&h, make, "[1, 2]", "result lacks declared output \"n\"", "produces: a result that is no object");
+	expect_problem(&h, make, "{\"n\": 1.5, \"r\": 1, \"s\": \"x\", \"o\": {}, \"flag\": true, \"list\": []}",
+				   "output \"n\" is number, declared integer", "produces: 1.5 is no integer");
+	expect_problem(&h, make, "{\"n\": 2.0, \"r\": 7, \"s\": \"x\", \"o\": {}, \"flag\": true, \"list\": []}",
+				   NULL, "produces: 2.0 is an integer, and an integer is a number");
+	expect_problem(&h, make, "{\"n\": null, \"r\": 1, \"s\": \"x\", \"o\": {}, \"flag\": true, \"list\": []}",
+				   "output \"n\" is null, declared integer", "produces: null is no integer");
+	expect_problem(&h, make, "{\"n\": 1, \"r\": \"1\", \"s\": \"x\", \"o\": {}, \"flag\": true, \"list\": []}",
+				   "output \"r\" is string, declared number", "produces: a string is no number");
+	expect_problem(&h, make, "{\"n\": 1, \"r\": 1, \"s\": 5, \"o\": {}, \"flag\": true, \"list\": []}",
+				   "output \"s\" is number, declared string", "produces: a number is no string");
+	expect_problem(&h, make, "{\"n\": 1, \"r\": 1, \"s\": \"\", \"o\": [], \"flag\": true, \"list\": []}",
+				   "output \"o\" is array, declared ConfigObject", "produces: an ...Object must be an object");
+	expect_problem(&h, make, "{\"n\": 1, \"r\": 1, \"s\": \"\", \"o\": {}, \"flag\": 1, \"list\": []}",
+				   "output \"flag\" is number, declared boolean", "produces: 1 is no boolean");
+	expect_problem(&h, make, "{\"n\": 1, \"r\": 1, \"s\": \"\", \"o\": {}, \"flag\": false, \"list\": {}}",
+				   "output \"list\" is object, declared array", "produces: an object is no array");
+
+	expect_str(sh_complete(&h, make, "{}"), "invalid_result", "invalid_result: through the callback");
+	ok(events_last(&h, "stage.invalid_result", "make") == 1, "invalid_result: event stage.invalid_result");
+	op = sh_find_op(&h, WFE_OP_RETRY, make);
+	ok(op != NULL && strcmp(sh_json_get(h.rows[make].error, "code"), "result.schema") == 0,
+	   "invalid_result: the attempt fails with result.schema and is retried");
+	expect_ops(&h, WFE_OP_COMPLETE, NULL, 0, "invalid_result: nothing is completed");
+	sh_fire_retry(&h, make);
+	expect_str(sh_complete(&h, make, "{\"n\": \"x\"}"), "invalid_result", "invalid_result: again");
+	op = sh_find_op(&h, WFE_OP_FAIL, make);
+	ok(op && op->flag == 1 && h.ndead == 1, "invalid_result: retries exhausted: failed, dead letter");
+	ok(h.run.intent == WFE_RUN_FAILED, "invalid_result: the critical task failed the run");
+	run_close(&h, "result problems");
+
+	run_open(&h, rp_tasks_produces, NULL, NULL);
+	make = X(&h, "make");
+	use = X(&h, "use");
+	sh_start(&h);
+	expect_str(sh_complete(&h, make, GOOD), "accepted", "outputs: a good result");
+	ok(h.noutputs == 6, "outputs: six outputs written");
+	expect_json(h.rows[use].input, "{\"n\": 3, \"o\": {\"a\": 1}}", "outputs: use reads the two it requires");
+	sh_complete(&h, use, "[\"anything\"]");
+	ok(h.run.finished && h.run.state == WFE_RUN_COMPLETED, "outputs: a task without produces takes any result");
+	run_close(&h, "result outputs");
+
+	/* an output schema (stages form) */
+	run_open(&h, rp_decide, "{\"amount\": 1}", NULL);
+	sh_set_schema(&h, X(&h, "prep"), NULL,
+				  "{\"type\": \"object\", \"required\": [\"score\"], \"properties\": {\"score\": {\"type\": \"integer\"}}}");
+	sh_start(&h);
+	p = problem(&h, X(&h, "prep"), "{}");
+	ok(p != NULL, "output schema: a missing required key is a problem");
+	free(p);
+	p = problem(&h, X(&h, "prep"), "{\"score\": 1.5}");
+	ok(p != NULL, "output schema: a wrong type is a problem");
+	free(p);
+	p = problem(&h, X(&h, "prep"), "{\"score\": 9}");
+	ok(p == NULL, "output schema: a valid result is none");
+	free(p);
+	expect_str(sh_complete(&h, X(&h, "prep"), "{\"score\": \"high\"}"), "invalid_result",
+			   "output schema: the callback answers invalid_result");
+	sh_fire_retry(&h, X(&h, "prep"));
+	expect_str(sh_complete(&h, X(&h, "prep"), "{\"score\": 9}"), "accepted", "output schema: a valid result is accepted");
+	expect_state(&h, "mid", WFE_QUEUED, "output schema");
+	sh_complete(&h, X(&h, "mid"), "{}");
+	run_close(&h, "result output schema");
+
+	/* an in-database action whose result is refused fails with result.schema */
+	run_open(&h, rp_linear, "{\"x\": 1}", NULL);
+	sh_set_handler(&h, X(&h, "b"));
+	sh_set_schema(&h, X(&h, "b"), NULL, "{\"type\": \"object\", \"required\": [\"done\"]}");
+	sh_start(&h);
+	sh_complete(&h, X(&h, "a"), "{\"v\": 1}");
+	ok(sh_action_done(&h, X(&h, "b"), "{}", NULL), "action: the handler ran");
+	expect_str(sh_json_get(h.rows[X(&h, "b")].error, "code"), "result.schema",
+			   "action: a refused handler result fails the attempt with result.schema");
+	expect_state(&h, "b", WFE_RETRY_SCHEDULED, "action: and it is retried");
+	sh_fire_retry(&h, X(&h, "b"));
+	sh_action_done(&h, X(&h, "b"), NULL, "{\"code\": \"handler.error\"}");
+	expect_state(&h, "b", WFE_RETRY_SCHEDULED, "action: a handler error is retried");
+	sh_fire_retry(&h, X(&h, "b"));
+	sh_action_done(&h, X(&h, "b"), "{\"done\": true}", NULL);
+	ok(h.run.finished && h.run.state == WFE_RUN_COMPLETED, "action: a good handler result completes the run");
+	run_close(&h, "in-database action");
+}
+
+/* ---------------------------------------------------------------------
+ * The transition tables themselves
+ * --------------------------------------------------------------------- */
+
+static void
+test_tables(void)
+{
+	int			good = 1;
+
+	for (const wfe_transition *t = wfe_stage_transition_table; t->from; t++)
+		good &= wfe_state_from_name(t->from) >= 0 && wfe_state_from_name(t->to) >= 0 && t->why != NULL;
+	ok(good, "tables: every stage transition names two states");
+	good = 1;
+	for (const wfe_transition *t = wfe_run_transition_table; t->from; t++)
+		good &= wfe_run_state_from_name(t->from) >= 0 && wfe_run_state_from_name(t->to) >= 0;
+	ok(good, "tables: every run transition names two run states");
+	ok(!wfe_transition_legal(wfe_stage_transition_table, "completed", "queued") &&
+	   !wfe_transition_legal(wfe_stage_transition_table, "skipped", "queued") &&
+	   wfe_transition_legal(wfe_stage_transition_table, "timed_out", "timed_out"),
+	   "tables: a completed or skipped stage is never queued again; same-state is legal");
+	ok(!wfe_transition_legal(wfe_run_transition_table, "completed", "failed") &&
+	   !wfe_transition_legal(wfe_run_transition_table, "finalising", "running"),
+	   "tables: a run never leaves a final state, nor goes back to running");
+}
+
+/* A step the server's error interrupted: the next begin releases it, nothing was written. */
+static void
+test_interrupted_step(void)
+{
+	sh			h;
+
+	run_open(&h, rp_model, "{\"modelId\": \"m\"}", NULL);
+	sh_begin(&h);
+	wfe_step_start(&h.st);
+	ok(h.st.nops > 0, "interrupted: a step decided something, then the server raised");
+	sh_start(&h);				/* the next step begins over the leftovers */
+	ok(h.rows[X(&h, "cache-lookup")].attempt == 1 && h.rows[X(&h, "cache-lookup")].fence == 1 &&
+	   events_total(&h, "run.started", NULL) == 1,
+	   "interrupted: nothing of it was written; the next step starts the run once");
+	sh_cancel(&h, "stop");
+	sh_complete(&h, X(&h, "finaliser.1"), "{}");
+	run_close(&h, "interrupted step");
+}
+
+int
+main(void)
+{
+	struct
+	{
+		wfe_run_plan **rp;
+		const char *yaml;
+	}			plans[] = {
+		{&rp_linear, LINEAR}, {&rp_jitter, JITTER}, {&rp_model, MODEL_INGEST}, {&rp_decide, DECIDE},
+		{&rp_nest, NEST}, {&rp_forkdec, FORK_DECISION}, {&rp_intents, INTENTS}, {&rp_tasks, TASKS},
+		{&rp_tasks_context, TASKS_CONTEXT}, {&rp_tasks_produces, TASKS_PRODUCES}, {&rp_escape, ESCAPE},
+		{&rp_tasks_edge, TASKS_EDGE}, {&rp_tasks_bind, TASKS_BIND},
+	};
+
+	for (size_t k = 0; k < sizeof(plans) / sizeof(plans[0]); k++)
+	{
+		*plans[k].rp = sh_plan(plans[k].yaml, (int64_t) k + 1);
+		if (*plans[k].rp == NULL)
+		{
+			fprintf(stderr, "test bug: workflow %zu does not compile\n", k);
+			return 2;
+		}
+	}
+
+	test_tables();
+	test_linear_success();
+	test_linear_failure();
+	test_retry_backoff();
+	test_jitter();
+	test_timeout();
+	test_binding();
+	test_decision_seed000();
+	test_decision_rules();
+	test_fork_join();
+	test_nested_forks();
+	test_fork_decision();
+	test_intent_failed();
+	test_intent_completed_finalisers();
+	test_cancel();
+	test_run_deadline();
+	test_tasks_release();
+	test_tasks_critical();
+	test_tasks_context();
+	test_tasks_edges();
+	test_gate();
+	test_result_problems();
+	test_interrupted_step();
+
+	for (size_t k = 0; k < sizeof(plans) / sizeof(plans[0]); k++)
+		wfe_run_plan_free(*plans[k].rp);
+	printf("1..%d\n", tests_run);
+	return tests_failed ? 1 : 0;
+}
