@@ -312,3 +312,23 @@ EXCEPT
 (SELECT 'stage', from_state, to_state FROM wfe.stage_transitions()
  UNION ALL SELECT 'run', from_state, to_state FROM wfe.run_transitions());
 DROP SCHEMA rt_tr CASCADE;
+
+--
+-- The stage row's CHECK (run_stages_valid): values outside the domains are
+-- refused with 23514, whoever writes them; the row is unchanged.
+--
+\set VERBOSITY sqlstate
+CREATE TEMP TABLE rt_chk AS
+  SELECT run_id, stage, to_jsonb(s) AS before FROM wfe.run_stages AS s ORDER BY run_id, stage LIMIT 1;
+UPDATE wfe.run_stages AS s SET skip_reason = 'bored' FROM rt_chk AS c WHERE (s.run_id, s.stage) = (c.run_id, c.stage);
+UPDATE wfe.run_stages AS s SET outcome = 'maybe' FROM rt_chk AS c WHERE (s.run_id, s.stage) = (c.run_id, c.stage);
+UPDATE wfe.run_stages AS s SET attempt = -1 FROM rt_chk AS c WHERE (s.run_id, s.stage) = (c.run_id, c.stage);
+UPDATE wfe.run_stages AS s SET fence = -1 FROM rt_chk AS c WHERE (s.run_id, s.stage) = (c.run_id, c.stage);
+UPDATE wfe.run_stages AS s SET kind = 'robot' FROM rt_chk AS c WHERE (s.run_id, s.stage) = (c.run_id, c.stage);
+INSERT INTO wfe.run_stages (run_id, stage, tenant, ordinal, kind, state)
+  SELECT run_id, 'rt-chk-new', 'default', 99, 'worker', 'sleeping' FROM rt_chk;
+SELECT to_jsonb(s) = c.before AS unchanged FROM wfe.run_stages AS s JOIN rt_chk AS c USING (run_id, stage);
+SELECT wfe._stage_row_ok('worker', 'queued', 1, 2, NULL, NULL) AS ok,
+       wfe._stage_row_ok('worker', 'skipped', 0, 0, NULL, 'run_aborted') AS ok_skipped,
+       wfe._stage_row_ok('worker', 'queued', 1, 2, 'completed', 'nope') AS bad_reason;
+\set VERBOSITY default

@@ -62,6 +62,24 @@
 -- functions: the recursive PL/pgSQL state machine goes, the engine's entry
 -- points come, the callbacks become C, the claim walks the ready index.
 
+-- wfe.run_stages: one CHECK (a C function) for the six with IN lists, which
+-- the executor rebuilt from their text on every statement writing the table.
+CREATE FUNCTION wfe._stage_row_ok(kind text, state text, attempt int, fence bigint,
+                                   outcome text, skip_reason text)
+RETURNS boolean AS 'MODULE_PATHNAME', 'wfe_stage_row_ok' LANGUAGE C IMMUTABLE PARALLEL SAFE;
+COMMENT ON FUNCTION wfe._stage_row_ok(text, text, int, bigint, text, text) IS
+'The CHECK of wfe.run_stages: known kind and state, attempt and fence not negative, outcome and skip_reason NULL or known.';
+REVOKE ALL ON FUNCTION wfe._stage_row_ok(text, text, int, bigint, text, text) FROM PUBLIC;
+ALTER TABLE wfe.run_stages
+    DROP CONSTRAINT run_stages_kind,
+    DROP CONSTRAINT run_stages_state,
+    DROP CONSTRAINT run_stages_attempt,
+    DROP CONSTRAINT run_stages_fence,
+    DROP CONSTRAINT run_stages_outcome,
+    DROP CONSTRAINT run_stages_skip_reason,
+    ADD CONSTRAINT run_stages_valid
+        CHECK (wfe._stage_row_ok(kind, state, attempt, fence, outcome, skip_reason));
+
 -- The 0.1.0 state machine (replaced by the step core).
 DROP FUNCTION wfe._activate(wfe.runs, text, text, text);
 DROP FUNCTION wfe._arrive(wfe.runs, wfe.run_stages, text, text);

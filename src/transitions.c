@@ -67,6 +67,30 @@ guard_state(FunctionCallInfo fcinfo, const wfe_transition *table, const char *wh
 	return PointerGetDatum(trigdata->tg_newtuple);
 }
 
+PG_FUNCTION_INFO_V1(wfe_stage_row_ok);
+
+/*
+ * wfe._stage_row_ok(kind, state, attempt, fence, outcome, skip_reason):
+ * wfe.run_stages' one CHECK constraint.  One call rather than six CHECKs
+ * with IN lists, because the executor rebuilds every CHECK expression of a
+ * table from its stored text for each statement that writes it, and
+ * run_stages is written by every step.  NULLs in the NOT NULL columns pass
+ * (their constraints refuse them).
+ */
+Datum
+wfe_stage_row_ok(PG_FUNCTION_ARGS)
+{
+	char	   *outcome = PG_ARGISNULL(4) ? NULL : TextDatumGetCString(PG_GETARG_DATUM(4));
+	char	   *skip = PG_ARGISNULL(5) ? NULL : TextDatumGetCString(PG_GETARG_DATUM(5));
+
+	for (int k = 0; k < 4; k++)
+		if (PG_ARGISNULL(k))
+			PG_RETURN_BOOL(true);
+	PG_RETURN_BOOL(wfe_stage_row_valid(TextDatumGetCString(PG_GETARG_DATUM(0)),
+									   TextDatumGetCString(PG_GETARG_DATUM(1)),
+									   PG_GETARG_INT32(2), PG_GETARG_INT64(3), outcome, skip));
+}
+
 PG_FUNCTION_INFO_V1(wfe_stage_state_guard);
 PG_FUNCTION_INFO_V1(wfe_run_state_guard);
 PG_FUNCTION_INFO_V1(wfe_stage_transitions);

@@ -101,3 +101,30 @@ wfe_transition_legal(const wfe_transition *table, const char *from, const char *
 			return 1;
 	return 0;
 }
+
+static const char *const kind_names[] = {
+	"action", "worker", "decision", "fork", "join", "finaliser", NULL
+};
+
+static const char *const skip_reasons[] = {
+	"branch_not_taken", "dependency_failed", "context_gated", "missing_input", "run_aborted", NULL
+};
+
+static int
+in_list(const char *const *list, const char *s)
+{
+	for (; *list; list++)
+		if (strcmp(*list, s) == 0)
+			return 1;
+	return 0;
+}
+
+int
+wfe_stage_row_valid(const char *kind, const char *state, long attempt, long long fence,
+					const char *outcome, const char *skip_reason)
+{
+	return in_list(kind_names, kind) && wfe_state_from_name(state) >= 0 &&
+		attempt >= 0 && fence >= 0 &&
+		(outcome == NULL || strcmp(outcome, "completed") == 0 || strcmp(outcome, "failed") == 0) &&
+		(skip_reason == NULL || in_list(skip_reasons, skip_reason));
+}

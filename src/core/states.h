@@ -59,6 +59,14 @@ extern int	wfe_run_state_from_name(const char *name);
 extern int	wfe_transition_legal(const wfe_transition *table, const char *from,
 								 const char *to);
 
+/*
+ * Is this a stage row's legal content: a known kind and state, attempt and
+ * fence not negative, outcome NULL or completed/failed, skip_reason NULL or
+ * one of the five reasons?  (The CHECK constraint of wfe.run_stages.)
+ */
+extern int	wfe_stage_row_valid(const char *kind, const char *state, long attempt,
+								long long fence, const char *outcome, const char *skip_reason);
+
 /* Queued, dispatched, running or retry_scheduled: an attempt is under way. */
 #define WFE_STATE_IN_FLIGHT(s) \
 	((s) == WFE_QUEUED || (s) == WFE_DISPATCHED || (s) == WFE_RUNNING || \

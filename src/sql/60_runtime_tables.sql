@@ -12,6 +12,12 @@ CREATE FUNCTION wfe._run_state_guard()
 RETURNS trigger AS 'MODULE_PATHNAME', 'wfe_run_state_guard' LANGUAGE C;
 COMMENT ON FUNCTION wfe._run_state_guard() IS 'Trigger: refuses run state changes not in wfe.run_transitions()';
 
+CREATE FUNCTION wfe._stage_row_ok(kind text, state text, attempt int, fence bigint,
+                                   outcome text, skip_reason text)
+RETURNS boolean AS 'MODULE_PATHNAME', 'wfe_stage_row_ok' LANGUAGE C IMMUTABLE PARALLEL SAFE;
+COMMENT ON FUNCTION wfe._stage_row_ok(text, text, int, bigint, text, text) IS
+'The CHECK of wfe.run_stages: known kind and state, attempt and fence not negative, outcome and skip_reason NULL or known.';
+
 CREATE FUNCTION wfe.stage_transitions(OUT from_state text, OUT to_state text, OUT meaning text)
 RETURNS SETOF record AS 'MODULE_PATHNAME', 'wfe_stage_transitions' LANGUAGE C IMMUTABLE STRICT;
 COMMENT ON FUNCTION wfe.stage_transitions() IS 'The legal stage state transitions (any state may also be updated in place)';
@@ -78,15 +84,10 @@ CREATE TABLE wfe.run_stages (
     stage           text NOT NULL,
     tenant          text NOT NULL,
     ordinal         int NOT NULL,
-    kind            text NOT NULL
-                    CONSTRAINT run_stages_kind
-                    CHECK (kind IN ('action', 'worker', 'decision', 'fork', 'join', 'finaliser')),
-    state           text NOT NULL DEFAULT 'waiting'
-                    CONSTRAINT run_stages_state
-                    CHECK (state IN ('waiting', 'queued', 'dispatched', 'running', 'retry_scheduled',
-                                     'completed', 'failed', 'timed_out', 'skipped', 'cancelled')),
-    attempt         int NOT NULL DEFAULT 0 CONSTRAINT run_stages_attempt CHECK (attempt >= 0),
-    fence           bigint NOT NULL DEFAULT 0 CONSTRAINT run_stages_fence CHECK (fence >= 0),
+    kind            text NOT NULL,
+    state           text NOT NULL DEFAULT 'waiting',
+    attempt         int NOT NULL DEFAULT 0,
+    fence           bigint NOT NULL DEFAULT 0,
     queue           text,
     worker          text,
     handler         regprocedure,
@@ -96,10 +97,8 @@ CREATE TABLE wfe.run_stages (
     input           jsonb,
     result          jsonb,
     error           jsonb,
-    outcome         text CONSTRAINT run_stages_outcome CHECK (outcome IN ('completed', 'failed')),
-    skip_reason     text CONSTRAINT run_stages_skip_reason
-                    CHECK (skip_reason IN ('branch_not_taken', 'dependency_failed', 'context_gated',
-                                           'missing_input', 'run_aborted')),
+    outcome         text,
+    skip_reason     text,
     exec_ms         int,
     queue_ms        int,
     heartbeat_ms    int,
@@ -109,7 +108,12 @@ CREATE TABLE wfe.run_stages (
     heartbeat_at    timestamptz,
     deadline_at     timestamptz,
     finished_at     timestamptz,
-    PRIMARY KEY (run_id, stage)
+    PRIMARY KEY (run_id, stage),
+    -- kind in action, worker, decision, fork, join, finaliser; state one of
+    -- wfe.stage_transitions()'s; attempt, fence >= 0; outcome NULL,
+    -- completed or failed; skip_reason NULL or a skip reason (runtime.md)
+    CONSTRAINT run_stages_valid
+        CHECK (wfe._stage_row_ok(kind, state, attempt, fence, outcome, skip_reason))
 );
 COMMENT ON TABLE wfe.run_stages IS
 'One row per stage (or task, or finaliser) of each run: state, current attempt and fence, bound input, result.';
