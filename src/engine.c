@@ -228,8 +228,11 @@ static stmt q_claim = STMT(
 	"         jsonb_build_object('worker_id', $2::text) FROM claimed AS c"
 	")"
 	" SELECT c.run_id, c.stage, c.attempt, c.fence, c.queue, c.worker, c.input, NULL::jsonb,"
-	"        c.deadline_at, c.heartbeat_ms, r.definition_digest, NULL::uuid, c.tenant"
-	"   FROM claimed AS c JOIN wfe.runs AS r ON r.run_id = c.run_id"
+	"        c.deadline_at, c.heartbeat_ms,"
+	/* a lookup per claimed row: a join would be hashed in the generic plan */
+	"        (SELECT r.definition_digest FROM wfe.runs AS r WHERE r.run_id = c.run_id),"
+	"        NULL::uuid, c.tenant"
+	"   FROM claimed AS c"
 	"  ORDER BY c.priority DESC, c.ready_at", 4, TX, TX, I4, I4);
 static stmt q_queue_broker = STMT(
 	"SELECT EXISTS (SELECT 1 FROM wfe.queues AS q WHERE q.queue = $1 AND q.delivery = 'broker')", 1, TX);

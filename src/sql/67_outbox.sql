@@ -46,8 +46,10 @@ END;
 COMMENT ON FUNCTION wfe._publisher_lease(text, boolean, text) IS
 'Takes or renews the publisher lease; returns its fencing token, or NULL while another live publisher holds it.';
 
--- Claim a batch for the lease holder.
-CREATE FUNCTION wfe._outbox_claim(p_holder text, p_token bigint, p_max int)
+-- Claim a batch for the lease holder.  p_held: the rows the publisher still
+-- holds (a batch in flight while it claims the next one); any other row it
+-- claimed is left over from a batch whose mark failed.
+CREATE FUNCTION wfe._outbox_claim(p_holder text, p_token bigint, p_max int, p_held bigint[])
 RETURNS TABLE (id bigint, kind text, exchange text, routing_key text, message_id uuid,
                run_id bigint, created_at timestamptz, headers text, body text)
 LANGUAGE plpgsql VOLATILE
@@ -58,10 +60,10 @@ BEGIN
     IF NOT EXISTS (SELECT 1 FROM wfe.publisher_lease AS l WHERE l.holder = p_holder AND l.token = p_token) THEN
         RETURN;
     END IF;
-    -- rows this publisher claimed in a round whose mark failed are pending
-    -- again: each round marks what it claimed, so any left over are lost
+    -- rows this publisher claimed and no longer holds (their mark failed)
+    -- are pending again, and picked again below
     UPDATE wfe.outbox AS o SET state = 'pending', claimed_by = NULL, claimed_at = NULL
-     WHERE o.state = 'claimed' AND o.claimed_by = p_holder;
+     WHERE o.state = 'claimed' AND o.claimed_by = p_holder AND o.id <> ALL (p_held);
     -- NB: pick along the pending index and update by primary key, so the
     -- claim costs the same however much published history the table holds
     RETURN QUERY
@@ -78,12 +80,15 @@ BEGIN
               o.headers::text, o.body::text;
 END
 $$;
-COMMENT ON FUNCTION wfe._outbox_claim(text, bigint, int) IS
-'Publisher: claims up to p_max pending outbox rows (SKIP LOCKED, id order) while holding the lease.';
+COMMENT ON FUNCTION wfe._outbox_claim(text, bigint, int, bigint[]) IS
+'Publisher: claims up to p_max pending outbox rows (SKIP LOCKED, id order) while holding the lease; rows it claimed earlier and no longer holds (not in p_held) go back to pending first.';
 
 -- The broker has these dispatches now: their attempts are dispatched, and
--- accept_task will start them.  (Only stage rows are locked here, never the
--- run: no lock-order cycle with callbacks, which lock the run, then the stage.)
+-- accept_task will start them (external relays: wfe.outbox_ack).  (Only
+-- stage rows are locked here, never the run: no lock-order cycle with
+-- callbacks, which lock the run, then the stage.)  NB: the rows are found
+-- by primary key, one lookup per id, however many published rows the
+-- outbox holds.
 CREATE FUNCTION wfe._mark_dispatched(p_ids bigint[])
 RETURNS void
 LANGUAGE sql VOLATILE
@@ -91,8 +96,8 @@ SET search_path = pg_catalog, pg_temp
 BEGIN ATOMIC
     UPDATE wfe.run_stages AS st
        SET state = 'dispatched'
-      FROM wfe.outbox AS o
-     WHERE o.id = ANY (p_ids) AND o.kind = 'dispatch' AND o.state = 'published'
+      FROM unnest(p_ids) AS p(id), wfe.outbox AS o
+     WHERE o.id = p.id AND o.kind = 'dispatch' AND o.state = 'published'
        AND st.run_id = o.run_id AND st.stage = o.stage
        AND st.attempt = o.attempt AND st.fence = o.fence AND st.state = 'queued';
 END;
@@ -116,21 +121,37 @@ BEGIN
         RAISE WARNING 'wfe publisher % lost its lease (token %): nothing marked', p_holder, p_token;
         RETURN 0;
     END IF;
-    UPDATE wfe.outbox AS o
-       SET state = 'published', published_at = now(), last_error = NULL
-     WHERE o.id = ANY (p_published) AND o.state = 'claimed' AND o.claimed_by = p_holder;
-    GET DIAGNOSTICS n = ROW_COUNT;
-    PERFORM wfe._mark_dispatched(p_published);
+    -- One statement: the confirmed rows this publisher holds become
+    -- published, and the stages of the dispatches among them go from queued
+    -- to dispatched if they still are at the same attempt and fence.  The
+    -- rows are found by primary key and the stages by theirs, from what the
+    -- first UPDATE returns: nothing is read twice.
+    WITH published AS (
+        UPDATE wfe.outbox AS o
+           SET state = 'published', published_at = now(), last_error = NULL
+          FROM unnest(p_published) AS p(id)
+         WHERE o.id = p.id AND o.state = 'claimed' AND o.claimed_by = p_holder
+        RETURNING o.kind, o.run_id, o.stage, o.attempt, o.fence
+    ), dispatched AS (
+        UPDATE wfe.run_stages AS st
+           SET state = 'dispatched'
+          FROM published AS o
+         WHERE o.kind = 'dispatch' AND st.run_id = o.run_id AND st.stage = o.stage
+           AND st.attempt = o.attempt AND st.fence = o.fence AND st.state = 'queued'
+    )
+    SELECT count(*) INTO n FROM published;
     -- not confirmed: pending again after an exponential backoff
     UPDATE wfe.outbox AS o
        SET state = 'pending', claimed_by = NULL, claimed_at = NULL, last_error = p_error,
            available_at = now() + make_interval(secs => least(60, 0.1 * power(2, least(o.attempts, 10))))
-     WHERE o.id = ANY (p_failed) AND o.state = 'claimed' AND o.claimed_by = p_holder;
+      FROM unnest(p_failed) AS p(id)
+     WHERE o.id = p.id AND o.state = 'claimed' AND o.claimed_by = p_holder;
     UPDATE wfe.outbox AS o
        SET state = 'pending', claimed_by = NULL, claimed_at = NULL,
            last_error = 'unroutable: no queue is bound for ' || o.exchange || ' ' || o.routing_key,
            available_at = now() + make_interval(secs => least(300, power(2, least(o.attempts, 8))))
-     WHERE o.id = ANY (p_unroutable) AND o.state = 'claimed' AND o.claimed_by = p_holder;
+      FROM unnest(p_unroutable) AS p(id)
+     WHERE o.id = p.id AND o.state = 'claimed' AND o.claimed_by = p_holder;
     IF cardinality(p_unroutable) > 0 THEN
         RAISE WARNING 'wfe publisher: % outbox rows were unroutable and stay pending (ids %)',
               cardinality(p_unroutable), p_unroutable;
