@@ -902,20 +902,8 @@ callback(int64 run_id, const char *stage, int attempt, int64 fence, wfe_callback
 				wfe_step_accepted(&current_step, i, worker_id);
 				break;
 			case WFE_CB_HEARTBEAT:
-				{
-					wfe_op		hb;
-
-					/* nothing to decide: the attempt is alive */
-					memset(&hb, 0, sizeof(hb));
-					apply(&s, NULL);
-					{
-						Datum		v[2] = {Int64GetDatum(run_id), CStringGetTextDatum(stage)};
-
-						run(&q_heartbeat, v, NULL);
-					}
-					(void) hb;
-					return outcome;
-				}
+				wfe_step_heartbeat(&current_step, i);
+				break;
 			case WFE_CB_COMPLETE:
 				{
 					contract_entry *c = contract(s.rp->stages[i].contract);

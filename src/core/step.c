@@ -1164,6 +1164,12 @@ wfe_step_accepted(wfe_step *st, int i, const char *worker_id)
 	event(st, i, r->attempt, "stage.accepted", detail);
 }
 
+void
+wfe_step_heartbeat(wfe_step *st, int i)
+{
+	emit(st, WFE_OP_HEARTBEAT, i);
+}
+
 /* ---------------------------------------------------------------------
  * The callback gate and result checks
  * --------------------------------------------------------------------- */

@@ -156,6 +156,8 @@ extern void wfe_step_retry_due(wfe_step *st, int stage, int attempt, int64_t fen
 extern void wfe_step_run_deadline(wfe_step *st, const char *deadline_json);
 extern void wfe_step_cancel(wfe_step *st, const char *reason);
 extern void wfe_step_accepted(wfe_step *st, int stage, const char *worker_id);
+/* a running attempt is alive (nothing to decide: one effect, no event) */
+extern void wfe_step_heartbeat(wfe_step *st, int stage);
 
 /* The callback gate: which callback is this, and what it reports. */
 typedef enum wfe_callback

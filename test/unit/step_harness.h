@@ -1077,6 +1077,7 @@ sh_callback(sh *h, int i, wfe_callback cb, int attempt, int64_t fence, const cha
 				wfe_step_accepted(&h->st, i, "worker-1");
 				break;
 			case WFE_CB_HEARTBEAT:
+				wfe_step_heartbeat(&h->st, i);
 				break;
 			case WFE_CB_COMPLETE:
 				{

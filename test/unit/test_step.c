@@ -1662,7 +1662,8 @@ test_gate(void)
 	expect_str(sh_accept(&h, a), "accepted", "gate: accept");
 	expect_str(sh_accept(&h, a), "duplicate", "gate: accept again while running: duplicate");
 	expect_str(sh_callback(&h, a, WFE_CB_HEARTBEAT, 1, 1, NULL, 1), "accepted", "gate: heartbeat while running");
-	ok(h.nops == 0, "gate: an accepted heartbeat writes nothing to decide");
+	ok(h.nops == 1 && h.ops[0].kind == WFE_OP_HEARTBEAT && h.ops[0].stage == a,
+	   "gate: an accepted heartbeat is one HEARTBEAT effect and no event");
 	expect_str(sh_callback(&h, a, WFE_CB_HEARTBEAT, 1, 2, NULL, 1), "stale", "gate: heartbeat with a wrong fence");
 	expect_str(sh_complete(&h, a, "{\"v\": 1}"), "accepted", "gate: complete");
 	expect_str(sh_complete(&h, a, "{\"v\": 1}"), "duplicate", "gate: the same result again: duplicate");
