@@ -23,8 +23,9 @@
  * task and wait.  It sees committing > 0 when it registers, and then, if
  * its claim comes up short, notifies itself, so it looks again at once.
  * Without shared memory (no shared_preload_libraries) every release
- * notifies, as before.  The isolation of this rule is tested by
- * test/tap/007_ready_wakeups.pl.
+ * notifies, as before.  test/tap/007_ready_wakeups.pl tests the rule; the
+ * commit-window race itself is not forced there (it needs a pause between
+ * a release's pre-commit and its commit becoming visible).
  */
 #include "postgres.h"
 
