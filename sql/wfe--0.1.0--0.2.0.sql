@@ -418,3 +418,127 @@ COMMENT ON FUNCTION wfe.complete_tasks(jsonb) IS
 
 REVOKE ALL ON FUNCTION wfe.complete_tasks(jsonb) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION wfe.complete_tasks(jsonb) TO wfe_worker;
+
+
+-- The outbox publisher (src/sql/67_outbox.sql, src/publisher.c): the mark
+-- is one statement for the rows and their stages (wfe._mark_published
+-- replaces wfe._mark_dispatched), and the claim is told which rows the
+-- publisher still holds, because it claims the next batch while the last
+-- one is in flight.  Until this update has run, the new library's publisher
+-- cannot claim (an error each round, in the server log): outbox rows wait,
+-- as while the broker is down, and are published after it.
+DROP FUNCTION wfe._mark_dispatched(bigint[]);
+DROP FUNCTION wfe._outbox_claim(text, bigint, int);
+CREATE FUNCTION wfe._outbox_claim(p_holder text, p_token bigint, p_max int, p_held bigint[])
+RETURNS TABLE (id bigint, kind text, exchange text, routing_key text, message_id uuid,
+               run_id bigint, created_at timestamptz, headers text, body text)
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM wfe.publisher_lease AS l WHERE l.holder = p_holder AND l.token = p_token) THEN
+        RETURN;
+    END IF;
+    -- rows this publisher claimed and no longer holds (their mark failed)
+    -- are pending again, and picked again below
+    UPDATE wfe.outbox AS o SET state = 'pending', claimed_by = NULL, claimed_at = NULL
+     WHERE o.state = 'claimed' AND o.claimed_by = p_holder AND o.id <> ALL (p_held);
+    -- NB: pick along the pending index and update by primary key, so the
+    -- claim costs the same however much published history the table holds
+    RETURN QUERY
+    WITH picked AS MATERIALIZED (
+        SELECT o.id FROM wfe.outbox AS o
+         WHERE o.state = 'pending' AND o.available_at <= now()
+         ORDER BY o.available_at, o.id LIMIT p_max
+           FOR UPDATE SKIP LOCKED
+    )
+    UPDATE wfe.outbox AS o
+       SET state = 'claimed', claimed_by = p_holder, claimed_at = now(), attempts = o.attempts + 1
+     WHERE o.id = ANY (ARRAY(SELECT picked.id FROM picked))
+    RETURNING o.id, o.kind, o.exchange, o.routing_key, o.message_id, o.run_id, o.created_at,
+              o.headers::text, o.body::text;
+END
+$$;
+COMMENT ON FUNCTION wfe._outbox_claim(text, bigint, int, bigint[]) IS
+'Publisher: claims up to p_max pending outbox rows (SKIP LOCKED, id order) while holding the lease; rows it claimed earlier and no longer holds (not in p_held) go back to pending first.';
+REVOKE ALL ON FUNCTION wfe._outbox_claim(text, bigint, int, bigint[]) FROM PUBLIC;
+CREATE FUNCTION wfe._mark_published(p_ids bigint[], p_by text)
+RETURNS int
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    n int;
+BEGIN
+    WITH published AS (
+        UPDATE wfe.outbox AS o
+           SET state = 'published', published_at = now(), last_error = NULL
+          FROM unnest(p_ids) AS p(id)
+         WHERE o.id = p.id AND o.state = 'claimed' AND o.claimed_by = p_by
+        RETURNING o.kind, o.run_id, o.stage, o.attempt, o.fence
+    ), dispatched AS (
+        UPDATE wfe.run_stages AS st
+           SET state = 'dispatched'
+          FROM published AS o
+         WHERE o.kind = 'dispatch' AND st.run_id = o.run_id AND st.stage = o.stage
+           AND st.attempt = o.attempt AND st.fence = o.fence AND st.state = 'queued'
+    )
+    SELECT count(*) INTO n FROM published;
+    RETURN n;
+END
+$$;
+COMMENT ON FUNCTION wfe._mark_published(bigint[], text) IS
+'Marks the confirmed rows p_by holds claimed published, and moves the attempts of their dispatches from queued to dispatched.';
+REVOKE ALL ON FUNCTION wfe._mark_published(bigint[], text) FROM PUBLIC;
+CREATE OR REPLACE FUNCTION wfe._outbox_mark(p_holder text, p_token bigint, p_published bigint[],
+                                 p_failed bigint[], p_error text, p_unroutable bigint[])
+RETURNS int
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    n int;
+BEGIN
+    -- fenced: a publisher that lost the lease marks nothing (its rows are
+    -- claimed by a dead holder and go back to pending on repair)
+    PERFORM 1 FROM wfe.publisher_lease AS l WHERE l.holder = p_holder AND l.token = p_token FOR SHARE;
+    IF NOT FOUND THEN
+        RAISE WARNING 'wfe publisher % lost its lease (token %): nothing marked', p_holder, p_token;
+        RETURN 0;
+    END IF;
+    n := wfe._mark_published(p_published, p_holder);
+    -- not confirmed: pending again after an exponential backoff
+    IF cardinality(p_failed) > 0 THEN
+        UPDATE wfe.outbox AS o
+           SET state = 'pending', claimed_by = NULL, claimed_at = NULL, last_error = p_error,
+               available_at = now() + make_interval(secs => least(60, 0.1 * power(2, least(o.attempts, 10))))
+          FROM unnest(p_failed) AS p(id)
+         WHERE o.id = p.id AND o.state = 'claimed' AND o.claimed_by = p_holder;
+    END IF;
+    IF cardinality(p_unroutable) > 0 THEN
+        UPDATE wfe.outbox AS o
+           SET state = 'pending', claimed_by = NULL, claimed_at = NULL,
+               last_error = 'unroutable: no queue is bound for ' || o.exchange || ' ' || o.routing_key,
+               available_at = now() + make_interval(secs => least(300, power(2, least(o.attempts, 8))))
+          FROM unnest(p_unroutable) AS p(id)
+         WHERE o.id = p.id AND o.state = 'claimed' AND o.claimed_by = p_holder;
+        RAISE WARNING 'wfe publisher: % outbox rows were unroutable and stay pending (ids %)',
+              cardinality(p_unroutable), p_unroutable;
+    END IF;
+    RETURN n;
+END
+$$;
+CREATE OR REPLACE FUNCTION wfe.outbox_ack(ids bigint[], relay text)
+RETURNS int
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+BEGIN
+    IF outbox_ack.ids IS NULL OR outbox_ack.relay IS NULL THEN
+        RAISE EXCEPTION 'ids and relay must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    RETURN wfe._mark_published(outbox_ack.ids, outbox_ack.relay);
+END
+$$;

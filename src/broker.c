@@ -445,11 +445,11 @@ broker_publish(BrokerMessage *msg, char *err, size_t errlen)
 
 /* Settle a confirm for `tag` (and every earlier one when `multiple`). */
 static void
-settle(BrokerMessage *msgs, int n, uint64_t tag, bool multiple, BrokerStatus status)
+settle(BrokerMessage **msgs, int n, uint64_t tag, bool multiple, BrokerStatus status)
 {
 	for (int i = 0; i < n; i++)
 	{
-		BrokerMessage *m = &msgs[i];
+		BrokerMessage *m = msgs[i];
 
 		if (m->status != MSG_SENT && m->status != MSG_RETURNED)
 			continue;
@@ -466,17 +466,17 @@ settle(BrokerMessage *msgs, int n, uint64_t tag, bool multiple, BrokerStatus sta
 
 /* Are any sent messages still waiting for their confirm? */
 static bool
-unsettled(BrokerMessage *msgs, int n)
+unsettled(BrokerMessage **msgs, int n)
 {
 	for (int i = 0; i < n; i++)
-		if (msgs[i].status == MSG_SENT || (msgs[i].status == MSG_RETURNED && msgs[i].tag != 0))
+		if (msgs[i]->status == MSG_SENT || (msgs[i]->status == MSG_RETURNED && msgs[i]->tag != 0))
 			return true;
 	return false;
 }
 
 /* A basic.return: read the returned message and mark it by message id. */
 static bool
-on_return(BrokerMessage *msgs, int n, amqp_channel_t channel, char *err, size_t errlen)
+on_return(BrokerMessage **msgs, int n, amqp_channel_t channel, char *err, size_t errlen)
 {
 	amqp_message_t returned;
 	amqp_rpc_reply_t r = amqp_read_message(conn, channel, &returned, 0);
@@ -488,17 +488,17 @@ on_return(BrokerMessage *msgs, int n, amqp_channel_t channel, char *err, size_t 
 	}
 	if (returned.properties._flags & AMQP_BASIC_MESSAGE_ID_FLAG)
 		for (int i = 0; i < n; i++)
-			if (msgs[i].status == MSG_SENT &&
-				strlen(msgs[i].message_id) == returned.properties.message_id.len &&
-				memcmp(msgs[i].message_id, returned.properties.message_id.bytes,
+			if (msgs[i]->status == MSG_SENT &&
+				strlen(msgs[i]->message_id) == returned.properties.message_id.len &&
+				memcmp(msgs[i]->message_id, returned.properties.message_id.bytes,
 					   returned.properties.message_id.len) == 0)
-				msgs[i].status = MSG_RETURNED;
+				msgs[i]->status = MSG_RETURNED;
 	amqp_destroy_message(&returned);
 	return true;
 }
 
 bool
-broker_await_confirms(BrokerMessage *msgs, int n, int timeout_ms, volatile sig_atomic_t *stop,
+broker_await_confirms(BrokerMessage **msgs, int n, int timeout_ms, volatile sig_atomic_t *stop,
 					  char *err, size_t errlen)
 {
 	struct timeval start,

@@ -58,11 +58,12 @@ extern int	broker_declare_queue(const char *queue, int retry_ttl_ms, char *err, 
 extern bool broker_publish(BrokerMessage *msg, char *err, size_t errlen);
 
 /*
- * Read confirms (acks, nacks, returns) for the sent messages until each is
- * settled, timeout_ms passes, or *stop becomes true.  Returns false when the
- * connection failed (the caller disconnects).
+ * Read confirms (acks, nacks, returns) for the sent messages (a window: an
+ * array of n pointers) until each is settled, timeout_ms passes, or *stop
+ * becomes true.  Returns false when the connection failed (the caller
+ * disconnects).
  */
-extern bool broker_await_confirms(BrokerMessage *msgs, int n, int timeout_ms,
+extern bool broker_await_confirms(BrokerMessage **msgs, int n, int timeout_ms,
 								  volatile sig_atomic_t *stop, char *err, size_t errlen);
 
 #endif							/* WFE_BROKER_H */

@@ -1,13 +1,22 @@
 /*
- * publisher.c — the outbox publisher, one round per worker round.
+ * publisher.c — the outbox publisher, run by the background worker.
  *
  *   1. hold the publisher lease (its fencing token guards every mark);
  *   2. claim a batch of pending rows (SKIP LOCKED) and commit;
  *   3. with no transaction open, publish them with publisher confirms
- *      (dispatches mandatory) and read the confirms;
- *   4. in a second transaction, mark exactly the confirmed rows published;
+ *      (dispatches mandatory), one confirm window in flight at a time;
+ *   4. in another transaction, mark exactly the confirmed rows published;
  *      nacked, returned (unroutable) and unconfirmed rows go back to
  *      pending with a backoff.
+ *
+ * The database work overlaps the broker's: while a window is in flight
+ * (RabbitMQ storing and confirming it) the publisher claims the next batch
+ * or marks a batch whose messages are all settled, each in a short
+ * transaction of its own, so a drain costs about the broker's time rather
+ * than the sum of both.  The batches it holds form one stream of messages
+ * in claim order, cut into full windows; a round publishes about one
+ * batch's worth, and what is held carries over to the next round (with
+ * nothing in flight in between).
  *
  * A crash between 3 and 4 republishes with the same deterministic
  * message_id, so consumers deduplicate; the broker down for minutes only
@@ -236,12 +245,71 @@ lease_body(void *arg)
 										   SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1));
 }
 
-typedef struct claim_unit
+/*
+ * A batch: the rows of one claim, in their own memory context under
+ * TopMemoryContext, because batches outlive a round.  The batches the
+ * publisher holds form one stream, in claim order (so in outbox id order):
+ * windows are cut from it without regard to where one batch ends, so a
+ * window may hold the end of one batch and the start of the next.  `base`
+ * is the stream position of a batch's first message.
+ */
+typedef struct Batch
 {
 	MemoryContext cxt;
-	int64		token;
+	struct Batch *next;
 	BrokerMessage *msgs;
 	int			n;
+	int64		base;
+	const char *error;			/* why some of its messages failed (in cxt), or NULL */
+} Batch;
+
+/*
+ * What the publisher holds, oldest first: the batches not marked yet.  The
+ * messages before stream position sent_to are settled (acked, nacked,
+ * returned, or given up on: unconfirmed), those from sent_to to held_to not
+ * sent yet; while a window is in flight, it is the last messages before
+ * sent_to.  Between rounds nothing is in flight.
+ */
+static Batch *held = NULL;
+static int64 sent_to = 0;
+static int64 held_to = 0;
+static bool more_rows = false;	/* the last claim was full: more may wait */
+
+/* A new, empty batch in a memory context of its own. */
+static Batch *
+batch_new(void)
+{
+	MemoryContext cxt = AllocSetContextCreate(TopMemoryContext, "wfe publisher batch",
+											  ALLOCSET_DEFAULT_SIZES);
+	Batch	   *b = MemoryContextAllocZero(cxt, sizeof(Batch));
+
+	b->cxt = cxt;
+	return b;
+}
+
+static void
+batch_free(Batch *b)
+{
+	if (b)
+		MemoryContextDelete(b->cxt);
+}
+
+/* The batch holding stream position `seq`. */
+static Batch *
+batch_at(int64 seq)
+{
+	for (Batch *b = held; b; b = b->next)
+		if (seq < b->base + b->n)
+			return b;
+	elog(ERROR, "wfe publisher: no message at stream position %lld", (long long) seq);
+	return NULL;				/* keep compiler quiet */
+}
+
+typedef struct claim_unit
+{
+	int64		token;
+	ArrayType  *held;			/* ids of the rows we still hold */
+	Batch	   *batch;
 } claim_unit;
 
 /* Transaction body: claim a batch and copy it out of SPI memory. */
@@ -249,39 +317,93 @@ static void
 claim_body(void *arg)
 {
 	claim_unit *u = arg;
-	Oid			types[3] = {TEXTOID, INT8OID, INT4OID};
-	Datum		values[3];
+	Batch	   *b = u->batch;
+	Oid			types[4] = {TEXTOID, INT8OID, INT4OID, INT8ARRAYOID};
+	Datum		values[4];
 
 	values[0] = CStringGetTextDatum(holder);
 	values[1] = Int64GetDatum(u->token);
 	values[2] = Int32GetDatum(wfe_publish_batch);
+	values[3] = PointerGetDatum(u->held);
 	if (SPI_execute_with_args("SELECT id, kind, exchange, routing_key, message_id::text, "
-							  "run_id::text, headers, body FROM wfe._outbox_claim($1, $2, $3) "
+							  "run_id::text, headers, body FROM wfe._outbox_claim($1, $2, $3, $4) "
 							  "ORDER BY id",
-							  3, types, values, NULL, false, 0) != SPI_OK_SELECT)
+							  4, types, values, NULL, false, 0) != SPI_OK_SELECT)
 		elog(ERROR, "wfe publisher: claim failed");
-	u->n = (int) SPI_processed;
-	u->msgs = MemoryContextAllocZero(u->cxt, sizeof(BrokerMessage) * (u->n + 1));
-	for (int i = 0; i < u->n; i++)
+	b->n = (int) SPI_processed;
+	b->msgs = MemoryContextAllocZero(b->cxt, sizeof(BrokerMessage) * (b->n + 1));
+	for (int i = 0; i < b->n; i++)
 	{
 		HeapTuple	tup = SPI_tuptable->vals[i];
 		TupleDesc	desc = SPI_tuptable->tupdesc;
-		BrokerMessage *m = &u->msgs[i];
+		BrokerMessage *m = &b->msgs[i];
 		bool		isnull;
 		char	   *kind = SPI_getvalue(tup, desc, 2);
 		char	   *run_id = SPI_getvalue(tup, desc, 6);
 
 		m->id = DatumGetInt64(SPI_getbinval(tup, desc, 1, &isnull));
-		m->exchange = MemoryContextStrdup(u->cxt, SPI_getvalue(tup, desc, 3));
-		m->routing_key = MemoryContextStrdup(u->cxt, SPI_getvalue(tup, desc, 4));
-		m->message_id = MemoryContextStrdup(u->cxt, SPI_getvalue(tup, desc, 5));
-		m->correlation_id = run_id ? MemoryContextStrdup(u->cxt, run_id) : "";
-		m->headers_json = MemoryContextStrdup(u->cxt, SPI_getvalue(tup, desc, 7));
-		m->body = MemoryContextStrdup(u->cxt, SPI_getvalue(tup, desc, 8));
+		m->exchange = MemoryContextStrdup(b->cxt, SPI_getvalue(tup, desc, 3));
+		m->routing_key = MemoryContextStrdup(b->cxt, SPI_getvalue(tup, desc, 4));
+		m->message_id = MemoryContextStrdup(b->cxt, SPI_getvalue(tup, desc, 5));
+		m->correlation_id = run_id ? MemoryContextStrdup(b->cxt, run_id) : "";
+		m->headers_json = MemoryContextStrdup(b->cxt, SPI_getvalue(tup, desc, 7));
+		m->body = MemoryContextStrdup(b->cxt, SPI_getvalue(tup, desc, 8));
 		/* only dispatches must reach a queue; control and events may have no consumer */
 		m->mandatory = strcmp(kind, "dispatch") == 0;
 		m->status = MSG_UNSENT;
 	}
+}
+
+/* The ids of a batch's messages (all, or those `pred` picks), as int8[]. */
+static ArrayType *
+ids_of(Batch *b, bool (*pred) (const BrokerMessage *))
+{
+	Datum	   *ids = palloc(sizeof(Datum) * (b->n + 1));
+	int			k = 0;
+
+	for (int i = 0; i < b->n; i++)
+		if (pred == NULL || pred(&b->msgs[i]))
+			ids[k++] = Int64GetDatum(b->msgs[i].id);
+	return construct_array(ids, k, INT8OID, sizeof(int64), FLOAT8PASSBYVAL, TYPALIGN_DOUBLE);
+}
+
+/*
+ * Claim the next batch, in a short transaction of its own, and append it
+ * to the stream.  The claim leaves alone the rows the publisher holds
+ * (rows it claimed and no longer holds go back to pending).  False when
+ * nothing was claimed.
+ */
+static bool
+claim_batch(void)
+{
+	claim_unit	u;
+	Datum	   *ids;
+	int			k = 0;
+	Batch	  **tail = &held;
+
+	for (Batch *b = held; b; b = b->next)
+		k += b->n;
+	ids = palloc(sizeof(Datum) * (k + 1));
+	k = 0;
+	for (Batch *b = held; b; b = b->next)
+		for (int i = 0; i < b->n; i++)
+			ids[k++] = Int64GetDatum(b->msgs[i].id);
+	u.held = construct_array(ids, k, INT8OID, sizeof(int64), FLOAT8PASSBYVAL, TYPALIGN_DOUBLE);
+	u.token = lease_token;
+	u.batch = batch_new();
+	more_rows = false;
+	if (!wfe_in_transaction("wfe publisher: claiming", claim_body, &u) || u.batch->n == 0)
+	{
+		batch_free(u.batch);
+		return false;
+	}
+	more_rows = u.batch->n >= wfe_publish_batch;
+	u.batch->base = held_to;
+	held_to += u.batch->n;
+	while (*tail)
+		tail = &(*tail)->next;
+	*tail = u.batch;
+	return true;
 }
 
 typedef struct mark_unit
@@ -316,19 +438,6 @@ mark_body(void *arg)
 	u->marked = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 }
 
-/* The ids of messages in a given state, as int8[]. */
-static ArrayType *
-ids_where(BrokerMessage *msgs, int n, bool (*pred) (const BrokerMessage *))
-{
-	Datum	   *ids = palloc(sizeof(Datum) * (n + 1));
-	int			k = 0;
-
-	for (int i = 0; i < n; i++)
-		if (pred(&msgs[i]))
-			ids[k++] = Int64GetDatum(msgs[i].id);
-	return construct_array(ids, k, INT8OID, sizeof(int64), FLOAT8PASSBYVAL, TYPALIGN_DOUBLE);
-}
-
 static bool
 is_published(const BrokerMessage *m)
 {
@@ -347,80 +456,211 @@ is_failed(const BrokerMessage *m)
 	return m->status != MSG_ACKED && m->status != MSG_RETURNED;
 }
 
-/* Publish and confirm a claimed batch, window by window. */
-static const char *
-publish_batch(BrokerMessage *msgs, int n)
+/*
+ * Mark the oldest batch (in a transaction of its own) and drop it: exactly
+ * the acked rows become published; returned ones are unroutable; the rest
+ * (nacked, unconfirmed, never sent) go back to pending with the batch's
+ * error.  If the transaction fails the rows stay claimed, and the next claim
+ * puts them back to pending (they are no longer held).  Returns the rows
+ * marked.
+ */
+static int
+mark_oldest(void)
+{
+	Batch	   *b = held;
+	mark_unit	mark = {0};
+
+	if (b == NULL)
+		return 0;
+	held = b->next;
+	mark.token = lease_token;
+	mark.error = b->error;
+	mark.published = ids_of(b, is_published);
+	mark.failed = ids_of(b, is_failed);
+	mark.unroutable = ids_of(b, is_returned);
+	if (!wfe_in_transaction("wfe publisher: marking", mark_body, &mark))
+		mark.marked = 0;
+	batch_free(b);
+	if (held == NULL)
+		sent_to = held_to;
+	return mark.marked;
+}
+
+/* Is the oldest batch settled, all of it before stream position `upto`? */
+static bool
+oldest_settled(int64 upto)
+{
+	return held && held->base + held->n <= upto;
+}
+
+/*
+ * The publisher stops with what it holds (the broker went away or blocks
+ * publishers, publishing was turned off, the worker stops): every batch is
+ * marked as it is; messages not sent or not confirmed go back to pending
+ * with `why` (unless their batch has an error of its own), as the unsent
+ * rows of an interrupted batch always did.  Returns the rows marked.
+ */
+static int
+flush(const char *why)
+{
+	int			marked = 0;
+
+	for (Batch *b = held; b; b = b->next)
+		if (b->error == NULL)
+			b->error = MemoryContextStrdup(b->cxt, why && why[0] ? why : "publishing stopped");
+	while (held)
+		marked += mark_oldest();
+	more_rows = false;
+	return marked;
+}
+
+/*
+ * Forget what the publisher holds without marking it (the lease was lost:
+ * a mark would be refused).  The rows stay claimed, and go back to pending
+ * at the next claim of this holder or when the worker starts again.
+ */
+static void
+discard(void)
+{
+	while (held)
+	{
+		Batch	   *b = held;
+
+		held = b->next;
+		batch_free(b);
+	}
+	sent_to = held_to;
+	more_rows = false;
+}
+
+/*
+ * Publish and confirm windows from the stream until `quota` messages went
+ * out or nothing is left to send.  While a window is in flight (RabbitMQ
+ * stores and confirms it), the publisher does one piece of database work
+ * that does not depend on it, each a short transaction of its own: it
+ * claims the next batch when the unsent messages would not fill another
+ * window and the last claim was full (so windows stay full), or else marks
+ * the oldest batch if all of it is settled.  Returns the messages acked;
+ * *error says why it stopped early, or stays NULL.
+ */
+static int
+publish_stream(int quota, const char **error)
 {
 	static char err[256];
+	BrokerMessage **win = palloc(sizeof(BrokerMessage *) * Max(wfe_confirm_window, 1));
+	int			acked = 0;
+	int			sent = 0;
 
-	/*
-	 * A queue's topology exists before its first message.  All of the batch's
-	 * queues are declared before anything is published, because recovering
-	 * from a refused declaration reopens the channel and restarts the
-	 * delivery tags.
-	 */
-	for (int i = 0; i < n; i++)
+	*error = NULL;
+	while (sent_to < held_to && sent < quota)
 	{
-		char	   *queue = msgs[i].mandatory ? queue_of(msgs[i].routing_key) : NULL;
-
-		if (queue && !ensure_queue(queue))
-			return last_error;
-	}
-	for (int start = 0, end = 0; start < n; start = end)
-	{
+		int64		start = sent_to;
 		size_t		bytes = 0;
+		int			n = 0;
+		const char *checked = NULL;
 
 		/* a window: up to wfe.confirm_window messages and WINDOW_MAX_BYTES */
-		for (end = start; end < n && end - start < wfe_confirm_window; end++)
+		for (int64 seq = start; seq < held_to && n < wfe_confirm_window; seq++)
 		{
-			bytes += strlen(msgs[end].body);
-			if (end > start && bytes > WINDOW_MAX_BYTES)
+			Batch	   *b = batch_at(seq);
+			BrokerMessage *m = &b->msgs[seq - b->base];
+
+			bytes += strlen(m->body);
+			if (n > 0 && bytes > WINDOW_MAX_BYTES)
 				break;
+			win[n++] = m;
 		}
-		for (int i = start; i < end; i++)
+
+		/*
+		 * A queue's topology exists before its first message.  Nothing is in
+		 * flight here, so recovering from a refused declaration (which
+		 * reopens the channel and restarts the delivery tags) loses nothing.
+		 */
+		for (int i = 0; i < n; i++)
 		{
-			if (!broker_publish(&msgs[i], err, sizeof(err)))
+			char	   *queue;
+
+			if (!win[i]->mandatory || (checked && strcmp(checked, win[i]->routing_key) == 0))
+				continue;
+			checked = win[i]->routing_key;
+			queue = queue_of(checked);
+			if (queue && !ensure_queue(queue))
 			{
-				disconnect(err);
-				return err;
+				*error = last_error;
+				return acked;
 			}
 		}
-		if (!broker_await_confirms(msgs + start, end - start, CONFIRM_TIMEOUT_MS,
-								   &ShutdownRequestPending, err, sizeof(err)))
+		for (int i = 0; i < n; i++)
+		{
+			if (!broker_publish(win[i], err, sizeof(err)))
+			{
+				disconnect(err);
+				*error = err;
+				return acked;
+			}
+		}
+		sent_to += n;
+		sent += n;
+
+		/* NB: no transaction is open while the window is sent or confirmed */
+		if (more_rows && held_to - sent_to < wfe_confirm_window && !ShutdownRequestPending)
+			(void) claim_batch();
+		else if (oldest_settled(start))
+			(void) mark_oldest();
+		pgstat_report_activity(STATE_RUNNING, "wfe publisher: publishing");
+
+		if (!broker_await_confirms(win, n, CONFIRM_TIMEOUT_MS, &ShutdownRequestPending,
+								   err, sizeof(err)))
 		{
 			disconnect(err);
-			return err;
+			*error = err;
+			return acked;
+		}
+		for (int i = 0; i < n; i++)
+		{
+			if (win[i]->status == MSG_ACKED)
+				acked++;
+			else if (win[i]->status == MSG_RETURNED)
+			{
+				/* its queue vanished: declare it again before the next window */
+				forget_queue(queue_of(win[i]->routing_key));
+			}
+			else if (win[i]->status == MSG_NACKED)
+			{
+				Batch	   *b = batch_at(start + i);
+
+				if (b->error == NULL)
+					b->error = MemoryContextStrdup(b->cxt, "nacked by the broker");
+			}
 		}
 		if (ShutdownRequestPending)
-			return "shutting down";
+		{
+			*error = "shutting down";
+			return acked;
+		}
 		if (broker_is_blocked())
-			return "RabbitMQ is blocking publishers (resource alarm)";
-		for (int i = start; i < end; i++)
-			if (msgs[i].status == MSG_SENT)
+		{
+			*error = "RabbitMQ is blocking publishers (resource alarm)";
+			return acked;
+		}
+		for (int i = 0; i < n; i++)
+			if (win[i]->status == MSG_SENT)
 			{
 				/* the broker stopped answering: do not write more into it */
 				disconnect("confirms timed out");
-				return "confirm timeout";
+				*error = "confirm timeout";
+				return acked;
 			}
 	}
-	/* a returned dispatch: its queue vanished, so declare it again next time */
-	for (int i = 0; i < n; i++)
-		if (msgs[i].status == MSG_RETURNED)
-			forget_queue(queue_of(msgs[i].routing_key));
-	for (int i = 0; i < n; i++)
-		if (msgs[i].status == MSG_SENT)
-			return "confirm timeout";
-		else if (msgs[i].status == MSG_NACKED)
-			return "nacked by the broker";
-	return NULL;
+	return acked;
 }
 
 int
 wfe_publisher_round(bool *more, long *wait_ms)
 {
 	lease_unit	lease = {CurrentMemoryContext, false, false, -1, NULL, 0};
-	claim_unit	claim = {CurrentMemoryContext, 0, NULL, 0};
-	mark_unit	mark = {0};
+	const char *error;
+	int			done = 0;
 
 	*more = false;
 	*wait_ms = -1;
@@ -428,12 +668,15 @@ wfe_publisher_round(bool *more, long *wait_ms)
 		snprintf(holder, sizeof(holder), "wfe worker %d", MyProcPid);
 	if (!wfe_publisher_enabled || wfe_amqp_uri == NULL || wfe_amqp_uri[0] == '\0')
 	{
+		done = flush("publishing is off");
 		if (broker_is_connected())
 			disconnect("publishing is off");
-		return 0;
+		return done;
 	}
 
 	lease.connected = connect_if_needed(wait_ms);
+	if (!lease.connected)
+		done = flush(last_error);	/* (held only if the URI just changed) */
 	{
 		TimestampTz now = GetCurrentTimestamp();
 
@@ -441,7 +684,10 @@ wfe_publisher_round(bool *more, long *wait_ms)
 			strcmp(last_error, lease_error) != 0 ||
 			TimestampDifferenceExceeds(lease_renewed_at, now, LEASE_RENEW_MS);
 		if (!wfe_in_transaction("wfe publisher: lease", lease_body, &lease))
-			return 0;
+		{
+			*more = held != NULL;	/* look again soon: rows are held */
+			return done;
+		}
 		if (lease.renew)
 		{
 			lease_renewed_at = now;
@@ -452,20 +698,22 @@ wfe_publisher_round(bool *more, long *wait_ms)
 			lease_token = -1;	/* lost it: take it again next round */
 	}
 	if (!lease.connected)
-		return 0;
+		return done;
 	if (lease.token < 0)
 	{
+		discard();
 		*wait_ms = 1000;		/* another publisher is live; look again later */
 		return 0;
 	}
 	if (lease.token != lease_token)
 	{
 		ereport(LOG, (errmsg("wfe publisher holds the lease (token %lld)", (long long) lease.token)));
+		discard();				/* claimed under a token that is not ours any more */
 		lease_token = lease.token;
 	}
 	for (int i = 0; i < lease.nqueues; i++)
 		if (!ensure_queue(lease.queues[i]))
-			return 0;
+			return flush(last_error);
 
 	/* while RabbitMQ blocks publishers, publish nothing (rows wait in the outbox) */
 	if (broker_is_blocked())
@@ -475,36 +723,43 @@ wfe_publisher_round(bool *more, long *wait_ms)
 		if (!broker_poll(100, err, sizeof(err)))
 		{
 			disconnect(err);
-			return 0;
+			return flush(err);
 		}
 		if (broker_is_blocked())
 		{
 			strlcpy(last_error, "RabbitMQ is blocking publishers (resource alarm)", sizeof(last_error));
 			*wait_ms = 500;
-			return 0;
+			return flush(last_error);
 		}
 		last_error[0] = '\0';
 	}
 
-	/* NB: no transaction is open from here until the mark */
-	claim.token = lease_token;
-	if (!wfe_in_transaction("wfe publisher: claiming", claim_body, &claim) || claim.n == 0)
-		return 0;
-	pgstat_report_activity(STATE_RUNNING, "wfe publisher: publishing");
-	mark.error = publish_batch(claim.msgs, claim.n);
-
-	mark.token = lease_token;
-	mark.published = ids_where(claim.msgs, claim.n, is_published);
-	mark.failed = ids_where(claim.msgs, claim.n, is_failed);
-	mark.unroutable = ids_where(claim.msgs, claim.n, is_returned);
-	if (!wfe_in_transaction("wfe publisher: marking", mark_body, &mark))
-		return 0;				/* rows stay claimed: the next claim takes them again */
-	*more = claim.n >= wfe_publish_batch && mark.error == NULL;
-	return mark.marked;
+	/*
+	 * NB: no transaction is open from here on but for the claims and marks,
+	 * each short, and done while a window is in flight but for this first
+	 * claim of a round that holds nothing to send.
+	 */
+	if (sent_to == held_to)
+		(void) claim_batch();
+	done = publish_stream(wfe_publish_batch, &error);
+	if (error)
+	{
+		(void) flush(error);
+		return done;
+	}
+	/* all sent, and the outbox had no more: mark at once (a lone dispatch too) */
+	if (sent_to == held_to && !more_rows)
+		while (held)
+			(void) mark_oldest();
+	*more = held != NULL || more_rows;
+	return done;
 }
 
 void
 wfe_publisher_shutdown(void)
 {
+	/* mark what the broker confirmed, so a clean stop republishes nothing */
+	if (held)
+		(void) flush("shutting down");
 	disconnect(NULL);
 }

@@ -47,8 +47,9 @@ COMMENT ON FUNCTION wfe._publisher_lease(text, boolean, text) IS
 'Takes or renews the publisher lease; returns its fencing token, or NULL while another live publisher holds it.';
 
 -- Claim a batch for the lease holder.  p_held: the rows the publisher still
--- holds (a batch in flight while it claims the next one); any other row it
--- claimed is left over from a batch whose mark failed.
+-- holds (it claims the next batch while earlier ones are in flight or not
+-- yet marked); any other row it claimed is left over from a batch whose
+-- mark failed.
 CREATE FUNCTION wfe._outbox_claim(p_holder text, p_token bigint, p_max int, p_held bigint[])
 RETURNS TABLE (id bigint, kind text, exchange text, routing_key text, message_id uuid,
                run_id bigint, created_at timestamptz, headers text, body text)
@@ -83,26 +84,41 @@ $$;
 COMMENT ON FUNCTION wfe._outbox_claim(text, bigint, int, bigint[]) IS
 'Publisher: claims up to p_max pending outbox rows (SKIP LOCKED, id order) while holding the lease; rows it claimed earlier and no longer holds (not in p_held) go back to pending first.';
 
--- The broker has these dispatches now: their attempts are dispatched, and
--- accept_task will start them (external relays: wfe.outbox_ack).  (Only
+-- The broker has these messages now: the rows p_by holds claimed among
+-- p_ids become published, and the attempts of the dispatches among them
+-- become dispatched if they still are queued at the same attempt and fence
+-- (accept_task will start them).  One statement: the stages are found from
+-- what the outbox UPDATE returns, by primary key; nothing is read twice,
+-- and the published rows already in the outbox are never looked at.  (Only
 -- stage rows are locked here, never the run: no lock-order cycle with
--- callbacks, which lock the run, then the stage.)  NB: the rows are found
--- by primary key, one lookup per id, however many published rows the
--- outbox holds.
-CREATE FUNCTION wfe._mark_dispatched(p_ids bigint[])
-RETURNS void
-LANGUAGE sql VOLATILE
+-- callbacks, which lock the run, then the stage.)  Returns the rows marked.
+CREATE FUNCTION wfe._mark_published(p_ids bigint[], p_by text)
+RETURNS int
+LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
-BEGIN ATOMIC
-    UPDATE wfe.run_stages AS st
-       SET state = 'dispatched'
-      FROM unnest(p_ids) AS p(id), wfe.outbox AS o
-     WHERE o.id = p.id AND o.kind = 'dispatch' AND o.state = 'published'
-       AND st.run_id = o.run_id AND st.stage = o.stage
-       AND st.attempt = o.attempt AND st.fence = o.fence AND st.state = 'queued';
-END;
-COMMENT ON FUNCTION wfe._mark_dispatched(bigint[]) IS
-'Moves the attempts of published dispatch rows from queued to dispatched.';
+AS $$
+DECLARE
+    n int;
+BEGIN
+    WITH published AS (
+        UPDATE wfe.outbox AS o
+           SET state = 'published', published_at = now(), last_error = NULL
+          FROM unnest(p_ids) AS p(id)
+         WHERE o.id = p.id AND o.state = 'claimed' AND o.claimed_by = p_by
+        RETURNING o.kind, o.run_id, o.stage, o.attempt, o.fence
+    ), dispatched AS (
+        UPDATE wfe.run_stages AS st
+           SET state = 'dispatched'
+          FROM published AS o
+         WHERE o.kind = 'dispatch' AND st.run_id = o.run_id AND st.stage = o.stage
+           AND st.attempt = o.attempt AND st.fence = o.fence AND st.state = 'queued'
+    )
+    SELECT count(*) INTO n FROM published;
+    RETURN n;
+END
+$$;
+COMMENT ON FUNCTION wfe._mark_published(bigint[], text) IS
+'Marks the confirmed rows p_by holds claimed published, and moves the attempts of their dispatches from queued to dispatched.';
 
 -- Record what the broker confirmed, and what it did not.
 CREATE FUNCTION wfe._outbox_mark(p_holder text, p_token bigint, p_published bigint[],
@@ -121,38 +137,22 @@ BEGIN
         RAISE WARNING 'wfe publisher % lost its lease (token %): nothing marked', p_holder, p_token;
         RETURN 0;
     END IF;
-    -- One statement: the confirmed rows this publisher holds become
-    -- published, and the stages of the dispatches among them go from queued
-    -- to dispatched if they still are at the same attempt and fence.  The
-    -- rows are found by primary key and the stages by theirs, from what the
-    -- first UPDATE returns: nothing is read twice.
-    WITH published AS (
-        UPDATE wfe.outbox AS o
-           SET state = 'published', published_at = now(), last_error = NULL
-          FROM unnest(p_published) AS p(id)
-         WHERE o.id = p.id AND o.state = 'claimed' AND o.claimed_by = p_holder
-        RETURNING o.kind, o.run_id, o.stage, o.attempt, o.fence
-    ), dispatched AS (
-        UPDATE wfe.run_stages AS st
-           SET state = 'dispatched'
-          FROM published AS o
-         WHERE o.kind = 'dispatch' AND st.run_id = o.run_id AND st.stage = o.stage
-           AND st.attempt = o.attempt AND st.fence = o.fence AND st.state = 'queued'
-    )
-    SELECT count(*) INTO n FROM published;
+    n := wfe._mark_published(p_published, p_holder);
     -- not confirmed: pending again after an exponential backoff
-    UPDATE wfe.outbox AS o
-       SET state = 'pending', claimed_by = NULL, claimed_at = NULL, last_error = p_error,
-           available_at = now() + make_interval(secs => least(60, 0.1 * power(2, least(o.attempts, 10))))
-      FROM unnest(p_failed) AS p(id)
-     WHERE o.id = p.id AND o.state = 'claimed' AND o.claimed_by = p_holder;
-    UPDATE wfe.outbox AS o
-       SET state = 'pending', claimed_by = NULL, claimed_at = NULL,
-           last_error = 'unroutable: no queue is bound for ' || o.exchange || ' ' || o.routing_key,
-           available_at = now() + make_interval(secs => least(300, power(2, least(o.attempts, 8))))
-      FROM unnest(p_unroutable) AS p(id)
-     WHERE o.id = p.id AND o.state = 'claimed' AND o.claimed_by = p_holder;
+    IF cardinality(p_failed) > 0 THEN
+        UPDATE wfe.outbox AS o
+           SET state = 'pending', claimed_by = NULL, claimed_at = NULL, last_error = p_error,
+               available_at = now() + make_interval(secs => least(60, 0.1 * power(2, least(o.attempts, 10))))
+          FROM unnest(p_failed) AS p(id)
+         WHERE o.id = p.id AND o.state = 'claimed' AND o.claimed_by = p_holder;
+    END IF;
     IF cardinality(p_unroutable) > 0 THEN
+        UPDATE wfe.outbox AS o
+           SET state = 'pending', claimed_by = NULL, claimed_at = NULL,
+               last_error = 'unroutable: no queue is bound for ' || o.exchange || ' ' || o.routing_key,
+               available_at = now() + make_interval(secs => least(300, power(2, least(o.attempts, 8))))
+          FROM unnest(p_unroutable) AS p(id)
+         WHERE o.id = p.id AND o.state = 'claimed' AND o.claimed_by = p_holder;
         RAISE WARNING 'wfe publisher: % outbox rows were unroutable and stay pending (ids %)',
               cardinality(p_unroutable), p_unroutable;
     END IF;
@@ -210,17 +210,11 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
-DECLARE
-    n int;
 BEGIN
     IF outbox_ack.ids IS NULL OR outbox_ack.relay IS NULL THEN
         RAISE EXCEPTION 'ids and relay must not be null' USING ERRCODE = 'null_value_not_allowed';
     END IF;
-    UPDATE wfe.outbox AS o SET state = 'published', published_at = now(), last_error = NULL
-     WHERE o.id = ANY (outbox_ack.ids) AND o.state = 'claimed' AND o.claimed_by = outbox_ack.relay;
-    GET DIAGNOSTICS n = ROW_COUNT;
-    PERFORM wfe._mark_dispatched(outbox_ack.ids);
-    RETURN n;
+    RETURN wfe._mark_published(outbox_ack.ids, outbox_ack.relay);
 END
 $$;
 COMMENT ON FUNCTION wfe.outbox_ack(bigint[], text) IS

@@ -1233,7 +1233,7 @@ sh_claim(sh *h, int i)
 	return 1;
 }
 
-/* wfe._mark_dispatched (SQL): the broker confirmed the dispatch. */
+/* wfe._mark_published (SQL): the broker confirmed the dispatch. */
 SH_FN int
 sh_publish(sh *h, int i)
 {
