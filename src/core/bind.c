@@ -90,33 +90,6 @@ fail(bctx *cx, const char *code, const char *fmt,...)
 	return -1;
 }
 
-/*
- * Index of the '}' closing the interpolation whose body starts at `from`, or
- * len if there is none.  Quoted keys may contain braces (["a}b"]); this is
- * the compiler's rule (refs.c), so both see the same references.
- */
-static size_t
-find_close(const char *s, size_t len, size_t from)
-{
-	char		quote = 0;
-	size_t		j;
-
-	for (j = from; j < len; j++)
-	{
-		if (quote)
-		{
-			if (s[j] == '\\' && j + 1 < len)
-				j++;
-			else if (s[j] == quote)
-				quote = 0;
-		}
-		else if (s[j] == '"' || s[j] == '\'')
-			quote = s[j];
-		else if (s[j] == '}')
-			break;
-	}
-	return j;
-}
 
 /* How much of a reference to quote: at most BIND_REF_MAX bytes, whole characters. */
 static int
@@ -232,7 +205,7 @@ bind_string(bctx *cx, json_object *t, json_object **out)
 	size_t		run = 0;		/* start of literal text not yet copied */
 
 	/* exactly one reference: the value keeps its JSON type */
-	if (len >= 3 && s[0] == '$' && s[1] == '{' && find_close(s, len, 2) == len - 1)
+	if (len >= 3 && s[0] == '$' && s[1] == '{' && wfe_interp_close(s, len, 2) == len - 1)
 		return bind_whole(cx, s + 2, len - 3, out);
 
 	for (size_t i = 0; i + 1 < len; i++)
@@ -252,7 +225,7 @@ bind_string(bctx *cx, json_object *t, json_object **out)
 		}
 		if (s[i + 1] != '{')
 			continue;
-		j = find_close(s, len, i + 2);
+		j = wfe_interp_close(s, len, i + 2);
 		if (j >= len)
 		{
 			free(b.data);

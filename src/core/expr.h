@@ -119,6 +119,12 @@ typedef enum wfe_path_status
 	WFE_PATH_MISSING			/* some segment does not exist */
 } wfe_path_status;
 
+/*
+ * In an interpolating string: the index of the '}' closing the `${` body
+ * that starts at `from`, or len when it is not closed.
+ */
+extern size_t wfe_interp_close(const char *s, size_t len, size_t from);
+
 /* Resolve against the same root object as wfe_expr_eval; *out is borrowed. */
 extern wfe_path_status wfe_path_resolve(const wfe_path *p, json_object *root,
 										json_object **out);

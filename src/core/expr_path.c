@@ -231,3 +231,32 @@ done:
 		wfe_path_free(out);
 	return rc;
 }
+
+/*
+ * Index of the '}' closing the interpolation whose body starts at `from`, or
+ * len if there is none.  Quoted keys may contain braces (["a}b"]).  The one
+ * rule the compiler (refs.c), the binder (bind.c) and the run plan
+ * (runplan.c) share, so all three see the same references.
+ */
+size_t
+wfe_interp_close(const char *s, size_t len, size_t from)
+{
+	char		quote = 0;
+	size_t		j;
+
+	for (j = from; j < len; j++)
+	{
+		if (quote)
+		{
+			if (s[j] == '\\' && j + 1 < len)
+				j++;
+			else if (s[j] == quote)
+				quote = 0;
+		}
+		else if (s[j] == '"' || s[j] == '\'')
+			quote = s[j];
+		else if (s[j] == '}')
+			break;
+	}
+	return j;
+}

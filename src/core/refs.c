@@ -185,7 +185,6 @@ scan_string(wfe_model *m, int idx, const wfe_ynode *n, const char *path)
 	for (size_t i = 0; i + 1 < len; i++)
 	{
 		size_t		j;
-		char		quote = 0;
 
 		if (s[i] == '$' && s[i + 1] == '$' && i + 2 < len && s[i + 2] == '{')
 		{
@@ -194,21 +193,8 @@ scan_string(wfe_model *m, int idx, const wfe_ynode *n, const char *path)
 		}
 		if (s[i] != '$' || s[i + 1] != '{')
 			continue;
-		/* find the closing brace, skipping quoted keys like ["a}b"] */
-		for (j = i + 2; j < len; j++)
-		{
-			if (quote)
-			{
-				if (s[j] == '\\' && j + 1 < len)
-					j++;
-				else if (s[j] == quote)
-					quote = 0;
-			}
-			else if (s[j] == '"' || s[j] == '\'')
-				quote = s[j];
-			else if (s[j] == '}')
-				break;
-		}
+		/* the closing brace, skipping quoted keys like ["a}b"] */
+		j = wfe_interp_close(s, len, i + 2);
 		if (j >= len)
 		{
 			wfe_diag(m->diags, "expr.syntax", path, n->line, n->column,

@@ -165,17 +165,13 @@ scan_expr_ref(void *arg, const char *stage, int offset)
 	scan_add_stage((ref_scan *) arg, stage);
 }
 
-/*
- * Scan one template string for `${PATH}` (`$${` is a literal).  Quoted keys
- * may contain braces, as bind.c's scanner allows.
- */
+/* Scan one template string for `${PATH}` (`$${` is a literal). */
 static void
 scan_string(ref_scan *sc, const char *s, size_t len)
 {
 	for (size_t i = 0; i + 1 < len; i++)
 	{
 		size_t		j;
-		char		quote = 0;
 		wfe_path	p;
 		wfe_expr_error err;
 
@@ -186,20 +182,7 @@ scan_string(ref_scan *sc, const char *s, size_t len)
 		}
 		if (s[i] != '$' || s[i + 1] != '{')
 			continue;
-		for (j = i + 2; j < len; j++)
-		{
-			if (quote)
-			{
-				if (s[j] == '\\' && j + 1 < len)
-					j++;
-				else if (s[j] == quote)
-					quote = 0;
-			}
-			else if (s[j] == '"' || s[j] == '\'')
-				quote = s[j];
-			else if (s[j] == '}')
-				break;
-		}
+		j = wfe_interp_close(s, len, i + 2);
 		memset(&p, 0, sizeof(p));
 		if (j < len && wfe_path_parse(s + i + 2, j - i - 2, sc->form, &p, &err) == 0)
 		{
