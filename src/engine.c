@@ -14,7 +14,6 @@
 #include "access/htup_details.h"
 #include "access/xact.h"
 #include "commands/async.h"
-#include "common/md5.h"
 #include "common/pg_prng.h"
 #include "executor/spi.h"
 #include "fmgr.h"
@@ -25,30 +24,12 @@
 #include "utils/jsonb.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
-#include "utils/uuid.h"
 
 #include "core/compile.h"
 #include "core/runplan.h"
 #include "core/step.h"
+#include "spi_stmt.h"
 #include "wfe.h"
-
-/* ---------------------------------------------------------------------
- * Prepared statements
- * --------------------------------------------------------------------- */
-
-typedef struct stmt
-{
-	const char *sql;
-	int			nargs;
-	Oid			types[8];
-	SPIPlanPtr	plan;
-} stmt;
-
-#define STMT(sql, n, ...) {sql, n, {__VA_ARGS__}, NULL}
-#define I8 INT8OID
-#define I4 INT4OID
-#define TX TEXTOID
-#define BO BOOLOID
 
 static stmt q_lock_run = STMT(
 	"SELECT r.tenant, r.workflow, r.version, r.execution_context, r.intent, r.state,"
@@ -203,43 +184,6 @@ static stmt q_expiring = STMT(
 	"   AND st.state IN ('queued', 'dispatched', 'running') AND st.deadline_at <= now()"
 	"   FOR UPDATE", 2, I8, TX);
 
-/*
- * The claim: the ready index is walked under SKIP LOCKED and the rows taken
- * are updated by tuple id, so the plan never joins against (or scans) the
- * stage table, whatever its size and max_tasks (test/tap/006_claim_plan.pl).
- */
-static stmt q_claim = STMT(
-	"WITH claimed AS ("
-	"  UPDATE wfe.run_stages AS st"
-	"     SET state = 'running', claimed_by = $2, started_at = now(), heartbeat_at = now(),"
-	"         deadline_at = now() + make_interval(secs => least(coalesce($4, st.exec_ms),"
-	"                                             coalesce(st.heartbeat_ms, 2147483647)) / 1000.0)"
-	"   WHERE st.ctid = ANY (ARRAY("
-	"           SELECT p.ctid FROM wfe.run_stages AS p"
-	"            WHERE p.queue = $1 AND p.state = 'queued'"
-	"              AND NOT EXISTS (SELECT 1 FROM wfe.queues AS q"
-	"                               WHERE q.queue = $1 AND (q.paused OR q.delivery = 'broker'))"
-	"            ORDER BY p.priority DESC, p.ready_at LIMIT $3"
-	"              FOR UPDATE SKIP LOCKED))"
-	"  RETURNING st.*"
-	"), logged AS ("
-	"  INSERT INTO wfe.events (run_id, tenant, stage, attempt, type, detail)"
-	"  SELECT c.run_id, c.tenant, c.stage, c.attempt, 'stage.claimed',"
-	"         jsonb_build_object('worker_id', $2::text) FROM claimed AS c"
-	")"
-	" SELECT c.run_id, c.stage, c.attempt, c.fence, c.queue, c.worker, c.input, NULL::jsonb,"
-	"        c.deadline_at, c.heartbeat_ms,"
-	/* a lookup per claimed row: a join would be hashed in the generic plan */
-	"        (SELECT r.definition_digest FROM wfe.runs AS r WHERE r.run_id = c.run_id),"
-	"        NULL::uuid, c.tenant"
-	"   FROM claimed AS c"
-	"  ORDER BY c.priority DESC, c.ready_at", 4, TX, TX, I4, I4);
-static stmt q_queue_broker = STMT(
-	"SELECT EXISTS (SELECT 1 FROM wfe.queues AS q WHERE q.queue = $1 AND q.delivery = 'broker')", 1, TX);
-static stmt q_queue_known = STMT(
-	"SELECT EXISTS (SELECT 1 FROM wfe.contracts AS c WHERE c.queue = $1)"
-	"    OR EXISTS (SELECT 1 FROM wfe.queues AS q WHERE q.queue = $1)", 1, TX);
-
 /* a batch of reports, checked, in run_id then stage order (invalid ones first) */
 static stmt q_reports = STMT(
 	"SELECT x.n::int, x.ok,"
@@ -254,67 +198,6 @@ static stmt q_reports = STMT(
 	"                        AND jsonb_typeof(e.rep -> 'fence') = 'number', false) AS ok"
 	"          FROM jsonb_array_elements($1) WITH ORDINALITY AS e(rep, n)) AS x"
 	" ORDER BY x.ok, 3, 4, x.n", 1, JSONBOID);
-
-/*
- * The statement's plan, prepared on first use and kept for the session.
- * Always the generic plan: each statement here reads or writes rows by key
- * (or walks an index by tuple id), so the plan is the same for any
- * arguments, and the plan cache would otherwise keep replanning those whose
- * generic estimate looks dearer than a custom one (the claim, whose LIMIT
- * it cannot see, was replanned on every call: a fifth of a step's time).
- */
-static SPIPlanPtr
-prepared(stmt *s)
-{
-	if (s->plan == NULL)
-	{
-		SPIPlanPtr	p = SPI_prepare_cursor(s->sql, s->nargs, s->types, CURSOR_OPT_GENERIC_PLAN);
-
-		if (p == NULL)
-			elog(ERROR, "wfe: cannot prepare \"%s\": %s", s->sql, SPI_result_code_string(SPI_result));
-		SPI_keepplan(p);
-		s->plan = p;
-	}
-	return s->plan;
-}
-
-/*
- * Run a prepared statement; nulls as SPI wants them (' ' or 'n').  Never
- * read-only: a read-only execution would see the calling statement's
- * snapshot, older than the run lock we waited for, while every read here
- * must see what the lock's previous holder committed.
- */
-static int
-run(stmt *s, Datum *values, const char *nulls)
-{
-	int			rc = SPI_execute_plan(prepared(s), values, nulls, false, 0);
-
-	if (rc < 0)
-		elog(ERROR, "wfe: \"%s\" failed: %s", s->sql, SPI_result_code_string(rc));
-	return rc;
-}
-
-/* Column c (1-based) of result row 0 as text, or NULL. */
-static char *
-col(int c)
-{
-	return SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, c);
-}
-
-static bool
-col_bool(int c)
-{
-	char	   *v = col(c);
-
-	return v != NULL && v[0] == 't';
-}
-
-static Datum
-text_or_null(const char *s, char *null)
-{
-	*null = s ? ' ' : 'n';
-	return s ? CStringGetTextDatum(s) : (Datum) 0;
-}
 
 /* ---------------------------------------------------------------------
  * Caches: run plans by definition, contracts by ref (both immutable)
@@ -356,10 +239,10 @@ run_plan(int64 definition_id)
 		char		err[256];
 		wfe_run_plan *rp;
 
-		run(&q_plan, v, NULL);
+		stmt_run(&q_plan, v, NULL);
 		if (SPI_processed != 1)
 			elog(ERROR, "wfe: definition %lld does not exist", (long long) definition_id);
-		rp = wfe_run_plan_build(definition_id, col(1), err, sizeof(err));
+		rp = wfe_run_plan_build(definition_id, stmt_col(1), err, sizeof(err));
 		if (rp == NULL)
 			elog(ERROR, "wfe: %s", err);
 		e = hash_search(plan_cache, &definition_id, HASH_ENTER, &found);
@@ -401,11 +284,11 @@ contract(const char *ref)
 		struct json_object *in = NULL,
 				   *out = NULL;
 
-		run(&q_contract, v, NULL);
+		stmt_run(&q_contract, v, NULL);
 		if (SPI_processed == 1)
 		{
-			in = parse_schema(col(1));
-			out = parse_schema(col(2));
+			in = parse_schema(stmt_col(1));
+			out = parse_schema(stmt_col(2));
 		}
 		e = hash_search(contract_cache, key, HASH_ENTER, &found);
 		e->input_schema = in;
@@ -439,17 +322,17 @@ fill_row(srv *s, wfe_row *row, int first)
 			   *branch;
 
 	row->exists = 1;
-	row->state = (wfe_state) wfe_state_from_name(col(first));
-	row->attempt = pg_strtoint32(col(first + 1));
-	row->fence = pg_strtoint64(col(first + 2));
-	outcome = col(first + 3);
+	row->state = (wfe_state) wfe_state_from_name(stmt_col(first));
+	row->attempt = pg_strtoint32(stmt_col(first + 1));
+	row->fence = pg_strtoint64(stmt_col(first + 2));
+	outcome = stmt_col(first + 3);
 	row->outcome = outcome == NULL ? 0 : strcmp(outcome, "completed") == 0 ? WFE_COMPLETED : WFE_FAILED;
-	branch = col(first + 4);
+	branch = stmt_col(first + 4);
 	row->branch = branch ? wfe_run_plan_find(s->rp, branch) : -1;
-	row->awaits = col_bool(first + 5);
-	row->has_handler = col_bool(first + 6);
-	row->queue = col(first + 7);
-	row->arrivals = col(first + 8);
+	row->awaits = stmt_bool(first + 5);
+	row->has_handler = stmt_bool(first + 6);
+	row->queue = stmt_col(first + 7);
+	row->arrivals = stmt_col(first + 8);
 }
 
 static void
@@ -458,7 +341,7 @@ io_load(void *arg, int i, wfe_row *row)
 	srv		   *s = arg;
 	Datum		v[2] = {Int64GetDatum(s->run_id), CStringGetTextDatum(s->rp->stages[i].name)};
 
-	run(i == s->lock_stage ? &q_row_lock : &q_row, v, NULL);
+	stmt_run(i == s->lock_stage ? &q_row_lock : &q_row, v, NULL);
 	if (SPI_processed != 1)
 	{
 		row->exists = 0;
@@ -473,8 +356,8 @@ io_result(void *arg, int i)
 	srv		   *s = arg;
 	Datum		v[2] = {Int64GetDatum(s->run_id), CStringGetTextDatum(s->rp->stages[i].name)};
 
-	run(&q_result, v, NULL);
-	return SPI_processed == 1 ? col(1) : NULL;
+	stmt_run(&q_result, v, NULL);
+	return SPI_processed == 1 ? stmt_col(1) : NULL;
 }
 
 static const char *
@@ -486,8 +369,8 @@ io_context(void *arg)
 	{
 		Datum		v[1] = {Int64GetDatum(s->run_id)};
 
-		run(&q_context, v, NULL);
-		s->context = SPI_processed == 1 ? col(1) : pstrdup("{}");
+		stmt_run(&q_context, v, NULL);
+		s->context = SPI_processed == 1 ? stmt_col(1) : pstrdup("{}");
 	}
 	return s->context;
 }
@@ -498,8 +381,8 @@ io_output(void *arg, const char *task, const char *key)
 	srv		   *s = arg;
 	Datum		v[3] = {Int64GetDatum(s->run_id), CStringGetTextDatum(task), CStringGetTextDatum(key)};
 
-	run(&q_output, v, NULL);
-	return SPI_processed == 1 ? col(1) : NULL;
+	stmt_run(&q_output, v, NULL);
+	return SPI_processed == 1 ? stmt_col(1) : NULL;
 }
 
 static struct json_object *
@@ -544,19 +427,19 @@ begin(srv *s, int64 run_id, run_lock how)
 	s->run_id = run_id;
 	s->lock_stage = -1;
 	/* lock order everywhere: the run row first, then its stage rows */
-	run(how == LOCK_SKIP ? &q_lock_run_skip : how == LOCK_NEW ? &q_read_new_run : &q_lock_run, v, NULL);
+	stmt_run(how == LOCK_SKIP ? &q_lock_run_skip : how == LOCK_NEW ? &q_read_new_run : &q_lock_run, v, NULL);
 	if (SPI_processed != 1)
 		return false;
 	s->run.run_id = run_id;
-	s->run.tenant = col(1);
-	s->run.workflow = col(2);
-	s->run.version = col(3);
-	s->run.execution_context = col(4);
-	intent = col(5);
+	s->run.tenant = stmt_col(1);
+	s->run.workflow = stmt_col(2);
+	s->run.version = stmt_col(3);
+	s->run.execution_context = stmt_col(4);
+	intent = stmt_col(5);
 	s->run.intent = intent ? wfe_run_state_from_name(intent) : -1;
-	s->run.state = (wfe_run_state) wfe_run_state_from_name(col(6));
-	s->run.finished = col_bool(7);
-	s->rp = run_plan(pg_strtoint64(col(8)));
+	s->run.state = (wfe_run_state) wfe_run_state_from_name(stmt_col(6));
+	s->run.finished = stmt_bool(7);
+	s->rp = run_plan(pg_strtoint64(stmt_col(8)));
 	s->io = (wfe_step_io) {
 		.arg = s,.load = io_load,.result = io_result,.context = io_context,
 		.output = io_output,
@@ -631,7 +514,7 @@ write_events(srv *s, event_batch *b)
 	v[3] = array_of(b->attempt, b->attempt_null, b->n, INT4OID);
 	v[4] = array_of(b->type, NULL, b->n, TEXTOID);
 	v[5] = array_of(b->detail, b->detail_null, b->n, TEXTOID);
-	run(&q_events, v, NULL);
+	stmt_run(&q_events, v, NULL);
 }
 
 /* Write one event row. */
@@ -651,8 +534,8 @@ after_enqueue(srv *s, const char *stage)
 {
 	bool		isnull;
 	Datum		deadline = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
-	bool		handler = col_bool(2);
-	char	   *queue = col(3);
+	bool		handler = stmt_bool(2);
+	char	   *queue = stmt_col(3);
 
 	if (!isnull)
 		wfe_wake_at(DatumGetTimestampTz(deadline));	/* the queue deadline is a timer too */
@@ -664,11 +547,11 @@ after_enqueue(srv *s, const char *stage)
 		bool		broker = false,
 					paused = false;
 
-		run(&q_queue_mode, v, NULL);
+		stmt_run(&q_queue_mode, v, NULL);
 		if (SPI_processed == 1)
 		{
-			broker = col_bool(1);
-			paused = col_bool(2);
+			broker = stmt_bool(1);
+			paused = stmt_bool(2);
 		}
 		/* a paused queue keeps its tasks queued: dispatched or announced on resume */
 		if (paused)
@@ -677,7 +560,7 @@ after_enqueue(srv *s, const char *stage)
 		{
 			Datum		d[2] = {Int64GetDatum(s->run_id), CStringGetTextDatum(stage)};
 
-			run(&q_dispatch, d, NULL);
+			stmt_run(&q_dispatch, d, NULL);
 		}
 		else
 			wfe_ready_released(queue);	/* poll workers that wait hear of it at commit */
@@ -709,84 +592,84 @@ apply(srv *s, const char *reported)
 				break;
 			case WFE_OP_ENQUEUE:
 				v[2] = BoolGetDatum(op->flag);
-				v[3] = text_or_null(op->json, &n[3]);
-				run(&q_enqueue, v, n);
+				v[3] = stmt_text_or_null(op->json, &n[3]);
+				stmt_run(&q_enqueue, v, n);
 				after_enqueue(s, stage);
 				break;
 			case WFE_OP_RESOLVE:
 				v[2] = CStringGetTextDatum(wfe_state_name(op->state));
-				v[3] = text_or_null(op->json, &n[3]);
-				v[4] = text_or_null(op->json2, &n[4]);
-				v[5] = BoolGetDatum(op->branch != -2);
-				v[6] = text_or_null(op->branch >= 0 ? s->rp->stages[op->branch].name : NULL, &n[6]);
-				run(&q_resolve, v, n);
+				v[3] = stmt_text_or_null(op->json, &n[3]);
+				v[4] = stmt_text_or_null(op->json2, &n[4]);
+				v[5] = BoolGetDatum(op->branch != WFE_KEEP_BRANCH);
+				v[6] = stmt_text_or_null(op->branch >= 0 ? s->rp->stages[op->branch].name : NULL, &n[6]);
+				stmt_run(&q_resolve, v, n);
 				break;
 			case WFE_OP_BIND_FAILED:
 				v[2] = CStringGetTextDatum(op->json);
-				run(&q_bind_failed, v, n);
+				stmt_run(&q_bind_failed, v, n);
 				break;
 			case WFE_OP_COMPLETE:
 				v[2] = CStringGetTextDatum(reported ? reported : "{}");
-				run(&q_complete, v, n);
+				stmt_run(&q_complete, v, n);
 				break;
 			case WFE_OP_RETRY:
 				v[2] = CStringGetTextDatum(op->json ? op->json : "{}");
 				v[3] = Int64GetDatum(op->delay_us);
-				run(&q_retry, v, n);
+				stmt_run(&q_retry, v, n);
 				wfe_wake_at(GetCurrentTimestamp() + op->delay_us);
 				break;
 			case WFE_OP_FAIL:
 				v[2] = CStringGetTextDatum(wfe_state_name(op->state));
 				v[3] = CStringGetTextDatum(op->json ? op->json : "{}");
-				run(&q_fail, v, n);
+				stmt_run(&q_fail, v, n);
 				if (op->flag)
 				{
 					v[2] = CStringGetTextDatum(s->run.tenant);
 					v[3] = Int32GetDatum(op->attempt);
 					v[4] = CStringGetTextDatum(op->json ? op->json : "{}");
-					run(&q_dead_letter, v, n);
+					stmt_run(&q_dead_letter, v, n);
 				}
 				break;
 			case WFE_OP_TIME_OUT:
-				run(&q_time_out, v, n);
+				stmt_run(&q_time_out, v, n);
 				break;
 			case WFE_OP_SKIP:
 				v[2] = CStringGetTextDatum(op->text);
-				run(&q_skip, v, n);
+				stmt_run(&q_skip, v, n);
 				break;
 			case WFE_OP_CANCEL:
 				{
 					char	   *queue;
 
 					v[2] = CStringGetTextDatum(op->json);
-					run(&q_cancel, v, n);
-					queue = SPI_processed == 1 ? col(1) : NULL;
+					stmt_run(&q_cancel, v, n);
+					queue = SPI_processed == 1 ? stmt_col(1) : NULL;
 					if (op->flag && queue != NULL)
 					{
 						v[2] = CStringGetTextDatum(s->run.tenant);
 						v[3] = Int32GetDatum(op->attempt);
 						v[4] = Int64GetDatum(op->fence);
-						v[5] = text_or_null(op->text, &n[5]);
+						v[5] = stmt_text_or_null(op->text, &n[5]);
 						v[6] = CStringGetTextDatum(queue);
-						run(&q_cancel_message, v, n);
+						stmt_run(&q_cancel_message, v, n);
 						if (SPI_processed > 0)
 							wfe_wake_at(GetCurrentTimestamp());	/* a request to publish */
 					}
 				}
 				break;
 			case WFE_OP_BRANCH:
-				v[2] = text_or_null(op->branch >= 0 ? s->rp->stages[op->branch].name : NULL, &n[2]);
-				run(&q_branch, v, n);
+				v[2] = stmt_text_or_null(op->branch >= 0 ? s->rp->stages[op->branch].name : NULL, &n[2]);
+				stmt_run(&q_branch, v, n);
 				break;
 			case WFE_OP_ARRIVALS:
 				v[2] = CStringGetTextDatum(op->json);
-				run(&q_arrivals, v, n);
+				stmt_run(&q_arrivals, v, n);
 				break;
 			case WFE_OP_OUTPUTS:
 				v[2] = CStringGetTextDatum(s->run.tenant);
 				v[3] = CStringGetTextDatum(reported ? reported : "{}");
 				v[4] = CStringGetTextDatum(op->json);
-				run(&q_outputs_write, v, n);
+				stmt_run(&q_outputs_write, v, n);
 				break;
 			case WFE_OP_ACCEPT:
 				{
@@ -794,29 +677,29 @@ apply(srv *s, const char *reported)
 					Datum		due;
 
 					v[2] = CStringGetTextDatum(op->text ? op->text : "");
-					run(&q_accept, v, n);
+					stmt_run(&q_accept, v, n);
 					due = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
 					if (!isnull)
 						wfe_wake_at(DatumGetTimestampTz(due));
 				}
 				break;
 			case WFE_OP_HEARTBEAT:
-				run(&q_heartbeat, v, n);
+				stmt_run(&q_heartbeat, v, n);
 				break;
 			case WFE_OP_INTENT:
 				v[1] = CStringGetTextDatum(wfe_run_state_name(op->state));
-				v[2] = text_or_null(op->text, &n[2]);
-				run(&q_intent, v, n);
+				v[2] = stmt_text_or_null(op->text, &n[2]);
+				stmt_run(&q_intent, v, n);
 				v[1] = BoolGetDatum(op->state == WFE_RUN_COMPLETED);
-				run(&q_retire_timers, v, n);
+				stmt_run(&q_retire_timers, v, n);
 				break;
 			case WFE_OP_FINALISING:
-				run(&q_finalising, v, n);
+				stmt_run(&q_finalising, v, n);
 				break;
 			case WFE_OP_FINISH:
 				v[1] = CStringGetTextDatum(wfe_run_state_name(op->state));
-				v[2] = text_or_null(op->text, &n[2]);
-				run(&q_finish, v, n);
+				v[2] = stmt_text_or_null(op->text, &n[2]);
+				stmt_run(&q_finish, v, n);
 				snprintf(runid, sizeof(runid), INT64_FORMAT, s->run_id);
 				Async_Notify("wfe_run_done", runid);
 				break;
@@ -889,8 +772,8 @@ callback(int64 run_id, const char *stage, int attempt, int64 fence, wfe_callback
 		Datum		v[4] = {Int64GetDatum(run_id), CStringGetTextDatum(stage),
 		BoolGetDatum(cb == WFE_CB_COMPLETE), CStringGetTextDatum(value)};
 
-		run(&q_same, v, NULL);
-		same = SPI_processed == 1 && col_bool(1);
+		stmt_run(&q_same, v, NULL);
+		same = SPI_processed == 1 && stmt_bool(1);
 	}
 	outcome = wfe_step_gate(&current_step, i, cb, attempt, fence, same);
 	if (outcome == NULL)
@@ -1060,16 +943,16 @@ wfe_timer_fired(PG_FUNCTION_ARGS)
 		{
 			Datum		v[1] = {Int64GetDatum(s.run_id)};
 
-			run(&q_started, v, NULL);
-			if (s.run.intent < 0 && !col_bool(1))
+			stmt_run(&q_started, v, NULL);
+			if (s.run.intent < 0 && !stmt_bool(1))
 				wfe_step_start(&current_step);
 		}
 		else if (strcmp(kind, "run_deadline") == 0)
 		{
 			Datum		v[1] = {Int64GetDatum(s.run_id)};
 
-			run(&q_deadline, v, NULL);
-			wfe_step_run_deadline(&current_step, col(1));
+			stmt_run(&q_deadline, v, NULL);
+			wfe_step_run_deadline(&current_step, stmt_col(1));
 		}
 		apply(&s, NULL);
 	}
@@ -1095,12 +978,12 @@ wfe_expire(PG_FUNCTION_ARGS)
 		int			i = wfe_run_plan_find(s.rp, stage);
 		Datum		v[2] = {Int64GetDatum(s.run_id), CStringGetTextDatum(stage)};
 
-		run(&q_expiring, v, NULL);
+		stmt_run(&q_expiring, v, NULL);
 		if (i >= 0 && SPI_processed == 1)
 		{
-			char	   *deadline_text = col(2);
-			char	   *deadline_json = col(3);
-			char	   *clock = col(4);
+			char	   *deadline_text = stmt_col(2);
+			char	   *deadline_json = stmt_col(3);
+			char	   *clock = stmt_col(4);
 
 			wfe_step_expired(&current_step, i, clock, deadline_text, deadline_json);
 			done = true;
@@ -1168,117 +1051,6 @@ wfe_cancel(PG_FUNCTION_ARGS)
 }
 
 /* ---------------------------------------------------------------------
- * Claims
- * --------------------------------------------------------------------- */
-
-PG_FUNCTION_INFO_V1(wfe_claim_task);
-
-/*
- * The deterministic id of a message about an attempt: wfe._message_id's
- * md5(run:stage:attempt:fence:kind) as a uuid, computed here rather than
- * through the SQL function (which the claim would otherwise call per row,
- * rebuilding its body each time).
- */
-static Datum
-message_id(int64 run_id, const char *stage, int attempt, int64 fence, const char *kind)
-{
-	char	   *text = psprintf(INT64_FORMAT ":%s:%d:" INT64_FORMAT ":%s", run_id, stage, attempt,
-								fence, kind);
-	pg_uuid_t  *uuid = palloc(sizeof(pg_uuid_t));
-	const char *errstr = NULL;
-
-	if (!pg_md5_binary(text, strlen(text), uuid->data, &errstr))
-		elog(ERROR, "wfe: md5 failed: %s", errstr ? errstr : "?");
-	return UUIDPGetDatum(uuid);
-}
-
-/*
- * wfe.claim_task(queue, worker_id, max_tasks, lease_ms) RETURNS SETOF wfe.task
- *
- * Up to max_tasks ready tasks of a poll queue, highest priority then
- * oldest, marked running with an execution deadline; never waits for
- * another claimer (SKIP LOCKED).
- */
-Datum
-wfe_claim_task(PG_FUNCTION_ARGS)
-{
-	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	char	   *queue;
-	int			max_tasks;
-	wfe_claim_ticket ticket;
-	Datum		v[4];
-	char		n[5] = "    ";
-	TimestampTz due = 0;
-	uint64		claimed;
-
-	if (PG_ARGISNULL(0) || PG_ARGISNULL(1))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("queue and worker_id must not be null")));
-	max_tasks = PG_ARGISNULL(2) ? 0 : PG_GETARG_INT32(2);
-	if (PG_ARGISNULL(2) || max_tasks < 1 || max_tasks > 1000)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 PG_ARGISNULL(2) ? errmsg("max_tasks must be between 1 and 1000, not <NULL>")
-				 : errmsg("max_tasks must be between 1 and 1000, not %d", max_tasks)));
-	if (!PG_ARGISNULL(3) && PG_GETARG_INT32(3) < 1)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("lease_ms must be positive, not %d", PG_GETARG_INT32(3))));
-	queue = text_to_cstring(PG_GETARG_TEXT_PP(0));
-
-	InitMaterializedSRF(fcinfo, 0);
-	SPI_connect();
-	/* before the claim's snapshot: a release from now on wakes us if we wait */
-	wfe_ready_claim_begin(queue, &ticket);
-	v[0] = PG_GETARG_DATUM(0);
-	v[1] = PG_GETARG_DATUM(1);
-	v[2] = Int32GetDatum(max_tasks);
-	v[3] = PG_ARGISNULL(3) ? (Datum) 0 : PG_GETARG_DATUM(3);
-	n[3] = PG_ARGISNULL(3) ? 'n' : ' ';
-	run(&q_claim, v, n);
-	claimed = SPI_processed;
-	for (uint64 k = 0; k < claimed; k++)
-	{
-		Datum		values[13];
-		bool		nulls[13];
-
-		heap_deform_tuple(SPI_tuptable->vals[k], SPI_tuptable->tupdesc, values, nulls);
-		values[11] = message_id(DatumGetInt64(values[0]), TextDatumGetCString(values[1]),
-								DatumGetInt32(values[2]), DatumGetInt64(values[3]), "dispatch");
-		nulls[11] = false;
-		/* the worker must be awake when the execution deadline passes */
-		if (!nulls[8] && (due == 0 || DatumGetTimestampTz(values[8]) < due))
-			due = DatumGetTimestampTz(values[8]);
-		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
-	}
-	if (due != 0)
-		wfe_wake_at(due);
-	wfe_ready_claim_end(queue, &ticket, claimed < (uint64) max_tasks);
-
-	if (claimed == 0)
-	{
-		Datum		q[1] = {PG_GETARG_DATUM(0)};
-
-		run(&q_queue_broker, q, NULL);
-		if (col_bool(1))
-			ereport(ERROR,
-					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-					 errmsg("queue \"%s\" is in broker delivery mode", queue),
-					 errhint("Its tasks are dispatched through RabbitMQ and started with wfe.accept_task; "
-							 "wfe.configure_queue(queue, 'poll') makes it a poll queue.")));
-		run(&q_queue_known, q, NULL);
-		if (!col_bool(1))
-			ereport(ERROR,
-					(errcode(ERRCODE_UNDEFINED_OBJECT),
-					 errmsg("queue \"%s\" does not exist", queue),
-					 errhint("Queues come from the contracts registry (wfe.register_worker, wfe.register_action).")));
-	}
-	SPI_finish();
-	return (Datum) 0;
-}
-
-/* ---------------------------------------------------------------------
  * Batch reports
  * --------------------------------------------------------------------- */
 
@@ -1323,14 +1095,14 @@ wfe_complete_tasks(PG_FUNCTION_ARGS)
 	InitMaterializedSRF(fcinfo, 0);
 	SPI_connect();
 	v[0] = PointerGetDatum(reports);
-	run(&q_reports, v, NULL);
+	stmt_run(&q_reports, v, NULL);
 	n = SPI_processed;
-	if (n > 0 && !col_bool(2))
+	if (n > 0 && !stmt_bool(2))
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("report %s must be an object with numbers run_id, attempt and fence and a string stage",
-						col(1)),
-				 errdetail("Report %s is %s.", col(1), col(8))));
+						stmt_col(1)),
+				 errdetail("Report %s is %s.", stmt_col(1), stmt_col(8))));
 	/* the callbacks below run statements of their own: copy the batch first */
 	run_ids = palloc(sizeof(int64) * (n + 1));
 	stages = palloc(sizeof(char *) * (n + 1));

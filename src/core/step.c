@@ -454,7 +454,7 @@ resolve(wfe_step *st, int i, wfe_state state, json_object *result, json_object *
 	r->attempt = 1;
 	r->fence = 1;
 	r->outcome = state;
-	if (branch != -2)
+	if (branch != WFE_KEEP_BRANCH)
 		r->branch = branch;
 }
 
@@ -656,7 +656,7 @@ activate(wfe_step *st, int i, int branch, wfe_state outcome)
 			next = s->next[d.branch];
 			json_object_object_add(result, "branch", json_object_new_int(d.branch + 1));
 			json_object_object_add(result, "next", jstr(s->next_name[d.branch]));
-			resolve(st, i, WFE_COMPLETED, result, NULL, -2);
+			resolve(st, i, WFE_COMPLETED, result, NULL, WFE_KEEP_BRANCH);
 			json_object_object_add(detail, "branch", json_object_new_int(d.branch + 1));
 			json_object_object_add(detail, "next", jstr(s->next_name[d.branch]));
 			event(st, i, 1, "stage.decided", detail);
@@ -669,7 +669,7 @@ activate(wfe_step *st, int i, int branch, wfe_state outcome)
 			json_object_object_add(error, "code", json_object_new_string("expr.eval"));
 			json_object_object_add(error, "message", json_object_new_string(d.message));
 			json_object_object_add(error, "branch", d.branch >= 0 ? json_object_new_int(d.branch + 1) : NULL);
-			resolve(st, i, WFE_FAILED, NULL, error, -2);
+			resolve(st, i, WFE_FAILED, NULL, error, WFE_KEEP_BRANCH);
 			json_object_object_add(detail, "error", json_object_new_string(d.message));
 			json_object_object_add(detail, "next", jstr(s->on_evaluation_error_name));
 			event(st, i, 1, "stage.evaluation_error", detail);
@@ -686,7 +686,7 @@ activate(wfe_step *st, int i, int branch, wfe_state outcome)
 		for (int k = 0; k < s->ntargets; k++)
 			json_object_array_add(branches, jname(st, s->targets[k]));
 		json_object_object_add(result, "branches", json_object_get(branches));
-		resolve(st, i, WFE_COMPLETED, result, NULL, -2);
+		resolve(st, i, WFE_COMPLETED, result, NULL, WFE_KEEP_BRANCH);
 		json_object_object_add(detail, "branches", branches);
 		event(st, i, 1, "stage.forked", detail);
 		/* each branch runs under its own name, which its join records */

@@ -81,7 +81,7 @@ typedef enum wfe_op_kind
 {
 	WFE_OP_EVENT,				/* event row: stage (-1 none), attempt (0 none), text type, json detail */
 	WFE_OP_ENQUEUE,				/* queued; flag: new attempt; json: input (NULL keeps it) */
-	WFE_OP_RESOLVE,				/* decision/fork/join resolved: state, json result, json2 error, branch */
+	WFE_OP_RESOLVE,				/* decision/fork/join resolved: state, json result, json2 error, branch (or WFE_KEEP_BRANCH) */
 	WFE_OP_BIND_FAILED,			/* failed at release: json error */
 	WFE_OP_COMPLETE,			/* the attempt completed with the reported result */
 	WFE_OP_RETRY,				/* retry_scheduled, json error; a timer after delay_us */
@@ -98,6 +98,9 @@ typedef enum wfe_op_kind
 	WFE_OP_FINALISING,			/* run moves to finalising */
 	WFE_OP_FINISH				/* run ends in state, text reason (NULL keeps it) */
 } wfe_op_kind;
+
+/* wfe_op.branch of a RESOLVE that leaves the row's branch as it is */
+#define WFE_KEEP_BRANCH (-2)
 
 typedef struct wfe_op
 {

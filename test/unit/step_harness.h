@@ -736,7 +736,7 @@ sh_apply(sh *h, const char *reported)
 			continue;
 		}
 		r = i >= 0 ? &h->rows[i] : NULL;
-		if (op->branch < -2 || op->branch >= h->nst)
+		if (op->branch < WFE_KEEP_BRANCH || op->branch >= h->nst)
 			sh_violate(h, "op %d (kind %d) names branch %d of %d", k, (int) op->kind, op->branch, h->nst);
 		switch (op->kind)
 		{
@@ -767,7 +767,7 @@ sh_apply(sh *h, const char *reported)
 				r->outcome = op->state;
 				sh_set_result(h, i, op->json);
 				sh_set(h, &r->error, op->json2);
-				if (op->branch != -2)
+				if (op->branch != WFE_KEEP_BRANCH)
 					r->branch = op->branch;
 				break;
 			case WFE_OP_BIND_FAILED:

@@ -1,0 +1,166 @@
+/*
+ * claim.c — wfe.claim_task: poll workers take ready tasks.
+ *
+ * A claim decides nothing about how a run moves (queued -> running is the
+ * only transition, and it needs no run lock), so it does not go through the
+ * step core: one statement walks the ready index, updates what it took and
+ * records the claims; ready.c hears whether the claimer may now wait.
+ */
+#include "postgres.h"
+
+#include "access/htup_details.h"
+#include "common/md5.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "funcapi.h"
+#include "utils/builtins.h"
+#include "utils/timestamp.h"
+#include "utils/uuid.h"
+
+#include "spi_stmt.h"
+#include "wfe.h"
+
+/*
+ * The claim: the ready index is walked under SKIP LOCKED and the rows taken
+ * are updated by tuple id, so the plan never joins against (or scans) the
+ * stage table, whatever its size and max_tasks (test/tap/006_claim_plan.pl).
+ */
+static stmt q_claim = STMT(
+	"WITH claimed AS ("
+	"  UPDATE wfe.run_stages AS st"
+	"     SET state = 'running', claimed_by = $2, started_at = now(), heartbeat_at = now(),"
+	"         deadline_at = now() + make_interval(secs => least(coalesce($4, st.exec_ms),"
+	"                                             coalesce(st.heartbeat_ms, 2147483647)) / 1000.0)"
+	"   WHERE st.ctid = ANY (ARRAY("
+	"           SELECT p.ctid FROM wfe.run_stages AS p"
+	"            WHERE p.queue = $1 AND p.state = 'queued'"
+	"              AND NOT EXISTS (SELECT 1 FROM wfe.queues AS q"
+	"                               WHERE q.queue = $1 AND (q.paused OR q.delivery = 'broker'))"
+	"            ORDER BY p.priority DESC, p.ready_at LIMIT $3"
+	"              FOR UPDATE SKIP LOCKED))"
+	"  RETURNING st.*"
+	"), logged AS ("
+	"  INSERT INTO wfe.events (run_id, tenant, stage, attempt, type, detail)"
+	"  SELECT c.run_id, c.tenant, c.stage, c.attempt, 'stage.claimed',"
+	"         jsonb_build_object('worker_id', $2::text) FROM claimed AS c"
+	")"
+	" SELECT c.run_id, c.stage, c.attempt, c.fence, c.queue, c.worker, c.input, NULL::jsonb,"
+	"        c.deadline_at, c.heartbeat_ms,"
+	/* a lookup per claimed row: a join would be hashed in the generic plan */
+	"        (SELECT r.definition_digest FROM wfe.runs AS r WHERE r.run_id = c.run_id),"
+	"        NULL::uuid, c.tenant"
+	"   FROM claimed AS c"
+	"  ORDER BY c.priority DESC, c.ready_at", 4, TX, TX, I4, I4);
+static stmt q_queue_broker = STMT(
+	"SELECT EXISTS (SELECT 1 FROM wfe.queues AS q WHERE q.queue = $1 AND q.delivery = 'broker')", 1, TX);
+static stmt q_queue_known = STMT(
+	"SELECT EXISTS (SELECT 1 FROM wfe.contracts AS c WHERE c.queue = $1)"
+	"    OR EXISTS (SELECT 1 FROM wfe.queues AS q WHERE q.queue = $1)", 1, TX);
+
+PG_FUNCTION_INFO_V1(wfe_claim_task);
+
+/*
+ * The deterministic id of a message about an attempt: wfe._message_id's
+ * md5(run:stage:attempt:fence:kind) as a uuid, computed here rather than
+ * through the SQL function (which the claim would otherwise call per row,
+ * rebuilding its body each time).
+ */
+static Datum
+message_id(int64 run_id, const char *stage, int attempt, int64 fence, const char *kind)
+{
+	char	   *text = psprintf(INT64_FORMAT ":%s:%d:" INT64_FORMAT ":%s", run_id, stage, attempt,
+								fence, kind);
+	pg_uuid_t  *uuid = palloc(sizeof(pg_uuid_t));
+	const char *errstr = NULL;
+
+	if (!pg_md5_binary(text, strlen(text), uuid->data, &errstr))
+		elog(ERROR, "wfe: md5 failed: %s", errstr ? errstr : "?");
+	return UUIDPGetDatum(uuid);
+}
+
+/*
+ * wfe.claim_task(queue, worker_id, max_tasks, lease_ms) RETURNS SETOF wfe.task
+ *
+ * Up to max_tasks ready tasks of a poll queue, highest priority then
+ * oldest, marked running with an execution deadline; never waits for
+ * another claimer (SKIP LOCKED).
+ */
+Datum
+wfe_claim_task(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	char	   *queue;
+	int			max_tasks;
+	wfe_claim_ticket ticket;
+	Datum		v[4];
+	char		n[5] = "    ";
+	TimestampTz due = 0;
+	uint64		claimed;
+
+	if (PG_ARGISNULL(0) || PG_ARGISNULL(1))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("queue and worker_id must not be null")));
+	max_tasks = PG_ARGISNULL(2) ? 0 : PG_GETARG_INT32(2);
+	if (PG_ARGISNULL(2) || max_tasks < 1 || max_tasks > 1000)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 PG_ARGISNULL(2) ? errmsg("max_tasks must be between 1 and 1000, not <NULL>")
+				 : errmsg("max_tasks must be between 1 and 1000, not %d", max_tasks)));
+	if (!PG_ARGISNULL(3) && PG_GETARG_INT32(3) < 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("lease_ms must be positive, not %d", PG_GETARG_INT32(3))));
+	queue = text_to_cstring(PG_GETARG_TEXT_PP(0));
+
+	InitMaterializedSRF(fcinfo, 0);
+	SPI_connect();
+	/* before the claim's snapshot: a release from now on wakes us if we wait */
+	wfe_ready_claim_begin(queue, &ticket);
+	v[0] = PG_GETARG_DATUM(0);
+	v[1] = PG_GETARG_DATUM(1);
+	v[2] = Int32GetDatum(max_tasks);
+	v[3] = PG_ARGISNULL(3) ? (Datum) 0 : PG_GETARG_DATUM(3);
+	n[3] = PG_ARGISNULL(3) ? 'n' : ' ';
+	stmt_run(&q_claim, v, n);
+	claimed = SPI_processed;
+	for (uint64 k = 0; k < claimed; k++)
+	{
+		Datum		values[13];
+		bool		nulls[13];
+
+		heap_deform_tuple(SPI_tuptable->vals[k], SPI_tuptable->tupdesc, values, nulls);
+		values[11] = message_id(DatumGetInt64(values[0]), TextDatumGetCString(values[1]),
+								DatumGetInt32(values[2]), DatumGetInt64(values[3]), "dispatch");
+		nulls[11] = false;
+		/* the worker must be awake when the execution deadline passes */
+		if (!nulls[8] && (due == 0 || DatumGetTimestampTz(values[8]) < due))
+			due = DatumGetTimestampTz(values[8]);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	if (due != 0)
+		wfe_wake_at(due);
+	wfe_ready_claim_end(queue, &ticket, claimed < (uint64) max_tasks);
+
+	if (claimed == 0)
+	{
+		Datum		q[1] = {PG_GETARG_DATUM(0)};
+
+		stmt_run(&q_queue_broker, q, NULL);
+		if (stmt_bool(1))
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("queue \"%s\" is in broker delivery mode", queue),
+					 errhint("Its tasks are dispatched through RabbitMQ and started with wfe.accept_task; "
+							 "wfe.configure_queue(queue, 'poll') makes it a poll queue.")));
+		stmt_run(&q_queue_known, q, NULL);
+		if (!stmt_bool(1))
+			ereport(ERROR,
+					(errcode(ERRCODE_UNDEFINED_OBJECT),
+					 errmsg("queue \"%s\" does not exist", queue),
+					 errhint("Queues come from the contracts registry (wfe.register_worker, wfe.register_action).")));
+	}
+	SPI_finish();
+	return (Datum) 0;
+}
+
