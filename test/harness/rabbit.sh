@@ -48,8 +48,9 @@ rmq_start() {
 	mkdir -p "$RMQ_DIR/home" "$RMQ_DIR/mnesia" "$RMQ_DIR/log"
 	echo '[].' >"$RMQ_DIR/enabled_plugins"
 	echo 'loopback_users = none' >"$RMQ_DIR/rabbitmq.conf"
-	RMQ_PORT=$(free_port 25699) || return 1
-	RMQ_EPMD_PORT=$(free_port 24369) || return 1
+	# RMQ_FIRST_PORT / RMQ_FIRST_EPMD_PORT let parallel checkouts keep apart.
+	RMQ_PORT=$(free_port "${RMQ_FIRST_PORT:-25699}") || return 1
+	RMQ_EPMD_PORT=$(free_port "${RMQ_FIRST_EPMD_PORT:-24369}") || return 1
 	(rmq_env && setsid /usr/lib/rabbitmq/bin/rabbitmq-server >"$RMQ_DIR/server.out" 2>&1 &)
 	wait_for 60 'rmqctl await_startup >/dev/null 2>&1'
 }
