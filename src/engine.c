@@ -77,12 +77,12 @@ static stmt q_events = STMT(
 static stmt q_enqueue = STMT(
 	"UPDATE wfe.run_stages AS st"
 	"   SET state = 'queued', attempt = CASE WHEN $3 THEN st.attempt + 1 ELSE st.attempt END,"
-	"       fence = st.fence + 1, input = coalesce($4::jsonb, st.input), outcome = NULL, error = NULL,"
+	"       fence = $5, input = coalesce($4::jsonb, st.input), outcome = NULL, error = NULL,"
 	"       ready_at = now(), claimed_by = NULL, started_at = NULL, heartbeat_at = NULL,"
 	"       deadline_at = CASE WHEN st.queue_ms IS NOT NULL"
 	"                          THEN now() + make_interval(secs => st.queue_ms / 1000.0) END"
 	" WHERE st.run_id = $1 AND st.stage = $2"
-	" RETURNING st.deadline_at, st.handler IS NOT NULL, st.queue", 4, I8, TX, BO, TX);
+	" RETURNING st.deadline_at, st.handler IS NOT NULL, st.queue", 5, I8, TX, BO, TX, I8);
 static stmt q_queue_mode = STMT(
 	"SELECT q.delivery = 'broker', q.paused FROM wfe.queues AS q WHERE q.queue = $1", 1, TX);
 static stmt q_dispatch = STMT(
@@ -90,15 +90,15 @@ static stmt q_dispatch = STMT(
 	" WHERE r.run_id = $1 AND s.run_id = $1 AND s.stage = $2", 2, I8, TX);
 static stmt q_resolve = STMT(
 	"UPDATE wfe.run_stages AS st"
-	"   SET state = $3, attempt = 1, fence = 1, outcome = $3, result = $4::jsonb, error = $5::jsonb,"
+	"   SET state = $3, attempt = 1, fence = $8, outcome = $3, result = $4::jsonb, error = $5::jsonb,"
 	"       branch = CASE WHEN $6 THEN $7 ELSE st.branch END,"
 	"       started_at = coalesce(st.started_at, now()), finished_at = now()"
-	" WHERE st.run_id = $1 AND st.stage = $2", 7, I8, TX, TX, TX, TX, BO, TX);
+	" WHERE st.run_id = $1 AND st.stage = $2", 8, I8, TX, TX, TX, TX, BO, TX, I8);
 static stmt q_bind_failed = STMT(
 	"UPDATE wfe.run_stages AS st"
-	"   SET state = 'failed', attempt = 1, fence = st.fence + 1, outcome = 'failed',"
+	"   SET state = 'failed', attempt = 1, fence = $4, outcome = 'failed',"
 	"       error = $3::jsonb, finished_at = now()"
-	" WHERE st.run_id = $1 AND st.stage = $2", 3, I8, TX, TX);
+	" WHERE st.run_id = $1 AND st.stage = $2", 4, I8, TX, TX, I8);
 static stmt q_complete = STMT(
 	"UPDATE wfe.run_stages AS st"
 	"   SET state = 'completed', outcome = 'completed', result = $3::jsonb, error = NULL,"
@@ -118,22 +118,22 @@ static stmt q_dead_letter = STMT(
 	"INSERT INTO wfe.dead_letters (tenant, run_id, stage, attempt, reason, error)"
 	" VALUES ($3, $1, $2, $4, 'retries exhausted', $5::jsonb)", 5, I8, TX, TX, I4, TX);
 static stmt q_time_out = STMT(
-	"UPDATE wfe.run_stages AS st SET state = 'timed_out', fence = st.fence + 1, deadline_at = NULL"
-	" WHERE st.run_id = $1 AND st.stage = $2", 2, I8, TX);
+	"UPDATE wfe.run_stages AS st SET state = 'timed_out', fence = $3, deadline_at = NULL"
+	" WHERE st.run_id = $1 AND st.stage = $2", 3, I8, TX, I8);
 static stmt q_skip = STMT(
 	"UPDATE wfe.run_stages AS st SET state = 'skipped', skip_reason = $3, finished_at = now()"
 	" WHERE st.run_id = $1 AND st.stage = $2", 3, I8, TX, TX);
 static stmt q_cancel = STMT(
 	"UPDATE wfe.run_stages AS st"
-	"   SET state = 'cancelled', fence = st.fence + 1, finished_at = now(), error = $3::jsonb"
-	" WHERE st.run_id = $1 AND st.stage = $2 RETURNING st.queue", 3, I8, TX, TX);
+	"   SET state = 'cancelled', fence = $4, finished_at = now(), error = $3::jsonb"
+	" WHERE st.run_id = $1 AND st.stage = $2 RETURNING st.queue", 4, I8, TX, TX, I8);
 static stmt q_cancel_message = STMT(
 	"INSERT INTO wfe.outbox (tenant, run_id, stage, attempt, fence, kind, exchange, routing_key,"
 	"                        message_id, body)"
 	" SELECT $3, $1, $2, $4, $5, 'cancel', 'wfe.commands', 'cancel.' || q.queue,"
 	"        wfe._message_id($1, $2, $4, $5, 'cancel'),"
-	"        jsonb_build_object('run_id', $1, 'stage', $2, 'attempt', $4, 'fence', $5 - 1, 'reason', $6)"
-	"   FROM wfe.queues AS q WHERE q.queue = $7 AND q.delivery = 'broker'", 7, I8, TX, TX, I4, I8, TX, TX);
+	"        jsonb_build_object('run_id', $1, 'stage', $2, 'attempt', $4, 'fence', $8, 'reason', $6)"
+	"   FROM wfe.queues AS q WHERE q.queue = $7 AND q.delivery = 'broker'", 8, I8, TX, TX, I4, I8, TX, TX, I8);
 static stmt q_branch = STMT(
 	"UPDATE wfe.run_stages AS st SET branch = $3 WHERE st.run_id = $1 AND st.stage = $2", 3, I8, TX, TX);
 static stmt q_arrivals = STMT(
@@ -400,6 +400,19 @@ io_random(void *arg)
 	return pg_prng_double(&pg_global_prng_state);
 }
 
+/* A fence's low half: from the strong source, since a fence is a capability. */
+static uint32_t
+io_fence_bits(void *arg)
+{
+	uint32		bits;
+
+	if (!pg_strong_random(&bits, sizeof(bits)))
+		ereport(ERROR,
+				(errcode(ERRCODE_INTERNAL_ERROR),
+				 errmsg("could not generate a random fence")));
+	return bits;
+}
+
 /*
  * Lock the run and set up a step over it.  Returns false when there is no
  * such run (or, with skip_locked, when another transaction holds it).
@@ -443,7 +456,7 @@ begin(srv *s, int64 run_id, run_lock how)
 	s->io = (wfe_step_io) {
 		.arg = s,.load = io_load,.result = io_result,.context = io_context,
 		.output = io_output,
-		.input_schema = io_input_schema,.random = io_random
+		.input_schema = io_input_schema,.random = io_random,.fence_bits = io_fence_bits
 	};
 	wfe_step_begin(&current_step, s->rp, &s->run, &s->io);
 	return true;
@@ -593,6 +606,7 @@ apply(srv *s, const char *reported)
 			case WFE_OP_ENQUEUE:
 				v[2] = BoolGetDatum(op->flag);
 				v[3] = stmt_text_or_null(op->json, &n[3]);
+				v[4] = Int64GetDatum(op->fence);
 				stmt_run(&q_enqueue, v, n);
 				after_enqueue(s, stage);
 				break;
@@ -602,10 +616,12 @@ apply(srv *s, const char *reported)
 				v[4] = stmt_text_or_null(op->json2, &n[4]);
 				v[5] = BoolGetDatum(op->branch != WFE_KEEP_BRANCH);
 				v[6] = stmt_text_or_null(op->branch >= 0 ? s->rp->stages[op->branch].name : NULL, &n[6]);
+				v[7] = Int64GetDatum(op->fence);
 				stmt_run(&q_resolve, v, n);
 				break;
 			case WFE_OP_BIND_FAILED:
 				v[2] = CStringGetTextDatum(op->json);
+				v[3] = Int64GetDatum(op->fence);
 				stmt_run(&q_bind_failed, v, n);
 				break;
 			case WFE_OP_COMPLETE:
@@ -631,6 +647,7 @@ apply(srv *s, const char *reported)
 				}
 				break;
 			case WFE_OP_TIME_OUT:
+				v[2] = Int64GetDatum(op->fence);
 				stmt_run(&q_time_out, v, n);
 				break;
 			case WFE_OP_SKIP:
@@ -642,6 +659,7 @@ apply(srv *s, const char *reported)
 					char	   *queue;
 
 					v[2] = CStringGetTextDatum(op->json);
+					v[3] = Int64GetDatum(op->fence);
 					stmt_run(&q_cancel, v, n);
 					queue = SPI_processed == 1 ? stmt_col(1) : NULL;
 					if (op->flag && queue != NULL)
@@ -651,6 +669,7 @@ apply(srv *s, const char *reported)
 						v[4] = Int64GetDatum(op->fence);
 						v[5] = stmt_text_or_null(op->text, &n[5]);
 						v[6] = CStringGetTextDatum(queue);
+						v[7] = Int64GetDatum(op->prev_fence);
 						stmt_run(&q_cancel_message, v, n);
 						if (SPI_processed > 0)
 							wfe_wake_at(GetCurrentTimestamp());	/* a request to publish */

@@ -418,6 +418,20 @@ bind_stage(wfe_step *st, int i, const char **code, const char **message)
  * Releasing stages
  * --------------------------------------------------------------------- */
 
+/*
+ * A new fence.  A fence is a capability (runtime.md "Who may report"): the
+ * high 32 bits count fencings, so fences only grow, and the low 32 bits are
+ * fresh random bits from the server, so whoever did not receive the task or
+ * the envelope cannot guess the fence of the attempt it names.
+ */
+static int64_t
+next_fence(wfe_step *st, int64_t fence)
+{
+	uint64_t	generation = ((uint64_t) fence >> 32) + 1;
+
+	return (int64_t) (generation << 32 | st->io->fence_bits(st->io->arg));
+}
+
 /* Queue an attempt: a new fence (and, for a release or a retry, a new attempt). */
 static void
 enqueue(wfe_step *st, int i, const char *input, int new_attempt)
@@ -430,7 +444,7 @@ enqueue(wfe_step *st, int i, const char *input, int new_attempt)
 	op->json = input;
 	r->state = WFE_QUEUED;
 	r->attempt += new_attempt;
-	r->fence += 1;
+	r->fence = next_fence(st, r->fence);
 	r->outcome = 0;
 	op->attempt = r->attempt;
 	op->fence = r->fence;
@@ -452,8 +466,9 @@ resolve(wfe_step *st, int i, wfe_state state, json_object *result, json_object *
 	op->branch = branch;
 	r->state = state;
 	r->attempt = 1;
-	r->fence = 1;
+	r->fence = next_fence(st, 0);
 	r->outcome = state;
+	op->fence = r->fence;
 	if (branch != WFE_KEEP_BRANCH)
 		r->branch = branch;
 }
@@ -713,8 +728,9 @@ activate(wfe_step *st, int i, int branch, wfe_state outcome)
 			op->json = json_text(st, error);
 			r->state = WFE_FAILED;
 			r->attempt = 1;
-			r->fence += 1;
+			r->fence = next_fence(st, r->fence);
 			r->outcome = WFE_FAILED;
+			op->fence = r->fence;
 			json_object_object_add(detail, "code", jstr(code));
 			json_object_object_add(detail, "error", jstr(message));
 			event(st, i, 1, "stage.binding_failed", detail);
@@ -829,12 +845,14 @@ set_intent(wfe_step *st, wfe_run_state intent, const char *reason)
 		op->flag = (was == WFE_DISPATCHED || was == WFE_RUNNING);
 		op->text = reason;
 		r->state = WFE_CANCELLED;
-		r->fence += 1;
+		op->prev_fence = r->fence;
+		r->fence = next_fence(st, r->fence);
 		op->attempt = r->attempt;
 		op->fence = r->fence;
 		detail = json_object_new_object();
 		json_object_object_add(detail, "was", jstr(wfe_state_name(was)));
 		json_object_object_add(detail, "fence", json_object_new_int64(r->fence));
+		json_object_object_add(detail, "cancelled_fence", json_object_new_int64(op->prev_fence));
 		json_object_object_add(detail, "cancel_requested", json_object_new_boolean(op->flag));
 		event(st, i, r->attempt, "stage.cancelled", detail);
 	}
@@ -1090,11 +1108,13 @@ wfe_step_expired(wfe_step *st, int i, const char *clock, const char *deadline_te
 	json_object *detail = json_object_new_object();
 	json_object *error = json_object_new_object();
 	const char *code = wfe_arena_printf(&st->arena, "timeout.%s", clock);
+	wfe_op	   *op;
 
 	/* the expired attempt is fenced: whatever it reports later is stale */
-	emit(st, WFE_OP_TIME_OUT, i);
+	op = emit(st, WFE_OP_TIME_OUT, i);
 	r->state = WFE_TIMED_OUT;
-	r->fence += 1;
+	r->fence = next_fence(st, r->fence);
+	op->fence = r->fence;
 	json_object_object_add(detail, "clock", jstr(clock));
 	json_object_object_add(detail, "deadline_at", jparse(deadline_json));
 	event(st, i, r->attempt, "stage.timed_out", detail);
@@ -1236,7 +1256,8 @@ wfe_step_gate(wfe_step *st, int i, wfe_callback cb, int attempt, int64_t fence, 
 				return reject(st, i, cb, "stale");
 			break;
 		default:
-			if (r->state != WFE_QUEUED && r->state != WFE_DISPATCHED && r->state != WFE_RUNNING)
+			/* only the holder of a claimed or accepted attempt reports it */
+			if (r->state != WFE_RUNNING)
 				return reject(st, i, cb, "stale");
 	}
 	return NULL;

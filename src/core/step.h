@@ -74,6 +74,8 @@ typedef struct wfe_step_io
 	struct json_object *(*input_schema) (void *arg, int stage);
 	/* uniform in [0, 1), for jitter */
 	double		(*random) (void *arg);
+	/* 32 unpredictable bits, the low half of a new fence */
+	uint32_t	(*fence_bits) (void *arg);
 } wfe_step_io;
 
 /* The effects, in the order the server writes them. */
@@ -109,6 +111,7 @@ typedef struct wfe_op
 	int			state;
 	int			attempt;
 	int64_t		fence;
+	int64_t		prev_fence;		/* CANCEL: the fence of the attempt asked to stop */
 	int			flag;
 	int			branch;
 	int64_t		delay_us;

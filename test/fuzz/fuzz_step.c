@@ -277,6 +277,8 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			EXEC_CONTEXTS[(data[1] >> 2) % N(EXEC_CONTEXTS)]);
 	h.violation = fuzz_violation;
 	h.random = RANDOMS[(data[2] >> 1) % N(RANDOMS)];
+	/* the low halves of new fences: zero, all ones, or something between */
+	h.fence_bits = (data[2] & 0x40) ? 0xffffffffu : (uint32_t) data[1] * 0x01010101u;
 	if (data[2] & 1)
 		for (int i = 0; i < h.nst; i++)
 			if (h.rp->stages[i].kind == WFE_K_ACTION)

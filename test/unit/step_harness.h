@@ -132,6 +132,7 @@ struct sh
 	struct json_object **input_schema;	/* per stage, owned (engine.c caches them) */
 	struct json_object **output_schema;
 	double		random;			/* what io->random returns */
+	uint32_t	fence_bits;		/* what io->fence_bits returns */
 
 	sh_event   *events;
 	int			nevents,
@@ -420,6 +421,14 @@ sh_io_random(void *arg)
 	return h->random;
 }
 
+static uint32_t
+sh_io_fence_bits(void *arg)
+{
+	sh		   *h = arg;
+
+	return h->fence_bits;
+}
+
 /* ---------------------------------------------------------------------
  * A run: its rows as wfe.submit inserts them
  * --------------------------------------------------------------------- */
@@ -614,12 +623,22 @@ sh_run_move(sh *h, int to, const char *by)
 	h->run.state = (wfe_run_state) to;
 }
 
+/*
+ * A new fence from the core (from fence, or from 0 for a resolve): it must
+ * be the next generation in the high half with io's random low half, so
+ * fences only grow and cannot be guessed.
+ */
 static void
-sh_set_fence(sh *h, int i, int64_t fence, const char *by)
+sh_new_fence(sh *h, int i, int64_t from, int64_t fence, const char *by)
 {
-	if (fence < h->rows[i].fence)
-		sh_violate(h, "%s: fence decreases from %lld to %lld (%s)", sh_sname(h, i),
+	int64_t		want = (int64_t) (((((uint64_t) from) >> 32) + 1) << 32 | h->fence_bits);
+
+	if (fence <= h->rows[i].fence)
+		sh_violate(h, "%s: fence does not grow from %lld to %lld (%s)", sh_sname(h, i),
 				   (long long) h->rows[i].fence, (long long) fence, by);
+	if (fence != want)
+		sh_violate(h, "%s: new fence %lld, not the next generation %lld (%s)", sh_sname(h, i),
+				   (long long) fence, (long long) want, by);
 	h->rows[i].fence = fence;
 }
 
@@ -746,7 +765,7 @@ sh_apply(sh *h, const char *reported)
 			case WFE_OP_ENQUEUE:
 				sh_move(h, i, WFE_QUEUED, "enqueue");
 				sh_set_attempt(h, i, r->attempt + (op->flag ? 1 : 0), "enqueue");
-				sh_set_fence(h, i, r->fence + 1, "enqueue");
+				sh_new_fence(h, i, r->fence, op->fence, "enqueue");
 				if (op->json)
 					sh_set(h, &r->input, op->json);
 				r->outcome = 0;
@@ -763,7 +782,7 @@ sh_apply(sh *h, const char *reported)
 							   wfe_state_name((wfe_state) op->state));
 				sh_move(h, i, (wfe_state) op->state, "resolve");
 				sh_set_attempt(h, i, 1, "resolve");
-				sh_set_fence(h, i, 1, "resolve");
+				sh_new_fence(h, i, 0, op->fence, "resolve");
 				r->outcome = op->state;
 				sh_set_result(h, i, op->json);
 				sh_set(h, &r->error, op->json2);
@@ -775,7 +794,7 @@ sh_apply(sh *h, const char *reported)
 					sh_violate(h, "%s: BIND_FAILED without an error", sh_sname(h, i));
 				sh_move(h, i, WFE_FAILED, "binding failed");
 				sh_set_attempt(h, i, 1, "binding failed");
-				sh_set_fence(h, i, r->fence + 1, "binding failed");
+				sh_new_fence(h, i, r->fence, op->fence, "binding failed");
 				r->outcome = WFE_FAILED;
 				sh_set(h, &r->error, op->json);
 				break;
@@ -822,7 +841,7 @@ sh_apply(sh *h, const char *reported)
 				break;
 			case WFE_OP_TIME_OUT:
 				sh_move(h, i, WFE_TIMED_OUT, "time out");
-				sh_set_fence(h, i, r->fence + 1, "time out");
+				sh_new_fence(h, i, r->fence, op->fence, "time out");
 				break;
 			case WFE_OP_SKIP:
 				if (!sh_skip_reason_ok(op->text))
@@ -835,7 +854,10 @@ sh_apply(sh *h, const char *reported)
 				if (op->json == NULL)
 					sh_violate(h, "%s: CANCEL without an error", sh_sname(h, i));
 				sh_move(h, i, WFE_CANCELLED, "cancel");
-				sh_set_fence(h, i, r->fence + 1, "cancel");
+				if (op->prev_fence != r->fence)
+					sh_violate(h, "%s: CANCEL names fence %lld as cancelled, the row had %lld",
+							   sh_sname(h, i), (long long) op->prev_fence, (long long) r->fence);
+				sh_new_fence(h, i, r->fence, op->fence, "cancel");
 				sh_set(h, &r->error, op->json);
 				if (op->attempt != r->attempt || op->fence != r->fence)
 					sh_violate(h, "%s: CANCEL says attempt %d fence %lld, the row has %d and %lld",
@@ -847,7 +869,7 @@ sh_apply(sh *h, const char *reported)
 
 					m->stage = i;
 					m->attempt = op->attempt;
-					m->fence = op->fence - 1;	/* the message names the fenced attempt */
+					m->fence = op->prev_fence;	/* the message names the fenced attempt */
 				}
 				break;
 			case WFE_OP_BRANCH:
@@ -1004,6 +1026,7 @@ sh_begin(sh *h)
 	h->io.output = sh_io_output;
 	h->io.input_schema = sh_io_input_schema;
 	h->io.random = sh_io_random;
+	h->io.fence_bits = sh_io_fence_bits;
 	wfe_step_begin(&h->st, h->rp, &h->view, &h->io);
 }
 
@@ -1113,16 +1136,24 @@ sh_callback(sh *h, int i, wfe_callback cb, int attempt, int64_t fence, const cha
 	return outcome;
 }
 
-/* The current attempt's callbacks. */
+SH_FN int	sh_claim(sh *h, int i);
+
+/*
+ * The current attempt's holder reports: a worker reports what it claimed,
+ * so a queued attempt is claimed first (a report of an attempt nobody
+ * claimed is stale: sh_callback reports as anyone).
+ */
 SH_FN const char *
 sh_complete(sh *h, int i, const char *result)
 {
+	sh_claim(h, i);
 	return sh_callback(h, i, WFE_CB_COMPLETE, h->rows[i].attempt, h->rows[i].fence, result, 1);
 }
 
 SH_FN const char *
 sh_fail(sh *h, int i, const char *error, int retryable)
 {
+	sh_claim(h, i);
 	return sh_callback(h, i, WFE_CB_FAIL, h->rows[i].attempt, h->rows[i].fence, error, retryable);
 }
 

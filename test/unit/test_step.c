@@ -24,6 +24,9 @@
 
 #include "step_harness.h"
 
+/* fence generation n with the harness's default random bits (0) */
+#define F(n) ((int64_t) (n) << 32)
+
 static int	tests_run;
 static int	tests_failed;
 
@@ -627,7 +630,7 @@ test_linear_success(void)
 	ok(h.nops > 0 && strcmp(op_event(&h, 0), "run.started") == 0, "linear: the start writes run.started first");
 	expect_state(&h, "a", WFE_QUEUED, "linear start");
 	op = sh_find_op(&h, WFE_OP_ENQUEUE, a);
-	ok(op && op->flag == 1 && op->attempt == 1 && op->fence == 1,
+	ok(op && op->flag == 1 && op->attempt == 1 && op->fence == F(1),
 	   "linear start: a is enqueued as a new attempt 1, fence 1");
 	expect_json(h.rows[a].input, "{\"x\": \"hello\", \"fixed\": 1}", "linear start: a's input binds ${context.x}");
 	ok(events_last(&h, "stage.released", "a") == 1, "linear start: stage.released for a");
@@ -736,7 +739,7 @@ test_retry_backoff(void)
 		ok(sh_fire_retry(&h, a), "retry: the timer after attempt %d fires", n);
 		op = sh_find_op(&h, WFE_OP_ENQUEUE, a);
 		ok(op && op->flag == 1 && op->json == NULL && h.rows[a].attempt == n + 1 &&
-		   h.rows[a].fence == n + 1 && h.rows[a].state == WFE_QUEUED && h.rows[a].error == NULL,
+		   h.rows[a].fence == F(n + 1) && h.rows[a].state == WFE_QUEUED && h.rows[a].error == NULL,
 		   "retry: attempt %d queued, new fence, input kept, error cleared", n + 1);
 		ok(events_last(&h, "stage.retried", "a") == 1, "retry: event stage.retried");
 		if (n == 1)
@@ -820,17 +823,17 @@ test_timeout(void)
 	ok(sh_expire(&h, a, "execution"), "timeout: a running attempt expires");
 	ok(op_index(&h, WFE_OP_TIME_OUT, a) >= 0 && op_index(&h, WFE_OP_TIME_OUT, a) < op_index(&h, WFE_OP_RETRY, a),
 	   "timeout: TIME_OUT, then RETRY");
-	ok(h.rows[a].state == WFE_RETRY_SCHEDULED && h.rows[a].fence == 2 && h.rows[a].attempt == 1,
+	ok(h.rows[a].state == WFE_RETRY_SCHEDULED && h.rows[a].fence == F(2) && h.rows[a].attempt == 1,
 	   "timeout: the attempt is fenced (fence 2) and retried later");
 	expect_json(sh_event_detail(&h, "stage.timed_out", a),
 				"{\"clock\": \"execution\", \"deadline_at\": \"2030-01-01T00:00:00+00:00\"}",
 				"timeout: event stage.timed_out with the clock");
 	expect_str(sh_json_get(h.rows[a].error, "code"), "timeout.execution", "timeout: error timeout.execution");
-	ok(h.timers[h.ntimers - 1].fence == 2, "timeout: the retry timer carries the new fence");
+	ok(h.timers[h.ntimers - 1].fence == F(2), "timeout: the retry timer carries the new fence");
 	expect_str(sh_callback(&h, a, WFE_CB_COMPLETE, 1, 1, "{}", 1), "stale",
 			   "timeout: the expired attempt's report is stale");
 	sh_fire_retry(&h, a);
-	ok(h.rows[a].attempt == 2 && h.rows[a].fence == 3, "timeout: attempt 2, fence 3");
+	ok(h.rows[a].attempt == 2 && h.rows[a].fence == F(3), "timeout: attempt 2, fence generation 3");
 	ok(sh_expire(&h, a, "execution"), "timeout: a queued attempt expires too");
 	expect_str(sh_json_get(h.rows[a].error, "code"), "timeout.queue", "timeout: a queued attempt: timeout.queue");
 	ok(!sh_expire(&h, a, "execution"), "timeout: a retry_scheduled stage has no deadline (server)");
@@ -869,7 +872,7 @@ test_binding(void)
 	op = sh_find_op(&h, WFE_OP_BIND_FAILED, a);
 	ok(op != NULL, "binding: a missing ${context.x} fails the binding");
 	expect_str(op ? sh_json_get(op->json, "code") : NULL, "binding.missing", "binding: code binding.missing");
-	ok(h.rows[a].state == WFE_FAILED && h.rows[a].attempt == 1 && h.rows[a].fence == 1 &&
+	ok(h.rows[a].state == WFE_FAILED && h.rows[a].attempt == 1 && h.rows[a].fence == F(1) &&
 	   h.rows[a].outcome == WFE_FAILED, "binding: a is failed, attempt 1, fence 1");
 	ok(sh_count_ops(&h, WFE_OP_RETRY, -2) == 0 && h.ndead == 0 && h.ntimers == 0,
 	   "binding: no retry, no dead letter, although retries are left");
@@ -1205,7 +1208,7 @@ test_nested_forks(void)
 	   "join failed: event stage.join_failed, no stage.joined");
 	ok(h.run.intent == WFE_RUN_FAILED, "join failed: on_failure failed");
 	op = sh_find_op(&h, WFE_OP_CANCEL, a);
-	ok(op && op->flag == 0 && h.rows[a].state == WFE_CANCELLED && h.rows[a].fence == 2,
+	ok(op && op->flag == 0 && h.rows[a].state == WFE_CANCELLED && h.rows[a].fence == F(2),
 	   "join failed: the queued sibling a is fenced and cancelled, no cancel message");
 	expect_skipped(&h, "after2", "run_aborted", "join failed");
 	expect_skipped(&h, "j1", "run_aborted", "join failed");
@@ -1317,13 +1320,13 @@ test_intent_failed(void)
 	op = sh_find_op(&h, WFE_OP_CANCEL, t);
 	ok(op && op->flag == 0, "intent: retry_scheduled t cancelled without");
 	expect_ops(&h, WFE_OP_CANCEL, "p", 0, "intent: the failed stage itself is not cancelled");
-	ok(h.ncancels == 2 && h.cancels[0].stage == q && h.cancels[0].fence == 1 && h.cancels[1].stage == r,
+	ok(h.ncancels == 2 && h.cancels[0].stage == q && h.cancels[0].fence == F(1) && h.cancels[1].stage == r,
 	   "intent: two cancel messages, naming the fenced attempts");
-	ok(h.rows[q].state == WFE_CANCELLED && h.rows[q].fence == 2 && h.rows[t].fence == 2,
+	ok(h.rows[q].state == WFE_CANCELLED && h.rows[q].fence == F(2) && h.rows[t].fence == F(2),
 	   "intent: cancelled stages are fenced");
 	expect_str(sh_json_get(h.rows[q].error, "code"), "run.failed", "intent: the cancel error is run.failed");
 	expect_json(sh_event_detail(&h, "stage.cancelled", q),
-				"{\"was\": \"running\", \"fence\": 2, \"cancel_requested\": true}", "intent: event stage.cancelled");
+				"{\"was\": \"running\", \"fence\": 8589934592, \"cancelled_fence\": 4294967296, \"cancel_requested\": true}", "intent: event stage.cancelled");
 	expect_skipped(&h, "j", "run_aborted", "intent failed");
 	expect_skipped(&h, "after", "run_aborted", "intent failed");
 	ok(h.timers[nt - 1].fired, "intent: t's pending retry timer is retired");
@@ -1661,7 +1664,7 @@ test_gate(void)
 	   "gate: a rejection writes exactly one callback.* event");
 	expect_str(sh_accept(&h, a), "accepted", "gate: accept");
 	expect_str(sh_accept(&h, a), "duplicate", "gate: accept again while running: duplicate");
-	expect_str(sh_callback(&h, a, WFE_CB_HEARTBEAT, 1, 1, NULL, 1), "accepted", "gate: heartbeat while running");
+	expect_str(sh_callback(&h, a, WFE_CB_HEARTBEAT, 1, h.rows[a].fence, NULL, 1), "accepted", "gate: heartbeat while running");
 	ok(h.nops == 1 && h.ops[0].kind == WFE_OP_HEARTBEAT && h.ops[0].stage == a,
 	   "gate: an accepted heartbeat is one HEARTBEAT effect and no event");
 	expect_str(sh_callback(&h, a, WFE_CB_HEARTBEAT, 1, 2, NULL, 1), "stale", "gate: heartbeat with a wrong fence");
@@ -1671,7 +1674,7 @@ test_gate(void)
 	expect_str(sh_complete(&h, a, "{\"v\": 2}"), "conflict", "gate: another result: conflict");
 	expect_str(sh_fail(&h, a, "{}", 1), "conflict", "gate: a failure of the completed attempt: conflict");
 	expect_str(sh_accept(&h, a), "duplicate", "gate: accept of a completed attempt: duplicate");
-	expect_str(sh_callback(&h, a, WFE_CB_HEARTBEAT, 1, 1, NULL, 1), "stale", "gate: heartbeat of a completed attempt");
+	expect_str(sh_callback(&h, a, WFE_CB_HEARTBEAT, 1, h.rows[a].fence, NULL, 1), "stale", "gate: heartbeat of a completed attempt");
 	expect_state(&h, "a", WFE_COMPLETED, "gate: rejections change nothing");
 	expect_int(events_total(&h, "stage.released", "b"), 1, "gate: b was released once, whatever came again");
 
@@ -1683,24 +1686,54 @@ test_gate(void)
 	expect_str(sh_callback(&h, b, WFE_CB_COMPLETE, 1, 0, "{}", 1), "late", "gate: a stale fence after the intent: late");
 	expect_str(sh_callback(&h, cleanup, WFE_CB_COMPLETE, 0, 0, "{}", 1), "late", "gate: a skipped stage: late");
 	expect_str(sh_accept(&h, b), "late", "gate: accept after the intent: late");
-	expect_str(sh_callback(&h, b, WFE_CB_HEARTBEAT, 1, 1, NULL, 1), "late", "gate: heartbeat after the intent: late");
+	expect_str(sh_callback(&h, b, WFE_CB_HEARTBEAT, 1, h.rows[b].fence, NULL, 1), "late", "gate: heartbeat after the intent: late");
 	ok(h.nops == 1 && strcmp(op_event(&h, 0), "callback.late") == 0, "gate: late writes one callback.late event");
 	run_close(&h, "gate");
 
-	/* a queued attempt may be reported before it is claimed (broker delivery) */
+	/* only the holder of a claimed or accepted attempt reports it */
 	run_open(&h, rp_linear, "{\"x\": 1}", NULL);
 	a = X(&h, "a");
 	sh_start(&h);
+	expect_str(sh_callback(&h, a, WFE_CB_COMPLETE, h.rows[a].attempt, h.rows[a].fence, "{}", 1), "stale",
+			   "gate: the right attempt and fence, but nobody claimed it: stale");
+	expect_state(&h, "a", WFE_QUEUED, "gate: an unclaimed report changes nothing");
 	sh_publish(&h, a);
-	expect_str(sh_fail(&h, a, "{\"code\": \"e\"}", 1), "accepted", "gate: a dispatched attempt may fail");
+	expect_str(sh_callback(&h, a, WFE_CB_FAIL, h.rows[a].attempt, h.rows[a].fence, "{\"code\": \"e\"}", 1),
+			   "stale", "gate: a dispatched attempt nobody accepted: stale");
+	expect_state(&h, "a", WFE_DISPATCHED, "gate: ... and it stays dispatched");
+	expect_str(sh_accept(&h, a), "accepted", "gate: the envelope's holder accepts");
+	expect_str(sh_fail(&h, a, "{\"code\": \"e\"}", 1), "accepted", "gate: an accepted attempt may fail");
 	expect_str(sh_fail(&h, a, "{\"code\": \"e\"}", 1), "duplicate", "gate: retry_scheduled: the same failure again is a duplicate");
 	expect_str(sh_accept(&h, a), "duplicate", "gate: accept of a failed attempt: duplicate");
-	sh_fire_retry(&h, a);
-	expect_str(sh_callback(&h, a, WFE_CB_FAIL, 1, 1, "{\"code\": \"e\"}", 1), "stale",
-			   "gate: after the retry the first attempt is stale, no longer duplicate");
-	expect_str(sh_complete(&h, a, "{\"v\": 3}"), "accepted", "gate: a queued attempt may complete");
+	{
+		int64_t		first = h.rows[a].fence;
+
+		sh_fire_retry(&h, a);
+		expect_str(sh_callback(&h, a, WFE_CB_FAIL, 1, first, "{\"code\": \"e\"}", 1), "stale",
+				   "gate: after the retry the first attempt is stale, no longer duplicate");
+	}
+	expect_str(sh_complete(&h, a, "{\"v\": 3}"), "accepted", "gate: the retry, claimed, completes");
 	sh_cancel(&h, "done");
 	run_close(&h, "gate before claim");
+
+	/* fences only grow, and by what the server's random source says */
+	run_open(&h, rp_linear, "{\"x\": 1}", NULL);
+	a = X(&h, "a");
+	h.fence_bits = 0xdeadbeefu;
+	sh_start(&h);
+	ok(h.rows[a].fence == (int64_t) (((uint64_t) 1 << 32) | 0xdeadbeefu),
+	   "fence: generation 1 in the high half, the random bits in the low half");
+	expect_str(sh_callback(&h, a, WFE_CB_COMPLETE, 1, F(1), "{}", 1), "stale",
+			   "fence: the right generation with other low bits: stale");
+	h.fence_bits = 7;
+	sh_claim(&h, a);
+	sh_expire(&h, a, "execution");
+	ok(h.rows[a].fence == (int64_t) (((uint64_t) 2 << 32) | 7u), "fence: a time-out is the next generation");
+	sh_fire_retry(&h, a);
+	ok(h.rows[a].fence == (int64_t) (((uint64_t) 3 << 32) | 7u) && h.rows[a].attempt == 2,
+	   "fence: the retry is the next generation again, even with smaller low bits");
+	sh_cancel(&h, "done");
+	run_close(&h, "fence growth");
 
 	/* a row no event can make: an unreported attempt that is not under way */
 	run_open(&h, rp_linear, "{\"x\": 1}", NULL);
@@ -1883,7 +1916,7 @@ test_interrupted_step(void)
 	wfe_step_start(&h.st);
 	ok(h.st.nops > 0, "interrupted: a step decided something, then the server raised");
 	sh_start(&h);				/* the next step begins over the leftovers */
-	ok(h.rows[X(&h, "cache-lookup")].attempt == 1 && h.rows[X(&h, "cache-lookup")].fence == 1 &&
+	ok(h.rows[X(&h, "cache-lookup")].attempt == 1 && h.rows[X(&h, "cache-lookup")].fence == F(1) &&
 	   events_total(&h, "run.started", NULL) == 1,
 	   "interrupted: nothing of it was written; the next step starts the run once");
 	sh_cancel(&h, "stop");
