@@ -111,7 +111,10 @@ wfe_claim_task(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("lease_ms must be positive, not %d", PG_GETARG_INT32(3))));
-	queue = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	queue = wfe_admitted_name(PG_GETARG_TEXT_PP(0), "queue");
+	(void) wfe_admitted_name(PG_GETARG_TEXT_PP(1), "worker_id");
+	/* first: a role that may not claim learns nothing, not even whether the queue exists */
+	wfe_require_queue(queue, "claim from");
 
 	InitMaterializedSRF(fcinfo, 0);
 	SPI_connect();

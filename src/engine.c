@@ -785,6 +785,14 @@ callback(int64 run_id, const char *stage, int attempt, int64 fence, wfe_callback
 		wfe_step_end(&current_step);
 		return unknown(run_id, s.run.tenant, stage, attempt, fence, cb);
 	}
+	if (row->has_handler)
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("stage \"%s\" of run " INT64_FORMAT " is an in-database action: workers cannot report it",
+						stage, run_id),
+				 errhint("Its handler's result is reported by wfe itself.")));
+	if (row->queue != NULL)
+		wfe_require_queue(row->queue, cb == WFE_CB_ACCEPT ? "accept tasks of" : "report for");
 	if ((cb == WFE_CB_COMPLETE || cb == WFE_CB_FAIL) && row->outcome ==
 		(cb == WFE_CB_COMPLETE ? WFE_COMPLETED : WFE_FAILED))
 	{
@@ -830,6 +838,7 @@ callback(int64 run_id, const char *stage, int attempt, int64 fence, wfe_callback
 	return outcome;
 }
 
+/* A callback's (run_id, stage, attempt, fence): none NULL, the stage a name within the limits. */
 static void
 require_identity(FunctionCallInfo fcinfo)
 {
@@ -838,17 +847,23 @@ require_identity(FunctionCallInfo fcinfo)
 			ereport(ERROR,
 					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 					 errmsg("run_id, stage, attempt and fence must not be null")));
+	(void) wfe_admitted_name(PG_GETARG_TEXT_PP(1), "stage");
 }
 
-/* A jsonb argument as text, or dflt for SQL NULL. */
+/*
+ * A jsonb argument as text, or dflt for SQL NULL.  A value from a caller
+ * (what names it) is measured against the admission limits first.
+ */
 static char *
-jsonb_arg(FunctionCallInfo fcinfo, int k, const char *dflt)
+jsonb_arg(FunctionCallInfo fcinfo, int k, const char *dflt, const char *what)
 {
 	Jsonb	   *jb;
 
 	if (PG_ARGISNULL(k))
 		return pstrdup(dflt);
 	jb = PG_GETARG_JSONB_P(k);
+	if (what != NULL)
+		wfe_admit_jsonb(jb, what, 0);
 	return JsonbToCString(NULL, &jb->root, VARSIZE(jb));
 }
 
@@ -880,7 +895,7 @@ wfe_accept_task(PG_FUNCTION_ARGS)
 {
 	require_identity(fcinfo);
 	return callback_sql(fcinfo, WFE_CB_ACCEPT, NULL, true,
-						PG_ARGISNULL(4) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(4)));
+						PG_ARGISNULL(4) ? NULL : wfe_admitted_name(PG_GETARG_TEXT_PP(4), "worker_id"));
 }
 
 /* wfe.heartbeat(run_id, stage, attempt, fence) */
@@ -896,7 +911,7 @@ Datum
 wfe_complete_task(PG_FUNCTION_ARGS)
 {
 	require_identity(fcinfo);
-	return callback_sql(fcinfo, WFE_CB_COMPLETE, jsonb_arg(fcinfo, 4, "{}"), true, NULL);
+	return callback_sql(fcinfo, WFE_CB_COMPLETE, jsonb_arg(fcinfo, 4, "{}", "the result"), true, NULL);
 }
 
 /* wfe.fail_task(run_id, stage, attempt, fence, error, retryable) */
@@ -904,7 +919,7 @@ Datum
 wfe_fail_task(PG_FUNCTION_ARGS)
 {
 	require_identity(fcinfo);
-	return callback_sql(fcinfo, WFE_CB_FAIL, jsonb_arg(fcinfo, 4, "{}"),
+	return callback_sql(fcinfo, WFE_CB_FAIL, jsonb_arg(fcinfo, 4, "{}", "the error"),
 						PG_ARGISNULL(5) ? true : PG_GETARG_BOOL(5), NULL);
 }
 
@@ -917,6 +932,7 @@ PG_FUNCTION_INFO_V1(wfe_timer_fired);
 PG_FUNCTION_INFO_V1(wfe_expire);
 PG_FUNCTION_INFO_V1(wfe_action_done);
 PG_FUNCTION_INFO_V1(wfe_cancel);
+PG_FUNCTION_INFO_V1(wfe_engine_error);
 
 /* wfe._start_run(run_id): release the first stages of a run this transaction submitted. */
 Datum
@@ -1027,10 +1043,10 @@ wfe_action_done(PG_FUNCTION_ARGS)
 	if (begin(&s, PG_GETARG_INT64(0), LOCK_WAIT))
 	{
 		int			i = wfe_run_plan_find(s.rp, text_to_cstring(PG_GETARG_TEXT_PP(1)));
-		char	   *result = PG_ARGISNULL(2) ? NULL : jsonb_arg(fcinfo, 2, "{}");
+		char	   *result = PG_ARGISNULL(2) ? NULL : jsonb_arg(fcinfo, 2, "{}", NULL);
 
 		if (i >= 0 && !PG_ARGISNULL(3))
-			wfe_step_failed(&current_step, i, jsonb_arg(fcinfo, 3, "{}"), true);
+			wfe_step_failed(&current_step, i, jsonb_arg(fcinfo, 3, "{}", NULL), true);
 		else if (i >= 0)
 		{
 			contract_entry *c = contract(s.rp->stages[i].contract);
@@ -1048,6 +1064,24 @@ wfe_action_done(PG_FUNCTION_ARGS)
 				wfe_step_completed(&current_step, i, result);
 		}
 		apply(&s, result);
+	}
+	SPI_finish();
+	PG_RETURN_VOID();
+}
+
+/* wfe._engine_error(run_id, stage, error): an item of a round raised; fail the run. */
+Datum
+wfe_engine_error(PG_FUNCTION_ARGS)
+{
+	srv			s;
+
+	SPI_connect();
+	if (begin(&s, PG_GETARG_INT64(0), LOCK_WAIT))
+	{
+		int			i = PG_ARGISNULL(1) ? -1 : wfe_run_plan_find(s.rp, text_to_cstring(PG_GETARG_TEXT_PP(1)));
+
+		wfe_step_engine_error(&current_step, i, jsonb_arg(fcinfo, 2, "{}", NULL));
+		apply(&s, NULL);
 	}
 	SPI_finish();
 	PG_RETURN_VOID();
@@ -1110,6 +1144,8 @@ wfe_complete_tasks(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
 				 errmsg("at most 1000 reports per call, not %u", JB_ROOT_COUNT(reports))));
+	/* each result may be as deep as a single report's, inside [{"result": ...}] */
+	wfe_admit_jsonb(reports, "reports", 2);
 
 	InitMaterializedSRF(fcinfo, 0);
 	SPI_connect();
@@ -1135,6 +1171,7 @@ wfe_complete_tasks(PG_FUNCTION_ARGS)
 
 		run_ids[k] = pg_strtoint64(SPI_getvalue(t, d, 3));
 		stages[k] = SPI_getvalue(t, d, 4);
+		wfe_admit_name(stages[k], strlen(stages[k]), "stage");
 		attempts[k] = pg_strtoint32(SPI_getvalue(t, d, 5));
 		fences[k] = pg_strtoint64(SPI_getvalue(t, d, 6));
 		results[k] = SPI_getvalue(t, d, 7);

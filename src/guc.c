@@ -29,6 +29,9 @@ int			wfe_broker_retry_ttl_ms = 5000;
 int			wfe_broker_max_redeliveries = 5;
 int			wfe_track_threshold_bytes = 524288;
 bool		wfe_publish_events = false;
+int			wfe_max_payload_bytes = 64 * 1024 * 1024;
+int			wfe_max_json_depth = WFE_JSON_DEPTH_CEILING;
+int			wfe_max_name_bytes = 256;
 
 /* Define every wfe.* parameter, then reserve the prefix against typos. */
 void
@@ -165,6 +168,27 @@ wfe_guc_init(void)
 							&wfe_track_threshold_bytes,
 							524288, 1024, 1024 * 1024 * 1024,
 							PGC_SUSET, 0,	/* unitless: SQL reads it as an integer */
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("wfe.max_payload_bytes",
+							"Largest context, result, error or bound input accepted, in bytes.",
+							"Larger ones are refused with SQLSTATE 54000 before anything is built from them.",
+							&wfe_max_payload_bytes,
+							64 * 1024 * 1024, 1024, 1024 * 1024 * 1024,
+							PGC_SUSET, GUC_UNIT_BYTE,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("wfe.max_json_depth",
+							"Deepest nesting of JSON accepted (contexts, results, errors, options).",
+							"Binding and contract validation work within this depth, so accepted data never fails there.",
+							&wfe_max_json_depth,
+							WFE_JSON_DEPTH_CEILING, 1, WFE_JSON_DEPTH_CEILING,
+							PGC_SUSET, 0,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("wfe.max_name_bytes",
+							"Longest name a caller chooses: stage, queue, worker id, idempotency key, option key, reason.",
+							"Longer ones are refused with SQLSTATE 54000, so nobody writes megabytes into the logs.",
+							&wfe_max_name_bytes,
+							256, 64, 4096,
+							PGC_SUSET, GUC_UNIT_BYTE,
 							NULL, NULL, NULL);
 	DefineCustomBoolVariable("wfe.publish_events",
 							 "Also publish the event log's projection on the wfe.events exchange.",

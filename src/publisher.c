@@ -224,7 +224,7 @@ lease_body(void *arg)
 	if (u->renew
 		? SPI_execute_with_args("SELECT wfe._publisher_lease($1, $2, $3)",
 								3, types, values, nulls, false, 1) != SPI_OK_SELECT
-		: SPI_execute_with_args("SELECT l.token FROM wfe.publisher_lease AS l WHERE l.holder = $1",
+		: SPI_execute_with_args("SELECT l.token FROM wfe.publisher_lease AS l WHERE l.holder OPERATOR(pg_catalog.=) $1",
 								1, types, values, nulls, true, 1) != SPI_OK_SELECT)
 		elog(ERROR, "wfe publisher: lease query failed");
 	if (SPI_processed == 0)
@@ -325,8 +325,8 @@ claim_body(void *arg)
 	values[1] = Int64GetDatum(u->token);
 	values[2] = Int32GetDatum(wfe_publish_batch);
 	values[3] = PointerGetDatum(u->held);
-	if (SPI_execute_with_args("SELECT id, kind, exchange, routing_key, message_id::text, "
-							  "run_id::text, headers, body FROM wfe._outbox_claim($1, $2, $3, $4) "
+	if (SPI_execute_with_args("SELECT id, kind, exchange, routing_key, message_id::pg_catalog.text, "
+							  "run_id::pg_catalog.text, headers, body FROM wfe._outbox_claim($1, $2, $3, $4) "
 							  "ORDER BY id",
 							  4, types, values, NULL, false, 0) != SPI_OK_SELECT)
 		elog(ERROR, "wfe publisher: claim failed");

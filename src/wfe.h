@@ -7,6 +7,7 @@
 #include "datatype/timestamp.h"
 #include "storage/latch.h"
 #include "storage/spin.h"
+#include "utils/jsonb.h"
 
 /* Admission limits for definitions (GUCs wfe.max_*). */
 extern int	wfe_max_definition_bytes;
@@ -66,6 +67,19 @@ typedef struct wfe_claim_ticket
 } wfe_claim_ticket;
 extern void wfe_ready_claim_begin(const char *queue, wfe_claim_ticket *t);
 extern void wfe_ready_claim_end(const char *queue, wfe_claim_ticket *t, bool short_batch);
+
+/* Admission limits at the door (limits.c; GUCs wfe.max_payload_bytes, ...). */
+#define WFE_JSON_DEPTH_CEILING 64	/* what binding and validation handle */
+extern int	wfe_max_payload_bytes;
+extern int	wfe_max_json_depth;
+extern int	wfe_max_name_bytes;
+extern void wfe_admit_jsonb(Jsonb *jb, const char *what, int extra_depth);
+extern void wfe_admit_name(const char *value, Size len, const char *what);
+extern char *wfe_admitted_name(text *t, const char *what);
+
+/* Who may serve a queue (grants.c). */
+extern bool wfe_may_serve_queue(const char *queue);
+extern void wfe_require_queue(const char *queue, const char *what);
 
 /* The background worker (worker.c). */
 extern void wfe_worker_register(void);

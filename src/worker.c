@@ -22,6 +22,7 @@
 #include "storage/latch.h"
 #include "storage/proc.h"
 #include "tcop/utility.h"
+#include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
@@ -137,10 +138,11 @@ static bool
 extension_ready(void)
 {
 	return run_unit("wfe worker: looking for the extension",
-					"SELECT count(*) FROM pg_catalog.pg_extension e "
-					"JOIN pg_catalog.pg_proc p ON p.proname = '_worker_round' "
-					"JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace AND n.nspname = 'wfe' "
-					"WHERE e.extname = 'wfe'") > 0;
+					"SELECT pg_catalog.count(*) FROM pg_catalog.pg_extension e "
+					"JOIN pg_catalog.pg_proc p ON p.proname OPERATOR(pg_catalog.=) '_worker_round' "
+					"JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) p.pronamespace "
+					"AND n.nspname OPERATOR(pg_catalog.=) 'wfe' "
+					"WHERE e.extname OPERATOR(pg_catalog.=) 'wfe'") > 0;
 }
 
 /* Publish our latch, so committing backends can wake us. */
@@ -187,19 +189,19 @@ run_round(long *sleep_ms)
 	 */
 	set_sleeping_until(DT_NOEND);
 
-	snprintf(sql, sizeof(sql), "SELECT wfe._worker_round(%d)::int8", wfe_worker_batch);
+	snprintf(sql, sizeof(sql), "SELECT wfe._worker_round(%d)::pg_catalog.int8", wfe_worker_batch);
 	fired = run_unit("wfe worker: firing timers and deadlines", sql);
 
 	/* in-database actions: one transaction per attempt */
 	while (actions < wfe_worker_batch && !ShutdownRequestPending &&
 		   run_unit("wfe worker: running an in-database action",
-					"SELECT wfe._run_next_handler('wfe worker')::int::int8") > 0)
+					"SELECT wfe._run_next_handler('wfe worker')::pg_catalog.int4::pg_catalog.int8") > 0)
 		actions++;
 
 	/* the outbox: publish what committed transactions wrote */
 	published = wfe_publisher_round(&publish_more, &publish_wait_ms);
 
-	next = run_unit("wfe worker: planning", "SELECT coalesce(wfe._next_due_ms(), -1)");
+	next = run_unit("wfe worker: planning", "SELECT coalesce(wfe._next_due_ms(), -1::pg_catalog.int8)");
 
 	SpinLockAcquire(&wfe_shared->mutex);
 	wfe_shared->rounds++;
@@ -243,6 +245,12 @@ wfe_worker_main(Datum main_arg)
 	BackgroundWorkerUnblockSignals();
 
 	BackgroundWorkerInitializeConnection(wfe_database, NULL, 0);
+	/*
+	 * Pin search_path above any database or role setting for the whole
+	 * session: with pg_catalog first and pg_temp last, no object a user
+	 * creates can capture our SQL (which is schema-qualified as well).
+	 */
+	SetConfigOption("search_path", "pg_catalog, pg_temp", PGC_SUSET, PGC_S_OVERRIDE);
 	pgstat_report_appname("wfe worker");
 	attach_to_shared();
 	ereport(LOG, (errmsg("wfe worker started for database \"%s\"", wfe_database)));
@@ -270,7 +278,7 @@ wfe_worker_main(Datum main_arg)
 			if (!repaired)
 			{
 				/* what a crashed incarnation left claimed goes back to pending */
-				int64		n = run_unit("wfe worker: repairing", "SELECT wfe._repair()::int8");
+				int64		n = run_unit("wfe worker: repairing", "SELECT wfe._repair()::pg_catalog.int8");
 
 				if (n > 0)
 					ereport(LOG, (errmsg("wfe worker repaired %lld rows left by a previous run",
@@ -283,7 +291,7 @@ wfe_worker_main(Datum main_arg)
 			{
 				char		sql[128];
 
-				snprintf(sql, sizeof(sql), "SELECT wfe._retention(%d, %d)::int8",
+				snprintf(sql, sizeof(sql), "SELECT wfe._retention(%d, %d)::pg_catalog.int8",
 						 wfe_retention_s, wfe_worker_batch);
 				if (run_unit("wfe worker: removing expired history", sql) >= 0)
 					last_retention = now;

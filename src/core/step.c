@@ -1156,6 +1156,24 @@ wfe_step_cancel(wfe_step *st, const char *reason)
 	set_intent(st, WFE_RUN_CANCELLED, reason);
 }
 
+/*
+ * A firing, expiry or action of this run raised, so the run cannot go on
+ * as planned (a poisoned context, a bug): record the error and fail the
+ * run, fencing what is in flight and running its finalisers, whose input
+ * does not depend on the run's data.
+ */
+void
+wfe_step_engine_error(wfe_step *st, int i, const char *error_json)
+{
+	json_object *detail = json_object_new_object();
+
+	if (st->run->intent >= 0)
+		return;
+	json_object_object_add(detail, "error", jparse(error_json));
+	event(st, i, i >= 0 ? wfe_step_row(st, i)->attempt : 0, "run.engine_error", detail);
+	set_intent(st, WFE_RUN_FAILED, "engine error");
+}
+
 void
 wfe_step_start(wfe_step *st)
 {

@@ -161,6 +161,8 @@ extern void wfe_step_expired(wfe_step *st, int stage, const char *clock,
 extern void wfe_step_retry_due(wfe_step *st, int stage, int attempt, int64_t fence);
 extern void wfe_step_run_deadline(wfe_step *st, const char *deadline_json);
 extern void wfe_step_cancel(wfe_step *st, const char *reason);
+/* an item of a worker round raised for this run (stage -1: the run's own): fail the run */
+extern void wfe_step_engine_error(wfe_step *st, int stage, const char *error_json);
 extern void wfe_step_accepted(wfe_step *st, int stage, const char *worker_id);
 /* a running attempt is alive (nothing to decide: one effect, no event) */
 extern void wfe_step_heartbeat(wfe_step *st, int stage);

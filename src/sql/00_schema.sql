@@ -25,6 +25,54 @@
 --    session_user cannot be changed with SET ROLE, so the four-eyes rule
 --    cannot be sidestepped that way.
 
+-- Refuse a schema someone else prepared (docs: operations.md "Security
+-- model"): objects planted in it -- an operator, a function, a type --
+-- would be what this script's own SQL binds to, and the background worker
+-- would then run them as a superuser.  CREATE EXTENSION makes the schema
+-- (owned by the installing role) when it is missing, so it only exists
+-- here already if somebody created it.
+DO $guard$
+DECLARE
+    v_owner name;
+    v_foreign text;
+BEGIN
+    SELECT r.rolname INTO v_owner
+      FROM pg_catalog.pg_namespace AS n JOIN pg_catalog.pg_roles AS r ON r.oid OPERATOR(pg_catalog.=) n.nspowner
+     WHERE n.nspname OPERATOR(pg_catalog.=) 'wfe';
+    IF v_owner OPERATOR(pg_catalog.<>) CURRENT_USER THEN
+        RAISE EXCEPTION 'schema wfe already exists and is owned by role "%", not by "%"', v_owner, CURRENT_USER
+            USING ERRCODE = 'insufficient_privilege',
+                  DETAIL = 'Objects another role created in it could capture what the extension runs.',
+                  HINT = 'Drop or rename that schema (or have its owner drop it), then CREATE EXTENSION wfe again.';
+    END IF;
+    SELECT pg_catalog.string_agg(x.what, ', ') INTO v_foreign
+      FROM (SELECT 'function ' OPERATOR(pg_catalog.||) p.oid::pg_catalog.regprocedure::pg_catalog.text AS what
+              FROM pg_catalog.pg_proc AS p, pg_catalog.pg_namespace AS n
+             WHERE n.nspname OPERATOR(pg_catalog.=) 'wfe' AND p.pronamespace OPERATOR(pg_catalog.=) n.oid
+               AND p.proowner OPERATOR(pg_catalog.<>) n.nspowner
+            UNION ALL
+            SELECT 'operator ' OPERATOR(pg_catalog.||) o.oid::pg_catalog.regoperator::pg_catalog.text
+              FROM pg_catalog.pg_operator AS o, pg_catalog.pg_namespace AS n
+             WHERE n.nspname OPERATOR(pg_catalog.=) 'wfe' AND o.oprnamespace OPERATOR(pg_catalog.=) n.oid
+               AND o.oprowner OPERATOR(pg_catalog.<>) n.nspowner
+            UNION ALL
+            SELECT 'type ' OPERATOR(pg_catalog.||) t.oid::pg_catalog.regtype::pg_catalog.text
+              FROM pg_catalog.pg_type AS t, pg_catalog.pg_namespace AS n
+             WHERE n.nspname OPERATOR(pg_catalog.=) 'wfe' AND t.typnamespace OPERATOR(pg_catalog.=) n.oid
+               AND t.typowner OPERATOR(pg_catalog.<>) n.nspowner
+            UNION ALL
+            SELECT 'relation ' OPERATOR(pg_catalog.||) c.oid::pg_catalog.regclass::pg_catalog.text
+              FROM pg_catalog.pg_class AS c, pg_catalog.pg_namespace AS n
+             WHERE n.nspname OPERATOR(pg_catalog.=) 'wfe' AND c.relnamespace OPERATOR(pg_catalog.=) n.oid
+               AND c.relowner OPERATOR(pg_catalog.<>) n.nspowner) AS x;
+    IF v_foreign IS NOT NULL THEN
+        RAISE EXCEPTION 'schema wfe holds objects of other roles: %', v_foreign
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = 'Remove them (or the schema) before CREATE EXTENSION wfe.';
+    END IF;
+END
+$guard$;
+
 COMMENT ON SCHEMA wfe IS 'wfe: durable workflow engine (contracts, definitions, runs)';
 
 -- Trigger function for tables whose rows never change once written.

@@ -34,3 +34,12 @@ BEGIN
     END LOOP;
 END
 $roles$;
+
+-- Who is calling: the role the session acts as, SET ROLE included.  Inside
+-- a SECURITY DEFINER function current_user is the owner, so wfe asks C
+-- (GetOuterUserId) when it needs the caller, e.g. as whom a handler runs.
+CREATE FUNCTION wfe._caller()
+RETURNS regrole AS 'MODULE_PATHNAME', 'wfe_caller' LANGUAGE C STABLE;
+COMMENT ON FUNCTION wfe._caller() IS
+'The role acting in this session, SET ROLE included (inside SECURITY DEFINER functions current_user is the owner).';
+

@@ -23,13 +23,16 @@ CREATE TABLE wfe.contracts (
                   CONSTRAINT contracts_output_schema CHECK (jsonb_typeof(output_schema) = 'object'),
     created_at    timestamptz NOT NULL DEFAULT now(),
     created_by    name NOT NULL DEFAULT session_user,
+    run_as        regrole,
     CONSTRAINT contracts_ref_parts CHECK (ref = name || '@' || version::text),
     -- a worker has a queue; an action has exactly one of handler and queue
     CONSTRAINT contracts_executor CHECK (
         CASE kind
             WHEN 'worker' THEN queue IS NOT NULL AND handler IS NULL
             ELSE (queue IS NULL) <> (handler IS NULL)
-        END)
+        END),
+    -- only handlers run as someone (NULL for one registered under 0.1.0 by a role since dropped)
+    CONSTRAINT contracts_run_as CHECK (handler IS NOT NULL OR run_as IS NULL)
 );
 
 COMMENT ON TABLE wfe.contracts IS
@@ -38,6 +41,18 @@ COMMENT ON COLUMN wfe.contracts.ref IS 'Contract reference name@N, as definition
 COMMENT ON COLUMN wfe.contracts.kind IS 'worker (runs outside the database, claimed from a queue) or action';
 COMMENT ON COLUMN wfe.contracts.queue IS 'Queue the worker or queued action is dispatched to; NULL for an in-database action';
 COMMENT ON COLUMN wfe.contracts.handler IS 'In-database action: a function (input jsonb) RETURNS jsonb; NULL otherwise';
+COMMENT ON COLUMN wfe.contracts.created_by IS 'The session user that registered the contract';
+COMMENT ON COLUMN wfe.contracts.run_as IS 'In-database action: the role its handler runs as -- the role that registered it (SET ROLE included)';
+
+-- Handlers run as their registrant (src/handler.c).
+CREATE FUNCTION wfe._check_handler(handler regprocedure, run_as regrole)
+RETURNS void AS 'MODULE_PATHNAME', 'wfe_check_handler' LANGUAGE C STABLE STRICT;
+COMMENT ON FUNCTION wfe._check_handler(regprocedure, regrole) IS
+'Raises 42501 unless handler may run as run_as: owned by it or a superuser, not in a temporary schema, executable by it.';
+CREATE FUNCTION wfe._invoke_handler(handler regprocedure, run_as regrole, input jsonb)
+RETURNS jsonb AS 'MODULE_PATHNAME', 'wfe_invoke_handler' LANGUAGE C VOLATILE STRICT;
+COMMENT ON FUNCTION wfe._invoke_handler(regprocedure, regrole, jsonb) IS
+'Calls handler(input) as run_as, under SECURITY_RESTRICTED_OPERATION, after checking it still may.';
 COMMENT ON COLUMN wfe.contracts.input_schema IS 'JSON-Schema subset the bound input must satisfy';
 COMMENT ON COLUMN wfe.contracts.output_schema IS 'JSON-Schema subset a result must satisfy';
 COMMENT ON COLUMN wfe.contracts.created_by IS 'session_user that registered the contract';
@@ -217,10 +232,8 @@ BEGIN
                 USING ERRCODE = 'invalid_parameter_value',
                       HINT = 'Declare it as CREATE FUNCTION ... (input jsonb) RETURNS jsonb; wfe runs it with the bound input and stores its result.';
         END IF;
-        IF NOT has_function_privilege(session_user, p_handler::oid, 'EXECUTE') THEN
-            RAISE EXCEPTION 'role "%" may not execute action handler %', session_user, p_handler
-                USING ERRCODE = 'insufficient_privilege';
-        END IF;
+        -- it will run as the caller: refuse what the caller could not run itself
+        PERFORM wfe._check_handler(p_handler, wfe._caller());
     END IF;
 
     -- NULL schemas mean "no constraint", like the default '{}'.
@@ -231,9 +244,10 @@ BEGIN
 
     INSERT INTO wfe.contracts AS c
            (ref, kind, name, version, queue, handler, input_schema, output_schema,
-            created_at, created_by)
+            created_at, created_by, run_as)
     VALUES (p_ref, p_kind, split_part(p_ref, '@', 1), version_text::int, p_queue,
-            p_handler, p_input_schema, p_output_schema, now(), session_user)
+            p_handler, p_input_schema, p_output_schema, now(), session_user,
+            CASE WHEN p_handler IS NOT NULL THEN wfe._caller() END)
     ON CONFLICT (ref) DO NOTHING;
     GET DIAGNOSTICS inserted = ROW_COUNT;
     IF inserted > 0 THEN

@@ -131,3 +131,8 @@ CREATE FUNCTION wfe._cancel(run_id bigint, reason text)
 RETURNS void AS 'MODULE_PATHNAME', 'wfe_cancel' LANGUAGE C VOLATILE STRICT;
 COMMENT ON FUNCTION wfe._cancel(bigint, text) IS
 'Sets a run''s cancelled intent: in-flight attempts fenced and asked to stop, unstarted stages skipped, finalisers run.';
+
+CREATE FUNCTION wfe._engine_error(run_id bigint, stage text, error jsonb)
+RETURNS void AS 'MODULE_PATHNAME', 'wfe_engine_error' LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION wfe._engine_error(bigint, text, jsonb) IS
+'An item of a worker round (a firing, an expiry, an action) raised for this run: records run.engine_error and fails the run.';

@@ -85,6 +85,11 @@ BEGIN
     IF submit.workflow IS NULL THEN
         RAISE EXCEPTION 'workflow must not be null' USING ERRCODE = 'null_value_not_allowed';
     END IF;
+    -- the admission limits, before anything is built from the arguments
+    PERFORM wfe._admit_name(submit.workflow, 'workflow');
+    PERFORM wfe._admit_name(submit.idempotency_key, 'idempotency_key');
+    PERFORM wfe._admit(v_context, 'context');
+    PERFORM wfe._admit(v_opts, 'options');
     IF jsonb_typeof(v_context) <> 'object' THEN
         RAISE EXCEPTION 'context must be a JSON object, not %', jsonb_typeof(v_context)
             USING ERRCODE = 'invalid_parameter_value';
@@ -92,6 +97,12 @@ BEGIN
     IF jsonb_typeof(v_opts) <> 'object' THEN
         RAISE EXCEPTION 'options must be a JSON object, not %', jsonb_typeof(v_opts)
             USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF jsonb_typeof(v_opts) = 'object' THEN
+        PERFORM wfe._admit_name(k, 'submit option key') FROM jsonb_object_keys(v_opts) AS k;
+        IF jsonb_typeof(v_opts -> 'execution_context') = 'string' THEN
+            PERFORM wfe._admit_name(v_opts ->> 'execution_context', 'execution_context');
+        END IF;
     END IF;
     SELECT string_agg(k, ', ') INTO v_bad FROM jsonb_object_keys(v_opts) AS k
      WHERE k NOT IN ('tenant', 'execution_context', 'run_deadline_ms', 'priority', 'not_before');
@@ -221,6 +232,7 @@ BEGIN
     IF cancel_run.run_id IS NULL THEN
         RAISE EXCEPTION 'run_id must not be null' USING ERRCODE = 'null_value_not_allowed';
     END IF;
+    PERFORM wfe._admit_name(cancel_run.reason, 'reason');
     SELECT * INTO r FROM wfe.runs AS x WHERE x.run_id = cancel_run.run_id FOR NO KEY UPDATE;
     IF NOT FOUND THEN
         RETURN 'unknown';

@@ -36,6 +36,7 @@ DECLARE
     v_error   jsonb;
     v_state   text;
     v_message text;
+    v_run_as  regrole;
 BEGIN
     SELECT * INTO r FROM wfe.runs AS x WHERE x.run_id = p_run_id FOR NO KEY UPDATE SKIP LOCKED;
     IF NOT FOUND THEN
@@ -51,8 +52,17 @@ BEGIN
     PERFORM wfe._event(p_run_id, r.tenant, p_stage, s.attempt, 'stage.claimed',
                        jsonb_build_object('worker_id', p_by, 'handler', s.handler::text));
     BEGIN
-        -- a subtransaction: a failing handler undoes only its own writes
-        EXECUTE format('SELECT %s($1)', s.handler::oid::regproc) INTO v_result USING s.input;
+        -- a subtransaction: a failing handler undoes only its own writes;
+        -- it runs as the role that registered it (src/handler.c)
+        SELECT c.run_as INTO v_run_as FROM wfe.contracts AS c WHERE c.ref = s.worker;
+        IF v_run_as IS NULL THEN
+            RAISE EXCEPTION 'contract % records no role for its handler to run as', s.worker
+                USING ERRCODE = 'insufficient_privilege',
+                      HINT = 'Register the handler again as a new contract version, as the role it should run as.';
+        END IF;
+        v_result := wfe._invoke_handler(s.handler, v_run_as, s.input);
+        -- a result over the limits fails the attempt like any handler error
+        PERFORM wfe._admit(v_result, 'the handler''s result');
     EXCEPTION WHEN OTHERS THEN
         GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE, v_message = MESSAGE_TEXT;
         v_error := jsonb_build_object('code', 'handler.error', 'sqlstate', v_state, 'message', v_message);

@@ -8,6 +8,61 @@ LANGUAGE C VOLATILE PARALLEL UNSAFE;
 COMMENT ON FUNCTION wfe._wake(timestamptz) IS
 'Asks for the background worker to be awake by due, once this transaction commits (no-op without the worker).';
 
+-- An item of a round raised (src/sql: _worker_round, _run_next_handler):
+-- the round goes on without it.  Its run is failed through the engine
+-- (run.engine_error, finalisers run); should even that raise, the error is
+-- recorded as an event and the item put off for a minute, so one poisoned
+-- run never holds up the others' clocks.  The run is named in the log once
+-- per failure, with control characters removed (no forged log lines).
+CREATE FUNCTION wfe._item_failed(p_run_id bigint, p_stage text, p_what text,
+                                 p_sqlstate text, p_message text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_error   jsonb := jsonb_build_object(
+                  'code', 'engine.error', 'what', p_what, 'sqlstate', p_sqlstate,
+                  'message', left(regexp_replace(p_message, '[[:cntrl:]]+', ' ', 'g'), 1000));
+    v_state   text;
+    v_message text;
+    v_other   text;
+BEGIN
+    RAISE WARNING 'wfe: % of run % raised % (%): the run is failed', p_what, p_run_id, p_sqlstate,
+        v_error ->> 'message';
+    BEGIN
+        PERFORM wfe._engine_error(p_run_id, p_stage, v_error);
+    EXCEPTION WHEN OTHERS THEN
+        GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE, v_message = MESSAGE_TEXT;
+        RAISE WARNING 'wfe: failing run % raised % too: it is put off for a minute', p_run_id, v_state;
+        BEGIN
+            UPDATE wfe.run_stages AS st SET deadline_at = now() + interval '1 minute'
+             WHERE st.run_id = p_run_id AND st.stage = p_stage AND st.deadline_at <= now();
+            UPDATE wfe.run_stages AS st SET ready_at = now() + interval '1 minute'
+             WHERE st.run_id = p_run_id AND st.stage = p_stage AND st.state = 'queued'
+               AND st.handler IS NOT NULL;
+        EXCEPTION WHEN OTHERS THEN
+            GET STACKED DIAGNOSTICS v_other = RETURNED_SQLSTATE;
+            RAISE WARNING 'wfe: run % cannot be put off (%)', p_run_id, v_other;
+        END;
+        BEGIN
+            INSERT INTO wfe.events (run_id, tenant, stage, attempt, type, detail)
+            SELECT r.run_id, r.tenant, p_stage, NULL, 'run.engine_error',
+                   jsonb_build_object('error', v_error, 'failing_run', jsonb_build_object(
+                       'sqlstate', v_state,
+                       'message', left(regexp_replace(v_message, '[[:cntrl:]]+', ' ', 'g'), 1000)))
+              FROM wfe.runs AS r WHERE r.run_id = p_run_id;
+        EXCEPTION WHEN OTHERS THEN
+            -- nothing of this run can be written: the log line is all there is
+            GET STACKED DIAGNOSTICS v_other = RETURNED_SQLSTATE;
+            RAISE WARNING 'wfe: the error of run % cannot be recorded (%)', p_run_id, v_other;
+        END;
+    END;
+END
+$$;
+COMMENT ON FUNCTION wfe._item_failed(bigint, text, text, text, text) IS
+'An item of a worker round raised: fail its run (run.engine_error), or record the error and put the item off; logs the run id.';
+
 -- Fire due timers and time out expired attempts: one bounded round.
 CREATE FUNCTION wfe._worker_round(p_max int)
 RETURNS int
@@ -15,9 +70,11 @@ LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    t    wfe.timers;
-    c    record;
-    done int := 0;
+    t         wfe.timers;
+    c         record;
+    done      int := 0;
+    v_state   text;
+    v_message text;
 BEGIN
     -- Lock the batch first, then fire it in run order: each firing takes
     -- its run's lock and keeps it, so two firers (this worker, a manual
@@ -29,16 +86,30 @@ BEGIN
                                  FOR UPDATE SKIP LOCKED) AS d
               ORDER BY d.run_id, d.due_at, d.timer_id
     LOOP
-        PERFORM wfe._fire_timer(t);
+        -- each item in a subtransaction of its own: one that raises rolls
+        -- back alone, and the round goes on (delivery.md)
+        BEGIN
+            PERFORM wfe._fire_timer(t);
+        EXCEPTION WHEN OTHERS THEN
+            GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE, v_message = MESSAGE_TEXT;
+            UPDATE wfe.timers AS x SET fired_at = now() WHERE x.timer_id = t.timer_id;
+            PERFORM wfe._item_failed(t.run_id, t.stage, t.kind || ' timer', v_state, v_message);
+        END;
         done := done + 1;
     END LOOP;
     FOR c IN SELECT st.run_id, st.stage FROM wfe.run_stages AS st
               WHERE st.state IN ('queued', 'dispatched', 'running') AND st.deadline_at <= now()
               ORDER BY st.deadline_at LIMIT p_max
     LOOP
-        IF wfe._expire(c.run_id, c.stage) THEN
+        BEGIN
+            IF wfe._expire(c.run_id, c.stage) THEN
+                done := done + 1;
+            END IF;
+        EXCEPTION WHEN OTHERS THEN
+            GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE, v_message = MESSAGE_TEXT;
+            PERFORM wfe._item_failed(c.run_id, c.stage, 'deadline', v_state, v_message);
             done := done + 1;
-        END IF;
+        END;
     END LOOP;
     RETURN done;
 END
@@ -53,15 +124,25 @@ LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    c record;
+    c         record;
+    v_state   text;
+    v_message text;
 BEGIN
     FOR c IN SELECT st.run_id, st.stage FROM wfe.run_stages AS st
-              WHERE st.state = 'queued' AND st.handler IS NOT NULL
+              WHERE st.state = 'queued' AND st.handler IS NOT NULL AND st.ready_at <= now()
               ORDER BY st.ready_at LIMIT 20
     LOOP
-        IF wfe._run_handler(c.run_id, c.stage, p_by) THEN
+        BEGIN
+            IF wfe._run_handler(c.run_id, c.stage, p_by) THEN
+                RETURN true;
+            END IF;
+        EXCEPTION WHEN OTHERS THEN
+            -- the handler's own errors fail its attempt inside _run_handler;
+            -- this is anything else (binding what it released, a bug)
+            GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE, v_message = MESSAGE_TEXT;
+            PERFORM wfe._item_failed(c.run_id, c.stage, 'action', v_state, v_message);
             RETURN true;
-        END IF;
+        END;
     END LOOP;
     RETURN false;
 END
@@ -136,6 +217,12 @@ BEGIN
      WHERE o.id IN (SELECT o2.id FROM wfe.outbox AS o2
                      WHERE o2.state = 'published' AND o2.published_at < v_cutoff
                      LIMIT p_batch);
+    -- callbacks about runs that never existed (or are gone)
+    DELETE FROM wfe.events AS e
+     WHERE e.event_id IN (SELECT e2.event_id FROM wfe.events AS e2
+                           WHERE e2.type = 'callback.unknown' AND e2.at < v_cutoff
+                             AND NOT EXISTS (SELECT 1 FROM wfe.runs AS r WHERE r.run_id = e2.run_id)
+                           LIMIT p_batch);
     RETURN n;
 END
 $$;

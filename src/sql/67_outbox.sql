@@ -235,6 +235,15 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value',
                   DETAIL = format('key %s, sha256 %s', ref ->> 'key', ref ->> 'sha256');
     END IF;
+    -- the key (a SHA-256) is only learnt from an envelope; and only a role
+    -- that serves some queue may ask
+    IF NOT (SELECT r.rolsuper FROM pg_catalog.pg_roles AS r WHERE r.oid = wfe._caller())
+       AND NOT EXISTS (SELECT 1 FROM wfe.queue_grants AS g
+                        WHERE pg_catalog.pg_has_role(wfe._caller(), g.role, 'USAGE')) THEN
+        RAISE EXCEPTION 'role "%" serves no queue and may not fetch payloads', wfe._caller()
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = 'An administrator grants a queue with wfe.grant_queue(role, queue).';
+    END IF;
     SELECT * INTO p FROM wfe.payloads AS x WHERE x.key = ref ->> 'key';
     IF NOT FOUND THEN
         RAISE EXCEPTION 'payload % does not exist', ref ->> 'key' USING ERRCODE = 'undefined_object';
@@ -263,10 +272,16 @@ BEGIN
         RAISE EXCEPTION 'run_id, stage, attempt and fence must not be null'
             USING ERRCODE = 'null_value_not_allowed';
     END IF;
+    PERFORM wfe._admit_name(ack_cancel.stage, 'stage');
     SELECT * INTO s FROM wfe.run_stages AS st
      WHERE st.run_id = ack_cancel.run_id AND st.stage = ack_cancel.stage;
     IF NOT FOUND THEN
         RETURN 'unknown';
+    END IF;
+    IF s.queue IS NOT NULL AND NOT wfe._may_serve(s.queue) THEN
+        RAISE EXCEPTION 'role "%" may not report for queue "%"', wfe._caller(), s.queue
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = 'An administrator grants a queue with wfe.grant_queue(role, queue).';
     END IF;
     -- the cancelled attempt is the one whose fence the cancel superseded
     -- (stage.cancelled names it; 0.1.0 grew fences by one)

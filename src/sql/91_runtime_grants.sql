@@ -39,7 +39,12 @@ GRANT EXECUTE ON FUNCTION
     wfe.ack_cancel(bigint, text, int, bigint)
     TO wfe_worker;
 
-GRANT EXECUTE ON FUNCTION wfe.configure_queue(text, text, int, boolean) TO wfe_admin;
+GRANT EXECUTE ON FUNCTION
+    wfe.configure_queue(text, text, int, boolean),
+    wfe.grant_queue(regrole, text),
+    wfe.revoke_queue(regrole, text)
+    TO wfe_admin;
+GRANT SELECT ON wfe.queue_grants TO wfe_admin, wfe_operator, wfe_reader;
 
 GRANT EXECUTE ON FUNCTION
     wfe.outbox_claim(int, text),

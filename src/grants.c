@@ -1,0 +1,180 @@
+/*
+ * grants.c — who may serve a queue (docs/operations.md "Security model").
+ *
+ * A role may claim from, accept on and report for a queue only when the
+ * queue was granted (wfe.grant_queue) to a role whose privileges it has;
+ * superusers always may.  The callers are SECURITY DEFINER functions, so
+ * the role asking is not GetUserId() (that is the extension's owner) but
+ * GetOuterUserId(): the session's role, SET ROLE included.
+ *
+ * Claims and reports are the hot path, so the grants are cached per
+ * backend: queue name -> the roles it is granted to.  Any change to
+ * wfe.queue_grants sends a relcache invalidation for the table at commit
+ * (its trigger), which every backend processes before its next
+ * transaction, so no backend decides on grants older than its transaction.
+ */
+#include "postgres.h"
+
+#include "access/htup_details.h"
+#include "catalog/namespace.h"
+#include "commands/trigger.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "miscadmin.h"
+#include "utils/acl.h"
+#include "utils/builtins.h"
+#include "utils/hsearch.h"
+#include "utils/inval.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+
+#include "wfe.h"
+
+#define QUEUE_NAME_MAX 64		/* queue names have at most 63 bytes */
+
+typedef struct grant_entry
+{
+	char		queue[QUEUE_NAME_MAX];
+	int			nroles;
+	Oid		   *roles;			/* in CacheMemoryContext */
+} grant_entry;
+
+static HTAB *grant_cache;
+static MemoryContext grant_context;
+static Oid	grants_relid = InvalidOid;	/* wfe.queue_grants, when the cache was filled */
+static bool callback_registered;
+
+/*
+ * The cache is dropped when wfe.queue_grants (or every relation) changes.
+ * An invalidation callback must not read catalogs, so it compares with
+ * the table's OID remembered when the cache was filled.
+ */
+static void
+grants_invalidate(Datum arg, Oid relid)
+{
+	if (grant_cache == NULL || (OidIsValid(relid) && relid != grants_relid))
+		return;
+	grant_cache = NULL;
+	MemoryContextReset(grant_context);
+}
+
+/*
+ * Read the roles queue is granted to into a new cache entry.  The read
+ * comes first: opening the table may process invalidations, which may
+ * drop the cache, so the cache is only touched after it.
+ */
+static grant_entry *
+grants_load(const char *queue)
+{
+	grant_entry *e;
+	Datum		arg = CStringGetTextDatum(queue);
+	Oid			argtype = TEXTOID;
+	Oid			relid;
+	Oid		   *roles;
+	int			nroles;
+
+	SPI_connect();
+	if (SPI_execute_with_args("SELECT g.role::oid FROM wfe.queue_grants AS g WHERE g.queue = $1",
+							  1, &argtype, &arg, NULL, true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "wfe: could not read wfe.queue_grants");
+	nroles = (int) SPI_processed;
+	roles = MemoryContextAlloc(TopMemoryContext, sizeof(Oid) * Max(nroles, 1));
+	for (int k = 0; k < nroles; k++)
+	{
+		bool		isnull;
+
+		roles[k] = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[k], SPI_tuptable->tupdesc, 1, &isnull));
+	}
+	SPI_finish();
+	relid = get_relname_relid("queue_grants", get_namespace_oid("wfe", false));
+
+	if (grant_context == NULL)
+		grant_context = AllocSetContextCreate(CacheMemoryContext, "wfe queue grants",
+											  ALLOCSET_SMALL_SIZES);
+	if (!callback_registered)
+	{
+		CacheRegisterRelcacheCallback(grants_invalidate, (Datum) 0);
+		callback_registered = true;
+	}
+	if (grant_cache == NULL || relid != grants_relid)
+	{
+		HASHCTL		ctl;
+
+		MemoryContextReset(grant_context);
+		ctl.keysize = QUEUE_NAME_MAX;
+		ctl.entrysize = sizeof(grant_entry);
+		ctl.hcxt = grant_context;
+		grant_cache = hash_create("wfe queue grants", 64, &ctl,
+								  HASH_ELEM | HASH_STRINGS | HASH_CONTEXT);
+		grants_relid = relid;
+	}
+	e = hash_search(grant_cache, queue, HASH_ENTER, NULL);
+	e->nroles = nroles;
+	e->roles = MemoryContextAlloc(grant_context, sizeof(Oid) * Max(nroles, 1));
+	memcpy(e->roles, roles, sizeof(Oid) * nroles);
+	pfree(roles);
+	return e;
+}
+
+/* May the role acting in this session serve queue? */
+bool
+wfe_may_serve_queue(const char *queue)
+{
+	Oid			caller = GetOuterUserId();
+	grant_entry *e = NULL;
+
+	if (superuser_arg(caller))
+		return true;
+	if (strlen(queue) >= QUEUE_NAME_MAX)
+		return false;			/* no queue has such a name */
+	if (grant_cache != NULL)
+		e = hash_search(grant_cache, queue, HASH_FIND, NULL);
+	if (e == NULL)
+		e = grants_load(queue);
+	for (int k = 0; k < e->nroles; k++)
+		if (has_privs_of_role(caller, e->roles[k]))
+			return true;
+	return false;
+}
+
+/* Raise 42501 unless the session's role may serve queue; what names the call. */
+void
+wfe_require_queue(const char *queue, const char *what)
+{
+	if (!wfe_may_serve_queue(queue))
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("role \"%s\" may not %s queue \"%s\"",
+						GetUserNameFromId(GetOuterUserId(), false), what, queue),
+				 errhint("An administrator grants a queue with wfe.grant_queue(role, queue).")));
+}
+
+PG_FUNCTION_INFO_V1(wfe_may_serve);
+PG_FUNCTION_INFO_V1(wfe_queue_grants_changed);
+PG_FUNCTION_INFO_V1(wfe_caller);
+
+/* wfe._may_serve(queue) RETURNS boolean, for the SQL callers. */
+Datum
+wfe_may_serve(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_BOOL(wfe_may_serve_queue(text_to_cstring(PG_GETARG_TEXT_PP(0))));
+}
+
+/* Statement trigger on wfe.queue_grants: every backend drops its cache at our commit. */
+Datum
+wfe_queue_grants_changed(PG_FUNCTION_ARGS)
+{
+	TriggerData *td = (TriggerData *) fcinfo->context;
+
+	if (!CALLED_AS_TRIGGER(fcinfo))
+		elog(ERROR, "wfe._queue_grants_changed: not called as a trigger");
+	CacheInvalidateRelcacheByRelid(RelationGetRelid(td->tg_relation));
+	return PointerGetDatum(NULL);
+}
+
+/* wfe._caller() RETURNS regrole: the role acting in this session (SET ROLE included). */
+Datum
+wfe_caller(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_OID(GetOuterUserId());
+}

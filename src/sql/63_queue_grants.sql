@@ -1,0 +1,84 @@
+-- Who may serve a queue (docs: operations.md "Security model").
+--
+-- wfe_worker may call the worker functions; which queues a role may claim
+-- from, accept on and report for is granted per queue, to a role (a login
+-- role, or a group such as wfe_worker itself).  The check is C
+-- (src/grants.c), cached per backend; this table's trigger tells every
+-- backend to drop its cache when the grants change.
+
+CREATE TABLE wfe.queue_grants (
+    queue      text NOT NULL
+               CONSTRAINT queue_grants_queue_format CHECK (queue ~ '^[a-z][a-z0-9_.-]{0,62}$'),
+    role       regrole NOT NULL,
+    granted_by name NOT NULL DEFAULT session_user,
+    granted_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (queue, role)
+);
+COMMENT ON TABLE wfe.queue_grants IS
+'Which roles may claim from, accept on and report for each queue (wfe.grant_queue, wfe.revoke_queue); superusers always may.';
+
+CREATE FUNCTION wfe._queue_grants_changed()
+RETURNS trigger AS 'MODULE_PATHNAME', 'wfe_queue_grants_changed' LANGUAGE C;
+COMMENT ON FUNCTION wfe._queue_grants_changed() IS
+'Trigger: every backend drops its cached queue grants when this transaction commits.';
+CREATE TRIGGER queue_grants_changed AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON wfe.queue_grants
+    FOR EACH STATEMENT EXECUTE FUNCTION wfe._queue_grants_changed();
+
+CREATE FUNCTION wfe._may_serve(queue text)
+RETURNS boolean AS 'MODULE_PATHNAME', 'wfe_may_serve' LANGUAGE C STABLE STRICT;
+COMMENT ON FUNCTION wfe._may_serve(text) IS
+'Whether the role acting in this session (SET ROLE included) may serve queue: a superuser, or one with the privileges of a role it is granted to.';
+
+-- Check a grant's arguments: a real role (not PUBLIC) and a queue name.
+CREATE FUNCTION wfe._check_queue_grant(p_role regrole, p_queue text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF p_role IS NULL OR p_queue IS NULL THEN
+        RAISE EXCEPTION 'role and queue must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF p_role = 0 THEN
+        RAISE EXCEPTION 'a queue cannot be granted to PUBLIC'
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Grant it to a role, e.g. wfe_worker for every worker, or one login role per worker pool.';
+    END IF;
+    IF p_queue !~ '^[a-z][a-z0-9_.-]{0,62}$' THEN
+        RAISE EXCEPTION 'invalid queue name "%"', left(p_queue, 80)
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'A queue name matches [a-z][a-z0-9_.-]* and has at most 63 characters.';
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION wfe._check_queue_grant(regrole, text) IS
+'Raises 22004 or 22023 unless role is a real role and queue a valid queue name.';
+
+CREATE FUNCTION wfe.grant_queue(role regrole, queue text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+BEGIN
+    PERFORM wfe._check_queue_grant(grant_queue.role, grant_queue.queue);
+    INSERT INTO wfe.queue_grants (queue, role) VALUES (grant_queue.queue, grant_queue.role)
+    ON CONFLICT DO NOTHING;
+END
+$$;
+COMMENT ON FUNCTION wfe.grant_queue(regrole, text) IS
+'Lets role (and every role with its privileges) claim from, accept on and report for queue. Idempotent.';
+
+CREATE FUNCTION wfe.revoke_queue(role regrole, queue text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+BEGIN
+    PERFORM wfe._check_queue_grant(revoke_queue.role, revoke_queue.queue);
+    DELETE FROM wfe.queue_grants AS g WHERE g.queue = revoke_queue.queue AND g.role = revoke_queue.role;
+END
+$$;
+COMMENT ON FUNCTION wfe.revoke_queue(regrole, text) IS
+'Takes back a grant_queue; attempts the role holds can no longer be reported by it. Idempotent.';
