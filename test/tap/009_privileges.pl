@@ -23,7 +23,8 @@
 #   one changed nothing.  Among them: wfe_reader cannot submit or cancel, a
 #   role with no membership cannot report, wfe_submitter cannot claim,
 #   wfe_worker cannot register a worker, wfe_operator pauses and resumes a
-#   queue but cannot configure it, and wfe_worker with no grant of the
+#   queue (its mode and limit kept; a paused queue gives a granted worker
+#   nothing) but cannot configure or grant it, and wfe_worker with no grant of the
 #   queue gets 42501 from claim_task, and its task once wfe.grant_queue
 #   granted the queue (and 42501 again after wfe.revoke_queue).
 #
@@ -346,6 +347,14 @@ refused('wfe_operator', q{SELECT wfe.configure_queue('tap-priv-jobs', 'broker', 
 is(state($queue), 'poll - true', 'the refused configure_queue changed nothing');
 permitted('wfe_operator', q{SELECT wfe.resume_queue('tap-priv-jobs')}, '', 'resume a queue');
 is(state($queue), 'poll - false', 'the queue is resumed');
+# Pausing keeps the mode and the limit wfe_admin set.
+my $other = $queue =~ s/tap-priv-jobs/tap-priv-other/r;
+permitted('wfe_admin', q{SELECT wfe.configure_queue('tap-priv-other', 'broker', 5, false)}, '',
+	'configure a queue');
+permitted('wfe_operator', q{SELECT wfe.pause_queue('tap-priv-other')}, '', 'pause a broker queue');
+is(state($other), 'broker 5 true', 'the paused queue is still a broker queue with its limit');
+permitted('wfe_operator', q{SELECT wfe.resume_queue('tap-priv-other')}, '', 'resume a broker queue');
+is(state($other), 'broker 5 false', 'the resumed queue is still a broker queue with its limit');
 my $grants = q{SELECT coalesce(string_agg(queue || ' ' || role::text, ',' ORDER BY queue, role::text), 'none') FROM wfe.queue_grants};
 refused('wfe_operator', q{SELECT wfe.grant_queue('tap_operator', 'tap-priv-jobs')},
 	'permission denied for function grant_queue', 'grant a queue');
@@ -360,6 +369,11 @@ is(state($stage_state), 'queued -', 'the refused claim left the task queued and 
 # wfe_admin grants the queue to the worker's login; the claim gets the task.
 permitted('wfe_admin', q{SELECT wfe.grant_queue('tap_worker', 'tap-priv-jobs')}, '', 'grant a queue');
 is(state($grants), 'tap-priv-jobs tap_worker', 'the queue is granted to tap_worker');
+# A paused queue gives its granted worker nothing; resumed, the task.
+permitted('wfe_operator', q{SELECT wfe.pause_queue('tap-priv-jobs')}, '', 'pause the queue again');
+permitted('wfe_worker', $claim, '', 'claim from the paused queue (nothing)');
+is(state($stage_state), 'queued -', 'the paused queue kept the task queued');
+permitted('wfe_operator', q{SELECT wfe.resume_queue('tap-priv-jobs')}, '', 'resume the queue again');
 my ($rc, $task, $err) = as_role($LOGIN{wfe_worker}, $claim);
 is($rc, 0, 'wfe_worker may claim from a queue granted to it') or diag($err);
 like($task, qr/^$run_id a 1 \d+$/, 'the claim returns the submitted run\'s task');
