@@ -542,3 +542,48 @@ BEGIN
     RETURN wfe._mark_published(outbox_ack.ids, outbox_ack.relay);
 END
 $$;
+
+-- Pausing and resuming a queue, for wfe_operator (src/sql/67_outbox.sql,
+-- 91_runtime_grants.sql), and wfe_admin may read the queues it configures.
+CREATE FUNCTION wfe._set_queue_paused(p_queue text, p_paused boolean)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    q record;
+BEGIN
+    SELECT s.delivery, s.max_in_flight INTO q
+      FROM wfe.queues AS s WHERE s.queue = p_queue FOR UPDATE;
+    PERFORM wfe.configure_queue(p_queue, coalesce(q.delivery, 'poll'), q.max_in_flight, p_paused);
+END
+$$;
+COMMENT ON FUNCTION wfe._set_queue_paused(text, boolean) IS
+'Sets only a queue''s paused flag (an unconfigured queue becomes a configured poll queue).';
+
+CREATE FUNCTION wfe.pause_queue(queue text)
+RETURNS void
+LANGUAGE sql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT wfe._set_queue_paused(pause_queue.queue, true);
+END;
+COMMENT ON FUNCTION wfe.pause_queue(text) IS
+'Pauses a queue: claim_task returns nothing for it and no dispatch is written; its tasks stay queued.';
+
+CREATE FUNCTION wfe.resume_queue(queue text)
+RETURNS void
+LANGUAGE sql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT wfe._set_queue_paused(resume_queue.queue, false);
+END;
+COMMENT ON FUNCTION wfe.resume_queue(text) IS
+'Resumes a paused queue: a broker queue dispatches what waited, a poll queue notifies its pollers.';
+REVOKE ALL ON FUNCTION wfe._set_queue_paused(text, boolean), wfe.pause_queue(text), wfe.resume_queue(text)
+    FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION
+    wfe.pause_queue(text),
+    wfe.resume_queue(text)
+    TO wfe_admin, wfe_operator;
+GRANT SELECT ON wfe.queues TO wfe_admin;

@@ -371,6 +371,45 @@ $$;
 COMMENT ON FUNCTION wfe.configure_queue(text, text, int, boolean) IS
 'Sets a queue''s delivery mode (poll: claim_task; broker: RabbitMQ dispatches), in-flight limit and pause.';
 
+-- Pause or resume a queue and keep its other settings: the operator's lever
+-- (configure_queue, which sets the mode and the limit too, is wfe_admin's).
+-- Resuming does what configure_queue does on a resume: dispatch or notify.
+CREATE FUNCTION wfe._set_queue_paused(p_queue text, p_paused boolean)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    q record;
+BEGIN
+    SELECT s.delivery, s.max_in_flight INTO q
+      FROM wfe.queues AS s WHERE s.queue = p_queue FOR UPDATE;
+    PERFORM wfe.configure_queue(p_queue, coalesce(q.delivery, 'poll'), q.max_in_flight, p_paused);
+END
+$$;
+COMMENT ON FUNCTION wfe._set_queue_paused(text, boolean) IS
+'Sets only a queue''s paused flag (an unconfigured queue becomes a configured poll queue).';
+
+CREATE FUNCTION wfe.pause_queue(queue text)
+RETURNS void
+LANGUAGE sql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT wfe._set_queue_paused(pause_queue.queue, true);
+END;
+COMMENT ON FUNCTION wfe.pause_queue(text) IS
+'Pauses a queue: claim_task returns nothing for it and no dispatch is written; its tasks stay queued.';
+
+CREATE FUNCTION wfe.resume_queue(queue text)
+RETURNS void
+LANGUAGE sql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT wfe._set_queue_paused(resume_queue.queue, false);
+END;
+COMMENT ON FUNCTION wfe.resume_queue(text) IS
+'Resumes a paused queue: a broker queue dispatches what waited, a poll queue notifies its pollers.';
+
 -- The event log's projection on wfe.events, while wfe.publish_events is on.
 CREATE FUNCTION wfe._project_event()
 RETURNS trigger

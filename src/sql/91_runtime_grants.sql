@@ -45,6 +45,15 @@ GRANT EXECUTE ON FUNCTION
     wfe.revoke_queue(regrole, text)
     TO wfe_admin;
 GRANT SELECT ON wfe.queue_grants TO wfe_admin, wfe_operator, wfe_reader;
+-- wfe_admin sets the queues' modes and limits, so it may read them.
+GRANT SELECT ON wfe.queues TO wfe_admin;
+
+-- Pausing and resuming a queue is the operator's (spec operations.md
+-- "Roles"); configure_queue, which also sets the mode and the limit, is not.
+GRANT EXECUTE ON FUNCTION
+    wfe.pause_queue(text),
+    wfe.resume_queue(text)
+    TO wfe_admin, wfe_operator;
 
 GRANT EXECUTE ON FUNCTION
     wfe.outbox_claim(int, text),
