@@ -75,12 +75,13 @@ BEGIN
 END
 $$;
 
--- The stages of a run.
+-- The stages of a run.  A fence is the generation in its high 32 bits and
+-- random bits below (runtime.md "Who may report"): the generation is shown.
 CREATE FUNCTION pg_temp.stages(p_run bigint)
-RETURNS TABLE (stage text, state text, attempt int, fence bigint, outcome text, skip_reason text,
+RETURNS TABLE (stage text, state text, attempt int, fence_gen bigint, outcome text, skip_reason text,
                error text, result jsonb)
 LANGUAGE sql AS $$
-SELECT s.stage, s.state, s.attempt, s.fence, s.outcome, s.skip_reason, s.error ->> 'code', s.result
+SELECT s.stage, s.state, s.attempt, s.fence >> 32, s.outcome, s.skip_reason, s.error ->> 'code', s.result
   FROM wfe.run_stages AS s WHERE s.run_id = p_run ORDER BY s.ordinal
 $$;
 
@@ -97,6 +98,8 @@ $$;
 SELECT run_id AS run, accepted FROM wfe.submit('cb-test', '{}') \gset
 SELECT :'accepted' AS accepted;
 SELECT * FROM pg_temp.stages(:run);
+-- the fence of first's attempt 1, as the task (or envelope) would carry it
+SELECT fence AS f1 FROM wfe.run_stages WHERE run_id = :run AND stage = 'first' \gset
 
 --
 -- unknown: no such run, or no such stage; answered, not raised, and recorded
@@ -122,59 +125,80 @@ SELECT wfe.heartbeat(:run, 'first', 1, NULL);
 
 --
 -- stale: attempts never issued.  'second' is not released (attempt 0,
--- fence 0); 'first' is at attempt 1, fence 1.
+-- fence 0).
 --
 SELECT * FROM pg_temp.call('complete', :run, 'second', 1, 1);
 SELECT * FROM pg_temp.call('complete', :run, 'second', 0, 0);
 SELECT * FROM pg_temp.call('accept', :run, 'second', 0, 0);
-SELECT * FROM pg_temp.call('complete', :run, 'first', 2, 1);
-SELECT * FROM pg_temp.call('fail', :run, 'first', 1, 2);
-SELECT * FROM pg_temp.call('accept', :run, 'first', 0, 1);
-SELECT * FROM pg_temp.call('heartbeat', :run, 'first', 1, 0);
+
+--
+-- stale: an attempt nobody claimed or accepted cannot be reported, even
+-- with its real attempt and fence (runtime.md "Who may report")
+--
+SELECT * FROM pg_temp.call('complete', :run, 'first', 1, :f1, '{"n": 1}');
+SELECT * FROM pg_temp.call('fail', :run, 'first', 1, :f1, '{"code": "boom"}');
+SELECT * FROM pg_temp.call('fail_final', :run, 'first', 1, :f1, '{"code": "boom"}');
+SELECT * FROM pg_temp.call('heartbeat', :run, 'first', 1, :f1);
+SELECT * FROM pg_temp.stages(:run);
 
 --
 -- accept_task / heartbeat on the current attempt
 --
-SELECT task.stage, task.attempt, task.fence, task.worker, task.input
+SELECT task.stage, task.attempt, task.fence >> 32 AS fence_gen, task.fence = :f1 AS task_fence,
+       task.worker, task.input
   FROM wfe.claim_task('rt-cb-work', 'w-1') AS task;
 -- claimed: a redelivered acceptance is a duplicate; a heartbeat is accepted
-SELECT * FROM pg_temp.call('accept', :run, 'first', 1, 1);
-SELECT * FROM pg_temp.call('heartbeat', :run, 'first', 1, 1);
+SELECT * FROM pg_temp.call('accept', :run, 'first', 1, :f1);
+SELECT * FROM pg_temp.call('heartbeat', :run, 'first', 1, :f1);
 SELECT claimed_by, heartbeat_at IS NOT NULL AS beating FROM wfe.run_stages WHERE run_id = :run AND stage = 'first';
+
+--
+-- stale: the claimed attempt, but another attempt or fence: the next
+-- attempt, a neighbouring fence, the bare generation (what 0.1.0's fence
+-- would have been), a fence from nowhere
+--
+SELECT * FROM pg_temp.call('complete', :run, 'first', 2, :f1);
+SELECT * FROM pg_temp.call('fail', :run, 'first', 1, :f1 + 1);
+SELECT * FROM pg_temp.call('complete', :run, 'first', 1, :f1 >> 32, '{"n": 1}');
+SELECT * FROM pg_temp.call('accept', :run, 'first', 0, :f1);
+SELECT * FROM pg_temp.call('heartbeat', :run, 'first', 1, 0);
 
 --
 -- accepted, then duplicate and conflict for a completed attempt
 --
-SELECT * FROM pg_temp.call('complete', :run, 'first', 1, 1, '{"n": 1}');
+SELECT * FROM pg_temp.call('complete', :run, 'first', 1, :f1, '{"n": 1}');
 SELECT * FROM pg_temp.stages(:run);
-SELECT * FROM pg_temp.call('complete', :run, 'first', 1, 1, '{"n": 1}');
+SELECT * FROM pg_temp.call('complete', :run, 'first', 1, :f1, '{"n": 1}');
 -- jsonb equality: key order and white space do not matter
-SELECT * FROM pg_temp.call('complete', :run, 'first', 1, 1, '{ "n" : 1 }');
-SELECT * FROM pg_temp.call('complete', :run, 'first', 1, 1, '{"n": 2}');
-SELECT * FROM pg_temp.call('fail', :run, 'first', 1, 1, '{"code": "boom"}');
-SELECT * FROM pg_temp.call('accept', :run, 'first', 1, 1);
+SELECT * FROM pg_temp.call('complete', :run, 'first', 1, :f1, '{ "n" : 1 }');
+SELECT * FROM pg_temp.call('complete', :run, 'first', 1, :f1, '{"n": 2}');
+SELECT * FROM pg_temp.call('fail', :run, 'first', 1, :f1, '{"code": "boom"}');
+SELECT * FROM pg_temp.call('accept', :run, 'first', 1, :f1);
 -- the successor was released once: one stage.released event for 'second'
 SELECT count(*) AS releases FROM wfe.events WHERE run_id = :run AND stage = 'second' AND type = 'stage.released';
 
 --
--- A retryable failure before claiming (queued -> retry_scheduled), then
--- duplicate and conflict for a failed attempt
+-- A retryable failure of the claimed attempt (running -> retry_scheduled),
+-- then duplicate and conflict for a failed attempt
 --
-SELECT * FROM pg_temp.call('fail', :run, 'second', 1, 1, '{"code": "boom"}');
+SELECT task.stage, task.attempt, task.fence AS s1 FROM wfe.claim_task('rt-cb-work', 'w-1') AS task \gset
+SELECT :'stage' AS claimed;
+SELECT * FROM pg_temp.call('fail', :run, 'second', 1, :s1, '{"code": "boom"}');
 SELECT * FROM pg_temp.stages(:run);
-SELECT kind, stage, attempt, fence, fired_at IS NULL AS pending FROM wfe.timers WHERE run_id = :run ORDER BY timer_id;
-SELECT * FROM pg_temp.call('fail', :run, 'second', 1, 1, '{"code": "boom"}');
-SELECT * FROM pg_temp.call('fail', :run, 'second', 1, 1, '{"code": "other"}');
-SELECT * FROM pg_temp.call('complete', :run, 'second', 1, 1, '{"n": 1}');
-SELECT * FROM pg_temp.call('accept', :run, 'second', 1, 1);
+SELECT kind, stage, attempt, fence >> 32 AS fence_gen, fence = :s1 AS attempt_fence, fired_at IS NULL AS pending
+  FROM wfe.timers WHERE run_id = :run ORDER BY timer_id;
+SELECT * FROM pg_temp.call('fail', :run, 'second', 1, :s1, '{"code": "boom"}');
+SELECT * FROM pg_temp.call('fail', :run, 'second', 1, :s1, '{"code": "other"}');
+SELECT * FROM pg_temp.call('complete', :run, 'second', 1, :s1, '{"n": 1}');
+SELECT * FROM pg_temp.call('accept', :run, 'second', 1, :s1);
 
 -- The retry: attempt 2 with a new fence.  Every callback of attempt 1 is stale.
 SELECT pg_temp.retry_now(:run) AS ticked;
 SELECT * FROM pg_temp.stages(:run);
-SELECT * FROM pg_temp.call('complete', :run, 'second', 1, 1, '{"n": 1}');
-SELECT * FROM pg_temp.call('fail', :run, 'second', 1, 1, '{"code": "boom"}');
-SELECT * FROM pg_temp.call('accept', :run, 'second', 1, 1);
-SELECT * FROM pg_temp.call('heartbeat', :run, 'second', 1, 1);
+SELECT * FROM pg_temp.call('complete', :run, 'second', 1, :s1, '{"n": 1}');
+SELECT * FROM pg_temp.call('fail', :run, 'second', 1, :s1, '{"code": "boom"}');
+SELECT * FROM pg_temp.call('accept', :run, 'second', 1, :s1);
+SELECT * FROM pg_temp.call('heartbeat', :run, 'second', 1, :s1);
 -- the new attempt's identity
 SELECT attempt AS a2, fence AS f2 FROM wfe.run_stages WHERE run_id = :run AND stage = 'second' \gset
 
@@ -198,8 +222,10 @@ SELECT attempt AS a3, fence AS f3 FROM wfe.run_stages WHERE run_id = :run AND st
 SELECT :a3 AS attempt, :f3 > :f2 AS new_fence;
 
 --
--- The last attempt completes: the run's intent is completed and the finaliser runs.
+-- The last attempt is claimed and completes: the run's intent is completed
+-- and the finaliser runs.
 --
+SELECT task.stage, task.attempt, task.fence = :f3 AS task_fence FROM wfe.claim_task('rt-cb-work', 'w-1') AS task;
 SELECT * FROM pg_temp.call('complete', :run, 'second', :a3, :f3, '{"n": 3}');
 SELECT state, intent FROM wfe.runs WHERE run_id = :run;
 SELECT * FROM pg_temp.stages(:run);
@@ -215,27 +241,30 @@ SELECT * FROM pg_temp.call('complete', :run, 'second', :a3, :f3, '{"n": 4}');
 SELECT * FROM pg_temp.call('fail', :run, 'second', :a3, :f3);
 SELECT * FROM pg_temp.call('accept', :run, 'second', :a3, :f3);
 SELECT * FROM pg_temp.call('heartbeat', :run, 'second', :a3, :f3);
-SELECT * FROM pg_temp.call('complete', :run, 'first', 1, 1, '{"n": 1}');
-SELECT * FROM pg_temp.call('complete', :run, 'second', 1, 1, '{"n": 1}');
+SELECT * FROM pg_temp.call('complete', :run, 'first', 1, :f1, '{"n": 1}');
+SELECT * FROM pg_temp.call('complete', :run, 'second', 1, :s1, '{"n": 1}');
 -- but unknown comes first
 SELECT * FROM pg_temp.call('complete', :run, 'no-such-stage', 1, 1);
 
 --
 -- Finaliser callbacks are exempt from late: they complete the run.
 --
-SELECT task.stage, task.attempt, task.fence, task.worker,
+SELECT fence AS z1 FROM wfe.run_stages WHERE run_id = :run AND stage = 'finaliser.1' \gset
+-- not claimed yet: the finaliser's report is stale too
+SELECT * FROM pg_temp.call('complete', :run, 'finaliser.1', 1, :z1, '{"audited": true}');
+SELECT task.stage, task.attempt, task.fence >> 32 AS fence_gen, task.fence = :z1 AS task_fence, task.worker,
        task.input - 'run_id' AS input
   FROM wfe.claim_task('rt-cb-audit', 'w-audit') AS task;
-SELECT * FROM pg_temp.call('heartbeat', :run, 'finaliser.1', 1, 2);
-SELECT * FROM pg_temp.call('heartbeat', :run, 'finaliser.1', 1, 1);
-SELECT * FROM pg_temp.call('complete', :run, 'finaliser.1', 1, 1, '{"audited": true}');
+SELECT * FROM pg_temp.call('heartbeat', :run, 'finaliser.1', 1, :z1 + 1);
+SELECT * FROM pg_temp.call('heartbeat', :run, 'finaliser.1', 1, :z1);
+SELECT * FROM pg_temp.call('complete', :run, 'finaliser.1', 1, :z1, '{"audited": true}');
 SELECT state, intent, finished_at IS NOT NULL AS finished FROM wfe.runs WHERE run_id = :run;
 -- after the run finished: a finaliser's redelivery is a duplicate, a
 -- different report a conflict, an old fence stale
-SELECT * FROM pg_temp.call('complete', :run, 'finaliser.1', 1, 1, '{"audited": true}');
-SELECT * FROM pg_temp.call('fail', :run, 'finaliser.1', 1, 1);
+SELECT * FROM pg_temp.call('complete', :run, 'finaliser.1', 1, :z1, '{"audited": true}');
+SELECT * FROM pg_temp.call('fail', :run, 'finaliser.1', 1, :z1);
 SELECT * FROM pg_temp.call('complete', :run, 'finaliser.1', 1, 0, '{"audited": true}');
-SELECT * FROM pg_temp.call('complete', :run, 'first', 1, 1, '{"n": 1}');
+SELECT * FROM pg_temp.call('complete', :run, 'first', 1, :f1, '{"n": 1}');
 
 --
 -- The event log holds every rejected callback of the run, by outcome.
@@ -249,12 +278,37 @@ SELECT wfe.report(:run) -> 'late_callbacks' AS late_callbacks;
 -- once and follows on_failure; the run fails after its finaliser.
 --
 SELECT run_id AS run2 FROM wfe.submit('cb-test', '{"n": 2}') \gset
-SELECT count(*) AS claimed FROM wfe.claim_task('rt-cb-work', 'w-1');
-SELECT * FROM pg_temp.call('fail_final', :run2, 'first', 1, 1, '{"code": "fatal"}');
+SELECT task.fence AS g1 FROM wfe.claim_task('rt-cb-work', 'w-1') AS task \gset
+SELECT * FROM pg_temp.call('fail_final', :run2, 'first', 1, :g1, '{"code": "fatal"}');
 SELECT * FROM pg_temp.stages(:run2);
 SELECT count(*) AS timers, (SELECT count(*) FROM wfe.dead_letters WHERE run_id = :run2) AS dead_letters
   FROM wfe.timers WHERE run_id = :run2;
-SELECT * FROM pg_temp.call('fail_final', :run2, 'first', 1, 1, '{"code": "fatal"}');
+SELECT * FROM pg_temp.call('fail_final', :run2, 'first', 1, :g1, '{"code": "fatal"}');
 SELECT task.stage, wfe.fail_task(task.run_id, task.stage, task.attempt, task.fence, '{"code": "audit down"}', false)
   FROM wfe.claim_task('rt-cb-audit', 'w-audit') AS task;
 SELECT state, intent, reason FROM wfe.runs WHERE run_id = :run2;
+
+--
+-- Broker delivery: the dispatch envelope carries the attempt's real fence.
+-- Published (dispatched) but not yet accepted, the attempt cannot be
+-- reported, even with that fence: stale, nothing changes.  Accepted, it can.
+--
+SELECT wfe.configure_queue('rt-cb-work', 'broker');
+SELECT run_id AS run3 FROM wfe.submit('cb-test', '{"n": 3}') \gset
+SELECT body ->> 'attempt' AS attempt, (body ->> 'fence')::bigint AS d1 FROM wfe.outbox
+ WHERE run_id = :run3 AND kind = 'dispatch' AND stage = 'first' \gset
+SELECT :attempt AS attempt, :d1 >> 32 AS fence_gen,
+       :d1 = (SELECT fence FROM wfe.run_stages WHERE run_id = :run3 AND stage = 'first') AS stage_fence;
+-- what a broker publisher does once the broker confirmed the message
+UPDATE wfe.run_stages SET state = 'dispatched' WHERE run_id = :run3 AND stage = 'first';
+SELECT * FROM pg_temp.call('complete', :run3, 'first', 1, :d1, '{"n": 3}');
+SELECT * FROM pg_temp.call('fail', :run3, 'first', 1, :d1, '{"code": "boom"}');
+SELECT * FROM pg_temp.call('fail_final', :run3, 'first', 1, :d1, '{"code": "boom"}');
+SELECT * FROM pg_temp.call('heartbeat', :run3, 'first', 1, :d1);
+SELECT * FROM pg_temp.stages(:run3);
+SELECT * FROM pg_temp.call('accept', :run3, 'first', 1, :d1 + 1);
+SELECT * FROM pg_temp.call('accept', :run3, 'first', 1, :d1);
+SELECT * FROM pg_temp.call('complete', :run3, 'first', 1, :d1, '{"n": 3}');
+SELECT * FROM pg_temp.stages(:run3);
+SELECT wfe.cancel_run(:run3, 'test done');
+SELECT wfe.configure_queue('rt-cb-work', 'poll');

@@ -158,11 +158,12 @@ SELECT * FROM pg_temp.ready();
 SELECT * FROM pg_temp.work('rt-mi-actions', '{"published": true}');
 SELECT * FROM pg_temp.run(:hit);
 -- the finaliser's input: run identity, intent and every stage's state
-SELECT task.stage, task.worker, task.input - 'run_id' AS input, (task.input ->> 'run_id')::bigint = :hit AS own_run
+SELECT task.stage, task.worker, task.input - 'run_id' AS input, (task.input ->> 'run_id')::bigint = :hit AS own_run,
+       task.fence
   FROM wfe.claim_task('rt-mi-audit', 'w-audit') AS task \gset fin_
 SELECT :'fin_stage' AS stage, :'fin_worker' AS worker, :'fin_own_run' AS own_run;
 SELECT jsonb_pretty(:'fin_input'::jsonb);
-SELECT wfe.complete_task(:hit, 'finaliser.1', 1, 1, '{}');
+SELECT wfe.complete_task(:hit, 'finaliser.1', 1, :fin_fence, '{}');
 SELECT * FROM pg_temp.run(:hit);
 SELECT * FROM pg_temp.history(:hit);
 
@@ -197,9 +198,12 @@ SELECT run_id AS bf FROM wfe.submit('ingest-test', '{"modelId": "m-3"}') \gset
 SELECT * FROM pg_temp.work('rt-mi-actions', '{"hit": false}');
 SELECT * FROM pg_temp.work('rt-mi-rendering', '{}');
 -- technical-metadata was dispatched through the outbox; its worker accepts it
-SELECT kind, stage, attempt, fence, routing_key, body ->> 'worker' AS worker, body -> 'payload_inline' AS payload
+-- (the envelope carries the attempt's fence: generation shown)
+SELECT kind, stage, attempt, fence >> 32 AS fence_gen, (body ->> 'fence')::bigint = fence AS envelope_fence,
+       routing_key, body ->> 'worker' AS worker, body -> 'payload_inline' AS payload
   FROM wfe.outbox WHERE run_id = :bf ORDER BY id;
-SELECT wfe.accept_task(:bf, 'technical-metadata', 1, 1, 'w-broker');
+SELECT fence AS tm_fence FROM wfe.outbox WHERE run_id = :bf AND kind = 'dispatch' AND stage = 'technical-metadata' \gset
+SELECT wfe.accept_task(:bf, 'technical-metadata', 1, :tm_fence, 'w-broker');
 -- semantic-analysis fails for good: the failed intent is set at once
 SELECT task.stage, wfe.fail_task(task.run_id, task.stage, task.attempt, task.fence,
                                  '{"code": "model.corrupt"}', retryable => false)
@@ -207,21 +211,29 @@ SELECT task.stage, wfe.fail_task(task.run_id, task.stage, task.attempt, task.fen
 SELECT * FROM pg_temp.run(:bf);
 SELECT * FROM pg_temp.stages(:bf);
 -- the sibling is fenced and asked to stop (recorded, and a cancel message)
-SELECT stage, attempt, fence FROM wfe.run_stages WHERE run_id = :bf AND stage = 'technical-metadata';
-SELECT stage, attempt, detail FROM wfe.events WHERE run_id = :bf AND type = 'stage.cancelled';
-SELECT kind, stage, attempt, fence, routing_key, body - 'reason' - 'run_id' AS body
-  FROM wfe.outbox WHERE run_id = :bf AND kind = 'cancel';
+-- (a new fence, the next generation; the event and the cancel message name
+-- the fence of the attempt asked to stop)
+SELECT stage, attempt, fence >> 32 AS fence_gen, fence > :tm_fence AS new_fence
+  FROM wfe.run_stages WHERE run_id = :bf AND stage = 'technical-metadata';
+SELECT e.stage, e.attempt, e.detail - 'fence' - 'cancelled_fence' AS detail,
+       (e.detail ->> 'fence')::bigint = s.fence AS new_fence, (e.detail ->> 'cancelled_fence')::bigint = :tm_fence AS cancelled_fence
+  FROM wfe.events AS e JOIN wfe.run_stages AS s USING (run_id, stage)
+ WHERE e.run_id = :bf AND e.type = 'stage.cancelled';
+SELECT o.kind, o.stage, o.attempt, o.fence >> 32 AS fence_gen, o.fence = s.fence AS new_fence, o.routing_key,
+       o.body - 'reason' - 'run_id' - 'fence' AS body, (o.body ->> 'fence')::bigint = :tm_fence AS body_fence
+  FROM wfe.outbox AS o JOIN wfe.run_stages AS s USING (run_id, stage)
+ WHERE o.run_id = :bf AND o.kind = 'cancel';
 -- its later callbacks are late, and change nothing
-SELECT wfe.heartbeat(:bf, 'technical-metadata', 1, 1);
-SELECT wfe.complete_task(:bf, 'technical-metadata', 1, 1, '{"vertices": 7}');
+SELECT wfe.heartbeat(:bf, 'technical-metadata', 1, :tm_fence);
+SELECT wfe.complete_task(:bf, 'technical-metadata', 1, :tm_fence, '{"vertices": 7}');
 SELECT state, result FROM wfe.run_stages WHERE run_id = :bf AND stage = 'technical-metadata';
 -- nothing else is released; the finaliser still runs, told the intent
 SELECT * FROM pg_temp.ready();
-SELECT task.stage, task.input -> 'intent' AS intent, task.input -> 'stages' AS stages
+SELECT task.stage, task.input -> 'intent' AS intent, task.input -> 'stages' AS stages, task.fence
   FROM wfe.claim_task('rt-mi-audit', 'w-audit') AS task \gset fin_
 SELECT :'fin_stage' AS stage, :'fin_intent' AS intent;
 SELECT jsonb_pretty(:'fin_stages'::jsonb);
-SELECT wfe.complete_task(:bf, 'finaliser.1', 1, 1, '{}');
+SELECT wfe.complete_task(:bf, 'finaliser.1', 1, :fin_fence, '{}');
 SELECT * FROM pg_temp.run(:bf);
 SELECT wfe.report(:bf) -> 'late_callbacks' AS late_callbacks;
 SELECT * FROM pg_temp.history(:bf);
@@ -235,11 +247,12 @@ SELECT run_id AS ff FROM wfe.submit('ingest-test', '{"modelId": "m-4"}') \gset
 SELECT * FROM pg_temp.work('rt-mi-actions', '{"hit": true}');
 SELECT * FROM pg_temp.work('rt-mi-actions', '{}');
 SELECT * FROM pg_temp.run(:ff);
-SELECT wfe.fail_task(:ff, 'finaliser.1', 1, 1, '{"code": "audit.unavailable"}');
+SELECT wfe.fail_task(task.run_id, task.stage, task.attempt, task.fence, '{"code": "audit.unavailable"}')
+  FROM wfe.claim_task('rt-mi-audit', 'w-audit') AS task;
 SELECT stage, state, attempt FROM wfe.run_stages WHERE run_id = :ff AND stage = 'finaliser.1';
 UPDATE wfe.timers SET due_at = now() - interval '1 s' WHERE run_id = :ff AND kind = 'retry';
 SELECT wfe.tick() IS NOT NULL AS ticked;
-SELECT stage, state, attempt, fence FROM wfe.run_stages WHERE run_id = :ff AND stage = 'finaliser.1';
+SELECT stage, state, attempt, fence >> 32 AS fence_gen FROM wfe.run_stages WHERE run_id = :ff AND stage = 'finaliser.1';
 SELECT task.stage, task.attempt, wfe.fail_task(task.run_id, task.stage, task.attempt, task.fence,
                                                '{"code": "audit.rejected"}', retryable => false)
   FROM wfe.claim_task('rt-mi-audit', 'w-audit') AS task;

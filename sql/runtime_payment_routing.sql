@@ -45,10 +45,11 @@ $yaml$) LIKE 'sha256:%' AS created;
 SELECT wfe.approve('payroute-test', '1.0.0');
 SELECT wfe.activate('payroute-test', '1.0.0');
 
+-- (fences are shown by generation, their high 32 bits: the low half is random)
 CREATE FUNCTION pg_temp.stages(p_run bigint)
-RETURNS TABLE (stage text, state text, attempt int, fence bigint, skip_reason text, error text, result jsonb)
+RETURNS TABLE (stage text, state text, attempt int, fence_gen bigint, skip_reason text, error text, result jsonb)
 LANGUAGE sql AS $$
-SELECT s.stage, s.state, s.attempt, s.fence, s.skip_reason, s.error ->> 'code', s.result
+SELECT s.stage, s.state, s.attempt, s.fence >> 32, s.skip_reason, s.error ->> 'code', s.result
   FROM wfe.run_stages AS s WHERE s.run_id = p_run ORDER BY s.ordinal
 $$;
 CREATE FUNCTION pg_temp.run(p_run bigint)
@@ -58,13 +59,13 @@ SELECT r.state, r.intent, r.reason FROM wfe.runs AS r WHERE r.run_id = p_run
 $$;
 -- Claim a task of a queue; answer it with a result or a retryable failure.
 CREATE FUNCTION pg_temp.work(p_queue text, p_result jsonb DEFAULT '{}')
-RETURNS TABLE (stage text, attempt int, fence bigint, input jsonb, outcome text)
+RETURNS TABLE (stage text, attempt int, fence_gen bigint, input jsonb, outcome text)
 LANGUAGE plpgsql AS $$
 DECLARE
     t wfe.task;
 BEGIN
     FOR t IN SELECT * FROM wfe.claim_task(p_queue, 'w-pr') LOOP
-        stage := t.stage; attempt := t.attempt; fence := t.fence; input := t.input;
+        stage := t.stage; attempt := t.attempt; fence_gen := t.fence >> 32; input := t.input;
         outcome := wfe.complete_task(t.run_id, t.stage, t.attempt, t.fence, p_result);
         RETURN NEXT;
     END LOOP;
@@ -73,18 +74,19 @@ $$;
 -- Claim, fail (retryable), and check the retry timer the failure wrote: its
 -- due time lies between the failure and the failure plus the policy's
 -- backoff before jitter, min(max_ms, initial_ms * multiplier^(attempt-1)).
+-- The timer names the failed attempt's fence (timer_fence: the same).
 CREATE FUNCTION pg_temp.fail_once(p_queue text)
-RETURNS TABLE (stage text, attempt int, fence bigint, outcome text, state text,
-               timer_attempt int, timer_fence bigint, within_backoff boolean)
+RETURNS TABLE (stage text, attempt int, fence_gen bigint, outcome text, state text,
+               timer_attempt int, timer_fence boolean, within_backoff boolean)
 LANGUAGE plpgsql AS $$
 DECLARE
     t wfe.task;
 BEGIN
     FOR t IN SELECT * FROM wfe.claim_task(p_queue, 'w-pr') LOOP
-        stage := t.stage; attempt := t.attempt; fence := t.fence;
+        stage := t.stage; attempt := t.attempt; fence_gen := t.fence >> 32;
         outcome := wfe.fail_task(t.run_id, t.stage, t.attempt, t.fence, '{"code": "gateway.timeout"}');
         SELECT s.state INTO state FROM wfe.run_stages AS s WHERE s.run_id = t.run_id AND s.stage = t.stage;
-        SELECT x.attempt, x.fence,
+        SELECT x.attempt, x.fence = t.fence,
                x.due_at >= now()
                AND x.due_at <= now() + make_interval(secs => least(30000, 500 * 2 ^ (t.attempt - 1)) / 1000.0)
           INTO timer_attempt, timer_fence, within_backoff
@@ -154,22 +156,25 @@ SELECT * FROM pg_temp.run(:str);
 --
 SELECT run_id AS rt FROM wfe.submit('payroute-test', '{"amount": 20000, "account": "D-1"}') \gset
 SELECT * FROM pg_temp.fail_once('rt-pr-review');
+SELECT fence AS rt_f1 FROM wfe.run_stages WHERE run_id = :rt AND stage = 'high-value' \gset
 SELECT * FROM pg_temp.stages(:rt);
 -- while the retry is scheduled nothing can be claimed, and a tick before the
 -- timer is due does nothing
 SELECT count(*) AS claimable FROM wfe.claim_task('rt-pr-review', 'w-pr');
 UPDATE wfe.timers SET due_at = now() + interval '1 hour' WHERE run_id = :rt AND fired_at IS NULL;
 SELECT wfe.tick() IS NOT NULL AS ticked;
-SELECT stage, state, attempt, fence FROM pg_temp.stages(:rt) WHERE stage = 'high-value';
+SELECT stage, state, attempt, fence_gen FROM pg_temp.stages(:rt) WHERE stage = 'high-value';
 -- due: the tick queues attempt 2 with a new fence
 SELECT pg_temp.retry_now(:rt) AS ticked;
-SELECT stage, state, attempt, fence FROM pg_temp.stages(:rt) WHERE stage = 'high-value';
-SELECT attempt, fence, fired_at IS NOT NULL AS fired FROM wfe.timers WHERE run_id = :rt ORDER BY timer_id;
--- attempt 1's callbacks are stale now, and change nothing
-SELECT wfe.complete_task(:rt, 'high-value', 1, 1, '{"approved": true}');
-SELECT wfe.fail_task(:rt, 'high-value', 1, 1, '{"code": "gateway.timeout"}');
-SELECT wfe.heartbeat(:rt, 'high-value', 1, 1);
-SELECT stage, state, attempt, fence FROM pg_temp.stages(:rt) WHERE stage = 'high-value';
+SELECT stage, state, attempt, fence_gen FROM pg_temp.stages(:rt) WHERE stage = 'high-value';
+SELECT attempt, fence >> 32 AS fence_gen, fence = :rt_f1 AS attempt_1_fence, fired_at IS NOT NULL AS fired
+  FROM wfe.timers WHERE run_id = :rt ORDER BY timer_id;
+SELECT fence > :rt_f1 AS new_fence FROM wfe.run_stages WHERE run_id = :rt AND stage = 'high-value';
+-- attempt 1's callbacks (with its real fence) are stale now, and change nothing
+SELECT wfe.complete_task(:rt, 'high-value', 1, :rt_f1, '{"approved": true}');
+SELECT wfe.fail_task(:rt, 'high-value', 1, :rt_f1, '{"code": "gateway.timeout"}');
+SELECT wfe.heartbeat(:rt, 'high-value', 1, :rt_f1);
+SELECT stage, state, attempt, fence_gen FROM pg_temp.stages(:rt) WHERE stage = 'high-value';
 -- attempts 2, 3 and 4 fail too, each with a longer backoff
 SELECT * FROM pg_temp.fail_once('rt-pr-review');
 SELECT pg_temp.retry_now(:rt) AS ticked;
@@ -195,7 +200,7 @@ SELECT s ->> 'stage' AS stage, s ->> 'status' AS status, s -> 'attempts' AS atte
 -- A retry that succeeds: the second attempt completes the run.
 --
 SELECT run_id AS ok FROM wfe.submit('payroute-test', '{"amount": 30000, "account": "E-1"}') \gset
-SELECT stage, attempt, fence, outcome, state FROM pg_temp.fail_once('rt-pr-review');
+SELECT stage, attempt, fence_gen, outcome, state FROM pg_temp.fail_once('rt-pr-review');
 SELECT pg_temp.retry_now(:ok) AS ticked;
 SELECT * FROM pg_temp.work('rt-pr-review', '{"approved": true}');
 SELECT * FROM pg_temp.run(:ok);

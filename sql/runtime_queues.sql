@@ -85,9 +85,13 @@ SELECT wfe.configure_queue('rt-q-jobs', 'broker');
 SELECT count(*) AS dispatches FROM wfe.outbox WHERE run_id = :paused_run;
 
 -- cancellation acknowledgements
-SELECT run_id AS cancel_run FROM wfe.run_stages WHERE queue = 'rt-q-jobs' AND state = 'queued' LIMIT 1 \gset
+-- (an acknowledgement names the fence of the attempt asked to stop)
+SELECT run_id AS cancel_run, fence AS cancel_fence FROM wfe.run_stages
+ WHERE queue = 'rt-q-jobs' AND state = 'queued' LIMIT 1 \gset
 SELECT wfe.cancel_run(:cancel_run, 'test');
-SELECT wfe.ack_cancel(:cancel_run, 'a', 1, 1) AS ack;
+SELECT wfe.ack_cancel(:cancel_run, 'a', 1, (SELECT fence FROM wfe.run_stages WHERE run_id = :cancel_run AND stage = 'a'))
+       AS new_fence;
+SELECT wfe.ack_cancel(:cancel_run, 'a', 1, :cancel_fence) AS ack;
 SELECT wfe.ack_cancel(:cancel_run, 'a', 1, 7) AS wrong_fence;
 SELECT wfe.ack_cancel(:cancel_run, 'nope', 1, 1) AS unknown_stage;
 SELECT type FROM wfe.events WHERE run_id = :cancel_run AND type LIKE '%cancel%' ORDER BY event_id;

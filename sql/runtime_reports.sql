@@ -41,9 +41,9 @@ SELECT wfe.approve('report-test', '1.0.0');
 SELECT wfe.activate('report-test', '1.0.0');
 
 CREATE FUNCTION pg_temp.stages(p_run bigint)
-RETURNS TABLE (stage text, state text, attempt int, fence bigint, error text)
+RETURNS TABLE (stage text, state text, attempt int, fence_gen bigint, error text)
 LANGUAGE sql AS $$
-SELECT s.stage, s.state, s.attempt, s.fence, s.error ->> 'code'
+SELECT s.stage, s.state, s.attempt, s.fence >> 32, s.error ->> 'code'
   FROM wfe.run_stages AS s WHERE s.run_id = p_run ORDER BY s.ordinal
 $$;
 CREATE FUNCTION pg_temp.work(p_queue text, p_result jsonb DEFAULT '{}')
@@ -160,12 +160,13 @@ SELECT run_id AS t FROM wfe.submit('report-test', '{}') \gset
 SELECT task.stage, task.attempt, task.fence,
        task.deadline_at - now() = interval '60 s' AS execution_deadline
   FROM wfe.claim_task('rt-rp-work', 'w-rp') AS task \gset t_
-SELECT :'t_stage' AS stage, :t_attempt AS attempt, :t_fence AS fence, :'t_execution_deadline' AS execution_deadline;
+SELECT :'t_stage' AS stage, :t_attempt AS attempt, :t_fence >> 32 AS fence_gen, :'t_execution_deadline' AS execution_deadline;
 UPDATE wfe.run_stages SET deadline_at = now() - interval '1 s' WHERE run_id = :t AND stage = 'first';
 SELECT wfe.tick() IS NOT NULL AS ticked;
 SELECT * FROM pg_temp.stages(:t);
 SELECT attempt, detail ->> 'clock' AS clock FROM wfe.events WHERE run_id = :t AND type = 'stage.timed_out';
-SELECT kind, attempt, fence, fired_at IS NULL AS pending FROM wfe.timers WHERE run_id = :t;
+SELECT kind, attempt, fence >> 32 AS fence_gen, fence > :t_fence AS new_fence, fired_at IS NULL AS pending
+  FROM wfe.timers WHERE run_id = :t;
 -- the worker finishes after all: stale, nothing changes
 SELECT wfe.complete_task(:t, 'first', :t_attempt, :t_fence, '{}');
 SELECT wfe.fail_task(:t, 'first', :t_attempt, :t_fence, '{}');

@@ -36,12 +36,21 @@ RETURNS TABLE (workflow text, version text, tenant text, state text, intent text
 LANGUAGE sql AS $$
 SELECT r.workflow, r.version, r.tenant, r.state, r.intent, r.reason FROM wfe.runs AS r WHERE r.run_id = p_run
 $$;
+-- Report a stage's current attempt; one nobody claimed yet is accepted
+-- first, as its worker would (only a running attempt can be reported).
 CREATE FUNCTION pg_temp.finish(p_run bigint, p_stage text, p_how text)
-RETURNS text LANGUAGE sql AS $$
-SELECT CASE p_how
-         WHEN 'complete' THEN wfe.complete_task(p_run, p_stage, s.attempt, s.fence, '{}')
-         ELSE wfe.fail_task(p_run, p_stage, s.attempt, s.fence, '{"code": "test"}', false) END
-  FROM wfe.run_stages AS s WHERE s.run_id = p_run AND s.stage = p_stage
+RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+    s wfe.run_stages;
+BEGIN
+    SELECT * INTO s FROM wfe.run_stages AS x WHERE x.run_id = p_run AND x.stage = p_stage;
+    IF s.state IN ('queued', 'dispatched') THEN
+        PERFORM wfe.accept_task(p_run, p_stage, s.attempt, s.fence, 'w-sb');
+    END IF;
+    RETURN CASE p_how
+             WHEN 'complete' THEN wfe.complete_task(p_run, p_stage, s.attempt, s.fence, '{}')
+             ELSE wfe.fail_task(p_run, p_stage, s.attempt, s.fence, '{"code": "test"}', false) END;
+END
 $$;
 \set ok_ctx '{"name": "n", "size": 3}'
 

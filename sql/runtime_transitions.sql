@@ -128,16 +128,24 @@ SELECT pg_temp.states(:r1);
 SELECT run_id AS r2 FROM wfe.submit('tr-test', '{"path": "solo"}') \gset
 SELECT pg_temp.states(:r2);
 
--- 3. queued -> completed (a report before any claim).
+-- 3. No queued -> completed | failed | retry_scheduled: a report before
+--    any claim is stale and changes nothing (runtime.md "Who may report").
 SELECT run_id AS r3 FROM wfe.submit('tr-test', '{"path": "solo", "v": "x"}') \gset
+SELECT pg_temp.complete(:r3, 'solo');
+SELECT pg_temp.fail(:r3, 'solo', true);
+SELECT pg_temp.fail(:r3, 'solo', false);
+SELECT pg_temp.states(:r3);
+SELECT pg_temp.accept(:r3, 'solo');
 SELECT pg_temp.complete(:r3, 'solo');
 SELECT pg_temp.states(:r3);
 
--- 4. queued -> retry_scheduled -> queued -> failed (retries exhausted).
+-- 4. running -> retry_scheduled -> queued -> running -> failed (retries exhausted).
 SELECT run_id AS r4 FROM wfe.submit('tr-test', '{"path": "solo", "v": "x"}') \gset
+SELECT pg_temp.accept(:r4, 'solo');
 SELECT pg_temp.fail(:r4, 'solo', true);
 SELECT pg_temp.states(:r4);
 SELECT pg_temp.retry_now(:r4);
+SELECT pg_temp.accept(:r4, 'solo');
 SELECT pg_temp.fail(:r4, 'solo', true);
 SELECT pg_temp.states(:r4);
 
@@ -177,22 +185,32 @@ SELECT pg_temp.states(:r9);
 
 --
 -- 8. The fork: split waiting -> completed, both branches queued.  Dispatched
---    attempts (a publisher's UPDATE) are accepted, completed, failed or time out.
+--    attempts (a publisher's UPDATE) are accepted or time out; until
+--    accepted they cannot be reported (stale: no dispatched -> completed |
+--    failed | retry_scheduled).
 --
 SELECT run_id AS f1 FROM wfe.submit('tr-test', '{"path": "fork"}') \gset
 SELECT pg_temp.states(:f1);
 SELECT pg_temp.published(:f1, 'left'), pg_temp.published(:f1, 'right');
 SELECT pg_temp.accept(:f1, 'left');                 -- dispatched -> running
 SELECT pg_temp.complete(:f1, 'left');
-SELECT pg_temp.complete(:f1, 'right');              -- dispatched -> completed
+SELECT pg_temp.complete(:f1, 'right');              -- stale: not accepted
+SELECT pg_temp.states(:f1);
+SELECT pg_temp.accept(:f1, 'right');
+SELECT pg_temp.complete(:f1, 'right');
 SELECT pg_temp.states(:f1);
 
 SELECT run_id AS f2 FROM wfe.submit('tr-test', '{"path": "fork"}') \gset
 SELECT pg_temp.published(:f2, 'left'), pg_temp.published(:f2, 'right');
-SELECT pg_temp.fail(:f2, 'left', true);             -- dispatched -> retry_scheduled
+SELECT pg_temp.fail(:f2, 'left', true);             -- stale: not accepted
+SELECT pg_temp.fail(:f2, 'left', false);            -- stale: not accepted
+SELECT pg_temp.states(:f2);
+SELECT pg_temp.accept(:f2, 'left');
+SELECT pg_temp.fail(:f2, 'left', true);
 SELECT pg_temp.retry_now(:f2);
 SELECT pg_temp.published(:f2, 'left');
-SELECT pg_temp.fail(:f2, 'left', false);            -- dispatched -> failed
+SELECT pg_temp.accept(:f2, 'left');
+SELECT pg_temp.fail(:f2, 'left', false);
 SELECT pg_temp.states(:f2);
 SELECT pg_temp.expire(:f2, 'right');                -- dispatched -> timed_out -> retry_scheduled
 SELECT pg_temp.retry_now(:f2);
@@ -220,15 +238,19 @@ SELECT error ->> 'code' AS code FROM wfe.run_stages WHERE run_id = :e1 AND stage
 -- 9. With a finaliser (2.0.0): running -> finalising -> completed | failed | cancelled.
 --
 SELECT run_id AS g1 FROM wfe.submit('tr-test@2.0.0', '{"path": "solo", "v": "x"}') \gset
+SELECT pg_temp.accept(:g1, 'solo');
 SELECT pg_temp.complete(:g1, 'solo');
 SELECT pg_temp.states(:g1);
+SELECT pg_temp.accept(:g1, 'finaliser.1');
 SELECT pg_temp.complete(:g1, 'finaliser.1');
 SELECT pg_temp.states(:g1);
 SELECT run_id AS g2 FROM wfe.submit('tr-test@2.0.0', '{"path": "solo"}') \gset
+SELECT pg_temp.accept(:g2, 'finaliser.1');
 SELECT pg_temp.complete(:g2, 'finaliser.1');
 SELECT pg_temp.states(:g2);
 SELECT run_id AS g3 FROM wfe.submit('tr-test@2.0.0', '{"path": "solo", "v": "x"}') \gset
 SELECT wfe.cancel_run(:g3);
+SELECT pg_temp.accept(:g3, 'finaliser.1');
 SELECT pg_temp.complete(:g3, 'finaliser.1');
 SELECT pg_temp.states(:g3);
 
@@ -238,8 +260,10 @@ SELECT pg_temp.states(:g3);
 SELECT run_id AS o1 FROM wfe.submit('tr-test', '{"path": "fork"}') \gset
 SET rt_tr.by = 'update';
 UPDATE wfe.run_stages SET state = 'cancelled' WHERE run_id = :o1 AND stage = 'meet';     -- waiting -> cancelled
--- re-drives, each put back where it was (queued -> failed, timed_out, cancelled are legal)
+-- re-drives, each put back where it was (queued -> running -> failed,
+-- queued -> timed_out, queued -> cancelled are legal)
 UPDATE wfe.run_stages SET state = 'queued' WHERE run_id = :r7 AND stage = 'solo';        -- failed -> queued
+UPDATE wfe.run_stages SET state = 'running' WHERE run_id = :r7 AND stage = 'solo';
 UPDATE wfe.run_stages SET state = 'failed' WHERE run_id = :r7 AND stage = 'solo';
 UPDATE wfe.run_stages SET state = 'queued' WHERE run_id = :r6 AND stage = 'solo';        -- cancelled -> queued
 UPDATE wfe.run_stages SET state = 'timed_out' WHERE run_id = :r6 AND stage = 'solo';
@@ -274,6 +298,7 @@ UPDATE wfe.run_stages SET state = 'waiting' WHERE run_id = :x1 AND stage = 'left
 SELECT pg_temp.accept(:x1, 'left');
 UPDATE wfe.run_stages SET state = 'queued' WHERE run_id = :x1 AND stage = 'left';
 \echo :LAST_ERROR_SQLSTATE
+SELECT pg_temp.accept(:x1, 'right');
 SELECT pg_temp.fail(:x1, 'right', true);
 UPDATE wfe.run_stages SET state = 'running' WHERE run_id = :x1 AND stage = 'right';
 \echo :LAST_ERROR_SQLSTATE

@@ -587,3 +587,43 @@ GRANT EXECUTE ON FUNCTION
     wfe.resume_queue(text)
     TO wfe_admin, wfe_operator;
 GRANT SELECT ON wfe.queues TO wfe_admin;
+
+-- fences are capabilities: ack_cancel finds the cancelled attempt's fence in
+-- stage.cancelled (cancelled_fence; for a 0.1.0 cancellation, fence - 1)
+CREATE OR REPLACE FUNCTION wfe.ack_cancel(run_id bigint, stage text, attempt int, fence bigint)
+RETURNS text
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    s wfe.run_stages;
+BEGIN
+    IF ack_cancel.run_id IS NULL OR ack_cancel.stage IS NULL OR ack_cancel.attempt IS NULL
+       OR ack_cancel.fence IS NULL THEN
+        RAISE EXCEPTION 'run_id, stage, attempt and fence must not be null'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    SELECT * INTO s FROM wfe.run_stages AS st
+     WHERE st.run_id = ack_cancel.run_id AND st.stage = ack_cancel.stage;
+    IF NOT FOUND THEN
+        RETURN 'unknown';
+    END IF;
+    -- the cancelled attempt is the one whose fence the cancel superseded
+    -- (stage.cancelled names it; 0.1.0 grew fences by one)
+    IF s.attempt <> ack_cancel.attempt OR s.state <> 'cancelled'
+       OR NOT EXISTS (SELECT 1 FROM wfe.events AS e
+                       WHERE e.run_id = s.run_id AND e.stage = s.stage AND e.attempt = s.attempt
+                         AND e.type = 'stage.cancelled'
+                         AND coalesce((e.detail ->> 'cancelled_fence')::bigint,
+                                      (e.detail ->> 'fence')::bigint - 1) = ack_cancel.fence)
+    THEN
+        PERFORM wfe._event(s.run_id, s.tenant, s.stage, ack_cancel.attempt, 'callback.stale',
+                           jsonb_build_object('callback', 'ack_cancel', 'fence', ack_cancel.fence));
+        RETURN 'stale';
+    END IF;
+    PERFORM wfe._event(s.run_id, s.tenant, s.stage, s.attempt, 'stage.cancel_acknowledged',
+                       jsonb_build_object('fence', ack_cancel.fence));
+    RETURN 'accepted';
+END
+$$;

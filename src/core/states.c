@@ -14,7 +14,12 @@ static const char *const run_names[WFE_NRUN_STATES] = {
 	"running", "finalising", "completed", "failed", "cancelled"
 };
 
-/* Stage transitions (runtime.md "States"); same-state updates are always legal. */
+/*
+ * Stage transitions (runtime.md "States"); same-state updates are always
+ * legal.  Only a running attempt can be reported ("Who may report"), so a
+ * queued or dispatched one never goes straight to completed, failed or
+ * retry_scheduled.
+ */
 const wfe_transition wfe_stage_transition_table[] = {
 	{"waiting", "queued", "released: its predecessors are done"},
 	{"waiting", "completed", "a decision, fork or join resolved at release"},
@@ -23,16 +28,10 @@ const wfe_transition wfe_stage_transition_table[] = {
 	{"waiting", "cancelled", "the run was cancelled before the stage was released"},
 	{"queued", "dispatched", "published to the broker"},
 	{"queued", "running", "claimed by a poll worker, or accepted"},
-	{"queued", "completed", "a worker reported before claiming (broker delivery)"},
-	{"queued", "failed", "a worker reported failure before claiming"},
-	{"queued", "retry_scheduled", "a worker reported a retryable failure before claiming"},
 	{"queued", "timed_out", "queue deadline passed"},
 	{"queued", "cancelled", "run intent set or run cancelled"},
 	{"dispatched", "running", "accepted by the worker"},
 	{"dispatched", "queued", "publisher gave the message back"},
-	{"dispatched", "completed", "a worker reported before accepting"},
-	{"dispatched", "failed", "a worker reported failure before accepting"},
-	{"dispatched", "retry_scheduled", "retryable failure before accepting"},
 	{"dispatched", "timed_out", "queue deadline passed"},
 	{"dispatched", "cancelled", "run intent set or run cancelled"},
 	{"running", "completed", "the worker completed the attempt"},

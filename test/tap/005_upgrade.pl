@@ -446,7 +446,10 @@ for my $change (@changes)
 # Finish every run, under 0.2.0.
 #
 
-# The tasks claimed before the upgrade report with their 0.1.0 fences.
+# The tasks claimed before the upgrade report with their 0.1.0 fences,
+# small numbers (0.2.0's have a generation in the high 32 bits).
+ok($fork_tm[1] >= 1 && $fork_tm[1] < 2**32 && $retry_1[1] >= 1 && $retry_1[1] < 2**32,
+	"the fences 0.1.0 gave are small numbers ($fork_tm[1], $retry_1[1])");
 is(sql("SELECT wfe.heartbeat($r_fork, 'technical-metadata', $fork_tm[0], $fork_tm[1])"),
 	'accepted', 'fork: heartbeat of the attempt claimed before the upgrade');
 is(complete($r_fork, 'technical-metadata', @fork_tm), 'accepted', 'fork: the second branch completes');
@@ -465,6 +468,12 @@ is(complete($r_cancel, 'cache-lookup', @cancel_cl, $hit), $cancel_answer,
 is(fail_task($r_retry, 'high-value', @retry_1, '{"code": "review.busy"}', 'true'),
 	'duplicate', 'retry: attempt 1 reporting its failure again is a duplicate');
 is(complete($r_retry, 'high-value', @retry_1), 'conflict', 'retry: attempt 1 reporting success is a conflict');
+# A cancellation made by 0.1.0 is acknowledged with the fence of the
+# attempt it stopped (0.1.0's stage.cancelled names only the new fence).
+is(sql("SELECT wfe.ack_cancel($r_cancel, 'cache-lookup', $cancel_cl[0], $cancel_cl[1] + 1)"),
+	'stale', "cancel: ack_cancel with the cancelled stage's own fence is stale");
+is(sql("SELECT wfe.ack_cancel($r_cancel, 'cache-lookup', $cancel_cl[0], $cancel_cl[1])"),
+	'accepted', 'cancel: ack_cancel with the 0.1.0 fence of the attempt cancelled before the upgrade');
 
 # An idempotency key finds the run submitted before the upgrade.
 is( sql("SELECT run_id || ' ' || accepted FROM wfe.submit('payment-routing', '{\"amount\": 400, \"account\": \"a-5\"}', "
@@ -521,6 +530,11 @@ while (time < $deadline)
 is(sql('SELECT count(*) FROM wfe.runs WHERE finished_at IS NULL'), 0, 'every run finished');
 is(join('; ', @refused), '', 'every report after the upgrade was accepted');
 is(sql('SELECT count(*) FROM wfe.timers WHERE fired_at IS NULL'), 0, 'no timer is left pending');
+# The retry fired after the upgrade: attempt 2's fence is the next
+# generation after its 0.1.0 fence, (fence >> 32) + 1 = 1, so above it.
+is( sql("SELECT attempt || ' ' || (fence >> 32) || ' ' || (fence > $retry_1[1]) FROM wfe.run_stages "
+		  . "WHERE run_id = $r_retry AND stage = 'high-value'"),
+	'2 1 true', 'retry: attempt 2, queued after the upgrade, has a fence of generation 1, above its 0.1.0 fence');
 
 # How each run ended: its state and reason, then each stage's status and
 # attempts, from its report.

@@ -1900,6 +1900,16 @@ test_tables(void)
 	   !wfe_transition_legal(wfe_stage_transition_table, "skipped", "queued") &&
 	   wfe_transition_legal(wfe_stage_transition_table, "timed_out", "timed_out"),
 	   "tables: a completed or skipped stage is never queued again; same-state is legal");
+	good = 1;
+	for (int k = 0; k < 3; k++)
+	{
+		const char *to = (const char *[]) {"completed", "failed", "retry_scheduled"}[k];
+
+		good &= !wfe_transition_legal(wfe_stage_transition_table, "queued", to) &&
+			!wfe_transition_legal(wfe_stage_transition_table, "dispatched", to);
+	}
+	ok(good, "tables: only a running attempt is reported: queued and dispatched never go "
+	   "straight to completed, failed or retry_scheduled");
 	ok(!wfe_transition_legal(wfe_run_transition_table, "completed", "failed") &&
 	   !wfe_transition_legal(wfe_run_transition_table, "finalising", "running"),
 	   "tables: a run never leaves a final state, nor goes back to running");

@@ -211,7 +211,7 @@ test_usage() {
 }
 
 test_poll_basic() {
-	local db=wt_poll r1 r2 s
+	local db=wt_poll r1 r2 s fence
 	r1=$(submit $db wt-two '{"who": "ann"}')
 	r2=$(submit $db wt-two '{"who": "bob"}')
 	worker poll.log --queue q_two --command "$TASK" --dsn "$(dsn $db)" --once
@@ -224,8 +224,11 @@ test_poll_basic() {
 
 	r1=$(submit $db wt-one '{"mode": "env", "secs": 0}')
 	worker poll.log --queue q_one --command "$TASK" --dsn "$(dsn $db)" --once
+	# the attempt's real fence (unpredictable: generation 1 in the high half)
+	fence=$(q $db "SELECT fence FROM wfe.run_stages WHERE run_id = $r1 AND stage = 'one'")
+	check "the attempt's fence is of generation 1" eq 1 "$(q $db "SELECT $fence >> 32")"
 	check "the command sees WFE_* variables" eq \
-		"{\"run\": \"$r1\", \"fence\": \"1\", \"queue\": \"q_one\", \"stage\": \"one\", \"tenant\": \"default\", \"worker\": \"wt.one@1\", \"attempt\": \"1\"}" \
+		"{\"run\": \"$r1\", \"fence\": \"$fence\", \"queue\": \"q_one\", \"stage\": \"one\", \"tenant\": \"default\", \"worker\": \"wt.one@1\", \"attempt\": \"1\"}" \
 		"$(stage_of $db "$r1" result)"
 }
 
