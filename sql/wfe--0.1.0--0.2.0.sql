@@ -160,6 +160,7 @@ DECLARE
     v_error   jsonb;
     v_state   text;
     v_message text;
+    v_run_as  regrole;
 BEGIN
     SELECT * INTO r FROM wfe.runs AS x WHERE x.run_id = p_run_id FOR NO KEY UPDATE SKIP LOCKED;
     IF NOT FOUND THEN
@@ -175,8 +176,17 @@ BEGIN
     PERFORM wfe._event(p_run_id, r.tenant, p_stage, s.attempt, 'stage.claimed',
                        jsonb_build_object('worker_id', p_by, 'handler', s.handler::text));
     BEGIN
-        -- a subtransaction: a failing handler undoes only its own writes
-        EXECUTE format('SELECT %s($1)', s.handler::oid::regproc) INTO v_result USING s.input;
+        -- a subtransaction: a failing handler undoes only its own writes;
+        -- it runs as the role that registered it (src/handler.c)
+        SELECT c.run_as INTO v_run_as FROM wfe.contracts AS c WHERE c.ref = s.worker;
+        IF v_run_as IS NULL THEN
+            RAISE EXCEPTION 'contract % records no role for its handler to run as', s.worker
+                USING ERRCODE = 'insufficient_privilege',
+                      HINT = 'Register the handler again as a new contract version, as the role it should run as.';
+        END IF;
+        v_result := wfe._invoke_handler(s.handler, v_run_as, s.input);
+        -- a result over the limits fails the attempt like any handler error
+        PERFORM wfe._admit(v_result, 'the handler''s result');
     EXCEPTION WHEN OTHERS THEN
         GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE, v_message = MESSAGE_TEXT;
         v_error := jsonb_build_object('code', 'handler.error', 'sqlstate', v_state, 'message', v_message);
@@ -235,6 +245,7 @@ BEGIN
     IF cancel_run.run_id IS NULL THEN
         RAISE EXCEPTION 'run_id must not be null' USING ERRCODE = 'null_value_not_allowed';
     END IF;
+    PERFORM wfe._admit_name(cancel_run.reason, 'reason');
     SELECT * INTO r FROM wfe.runs AS x WHERE x.run_id = cancel_run.run_id FOR NO KEY UPDATE;
     IF NOT FOUND THEN
         RETURN 'unknown';
@@ -283,6 +294,11 @@ BEGIN
     IF submit.workflow IS NULL THEN
         RAISE EXCEPTION 'workflow must not be null' USING ERRCODE = 'null_value_not_allowed';
     END IF;
+    -- the admission limits, before anything is built from the arguments
+    PERFORM wfe._admit_name(submit.workflow, 'workflow');
+    PERFORM wfe._admit_name(submit.idempotency_key, 'idempotency_key');
+    PERFORM wfe._admit(v_context, 'context');
+    PERFORM wfe._admit(v_opts, 'options');
     IF jsonb_typeof(v_context) <> 'object' THEN
         RAISE EXCEPTION 'context must be a JSON object, not %', jsonb_typeof(v_context)
             USING ERRCODE = 'invalid_parameter_value';
@@ -290,6 +306,12 @@ BEGIN
     IF jsonb_typeof(v_opts) <> 'object' THEN
         RAISE EXCEPTION 'options must be a JSON object, not %', jsonb_typeof(v_opts)
             USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF jsonb_typeof(v_opts) = 'object' THEN
+        PERFORM wfe._admit_name(k, 'submit option key') FROM jsonb_object_keys(v_opts) AS k;
+        IF jsonb_typeof(v_opts -> 'execution_context') = 'string' THEN
+            PERFORM wfe._admit_name(v_opts ->> 'execution_context', 'execution_context');
+        END IF;
     END IF;
     SELECT string_agg(k, ', ') INTO v_bad FROM jsonb_object_keys(v_opts) AS k
      WHERE k NOT IN ('tenant', 'execution_context', 'run_deadline_ms', 'priority', 'not_before');
@@ -604,10 +626,16 @@ BEGIN
         RAISE EXCEPTION 'run_id, stage, attempt and fence must not be null'
             USING ERRCODE = 'null_value_not_allowed';
     END IF;
+    PERFORM wfe._admit_name(ack_cancel.stage, 'stage');
     SELECT * INTO s FROM wfe.run_stages AS st
      WHERE st.run_id = ack_cancel.run_id AND st.stage = ack_cancel.stage;
     IF NOT FOUND THEN
         RETURN 'unknown';
+    END IF;
+    IF s.queue IS NOT NULL AND NOT wfe._may_serve(s.queue) THEN
+        RAISE EXCEPTION 'role "%" may not report for queue "%"', wfe._caller(), s.queue
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = 'An administrator grants a queue with wfe.grant_queue(role, queue).';
     END IF;
     -- the cancelled attempt is the one whose fence the cancel superseded
     -- (stage.cancelled names it; 0.1.0 grew fences by one)
@@ -627,3 +655,459 @@ BEGIN
     RETURN 'accepted';
 END
 $$;
+COMMENT ON FUNCTION wfe.ack_cancel(bigint, text, int, bigint) IS
+'Records a worker''s acknowledgement of a cooperative cancellation request.';
+
+-- ---------------------------------------------------------------------
+-- 0.2.0: the trust boundary (docs/operations.md "Security model").
+-- ---------------------------------------------------------------------
+
+-- Who calls (SET ROLE included), and the admission limits at the door.
+CREATE FUNCTION wfe._caller()
+RETURNS regrole AS 'MODULE_PATHNAME', 'wfe_caller' LANGUAGE C STABLE;
+COMMENT ON FUNCTION wfe._caller() IS
+'The role acting in this session, SET ROLE included (inside SECURITY DEFINER functions current_user is the owner).';
+CREATE FUNCTION wfe._admit(value jsonb, what text)
+RETURNS void AS 'MODULE_PATHNAME', 'wfe_admit' LANGUAGE C STABLE;
+COMMENT ON FUNCTION wfe._admit(jsonb, text) IS
+'Raises 54000 if value (named what in the message) is larger than wfe.max_payload_bytes or deeper than wfe.max_json_depth.';
+CREATE FUNCTION wfe._admit_name(value text, what text)
+RETURNS void AS 'MODULE_PATHNAME', 'wfe_admit_name_sql' LANGUAGE C STABLE;
+COMMENT ON FUNCTION wfe._admit_name(text, text) IS
+'Raises 54000 if value is longer than wfe.max_name_bytes, 22023 if it holds a control character.';
+
+-- Handlers run as their registrant: 0.1.0 recorded who registered a
+-- contract by name (created_by); the role of that name, where it still
+-- exists, is whom the handler runs as from now on.  A handler whose
+-- registrant is gone, or whose function another role owns, fails its
+-- attempts with the reason until it is registered again.
+ALTER TABLE wfe.contracts ADD COLUMN run_as regrole;
+ALTER TABLE wfe.contracts ADD CONSTRAINT contracts_run_as CHECK (handler IS NOT NULL OR run_as IS NULL);
+COMMENT ON COLUMN wfe.contracts.run_as IS 'In-database action: the role its handler runs as -- the role that registered it (SET ROLE included)';
+ALTER TABLE wfe.contracts DISABLE TRIGGER contracts_immutable;
+UPDATE wfe.contracts AS c SET run_as = r.oid::pg_catalog.regrole
+  FROM pg_catalog.pg_roles AS r
+ WHERE c.handler IS NOT NULL AND r.rolname OPERATOR(pg_catalog.=) c.created_by;
+ALTER TABLE wfe.contracts ENABLE TRIGGER contracts_immutable;
+CREATE FUNCTION wfe._check_handler(handler regprocedure, run_as regrole)
+RETURNS void AS 'MODULE_PATHNAME', 'wfe_check_handler' LANGUAGE C STABLE STRICT;
+COMMENT ON FUNCTION wfe._check_handler(regprocedure, regrole) IS
+'Raises 42501 unless handler may run as run_as: owned by it or a superuser, not in a temporary schema, executable by it.';
+CREATE FUNCTION wfe._invoke_handler(handler regprocedure, run_as regrole, input jsonb)
+RETURNS jsonb AS 'MODULE_PATHNAME', 'wfe_invoke_handler' LANGUAGE C VOLATILE STRICT;
+COMMENT ON FUNCTION wfe._invoke_handler(regprocedure, regrole, jsonb) IS
+'Calls handler(input) as run_as, under SECURITY_RESTRICTED_OPERATION, after checking it still may.';
+CREATE OR REPLACE FUNCTION wfe._register_contract(p_ref text, p_kind text, p_queue text,
+                                       p_handler regprocedure,
+                                       p_input_schema jsonb, p_output_schema jsonb)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    version_text text;
+    fn           record;
+    old          wfe.contracts;
+    differs      text[];
+    inserted     bigint;
+BEGIN
+    IF p_ref IS NULL THEN
+        RAISE EXCEPTION 'contract reference must not be null'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF p_ref !~ '^[a-z][a-z0-9_.-]*@[1-9][0-9]*$' THEN
+        RAISE EXCEPTION 'invalid contract reference "%"', p_ref
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'A contract reference is name@N: a name matching [a-z][a-z0-9_.-]* and a version number from 1, e.g. cache.lookup@1.';
+    END IF;
+    version_text := split_part(p_ref, '@', 2);
+    IF length(version_text) > 10 OR version_text::numeric > 2147483647 THEN
+        RAISE EXCEPTION 'version of contract reference "%" is out of range', p_ref
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Contract versions are integers from 1 to 2147483647.';
+    END IF;
+
+    IF p_kind = 'worker' THEN
+        IF p_queue IS NULL THEN
+            RAISE EXCEPTION 'worker contract "%" needs a queue', p_ref
+                USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+    ELSIF (p_handler IS NULL) = (p_queue IS NULL) THEN
+        RAISE EXCEPTION 'action contract "%" needs exactly one of handler and queue', p_ref
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'An action either runs in the database (handler => a function (input jsonb) RETURNS jsonb) or is dispatched to workers (queue => a queue name).';
+    END IF;
+
+    IF p_queue IS NOT NULL AND p_queue !~ '^[a-z][a-z0-9_.-]{0,62}$' THEN
+        RAISE EXCEPTION 'invalid queue name "%"', p_queue
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'A queue name matches [a-z][a-z0-9_.-]* and has at most 63 characters.';
+    END IF;
+
+    IF p_handler IS NOT NULL THEN
+        SELECT p.prokind, p.pronargs, p.proargtypes, p.prorettype, p.proretset
+          INTO fn
+          FROM pg_catalog.pg_proc AS p
+         WHERE p.oid = p_handler;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'action handler with OID % does not exist', p_handler::oid
+                USING ERRCODE = 'undefined_function';
+        END IF;
+        IF fn.prokind <> 'f' OR fn.pronargs <> 1
+           OR fn.proargtypes[0] <> 'pg_catalog.jsonb'::regtype
+           OR fn.prorettype <> 'pg_catalog.jsonb'::regtype OR fn.proretset
+        THEN
+            RAISE EXCEPTION 'action handler % must be a function (input jsonb) RETURNS jsonb', p_handler
+                USING ERRCODE = 'invalid_parameter_value',
+                      HINT = 'Declare it as CREATE FUNCTION ... (input jsonb) RETURNS jsonb; wfe runs it with the bound input and stores its result.';
+        END IF;
+        -- it will run as the caller: refuse what the caller could not run itself
+        PERFORM wfe._check_handler(p_handler, wfe._caller());
+    END IF;
+
+    -- NULL schemas mean "no constraint", like the default '{}'.
+    p_input_schema := coalesce(p_input_schema, '{}');
+    p_output_schema := coalesce(p_output_schema, '{}');
+    PERFORM wfe._check_json_schema(p_input_schema, 'input_schema');
+    PERFORM wfe._check_json_schema(p_output_schema, 'output_schema');
+
+    INSERT INTO wfe.contracts AS c
+           (ref, kind, name, version, queue, handler, input_schema, output_schema,
+            created_at, created_by, run_as)
+    VALUES (p_ref, p_kind, split_part(p_ref, '@', 1), version_text::int, p_queue,
+            p_handler, p_input_schema, p_output_schema, now(), session_user,
+            CASE WHEN p_handler IS NOT NULL THEN wfe._caller() END)
+    ON CONFLICT (ref) DO NOTHING;
+    GET DIAGNOSTICS inserted = ROW_COUNT;
+    IF inserted > 0 THEN
+        RETURN;
+    END IF;
+
+    -- The ref exists (perhaps registered concurrently, now committed):
+    -- identical content is a no-op, anything else is refused.
+    SELECT * INTO STRICT old FROM wfe.contracts AS c WHERE c.ref = p_ref;
+    differs := array_remove(ARRAY[
+        CASE WHEN old.kind <> p_kind THEN 'kind' END,
+        CASE WHEN old.queue IS DISTINCT FROM p_queue THEN 'queue' END,
+        CASE WHEN old.handler IS DISTINCT FROM p_handler THEN 'handler' END,
+        CASE WHEN old.input_schema <> p_input_schema THEN 'input_schema' END,
+        CASE WHEN old.output_schema <> p_output_schema THEN 'output_schema' END], NULL);
+    IF cardinality(differs) > 0 THEN
+        RAISE EXCEPTION 'contract "%" is already registered with different content', p_ref
+            USING ERRCODE = 'unique_violation',
+                  DETAIL = format('A registered contract version is immutable; this registration differs in %s.',
+                                  array_to_string(differs, ', ')),
+                  HINT = format('Register the changed contract as a new version, e.g. %s@%s.',
+                                old.name, old.version::bigint + 1);
+    END IF;
+END
+$$;
+
+COMMENT ON FUNCTION wfe._register_contract(text, text, text, regprocedure, jsonb, jsonb) IS
+'Validates and stores a contract; identical re-registration is a no-op, different content raises 23505.';
+
+-- Queue grants.  0.1.0 let every wfe_worker serve every queue; so that
+-- upgraded workers keep working, every queue known so far is granted to
+-- wfe_worker.  Revoke those grants (wfe.revoke_queue) to narrow them.
+CREATE TABLE wfe.queue_grants (
+    queue      text NOT NULL
+               CONSTRAINT queue_grants_queue_format CHECK (queue ~ '^[a-z][a-z0-9_.-]{0,62}$'),
+    role       regrole NOT NULL,
+    granted_by name NOT NULL DEFAULT session_user,
+    granted_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (queue, role)
+);
+COMMENT ON TABLE wfe.queue_grants IS
+'Which roles may claim from, accept on and report for each queue (wfe.grant_queue, wfe.revoke_queue); superusers and wfe_admin always may.';
+CREATE FUNCTION wfe._queue_grants_changed()
+RETURNS trigger AS 'MODULE_PATHNAME', 'wfe_queue_grants_changed' LANGUAGE C;
+COMMENT ON FUNCTION wfe._queue_grants_changed() IS
+'Trigger: every backend drops its cached queue grants when this transaction commits.';
+CREATE TRIGGER queue_grants_changed AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON wfe.queue_grants
+    FOR EACH STATEMENT EXECUTE FUNCTION wfe._queue_grants_changed();
+CREATE FUNCTION wfe._may_serve(queue text)
+RETURNS boolean AS 'MODULE_PATHNAME', 'wfe_may_serve' LANGUAGE C STABLE STRICT;
+COMMENT ON FUNCTION wfe._may_serve(text) IS
+'Whether the role acting in this session (SET ROLE included) may serve queue: a superuser, a member of wfe_admin, or one with the privileges of a role it is granted to.';
+CREATE FUNCTION wfe._check_queue_grant(p_role regrole, p_queue text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF p_role IS NULL OR p_queue IS NULL THEN
+        RAISE EXCEPTION 'role and queue must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF p_role = 0 THEN
+        RAISE EXCEPTION 'a queue cannot be granted to PUBLIC'
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Grant it to a role, e.g. wfe_worker for every worker, or one login role per worker pool.';
+    END IF;
+    IF p_queue !~ '^[a-z][a-z0-9_.-]{0,62}$' THEN
+        RAISE EXCEPTION 'invalid queue name "%"', left(p_queue, 80)
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'A queue name matches [a-z][a-z0-9_.-]* and has at most 63 characters.';
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION wfe._check_queue_grant(regrole, text) IS
+'Raises 22004 or 22023 unless role is a real role and queue a valid queue name.';
+CREATE FUNCTION wfe.grant_queue(role regrole, queue text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+BEGIN
+    PERFORM wfe._check_queue_grant(grant_queue.role, grant_queue.queue);
+    INSERT INTO wfe.queue_grants (queue, role) VALUES (grant_queue.queue, grant_queue.role)
+    ON CONFLICT DO NOTHING;
+END
+$$;
+COMMENT ON FUNCTION wfe.grant_queue(regrole, text) IS
+'Lets role (and every role with its privileges) claim from, accept on and report for queue. Idempotent.';
+CREATE FUNCTION wfe.revoke_queue(role regrole, queue text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+BEGIN
+    PERFORM wfe._check_queue_grant(revoke_queue.role, revoke_queue.queue);
+    DELETE FROM wfe.queue_grants AS g WHERE g.queue = revoke_queue.queue AND g.role = revoke_queue.role;
+END
+$$;
+COMMENT ON FUNCTION wfe.revoke_queue(regrole, text) IS
+'Takes back a grant_queue; attempts the role holds can no longer be reported by it. Idempotent.';
+SELECT pg_catalog.pg_extension_config_dump('wfe.queue_grants', '');
+INSERT INTO wfe.queue_grants (queue, role, granted_by)
+SELECT DISTINCT q.queue, 'wfe_worker'::pg_catalog.regrole, 'wfe upgrade to 0.2.0'
+  FROM (SELECT c.queue FROM wfe.contracts AS c WHERE c.queue IS NOT NULL
+        UNION SELECT x.queue FROM wfe.queues AS x) AS q;
+
+-- Each item of a worker round in a subtransaction of its own.
+CREATE FUNCTION wfe._engine_error(run_id bigint, stage text, error jsonb)
+RETURNS void AS 'MODULE_PATHNAME', 'wfe_engine_error' LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION wfe._engine_error(bigint, text, jsonb) IS
+'An item of a worker round (a firing, an expiry, an action) raised for this run: records run.engine_error and fails the run.';
+CREATE FUNCTION wfe._item_failed(p_run_id bigint, p_stage text, p_what text,
+                                 p_sqlstate text, p_message text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_error   jsonb := jsonb_build_object(
+                  'code', 'engine.error', 'what', p_what, 'sqlstate', p_sqlstate,
+                  'message', left(regexp_replace(p_message, '[[:cntrl:]]+', ' ', 'g'), 1000));
+    v_state   text;
+    v_message text;
+    v_other   text;
+BEGIN
+    RAISE WARNING 'wfe: % of run % raised % (%): the run is failed', p_what, p_run_id, p_sqlstate,
+        v_error ->> 'message';
+    BEGIN
+        PERFORM wfe._engine_error(p_run_id, p_stage, v_error);
+    EXCEPTION WHEN OTHERS THEN
+        GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE, v_message = MESSAGE_TEXT;
+        RAISE WARNING 'wfe: failing run % raised % too: it is put off for a minute', p_run_id, v_state;
+        BEGIN
+            UPDATE wfe.run_stages AS st SET deadline_at = now() + interval '1 minute'
+             WHERE st.run_id = p_run_id AND st.stage = p_stage AND st.deadline_at <= now();
+            UPDATE wfe.run_stages AS st SET ready_at = now() + interval '1 minute'
+             WHERE st.run_id = p_run_id AND st.stage = p_stage AND st.state = 'queued'
+               AND st.handler IS NOT NULL;
+        EXCEPTION WHEN OTHERS THEN
+            GET STACKED DIAGNOSTICS v_other = RETURNED_SQLSTATE;
+            RAISE WARNING 'wfe: run % cannot be put off (%)', p_run_id, v_other;
+        END;
+        BEGIN
+            INSERT INTO wfe.events (run_id, tenant, stage, attempt, type, detail)
+            SELECT r.run_id, r.tenant, p_stage, NULL, 'run.engine_error',
+                   jsonb_build_object('error', v_error, 'failing_run', jsonb_build_object(
+                       'sqlstate', v_state,
+                       'message', left(regexp_replace(v_message, '[[:cntrl:]]+', ' ', 'g'), 1000)))
+              FROM wfe.runs AS r WHERE r.run_id = p_run_id;
+        EXCEPTION WHEN OTHERS THEN
+            -- nothing of this run can be written: the log line is all there is
+            GET STACKED DIAGNOSTICS v_other = RETURNED_SQLSTATE;
+            RAISE WARNING 'wfe: the error of run % cannot be recorded (%)', p_run_id, v_other;
+        END;
+    END;
+END
+$$;
+COMMENT ON FUNCTION wfe._item_failed(bigint, text, text, text, text) IS
+'An item of a worker round raised: fail its run (run.engine_error), or record the error and put the item off; logs the run id.';
+CREATE OR REPLACE FUNCTION wfe._worker_round(p_max int)
+RETURNS int
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    t         wfe.timers;
+    c         record;
+    done      int := 0;
+    v_state   text;
+    v_message text;
+BEGIN
+    -- Lock the batch first, then fire it in run order: each firing takes
+    -- its run's lock and keeps it, so two firers (this worker, a manual
+    -- wfe.tick()) firing in due order could each wait for a run the other
+    -- holds -- a deadlock (test/isolation/specs/tick-lock-order.spec).
+    FOR t IN SELECT d.* FROM (SELECT * FROM wfe.timers AS x
+                               WHERE x.fired_at IS NULL AND x.due_at <= now()
+                               ORDER BY x.due_at LIMIT p_max
+                                 FOR UPDATE SKIP LOCKED) AS d
+              ORDER BY d.run_id, d.due_at, d.timer_id
+    LOOP
+        -- each item in a subtransaction of its own: one that raises rolls
+        -- back alone, and the round goes on (delivery.md)
+        BEGIN
+            PERFORM wfe._fire_timer(t);
+        EXCEPTION WHEN OTHERS THEN
+            GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE, v_message = MESSAGE_TEXT;
+            UPDATE wfe.timers AS x SET fired_at = now() WHERE x.timer_id = t.timer_id;
+            PERFORM wfe._item_failed(t.run_id, t.stage, t.kind || ' timer', v_state, v_message);
+        END;
+        done := done + 1;
+    END LOOP;
+    FOR c IN SELECT st.run_id, st.stage FROM wfe.run_stages AS st
+              WHERE st.state IN ('queued', 'dispatched', 'running') AND st.deadline_at <= now()
+              ORDER BY st.deadline_at LIMIT p_max
+    LOOP
+        BEGIN
+            IF wfe._expire(c.run_id, c.stage) THEN
+                done := done + 1;
+            END IF;
+        EXCEPTION WHEN OTHERS THEN
+            GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE, v_message = MESSAGE_TEXT;
+            PERFORM wfe._item_failed(c.run_id, c.stage, 'deadline', v_state, v_message);
+            done := done + 1;
+        END;
+    END LOOP;
+    RETURN done;
+END
+$$;
+COMMENT ON FUNCTION wfe._worker_round(int) IS
+'Fires up to p_max due timers and times out up to p_max expired attempts; returns how many.';
+CREATE OR REPLACE FUNCTION wfe._run_next_handler(p_by text DEFAULT 'wfe.tick')
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    c         record;
+    v_state   text;
+    v_message text;
+BEGIN
+    FOR c IN SELECT st.run_id, st.stage FROM wfe.run_stages AS st
+              WHERE st.state = 'queued' AND st.handler IS NOT NULL AND st.ready_at <= now()
+              ORDER BY st.ready_at LIMIT 20
+    LOOP
+        BEGIN
+            IF wfe._run_handler(c.run_id, c.stage, p_by) THEN
+                RETURN true;
+            END IF;
+        EXCEPTION WHEN OTHERS THEN
+            -- the handler's own errors fail its attempt inside _run_handler;
+            -- this is anything else (binding what it released, a bug)
+            GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE, v_message = MESSAGE_TEXT;
+            PERFORM wfe._item_failed(c.run_id, c.stage, 'action', v_state, v_message);
+            RETURN true;
+        END;
+    END LOOP;
+    RETURN false;
+END
+$$;
+COMMENT ON FUNCTION wfe._run_next_handler(text) IS
+'Runs one queued in-database action (its own transaction when called by the worker); false when there was none.';
+
+-- Retention also removes callbacks about runs that do not exist.
+CREATE INDEX events_unknown ON wfe.events (at) WHERE type = 'callback.unknown';
+CREATE OR REPLACE FUNCTION wfe._retention(p_retention_s int, p_batch int)
+RETURNS int
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_cutoff timestamptz := now() - make_interval(secs => p_retention_s);
+    v_runs   bigint[];
+    n        int := 0;
+BEGIN
+    SELECT array_agg(x.run_id) INTO v_runs
+      FROM (SELECT r.run_id FROM wfe.runs AS r
+             WHERE r.finished_at < v_cutoff
+             ORDER BY r.finished_at LIMIT p_batch
+               FOR UPDATE SKIP LOCKED) AS x;
+    IF v_runs IS NOT NULL THEN
+        DELETE FROM wfe.events AS e WHERE e.run_id = ANY (v_runs);
+        DELETE FROM wfe.outbox AS o WHERE o.run_id = ANY (v_runs) AND o.state = 'published';
+        DELETE FROM wfe.runs AS r WHERE r.run_id = ANY (v_runs);     -- cascades to stages, outputs, timers
+        n := cardinality(v_runs);
+    END IF;
+    DELETE FROM wfe.outbox AS o
+     WHERE o.id IN (SELECT o2.id FROM wfe.outbox AS o2
+                     WHERE o2.state = 'published' AND o2.published_at < v_cutoff
+                     LIMIT p_batch);
+    -- callbacks about runs that never existed (or are gone)
+    DELETE FROM wfe.events AS e
+     WHERE e.event_id IN (SELECT e2.event_id FROM wfe.events AS e2
+                           WHERE e2.type = 'callback.unknown' AND e2.at < v_cutoff
+                             AND NOT EXISTS (SELECT 1 FROM wfe.runs AS r WHERE r.run_id = e2.run_id)
+                           LIMIT p_batch);
+    RETURN n;
+END
+$$;
+COMMENT ON FUNCTION wfe._retention(int, int) IS
+'Deletes up to p_batch finished runs older than the retention (and their history) plus old published outbox rows.';
+CREATE OR REPLACE FUNCTION wfe.fetch_payload(ref jsonb)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE STRICT SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    p wfe.payloads;
+BEGIN
+    IF ref ->> 'key' IS NULL OR ref ->> 'sha256' IS NULL
+       OR ref ->> 'key' IS DISTINCT FROM 'sha256:' || (ref ->> 'sha256') THEN
+        RAISE EXCEPTION 'payload reference is malformed or its hash does not match its key'
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = format('key %s, sha256 %s', ref ->> 'key', ref ->> 'sha256');
+    END IF;
+    -- the key (a SHA-256) is only learnt from an envelope; and only a role
+    -- that serves some queue may ask
+    IF NOT (SELECT r.rolsuper FROM pg_catalog.pg_roles AS r WHERE r.oid = wfe._caller())
+       AND NOT pg_catalog.pg_has_role(wfe._caller(), 'wfe_admin', 'USAGE')
+       AND NOT EXISTS (SELECT 1 FROM wfe.queue_grants AS g
+                        WHERE pg_catalog.pg_has_role(wfe._caller(), g.role, 'USAGE')) THEN
+        RAISE EXCEPTION 'role "%" serves no queue and may not fetch payloads', wfe._caller()
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = 'An administrator grants a queue with wfe.grant_queue(role, queue).';
+    END IF;
+    SELECT * INTO p FROM wfe.payloads AS x WHERE x.key = ref ->> 'key';
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'payload % does not exist', ref ->> 'key' USING ERRCODE = 'undefined_object';
+    END IF;
+    -- verify the content against its name: a tampered row is refused
+    IF 'sha256:' || encode(sha256(convert_to(p.body::text, 'UTF8')), 'hex') <> p.key THEN
+        RAISE EXCEPTION 'payload % failed its SHA-256 check', p.key USING ERRCODE = 'data_corrupted';
+    END IF;
+    RETURN p.body;
+END
+$$;
+COMMENT ON FUNCTION wfe.fetch_payload(jsonb) IS
+'The input a large-track envelope refers to, after checking its SHA-256 against the reference.';
+
+REVOKE ALL ON FUNCTION
+    wfe._caller(), wfe._admit(jsonb, text), wfe._admit_name(text, text),
+    wfe._check_handler(regprocedure, regrole), wfe._invoke_handler(regprocedure, regrole, jsonb),
+    wfe._queue_grants_changed(), wfe._may_serve(text), wfe._check_queue_grant(regrole, text),
+    wfe.grant_queue(regrole, text), wfe.revoke_queue(regrole, text),
+    wfe._engine_error(bigint, text, jsonb), wfe._item_failed(bigint, text, text, text, text)
+    FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION
+    wfe.grant_queue(regrole, text),
+    wfe.revoke_queue(regrole, text)
+    TO wfe_admin;
+GRANT SELECT ON wfe.queue_grants TO wfe_admin, wfe_operator, wfe_reader;

@@ -3,7 +3,7 @@
  *
  * A role may claim from, accept on and report for a queue only when the
  * queue was granted (wfe.grant_queue) to a role whose privileges it has;
- * superusers always may.  The callers are SECURITY DEFINER functions, so
+ * superusers and members of wfe_admin always may.  The callers are SECURITY DEFINER functions, so
  * the role asking is not GetUserId() (that is the extension's owner) but
  * GetOuterUserId(): the session's role, SET ROLE included.
  *
@@ -123,7 +123,10 @@ wfe_may_serve_queue(const char *queue)
 	Oid			caller = GetOuterUserId();
 	grant_entry *e = NULL;
 
-	if (superuser_arg(caller))
+	Oid			admin = get_role_oid("wfe_admin", true);
+
+	/* operations.md: superusers and wfe_admin pass queue grants */
+	if (superuser_arg(caller) || (OidIsValid(admin) && has_privs_of_role(caller, admin)))
 		return true;
 	if (strlen(queue) >= QUEUE_NAME_MAX)
 		return false;			/* no queue has such a name */

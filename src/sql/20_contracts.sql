@@ -41,7 +41,6 @@ COMMENT ON COLUMN wfe.contracts.ref IS 'Contract reference name@N, as definition
 COMMENT ON COLUMN wfe.contracts.kind IS 'worker (runs outside the database, claimed from a queue) or action';
 COMMENT ON COLUMN wfe.contracts.queue IS 'Queue the worker or queued action is dispatched to; NULL for an in-database action';
 COMMENT ON COLUMN wfe.contracts.handler IS 'In-database action: a function (input jsonb) RETURNS jsonb; NULL otherwise';
-COMMENT ON COLUMN wfe.contracts.created_by IS 'The session user that registered the contract';
 COMMENT ON COLUMN wfe.contracts.run_as IS 'In-database action: the role its handler runs as -- the role that registered it (SET ROLE included)';
 
 -- Handlers run as their registrant (src/handler.c).

@@ -15,7 +15,7 @@ CREATE TABLE wfe.queue_grants (
     PRIMARY KEY (queue, role)
 );
 COMMENT ON TABLE wfe.queue_grants IS
-'Which roles may claim from, accept on and report for each queue (wfe.grant_queue, wfe.revoke_queue); superusers always may.';
+'Which roles may claim from, accept on and report for each queue (wfe.grant_queue, wfe.revoke_queue); superusers and wfe_admin always may.';
 
 CREATE FUNCTION wfe._queue_grants_changed()
 RETURNS trigger AS 'MODULE_PATHNAME', 'wfe_queue_grants_changed' LANGUAGE C;
@@ -27,7 +27,7 @@ CREATE TRIGGER queue_grants_changed AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE
 CREATE FUNCTION wfe._may_serve(queue text)
 RETURNS boolean AS 'MODULE_PATHNAME', 'wfe_may_serve' LANGUAGE C STABLE STRICT;
 COMMENT ON FUNCTION wfe._may_serve(text) IS
-'Whether the role acting in this session (SET ROLE included) may serve queue: a superuser, or one with the privileges of a role it is granted to.';
+'Whether the role acting in this session (SET ROLE included) may serve queue: a superuser, a member of wfe_admin, or one with the privileges of a role it is granted to.';
 
 -- Check a grant's arguments: a real role (not PUBLIC) and a queue name.
 CREATE FUNCTION wfe._check_queue_grant(p_role regrole, p_queue text)

@@ -238,6 +238,7 @@ BEGIN
     -- the key (a SHA-256) is only learnt from an envelope; and only a role
     -- that serves some queue may ask
     IF NOT (SELECT r.rolsuper FROM pg_catalog.pg_roles AS r WHERE r.oid = wfe._caller())
+       AND NOT pg_catalog.pg_has_role(wfe._caller(), 'wfe_admin', 'USAGE')
        AND NOT EXISTS (SELECT 1 FROM wfe.queue_grants AS g
                         WHERE pg_catalog.pg_has_role(wfe._caller(), g.role, 'USAGE')) THEN
         RAISE EXCEPTION 'role "%" serves no queue and may not fetch payloads', wfe._caller()

@@ -31,8 +31,8 @@ my $node = WfeRabbit::wfe_node('wfe_trust', $rabbit, "wfe.poll_interval_ms = 100
 ok($node->poll_query_until('postgres', 'SELECT pid IS NOT NULL AND rounds > 0 FROM wfe.worker_status()'),
 	'the worker runs');
 
-# After the hostile search_path is set (part 2), every session of ours
-# names its own path when it connects.
+# While the hostile search_path is set (part 2), every session of ours
+# names its own path when it connects (PGOPTIONS).
 my $db = 'postgres';
 sub sql { return $node->safe_psql($db, $_[0]); }
 
@@ -389,11 +389,14 @@ BEGIN PERFORM trap.fire('aggregate count'); RETURN $1 OPERATOR(pg_catalog.+) 1; 
 CREATE AGGREGATE trap.count(*) (SFUNC = trap.cnt_step, STYPE = pg_catalog.int8, INITCOND = '0');
 ALTER DATABASE postgres SET search_path = trap, pg_catalog;
 SQL
-$db = "dbname=postgres options='-c search_path=pg_catalog,public'";
+$ENV{PGOPTIONS} = '-c search_path=pg_catalog,public';
 $node->restart;
 ok($node->poll_query_until($db, "SELECT pid IS NOT NULL AND rounds > 0 FROM wfe.worker_status()"),
 	'2: the worker runs again under the hostile database setting');
-is($node->safe_psql('postgres', 'SHOW search_path'), 'trap, pg_catalog', '2: new sessions get the hostile search_path');
+{
+	local $ENV{PGOPTIONS};
+	is($node->safe_psql('postgres', 'SHOW search_path'), 'trap, pg_catalog', '2: new sessions get the hostile search_path');
+}
 
 # timers, an action, and a publication, all by the worker
 WfeRabbit::linear_workflow($node, 'tb-pub', 'tbpub', 'a');
@@ -407,7 +410,7 @@ ok($node->poll_query_until($db, "SELECT state = 'failed' FROM wfe.runs WHERE run
 is(sql('SELECT count(*) FROM trap.fired'), '0', '2: no trap fired: the worker ran none of the hostile objects');
 is(superusers(), $superusers, '2: nobody became a superuser');
 sql('ALTER DATABASE postgres RESET search_path');
-$db = 'postgres';
+delete $ENV{PGOPTIONS};
 
 # ---------------------------------------------------------------------
 # 5. CREATE EXTENSION refuses a schema someone else prepared
