@@ -175,11 +175,11 @@ settle() {
 	q "VACUUM ANALYZE" "CHECKPOINT" >/dev/null
 }
 
-# pgb CLIENTS SECONDS SCRIPT [PGOPTIONS [PGBENCH_ARGS...]]: one pgbench run;
-# prints "TRANSACTIONS TPS LATENCY_MS".
+# pgb CLIENTS SECONDS SCRIPT [PGOPTIONS [PGBENCH_ARGS...]]: one pgbench run
+# (as PGB_USER when set); prints "TRANSACTIONS TPS LATENCY_MS".
 pgb() {
 	local out
-	out=$(PGOPTIONS="${4:-}" timeout $(($2 + 120)) "$(pg_path bindir)/pgbench" \
+	out=$(PGOPTIONS="${4:-}" PGUSER="${PGB_USER:-$PGUSER}" timeout $(($2 + 120)) "$(pg_path bindir)/pgbench" \
 		-n -M prepared -c "$1" -j "$1" -T "$2" "${@:5}" -f "$SCRIPTS/$3" "$DB" 2>&1) ||
 		{ printf '%s\n' "$out" >&2; die "pgbench $3 failed"; }
 	awk '/^number of transactions actually processed:/ { n = $NF }
@@ -264,7 +264,7 @@ wfe_steps() {
 	local key=$1 clients=$2 script=$3 runs queued rejected
 	runs=$(wfe_runs_for "$4" "$clients" "$5")
 	wfe_prepare "$runs"
-	measure "$key:$clients" "$clients" "$script" \
+	PGB_USER=bench_worker measure "$key:$clients" "$clients" "$script" \
 		"SELECT count(*) FROM wfe.events WHERE type = 'stage.completed'"
 	queued=$(q "SELECT count(*) FROM wfe.run_stages WHERE queue = 'bench' AND state = 'queued'")
 	rejected=$(q "SELECT count(*) FROM wfe.events WHERE type LIKE 'callback.%'")

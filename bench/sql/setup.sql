@@ -40,6 +40,10 @@ CREATE TABLE bench_profile (
 -- wfe: two worker contracts with empty schemas, two linear workflows.
 SELECT wfe.register_worker('bench.step@1', 'bench');
 SELECT wfe.register_worker('bench.submit@1', 'bench-submit');
+-- the steps are claimed and reported as a worker would: a login role of
+-- wfe_worker granted the queue (superusers skip the grant check)
+CREATE ROLE bench_worker LOGIN IN ROLE wfe_worker;
+SELECT wfe.grant_queue('bench_worker', 'bench');
 
 \set src `cat :'steps'`
 SELECT wfe.create_definition(:'src');
