@@ -364,8 +364,12 @@ test_poll_privileges() {
 	local db=wt_poll r
 	q $db "DO \$\$ BEGIN CREATE ROLE wt_worker LOGIN IN ROLE wfe_worker; EXCEPTION WHEN duplicate_object THEN NULL; END \$\$" >/dev/null
 	r=$(submit $db wt-one '{"mode": "echo", "secs": 0}')
+	# without the queue granted, the claim is refused and the task stays queued
+	worker poll-refused.log --queue q_one --command "$TASK" --dsn "$(dsn $db wt_worker)" --once || true
+	check "a role not granted the queue cannot claim from it" eq queued "$(stage_of $db "$r" state)"
+	q $db "SELECT wfe.grant_queue('wt_worker', 'q_one')" >/dev/null
 	worker poll.log --queue q_one --command "$TASK" --dsn "$(dsn $db wt_worker)" --once
-	check "a role with only wfe_worker's rights can serve a queue" eq completed "$(stage_of $db "$r" state)"
+	check "a role with only wfe_worker's rights and the queue granted can serve it" eq completed "$(stage_of $db "$r" state)"
 }
 
 # --- broker mode -------------------------------------------------------------
