@@ -267,6 +267,8 @@ sub deep { my ($n) = @_; return ('{"a":' x $n) . '1' . ('}' x $n); }
 
 refused("SET wfe.max_payload_bytes = '1MB'; SELECT wfe.submit('tb-forge', jsonb_build_object('blob', repeat('x', 2 * 1024 * 1024)))",
 	undef, '54000', qr/context is \d+ bytes, more than wfe\.max_payload_bytes \(1048576\)/, '6: a context over the size limit');
+refused("SELECT wfe.submit('tb-forge', jsonb_build_object('blob', repeat('x', 100 * 1024 * 1024)))",
+	undef, '54000', qr/context is \d+ bytes, more than wfe\.max_payload_bytes \(67108864\)/, '6: a 100 MB context, at the default limit');
 refused("SELECT wfe.submit('tb-forge', '" . deep(65) . "')", undef, '54000',
 	qr/context is nested more than wfe\.max_json_depth \(64\) levels deep/, '6: a context 65 deep');
 refused("SELECT wfe.submit('tb-forge', '{}', repeat('k', 1000))", undef, '54000',
@@ -362,6 +364,58 @@ my @p_lines = $log =~ /^.*not_before timer of run $p raised.*$/mg;
 is(scalar @p_lines, 1, '3: the poisoned run is named in the log once');
 like($log, qr/the error of run $q cannot be recorded/, '3: and so is the one whose failure cannot be written');
 sql('DROP TRIGGER poison ON wfe.run_stages; DROP TRIGGER poison ON wfe.events');
+
+# 0.1.0's poison itself, a delayed start with a context 200 deep, is refused at the door
+refused("SELECT wfe.submit('tb-clock', '" . deep(200) . "', 'p200', $start)", undef, '54000',
+	qr/wfe\.max_json_depth/, '3: the 0.1.0 poison (not_before, a context 200 deep)');
+
+# wfe.tick() by hand, in a database the worker does not serve: the same isolation
+sql('CREATE DATABASE ticking');
+my $tick = sub { return $node->safe_psql('ticking', $_[0]); };
+$tick->(<<'SQL');
+CREATE EXTENSION wfe;
+SELECT wfe.register_worker('tb.slow@1', 'tb-slow');
+SELECT wfe.create_definition($y$
+name: tb-tick
+version: "1.0.0"
+entry: work
+stages:
+  - name: work
+    type: worker
+    queue: tb-slow
+    worker: tb.slow@1
+    on_success: completed
+    on_failure: failed
+$y$);
+SELECT wfe.approve('tb-tick', '1.0.0');
+SELECT wfe.activate('tb-tick', '1.0.0');
+CREATE TABLE public.poisoned (run_id bigint);
+CREATE FUNCTION public.poison_release() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF NEW.state = 'queued' AND EXISTS (SELECT 1 FROM public.poisoned AS p WHERE p.run_id = NEW.run_id) THEN
+        RAISE EXCEPTION 'poisoned run %', NEW.run_id;
+    END IF;
+    RETURN NEW;
+END $$;
+CREATE TRIGGER poison BEFORE UPDATE ON wfe.run_stages FOR EACH ROW EXECUTE FUNCTION public.poison_release();
+SQL
+my $tp = $tick->(q{SELECT run_id FROM wfe.submit('tb-tick', '{}', 'p', jsonb_build_object('not_before', now() + interval '1 second'))});
+my $tg = $tick->(q{SELECT run_id FROM wfe.submit('tb-tick', '{}', 'g', jsonb_build_object('not_before', now() + interval '1 second', 'tenant', 'other'))});
+$tick->("INSERT INTO public.poisoned VALUES ($tp)");
+usleep(1_500_000);    # both delayed starts are due
+my ($tick_out, $tick_err) = ('', '');
+my $tick_rc = $node->psql('ticking', 'SELECT wfe.tick()', stdout => \$tick_out, stderr => \$tick_err);
+is("$tick_rc $tick_out", '0 2', '3: wfe.tick() with a poisoned item handles both items and does not fail');
+like($tick_err, qr/WARNING:  wfe: not_before timer of run $tp raised P0001/, '3: ... and warns, naming the run');
+is($tick->("SELECT string_agg(run_id || ':' || state, ',' ORDER BY run_id) FROM wfe.run_stages WHERE run_id IN ($tp, $tg)"),
+	"$tp:skipped,$tg:queued", "3: the other tenant's delayed start was released; the poisoned run was failed");
+
+# retention removes callbacks about runs that never existed
+$tick->(q{INSERT INTO wfe.events (run_id, tenant, stage, attempt, type, at, detail)
+          VALUES (424242, '', 'x', 1, 'callback.unknown', now() - interval '30 days', '{}')});
+$tick->('SELECT wfe._retention(86400, 100)');
+is($tick->(q{SELECT count(*) FROM wfe.events WHERE run_id = 424242}), '0',
+	'6: retention removes an old callback about a run that does not exist');
 
 # ---------------------------------------------------------------------
 # 2. The worker's SQL cannot be captured by a database-level search_path
