@@ -80,6 +80,7 @@ extern char *wfe_admitted_name(text *t, const char *what);
 /* Who may serve a queue (grants.c). */
 extern bool wfe_may_serve_queue(const char *queue);
 extern void wfe_require_queue(const char *queue, const char *what);
+extern bool wfe_acts_for_tenant(const char *tenant);
 
 /* The background worker (worker.c). */
 extern void wfe_worker_register(void);

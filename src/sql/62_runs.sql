@@ -116,6 +116,12 @@ BEGIN
         RAISE EXCEPTION 'tenant "%" is not valid', v_tenant
             USING ERRCODE = 'invalid_parameter_value', HINT = 'Tenants match ^[A-Za-z0-9_.-]{1,63}$.';
     END IF;
+    -- a role submits only for the tenants it acts for, the default one too
+    IF NOT wfe._tenant_ok(v_tenant) THEN
+        RAISE EXCEPTION 'role "%" does not act for tenant "%"', wfe._caller(), v_tenant
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = 'An administrator maps a role to a tenant with wfe.add_tenant_member(role, tenant).';
+    END IF;
     IF v_opts ? 'priority' THEN
         IF jsonb_typeof(v_opts -> 'priority') <> 'number'
            OR (v_opts ->> 'priority')::numeric NOT BETWEEN -1000000 AND 1000000
@@ -233,6 +239,10 @@ BEGIN
         RAISE EXCEPTION 'run_id must not be null' USING ERRCODE = 'null_value_not_allowed';
     END IF;
     PERFORM wfe._admit_name(cancel_run.reason, 'reason');
+    -- another tenant's run is answered as one that does not exist (and not locked)
+    IF NOT coalesce((SELECT wfe._tenant_ok(x.tenant) FROM wfe.runs AS x WHERE x.run_id = cancel_run.run_id), false) THEN
+        RETURN 'unknown';
+    END IF;
     SELECT * INTO r FROM wfe.runs AS x WHERE x.run_id = cancel_run.run_id FOR NO KEY UPDATE;
     IF NOT FOUND THEN
         RETURN 'unknown';

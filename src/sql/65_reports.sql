@@ -10,13 +10,14 @@ DECLARE
     r wfe.runs;
 BEGIN
     SELECT * INTO r FROM wfe.runs AS x WHERE x.run_id = p_run_id;
-    IF NOT FOUND THEN
+    -- another tenant's run is answered as one that does not exist
+    IF NOT FOUND OR NOT wfe._tenant_ok(r.tenant) THEN
         RAISE EXCEPTION 'run % does not exist', p_run_id USING ERRCODE = 'undefined_object';
     END IF;
     RETURN r;
 END
 $$;
-COMMENT ON FUNCTION wfe._run(bigint) IS 'The run row, or SQLSTATE 42704 when there is none.';
+COMMENT ON FUNCTION wfe._run(bigint) IS 'The run row, or SQLSTATE 42704 when there is none or it is of a tenant the caller does not act for.';
 
 CREATE FUNCTION wfe.report(run_id bigint)
 RETURNS jsonb

@@ -279,7 +279,11 @@ BEGIN
     IF NOT FOUND THEN
         RETURN 'unknown';
     END IF;
-    IF s.queue IS NOT NULL AND NOT wfe._may_serve(s.queue) THEN
+    IF s.queue IS NULL OR NOT wfe._may_serve(s.queue) THEN
+        -- as the callbacks: another tenant's run is one that does not exist
+        IF NOT wfe._tenant_ok(s.tenant) THEN
+            RETURN 'unknown';
+        END IF;
         RAISE EXCEPTION 'role "%" may not report for queue "%"', wfe._caller(), s.queue
             USING ERRCODE = 'insufficient_privilege',
                   HINT = 'An administrator grants a queue with wfe.grant_queue(role, queue).';

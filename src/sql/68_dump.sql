@@ -3,6 +3,7 @@
 -- database includes their rows, like the registry's and the definitions'.
 SELECT pg_catalog.pg_extension_config_dump('wfe.queues', '');
 SELECT pg_catalog.pg_extension_config_dump('wfe.queue_grants', '');
+SELECT pg_catalog.pg_extension_config_dump('wfe.tenant_members', '');
 SELECT pg_catalog.pg_extension_config_dump('wfe.runs', '');
 SELECT pg_catalog.pg_extension_config_dump('wfe.run_stages', '');
 SELECT pg_catalog.pg_extension_config_dump('wfe.outputs', '');

@@ -61,3 +61,13 @@ GRANT EXECUTE ON FUNCTION
     TO wfe_admin, wfe_operator;
 
 GRANT EXECUTE ON FUNCTION wfe.worker_status() TO wfe_reader, wfe_operator;
+
+-- Tenants: wfe_admin maps roles to them; every wfe role may ask which
+-- tenants it acts for (the row-level security policies ask it too).
+GRANT EXECUTE ON FUNCTION
+    wfe.add_tenant_member(regrole, text),
+    wfe.remove_tenant_member(regrole, text)
+    TO wfe_admin;
+GRANT EXECUTE ON FUNCTION wfe.my_tenants()
+    TO wfe_admin, wfe_author, wfe_approver, wfe_submitter, wfe_worker, wfe_operator, wfe_reader;
+GRANT SELECT ON wfe.tenant_members TO wfe_admin;

@@ -65,6 +65,9 @@ CREATE ROLE adm LOGIN IN ROLE wfe_admin;
 CREATE ROLE mallory LOGIN;
 CREATE ROLE w_a LOGIN IN ROLE wfe_worker;
 CREATE ROLE w_b LOGIN IN ROLE wfe_worker;
+CREATE ROLE w_c LOGIN IN ROLE wfe_worker;
+-- w_a and w_b are workers of the default tenant; w_c of none
+SELECT wfe.add_tenant_member('w_a', 'default'), wfe.add_tenant_member('w_b', 'default');
 CREATE SCHEMA adm_s AUTHORIZATION adm;
 CREATE SCHEMA mal_s AUTHORIZATION mallory;
 CREATE TABLE public.side_effects (what text);
@@ -218,8 +221,10 @@ refused("SELECT wfe.complete_task($r, 'work', $att, $fence, '{}')", 'w_b', '4250
 	qr/role "w_b" may not report for queue "tb-q"/, '4: a report for a queue not granted');
 refused("SELECT * FROM wfe.claim_task('no-such-queue', 'w_b')", 'w_b', '42501', qr/may not claim from queue/,
 	'4: a queue not granted, whether or not it exists');
+($state, $out) = attempt("SELECT wfe.complete_task($r, 'work', $att, $fence, '{}')", 'w_c');
+is($out, 'unknown', '4: to a role that may neither serve the queue nor see the tenant, the run does not exist');
 is(sql($snapshot), $before, '4: the refused calls changed nothing');
-is(sql("SELECT count(*) FROM wfe.events WHERE run_id = $r"), $events + 1, '4: only the stale report left its event');
+is(sql("SELECT count(*) FROM wfe.events WHERE run_id = $r"), $events + 2, '4: only the stale and the unknown report left their events');
 
 # guessing: the current generation with any other low half is stale
 my $gen = sql("SELECT $fence >> 32");

@@ -112,6 +112,9 @@ my $logins = join("\n",
 	map { $_ eq 'none' ? "CREATE ROLE $LOGIN{$_} LOGIN;" : "CREATE ROLE $LOGIN{$_} LOGIN IN ROLE $_;" }
 	  @COLUMNS);
 $node->safe_psql('postgres', "CREATE EXTENSION wfe;\n$logins");
+# every login acts for the default tenant (operations.md "Tenants"): this
+# test is about privileges, 018_tenants.pl about tenants
+$node->safe_psql('postgres', join("\n", map { "SELECT wfe.add_tenant_member('$LOGIN{$_}', 'default');" } @COLUMNS));
 
 # a VALUES list of the login roles in column order: (ord, login)
 my $login_values = join(', ', map { "($_, '$LOGIN{$COLUMNS[$_]}')" } 0 .. $#COLUMNS);

@@ -1,0 +1,93 @@
+-- Tenants (docs: operations.md "Tenants").
+--
+-- A role acts for the tenants it is mapped to: wfe.tenant_members(role,
+-- tenant), managed by wfe_admin, and every role with the privileges of a
+-- mapped role (so mapping a group maps its members).  Superusers and
+-- members of wfe_admin act for every tenant.  A submit's tenant must be
+-- one the caller acts for -- the default tenant too -- and every function
+-- that reads or changes a run answers for another tenant's run exactly as
+-- for a run that does not exist.  Row-level security (69_tenant_rls.sql)
+-- limits what the readers' roles SELECT to the same tenants.
+
+CREATE TABLE wfe.tenant_members (
+    role       regrole NOT NULL,
+    tenant     text NOT NULL
+               CONSTRAINT tenant_members_tenant_format CHECK (tenant ~ '^[A-Za-z0-9_.-]{1,63}$'),
+    granted_by name NOT NULL DEFAULT session_user,
+    granted_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (role, tenant)
+);
+COMMENT ON TABLE wfe.tenant_members IS
+'Which roles act for which tenants (wfe.add_tenant_member); superusers and wfe_admin act for all.';
+
+-- The tenants the calling role acts for; NULL when it acts for all (a
+-- superuser, or with wfe_admin's privileges).  Public: the row-level
+-- security policies call it as the role that queries, once per query.
+CREATE FUNCTION wfe.my_tenants()
+RETURNS text[]
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT CASE
+           WHEN coalesce((SELECT r.rolsuper FROM pg_catalog.pg_roles AS r
+                           WHERE r.oid OPERATOR(pg_catalog.=) wfe._caller()), false)
+                OR pg_catalog.pg_has_role(wfe._caller(), 'wfe_admin', 'USAGE') THEN NULL
+           ELSE (SELECT coalesce(pg_catalog.array_agg(DISTINCT m.tenant ORDER BY m.tenant), '{}')
+                   FROM wfe.tenant_members AS m
+                  WHERE pg_catalog.pg_has_role(wfe._caller(), m.role, 'USAGE'))
+           END;
+END;
+COMMENT ON FUNCTION wfe.my_tenants() IS
+'The tenants the role acting in this session acts for (mapped directly or through roles whose privileges it has); NULL: every tenant (a superuser or wfe_admin).';
+
+-- May the calling role act for p_tenant?
+CREATE FUNCTION wfe._tenant_ok(p_tenant text)
+RETURNS boolean
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT coalesce(p_tenant OPERATOR(pg_catalog.=) ANY (wfe.my_tenants()), true);
+END;
+COMMENT ON FUNCTION wfe._tenant_ok(text) IS
+'Whether the role acting in this session acts for tenant p_tenant (mapped to it, or a superuser or wfe_admin).';
+
+CREATE FUNCTION wfe.add_tenant_member(role regrole, tenant text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+BEGIN
+    IF add_tenant_member.role IS NULL OR add_tenant_member.tenant IS NULL THEN
+        RAISE EXCEPTION 'role and tenant must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF add_tenant_member.role = 0 THEN
+        RAISE EXCEPTION 'a tenant cannot be mapped to PUBLIC' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF add_tenant_member.tenant !~ '^[A-Za-z0-9_.-]{1,63}$' THEN
+        RAISE EXCEPTION 'tenant "%" is not valid', left(add_tenant_member.tenant, 80)
+            USING ERRCODE = 'invalid_parameter_value', HINT = 'Tenants match ^[A-Za-z0-9_.-]{1,63}$.';
+    END IF;
+    INSERT INTO wfe.tenant_members (role, tenant) VALUES (add_tenant_member.role, add_tenant_member.tenant)
+    ON CONFLICT DO NOTHING;
+END
+$$;
+COMMENT ON FUNCTION wfe.add_tenant_member(regrole, text) IS
+'Lets role (and every role with its privileges) act for tenant: submit, read, cancel its runs. Idempotent.';
+
+CREATE FUNCTION wfe.remove_tenant_member(role regrole, tenant text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+BEGIN
+    IF remove_tenant_member.role IS NULL OR remove_tenant_member.tenant IS NULL THEN
+        RAISE EXCEPTION 'role and tenant must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    DELETE FROM wfe.tenant_members AS m
+     WHERE m.role = remove_tenant_member.role AND m.tenant = remove_tenant_member.tenant;
+END
+$$;
+COMMENT ON FUNCTION wfe.remove_tenant_member(regrole, text) IS
+'Takes back add_tenant_member. Idempotent.';
