@@ -18,6 +18,7 @@ typedef enum token_kind
 	TOK_END,
 	TOK_ERROR,					/* lexing failed; message in the parser */
 	TOK_INT,
+	TOK_UINT,					/* 1u; the value is in int_value */
 	TOK_DOUBLE,
 	TOK_STRING,
 	TOK_IDENT,
@@ -28,6 +29,8 @@ typedef enum token_kind
 	TOK_DOT,
 	TOK_LBRACKET,
 	TOK_RBRACKET,
+	TOK_LBRACE,
+	TOK_RBRACE,
 	TOK_LPAREN,
 	TOK_RPAREN,
 	TOK_COMMA,
