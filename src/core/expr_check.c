@@ -83,7 +83,7 @@ check_root(check_context *cx, const expr_node *n)
 						   n->offset, expected);
 	else
 		wfe_expr_set_error(cx->err, "expr.unknown_root", n->offset,
-						   "unknown root '%s' at offset %d; expected %s (or a variable of an enclosing macro)",
+						   "unknown root '%s' at offset %d; expected %s",
 						   name, n->offset, expected);
 	return -1;
 }

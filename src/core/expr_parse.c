@@ -643,11 +643,14 @@ parse_identifier(parser *p)
 	expr_advance(p);
 	if (len == 6 && memcmp(p->src + offset, "google", 6) == 0)
 	{
-		/* google.protobuf.Timestamp / google.protobuf.Duration */
+		/*
+		 * google.protobuf.Timestamp / google.protobuf.Duration.  Lex the
+		 * furthest token first: lexing more may move the token array.
+		 */
+		token	   *d = expr_peek(p, 3);
 		token	   *a = expr_peek(p, 0);
 		token	   *b = expr_peek(p, 1);
 		token	   *c = expr_peek(p, 2);
-		token	   *d = expr_peek(p, 3);
 
 		if (a && b && c && d && a->kind == TOK_DOT && b->kind == TOK_IDENT &&
 			b->length == 8 && memcmp(p->src + b->offset, "protobuf", 8) == 0 &&
