@@ -171,6 +171,11 @@ $(FUZZ_STEP): test/fuzz/fuzz_step.c $(CORE_SRCS) $(SRC_HEADERS) $(wildcard test/
 	@mkdir -p $(@D)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) $(WFE_CPPFLAGS) -Itest/unit -o $@ $(filter %.c,$^) $(WFE_LIBS)
 
+# bench_expr: one CEL evaluation's cost (bench/expr/bench_expr.c), optimised.
+build/bench/bench_expr: bench/expr/bench_expr.c $(CORE_SRCS) $(SRC_HEADERS) wfe.control
+	@mkdir -p $(@D)
+	$(CC) $(WFE_CFLAGS) $(WFE_CPPFLAGS) -o $@ $(filter %.c,$^) $(WFE_LIBS)
+
 # META.json is committed (PGXN reads it) and generated from META.json.in.
 META.json: META.json.in wfe.control
 	sed 's/@EXTVERSION@/$(EXTVERSION)/g' META.json.in > $@

@@ -770,16 +770,25 @@ concat(eval_context *cx, const expr_node *n, const cel_value *l,
 	}
 }
 
+/* No overload of a binary operator takes these operands. */
+static int
+operator_no_overload(eval_context *cx, const expr_node *n, const cel_value *l,
+					 const cel_value *r)
+{
+	char		what[32];
+
+	snprintf(what, sizeof(what), "operator '%s'", wfe_expr_op_name(n->op));
+	return eval_no_overload(cx, n->offset, what, l, r);
+}
+
 /* Apply a binary operator to two evaluated operands. */
 static int
 eval_binary(eval_context *cx, const expr_node *n, const cel_value *l,
 			const cel_value *r, cel_value *out)
 {
-	char		what[32];
 	int			b;
 	int			c;
 
-	snprintf(what, sizeof(what), "operator '%s'", wfe_expr_op_name(n->op));
 	switch (n->op)
 	{
 		case EXPR_OP_EQ:
@@ -829,7 +838,7 @@ eval_binary(eval_context *cx, const expr_node *n, const cel_value *l,
 			switch (cel_compare(l, r, &c))
 			{
 				case -1:
-					return eval_no_overload(cx, n->offset, what, l, r);
+					return operator_no_overload(cx, n, l, r);
 				case 1:
 					/* unordered (NaN) compares false under every operator */
 					*out = make_bool(0);
@@ -896,7 +905,7 @@ eval_binary(eval_context *cx, const expr_node *n, const cel_value *l,
 		(r->kind == CEL_TIMESTAMP || r->kind == CEL_DURATION) &&
 		(n->op == EXPR_OP_ADD || n->op == EXPR_OP_SUB))
 		return eval_time_arith(cx, n, l, r, out);
-	return eval_no_overload(cx, n->offset, what, l, r);
+	return operator_no_overload(cx, n, l, r);
 }
 
 /* Evaluate one node into *out. */

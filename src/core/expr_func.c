@@ -347,13 +347,16 @@ static int
 string_test(eval_context *cx, const expr_node *n, const cel_value *s,
 			const cel_value *t, cel_value *out)
 {
-	char		what[40];
 	size_t		sl;
 	size_t		tl;
 
-	snprintf(what, sizeof(what), "%s()", wfe_expr_fn_name(n->fn));
 	if (s->kind != CEL_STRING || t->kind != CEL_STRING)
+	{
+		char		what[40];
+
+		snprintf(what, sizeof(what), "%s()", wfe_expr_fn_name(n->fn));
 		return eval_no_overload(cx, n->offset, what, s, t);
+	}
 	sl = s->v.s.len;
 	tl = t->v.s.len;
 	*out = of_kind(CEL_BOOL);

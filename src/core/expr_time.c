@@ -472,6 +472,7 @@ eval_time_accessor(eval_context *cx, const expr_node *n, const cel_value *target
 	int64_t		v = 0;
 	char		what[40];
 
+	/* only messages use it; accessors are not on a hot path */
 	snprintf(what, sizeof(what), "%s()", wfe_expr_fn_name(n->fn));
 	memset(out, 0, sizeof(*out));
 	out->kind = CEL_INT;
