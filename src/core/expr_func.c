@@ -96,8 +96,12 @@ to_int(eval_context *cx, const expr_node *n, const cel_value *a, cel_value *out)
 			out->v.i = (int64_t) a->v.u;
 			return 0;
 		case CEL_DOUBLE:
-			/* truncate toward zero; NaN, infinities and out-of-range fail */
-			if (!(a->v.d >= -9223372036854775808.0 && a->v.d < 9223372036854775808.0))
+			/*
+			 * truncate toward zero; NaN, infinities and out-of-range fail.
+			 * CEL's range is open at both ends: -2^63 itself is refused too
+			 * (cel-spec conformance "double_int_min_range").
+			 */
+			if (!(a->v.d > -9223372036854775808.0 && a->v.d < 9223372036854775808.0))
 				return conversion_error(cx, n, "double value out of int range");
 			out->v.i = (int64_t) a->v.d;
 			return 0;

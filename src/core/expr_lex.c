@@ -446,6 +446,32 @@ lex_number(parser *p, token *tok)
 	}
 }
 
+/*
+ * A backtick-quoted field name, `content-type`, for map keys that are not
+ * identifiers (cel-spec's escaped field selection): any characters but a
+ * backtick, a newline or NUL, at least one.
+ */
+static token_kind
+lex_quoted_field(parser *p, token *tok)
+{
+	const char *s = p->src;
+	size_t		start = p->lex_pos + 1;
+	size_t		i = start;
+
+	while (i < p->len && s[i] != '`' && s[i] != '\n' && s[i] != '\r' && s[i] != '\0')
+		i++;
+	if (i >= p->len || s[i] != '`')
+		return lex_fail(p, p->lex_pos, "unterminated `quoted field name`");
+	if (i == start)
+		return lex_fail(p, p->lex_pos, "empty `quoted field name`");
+	tok->text = expr_copy_text(s + start, i - start);
+	if (tok->text == NULL)
+		return lex_fail(p, p->lex_pos, "out of memory");
+	tok->text_len = i - start;
+	p->lex_pos = i + 1;
+	return TOK_QFIELD;
+}
+
 /* True at b"...", br"...", rb"..." (any case, either quote): bytes. */
 static int
 is_bytes_prefix(const char *s, size_t avail)
@@ -512,8 +538,11 @@ lex_token(parser *p, token *tok)
 		tok->kind = lex_fail(p, i, "bytes literals are not supported (wfe expressions work over JSON, which has no bytes)");
 		return;
 	}
-	else if (s[i] >= '0' && s[i] <= '9')
-		tok->kind = lex_number(p, tok);
+	else if ((s[i] >= '0' && s[i] <= '9') ||
+			 (s[i] == '.' && i + 1 < p->len && s[i + 1] >= '0' && s[i + 1] <= '9'))
+		tok->kind = lex_number(p, tok);	/* .5 is a double, as in CEL */
+	else if (s[i] == '`')
+		tok->kind = lex_quoted_field(p, tok);
 	else if (is_ident_start(s[i]))
 	{
 		size_t		n;
@@ -730,6 +759,9 @@ expr_describe_token(parser *p, const token *t, char *buf, size_t size)
 		case TOK_DOUBLE:
 			snprintf(buf, size, "number %.*s", t->length > 40 ? 40 : t->length,
 					 p->src + t->offset);
+			return;
+		case TOK_QFIELD:
+			snprintf(buf, size, "quoted field name");
 			return;
 		case TOK_IDENT:
 			snprintf(buf, size, "identifier '%.*s'",

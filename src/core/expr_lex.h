@@ -22,6 +22,7 @@ typedef enum token_kind
 	TOK_DOUBLE,
 	TOK_STRING,
 	TOK_IDENT,
+	TOK_QFIELD,				/* `field name`: text holds the name */
 	TOK_TRUE,
 	TOK_FALSE,
 	TOK_NULL,
@@ -61,7 +62,7 @@ typedef struct token
 	uint64_t	int_value;		/* TOK_INT: up to 2^63 (see parse_unary,
 								 * expr_parse.c) */
 	double		double_value;	/* TOK_DOUBLE */
-	char	   *text;			/* TOK_STRING: decoded, malloc'd, owned */
+	char	   *text;			/* TOK_STRING, TOK_QFIELD: malloc'd, owned */
 	size_t		text_len;
 } token;
 

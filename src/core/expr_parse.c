@@ -13,7 +13,7 @@
  *	add      := mul ( ('+'|'-') mul )*
  *	mul      := unary ( ('*'|'/'|'%') unary )*
  *	unary    := ('!'|'-') unary | member
- *	member   := primary ( '.' IDENT [ '(' args ')' ] | '[' expr ']' )*
+ *	member   := primary ( '.' IDENT [ '(' args ')' ] | '.' `QUOTED` | '[' expr ']' )*
  *	primary  := literal | IDENT [ '(' args ')' ] | '(' expr ')'
  *	          | '[' [args [',']] ']' | '{' [key ':' expr {',' ...} [',']] '}'
  *
@@ -791,7 +791,7 @@ parse_member(parser *p)
 			if (name == NULL ||
 				(name->kind != TOK_IDENT && name->kind != TOK_TRUE &&
 				 name->kind != TOK_FALSE && name->kind != TOK_NULL &&
-				 name->kind != TOK_IN))
+				 name->kind != TOK_IN && name->kind != TOK_QFIELD))
 				return unexpected(p, "a field name after '.'");
 			if (name->kind == TOK_IDENT && expr_peek(p, 1) != NULL &&
 				expr_peek(p, 1)->kind == TOK_LPAREN)
@@ -802,13 +802,23 @@ parse_member(parser *p)
 			name = expr_peek(p, 0);
 			if ((m = new_node(p, EXPR_SELECT, name->offset, n->start)) == NULL)
 				return NULL;
-			m->str = expr_copy_text(p->src + name->offset, (size_t) name->length);
+			if (name->kind == TOK_QFIELD)
+			{
+				/* take ownership of the quoted name */
+				m->str = name->text;
+				m->str_len = name->text_len;
+				name->text = NULL;
+			}
+			else
+			{
+				m->str = expr_copy_text(p->src + name->offset, (size_t) name->length);
+				m->str_len = (size_t) name->length;
+			}
 			if (m->str == NULL)
 			{
 				wfe_expr_set_error(p->err, "expr.too_large", name->offset, "out of memory");
 				return NULL;
 			}
-			m->str_len = (size_t) name->length;
 			expr_advance(p);
 			n = link_node(p, m, n, NULL, NULL);
 		}

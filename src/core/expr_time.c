@@ -7,8 +7,8 @@
  * [0, 1e9), limited to years 0001..9999 (CEL's range).  A duration is a
  * signed 64-bit count of nanoseconds (about ±292 years), as in cel-go, the
  * reference implementation.  Calendar arithmetic is proleptic Gregorian,
- * without leap seconds.  Time zones are "UTC" and fixed offsets "+HH:MM" /
- * "-HH:MM"; zone names (Europe/Paris) are refused (docs/dsl.md).
+ * without leap seconds.  Time zones are "UTC" and fixed offsets "+HH:MM",
+ * "-HH:MM" or "HH:MM"; zone names (Europe/Paris) are refused (docs/dsl.md).
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -445,11 +445,18 @@ parse_zone(eval_context *cx, const expr_node *n, const cel_value *tz, int *offse
 	s = tz->v.s.ptr;
 	if (strcmp(s, "UTC") == 0 || strcmp(s, "Z") == 0)
 		return 0;
+	/* "+HH:MM", "-HH:MM", or "HH:MM" (east of UTC, as cel-spec allows) */
 	if (tz->v.s.len == 6 && (s[0] == '+' || s[0] == '-') &&
 		digits(s, 6, 1, 2, &h) == 0 && s[3] == ':' && digits(s, 6, 4, 2, &m) == 0 &&
 		h <= 23 && m <= 59)
 	{
 		*offset = (h * 3600 + m * 60) * (s[0] == '-' ? -1 : 1);
+		return 0;
+	}
+	if (tz->v.s.len == 5 && digits(s, 5, 0, 2, &h) == 0 && s[2] == ':' &&
+		digits(s, 5, 3, 2, &m) == 0 && h <= 23 && m <= 59)
+	{
+		*offset = h * 3600 + m * 60;
 		return 0;
 	}
 	return eval_error(cx, n->offset,

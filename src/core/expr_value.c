@@ -166,8 +166,8 @@ cel_map_key_at(const cel_value *v, size_t i, void **iter)
 }
 
 /*
- * Exact numeric equality across int, uint and double; -1 when unordered
- * (NaN).  Sets *cmp to -1, 0, 1.
+ * Numeric comparison across int, uint and double, as CEL defines it; -1
+ * when unordered (NaN).  Sets *cmp to -1, 0, 1.
  */
 static int
 compare_numbers(const cel_value *a, const cel_value *b, int *cmp)
@@ -209,42 +209,35 @@ compare_numbers(const cel_value *a, const cel_value *b, int *cmp)
 		*cmp = -*cmp;
 		return rc;
 	}
-	/* a is int or uint, b is double: compare exactly, never via rounding */
+	/*
+	 * a is int or uint, b is double.  CEL (cel-spec's conformance cases,
+	 * cel-go) converts the integer to double unless the double is beyond the
+	 * integer's range, so near the ends of the range the comparison is as
+	 * exact as a double: 9223372036854775807 == 9223372036854775808.0.
+	 */
 	{
 		double		d = b->v.d;
+		double		x;
 
 		if (isnan(d))
 			return -1;
 		if (a->kind == CEL_INT)
 		{
-			if (d >= 9223372036854775808.0)
-				return *cmp = -1, 0;
 			if (d < -9223372036854775808.0)
 				return *cmp = 1, 0;
-			{
-				double		t = trunc(d);
-				int64_t		w = (int64_t) t;
-
-				if (a->v.i != w)
-					*cmp = a->v.i < w ? -1 : 1;
-				else
-					*cmp = d > t ? -1 : d < t ? 1 : 0;
-			}
-			return 0;
+			if (d > 9223372036854775808.0)
+				return *cmp = -1, 0;
+			x = (double) a->v.i;
 		}
-		if (d >= 18446744073709551616.0)
-			return *cmp = -1, 0;
-		if (d < 0)
-			return *cmp = 1, 0;
+		else
 		{
-			double		t = trunc(d);
-			uint64_t	w = (uint64_t) t;
-
-			if (a->v.u != w)
-				*cmp = a->v.u < w ? -1 : 1;
-			else
-				*cmp = d > t ? -1 : 0;
+			if (d < 0)
+				return *cmp = 1, 0;
+			if (d > 18446744073709551616.0)
+				return *cmp = -1, 0;
+			x = (double) a->v.u;
 		}
+		*cmp = x < d ? -1 : x > d;
 		return 0;
 	}
 }
