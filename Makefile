@@ -77,6 +77,7 @@ FUZZ_CFLAGS  = -std=gnu11 -g -O1 -Wall -Wextra -Werror \
                -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
 FUZZ_TARGET  = build/fuzz/fuzz_compile
 FUZZ_STEP    = build/fuzz/fuzz_step
+FUZZ_EXPR    = build/fuzz/fuzz_expr
 FUZZ_SECONDS = 600
 
 # ---------------------------------------------------------------------------
@@ -155,16 +156,25 @@ $(PROBE): test/tools/amqp-probe.c
 
 # The libFuzzer targets: one clang invocation each over the harness and the
 # core.  fuzz_step drives the step core through the unit tests' in-memory
-# server (test/unit/step_harness.h).
-fuzz-target: $(FUZZ_TARGET) $(FUZZ_STEP)
+# server (test/unit/step_harness.h); fuzz_expr drives the CEL expression core.
+fuzz-target: $(FUZZ_TARGET) $(FUZZ_STEP) $(FUZZ_EXPR)
 
 $(FUZZ_TARGET): test/fuzz/fuzz_compile.c $(CORE_SRCS) $(SRC_HEADERS) wfe.control
+	@mkdir -p $(@D)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) $(WFE_CPPFLAGS) -o $@ $(filter %.c,$^) $(WFE_LIBS)
+
+$(FUZZ_EXPR): test/fuzz/fuzz_expr.c $(CORE_SRCS) $(SRC_HEADERS) wfe.control
 	@mkdir -p $(@D)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) $(WFE_CPPFLAGS) -o $@ $(filter %.c,$^) $(WFE_LIBS)
 
 $(FUZZ_STEP): test/fuzz/fuzz_step.c $(CORE_SRCS) $(SRC_HEADERS) $(wildcard test/unit/*.h) wfe.control
 	@mkdir -p $(@D)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) $(WFE_CPPFLAGS) -Itest/unit -o $@ $(filter %.c,$^) $(WFE_LIBS)
+
+# bench_expr: one CEL evaluation's cost (bench/expr/bench_expr.c), optimised.
+build/bench/bench_expr: bench/expr/bench_expr.c $(CORE_SRCS) $(SRC_HEADERS) wfe.control
+	@mkdir -p $(@D)
+	$(CC) $(WFE_CFLAGS) $(WFE_CPPFLAGS) -o $@ $(filter %.c,$^) $(WFE_LIBS)
 
 # META.json is committed (PGXN reads it) and generated from META.json.in.
 META.json: META.json.in wfe.control

@@ -134,6 +134,27 @@ SELECT w AS "when", wfe._eval_decision(
                ('context.modelId > 1'),
                ('context.amount'),
                ('size(context.list) == 2')) AS c(w);
+-- CEL in the server (docs/dsl.md "Expressions"): literals, macros,
+-- functions, timestamps, matches(), and && / || absorbing an error that the
+-- other side decides; the last three are evaluation errors
+SELECT w AS "when", wfe._eval_decision(
+           jsonb_build_array(jsonb_build_object('when', w, 'next', 'yes'),
+                             jsonb_build_object('when', 'true', 'next', 'no')),
+           '{"context": {"country": "DE", "email": "ann@example.com",
+             "items": [{"qty": 1, "price": 9.5}, {"qty": 3, "price": 2.0}],
+             "at": "2024-02-29T12:30:00Z", "amount": 7}}') AS decision
+  FROM (VALUES ('payload.country in ["DE", "FR"]'),
+               ('payload.items.exists(i, i.qty > 2 && i.price < 5.0)'),
+               ('payload.items.map(i, i.qty).filter(q, q > 1) == [3]'),
+               ('payload.email.matches(r"^[a-z]+@example\.com$")'),
+               ('timestamp(payload.at).getDayOfWeek() == 4'),
+               ('timestamp(payload.at) + duration("12h") > timestamp("2024-03-01T00:00:00Z")'),
+               ('(2/0 > 3 ? false : true) || true'),
+               ('payload.missing > 1 || payload.amount == 7'),
+               ('1.0 / 0.0 > 1e308 && false < true && 1 == 1u && 2 < 2.5'),
+               ('payload.amount * 1.5 > 10'),
+               ('payload.amount > 9223372036854775807 - 1 + 1 + payload.amount'),
+               ('payload.items.all(i, i.qty / (i.qty - 1) > 0)')) AS c(w);
 SELECT wfe._eval_decision('[{"when": "false", "next": "a"}]', '{}') AS no_branch_true;
 -- malformed branches raise
 SELECT wfe._eval_decision('[{"when": "true"}]', '{}');

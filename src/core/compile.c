@@ -59,6 +59,8 @@ wfe_compile(const char *source, size_t len, const wfe_compile_options *opts)
 	model.arena = &arena;
 	model.diags = &diags;
 	model.opts = opts;
+	model.source = source;
+	model.source_len = len;
 
 	root = wfe_yaml_load(&arena, &diags, source, len, opts->max_definition_bytes);
 	if (root != NULL || diags.errors == 0)

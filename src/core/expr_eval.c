@@ -1,331 +1,231 @@
 /*
- * expr_eval.c — run-time evaluation of the CEL subset over JSON, and
- * resolution of `${...}` reference paths.
+ * expr_eval.c — run-time evaluation of CEL expressions over JSON, with
+ * CEL's semantics (cel-spec langdef "Evaluation"):
  *
- * Values are json-c objects; JSON null is the NULL pointer, as in json-c.
- * Every intermediate value is a counted reference that the evaluator owns
- * and puts, so error paths never leak.  Work is bounded by the step budget:
- * one step per node evaluated, plus one per JSON value compared by == or
- * `in`, per array element copied by +, and per 64 string bytes scanned or
- * copied — so large input documents cannot make an expression run long.
+ *  - `&&` and `||` are commutative: an error on one side is absorbed when the
+ *    other side decides the result (false for &&, true for ||); `?:`
+ *    evaluates only the branch it takes;
+ *  - all() and exists() absorb errors the same way; exists_one(), map() and
+ *    filter() are strict;
+ *  - int and uint arithmetic that overflows is an error; doubles follow
+ *    IEEE 754 (1.0 / 0.0 is +inf); numbers compare and are equal across
+ *    int, uint and double by value; there is no mixed-kind arithmetic.
  *
- * Semantics that differ from strict CEL, by design: int and double mix in
- * arithmetic and comparisons (JSON does not say which one a number is), and
- * && / || short-circuit left to right instead of absorbing errors.
+ * Values (expr_internal.h) are small structs passed by value; strings,
+ * lists and maps the expression builds live in an arena owned by the
+ * evaluation (its first 4 KiB inside the context, so small expressions
+ * never call malloc).  Work is bounded by the step budget: one step per
+ * node evaluated and per macro iteration, one per value compared by == or
+ * `in`, per element copied by +, per 64 string bytes scanned or copied, and
+ * the regular expression engine's own steps.  Running out of budget or
+ * memory is fatal: no operator absorbs it.
  */
+#include <inttypes.h>
 #include <limits.h>
 #include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "expr_internal.h"
 
-typedef struct eval_context
+struct eval_chunk
 {
-	const wfe_expr *expr;
-	json_object *root;
-	int			steps;
-	int			max_steps;
-	wfe_expr_error *err;
-} eval_context;
+	eval_chunk *next;
+	size_t		size;
+	size_t		used;
+	max_align_t data[];
+};
 
-typedef enum number_kind
-{
-	NUMBER_NONE,
-	NUMBER_INT,
-	NUMBER_DOUBLE
-} number_kind;
+#define EVAL_CHUNK_SIZE 16384
 
-/* Spend n evaluation steps; expr.eval once the budget is exhausted. */
-static int
-charge(eval_context *cx, long n, int offset)
+/* Spend n evaluation steps; a fatal expr.eval once the budget is exhausted. */
+int
+eval_charge(eval_context *cx, long n, int offset)
 {
-	if (n > (long) (cx->max_steps - cx->steps))
+	if (n > cx->max_steps - cx->steps)
 	{
 		cx->steps = cx->max_steps;
+		cx->fatal = 1;
 		wfe_expr_set_error(cx->err, "expr.eval", offset,
-						   "evaluation step budget of %d exhausted at offset %d",
+						   "evaluation step budget of %ld exhausted at offset %d",
 						   cx->max_steps, offset);
 		return -1;
 	}
-	cx->steps += (int) n;
+	cx->steps += n;
 	return 0;
 }
 
-/* Name of a JSON value's type for messages. */
-static const char *
-type_label(json_object *v)
+/* Report a run-time error (expr.eval) at an offset; returns -1. */
+int
+eval_error(eval_context *cx, int offset, const char *fmt,...)
 {
-	switch (json_object_get_type(v))
-	{
-		case json_type_null:
-			return "null";
-		case json_type_boolean:
-			return "bool";
-		case json_type_int:
-			return "int";
-		case json_type_double:
-			return "double";
-		case json_type_string:
-			return "string";
-		case json_type_array:
-			return "array";
-		case json_type_object:
-			return "object";
-	}
-	return "unknown";
+	va_list		ap;
+	char		msg[256];
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	wfe_expr_set_error(cx->err, "expr.eval", offset, "%s", msg);
+	return -1;
 }
 
-/*
- * Classify a value as int, double or not a number.  json-c stores integers
- * above INT64_MAX as uint64 (and reports INT64_MAX for them as int64); those
- * are treated as doubles rather than silently clamped.
- */
-static number_kind
-number_of(json_object *v, int64_t *i, double *d)
+/* Zeroed memory from the evaluation's arena; NULL (fatal error) past the cap. */
+void *
+eval_alloc(eval_context *cx, size_t size, int offset)
 {
-	if (json_object_is_type(v, json_type_int))
-	{
-		int64_t		x = json_object_get_int64(v);
+	size_t		a = (size + sizeof(max_align_t) - 1) & ~(sizeof(max_align_t) - 1);
+	char	   *p;
+	eval_chunk *c = cx->chunks;
 
-#if defined(JSON_C_VERSION_NUM) && JSON_C_VERSION_NUM >= ((0 << 16) | (14 << 8))
-		if (x == INT64_MAX && json_object_get_uint64(v) > (uint64_t) INT64_MAX)
+	if (a == 0)
+		a = sizeof(max_align_t);
+	if (a <= cx->inline_left)
+	{
+		p = cx->inline_next;
+		cx->inline_next += a;
+		cx->inline_left -= a;
+		memset(p, 0, size);
+		return p;
+	}
+	if (size > WFE_EXPR_MAX_EVAL_BYTES || cx->arena_bytes + a > WFE_EXPR_MAX_EVAL_BYTES)
+	{
+		cx->fatal = 1;
+		eval_error(cx, offset, "expression at offset %d builds more than %d bytes of values",
+				   offset, WFE_EXPR_MAX_EVAL_BYTES);
+		return NULL;
+	}
+	if (c == NULL || c->size - c->used < a)
+	{
+		size_t		csize = a > EVAL_CHUNK_SIZE ? a : EVAL_CHUNK_SIZE;
+
+		c = malloc(sizeof(eval_chunk) + csize);
+		if (c == NULL)
 		{
-			*d = (double) json_object_get_uint64(v);
-			return NUMBER_DOUBLE;
+			cx->fatal = 1;
+			eval_error(cx, offset, "out of memory");
+			return NULL;
 		}
-#endif
-		*i = x;
-		return NUMBER_INT;
+		c->size = csize;
+		c->used = 0;
+		c->next = cx->chunks;
+		cx->chunks = c;
 	}
-	if (json_object_is_type(v, json_type_double))
-	{
-		*d = json_object_get_double(v);
-		return NUMBER_DOUBLE;
-	}
-	return NUMBER_NONE;
+	p = (char *) c->data + c->used;
+	c->used += a;
+	cx->arena_bytes += a;
+	memset(p, 0, size);
+	return p;
 }
 
-/*
- * Compare an int with a double exactly (converting the int to double could
- * round).  Returns -1, 0, 1, or 2 when unordered (NaN).
- */
-static int
-compare_int_double(int64_t i, double d)
+/* A string value holding a NUL-terminated arena copy of s. */
+int
+eval_string(eval_context *cx, const char *s, size_t len, int offset,
+			cel_value *out)
 {
-	int64_t		whole;
-	double		fraction;
+	char	   *copy = eval_alloc(cx, len + 1, offset);
 
-	if (isnan(d))
-		return 2;
-	if (d >= 9223372036854775808.0)
+	if (copy == NULL)
 		return -1;
-	if (d < -9223372036854775808.0)
-		return 1;
-	whole = (int64_t) d;		/* in range: truncates toward zero */
-	if (i < whole)
-		return -1;
-	if (i > whole)
-		return 1;
-	fraction = d - (double) whole;
-	return fraction > 0 ? -1 : fraction < 0 ? 1 : 0;
-}
-
-/* Compare two numbers of any kind; -1, 0, 1, or 2 when unordered. */
-static int
-compare_numbers(number_kind lk, int64_t li, double ld,
-				number_kind rk, int64_t ri, double rd)
-{
-	if (lk == NUMBER_INT && rk == NUMBER_INT)
-		return li < ri ? -1 : li > ri ? 1 : 0;
-	if (lk == NUMBER_INT)
-		return compare_int_double(li, rd);
-	if (rk == NUMBER_INT)
-	{
-		int			c = compare_int_double(ri, ld);
-
-		return c == 2 ? 2 : -c;
-	}
-	if (isnan(ld) || isnan(rd))
-		return 2;
-	return ld < rd ? -1 : ld > rd ? 1 : 0;
-}
-
-/* Compare strings by bytes, which for UTF-8 is code point order. */
-static int
-compare_strings(json_object *a, json_object *b)
-{
-	size_t		la = (size_t) json_object_get_string_len(a);
-	size_t		lb = (size_t) json_object_get_string_len(b);
-	int			c = memcmp(json_object_get_string(a), json_object_get_string(b),
-						   la < lb ? la : lb);
-
-	if (c != 0)
-		return c < 0 ? -1 : 1;
-	return la < lb ? -1 : la > lb ? 1 : 0;
-}
-
-/* Look up an object member by a key that may come from data (may hold NUL). */
-static int
-object_member(json_object *obj, const char *key, size_t key_len,
-			  json_object **value)
-{
-	*value = NULL;
-	/* json-c keys are C strings: a key with an inner NUL matches nothing */
-	if (memchr(key, '\0', key_len) != NULL)
-		return 0;
-	return json_object_object_get_ex(obj, key, value);
-}
-
-/*
- * Deep JSON equality; numbers compare numerically across int and double.
- * Sets *equal; -1 on budget exhaustion or nesting beyond the bound.
- */
-static int
-values_equal(eval_context *cx, json_object *a, json_object *b, int depth,
-			 int offset, int *equal)
-{
-	int64_t		ai = 0,
-				bi = 0;
-	double		ad = 0,
-				bd = 0;
-	number_kind ak;
-	number_kind bk;
-
-	*equal = 0;
-	if (charge(cx, 1, offset) < 0)
-		return -1;
-	if (depth > WFE_EXPR_MAX_JSON_DEPTH)
-	{
-		wfe_expr_set_error(cx->err, "expr.eval", offset,
-						   "values compared at offset %d are nested more than %d levels deep",
-						   offset, WFE_EXPR_MAX_JSON_DEPTH);
-		return -1;
-	}
-	ak = number_of(a, &ai, &ad);
-	bk = number_of(b, &bi, &bd);
-	if (ak != NUMBER_NONE || bk != NUMBER_NONE)
-	{
-		*equal = (ak != NUMBER_NONE && bk != NUMBER_NONE &&
-				  compare_numbers(ak, ai, ad, bk, bi, bd) == 0);
-		return 0;
-	}
-	if (json_object_get_type(a) != json_object_get_type(b))
-		return 0;
-	switch (json_object_get_type(a))
-	{
-		case json_type_null:
-			*equal = 1;
-			return 0;
-		case json_type_boolean:
-			*equal = (json_object_get_boolean(a) == json_object_get_boolean(b));
-			return 0;
-		case json_type_string:
-			*equal = (compare_strings(a, b) == 0);
-			return 0;
-		case json_type_array:
-			{
-				size_t		n = json_object_array_length(a);
-				size_t		i;
-
-				if (n != json_object_array_length(b))
-					return 0;
-				for (i = 0; i < n; i++)
-				{
-					if (values_equal(cx, json_object_array_get_idx(a, i),
-									 json_object_array_get_idx(b, i),
-									 depth + 1, offset, equal) < 0)
-						return -1;
-					if (!*equal)
-						return 0;
-				}
-				*equal = 1;
-				return 0;
-			}
-		case json_type_object:
-			{
-				struct json_object_iterator it;
-				struct json_object_iterator end;
-
-				if (json_object_object_length(a) != json_object_object_length(b))
-					return 0;
-				it = json_object_iter_begin(a);
-				end = json_object_iter_end(a);
-				while (!json_object_iter_equal(&it, &end))
-				{
-					json_object *other;
-
-					if (!json_object_object_get_ex(b, json_object_iter_peek_name(&it),
-												   &other))
-					{
-						*equal = 0;
-						return 0;
-					}
-					if (values_equal(cx, json_object_iter_peek_value(&it), other,
-									 depth + 1, offset, equal) < 0)
-						return -1;
-					if (!*equal)
-						return 0;
-					json_object_iter_next(&it);
-				}
-				*equal = 1;
-				return 0;
-			}
-		default:
-			return 0;
-	}
-}
-
-/* Store a freshly built result, turning allocation failure into an error. */
-static int
-set_result(eval_context *cx, json_object *value, int offset, json_object **out)
-{
-	if (value == NULL)
-	{
-		wfe_expr_set_error(cx->err, "expr.eval", offset, "out of memory");
-		return -1;
-	}
-	*out = value;
+	memcpy(copy, s, len);
+	copy[len] = '\0';
+	memset(out, 0, sizeof(*out));
+	out->kind = CEL_STRING;
+	out->v.s.ptr = copy;
+	out->v.s.len = len;
 	return 0;
 }
 
-static int	eval_node(eval_context *cx, const expr_node *n, json_object **out);
-
-/* Evaluate a root identifier: the matching member of the input object. */
-static int
-eval_root(eval_context *cx, const expr_node *n, json_object **out)
+/* Report that no overload of an operator or function takes these values. */
+int
+eval_no_overload(eval_context *cx, int offset, const char *what,
+				 const cel_value *a, const cel_value *b)
 {
-	const char *key = wfe_expr_root_key(n->str);
-	json_object *value;
-
-	if (!json_object_is_type(cx->root, json_type_object) ||
-		!json_object_object_get_ex(cx->root, key, &value))
-	{
-		wfe_expr_set_error(cx->err, "expr.eval", n->offset,
-						   "root '%s' at offset %d is not present in the evaluation input",
-						   n->str, n->offset);
-		return -1;
-	}
-	*out = json_object_get(value);
-	return 0;
+	if (b == NULL)
+		return eval_error(cx, offset, "%s at offset %d cannot be applied to %s",
+						  what, offset, cel_kind_name(a->kind));
+	return eval_error(cx, offset, "%s at offset %d cannot be applied to %s and %s",
+					  what, offset, cel_kind_name(a->kind), cel_kind_name(b->kind));
 }
 
-/* Integer value of an index: ints, and doubles that are whole numbers. */
-static int
-index_of(json_object *index, int64_t *out)
+/* Value constructors. */
+static cel_value
+make_bool(int b)
 {
-	double		d;
+	cel_value	v;
 
-	switch (number_of(index, out, &d))
+	memset(&v, 0, sizeof(v));
+	v.kind = CEL_BOOL;
+	v.v.b = b ? 1 : 0;
+	return v;
+}
+
+static cel_value
+make_kind(cel_kind k)
+{
+	cel_value	v;
+
+	memset(&v, 0, sizeof(v));
+	v.kind = k;
+	return v;
+}
+
+
+/* An identifier: a macro variable, a type denotation, or a root. */
+static int
+eval_ident(eval_context *cx, const expr_node *n, cel_value *out)
+{
+	int			i;
+
+	if (n->ident == IDENT_VAR)
 	{
-		case NUMBER_INT:
-			return 0;
-		case NUMBER_DOUBLE:
-			/* whole-number test without libm: the range check makes the cast defined */
-			if (d >= -9223372036854775808.0 && d < 9223372036854775808.0 &&
-				d == (double) (int64_t) d)
+		for (i = cx->nframes - 1; i >= 0; i--)
+			if (cx->frames[i].binder == n->binder)
 			{
-				*out = (int64_t) d;
+				*out = cx->frames[i].value;
+				return 0;
+			}
+		return eval_error(cx, n->offset, "variable '%s' at offset %d is not bound",
+						  n->str, n->offset);
+	}
+	if (n->ident == IDENT_TYPE)
+	{
+		*out = make_kind(CEL_TYPE);
+		out->v.type = n->type_denoted;
+		return 0;
+	}
+	{
+		const char *key = wfe_expr_root_key(n->str);
+		json_object *value;
+
+		if (!json_object_is_type(cx->root, json_type_object) ||
+			!json_object_object_get_ex(cx->root, key, &value))
+			return eval_error(cx, n->offset,
+							  "root '%s' at offset %d is not present in the evaluation input",
+							  n->str, n->offset);
+		*out = cel_from_json(value);
+		return 0;
+	}
+}
+
+/* Integer value of a list index: int, uint, or a double with no fraction. */
+static int
+index_of(const cel_value *index, int64_t *out)
+{
+	switch (index->kind)
+	{
+		case CEL_INT:
+			*out = index->v.i;
+			return 0;
+		case CEL_UINT:
+			*out = index->v.u > (uint64_t) INT64_MAX ? INT64_MAX : (int64_t) index->v.u;
+			return 0;
+		case CEL_DOUBLE:
+			if (index->v.d >= -9223372036854775808.0 && index->v.d < 9223372036854775808.0 &&
+				index->v.d == trunc(index->v.d))
+			{
+				*out = (int64_t) index->v.d;
 				return 0;
 			}
 			return -1;
@@ -334,482 +234,196 @@ index_of(json_object *index, int64_t *out)
 	}
 }
 
+/* True for the kinds a map key may have. */
+static int
+is_key_kind(cel_kind k)
+{
+	return k == CEL_STRING || k == CEL_INT || k == CEL_UINT || k == CEL_BOOL;
+}
+
 /*
- * Look up the field or index named by a SELECT or INDEX node in an already
- * evaluated container (and index value).  Sets *found and the borrowed
- * *value; -1 only for type errors, which has() does not excuse either.
+ * Look up the member a SELECT or INDEX node names in an evaluated container
+ * (and index).  Sets *found and *value; -1 only for type errors, which has()
+ * does not excuse either.
  */
 static int
-lookup(eval_context *cx, const expr_node *n, json_object *container,
-	   json_object *index, int *found, json_object **value)
+lookup(eval_context *cx, const expr_node *n, const cel_value *container,
+	   const cel_value *index, int *found, cel_value *value)
 {
 	char		where[80];
 
 	*found = 0;
-	*value = NULL;
 	if (n->kind == EXPR_SELECT)
 	{
-		if (!json_object_is_type(container, json_type_object))
+		cel_value	key;
+
+		if (container->kind != CEL_MAP)
 		{
 			wfe_expr_span_text(cx->expr, n, where, sizeof(where));
-			wfe_expr_set_error(cx->err, "expr.eval", n->offset,
-							   "cannot select field '%s' from %s in %s (offset %d)",
-							   n->str, type_label(container), where, n->offset);
-			return -1;
+			return eval_error(cx, n->offset,
+							  "cannot select field '%s' from %s in %s (offset %d)",
+							  n->str, cel_kind_name(container->kind), where, n->offset);
 		}
-		*found = object_member(container, n->str, n->str_len, value);
+		key = make_kind(CEL_STRING);
+		key.v.s.ptr = n->str;
+		key.v.s.len = n->str_len;
+		*found = cel_map_find(container, &key, value);
 		return 0;
 	}
-	if (json_object_is_type(container, json_type_object))
+	if (container->kind == CEL_MAP)
 	{
-		if (!json_object_is_type(index, json_type_string))
+		if (!is_key_kind(index->kind) && index->kind != CEL_DOUBLE)
 		{
 			wfe_expr_span_text(cx->expr, n, where, sizeof(where));
-			wfe_expr_set_error(cx->err, "expr.eval", n->offset,
-							   "object key must be a string, not %s, in %s (offset %d)",
-							   type_label(index), where, n->offset);
-			return -1;
+			return eval_error(cx, n->offset,
+							  "map key must be a string, int, uint or bool, not %s, in %s (offset %d)",
+							  cel_kind_name(index->kind), where, n->offset);
 		}
-		*found = object_member(container, json_object_get_string(index),
-							   (size_t) json_object_get_string_len(index), value);
+		*found = cel_map_find(container, index, value);
 		return 0;
 	}
-	if (json_object_is_type(container, json_type_array))
+	if (container->kind == CEL_LIST)
 	{
 		int64_t		i;
 
 		if (index_of(index, &i) < 0)
 		{
 			wfe_expr_span_text(cx->expr, n, where, sizeof(where));
-			wfe_expr_set_error(cx->err, "expr.eval", n->offset,
-							   "array index must be an integer, not %s, in %s (offset %d)",
-							   type_label(index), where, n->offset);
-			return -1;
+			return eval_error(cx, n->offset,
+							  "list index must be an integer, not %s, in %s (offset %d)",
+							  cel_kind_name(index->kind), where, n->offset);
 		}
-		if (i >= 0 && (uint64_t) i < (uint64_t) json_object_array_length(container))
+		if (i >= 0 && (uint64_t) i < (uint64_t) cel_list_size(container))
 		{
 			*found = 1;
-			*value = json_object_array_get_idx(container, (size_t) i);
+			*value = cel_list_get(container, (size_t) i);
 		}
 		return 0;
 	}
 	wfe_expr_span_text(cx->expr, n, where, sizeof(where));
-	wfe_expr_set_error(cx->err, "expr.eval", n->offset,
-					   "cannot index %s in %s (offset %d)",
-					   type_label(container), where, n->offset);
-	return -1;
+	return eval_error(cx, n->offset, "cannot index %s in %s (offset %d)",
+					  cel_kind_name(container->kind), where, n->offset);
 }
 
-/*
- * Evaluate the container (and index) of a SELECT or INDEX node and look the
- * member up.  Shared by plain access and has().
- */
+/* Evaluate the container (and index) of a SELECT or INDEX and look up. */
 static int
-eval_lookup(eval_context *cx, const expr_node *n, int *found,
-			json_object **value, json_object **container, json_object **index)
+eval_lookup(eval_context *cx, const expr_node *n, int *found, cel_value *value,
+			cel_value *container, cel_value *index)
 {
-	*container = NULL;
-	*index = NULL;
+	*index = make_kind(CEL_NULL);
 	if (eval_node(cx, n->left, container) < 0)
 		return -1;
 	if (n->kind == EXPR_INDEX && eval_node(cx, n->right, index) < 0)
 		return -1;
-	return lookup(cx, n, *container, *index, found, value);
+	return lookup(cx, n, container, index, found, value);
 }
 
 /* a.b, a["b"], a[0]: a missing member is an error (use has() to test). */
 static int
-eval_access(eval_context *cx, const expr_node *n, json_object **out)
+eval_access(eval_context *cx, const expr_node *n, cel_value *out)
 {
-	json_object *container;
-	json_object *index;
-	json_object *value;
+	cel_value	container;
+	cel_value	index;
 	int			found;
-	int			rc = -1;
+	char		where[80];
 
-	if (eval_lookup(cx, n, &found, &value, &container, &index) < 0)
-		goto done;
-	if (!found)
+	if (eval_lookup(cx, n, &found, out, &container, &index) < 0)
+		return -1;
+	if (found)
+		return 0;
+	wfe_expr_span_text(cx->expr, n, where, sizeof(where));
+	if (n->kind == EXPR_SELECT)
+		return eval_error(cx, n->offset, "no such field '%s' in %s (offset %d)",
+						  n->str, where, n->offset);
+	if (container.kind == CEL_MAP)
 	{
-		char		where[80];
+		char		key[80];
 
-		wfe_expr_span_text(cx->expr, n, where, sizeof(where));
-		if (n->kind == EXPR_SELECT)
-			wfe_expr_set_error(cx->err, "expr.eval", n->offset,
-							   "no such field '%s' in %s (offset %d)",
-							   n->str, where, n->offset);
-		else if (json_object_is_type(index, json_type_string))
-			wfe_expr_set_error(cx->err, "expr.eval", n->offset,
-							   "no such key '%.60s' in %s (offset %d)",
-							   json_object_get_string(index), where, n->offset);
-		else
-			wfe_expr_set_error(cx->err, "expr.eval", n->offset,
-							   "index out of range (array length %lu) in %s (offset %d)",
-							   (unsigned long) json_object_array_length(container),
-							   where, n->offset);
-		goto done;
+		if (cel_format(&index, key, sizeof(key), 0) < 0)
+			snprintf(key, sizeof(key), "(long key)");
+		return eval_error(cx, n->offset, "no such key %s in %s (offset %d)",
+						  key, where, n->offset);
 	}
-	*out = json_object_get(value);
-	rc = 0;
-done:
-	json_object_put(container);
-	json_object_put(index);
-	return rc;
+	return eval_error(cx, n->offset,
+					  "index out of range (list length %lu) in %s (offset %d)",
+					  (unsigned long) cel_list_size(&container), where, n->offset);
 }
 
 /* has(a.b) / has(a["b"]) / has(a[0]): whether the last member exists. */
 static int
-eval_has(eval_context *cx, const expr_node *n, json_object **out)
+eval_has(eval_context *cx, const expr_node *n, cel_value *out)
 {
-	json_object *container;
-	json_object *index;
-	json_object *value;
+	cel_value	container;
+	cel_value	index;
+	cel_value	value;
 	int			found;
-	int			rc = -1;
 
-	if (charge(cx, 1, n->left->offset) < 0)
+	if (eval_charge(cx, 1, n->left->offset) < 0 ||
+		eval_lookup(cx, n->left, &found, &value, &container, &index) < 0)
 		return -1;
-	if (eval_lookup(cx, n->left, &found, &value, &container, &index) == 0)
-		rc = set_result(cx, json_object_new_boolean(found), n->offset, out);
-	json_object_put(container);
-	json_object_put(index);
-	return rc;
+	*out = make_bool(found);
+	return 0;
 }
 
-/* size(x): code points of a string, elements of an array, members of an object. */
+/* [a, b, ...] */
 static int
-eval_size(eval_context *cx, const expr_node *n, json_object *v, json_object **out)
+eval_list(eval_context *cx, const expr_node *n, cel_value *out)
 {
-	int64_t		size;
+	cel_list   *l = eval_alloc(cx, sizeof(cel_list), n->offset);
+	int			i;
 
-	if (json_object_is_type(v, json_type_string))
-	{
-		const unsigned char *s = (const unsigned char *) json_object_get_string(v);
-		size_t		len = (size_t) json_object_get_string_len(v);
-		size_t		i;
-
-		if (charge(cx, (long) (len / 64), n->offset) < 0)
-			return -1;
-		size = 0;
-		for (i = 0; i < len; i++)
-			if ((s[i] & 0xC0) != 0x80)	/* count lead bytes, not continuations */
-				size++;
-	}
-	else if (json_object_is_type(v, json_type_array))
-		size = (int64_t) json_object_array_length(v);
-	else if (json_object_is_type(v, json_type_object))
-		size = json_object_object_length(v);
-	else
-	{
-		wfe_expr_set_error(cx->err, "expr.eval", n->offset,
-						   "size() at offset %d needs a string, array or object, not %s",
-						   n->offset, type_label(v));
+	if (l == NULL ||
+		(n->nargs > 0 &&
+		 (l->items = eval_alloc(cx, (size_t) n->nargs * sizeof(cel_value), n->offset)) == NULL))
 		return -1;
-	}
-	return set_result(cx, json_object_new_int64(size), n->offset, out);
-}
-
-/* Report an operator applied to operand types it does not take. */
-static int
-operand_error(eval_context *cx, const expr_node *n, json_object *l, json_object *r)
-{
-	wfe_expr_set_error(cx->err, "expr.eval", n->offset,
-					   "operator '%s' at offset %d cannot be applied to %s and %s",
-					   wfe_expr_op_name(n->op), n->offset, type_label(l),
-					   type_label(r));
-	return -1;
-}
-
-/* Report integer overflow at a node. */
-static int
-overflow_error(eval_context *cx, const expr_node *n)
-{
-	wfe_expr_set_error(cx->err, "expr.eval", n->offset,
-					   "integer overflow in '%s' at offset %d",
-					   n->kind == EXPR_NEG ? "-" : wfe_expr_op_name(n->op),
-					   n->offset);
-	return -1;
-}
-
-/* True if a * b does not fit in int64 (C99: no overflow builtins). */
-static int
-multiply_overflows(int64_t a, int64_t b)
-{
-	if (a == 0 || b == 0)
-		return 0;
-	if (a > 0)
-		return b > 0 ? a > INT64_MAX / b : b < INT64_MIN / a;
-	return b > 0 ? a < INT64_MIN / b : a < INT64_MAX / b;
-}
-
-/* + - * / % on numbers: int op int stays int (checked), else double. */
-static int
-eval_arithmetic(eval_context *cx, const expr_node *n, json_object *l,
-				json_object *r, json_object **out)
-{
-	int64_t		li = 0,
-				ri = 0;
-	double		ld = 0,
-				rd = 0,
-				result;
-	number_kind lk = number_of(l, &li, &ld);
-	number_kind rk = number_of(r, &ri, &rd);
-
-	if (lk == NUMBER_NONE || rk == NUMBER_NONE)
-		return operand_error(cx, n, l, r);
-
-	if (lk == NUMBER_INT && rk == NUMBER_INT)
-	{
-		int64_t		v;
-
-		switch (n->op)
-		{
-			case EXPR_OP_ADD:
-				if ((ri > 0 && li > INT64_MAX - ri) || (ri < 0 && li < INT64_MIN - ri))
-					return overflow_error(cx, n);
-				v = li + ri;
-				break;
-			case EXPR_OP_SUB:
-				if ((ri < 0 && li > INT64_MAX + ri) || (ri > 0 && li < INT64_MIN + ri))
-					return overflow_error(cx, n);
-				v = li - ri;
-				break;
-			case EXPR_OP_MUL:
-				if (multiply_overflows(li, ri))
-					return overflow_error(cx, n);
-				v = li * ri;
-				break;
-			case EXPR_OP_DIV:
-			case EXPR_OP_MOD:
-				if (ri == 0)
-				{
-					wfe_expr_set_error(cx->err, "expr.eval", n->offset,
-									   "%s by zero at offset %d",
-									   n->op == EXPR_OP_DIV ? "division" : "modulo",
-									   n->offset);
-					return -1;
-				}
-				/* INT64_MIN / -1 overflows; C leaves INT64_MIN % -1 undefined */
-				if (li == INT64_MIN && ri == -1)
-					return overflow_error(cx, n);
-				v = n->op == EXPR_OP_DIV ? li / ri : li % ri;
-				break;
-			default:
-				return operand_error(cx, n, l, r);
-		}
-		return set_result(cx, json_object_new_int64(v), n->offset, out);
-	}
-
-	if (lk == NUMBER_INT)
-		ld = (double) li;
-	if (rk == NUMBER_INT)
-		rd = (double) ri;
-	switch (n->op)
-	{
-		case EXPR_OP_ADD:
-			result = ld + rd;
-			break;
-		case EXPR_OP_SUB:
-			result = ld - rd;
-			break;
-		case EXPR_OP_MUL:
-			result = ld * rd;
-			break;
-		case EXPR_OP_DIV:
-			if (rd == 0)
-			{
-				wfe_expr_set_error(cx->err, "expr.eval", n->offset,
-								   "division by zero at offset %d", n->offset);
-				return -1;
-			}
-			result = ld / rd;
-			break;
-		case EXPR_OP_MOD:
-			wfe_expr_set_error(cx->err, "expr.eval", n->offset,
-							   "operator '%%' at offset %d needs integers, not %s and %s",
-							   n->offset, type_label(l), type_label(r));
+	for (i = 0; i < n->nargs; i++)
+		if (eval_node(cx, n->args[i], &l->items[i]) < 0)
 			return -1;
-		default:
-			return operand_error(cx, n, l, r);
-	}
-	/* JSON has no infinities or NaN */
-	if (!isfinite(result))
-	{
-		wfe_expr_set_error(cx->err, "expr.eval", n->offset,
-						   "'%s' at offset %d does not give a finite number",
-						   wfe_expr_op_name(n->op), n->offset);
+	l->n = (size_t) n->nargs;
+	*out = make_kind(CEL_LIST);
+	out->v.c.list = l;
+	return 0;
+}
+
+/* {k: v, ...}: keys must be string, int, uint or bool, and distinct. */
+static int
+eval_map(eval_context *cx, const expr_node *n, cel_value *out)
+{
+	cel_map    *m = eval_alloc(cx, sizeof(cel_map), n->offset);
+	int			count = n->nargs / 2;
+	int			i;
+
+	if (m == NULL ||
+		(count > 0 &&
+		 ((m->keys = eval_alloc(cx, (size_t) count * sizeof(cel_value), n->offset)) == NULL ||
+		  (m->values = eval_alloc(cx, (size_t) count * sizeof(cel_value), n->offset)) == NULL)))
 		return -1;
-	}
-	return set_result(cx, json_object_new_double(result), n->offset, out);
-}
-
-/* '+': numbers add, strings and arrays concatenate. */
-static int
-eval_add(eval_context *cx, const expr_node *n, json_object *l, json_object *r,
-		 json_object **out)
-{
-	if (json_object_is_type(l, json_type_string) &&
-		json_object_is_type(r, json_type_string))
+	*out = make_kind(CEL_MAP);
+	out->v.c.map = m;
+	for (i = 0; i < count; i++)
 	{
-		size_t		la = (size_t) json_object_get_string_len(l);
-		size_t		lb = (size_t) json_object_get_string_len(r);
-		char	   *buf;
-		json_object *s;
+		cel_value	k;
+		cel_value	v;
+		cel_value	ignored;
 
-		if (la + lb > (size_t) INT_MAX / 2)
-		{
-			wfe_expr_set_error(cx->err, "expr.eval", n->offset,
-							   "string too long at offset %d", n->offset);
+		if (eval_node(cx, n->args[2 * i], &k) < 0)
 			return -1;
-		}
-		if (charge(cx, (long) ((la + lb) / 64), n->offset) < 0)
+		if (!is_key_kind(k.kind))
+			return eval_error(cx, n->args[2 * i]->start,
+							  "map key at offset %d must be a string, int, uint or bool, not %s",
+							  n->args[2 * i]->start, cel_kind_name(k.kind));
+		if (eval_charge(cx, (long) m->n, n->args[2 * i]->start) < 0)
 			return -1;
-		if ((buf = malloc(la + lb + 1)) == NULL)
-			return set_result(cx, NULL, n->offset, out);
-		memcpy(buf, json_object_get_string(l), la);
-		memcpy(buf + la, json_object_get_string(r), lb);
-		buf[la + lb] = '\0';
-		s = json_object_new_string_len(buf, (int) (la + lb));
-		free(buf);
-		return set_result(cx, s, n->offset, out);
-	}
-	if (json_object_is_type(l, json_type_array) &&
-		json_object_is_type(r, json_type_array))
-	{
-		size_t		la = json_object_array_length(l);
-		size_t		lb = json_object_array_length(r);
-		size_t		i;
-		json_object *a;
-
-		if (charge(cx, (long) (la + lb), n->offset) < 0)
+		if (cel_map_find(out, &k, &ignored))
+			return eval_error(cx, n->args[2 * i]->start,
+							  "duplicate map key at offset %d", n->args[2 * i]->start);
+		if (eval_node(cx, n->args[2 * i + 1], &v) < 0)
 			return -1;
-		if ((a = json_object_new_array()) == NULL)
-			return set_result(cx, NULL, n->offset, out);
-		for (i = 0; i < la + lb; i++)
-		{
-			json_object *elem = i < la ? json_object_array_get_idx(l, i) :
-				json_object_array_get_idx(r, i - la);
-
-			/* elements are shared with the operands, hence the extra ref */
-			if (json_object_array_add(a, json_object_get(elem)) != 0)
-			{
-				json_object_put(elem);
-				json_object_put(a);
-				return set_result(cx, NULL, n->offset, out);
-			}
-		}
-		*out = a;
-		return 0;
+		m->keys[m->n] = k;
+		m->values[m->n] = v;
+		m->n++;
 	}
-	return eval_arithmetic(cx, n, l, r, out);
-}
-
-/* x in array (deep equality) or key in object. */
-static int
-eval_in(eval_context *cx, const expr_node *n, json_object *l, json_object *r,
-		int *result)
-{
-	*result = 0;
-	if (json_object_is_type(r, json_type_array))
-	{
-		size_t		len = json_object_array_length(r);
-		size_t		i;
-
-		for (i = 0; i < len && !*result; i++)
-			if (values_equal(cx, l, json_object_array_get_idx(r, i), 0,
-							 n->offset, result) < 0)
-				return -1;
-		return 0;
-	}
-	if (json_object_is_type(r, json_type_object))
-	{
-		json_object *ignored;
-
-		if (!json_object_is_type(l, json_type_string))
-		{
-			wfe_expr_set_error(cx->err, "expr.eval", n->offset,
-							   "left operand of 'in' at offset %d must be a string to test object keys, not %s",
-							   n->offset, type_label(l));
-			return -1;
-		}
-		*result = object_member(r, json_object_get_string(l),
-								(size_t) json_object_get_string_len(l), &ignored);
-		return 0;
-	}
-	wfe_expr_set_error(cx->err, "expr.eval", n->offset,
-					   "right operand of 'in' at offset %d must be an array or object, not %s",
-					   n->offset, type_label(r));
-	return -1;
-}
-
-/* Apply a binary operator to two evaluated operands. */
-static int
-eval_binary(eval_context *cx, const expr_node *n, json_object *l,
-			json_object *r, json_object **out)
-{
-	int			b;
-
-	switch (n->op)
-	{
-		case EXPR_OP_EQ:
-		case EXPR_OP_NE:
-			if (values_equal(cx, l, r, 0, n->offset, &b) < 0)
-				return -1;
-			return set_result(cx, json_object_new_boolean(n->op == EXPR_OP_EQ ? b : !b),
-							  n->offset, out);
-
-		case EXPR_OP_IN:
-			if (eval_in(cx, n, l, r, &b) < 0)
-				return -1;
-			return set_result(cx, json_object_new_boolean(b), n->offset, out);
-
-		case EXPR_OP_LT:
-		case EXPR_OP_LE:
-		case EXPR_OP_GT:
-		case EXPR_OP_GE:
-			{
-				int64_t		li = 0,
-							ri = 0;
-				double		ld = 0,
-							rd = 0;
-				number_kind lk = number_of(l, &li, &ld);
-				number_kind rk = number_of(r, &ri, &rd);
-				int			c;
-
-				if (lk != NUMBER_NONE && rk != NUMBER_NONE)
-					c = compare_numbers(lk, li, ld, rk, ri, rd);
-				else if (json_object_is_type(l, json_type_string) &&
-						 json_object_is_type(r, json_type_string))
-				{
-					size_t		len = (size_t) json_object_get_string_len(l);
-
-					if (charge(cx, (long) (len / 64), n->offset) < 0)
-						return -1;
-					c = compare_strings(l, r);
-				}
-				else
-					return operand_error(cx, n, l, r);
-
-				/* unordered (NaN) compares false under every operator */
-				if (c == 2)
-					b = 0;
-				else if (n->op == EXPR_OP_LT)
-					b = c < 0;
-				else if (n->op == EXPR_OP_LE)
-					b = c <= 0;
-				else if (n->op == EXPR_OP_GT)
-					b = c > 0;
-				else
-					b = c >= 0;
-				return set_result(cx, json_object_new_boolean(b), n->offset, out);
-			}
-
-		case EXPR_OP_ADD:
-			return eval_add(cx, n, l, r, out);
-
-		default:
-			return eval_arithmetic(cx, n, l, r, out);
-	}
+	return 0;
 }
 
 /* Evaluate a node that must give a bool; *b receives it. */
@@ -817,122 +431,620 @@ static int
 eval_bool_operand(eval_context *cx, const expr_node *n, const char *what,
 				  int offset, int *b)
 {
-	json_object *v;
+	cel_value	v;
 
 	if (eval_node(cx, n, &v) < 0)
 		return -1;
-	if (!json_object_is_type(v, json_type_boolean))
-	{
-		wfe_expr_set_error(cx->err, "expr.eval", offset,
-						   "%s at offset %d must be bool, not %s",
-						   what, offset, type_label(v));
-		json_object_put(v);
-		return -1;
-	}
-	*b = json_object_get_boolean(v);
-	json_object_put(v);
+	if (v.kind != CEL_BOOL)
+		return eval_error(cx, offset, "%s at offset %d must be bool, not %s",
+						  what, offset, cel_kind_name(v.kind));
+	*b = v.v.b;
 	return 0;
 }
 
-/* Evaluate one node; *out is a new reference (NULL for JSON null). */
+/*
+ * && and ||, commutatively: if either side decides the result (false for
+ * &&, true for ||), that is the result even when the other side fails; if
+ * neither decides and one failed, the first failure is the result.
+ */
 static int
-eval_node(eval_context *cx, const expr_node *n, json_object **out)
+eval_logical(eval_context *cx, const expr_node *n, cel_value *out)
 {
-	json_object *l = NULL;
-	json_object *r = NULL;
-	int			b;
+	int			is_and = (n->kind == EXPR_AND);
+	int			lb = 0;
+	int			rb = 0;
+	int			left_failed;
+	wfe_expr_error saved;
+
+	left_failed = eval_bool_operand(cx, n->left, is_and ? "left operand of '&&'" :
+									"left operand of '||'", n->offset, &lb) < 0;
+	if (left_failed)
+	{
+		if (cx->fatal)
+			return -1;
+		saved = *cx->err;
+	}
+	else if (lb != is_and)
+	{
+		*out = make_bool(lb);
+		return 0;
+	}
+	if (eval_bool_operand(cx, n->right, is_and ? "right operand of '&&'" :
+						  "right operand of '||'", n->offset, &rb) < 0)
+	{
+		if (left_failed && !cx->fatal)
+			*cx->err = saved;
+		return -1;
+	}
+	if (rb != is_and)
+	{
+		*out = make_bool(rb);
+		return 0;
+	}
+	if (left_failed)
+	{
+		*cx->err = saved;
+		return -1;
+	}
+	*out = make_bool(rb);
+	return 0;
+}
+
+/* Append to a list being built by map() or filter(). */
+static int
+list_push(eval_context *cx, cel_list *l, size_t cap, const cel_value *v)
+{
+	(void) cx;
+	if (l->n >= cap)
+		return -1;				/* cannot happen: cap is the range's size */
+	l->items[l->n++] = *v;
+	return 0;
+}
+
+/*
+ * The macros over a list's elements or a map's keys.  all() and exists()
+ * absorb errors like && and ||; exists_one(), map() and filter() stop at
+ * the first error.
+ */
+static int
+eval_macro(eval_context *cx, const expr_node *n, cel_value *out)
+{
+	const char *name = wfe_expr_macro_name(n->macro);
+	cel_value	range;
+	size_t		count;
+	size_t		i;
+	cel_list   *built = NULL;
+	int			is_list;
+	int			decided = 0;
+	int			failed = 0;
+	long		ones = 0;
+	wfe_expr_error saved;
+	void	   *iter = NULL;
+	eval_frame *frame;
 	int			rc = -1;
 
-	*out = NULL;
-	if (charge(cx, 1, n->offset) < 0)
+	if (eval_node(cx, n->left, &range) < 0)
 		return -1;
+	if (range.kind != CEL_LIST && range.kind != CEL_MAP)
+		return eval_error(cx, n->offset, "%s() at offset %d needs a list or a map, not %s",
+						  name, n->offset, cel_kind_name(range.kind));
+	is_list = range.kind == CEL_LIST;
+	count = is_list ? cel_list_size(&range) : cel_map_size(&range);
+	if (n->macro == MACRO_MAP || n->macro == MACRO_FILTER)
+	{
+		if ((built = eval_alloc(cx, sizeof(cel_list), n->offset)) == NULL ||
+			(count > 0 &&
+			 (built->items = eval_alloc(cx, count * sizeof(cel_value), n->offset)) == NULL))
+			return -1;
+	}
+	if (cx->nframes >= WFE_EXPR_MAX_NESTING)
+	{
+		cx->fatal = 1;
+		return eval_error(cx, n->offset, "macros nested too deeply at offset %d", n->offset);
+	}
+	frame = &cx->frames[cx->nframes++];
+	frame->binder = n;
+
+	for (i = 0; i < count && !decided; i++)
+	{
+		cel_value	r;
+
+		if (eval_charge(cx, 1, n->offset) < 0)
+			goto done;
+		frame->value = is_list ? cel_list_get(&range, i) : cel_map_key_at(&range, i, &iter);
+		switch (n->macro)
+		{
+			case MACRO_ALL:
+			case MACRO_EXISTS:
+				{
+					int			b;
+					int			decisive = n->macro == MACRO_EXISTS;
+
+					if (eval_bool_operand(cx, n->right, "the predicate", n->right->start, &b) < 0)
+					{
+						if (cx->fatal)
+							goto done;
+						if (!failed)
+							saved = *cx->err;
+						failed = 1;
+						continue;
+					}
+					if (b == decisive)
+						decided = 1;
+					break;
+				}
+			case MACRO_EXISTS_ONE:
+				{
+					int			b;
+
+					if (eval_bool_operand(cx, n->right, "the predicate", n->right->start, &b) < 0)
+						goto done;
+					ones += b;
+					break;
+				}
+			case MACRO_MAP:
+				if (n->third != NULL)
+				{
+					int			b;
+
+					if (eval_bool_operand(cx, n->right, "the filter", n->right->start, &b) < 0)
+						goto done;
+					if (!b)
+						break;
+				}
+				if (eval_node(cx, n->third != NULL ? n->third : n->right, &r) < 0 ||
+					list_push(cx, built, count, &r) < 0)
+					goto done;
+				break;
+			case MACRO_FILTER:
+				{
+					int			b;
+
+					if (eval_bool_operand(cx, n->right, "the predicate", n->right->start, &b) < 0)
+						goto done;
+					if (b && list_push(cx, built, count, &frame->value) < 0)
+						goto done;
+					break;
+				}
+		}
+	}
+
+	switch (n->macro)
+	{
+		case MACRO_ALL:
+		case MACRO_EXISTS:
+			if (!decided && failed)
+			{
+				*cx->err = saved;
+				goto done;
+			}
+			/* all(): true unless decided (a false); exists(): decided is a true */
+			*out = make_bool(n->macro == MACRO_ALL ? !decided : decided);
+			break;
+		case MACRO_EXISTS_ONE:
+			*out = make_bool(ones == 1);
+			break;
+		default:
+			*out = make_kind(CEL_LIST);
+			out->v.c.list = built;
+			break;
+	}
+	rc = 0;
+done:
+	cx->nframes--;
+	return rc;
+}
+
+/* Report integer overflow at a node. */
+static int
+overflow_error(eval_context *cx, const expr_node *n)
+{
+	return eval_error(cx, n->offset, "integer overflow in '%s' at offset %d",
+					  n->kind == EXPR_NEG ? "-" : wfe_expr_op_name(n->op),
+					  n->offset);
+}
+
+/* int arithmetic, checked (C99: no overflow builtins needed). */
+static int
+int_arith(eval_context *cx, const expr_node *n, int64_t a, int64_t b,
+		  cel_value *out)
+{
+	int64_t		v = 0;
+
+	switch (n->op)
+	{
+		case EXPR_OP_ADD:
+			if ((b > 0 && a > INT64_MAX - b) || (b < 0 && a < INT64_MIN - b))
+				return overflow_error(cx, n);
+			v = a + b;
+			break;
+		case EXPR_OP_SUB:
+			if ((b < 0 && a > INT64_MAX + b) || (b > 0 && a < INT64_MIN + b))
+				return overflow_error(cx, n);
+			v = a - b;
+			break;
+		case EXPR_OP_MUL:
+			if (a != 0 && b != 0 &&
+				(a > 0 ? (b > 0 ? a > INT64_MAX / b : b < INT64_MIN / a)
+				 : (b > 0 ? a < INT64_MIN / b : a < INT64_MAX / b)))
+				return overflow_error(cx, n);
+			v = a * b;
+			break;
+		case EXPR_OP_DIV:
+		case EXPR_OP_MOD:
+			if (b == 0)
+				return eval_error(cx, n->offset, "%s by zero at offset %d",
+								  n->op == EXPR_OP_DIV ? "division" : "modulo", n->offset);
+			/* INT64_MIN / -1 overflows; C leaves INT64_MIN % -1 undefined */
+			if (a == INT64_MIN && b == -1)
+				return overflow_error(cx, n);
+			v = n->op == EXPR_OP_DIV ? a / b : a % b;
+			break;
+		default:
+			break;
+	}
+	*out = make_kind(CEL_INT);
+	out->v.i = v;
+	return 0;
+}
+
+/* uint arithmetic, checked. */
+static int
+uint_arith(eval_context *cx, const expr_node *n, uint64_t a, uint64_t b,
+		   cel_value *out)
+{
+	uint64_t	v = 0;
+
+	switch (n->op)
+	{
+		case EXPR_OP_ADD:
+			if (a > UINT64_MAX - b)
+				return overflow_error(cx, n);
+			v = a + b;
+			break;
+		case EXPR_OP_SUB:
+			if (b > a)
+				return overflow_error(cx, n);
+			v = a - b;
+			break;
+		case EXPR_OP_MUL:
+			if (a != 0 && b > UINT64_MAX / a)
+				return overflow_error(cx, n);
+			v = a * b;
+			break;
+		case EXPR_OP_DIV:
+		case EXPR_OP_MOD:
+			if (b == 0)
+				return eval_error(cx, n->offset, "%s by zero at offset %d",
+								  n->op == EXPR_OP_DIV ? "division" : "modulo", n->offset);
+			v = n->op == EXPR_OP_DIV ? a / b : a % b;
+			break;
+		default:
+			break;
+	}
+	*out = make_kind(CEL_UINT);
+	out->v.u = v;
+	return 0;
+}
+
+/* '+' on strings and lists: concatenation. */
+static int
+concat(eval_context *cx, const expr_node *n, const cel_value *l,
+	   const cel_value *r, cel_value *out)
+{
+	if (l->kind == CEL_STRING)
+	{
+		size_t		la = l->v.s.len;
+		size_t		lb = r->v.s.len;
+		char	   *buf;
+
+		if (eval_charge(cx, (long) ((la + lb) / 64), n->offset) < 0 ||
+			(buf = eval_alloc(cx, la + lb + 1, n->offset)) == NULL)
+			return -1;
+		memcpy(buf, l->v.s.ptr, la);
+		memcpy(buf + la, r->v.s.ptr, lb);
+		buf[la + lb] = '\0';
+		*out = make_kind(CEL_STRING);
+		out->v.s.ptr = buf;
+		out->v.s.len = la + lb;
+		return 0;
+	}
+	else
+	{
+		size_t		la = cel_list_size(l);
+		size_t		lb = cel_list_size(r);
+		size_t		i;
+		cel_list   *list;
+
+		if (eval_charge(cx, (long) (la + lb), n->offset) < 0 ||
+			(list = eval_alloc(cx, sizeof(cel_list), n->offset)) == NULL ||
+			(la + lb > 0 &&
+			 (list->items = eval_alloc(cx, (la + lb) * sizeof(cel_value), n->offset)) == NULL))
+			return -1;
+		for (i = 0; i < la + lb; i++)
+			list->items[i] = i < la ? cel_list_get(l, i) : cel_list_get(r, i - la);
+		list->n = la + lb;
+		*out = make_kind(CEL_LIST);
+		out->v.c.list = list;
+		return 0;
+	}
+}
+
+/* No overload of a binary operator takes these operands. */
+static int
+operator_no_overload(eval_context *cx, const expr_node *n, const cel_value *l,
+					 const cel_value *r)
+{
+	char		what[32];
+
+	snprintf(what, sizeof(what), "operator '%s'", wfe_expr_op_name(n->op));
+	return eval_no_overload(cx, n->offset, what, l, r);
+}
+
+/* Apply a binary operator to two evaluated operands. */
+static int
+eval_binary(eval_context *cx, const expr_node *n, const cel_value *l,
+			const cel_value *r, cel_value *out)
+{
+	int			b;
+	int			c;
+
+	switch (n->op)
+	{
+		case EXPR_OP_EQ:
+		case EXPR_OP_NE:
+			if (cel_equal(cx, l, r, 0, n->offset, &b) < 0)
+				return -1;
+			*out = make_bool(n->op == EXPR_OP_EQ ? b : !b);
+			return 0;
+
+		case EXPR_OP_IN:
+			b = 0;
+			if (r->kind == CEL_LIST)
+			{
+				size_t		len = cel_list_size(r);
+				size_t		i;
+
+				for (i = 0; i < len && !b; i++)
+				{
+					cel_value	e = cel_list_get(r, i);
+
+					if (cel_equal(cx, l, &e, 0, n->offset, &b) < 0)
+						return -1;
+				}
+			}
+			else if (r->kind == CEL_MAP)
+			{
+				cel_value	ignored;
+
+				if (eval_charge(cx, 1, n->offset) < 0)
+					return -1;
+				b = cel_map_find(r, l, &ignored);
+			}
+			else
+				return eval_error(cx, n->offset,
+								  "right operand of 'in' at offset %d must be a list or map, not %s",
+								  n->offset, cel_kind_name(r->kind));
+			*out = make_bool(b);
+			return 0;
+
+		case EXPR_OP_LT:
+		case EXPR_OP_LE:
+		case EXPR_OP_GT:
+		case EXPR_OP_GE:
+			if (l->kind == CEL_STRING && r->kind == CEL_STRING &&
+				eval_charge(cx, (long) (l->v.s.len / 64), n->offset) < 0)
+				return -1;
+			switch (cel_compare(l, r, &c))
+			{
+				case -1:
+					return operator_no_overload(cx, n, l, r);
+				case 1:
+					/* unordered (NaN) compares false under every operator */
+					*out = make_bool(0);
+					return 0;
+			}
+			b = n->op == EXPR_OP_LT ? c < 0 : n->op == EXPR_OP_LE ? c <= 0 :
+				n->op == EXPR_OP_GT ? c > 0 : c >= 0;
+			*out = make_bool(b);
+			return 0;
+
+		default:
+			break;
+	}
+
+	/* arithmetic: same kind on both sides, or timestamps with durations */
+	if (l->kind == r->kind)
+	{
+		switch (l->kind)
+		{
+			case CEL_INT:
+				return int_arith(cx, n, l->v.i, r->v.i, out);
+			case CEL_UINT:
+				return uint_arith(cx, n, l->v.u, r->v.u, out);
+			case CEL_DOUBLE:
+				{
+					double		x = l->v.d;
+					double		y = r->v.d;
+					double		v;
+
+					switch (n->op)
+					{
+						case EXPR_OP_ADD:
+							v = x + y;
+							break;
+						case EXPR_OP_SUB:
+							v = x - y;
+							break;
+						case EXPR_OP_MUL:
+							v = x * y;
+							break;
+						case EXPR_OP_DIV:
+							/* IEEE 754: x / 0.0 is ±inf, 0.0 / 0.0 is NaN */
+							v = x / y;
+							break;
+						default:
+							return eval_error(cx, n->offset,
+											  "operator '%%' at offset %d needs integers, not double and double",
+											  n->offset);
+					}
+					*out = make_kind(CEL_DOUBLE);
+					out->v.d = v;
+					return 0;
+				}
+			case CEL_STRING:
+			case CEL_LIST:
+				if (n->op == EXPR_OP_ADD)
+					return concat(cx, n, l, r, out);
+				break;
+			default:
+				break;
+		}
+	}
+	if ((l->kind == CEL_TIMESTAMP || l->kind == CEL_DURATION) &&
+		(r->kind == CEL_TIMESTAMP || r->kind == CEL_DURATION) &&
+		(n->op == EXPR_OP_ADD || n->op == EXPR_OP_SUB))
+		return eval_time_arith(cx, n, l, r, out);
+	return operator_no_overload(cx, n, l, r);
+}
+
+/* Evaluate one node into *out. */
+int
+eval_node(eval_context *cx, const expr_node *n, cel_value *out)
+{
+	cel_value	l;
+	cel_value	r;
+	int			b;
+
+	if (eval_charge(cx, 1, n->offset) < 0)
+		return -1;
+	memset(out, 0, sizeof(*out));
 	switch (n->kind)
 	{
 		case EXPR_NULL:
+			out->kind = CEL_NULL;
 			return 0;
 		case EXPR_BOOL:
-		case EXPR_INT:
-		case EXPR_DOUBLE:
-		case EXPR_STRING:
-			*out = json_object_get(n->literal);
+			*out = make_bool(n->bool_value);
 			return 0;
-		case EXPR_ROOT:
-			return eval_root(cx, n, out);
+		case EXPR_INT:
+			out->kind = CEL_INT;
+			out->v.i = n->int_value;
+			return 0;
+		case EXPR_UINT:
+			out->kind = CEL_UINT;
+			out->v.u = n->uint_value;
+			return 0;
+		case EXPR_DOUBLE:
+			out->kind = CEL_DOUBLE;
+			out->v.d = n->double_value;
+			return 0;
+		case EXPR_STRING:
+			out->kind = CEL_STRING;
+			out->v.s.ptr = n->str;
+			out->v.s.len = n->str_len;
+			return 0;
+		case EXPR_IDENT:
+			return eval_ident(cx, n, out);
 		case EXPR_SELECT:
 		case EXPR_INDEX:
 			return eval_access(cx, n, out);
 		case EXPR_HAS:
 			return eval_has(cx, n, out);
-
-		case EXPR_SIZE:
-			if (eval_node(cx, n->left, &l) == 0)
-				rc = eval_size(cx, n, l, out);
-			break;
+		case EXPR_CALL:
+			return eval_call(cx, n, out);
+		case EXPR_LIST:
+			return eval_list(cx, n, out);
+		case EXPR_MAP:
+			return eval_map(cx, n, out);
+		case EXPR_MACRO:
+			return eval_macro(cx, n, out);
 
 		case EXPR_NOT:
 			if (eval_bool_operand(cx, n->left, "operand of '!'", n->offset, &b) < 0)
 				return -1;
-			return set_result(cx, json_object_new_boolean(!b), n->offset, out);
+			*out = make_bool(!b);
+			return 0;
 
 		case EXPR_NEG:
+			if (eval_node(cx, n->left, &l) < 0)
+				return -1;
+			if (l.kind == CEL_INT)
 			{
-				int64_t		i = 0;
-				double		d = 0;
-
-				if (eval_node(cx, n->left, &l) < 0)
-					return -1;
-				switch (number_of(l, &i, &d))
-				{
-					case NUMBER_INT:
-						if (i == INT64_MIN)
-							rc = overflow_error(cx, n);
-						else
-							rc = set_result(cx, json_object_new_int64(-i), n->offset, out);
-						break;
-					case NUMBER_DOUBLE:
-						rc = set_result(cx, json_object_new_double(-d), n->offset, out);
-						break;
-					default:
-						wfe_expr_set_error(cx->err, "expr.eval", n->offset,
-										   "operand of unary '-' at offset %d must be a number, not %s",
-										   n->offset, type_label(l));
-						break;
-				}
-				break;
+				if (l.v.i == INT64_MIN)
+					return overflow_error(cx, n);
+				out->kind = CEL_INT;
+				out->v.i = -l.v.i;
+				return 0;
 			}
+			if (l.kind == CEL_DOUBLE)
+			{
+				out->kind = CEL_DOUBLE;
+				out->v.d = -l.v.d;
+				return 0;
+			}
+			return eval_error(cx, n->offset,
+							  "operand of unary '-' at offset %d must be an int or a double, not %s",
+							  n->offset, cel_kind_name(l.kind));
 
 		case EXPR_BINARY:
-			if (eval_node(cx, n->left, &l) == 0 &&
-				eval_node(cx, n->right, &r) == 0)
-				rc = eval_binary(cx, n, l, r, out);
-			break;
+			if (eval_node(cx, n->left, &l) < 0 || eval_node(cx, n->right, &r) < 0)
+				return -1;
+			return eval_binary(cx, n, &l, &r, out);
 
 		case EXPR_AND:
 		case EXPR_OR:
-			{
-				int			is_and = (n->kind == EXPR_AND);
-
-				if (eval_bool_operand(cx, n->left, is_and ?
-									  "left operand of '&&'" : "left operand of '||'",
-									  n->offset, &b) < 0)
-					return -1;
-				/* short circuit: false && _ and true || _ skip the right side */
-				if (b == is_and &&
-					eval_bool_operand(cx, n->right, is_and ?
-									  "right operand of '&&'" : "right operand of '||'",
-									  n->offset, &b) < 0)
-					return -1;
-				return set_result(cx, json_object_new_boolean(b), n->offset, out);
-			}
+			return eval_logical(cx, n, out);
 
 		case EXPR_TERNARY:
 			if (eval_bool_operand(cx, n->left, "condition of '?:'", n->offset, &b) < 0)
 				return -1;
 			return eval_node(cx, b ? n->right : n->third, out);
 	}
-	json_object_put(l);
-	json_object_put(r);
-	return rc;
+	return eval_error(cx, n->offset, "cannot evaluate node at offset %d", n->offset);
+}
+
+/* Set up an evaluation context. */
+static void
+context_init(eval_context *cx, const wfe_expr *e, json_object *root,
+			 const wfe_expr_limits *limits, wfe_expr_error *err)
+{
+	wfe_expr_limits lim;
+
+	wfe_expr_limits_resolve(limits, &lim);
+	cx->expr = e;
+	cx->root = root;
+	cx->steps = 0;
+	cx->max_steps = lim.max_steps;
+	cx->err = err;
+	cx->fatal = 0;
+	cx->nframes = 0;
+	cx->chunks = NULL;
+	cx->arena_bytes = 0;
+	cx->inline_next = (char *) cx->inline_buf;
+	cx->inline_left = sizeof(cx->inline_buf);
+}
+
+/* Free what an evaluation built. */
+static void
+context_free(eval_context *cx)
+{
+	while (cx->chunks != NULL)
+	{
+		eval_chunk *next = cx->chunks->next;
+
+		free(cx->chunks);
+		cx->chunks = next;
+	}
+}
+
+/* Evaluate to a value inside cx (which then owns what it points at). */
+static int
+eval_top(eval_context *cx, const wfe_expr *e, cel_value *v)
+{
+	if (e == NULL || e->top == NULL)
+		return eval_error(cx, 0, "no expression to evaluate");
+	return eval_node(cx, e->top, v);
 }
 
 /* Evaluate over the root object; see expr.h. */
@@ -941,27 +1053,23 @@ wfe_expr_eval(const wfe_expr *e, json_object *root,
 			  const wfe_expr_limits *limits, json_object **out,
 			  wfe_expr_error *err)
 {
-	wfe_expr_limits lim;
 	eval_context cx;
+	wfe_expr_error local;
+	cel_value	v;
+	int			rc = -1;
 
 	*out = NULL;
-	if (e == NULL || e->top == NULL)
+	context_init(&cx, e, root, limits, err ? err : &local);
+	if (eval_top(&cx, e, &v) == 0)
 	{
-		wfe_expr_set_error(err, "expr.eval", 0, "no expression to evaluate");
-		return -1;
+		*out = cel_to_json(&v, 0);
+		if (*out == NULL && v.kind != CEL_NULL)
+			eval_error(&cx, 0, "out of memory, or a result nested too deeply for JSON");
+		else
+			rc = 0;
 	}
-	wfe_expr_limits_resolve(limits, &lim);
-	cx.expr = e;
-	cx.root = root;
-	cx.steps = 0;
-	cx.max_steps = lim.max_steps;
-	cx.err = err;
-	if (eval_node(&cx, e->top, out) < 0)
-	{
-		/* eval_node leaves *out NULL on failure */
-		return -1;
-	}
-	return 0;
+	context_free(&cx);
+	return rc;
 }
 
 /* Evaluate and require a bool: 1 true, 0 false, -1 error. */
@@ -969,22 +1077,48 @@ int
 wfe_expr_eval_bool(const wfe_expr *e, json_object *root,
 				   const wfe_expr_limits *limits, wfe_expr_error *err)
 {
-	json_object *v;
-	int			b;
+	eval_context cx;
+	wfe_expr_error local;
+	cel_value	v;
+	int			rc = -1;
 
-	if (wfe_expr_eval(e, root, limits, &v, err) < 0)
-		return -1;
-	if (!json_object_is_type(v, json_type_boolean))
+	context_init(&cx, e, root, limits, err ? err : &local);
+	if (eval_top(&cx, e, &v) == 0)
 	{
-		wfe_expr_set_error(err, "expr.eval", e->top->start,
-						   "when expression must evaluate to bool, not %s",
-						   type_label(v));
-		json_object_put(v);
-		return -1;
+		if (v.kind == CEL_BOOL)
+			rc = v.v.b ? 1 : 0;
+		else
+			eval_error(&cx, e->top->start,
+					   "when expression must evaluate to bool, not %s",
+					   cel_kind_name(v.kind));
 	}
-	b = json_object_get_boolean(v);
-	json_object_put(v);
-	return b ? 1 : 0;
+	context_free(&cx);
+	return rc;
+}
+
+/* Evaluate and format the value as CEL-like text (the conformance tests). */
+int
+wfe_expr_eval_format(const wfe_expr *e, json_object *root,
+					 const wfe_expr_limits *limits, char *buf, size_t size,
+					 const char **type_name, wfe_expr_error *err)
+{
+	eval_context cx;
+	wfe_expr_error local;
+	cel_value	v;
+	int			rc = -1;
+
+	context_init(&cx, e, root, limits, err ? err : &local);
+	if (eval_top(&cx, e, &v) == 0)
+	{
+		if (type_name != NULL)
+			*type_name = cel_kind_name(v.kind);
+		if (cel_format(&v, buf, size, 0) >= 0)
+			rc = 0;
+		else
+			eval_error(&cx, 0, "result does not fit the buffer");
+	}
+	context_free(&cx);
+	return rc;
 }
 
 /* Resolve a reference path against the evaluation root; *out is borrowed. */

@@ -1,5 +1,5 @@
 /*
- * expr_lex.c — lexer for the CEL subset, shared by the expression parser
+ * expr_lex.c — lexer for CEL expressions, shared by the expression parser
  * (expr_parse.c) and the `${...}` reference-path parser (expr_path.c).
  *
  * Source is checked for length and UTF-8 validity up front
@@ -129,17 +129,20 @@ lex_fail(parser *p, size_t offset, const char *message)
 }
 
 /*
- * Lex a quoted string starting at the quote; decodes escapes into a malloc'd
- * buffer.  Escapes are CEL's: \\ \' \" \` \? \a \b \f \n \r \t \v, \xHH,
- * \uHHHH, \UHHHHHHHH and octal \ooo.  NUL (raw or escaped) is refused so
- * decoded strings are safe as C strings and JSON object keys.
+ * Lex a quoted string starting at the quote (p->lex_pos); decodes escapes
+ * into a malloc'd buffer.  Single, double and triple quotes (three ' or
+ * three ", which may span lines); `raw` (the r"..." prefix) keeps
+ * backslashes as written.  Escapes are CEL's: \\ \' \" \` \? \a \b \f \n \r
+ * \t \v, \xHH, \uHHHH, \UHHHHHHHH and octal \ooo.  NUL (raw or escaped) is
+ * refused so decoded strings are safe as C strings and JSON object keys.
  */
 static token_kind
-lex_string(parser *p, token *tok)
+lex_string(parser *p, token *tok, int raw)
 {
 	const char *s = p->src;
 	size_t		i = p->lex_pos;
 	char		quote = s[i];
+	int			triple = (i + 2 < p->len && s[i + 1] == quote && s[i + 2] == quote);
 	char	   *buf;
 	size_t		out = 0;
 
@@ -147,20 +150,21 @@ lex_string(parser *p, token *tok)
 	buf = malloc(p->len - i + 1);
 	if (buf == NULL)
 		return lex_fail(p, i, "out of memory");
-	i++;
+	i += triple ? 3 : 1;
 	for (;;)
 	{
 		unsigned int cp;
 		int			seq;
 
-		if (i >= p->len || s[i] == '\n' || s[i] == '\r')
+		if (i >= p->len || (!triple && (s[i] == '\n' || s[i] == '\r')))
 		{
 			free(buf);
 			return lex_fail(p, tok->offset, "unterminated string literal");
 		}
-		if (s[i] == quote)
+		if (s[i] == quote && (!triple ||
+							  (i + 2 < p->len && s[i + 1] == quote && s[i + 2] == quote)))
 		{
-			i++;
+			i += triple ? 3 : 1;
 			break;
 		}
 		if (s[i] == '\0')
@@ -168,7 +172,7 @@ lex_string(parser *p, token *tok)
 			free(buf);
 			return lex_fail(p, i, "NUL byte in string literal");
 		}
-		if (s[i] != '\\')
+		if (s[i] != '\\' || raw)
 		{
 			seq = utf8_sequence_length((const unsigned char *) s + i, p->len - i);
 			if (seq == 0)
@@ -336,9 +340,34 @@ parse_double_literal(const char *s, size_t len, double *out)
 }
 
 /*
- * Lex a number: decimal or 0x hex integer, or a double (digits '.' digits
- * and/or an exponent).  Integers above 2^63 are refused here; 2^63 itself is
- * let through only so that -9223372036854775808 can be written.
+ * Finish an integer literal whose digits end at i: an optional u/U suffix
+ * makes it a uint; without one it must fit int (up to 2^63, see lex_number).
+ */
+static token_kind
+lex_int_suffix(parser *p, token *tok, size_t start, size_t i, uint64_t v)
+{
+	const char *s = p->src;
+	int			is_uint = 0;
+
+	if (i < p->len && (s[i] == 'u' || s[i] == 'U'))
+	{
+		is_uint = 1;
+		i++;
+	}
+	if (i < p->len && is_ident_char(s[i]))
+		return lex_fail(p, start, "invalid number literal");
+	if (!is_uint && v > (uint64_t) INT64_MAX + 1)
+		return lex_fail(p, start, "integer literal out of range (a uint literal needs the suffix u)");
+	tok->int_value = v;
+	p->lex_pos = i;
+	return is_uint ? TOK_UINT : TOK_INT;
+}
+
+/*
+ * Lex a number: decimal or 0x hex integer with an optional u/U suffix
+ * (uint), or a double (digits '.' digits and/or an exponent).  int literals
+ * above 2^63 are refused (lex_int_suffix); 2^63 itself is let through only
+ * so that -9223372036854775808 can be written.  uint goes up to 2^64-1.
  */
 static token_kind
 lex_number(parser *p, token *tok)
@@ -347,7 +376,6 @@ lex_number(parser *p, token *tok)
 	size_t		start = p->lex_pos;
 	size_t		i = start;
 	int			is_double = 0;
-	const uint64_t limit = (uint64_t) INT64_MAX + 1;
 
 	if (s[i] == '0' && i + 1 < p->len && (s[i + 1] == 'x' || s[i + 1] == 'X'))
 	{
@@ -358,16 +386,12 @@ lex_number(parser *p, token *tok)
 			return lex_fail(p, start, "invalid hex literal");
 		while (i < p->len && hex_value(s[i]) >= 0)
 		{
-			if (v > (limit - (uint64_t) hex_value(s[i])) / 16)
+			if (v > (UINT64_MAX - (uint64_t) hex_value(s[i])) / 16)
 				return lex_fail(p, start, "integer literal out of range");
 			v = v * 16 + (uint64_t) hex_value(s[i]);
 			i++;
 		}
-		if (i < p->len && is_ident_char(s[i]))
-			return lex_fail(p, start, "invalid number literal");
-		tok->int_value = v;
-		p->lex_pos = i;
-		return TOK_INT;
+		return lex_int_suffix(p, tok, start, i, v);
 	}
 
 	while (i < p->len && s[i] >= '0' && s[i] <= '9')
@@ -394,14 +418,15 @@ lex_number(parser *p, token *tok)
 		is_double = 1;
 		i = j;
 	}
-	if (i < p->len && is_ident_char(s[i]))
+	if (i < p->len && is_ident_char(s[i]) &&
+		(is_double || (s[i] != 'u' && s[i] != 'U')))
 		return lex_fail(p, start, "invalid number literal");
 
-	p->lex_pos = i;
 	if (is_double)
 	{
 		if (parse_double_literal(s + start, i - start, &tok->double_value) < 0)
 			return lex_fail(p, start, "double literal out of range or too long");
+		p->lex_pos = i;
 		return TOK_DOUBLE;
 	}
 	else
@@ -413,13 +438,56 @@ lex_number(parser *p, token *tok)
 		{
 			uint64_t	d = (uint64_t) (s[k] - '0');
 
-			if (v > (limit - d) / 10)
+			if (v > (UINT64_MAX - d) / 10)
 				return lex_fail(p, start, "integer literal out of range");
 			v = v * 10 + d;
 		}
-		tok->int_value = v;
-		return TOK_INT;
+		return lex_int_suffix(p, tok, start, i, v);
 	}
+}
+
+/*
+ * A backtick-quoted field name, `content-type`, for map keys that are not
+ * identifiers (cel-spec's escaped field selection): any characters but a
+ * backtick, a newline or NUL, at least one.
+ */
+static token_kind
+lex_quoted_field(parser *p, token *tok)
+{
+	const char *s = p->src;
+	size_t		start = p->lex_pos + 1;
+	size_t		i = start;
+
+	while (i < p->len && s[i] != '`' && s[i] != '\n' && s[i] != '\r' && s[i] != '\0')
+		i++;
+	if (i >= p->len || s[i] != '`')
+		return lex_fail(p, p->lex_pos, "unterminated `quoted field name`");
+	if (i == start)
+		return lex_fail(p, p->lex_pos, "empty `quoted field name`");
+	tok->text = expr_copy_text(s + start, i - start);
+	if (tok->text == NULL)
+		return lex_fail(p, p->lex_pos, "out of memory");
+	tok->text_len = i - start;
+	p->lex_pos = i + 1;
+	return TOK_QFIELD;
+}
+
+/* True at b"...", br"...", rb"..." (any case, either quote): bytes. */
+static int
+is_bytes_prefix(const char *s, size_t avail)
+{
+#define IS_B(c) ((c) == 'b' || (c) == 'B')
+#define IS_R(c) ((c) == 'r' || (c) == 'R')
+#define IS_Q(c) ((c) == '"' || (c) == '\'')
+	if (avail >= 2 && IS_B(s[0]) && IS_Q(s[1]))
+		return 1;
+	if (avail >= 3 && ((IS_B(s[0]) && IS_R(s[1])) || (IS_R(s[0]) && IS_B(s[1]))) &&
+		IS_Q(s[2]))
+		return 1;
+	return 0;
+#undef IS_B
+#undef IS_R
+#undef IS_Q
 }
 
 /* Lex the next token at p->lex_pos into tok. */
@@ -458,9 +526,23 @@ lex_token(parser *p, token *tok)
 	}
 
 	if (s[i] == '"' || s[i] == '\'')
-		tok->kind = lex_string(p, tok);
-	else if (s[i] >= '0' && s[i] <= '9')
-		tok->kind = lex_number(p, tok);
+		tok->kind = lex_string(p, tok, 0);
+	else if ((s[i] == 'r' || s[i] == 'R') && i + 1 < p->len &&
+			 (s[i + 1] == '"' || s[i + 1] == '\''))
+	{
+		p->lex_pos++;
+		tok->kind = lex_string(p, tok, 1);
+	}
+	else if (is_bytes_prefix(s + i, p->len - i))
+	{
+		tok->kind = lex_fail(p, i, "bytes literals are not supported (wfe expressions work over JSON, which has no bytes)");
+		return;
+	}
+	else if ((s[i] >= '0' && s[i] <= '9') ||
+			 (s[i] == '.' && i + 1 < p->len && s[i + 1] >= '0' && s[i + 1] <= '9'))
+		tok->kind = lex_number(p, tok);	/* .5 is a double, as in CEL */
+	else if (s[i] == '`')
+		tok->kind = lex_quoted_field(p, tok);
 	else if (is_ident_start(s[i]))
 	{
 		size_t		n;
@@ -495,6 +577,12 @@ lex_token(parser *p, token *tok)
 				break;
 			case ']':
 				tok->kind = TOK_RBRACKET;
+				break;
+			case '{':
+				tok->kind = TOK_LBRACE;
+				break;
+			case '}':
+				tok->kind = TOK_RBRACE;
 				break;
 			case '(':
 				tok->kind = TOK_LPAREN;
@@ -667,9 +755,13 @@ expr_describe_token(parser *p, const token *t, char *buf, size_t size)
 			snprintf(buf, size, "string literal");
 			return;
 		case TOK_INT:
+		case TOK_UINT:
 		case TOK_DOUBLE:
 			snprintf(buf, size, "number %.*s", t->length > 40 ? 40 : t->length,
 					 p->src + t->offset);
+			return;
+		case TOK_QFIELD:
+			snprintf(buf, size, "quoted field name");
 			return;
 		case TOK_IDENT:
 			snprintf(buf, size, "identifier '%.*s'",

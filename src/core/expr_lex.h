@@ -18,9 +18,11 @@ typedef enum token_kind
 	TOK_END,
 	TOK_ERROR,					/* lexing failed; message in the parser */
 	TOK_INT,
+	TOK_UINT,					/* 1u; the value is in int_value */
 	TOK_DOUBLE,
 	TOK_STRING,
 	TOK_IDENT,
+	TOK_QFIELD,				/* `field name`: text holds the name */
 	TOK_TRUE,
 	TOK_FALSE,
 	TOK_NULL,
@@ -28,6 +30,8 @@ typedef enum token_kind
 	TOK_DOT,
 	TOK_LBRACKET,
 	TOK_RBRACKET,
+	TOK_LBRACE,
+	TOK_RBRACE,
 	TOK_LPAREN,
 	TOK_RPAREN,
 	TOK_COMMA,
@@ -58,7 +62,7 @@ typedef struct token
 	uint64_t	int_value;		/* TOK_INT: up to 2^63 (see parse_unary,
 								 * expr_parse.c) */
 	double		double_value;	/* TOK_DOUBLE */
-	char	   *text;			/* TOK_STRING: decoded, malloc'd, owned */
+	char	   *text;			/* TOK_STRING, TOK_QFIELD: malloc'd, owned */
 	size_t		text_len;
 } token;
 

@@ -120,6 +120,8 @@ typedef struct wfe_model
 	wfe_arena  *arena;
 	wfe_diags  *diags;
 	const wfe_compile_options *opts;
+	const char *source;			/* the YAML text, for positions inside scalars */
+	size_t		source_len;
 
 	wfe_form	form;
 	const char *name;

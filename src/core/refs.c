@@ -55,11 +55,67 @@ on_stage_ref(void *arg, const char *stage, int offset)
 	check_stage_ref((ref_ctx *) arg, stage);
 }
 
-/* Report an expression error at a node position. */
+/* Number of UTF-8 characters in the first n bytes of s. */
+static int
+utf8_chars(const char *s, size_t n)
+{
+	int			c = 0;
+
+	for (size_t i = 0; i < n; i++)
+		if (((unsigned char) s[i] & 0xC0) != 0x80)
+			c++;
+	return c;
+}
+
+/*
+ * Where byte `offset` of an expression is in the YAML source, when the
+ * expression is a scalar written on one line, plain or quoted, with nothing
+ * escaped (the usual case): then the source spells the expression byte for
+ * byte after the scalar's start (line, column).  Otherwise the scalar's own
+ * start is the best position there is, and *column is left alone.
+ */
+static void
+expr_position(const wfe_model *m, const char *expr, int offset, int line,
+			  int *column)
+{
+	const char *s = m->source;
+	size_t		len = m->source_len;
+	size_t		i = 0;
+	size_t		n = strlen(expr);
+	int			l = 1;
+	int			c = 1;
+	int			quoted = 0;
+
+	if (s == NULL || offset <= 0 || (size_t) offset > n || memchr(expr, '\n', n) != NULL)
+		return;
+	/* libyaml marks count lines and characters from 1 */
+	while (i < len && l < line)
+		if (s[i++] == '\n')
+			l++;
+	while (i < len && c < *column && s[i] != '\n')
+	{
+		i++;
+		while (i < len && ((unsigned char) s[i] & 0xC0) == 0x80)
+			i++;
+		c++;
+	}
+	if (l != line || c != *column || i >= len)
+		return;
+	if (s[i] == '"' || s[i] == '\'')
+		quoted = 1;
+	if (len - i - (size_t) quoted < n || memcmp(s + i + quoted, expr, n) != 0 ||
+		(quoted && (i + 1 + n >= len || s[i + 1 + n] != s[i])))
+		return;
+	*column += quoted + utf8_chars(expr, (size_t) offset);
+}
+
+/* Report an expression error at the position of the problem in the source. */
 static void
 report_expr(wfe_model *m, const wfe_expr_error *err, const char *path, int line,
-			int column, const char *what)
+			int column, const char *what, const char *expr)
 {
+	if (expr != NULL)
+		expr_position(m, expr, err->offset, line, &column);
 	wfe_diag(m->diags, err->code, path, line, column, "%s: %s", what, err->message);
 }
 
@@ -95,11 +151,11 @@ check_decision(wfe_model *m, int idx)
 		e = wfe_expr_parse(b->when, strlen(b->when), &lim, &err);
 		if (e == NULL)
 		{
-			report_expr(m, &err, b->when_path, b->when_line, b->when_column, "when");
+			report_expr(m, &err, b->when_path, b->when_line, b->when_column, "when", b->when);
 			continue;
 		}
 		if (wfe_expr_check(e, WFE_FORM_STAGES, on_stage_ref, &ctx, &err) != 0)
-			report_expr(m, &err, b->when_path, b->when_line, b->when_column, "when");
+			report_expr(m, &err, b->when_path, b->when_line, b->when_column, "when", b->when);
 		wfe_expr_free(e);
 	}
 }
@@ -125,7 +181,7 @@ check_interpolation(wfe_model *m, int idx, const char *body, size_t len,
 	}
 	if (wfe_path_parse(body, len, form, &p, &err) != 0)
 	{
-		report_expr(m, &err, path, at->line, at->column, "interpolation");
+		report_expr(m, &err, path, at->line, at->column, "interpolation", NULL);
 		return;
 	}
 	if (strcmp(p.root, "stages") == 0)

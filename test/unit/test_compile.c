@@ -399,6 +399,73 @@ test_result_json(void)
 	wfe_compile_result_free(r);
 }
 
+/* The position of the n-th diagnostic with this code as "line:column", or "". */
+static void
+position_of(const wfe_compile_result *r, const char *code, int nth, char *buf,
+			size_t size)
+{
+	buf[0] = '\0';
+	for (size_t i = 0; i < json_object_array_length(r->diagnostics); i++)
+	{
+		json_object *d = json_object_array_get_idx(r->diagnostics, i);
+
+		if (strcmp(json_object_get_string(json_object_object_get(d, "code")), code) == 0 &&
+			nth-- == 0)
+		{
+			snprintf(buf, size, "%d:%d",
+					 json_object_get_int(json_object_object_get(d, "line")),
+					 json_object_get_int(json_object_object_get(d, "column")));
+			return;
+		}
+	}
+}
+
+/*
+ * Expression diagnostics point at the offending token when the `when` is a
+ * one-line scalar, plain or quoted; at the scalar otherwise.
+ */
+static void
+test_expression_positions(void)
+{
+	const char *src =
+		"name: t\n"
+		"version: \"1.0.0\"\n"
+		"entry: d\n"
+		"stages:\n"
+		"  - name: d\n"
+		"    type: decision\n"
+		"    branches:\n"
+		"      - when: payload.a + \"x\" > 1\n"
+		"        next: completed\n"
+		"      - when: 'payload.c in 1'\n"
+		"        next: completed\n"
+		"      - when: \"payload.b.matches('(')\"\n"
+		"        next: completed\n"
+		"      - when: >-\n"
+		"          payload.q - \"s\"\n"
+		"        next: completed\n"
+		"      - when: \"\\\"h\\\" + 1 == 2\"\n"
+		"        next: completed\n"
+		"      - when: \"true\"\n"
+		"        next: completed\n"
+		"    on_evaluation_error: failed\n";
+	wfe_compile_result *r = compile(src);
+	char		pos[32];
+
+	position_of(r, "expr.type", 0, pos, sizeof(pos));
+	ok(strcmp(pos, "8:31") == 0, "plain when: the column of the '>' (got %s)", pos);
+	position_of(r, "expr.type", 1, pos, sizeof(pos));
+	ok(strcmp(pos, "10:26") == 0, "single-quoted when: the column of 'in' (got %s)", pos);
+	position_of(r, "expr.syntax", 0, pos, sizeof(pos));
+	ok(strcmp(pos, "12:34") == 0, "double-quoted when: the column of the bad pattern (got %s)", pos);
+	position_of(r, "expr.type", 2, pos, sizeof(pos));
+	ok(strcmp(pos, "14:15") == 0, "block scalar: the scalar's start (got %s)", pos);
+	position_of(r, "expr.type", 3, pos, sizeof(pos));
+	ok(strcmp(pos, "17:15") == 0, "an escape in the scalar: the scalar's start (got %s)", pos);
+	ok(positions_valid(r), "every position is at least 1:1");
+	wfe_compile_result_free(r);
+}
+
 int
 main(void)
 {
@@ -409,6 +476,7 @@ main(void)
 	test_five_hundred_stages();
 	test_contracts();
 	test_result_json();
+	test_expression_positions();
 	printf("1..%d\n", tests_run);
 	return tests_failed ? 1 : 0;
 }
