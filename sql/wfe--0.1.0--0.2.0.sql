@@ -246,6 +246,10 @@ BEGIN
         RAISE EXCEPTION 'run_id must not be null' USING ERRCODE = 'null_value_not_allowed';
     END IF;
     PERFORM wfe._admit_name(cancel_run.reason, 'reason');
+    -- another tenant's run is answered as one that does not exist (and not locked)
+    IF NOT coalesce((SELECT wfe._tenant_ok(x.tenant) FROM wfe.runs AS x WHERE x.run_id = cancel_run.run_id), false) THEN
+        RETURN 'unknown';
+    END IF;
     SELECT * INTO r FROM wfe.runs AS x WHERE x.run_id = cancel_run.run_id FOR NO KEY UPDATE;
     IF NOT FOUND THEN
         RETURN 'unknown';
@@ -324,6 +328,12 @@ BEGIN
     IF v_tenant !~ '^[A-Za-z0-9_.-]{1,63}$' THEN
         RAISE EXCEPTION 'tenant "%" is not valid', v_tenant
             USING ERRCODE = 'invalid_parameter_value', HINT = 'Tenants match ^[A-Za-z0-9_.-]{1,63}$.';
+    END IF;
+    -- a role submits only for the tenants it acts for, the default one too
+    IF NOT wfe._tenant_ok(v_tenant) THEN
+        RAISE EXCEPTION 'role "%" does not act for tenant "%"', wfe._caller(), v_tenant
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = 'An administrator maps a role to a tenant with wfe.add_tenant_member(role, tenant).';
     END IF;
     IF v_opts ? 'priority' THEN
         IF jsonb_typeof(v_opts -> 'priority') <> 'number'
@@ -632,7 +642,11 @@ BEGIN
     IF NOT FOUND THEN
         RETURN 'unknown';
     END IF;
-    IF s.queue IS NOT NULL AND NOT wfe._may_serve(s.queue) THEN
+    IF s.queue IS NULL OR NOT wfe._may_serve(s.queue) THEN
+        -- as the callbacks: another tenant's run is one that does not exist
+        IF NOT wfe._tenant_ok(s.tenant) THEN
+            RETURN 'unknown';
+        END IF;
         RAISE EXCEPTION 'role "%" may not report for queue "%"', wfe._caller(), s.queue
             USING ERRCODE = 'insufficient_privilege',
                   HINT = 'An administrator grants a queue with wfe.grant_queue(role, queue).';
@@ -1111,3 +1125,148 @@ GRANT EXECUTE ON FUNCTION
     wfe.revoke_queue(regrole, text)
     TO wfe_admin;
 GRANT SELECT ON wfe.queue_grants TO wfe_admin, wfe_operator, wfe_reader;
+
+-- ---------------------------------------------------------------------
+-- 0.2.0: tenants (docs/operations.md "Tenants").
+-- ---------------------------------------------------------------------
+CREATE TABLE wfe.tenant_members (
+    role       regrole NOT NULL,
+    tenant     text NOT NULL
+               CONSTRAINT tenant_members_tenant_format CHECK (tenant ~ '^[A-Za-z0-9_.-]{1,63}$'),
+    granted_by name NOT NULL DEFAULT session_user,
+    granted_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (role, tenant)
+);
+COMMENT ON TABLE wfe.tenant_members IS
+'Which roles act for which tenants (wfe.add_tenant_member); superusers and wfe_admin act for all.';
+
+CREATE FUNCTION wfe.my_tenants()
+RETURNS text[]
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT CASE
+           WHEN coalesce((SELECT r.rolsuper FROM pg_catalog.pg_roles AS r
+                           WHERE r.oid OPERATOR(pg_catalog.=) wfe._caller()), false)
+                OR pg_catalog.pg_has_role(wfe._caller(), 'wfe_admin', 'USAGE') THEN NULL
+           ELSE (SELECT coalesce(pg_catalog.array_agg(DISTINCT m.tenant ORDER BY m.tenant), '{}')
+                   FROM wfe.tenant_members AS m
+                  WHERE pg_catalog.pg_has_role(wfe._caller(), m.role, 'USAGE'))
+           END;
+END;
+COMMENT ON FUNCTION wfe.my_tenants() IS
+'The tenants the role acting in this session acts for (mapped directly or through roles whose privileges it has); NULL: every tenant (a superuser or wfe_admin).';
+CREATE FUNCTION wfe._tenant_ok(p_tenant text)
+RETURNS boolean
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT coalesce(p_tenant OPERATOR(pg_catalog.=) ANY (wfe.my_tenants()), true);
+END;
+COMMENT ON FUNCTION wfe._tenant_ok(text) IS
+'Whether the role acting in this session acts for tenant p_tenant (mapped to it, or a superuser or wfe_admin).';
+CREATE FUNCTION wfe.add_tenant_member(role regrole, tenant text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+BEGIN
+    IF add_tenant_member.role IS NULL OR add_tenant_member.tenant IS NULL THEN
+        RAISE EXCEPTION 'role and tenant must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF add_tenant_member.role = 0 THEN
+        RAISE EXCEPTION 'a tenant cannot be mapped to PUBLIC' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF add_tenant_member.tenant !~ '^[A-Za-z0-9_.-]{1,63}$' THEN
+        RAISE EXCEPTION 'tenant "%" is not valid', left(add_tenant_member.tenant, 80)
+            USING ERRCODE = 'invalid_parameter_value', HINT = 'Tenants match ^[A-Za-z0-9_.-]{1,63}$.';
+    END IF;
+    INSERT INTO wfe.tenant_members (role, tenant) VALUES (add_tenant_member.role, add_tenant_member.tenant)
+    ON CONFLICT DO NOTHING;
+END
+$$;
+COMMENT ON FUNCTION wfe.add_tenant_member(regrole, text) IS
+'Lets role (and every role with its privileges) act for tenant: submit, read, cancel its runs. Idempotent.';
+CREATE FUNCTION wfe.remove_tenant_member(role regrole, tenant text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+BEGIN
+    IF remove_tenant_member.role IS NULL OR remove_tenant_member.tenant IS NULL THEN
+        RAISE EXCEPTION 'role and tenant must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    DELETE FROM wfe.tenant_members AS m
+     WHERE m.role = remove_tenant_member.role AND m.tenant = remove_tenant_member.tenant;
+END
+$$;
+COMMENT ON FUNCTION wfe.remove_tenant_member(regrole, text) IS
+'Takes back add_tenant_member. Idempotent.';
+CREATE OR REPLACE FUNCTION wfe._run(p_run_id bigint)
+RETURNS wfe.runs
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    r wfe.runs;
+BEGIN
+    SELECT * INTO r FROM wfe.runs AS x WHERE x.run_id = p_run_id;
+    -- another tenant's run is answered as one that does not exist
+    IF NOT FOUND OR NOT wfe._tenant_ok(r.tenant) THEN
+        RAISE EXCEPTION 'run % does not exist', p_run_id USING ERRCODE = 'undefined_object';
+    END IF;
+    RETURN r;
+END
+$$;
+COMMENT ON FUNCTION wfe._run(bigint) IS 'The run row, or SQLSTATE 42704 when there is none or it is of a tenant the caller does not act for.';
+SELECT pg_catalog.pg_extension_config_dump('wfe.tenant_members', '');
+
+-- 0.1.0 let every role of wfe act for every tenant; so that an upgraded
+-- database goes on as it did, the roles that act for tenants are mapped
+-- to every tenant it has runs of, and to the default one.  Narrow the map
+-- (wfe.remove_tenant_member) to isolate tenants.
+INSERT INTO wfe.tenant_members (role, tenant, granted_by)
+SELECT g.role::pg_catalog.regrole, t.tenant, 'wfe upgrade to 0.2.0'
+  FROM (VALUES ('wfe_submitter'), ('wfe_operator'), ('wfe_reader')) AS g(role),
+       (SELECT DISTINCT r.tenant FROM wfe.runs AS r UNION SELECT 'default') AS t(tenant)
+ON CONFLICT DO NOTHING;
+
+-- Row-level security on every table that carries a tenant (docs:
+-- operations.md "Tenants").  The roles that may SELECT these tables see
+-- the rows of the tenants they act for (wfe.tenant_members; superusers
+-- and wfe_admin see all).  Nobody but wfe's functions writes them, so
+-- there are no write policies.  FORCE makes the policies bind a table's
+-- owner too; wfe's own SECURITY DEFINER functions belong to a superuser,
+-- which row-level security never binds, and check tenants themselves.
+--
+-- wfe.my_tenants() is NULL for a role that acts for every tenant; as a
+-- sub-select it runs once per query, not once per row.
+DO $rls$
+DECLARE
+    t text;
+BEGIN
+    FOREACH t IN ARRAY ARRAY['runs', 'run_stages', 'outputs', 'events', 'outbox', 'timers',
+                             'dead_letters', 'payloads']
+    LOOP
+        EXECUTE pg_catalog.format('ALTER TABLE wfe.%I ENABLE ROW LEVEL SECURITY', t);
+        EXECUTE pg_catalog.format('ALTER TABLE wfe.%I FORCE ROW LEVEL SECURITY', t);
+        EXECUTE pg_catalog.format(
+            'CREATE POLICY tenant_read ON wfe.%I FOR SELECT'
+            ' USING (coalesce(tenant OPERATOR(pg_catalog.=) ANY ((SELECT wfe.my_tenants())::pg_catalog.text[]), true))', t);
+    END LOOP;
+END
+$rls$;
+
+REVOKE ALL ON FUNCTION
+    wfe.my_tenants(), wfe._tenant_ok(text),
+    wfe.add_tenant_member(regrole, text), wfe.remove_tenant_member(regrole, text)
+    FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION
+    wfe.add_tenant_member(regrole, text),
+    wfe.remove_tenant_member(regrole, text)
+    TO wfe_admin;
+GRANT EXECUTE ON FUNCTION wfe.my_tenants()
+    TO wfe_admin, wfe_author, wfe_approver, wfe_submitter, wfe_worker, wfe_operator, wfe_reader;
+GRANT SELECT ON wfe.tenant_members TO wfe_admin;
