@@ -542,3 +542,10 @@ BEGIN
     RETURN wfe._mark_published(outbox_ack.ids, outbox_ack.relay);
 END
 $$;
+
+-- A heartbeat renews a claim's lease_ms (runtime.md, "heartbeat"): the claim
+-- records the lease it granted.  0.1.0's running attempts have none (NULL),
+-- which is what their claims meant.
+ALTER TABLE wfe.run_stages ADD COLUMN lease_ms int;
+COMMENT ON COLUMN wfe.run_stages.lease_ms IS
+'The lease_ms the running attempt was claimed with (NULL: none); each heartbeat renews it, within the execution deadline';

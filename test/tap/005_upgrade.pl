@@ -299,10 +299,18 @@ my %table_order = (
 	dead_letters => 'dead_letter_id',
 	queues      => 'queue');
 
+# the columns each table has before the upgrade: a column the upgrade adds
+# (NULL in the rows that exist) is not a change of their data
+my %old_columns = map {
+	$_ => sql("SELECT string_agg('t.' || quote_ident(a.attname), ', ' ORDER BY a.attnum) FROM pg_attribute AS a"
+		  . " WHERE a.attrelid = 'wfe.$_'::regclass AND a.attnum > 0 AND NOT a.attisdropped")
+} keys %table_order;
+
 sub table_rows
 {
 	my ($table) = @_;
-	return sql("SELECT coalesce(string_agg(t::text, E'\\n' ORDER BY $table_order{$table}), '') FROM wfe.$table AS t");
+	return sql("SELECT coalesce(string_agg(ROW($old_columns{$table})::text, E'\\n' ORDER BY $table_order{$table}), '')"
+		  . " FROM wfe.$table AS t");
 }
 
 sub report
