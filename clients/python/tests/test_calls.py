@@ -8,7 +8,7 @@ import psycopg
 import pytest
 
 import wfe
-from conftest import DSN, Flow, events, one, stage
+from conftest import DSN, Flow, one, stage
 
 
 def test_duplicate_and_conflict_reports_are_outcomes(db: psycopg.Connection) -> None:

@@ -16,7 +16,7 @@ import logging
 import queue
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, List, Optional, Tuple
 
 import psycopg
 
@@ -24,7 +24,7 @@ from . import calls
 from ._links import Link
 from .errors import WfeError
 from .outcome import Outcome
-from .task import JSON, Task
+from .task import Task
 
 log = logging.getLogger("wfe")
 

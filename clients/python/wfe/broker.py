@@ -66,6 +66,9 @@ class BrokerLoop:
     def __init__(self, worker: Worker, queues: List[str], once: bool) -> None:
         import pika  # only broker mode needs it
         self.pika = pika
+        quiet = logging.getLogger("pika")
+        if quiet.level == logging.NOTSET:  # pika logs every connection step at INFO
+            quiet.setLevel(logging.WARNING)
         self.w, self.queues, self.once = worker, queues, once
         self.db = Link(worker.conninfo, "accept", worker.hard_stop)
         self.backoff = Backoff()

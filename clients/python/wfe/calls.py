@@ -142,5 +142,7 @@ def ack_cancel(db: Executor, task: Union[Task, Ids]) -> Outcome:
 
 
 def setting(db: Executor, name: str) -> Optional[str]:
-    """current_setting(name, missing_ok): a wfe setting as the server sees it, None when unknown."""
-    return _one(db, "SELECT current_setting(%s, true)", (name,))
+    """A setting as the server has it, in its base unit (ms, bytes) and without the unit; None when unknown."""
+    with translated():
+        row = db.execute("SELECT setting FROM pg_catalog.pg_settings WHERE name = %s", (name,)).fetchone()
+    return row[0] if row else None
