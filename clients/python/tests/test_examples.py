@@ -10,7 +10,7 @@ import psycopg
 import pytest
 
 import wfe
-from conftest import DSN, HERE, TOP, Workers, needs_broker, one
+from conftest import DSN, HERE, TOP, Workers, needs_broker, one, wait_until
 
 EXAMPLES = os.path.join(os.path.dirname(HERE), "examples")
 MODEL_INGEST = ("actions", "rendering", "analysis", "metadata")
@@ -82,3 +82,17 @@ def test_examples_complete_in_poll_mode(definitions: None, db: psycopg.Connectio
 @needs_broker
 def test_examples_complete_in_broker_mode(definitions: None, db: psycopg.Connection, workers: Workers) -> None:
     run_examples(db, workers, "broker")
+
+
+def test_the_raw_psycopg_example_of_delivery_md_works(definitions: None, db: psycopg.Connection,
+                                                      workers: Workers) -> None:
+    code = open(os.path.join(EXAMPLES, "raw_poll_worker.py")).read()
+    assert code.strip() in open(os.path.join(TOP, "docs", "delivery.md")).read()
+    db.execute("SELECT wfe.configure_queue('payments-review', 'poll')")
+    workers.start({"WFE_DSN": DSN, "WFE_QUEUE": "payments-review"}, script=os.path.join(EXAMPLES, "raw_poll_worker.py"))
+    run = wfe.submit(db, "payment-routing", {"amount": 50000, "account": "acc-raw"}).run_id
+    rep = wfe.wait_for_run(DSN, run, timeout=30)
+    assert rep["state"] == "completed", workers.log()
+    assert [s["result"] for s in rep["stages"] if s["stage"] == "high-value"] == [{"approved": True}]
+    assert f"high-value run {run} attempt 1: accepted" in wait_until(
+        lambda: f"run {run} attempt 1" in workers.log() and workers.log(), 5)

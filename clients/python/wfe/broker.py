@@ -142,7 +142,7 @@ class BrokerLoop:
         pika = self.pika
         try:
             while True:
-                if self.w.stopping.is_set() and (self.conn is None or self.w.running() == 0):
+                if self.w.stopping.is_set() and (self.conn is None or self.w.busy() == 0):
                     return
                 try:
                     if self.conn is None:
@@ -153,7 +153,7 @@ class BrokerLoop:
                     self.conn.process_data_events(time_limit=0.2)
                     if self.w.stopping.is_set() and self.tags:
                         self._stop_consuming()
-                    if (self.once and self.w.running() == 0 and time.monotonic() - self.last_delivery > 2.0):
+                    if (self.once and self.w.busy() == 0 and time.monotonic() - self.last_delivery > 2.0):
                         return
                 except (pika.exceptions.AMQPError, OSError, psycopg.OperationalError) as exc:
                     log.warning("broker: %s: %s; reconnecting", type(exc).__name__, exc)

@@ -43,7 +43,7 @@ class PollLoop:
                         self.listener = Listener(self.w.conninfo, ["wfe_task_ready"])
                     drained = self._claim_round()
                     self.backoff.reset()
-                    if self.once and drained and self.w.running() == 0:
+                    if self.once and drained and self.w.busy() == 0:
                         return
                     if drained or self.w.free_slots() == 0:
                         self._wait()

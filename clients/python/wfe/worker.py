@@ -15,6 +15,7 @@ both delivery modes.
 """
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import os
 import signal
@@ -81,6 +82,7 @@ class Worker:
         self._lock = threading.Lock()
         self._wake_r, self._wake_w = os.pipe()
         self._idle = threading.Condition(self._lock)
+        self._reporting = 0
         self.reporter: Optional[Reporter] = None
         self.heartbeats: Optional[Heartbeater] = None
         self.counts: Dict[str, int] = {}
@@ -206,8 +208,14 @@ class Worker:
             return self.concurrency - len(self._running)
 
     def running(self) -> int:
+        """Handlers running now."""
         with self._lock:
             return len(self._running)
+
+    def busy(self) -> int:
+        """Handlers running plus outcomes not yet answered: zero when nothing is left in hand."""
+        with self._lock:
+            return len(self._running) + self._reporting
 
     def start(self, task: Task, on_settled: Optional[Callable[[Attempt], None]] = None) -> Attempt:
         """Run task's handler in a thread of its own, heartbeating it, and report its outcome."""
@@ -271,8 +279,42 @@ class Worker:
         claimed: the caller has won the settlement already."""
         if not claimed and not attempt.claim_settlement():
             return
+        with self._lock:
+            # the handler's slot is free now: the next claim overlaps this report
+            self._running.pop(attempt.task.ids, None)
+            self._reporting += 1
+            self._idle.notify_all()
+        self.wake()
+        if kind is None:
+            self._reported(attempt, None, None)
+        else:
+            self._send(attempt, kind, payload, retryable)
+
+    def _send(self, attempt: Attempt, kind: str, payload: JSON, retryable: bool) -> None:
+        """Queue a report; its answer arrives in _answered (on the reporter's thread)."""
+        assert self.reporter is not None
+        fut = self.reporter.send(attempt, kind, payload, retryable)
+        fut.add_done_callback(lambda f: self._answered(attempt, kind, f))
+
+    def _answered(self, attempt: Attempt, kind: str, fut: "concurrent.futures.Future[Outcome]") -> None:
+        """A report's answer; a result the server refuses (too large, not storable JSON) fails the attempt."""
         task = attempt.task
-        outcome = self._report(attempt, kind, payload, retryable) if kind is not None else None
+        outcome: Optional[Outcome] = None
+        try:
+            outcome = fut.result()
+        except psycopg.OperationalError as exc:
+            log.warning("run %s stage %s attempt %s: the outcome could not be reported (PostgreSQL unreachable): %s",
+                        task.run_id, task.stage, task.attempt, exc)
+        except (WfeError, psycopg.Error) as exc:
+            if kind == "complete":
+                self._send(attempt, "fail", {"code": "result.refused", "message": str(exc)[:2000]}, True)
+                return
+            log.warning("run %s stage %s attempt %s: %s refused: %s", task.run_id, task.stage, task.attempt, kind, exc)
+        self._reported(attempt, kind, outcome)
+
+    def _reported(self, attempt: Attempt, kind: Optional[str], outcome: Optional[Outcome]) -> None:
+        """The attempt is done with: log it, count it, and (broker) acknowledge its message."""
+        task = attempt.task
         took = (time.monotonic() - attempt.started) * 1000
         word = kind if kind in ("complete", "fail") else ("cancel acknowledged" if kind else "dropped")
         if outcome is not None and outcome not in (Outcome.ACCEPTED, Outcome.DUPLICATE):
@@ -281,34 +323,16 @@ class Worker:
         else:
             log.info("run %s stage %s attempt %s: %s in %.0f ms%s", task.run_id, task.stage, task.attempt, word,
                      took, f" ({outcome.value})" if outcome else "")
-        with self._lock:
-            self.counts[word] = self.counts.get(word, 0) + 1
-            self._running.pop(task.ids, None)
-            self._idle.notify_all()
         if attempt.on_settled is not None:
             try:
                 attempt.on_settled(attempt)
             except Exception as exc:
                 log.warning("run %s stage %s: %s", task.run_id, task.stage, exc)
+        with self._lock:
+            self.counts[word] = self.counts.get(word, 0) + 1
+            self._reporting -= 1
+            self._idle.notify_all()
         self.wake()
-
-    def _report(self, attempt: Attempt, kind: str, payload: JSON, retryable: bool) -> Optional[Outcome]:
-        """Send one report and wait for its answer; a result the server refuses fails the attempt."""
-        assert self.reporter is not None
-        task = attempt.task
-        try:
-            return self.reporter.send(attempt, kind, payload, retryable).result()
-        except psycopg.OperationalError as exc:
-            log.warning("run %s stage %s attempt %s: the outcome could not be reported (PostgreSQL unreachable): %s",
-                        task.run_id, task.stage, task.attempt, exc)
-            return None
-        except (WfeError, psycopg.Error) as exc:
-            if kind != "complete":
-                log.warning("run %s stage %s attempt %s: %s refused: %s", task.run_id, task.stage, task.attempt,
-                            kind, exc)
-                return None
-            # the server refused the result itself (too large, not storable JSON): fail the attempt
-            return self._report(attempt, "fail", {"code": "result.refused", "message": str(exc)[:2000]}, True)
 
     def _lost(self, attempt: Attempt, answer: Outcome) -> None:
         """A heartbeat answered stale, late or unknown: tell the handler to stop."""
@@ -340,6 +364,9 @@ class Worker:
                          claimed=True)
         for t in loops:
             t.join(15)
+        with self._lock:
+            while self._reporting and not self.hard_stop.is_set():
+                self._idle.wait(0.1)
         self.hard_stop.set()
         if self.reporter is not None:
             self.reporter.close(15)
