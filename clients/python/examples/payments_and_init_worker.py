@@ -1,7 +1,8 @@
 """A worker for examples/payment-routing.yaml and examples/system-initialization.yaml.
 
 The first review of a high-value payment fails (wfe retries it after a
-backoff); everything else succeeds.  WFE_DSN and WFE_MODE (poll, broker)
+backoff); the configuration fetch fails for good (a non-critical task: the
+run goes on); everything else succeeds.  WFE_DSN and WFE_MODE (poll, broker)
 configure it; WFE_ONCE=1 makes it exit when nothing is left to do.
 """
 import os
@@ -32,7 +33,8 @@ def ok(task: wfe.Task) -> dict:
 
 @app.handler("config.fetch@1", queue="init")
 def fetch_configuration(task: wfe.Task) -> dict:
-    return {"app_config": {"theme": "dark"}}
+    # the configuration server is down: trying again cannot help, and the task is not critical
+    raise wfe.Fail("config.unreachable", "configuration server unreachable", retryable=False)
 
 
 @app.handler("session.restore@1", queue="init")
