@@ -59,7 +59,10 @@ class Listener:
             fds = [self.conn.fileno()] + ([wake_fd] if wake_fd is not None else [])
             ready, _, _ = select.select(fds, [], [], left)
             if wake_fd is not None and wake_fd in ready:
-                os.read(wake_fd, 4096)
+                try:
+                    os.read(wake_fd, 4096)
+                except BlockingIOError:  # another waiter took the byte
+                    pass
                 return got + self.drain()
 
     def close(self) -> None:

@@ -81,6 +81,9 @@ class Worker:
         self._running: Dict[Tuple[int, str, int, int], Attempt] = {}
         self._lock = threading.Lock()
         self._wake_r, self._wake_w = os.pipe()
+        # never block a writer: nobody reads the pipe while no poll loop waits (broker mode)
+        os.set_blocking(self._wake_w, False)
+        os.set_blocking(self._wake_r, False)
         self._idle = threading.Condition(self._lock)
         self._reporting = 0
         self.reporter: Optional[Reporter] = None
