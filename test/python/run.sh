@@ -38,6 +38,17 @@ install_client() {
 		--target "$WORKDIR/site" "$WFE_TOP/clients/python" >"$WORKDIR/pip.log" 2>&1
 }
 
+# write_rmqctl: WORKDIR/rmqctl runs rabbitmqctl on our node (the tests close its connections)
+write_rmqctl() {
+	{
+		echo '#!/bin/bash'
+		(rmq_env && declare -px HOME RABBITMQ_NODENAME ERL_EPMD_PORT RABBITMQ_MNESIA_BASE RABBITMQ_LOG_BASE \
+			RABBITMQ_CONFIG_FILE RABBITMQ_ENABLED_PLUGINS_FILE RABBITMQ_PID_FILE)
+		echo 'exec /usr/lib/rabbitmq/bin/rabbitmqctl -q -n "$RABBITMQ_NODENAME" "$@"'
+	} >"$WORKDIR/rmqctl"
+	chmod +x "$WORKDIR/rmqctl"
+}
+
 main() {
 	local amqp="" status summary passed failed
 	if [ $# -ge 1 ]; then
@@ -56,6 +67,7 @@ main() {
 	fi
 	if rmq_start "$WORKDIR" >/dev/null 2>&1; then
 		amqp="$(amqp_uri)/"
+		write_rmqctl
 	else
 		say "# broker mode skipped: cannot start a private RabbitMQ node (rabbitmq-server, amqp-tools)"
 	fi
@@ -71,7 +83,7 @@ wfe.broker_max_redeliveries = 2" cluster_start "$WORKDIR" >/dev/null
 
 	# the tests run from the work directory, so that only the installed client is importable
 	(cd "$WORKDIR" && PYTHONPATH="$WORKDIR/site" PYTHONDONTWRITEBYTECODE=1 \
-		WFE_TEST_DSN="host=$PGHOST port=$PGPORT user=postgres dbname=$DB" WFE_TEST_AMQP="$amqp" \
+		WFE_TEST_DSN="host=$PGHOST port=$PGPORT user=postgres dbname=$DB" WFE_TEST_AMQP="$amqp" WFE_TEST_RMQCTL="${amqp:+$WORKDIR/rmqctl}" \
 		WFE_TEST_TOP="$WFE_TOP" WFE_TEST_WORKDIR="$WORKDIR" WFE_TEST_PGBIN="$(pg_path bindir)" \
 		WFE_TEST_PGDATA="$CLUSTER_DIR/data" \
 		timeout -s KILL 900 "$PYTHON" -m pytest -p no:cacheprovider -v -rfE ${PYTEST_K:+-k "$PYTEST_K"} \

@@ -150,3 +150,24 @@ def test_a_killed_consumer_is_replaced_through_heartbeat_ms(db: psycopg.Connecti
     # the first dispatch came back to the heir (unacked when its consumer died): duplicate, acked, not run
     assert one(db, "SELECT count(*) FROM wfe.events WHERE run_id = %s AND type = 'callback.duplicate'", (run,)) == 1
     assert len(workers.executions(run)) == 2
+
+
+def test_the_broker_loop_reconnects_after_rabbitmq_drops_it(db: psycopg.Connection, workers: Workers) -> None:
+    import os
+    import subprocess
+    rmqctl = os.environ["WFE_TEST_RMQCTL"]
+    flow = Flow(db, mode="broker")
+    run = wfe.submit(db, flow.workflow, {"spec": {"sleep": 8}}).run_id  # rabbitmqctl takes seconds to start
+    workers.start(flow.env(MODE="broker"))
+    assert wait_until(lambda: workers.executions(run), 20), workers.log()
+    # drop every AMQP connection (the worker's, the wfe publisher's) while the task runs
+    subprocess.run([rmqctl, "close_all_connections", "test: dropped"], check=True, capture_output=True)
+    assert not workers.executions(run, "end"), "the connection dropped while the task ran"
+    assert wait_until(lambda: state(db, run) == "completed", 20), workers.log()
+    # its message went back to the queue unacknowledged: redelivered, answered duplicate (still running)
+    # or late (the run is over), and acknowledged without running again
+    assert wait_until(lambda: events(db, run, "callback.late") or events(db, run, "callback.duplicate"), 20), \
+        workers.log()
+    later = wfe.submit(db, flow.workflow, {"spec": {}}).run_id
+    assert wait_until(lambda: state(db, later) == "completed", 30), workers.log()
+    assert len(workers.executions(run)) == 1 and "reconnecting" in workers.log()

@@ -128,7 +128,7 @@ class BrokerLoop:
         ch.close()
 
     def _close(self) -> None:
-        if self.conn is not None:
+        if self.conn is not None and self.conn.is_open:
             try:
                 self.conn.close()
             except Exception:
