@@ -97,3 +97,15 @@ def test_the_raw_psycopg_example_of_delivery_md_works(definitions: None, db: psy
     assert [s["result"] for s in rep["stages"] if s["stage"] == "high-value"] == [{"approved": True}]
     assert f"high-value run {run} attempt 1: accepted" in wait_until(
         lambda: f"run {run} attempt 1" in workers.log() and workers.log(), 5)
+
+
+def test_the_readme_review_worker(definitions: None, db: psycopg.Connection, workers: Workers) -> None:
+    code = open(os.path.join(EXAMPLES, "review_worker.py")).read()
+    assert len(code.splitlines()) <= 15 and code.strip() in open(os.path.join(os.path.dirname(HERE), "README.md")).read()
+    db.execute("SELECT wfe.configure_queue('payments-review', 'poll')")
+    workers.start({"WFE_DSN": DSN}, script=os.path.join(EXAMPLES, "review_worker.py"))
+    run = wfe.submit(db, "payment-routing", {"amount": 150000, "account": "acc-big"}).run_id
+    rep = wfe.wait_for_run(DSN, run, timeout=30)
+    assert [s["result"] for s in rep["stages"] if s["stage"] == "high-value"] == [{"approved": False}], workers.log()
+    assert f"run {run} stage high-value attempt 1: complete" in wait_until(
+        lambda: f"run {run} stage" in workers.log() and workers.log(), 5)
