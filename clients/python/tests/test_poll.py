@@ -17,25 +17,20 @@ def state(db: psycopg.Connection, run_id: int) -> str:
 def test_poll_worker_runs_batches_with_bounded_concurrency(db: psycopg.Connection, workers: Workers) -> None:
     flow = Flow(db)
     runs = [wfe.submit(db, flow.workflow, {"spec": {"sleep": 0.3, "i": i}}).run_id for i in range(12)]
-    started = time.monotonic()
     proc = workers.start(flow.env(CONCURRENCY=4, ONCE=1))
     assert proc.wait(60) == 0, workers.log()
-    took = time.monotonic() - started
     assert [state(db, r) for r in runs] == ["completed"] * 12
     most = max(int(line.split()[4]) for r in runs for line in workers.executions(r))
     assert most == 4, "four handlers ran at once, never more"
-    assert took < 12 * 0.3, f"the tasks ran concurrently ({took:.1f} s)"
     assert stage(db, runs[3])["result"]["spec"] == {"sleep": 0.3, "i": 3}
 
 
 def test_a_task_submitted_later_wakes_the_worker(db: psycopg.Connection, workers: Workers) -> None:
     flow = Flow(db)
-    workers.start(flow.env(POLL="1"))
+    workers.start(flow.env(POLL_INTERVAL_S=600))  # no safety-net claim during the test
     time.sleep(1.5)  # the worker is idle, listening
     run = wfe.submit(db, flow.workflow, {"spec": {}}).run_id
-    t0 = time.monotonic()
-    assert wait_until(lambda: state(db, run) == "completed", 3), workers.log()
-    assert time.monotonic() - t0 < 3  # woken by wfe_task_ready, not the 5 s safety net
+    assert wait_until(lambda: state(db, run) == "completed", 10), workers.log()  # woken by wfe_task_ready
 
 
 def test_failures_follow_the_retry_policy(db: psycopg.Connection, workers: Workers) -> None:
@@ -65,7 +60,7 @@ def test_a_killed_worker_is_retried_after_its_lease(db: psycopg.Connection, work
     first.wait()
     killed = time.monotonic()
     assert wait_until(lambda: events(db, run, "stage.timed_out"), 10), "the lease ran out"
-    assert time.monotonic() - killed < 4, "within about one lease (1.5 s) of the kill"
+    assert time.monotonic() - killed < 10, "about one lease (1.5 s) after the kill, not the hour of the stage"
     assert events(db, run, "stage.timed_out")[0]["clock"] == "execution"
     workers.start(flow.env(LEASE_MS=1500, WORKER_ID="heir"))
     assert wait_until(lambda: state(db, run) == "completed", 15), workers.log()

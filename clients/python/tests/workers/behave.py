@@ -1,7 +1,8 @@
 """A test worker: does what each task's input.spec says (sleep, fail, echo), logs each start and end.
 
 Configured by environment: WFE_DSN, QUEUES, MODE (poll|broker), CONTRACTS (comma-separated),
-CONCURRENCY, LEASE_MS (empty: none), GRACE_S, ONCE, WORKER_ID, EXEC_LOG, WFE_AMQP_URL.
+CONCURRENCY, LEASE_MS (empty: none), GRACE_S, ONCE, WORKER_ID, EXEC_LOG, WFE_AMQP_URL, HEARTBEAT_S,
+POLL_INTERVAL_S.
 """
 import logging
 import os
@@ -48,7 +49,8 @@ def behave(task: wfe.Task) -> dict:
 
 app = wfe.Worker(env("WFE_DSN", ""), worker_id=env("WORKER_ID"), concurrency=int(env("CONCURRENCY", "4")),
                  lease_ms=int(env("LEASE_MS")) if env("LEASE_MS") else None, grace_s=float(env("GRACE_S", "10")),
-                 amqp_url=env("WFE_AMQP_URL"), heartbeat_s=float(env("HEARTBEAT_S")) if env("HEARTBEAT_S") else None)
+                 amqp_url=env("WFE_AMQP_URL"), heartbeat_s=float(env("HEARTBEAT_S")) if env("HEARTBEAT_S") else None,
+                 poll_interval_s=float(env("POLL_INTERVAL_S", "5")))
 for contract in env("CONTRACTS", "").split(","):
     app.register(contract, behave)
 app.run(env("QUEUES", "").split(","), mode=env("MODE", "poll"), once=bool(env("ONCE")))
