@@ -171,3 +171,27 @@ def test_the_broker_loop_reconnects_after_rabbitmq_drops_it(db: psycopg.Connecti
     later = wfe.submit(db, flow.workflow, {"spec": {}}).run_id
     assert wait_until(lambda: state(db, later) == "completed", 30), workers.log()
     assert len(workers.executions(run)) == 1 and "reconnecting" in workers.log()
+
+
+def test_while_postgresql_is_away_the_broker_loop_stops_consuming(db: psycopg.Connection, workers: Workers,
+                                                                 amqp: Any) -> None:
+    from conftest import DSN
+    role = "wfe_py_outage"
+    db.execute(f"DO $$ BEGIN CREATE ROLE {role} LOGIN SUPERUSER; EXCEPTION WHEN duplicate_object THEN NULL; END $$")
+    flow = Flow(db, mode="broker")
+    first = wfe.submit(db, flow.workflow, {"spec": {}}).run_id
+    workers.start({**flow.env(MODE="broker"), "WFE_DSN": DSN.replace("user=postgres", f"user={role}")})
+    assert wait_until(lambda: state(db, first) == "completed", 20), workers.log()
+    try:
+        # PostgreSQL refuses the worker from now on
+        db.execute(f"ALTER ROLE {role} NOLOGIN")
+        db.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s", (role,))
+        run = wfe.submit(db, flow.workflow, {"spec": {}}).run_id
+        assert wait_until(lambda: "consuming stops" in workers.log(), 15), workers.log()
+        time.sleep(2)  # several retry-queue TTLs (300 ms): the message does not cycle on to wfe.dlq
+        assert wait_until(lambda: ready(amqp, f"wfe.{flow.queue}.small") == 1, 5), workers.log()
+        assert state(db, run) == "running" and stage(db, run)["state"] in ("queued", "dispatched")
+    finally:
+        db.execute(f"ALTER ROLE {role} LOGIN")
+    assert wait_until(lambda: state(db, run) == "completed", 40), workers.log()
+    assert "consuming again" in workers.log()

@@ -11,7 +11,9 @@ For each dispatch message:
    large-track input with wfe.fetch_payload first), reports, and only then
    acknowledges; any other answer acknowledges without running anything.
 
-A private queue bound to ``cancel.<queue>`` carries cancellation requests:
+While PostgreSQL does not answer, the consumers are cancelled (messages wait in
+their queue instead of cycling through the retry queue) and come back once it
+answers.  A private queue bound to ``cancel.<queue>`` carries cancellation requests:
 the attempt's Task.stopped is set and, once its handler returns, the
 cancellation is acknowledged with wfe.ack_cancel instead of a report.
 """
@@ -26,7 +28,7 @@ import psycopg
 
 from . import calls
 from ._attempts import Attempt
-from ._links import Backoff, Link
+from ._links import Backoff, Link, first_line
 from .errors import WfeError
 from .outcome import Outcome
 from .task import Task
@@ -79,6 +81,8 @@ class BrokerLoop:
         self.last_delivery = time.monotonic()
         self.max_redeliveries = worker.max_redeliveries
         self.retry_ttl_ms = 5000
+        self.db_down = False  # consumption paused until PostgreSQL answers again
+        self.db_retry_at = 0.0
 
     # --- connection ------------------------------------------------------------
 
@@ -101,13 +105,18 @@ class BrokerLoop:
         self.dead.confirm_delivery()  # a dead letter is acknowledged only once RabbitMQ has it
         self.work = self.conn.channel()
         self.work.basic_qos(prefetch_count=self.w.concurrency)
-        self.tags = [self.work.basic_consume(f"wfe.{q}.{t}", self._on_message(q), auto_ack=False)
-                     for q in self.queues for t in TRACKS]
+        self._consume()
         cancels = self.conn.channel()  # its own channel: the work prefetch never holds it back
         private = cancels.queue_declare("", exclusive=True, auto_delete=True).method.queue
         for q in self.queues:
             cancels.queue_bind(private, "wfe.commands", routing_key=f"cancel.{q}")
         cancels.basic_consume(private, self._on_cancel, auto_ack=True)
+
+    def _consume(self) -> None:
+        """Start the consumers of both tracks of every queue."""
+        self.tags = [self.work.basic_consume(f"wfe.{q}.{t}", self._on_message(q), auto_ack=False)
+                     for q in self.queues for t in TRACKS]
+        self.db_down = False
         log.info("broker: consuming %s", ", ".join(f"wfe.{q}.{t}" for q in self.queues for t in TRACKS))
 
     def _declare(self, ch: Any) -> None:
@@ -151,8 +160,10 @@ class BrokerLoop:
                         self._connect()
                         self.backoff.reset()
                     self.conn.process_data_events(time_limit=0.2)
-                    if self.w.stopping.is_set() and self.tags:
+                    if (self.w.stopping.is_set() or self.db_down) and self.tags:
                         self._stop_consuming()
+                    if self.db_down and not self.w.stopping.is_set() and self._db_back():
+                        self._consume()
                     if (self.once and self.w.busy() == 0 and time.monotonic() - self.last_delivery > 2.0):
                         return
                 except (pika.exceptions.AMQPError, OSError, psycopg.OperationalError) as exc:
@@ -165,8 +176,23 @@ class BrokerLoop:
             self._close()
             self.db.drop()
 
+    def _db_back(self) -> bool:
+        """While consumption is paused for PostgreSQL: is it back? (tries at the backoff's pace)"""
+        if time.monotonic() < self.db_retry_at:
+            return False
+        try:
+            self.db.get().execute("SELECT 1")
+            self.backoff.reset()
+            log.info("broker: PostgreSQL answers again; consuming again")
+            return True
+        except psycopg.OperationalError:
+            self.db.drop()
+            self.db_retry_at = time.monotonic() + self.backoff.delay()
+            return False
+
     def _stop_consuming(self) -> None:
-        """Stopping: cancel the consumers; messages delivered but not started go back to their queue."""
+        """Stopping, or PostgreSQL away: cancel the consumers; messages delivered but not
+        started go back to their queue (no retry cycle is counted)."""
         for tag in self.tags:
             for method, _props, _body in self.work.basic_cancel(tag) or []:
                 self.work.basic_reject(method.delivery_tag, requeue=True)
@@ -205,9 +231,11 @@ class BrokerLoop:
         try:
             answer = calls.accept_task(self.db.get(), task, self.w.worker_id)
         except psycopg.OperationalError as exc:
-            log.warning("broker: PostgreSQL is unreachable, message rejected for a retry: %s", str(exc).strip())
+            log.warning("broker: PostgreSQL is unreachable, message rejected for a retry; consuming stops until "
+                        "it answers: %s", first_line(exc))
             self.db.broke(exc, wait=False)
             ch.basic_reject(tag, requeue=False)
+            self.db_down = True
             return
         except (WfeError, psycopg.Error) as exc:
             log.warning("broker: accept_task refused run %s stage %s: %s", task.run_id, task.stage, exc)
