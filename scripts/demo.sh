@@ -6,9 +6,11 @@
 # shared_preload_libraries, so its background worker fires timers and
 # publishes the outbox), registers the contracts, creates, approves and
 # activates the three example workflows (printing each digest and Mermaid
-# picture), and submits a batch of runs.  wfe-worker processes do the work:
-# model-ingest's queues over RabbitMQ (broker mode, acceptance handshake),
-# the others with wfe.claim_task (poll mode).  It ends by printing the runs,
+# picture), and submits a batch of runs.  wfe-worker processes do the work
+# of model-ingest's queues, over RabbitMQ (broker mode, acceptance
+# handshake) and with wfe.claim_task (metadata, poll mode); a Python worker
+# (clients/python, examples/payments_and_init_worker.py) serves the
+# payment-routing and system-initialization queues in poll mode.  It ends by printing the runs,
 # a report, timelines and the delivery figures, then stops everything.
 # Every run starts from nothing: re-running is safe.
 set -euo pipefail
@@ -20,7 +22,8 @@ DB=wfe_demo
 WORKDIR=""
 WORKER_PIDS=()
 BROKER_QUEUES=(actions rendering analysis)
-POLL_QUEUES=(metadata payments payments-review init)
+POLL_QUEUES=(metadata)
+PYTHON_QUEUES=(payments payments-review init)  # the Python client's worker
 
 # cleanup: the EXIT trap; stop the workers, the cluster and the broker.
 cleanup() {
@@ -86,6 +89,15 @@ start_worker() {
 	WORKER_PIDS+=($!)
 }
 
+# start_python_worker: the Python client's example worker for PYTHON_QUEUES
+# (Debian's python3-psycopg; the client from the source tree).
+start_python_worker() {
+	WFE_DSN="host=$PGHOST port=$PGPORT user=postgres dbname=$DB" WFE_WORKER_ID="python-payments-init" \
+		PYTHONPATH="$WFE_TOP/clients/python" /usr/bin/python3 \
+		"$WFE_TOP/clients/python/examples/payments_and_init_worker.py" >>"$WORKDIR/workers.log" 2>&1 &
+	WORKER_PIDS+=($!)
+}
+
 # submit_runs: a batch that takes every route of the examples.
 submit_runs() {
 	cluster_psql -d "$DB" -At <<'SQL'
@@ -128,7 +140,7 @@ SELECT r.run_id, r.workflow, r.state,
                   ORDER BY s.ordinal) AS stages
   FROM wfe.runs AS r JOIN wfe.run_stages AS s USING (run_id)
  GROUP BY r.run_id, r.workflow, r.state ORDER BY r.run_id;
-\echo Who did the work (model-ingest over RabbitMQ, the rest with wfe.claim_task):
+\echo Who did the work (wfe-worker: model-ingest, over RabbitMQ except metadata; the Python client: payments and init):
 SELECT coalesce(claimed_by, '-') AS worker, count(*) AS attempts
   FROM wfe.run_stages WHERE attempt > 0 AND claimed_by IS NOT NULL GROUP BY 1 ORDER BY 1;
 \echo The outbox, published to RabbitMQ with publisher confirms by the background worker:
@@ -188,6 +200,7 @@ wfe.amqp_uri = '$(amqp_uri)/'" cluster_start "$WORKDIR"
 	for queue in "${POLL_QUEUES[@]}"; do
 		start_worker "$queue" poll
 	done
+	start_python_worker
 	submit_runs
 	wait_for_runs
 	show_results

@@ -1270,3 +1270,10 @@ GRANT EXECUTE ON FUNCTION
 GRANT EXECUTE ON FUNCTION wfe.my_tenants()
     TO wfe_admin, wfe_author, wfe_approver, wfe_submitter, wfe_worker, wfe_operator, wfe_reader;
 GRANT SELECT ON wfe.tenant_members TO wfe_admin;
+
+-- A heartbeat renews a claim's lease_ms (runtime.md, "heartbeat"): the claim
+-- records the lease it granted.  0.1.0's running attempts have none (NULL),
+-- which is what their claims meant.
+ALTER TABLE wfe.run_stages ADD COLUMN lease_ms int;
+COMMENT ON COLUMN wfe.run_stages.lease_ms IS
+'The lease_ms the running attempt was claimed with (NULL: none); each heartbeat renews it, within the execution deadline';

@@ -28,7 +28,7 @@
 static stmt q_claim = STMT(
 	"WITH claimed AS ("
 	"  UPDATE wfe.run_stages AS st"
-	"     SET state = 'running', claimed_by = $2, started_at = now(), heartbeat_at = now(),"
+	"     SET state = 'running', claimed_by = $2, started_at = now(), heartbeat_at = now(), lease_ms = $4,"
 	"         deadline_at = now() + make_interval(secs => least(coalesce($4, st.exec_ms),"
 	"                                             coalesce(st.heartbeat_ms, 2147483647)) / 1000.0)"
 	"   WHERE st.ctid = ANY (ARRAY("

@@ -78,7 +78,7 @@ static stmt q_enqueue = STMT(
 	"UPDATE wfe.run_stages AS st"
 	"   SET state = 'queued', attempt = CASE WHEN $3 THEN st.attempt + 1 ELSE st.attempt END,"
 	"       fence = $5, input = coalesce($4::jsonb, st.input), outcome = NULL, error = NULL,"
-	"       ready_at = now(), claimed_by = NULL, started_at = NULL, heartbeat_at = NULL,"
+	"       ready_at = now(), claimed_by = NULL, started_at = NULL, heartbeat_at = NULL, lease_ms = NULL,"
 	"       deadline_at = CASE WHEN st.queue_ms IS NOT NULL"
 	"                          THEN now() + make_interval(secs => st.queue_ms / 1000.0) END"
 	" WHERE st.run_id = $1 AND st.stage = $2"
@@ -144,16 +144,24 @@ static stmt q_outputs_write = STMT(
 	" ON CONFLICT DO NOTHING", 5, I8, TX, TX, TX, TX);
 static stmt q_accept = STMT(
 	"UPDATE wfe.run_stages AS st"
-	"   SET state = 'running', claimed_by = $3, started_at = now(), heartbeat_at = now(),"
+	"   SET state = 'running', claimed_by = $3, started_at = now(), heartbeat_at = now(), lease_ms = NULL,"
 	"       deadline_at = now() + make_interval(secs => least(st.exec_ms,"
 	"                                 coalesce(st.heartbeat_ms, 2147483647)) / 1000.0)"
 	" WHERE st.run_id = $1 AND st.stage = $2 RETURNING st.deadline_at", 3, I8, TX, TX);
+/*
+ * A heartbeat renews what the claim granted: the heartbeat window and the
+ * claim's lease_ms, each from now, never past the execution deadline and
+ * never earlier than the deadline already set (a lease longer than the
+ * stage's execution deadline keeps its end).
+ */
 static stmt q_heartbeat = STMT(
 	"UPDATE wfe.run_stages AS st"
 	"   SET heartbeat_at = now(),"
-	"       deadline_at = CASE WHEN st.heartbeat_ms IS NULL THEN st.deadline_at"
-	"                          ELSE least(st.started_at + make_interval(secs => st.exec_ms / 1000.0),"
-	"                                     now() + make_interval(secs => st.heartbeat_ms / 1000.0)) END"
+	"       deadline_at = CASE WHEN st.heartbeat_ms IS NULL AND st.lease_ms IS NULL THEN st.deadline_at"
+	"                          ELSE greatest(st.deadline_at,"
+	"                                 least(st.started_at + make_interval(secs => st.exec_ms / 1000.0),"
+	"                                       now() + make_interval(secs => least(coalesce(st.lease_ms, 2147483647),"
+	"                                                   coalesce(st.heartbeat_ms, 2147483647)) / 1000.0))) END"
 	" WHERE st.run_id = $1 AND st.stage = $2", 2, I8, TX);
 static stmt q_intent = STMT(
 	"UPDATE wfe.runs AS x SET intent = $2, reason = $3 WHERE x.run_id = $1", 3, I8, TX, TX);

@@ -108,6 +108,7 @@ CREATE TABLE wfe.run_stages (
     heartbeat_at    timestamptz,
     deadline_at     timestamptz,
     finished_at     timestamptz,
+    lease_ms        int,
     PRIMARY KEY (run_id, stage),
     -- kind in action, worker, decision, fork, join, finaliser; state one of
     -- wfe.stage_transitions()'s; attempt, fence >= 0; outcome NULL,
@@ -118,6 +119,8 @@ CREATE TABLE wfe.run_stages (
 COMMENT ON TABLE wfe.run_stages IS
 'One row per stage (or task, or finaliser) of each run: state, current attempt and fence, bound input, result.';
 COMMENT ON COLUMN wfe.run_stages.attempt IS 'Current attempt, from 1; 0 until released';
+COMMENT ON COLUMN wfe.run_stages.lease_ms IS
+'The lease_ms the running attempt was claimed with (NULL: none); each heartbeat renews it, within the execution deadline';
 COMMENT ON COLUMN wfe.run_stages.fence IS 'Fencing token of the current attempt; grows with every new attempt and every fencing';
 COMMENT ON COLUMN wfe.run_stages.outcome IS 'What the current attempt reported (completed or failed), for duplicate/conflict answers';
 COMMENT ON COLUMN wfe.run_stages.branch IS 'The fork branch this stage runs in, for joins';

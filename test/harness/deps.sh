@@ -21,6 +21,10 @@ PACKAGES=(
 	amqp-tools
 	clang                       # libFuzzer
 	libclang-rt-14-dev
+	python3-psycopg             # the Python client (clients/python) and its tests
+	python3-pika
+	python3-pytest
+	python3-pip                 # its test installs it with pip install --no-index
 )
 
 # is_installed PACKAGE: true when dpkg has the package fully installed.

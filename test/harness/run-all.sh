@@ -3,7 +3,7 @@
 #
 #   test/harness/run-all.sh [SUITE...]
 #
-# Suites, in order: version regress isolation tap unit fuzz cli worker (default: all).
+# Suites, in order: version regress isolation tap unit fuzz cli worker python (default: all).
 # Sets up first (packages, build, install, a private cluster), runs the
 # suites, each printing its result as it goes, tears down, and ends with
 # exactly one line "N passed, N failed".  Exits non-zero if anything failed
@@ -15,7 +15,7 @@ set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 . "$WFE_HARNESS/cluster.sh"
 
-ALL_SUITES=(version regress isolation tap unit fuzz cli worker)
+ALL_SUITES=(version regress isolation tap unit fuzz cli worker python)
 WORKDIR=""
 CURRENT_STEP=""
 PASSED=0
@@ -79,6 +79,7 @@ run_named_suite() {
 			"$WORKDIR/fuzz/corpus" "$WORKDIR/fuzz" ;;
 		cli) run_suite cli "$WFE_HARNESS/cli_vs_db.sh" ;;
 		worker) run_suite worker "$WFE_TOP/test/worker/run.sh" "$WORKDIR/worker" ;;
+		python) run_suite python "$WFE_TOP/test/python/run.sh" "$WORKDIR/python" ;;
 	esac
 }
 

@@ -1,0 +1,115 @@
+"""The typed SQL layer: Outcome words, SQLSTATE exceptions, submit inside a transaction, waiting for a run."""
+from __future__ import annotations
+
+import threading
+import time
+
+import psycopg
+import pytest
+
+import wfe
+from conftest import DSN, Flow, one, stage
+
+
+def test_duplicate_and_conflict_reports_are_outcomes(db: psycopg.Connection) -> None:
+    flow = Flow(db)
+    run = wfe.submit(db, flow.workflow, {"spec": {}})
+    [task] = wfe.claim_task(db, flow.queue, "w-dup")
+    assert isinstance(task, wfe.Task) and task.run_id == run.run_id and task.input == {"spec": {}}
+    assert wfe.complete_task(db, task, {"n": 1}) is wfe.Outcome.ACCEPTED
+    assert wfe.complete_task(db, task, {"n": 1}) is wfe.Outcome.DUPLICATE
+    assert wfe.complete_task(db, task, {"n": 2}) is wfe.Outcome.CONFLICT
+    assert wfe.fail_task(db, task, {"code": "x"}) is wfe.Outcome.CONFLICT
+    assert wfe.heartbeat(db, task) is wfe.Outcome.LATE  # the run has ended
+    assert wfe.complete_task(db, (task.run_id, "nope", 1, 1), {}) is wfe.Outcome.UNKNOWN
+    assert one(db, "SELECT count(*) FROM wfe.events WHERE run_id = %s AND type = 'callback.duplicate'",
+               (run.run_id,)) == 1
+
+
+def test_batch_reports_answer_per_task(db: psycopg.Connection) -> None:
+    flow = Flow(db)
+    runs = [wfe.submit(db, flow.workflow, {"spec": {"i": i}}).run_id for i in range(3)]
+    tasks = wfe.claim_task(db, flow.queue, "w-batch", 3)
+    assert sorted(t.run_id for t in tasks) == sorted(runs)
+    answers = wfe.complete_tasks(db, [(t, {"i": t.input["spec"]["i"]}) for t in tasks])
+    assert set(answers.values()) == {wfe.Outcome.ACCEPTED}
+    again = wfe.complete_tasks(db, [(tasks[0], {"i": tasks[0].input["spec"]["i"]}), (tasks[1], {"other": 1})])
+    assert again == {(tasks[0].run_id, "work"): wfe.Outcome.DUPLICATE, (tasks[1].run_id, "work"): wfe.Outcome.CONFLICT}
+
+
+def test_sqlstates_become_exceptions(db: psycopg.Connection) -> None:
+    with pytest.raises(wfe.UnknownObject) as e:
+        wfe.submit(db, "no-such-workflow")
+    assert e.value.sqlstate == "42704"
+    with pytest.raises(wfe.InvalidDefinition) as d:
+        with wfe.errors.translated():
+            db.execute("SELECT wfe.create_definition('name: [unclosed')")
+    assert d.value.sqlstate == "22023" and d.value.diagnostics[0]["code"] == "yaml.syntax"
+    with pytest.raises(wfe.NullArgument):
+        wfe.claim_task(db, None, "w")  # type: ignore[arg-type]
+    flow = Flow(db, mode="broker")
+    with pytest.raises(wfe.WrongState) as w:
+        wfe.claim_task(db, flow.queue, "w")
+    assert "broker delivery mode" in str(w.value)
+    with pytest.raises(wfe.InvalidArgument):
+        wfe.claim_task(db, flow.queue, "w", 0)
+    with pytest.raises(wfe.LimitExceeded):
+        wfe.complete_tasks(db, [((1, "s", 1, 1), {})] * 1001)
+    with pytest.raises(wfe.InvalidArgument):
+        wfe.submit(db, flow.workflow, {"spec": {}}, options={"no_such_option": 1})
+    with pytest.raises(wfe.UnknownObject):
+        wfe.report(db, -1)
+    with pytest.raises(wfe.UnknownObject):
+        wfe.fetch_payload(db, {"key": "sha256:" + "0" * 64, "sha256": "0" * 64})
+
+
+def test_submit_commits_and_rolls_back_with_the_callers_transaction(db: psycopg.Connection) -> None:
+    flow = Flow(db)
+    with psycopg.connect(DSN) as conn:  # not autocommit: submit runs in our transaction
+        run = wfe.submit(conn, flow.workflow, {"spec": {}}, idempotency_key="k1")
+        conn.rollback()
+    assert one(db, "SELECT count(*) FROM wfe.runs WHERE run_id = %s", (run.run_id,)) == 0
+    with psycopg.connect(DSN) as conn:
+        with conn.transaction():
+            first = wfe.submit(conn, flow.workflow, {"spec": {}}, idempotency_key="k1", priority=5)
+        again = wfe.submit(conn, flow.workflow, {"spec": {}}, idempotency_key="k1")
+        conn.commit()
+    assert first.accepted and not again.accepted and again.run_id == first.run_id
+    assert one(db, "SELECT priority FROM wfe.runs WHERE run_id = %s", (first.run_id,)) == 5
+
+
+def test_wait_for_run_and_cancel(db: psycopg.Connection) -> None:
+    flow = Flow(db)
+    run = wfe.submit(db, flow.workflow, {"spec": {}})
+    with pytest.raises(wfe.RunTimeout) as t:
+        wfe.wait_for_run(DSN, run.run_id, timeout=0.5)
+    assert t.value.report["state"] == "running"
+    got = {}
+    waiter = threading.Thread(target=lambda: got.update(wfe.wait_for_run(DSN, run.run_id, timeout=30)))
+    started = time.monotonic()
+    waiter.start()
+    time.sleep(0.5)
+    [task] = wfe.claim_task(db, flow.queue, "w-wait")
+    assert wfe.complete_task(db, task, {"ok": True}) is wfe.Outcome.ACCEPTED
+    waiter.join(30)
+    assert got["state"] == "completed" and time.monotonic() - started < 4  # woken by wfe_run_done, not its 5 s look
+    assert got["stages"][0]["result"] == {"ok": True}
+    other = wfe.submit(db, flow.workflow, {"spec": {}})
+    assert wfe.cancel_run(db, other.run_id, "test") is wfe.Outcome.ACCEPTED
+    assert wfe.cancel_run(db, other.run_id) is wfe.Outcome.LATE
+    assert wfe.cancel_run(db, -5) is wfe.Outcome.UNKNOWN
+    assert wfe.wait_for_run(DSN, other.run_id, timeout=30)["state"] == "cancelled"
+    assert [r["stage"] for r in wfe.run_timeline(db, run.run_id)] == ["work"]
+
+
+def test_lease_is_renewed_by_heartbeats(db: psycopg.Connection) -> None:
+    flow = Flow(db, extra="    execution_deadline_ms: 60000\n")
+    run = wfe.submit(db, flow.workflow, {"spec": {}})
+    [task] = wfe.claim_task(db, flow.queue, "w-lease", lease_ms=1500)
+    first = stage(db, run.run_id)["deadline_at"]
+    for _ in range(4):  # 2.4 s in all: past the first lease
+        time.sleep(0.6)
+        assert wfe.heartbeat(db, task) is wfe.Outcome.ACCEPTED
+    s = stage(db, run.run_id)
+    assert s["state"] == "running" and s["lease_ms"] == 1500 and s["deadline_at"] > first
+    assert wfe.complete_task(db, task, {}) is wfe.Outcome.ACCEPTED

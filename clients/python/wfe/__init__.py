@@ -1,0 +1,39 @@
+"""wfe: workers and submitters for wfe, the durable workflow engine inside PostgreSQL.
+
+Workers::
+
+    app = wfe.Worker("dbname=shop")
+
+    @app.handler("payment.review@1", queue="payments-review")
+    def review(task: wfe.Task) -> dict:
+        return {"approved": task.input["amount"] < 100000}
+
+    app.run()
+
+Submitters::
+
+    with psycopg.connect("dbname=shop") as conn:      # your transaction
+        run = wfe.submit(conn, "payment-routing", {"amount": 250, "account": "acc-1"})
+    report = wfe.wait_for_run("dbname=shop", run.run_id, timeout=60)
+"""
+from __future__ import annotations
+
+from .calls import (Submitted, accept_task, ack_cancel, cancel_run, claim_task, complete_task, complete_tasks,
+                    fail_task, fetch_payload, heartbeat, report, run_timeline, submit)
+from .errors import (DataCorrupted, InvalidArgument, InvalidDefinition, LimitExceeded, NullArgument,
+                     PermissionDenied, RetrySubmit, UnknownObject, WfeError, WrongState)
+from .outcome import Outcome
+from .runs import RunTimeout, wait_for_run
+from .task import Fail, Task
+from .worker import Worker
+
+__version__ = "0.2.0"
+
+__all__ = [
+    "Worker", "Task", "Fail", "Outcome", "Submitted", "RunTimeout",
+    "submit", "cancel_run", "report", "run_timeline", "wait_for_run",
+    "claim_task", "accept_task", "heartbeat", "complete_task", "fail_task", "complete_tasks",
+    "fetch_payload", "ack_cancel",
+    "WfeError", "NullArgument", "InvalidArgument", "InvalidDefinition", "UnknownObject", "WrongState",
+    "LimitExceeded", "PermissionDenied", "RetrySubmit", "DataCorrupted",
+]

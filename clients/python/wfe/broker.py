@@ -1,0 +1,277 @@
+"""The broker loop: consume wfe's RabbitMQ dispatches, exactly as docs/delivery.md says.
+
+For each dispatch message:
+
+1. its x-death count (the retry-queue cycles) above wfe.broker_max_redeliveries:
+   publish it unchanged to wfe.commands with routing key ``dead`` (publisher
+   confirms), then acknowledge it; it lands in wfe.dlq;
+2. a body that is not an envelope, or PostgreSQL unreachable: reject without
+   requeue (RabbitMQ's retry queue brings it back: a pre-acceptance retry);
+3. wfe.accept_task: ``accepted`` runs the handler (the worker fetches a
+   large-track input with wfe.fetch_payload first), reports, and only then
+   acknowledges; any other answer acknowledges without running anything.
+
+While PostgreSQL does not answer, the consumers are cancelled (messages wait in
+their queue instead of cycling through the retry queue) and come back once it
+answers.  A private queue bound to ``cancel.<queue>`` carries cancellation requests:
+the attempt's Task.stopped is set and, once its handler returns, the
+cancellation is acknowledged with wfe.ack_cancel instead of a report.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+import psycopg
+
+from . import calls
+from ._attempts import Attempt
+from ._links import Backoff, Link, first_line
+from .errors import WfeError
+from .outcome import Outcome
+from .task import Task
+from .worker import Worker
+
+log = logging.getLogger("wfe")
+
+TRACKS = ("small", "large")
+
+
+def death_count(headers: Optional[Dict[str, Any]]) -> int:
+    """The largest count among a message's x-death entries (0 without any)."""
+    deaths = (headers or {}).get("x-death") or []
+    counts = [int(d.get("count", 0)) for d in deaths if isinstance(d, dict)]
+    return max(counts, default=0)
+
+
+def task_from_envelope(body: bytes, queue: str) -> Task:
+    """The Task of a dispatch envelope (ValueError if it is not one)."""
+    env = json.loads(body)
+    if not isinstance(env, dict):
+        raise ValueError("the body is not a JSON object")
+    try:
+        run_id, stage, attempt, fence = int(env["run_id"]), str(env["stage"]), int(env["attempt"]), int(env["fence"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"the envelope lacks run_id, stage, attempt or fence: {exc}") from None
+    return Task(run_id=run_id, stage=stage, attempt=attempt, fence=fence, queue=queue,
+                worker=str(env.get("worker") or ""), input=env.get("payload_inline"),
+                payload_ref=env.get("payload_ref"), tenant=str((env.get("headers") or {}).get("tenant", "default")),
+                heartbeat_ms=env.get("heartbeat_ms"), execution_deadline_ms=env.get("execution_deadline_ms"),
+                definition_digest=env.get("definition_digest"), message_id=env.get("message_id"), mode="broker")
+
+
+class BrokerLoop:
+    """Consumes wfe.<queue>.small and .large for some broker queues of a Worker."""
+
+    def __init__(self, worker: Worker, queues: List[str], once: bool) -> None:
+        import pika  # only broker mode needs it
+        self.pika = pika
+        quiet = logging.getLogger("pika")
+        if quiet.level == logging.NOTSET:  # pika logs every connection step at INFO
+            quiet.setLevel(logging.WARNING)
+        self.w, self.queues, self.once = worker, queues, once
+        self.db = Link(worker.conninfo, "accept", worker.hard_stop)
+        self.backoff = Backoff()
+        self.conn: Any = None
+        self.work: Any = None
+        self.dead: Any = None
+        self.tags: List[str] = []
+        self.last_delivery = time.monotonic()
+        self.max_redeliveries = worker.max_redeliveries
+        self.retry_ttl_ms = 5000
+        self.db_down = False  # consumption paused until PostgreSQL answers again
+        self.db_retry_at = 0.0
+
+    # --- connection ------------------------------------------------------------
+
+    def _settings(self) -> None:
+        """wfe.broker_max_redeliveries and wfe.broker_retry_ttl_ms, as the server has them."""
+        db = self.db.get()
+        if self.max_redeliveries is None:
+            self.max_redeliveries = int(calls.setting(db, "wfe.broker_max_redeliveries") or 5)
+        self.retry_ttl_ms = int(calls.setting(db, "wfe.broker_retry_ttl_ms") or 5000)
+
+    def _connect(self) -> None:
+        pika = self.pika
+        params = pika.URLParameters(self.w.amqp_url)
+        params.heartbeat = 30
+        params.blocked_connection_timeout = 60
+        self.conn = pika.BlockingConnection(params)
+        if self.w.declare:
+            self._declare(self.conn.channel())
+        self.dead = self.conn.channel()
+        self.dead.confirm_delivery()  # a dead letter is acknowledged only once RabbitMQ has it
+        self.work = self.conn.channel()
+        self.work.basic_qos(prefetch_count=self.w.concurrency)
+        self._consume()
+        cancels = self.conn.channel()  # its own channel: the work prefetch never holds it back
+        private = cancels.queue_declare("", exclusive=True, auto_delete=True).method.queue
+        for q in self.queues:
+            cancels.queue_bind(private, "wfe.commands", routing_key=f"cancel.{q}")
+        cancels.basic_consume(private, self._on_cancel, auto_ack=True)
+
+    def _consume(self) -> None:
+        """Start the consumers of both tracks of every queue."""
+        self.tags = [self.work.basic_consume(f"wfe.{q}.{t}", self._on_message(q), auto_ack=False)
+                     for q in self.queues for t in TRACKS]
+        self.db_down = False
+        log.info("broker: consuming %s", ", ".join(f"wfe.{q}.{t}" for q in self.queues for t in TRACKS))
+
+    def _declare(self, ch: Any) -> None:
+        """The topology, as the wfe publisher declares it (docs/delivery.md, RabbitMQ topology)."""
+        for ex in ("wfe.commands", "wfe.retry", "wfe.events"):
+            ch.exchange_declare(ex, exchange_type="topic", durable=True)
+        ch.queue_declare("wfe.dlq", durable=True)
+        ch.queue_bind("wfe.dlq", "wfe.commands", routing_key="dead")
+        for q in self.queues:
+            for t in TRACKS:
+                ch.queue_declare(f"wfe.{q}.{t}", durable=True, arguments={
+                    "x-dead-letter-exchange": "wfe.retry", "x-dead-letter-routing-key": f"retry.{q}.{t}"})
+                ch.queue_bind(f"wfe.{q}.{t}", "wfe.commands", routing_key=f"run.{q}.{t}")
+                ch.queue_declare(f"wfe.{q}.retry.{t}", durable=True, arguments={
+                    "x-message-ttl": self.retry_ttl_ms, "x-dead-letter-exchange": "wfe.commands",
+                    "x-dead-letter-routing-key": f"run.{q}.{t}"})
+                ch.queue_bind(f"wfe.{q}.retry.{t}", "wfe.retry", routing_key=f"retry.{q}.{t}")
+        ch.close()
+
+    def _close(self) -> None:
+        if self.conn is not None and self.conn.is_open:
+            try:
+                self.conn.close()
+            except Exception:
+                pass
+        self.conn = self.work = self.dead = None
+
+    # --- the loop ------------------------------------------------------------------
+
+    def run(self) -> None:
+        """Until the worker stops and its handlers are settled (or, with once, nothing is left)."""
+        pika = self.pika
+        try:
+            while True:
+                if self.w.stopping.is_set() and (self.conn is None or self.w.busy() == 0):
+                    return
+                try:
+                    if self.conn is None:
+                        # consume only while PostgreSQL answers: else messages would cycle the retry queue
+                        self._settings()
+                        self._connect()
+                        self.backoff.reset()
+                    self.conn.process_data_events(time_limit=0.2)
+                    if (self.w.stopping.is_set() or self.db_down) and self.tags:
+                        self._stop_consuming()
+                    if self.db_down and not self.w.stopping.is_set() and self._db_back():
+                        self._consume()
+                    if (self.once and self.w.busy() == 0 and time.monotonic() - self.last_delivery > 2.0):
+                        return
+                except (pika.exceptions.AMQPError, OSError, psycopg.OperationalError) as exc:
+                    log.warning("broker: %s: %s; reconnecting", type(exc).__name__, exc)
+                    self._close()
+                    if self.w.stopping.is_set():
+                        return
+                    self.w.stopping.wait(self.backoff.delay())
+        finally:
+            self._close()
+            self.db.drop()
+
+    def _db_back(self) -> bool:
+        """While consumption is paused for PostgreSQL: is it back? (tries at the backoff's pace)"""
+        if time.monotonic() < self.db_retry_at:
+            return False
+        try:
+            self.db.get().execute("SELECT 1")
+            self.backoff.reset()
+            log.info("broker: PostgreSQL answers again; consuming again")
+            return True
+        except psycopg.OperationalError:
+            self.db.drop()
+            self.db_retry_at = time.monotonic() + self.backoff.delay()
+            return False
+
+    def _stop_consuming(self) -> None:
+        """Stopping, or PostgreSQL away: cancel the consumers; messages delivered but not
+        started go back to their queue (no retry cycle is counted)."""
+        for tag in self.tags:
+            for method, _props, _body in self.work.basic_cancel(tag) or []:
+                self.work.basic_reject(method.delivery_tag, requeue=True)
+        self.tags = []
+
+    def _threadsafe(self, fn: Callable[[], None]) -> None:
+        """Run fn on the connection's thread (pika channels are not thread-safe)."""
+        conn = self.conn
+        if conn is None:
+            return  # that connection is gone: RabbitMQ redelivers, accept_task answers duplicate
+        try:
+            conn.add_callback_threadsafe(fn)
+        except Exception as exc:
+            log.debug("broker: %s", exc)
+
+    # --- messages --------------------------------------------------------------------
+
+    def _on_message(self, queue: str) -> Callable[..., None]:
+        def on_message(ch: Any, method: Any, props: Any, body: bytes) -> None:
+            self.last_delivery = time.monotonic()
+            self._handle(ch, queue, method, props, body)
+        return on_message
+
+    def _handle(self, ch: Any, queue: str, method: Any, props: Any, body: bytes) -> None:
+        tag = method.delivery_tag
+        deaths = death_count(props.headers)
+        if self.max_redeliveries is not None and deaths > self.max_redeliveries:
+            self._dead_letter(ch, method, props, body, f"{deaths} pre-acceptance retries")
+            return
+        try:
+            task = task_from_envelope(body, queue)
+        except ValueError as exc:
+            log.warning("broker: rejected a message from %s: %s", method.routing_key, exc)
+            ch.basic_reject(tag, requeue=False)
+            return
+        try:
+            answer = calls.accept_task(self.db.get(), task, self.w.worker_id)
+        except psycopg.OperationalError as exc:
+            log.warning("broker: PostgreSQL is unreachable, message rejected for a retry; consuming stops until "
+                        "it answers: %s", first_line(exc))
+            self.db.broke(exc, wait=False)
+            ch.basic_reject(tag, requeue=False)
+            self.db_down = True
+            return
+        except (WfeError, psycopg.Error) as exc:
+            log.warning("broker: accept_task refused run %s stage %s: %s", task.run_id, task.stage, exc)
+            ch.basic_reject(tag, requeue=False)
+            return
+        if answer is not Outcome.ACCEPTED:
+            log.info("broker: run %s stage %s attempt %s: accept_task answered %s; acknowledged, not run",
+                     task.run_id, task.stage, task.attempt, answer.value)
+            ch.basic_ack(tag)
+            return
+        self.w.start(task, lambda a: self._threadsafe(lambda: ch.is_open and ch.basic_ack(tag)))
+
+    def _dead_letter(self, ch: Any, method: Any, props: Any, body: bytes, reason: str) -> None:
+        """Publish to wfe.commands 'dead' (confirmed), then acknowledge the original."""
+        headers = dict(props.headers or {})
+        headers["x-wfe-dead-reason"] = reason
+        headers["x-wfe-dead-by"] = self.w.worker_id
+        out = self.pika.BasicProperties(headers=headers, message_id=props.message_id,
+                                        correlation_id=props.correlation_id, content_type=props.content_type,
+                                        delivery_mode=2, timestamp=props.timestamp)
+        self.dead.basic_publish("wfe.commands", "dead", body, properties=out)
+        ch.basic_ack(method.delivery_tag)
+        log.warning("broker: dead-lettered a message from %s (%s)", method.routing_key, reason)
+
+    def _on_cancel(self, ch: Any, method: Any, props: Any, body: bytes) -> None:
+        """A cancellation request: stop the attempt if it runs here; ack_cancel once it stopped."""
+        try:
+            req = json.loads(body)
+            ids: Tuple[int, str, int, int] = (int(req["run_id"]), str(req["stage"]), int(req["attempt"]),
+                                              int(req["fence"]))
+        except (ValueError, KeyError, TypeError):
+            return
+        attempt: Optional[Attempt] = self.w.find(ids)
+        if attempt is None:
+            return  # every worker of the queue sees every request
+        log.info("broker: run %s stage %s attempt %s: cancellation requested (%s)", ids[0], ids[1], ids[2],
+                 req.get("reason"))
+        attempt.cancel_requested = True
+        attempt.task.stopped.set()

@@ -1,0 +1,148 @@
+"""Typed wrappers of wfe's SQL functions: the one place where the client writes SQL.
+
+Each takes a psycopg connection (or cursor) and runs one statement on it, in
+whatever transaction the connection is in: `submit` inside yours commits
+with it.  Errors with a wfe SQLSTATE are raised as `wfe.errors` classes.
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from .errors import translated
+from .outcome import Outcome
+from .task import JSON, Task
+
+Executor = Union[psycopg.Connection, psycopg.Cursor]
+Ids = Tuple[int, str, int, int]
+
+
+@dataclasses.dataclass(frozen=True)
+class Submitted:
+    """What wfe.submit answered: the run, and False when an idempotency key found an earlier run."""
+
+    run_id: int
+    accepted: bool
+
+
+def _one(db: Executor, sql: str, args: Sequence[Any]) -> Any:
+    """The first column of the one row a statement returns."""
+    with translated():
+        row = db.execute(sql, args).fetchone()
+    assert row is not None
+    return row[0]
+
+
+def _ids(task: Union[Task, Ids]) -> Ids:
+    """(run_id, stage, attempt, fence) of a task or a tuple."""
+    return task.ids if isinstance(task, Task) else tuple(task)  # type: ignore[return-value]
+
+
+def submit(db: Executor, workflow: str, context: Optional[Mapping[str, Any]] = None, *,
+           idempotency_key: Optional[str] = None, tenant: Optional[str] = None,
+           priority: Optional[int] = None, run_deadline_ms: Optional[int] = None,
+           not_before: Optional[datetime.datetime] = None, execution_context: Optional[str] = None,
+           options: Optional[Mapping[str, Any]] = None) -> Submitted:
+    """wfe.submit in the caller's transaction: a rollback leaves nothing behind."""
+    opts: Dict[str, Any] = dict(options or {})
+    for key, value in (("tenant", tenant), ("priority", priority), ("run_deadline_ms", run_deadline_ms),
+                       ("execution_context", execution_context),
+                       ("not_before", not_before.isoformat() if not_before else None)):
+        if value is not None:
+            opts[key] = value
+    with translated():
+        row = db.execute("SELECT run_id, accepted FROM wfe.submit(%s, %s, %s, %s)",
+                         (workflow, Jsonb(dict(context or {})), idempotency_key, Jsonb(opts))).fetchone()
+    assert row is not None
+    return Submitted(int(row[0]), bool(row[1]))
+
+
+def cancel_run(db: Executor, run_id: int, reason: Optional[str] = None) -> Outcome:
+    """wfe.cancel_run: ACCEPTED, LATE (the run already had an intent) or UNKNOWN."""
+    return Outcome(_one(db, "SELECT wfe.cancel_run(%s, %s)", (run_id, reason)))
+
+
+def report(db: Executor, run_id: int) -> Dict[str, Any]:
+    """wfe.report: the run's execution report (raises UnknownObject for no such run)."""
+    return _one(db, "SELECT wfe.report(%s)", (run_id,))
+
+
+def run_timeline(db: Executor, run_id: int) -> List[Dict[str, Any]]:
+    """wfe.run_timeline: one dict per attempt, in order."""
+    with translated():
+        cur = db.execute("SELECT * FROM wfe.run_timeline(%s)", (run_id,))
+        names = [c.name for c in (cur.description or [])]
+        return [dict(zip(names, row)) for row in cur.fetchall()]
+
+
+_TASK_COLUMNS = ("run_id, stage, attempt, fence, queue, worker, input, payload_ref, deadline_at, "
+                 "heartbeat_ms, definition_digest, message_id, tenant")
+
+
+def claim_task(db: Executor, queue: str, worker_id: str, max_tasks: int = 1,
+               lease_ms: Optional[int] = None) -> List[Task]:
+    """wfe.claim_task: up to max_tasks tasks of a poll queue, now running for worker_id."""
+    with translated():
+        rows = db.execute(f"SELECT {_TASK_COLUMNS} FROM wfe.claim_task(%s, %s, %s, %s)",
+                          (queue, worker_id, max_tasks, lease_ms)).fetchall()
+    return [Task(run_id=r[0], stage=r[1], attempt=r[2], fence=r[3], queue=r[4], worker=r[5], input=r[6],
+                 payload_ref=r[7], deadline_at=r[8], heartbeat_ms=r[9], definition_digest=r[10],
+                 message_id=r[11], tenant=r[12], mode="poll") for r in rows]
+
+
+def accept_task(db: Executor, task: Union[Task, Ids], worker_id: str) -> Outcome:
+    """wfe.accept_task, the broker handshake: ACCEPTED means run it, anything else means do not."""
+    return Outcome(_one(db, "SELECT wfe.accept_task(%s, %s, %s, %s, %s)", (*_ids(task), worker_id)))
+
+
+def heartbeat(db: Executor, task: Union[Task, Ids]) -> Outcome:
+    """wfe.heartbeat: renews the attempt's heartbeat window and claim lease; not ACCEPTED: stop."""
+    return Outcome(_one(db, "SELECT wfe.heartbeat(%s, %s, %s, %s)", _ids(task)))
+
+
+def complete_task(db: Executor, task: Union[Task, Ids], result: JSON = None) -> Outcome:
+    """wfe.complete_task with a JSON result (None counts as {})."""
+    return Outcome(_one(db, "SELECT wfe.complete_task(%s, %s, %s, %s, %s)",
+                        (*_ids(task), Jsonb({} if result is None else result))))
+
+
+def fail_task(db: Executor, task: Union[Task, Ids], error: Optional[Mapping[str, Any]] = None,
+              retryable: bool = True) -> Outcome:
+    """wfe.fail_task; retryable=False fails the stage at once."""
+    return Outcome(_one(db, "SELECT wfe.fail_task(%s, %s, %s, %s, %s, %s)",
+                        (*_ids(task), Jsonb(dict(error or {})), retryable)))
+
+
+def complete_tasks(db: Executor, reports: Iterable[Tuple[Union[Task, Ids], JSON]]) -> Dict[Tuple[int, str], Outcome]:
+    """wfe.complete_tasks: many completions in one call and one transaction (at most 1000)."""
+    body = []
+    for task, result in reports:
+        run_id, stage, attempt, fence = _ids(task)
+        body.append({"run_id": run_id, "stage": stage, "attempt": attempt, "fence": fence,
+                     "result": {} if result is None else result})
+    if not body:
+        return {}
+    with translated():
+        rows = db.execute("SELECT run_id, stage, outcome FROM wfe.complete_tasks(%s)", (Jsonb(body),)).fetchall()
+    return {(int(r[0]), r[1]): Outcome(r[2]) for r in rows}
+
+
+def fetch_payload(db: Executor, ref: Mapping[str, Any]) -> JSON:
+    """wfe.fetch_payload: the input of a large-track dispatch, checked against its SHA-256."""
+    return _one(db, "SELECT wfe.fetch_payload(%s)", (Jsonb(dict(ref)),))
+
+
+def ack_cancel(db: Executor, task: Union[Task, Ids]) -> Outcome:
+    """wfe.ack_cancel: record that a cancelled attempt stopped (the values of the cancel message)."""
+    return Outcome(_one(db, "SELECT wfe.ack_cancel(%s, %s, %s, %s)", _ids(task)))
+
+
+def setting(db: Executor, name: str) -> Optional[str]:
+    """A setting as the server has it, in its base unit (ms, bytes) and without the unit; None when unknown."""
+    with translated():
+        row = db.execute("SELECT setting FROM pg_catalog.pg_settings WHERE name = %s", (name,)).fetchone()
+    return row[0] if row else None

@@ -1,0 +1,70 @@
+"""What a handler receives (Task) and what it may raise to control a failure (Fail)."""
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import threading
+import uuid
+from typing import Any, Dict, Optional
+
+JSON = Any
+"""A JSON value as psycopg and json load it: dict, list, str, int, float, bool or None."""
+
+
+@dataclasses.dataclass
+class Task:
+    """One attempt of a stage, claimed (poll) or accepted (broker); the same for both modes."""
+
+    run_id: int
+    stage: str
+    attempt: int
+    fence: int
+    queue: str
+    worker: str
+    """The contract ref of the worker or queued action, e.g. ``thumbnail.render@3``."""
+    input: JSON
+    tenant: str = "default"
+    deadline_at: Optional[datetime.datetime] = None
+    heartbeat_ms: Optional[int] = None
+    execution_deadline_ms: Optional[int] = None
+    definition_digest: Optional[str] = None
+    message_id: Optional[uuid.UUID] = None
+    payload_ref: Optional[Dict[str, Any]] = None
+    mode: str = "poll"
+    """``poll`` (claimed with claim_task) or ``broker`` (a RabbitMQ dispatch, accepted)."""
+    stopped: threading.Event = dataclasses.field(default_factory=threading.Event, repr=False, compare=False)
+    """Set when the attempt is no longer this worker's (a heartbeat answered stale/late/unknown,
+    a cancellation request, or the worker stopping past its grace period): stop and return."""
+
+    @property
+    def ids(self) -> tuple:
+        """(run_id, stage, attempt, fence): what every callback takes."""
+        return (self.run_id, self.stage, self.attempt, self.fence)
+
+    @property
+    def idempotency_key(self) -> str:
+        """``<run>:<stage>:<attempt>``: a key for side effects the task makes elsewhere."""
+        return f"{self.run_id}:{self.stage}:{self.attempt}"
+
+    @property
+    def contract_name(self) -> str:
+        """The contract's name without its version (``thumbnail.render``)."""
+        return self.worker.split("@", 1)[0]
+
+
+class Fail(Exception):
+    """Raise from a handler to fail the attempt with this error code (any other exception
+    fails it with the exception's class name as code).  ``retryable=False`` fails the stage
+    at once: use it when trying again cannot help (bad input)."""
+
+    def __init__(self, code: str, message: str = "", *, retryable: bool = True,
+                 details: Optional[Dict[str, Any]] = None) -> None:
+        super().__init__(message or code)
+        self.code = code
+        self.message = message or code
+        self.retryable = retryable
+        self.details = dict(details or {})
+
+    def error(self) -> Dict[str, Any]:
+        """The error object given to wfe.fail_task."""
+        return {**self.details, "code": self.code, "message": self.message}
