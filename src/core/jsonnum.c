@@ -318,6 +318,25 @@ wfe_jnum_is_multiple(const wfe_jnum *a, const wfe_jnum *m)
 	return divisible(a->dig, a->ndig, shift, m->dig, m->ndig);
 }
 
+void
+wfe_jnum_format(const wfe_jnum *n, char *buf, size_t buflen)
+{
+	const char *sign = n->neg ? "-" : "";
+	long		point = n->ndig + n->exp;	/* digits before the decimal point */
+
+	if (n->ndig == 0)
+		snprintf(buf, buflen, "0");
+	else if (n->exp >= 0 && point <= 40)
+		snprintf(buf, buflen, "%s%s%.*s", sign, n->dig, (int) n->exp, "0000000000000000000000000000000000000000");
+	else if (n->exp < 0 && point > 0 && n->ndig <= 40)
+		snprintf(buf, buflen, "%s%.*s.%s", sign, (int) point, n->dig, n->dig + point);
+	else if (n->exp < 0 && point <= 0 && n->ndig - point <= 40)
+		snprintf(buf, buflen, "%s0.%.*s%s", sign, (int) -point, "0000000000000000000000000000000000000000", n->dig);
+	else
+		snprintf(buf, buflen, "%s%c%s%.*se%+ld", sign, n->dig[0], n->ndig > 1 ? "." : "",
+				 n->ndig > 20 ? 20 : n->ndig - 1, n->dig + 1, point - 1);
+}
+
 int
 wfe_json_is_integral(json_object *v)
 {

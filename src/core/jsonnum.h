@@ -47,6 +47,12 @@ extern int	wfe_jnum_is_integer(const wfe_jnum *n);
 /* Is a an integer multiple of m (m > 0)?  Exact. */
 extern int	wfe_jnum_is_multiple(const wfe_jnum *a, const wfe_jnum *m);
 
+/*
+ * Write the number in plain decimal notation ("100", "0.01", "-2.5") into
+ * buf, or as d.ddde+N when that would take more than 40 characters.
+ */
+extern void wfe_jnum_format(const wfe_jnum *n, char *buf, size_t buflen);
+
 /* Is v (a json-c value) a number whose value is integral? */
 extern int	wfe_json_is_integral(struct json_object *v);
 

@@ -433,8 +433,8 @@ typedef struct vctx
 	int			aborted;		/* a bound was hit: the answer is "invalid" */
 	int			depth;
 	long		regex_budget;
-	const js_resource *scope[WFE_SCHEMA_MAX_EVAL + 1];	/* dynamic scope */
 	int			nscope;
+	const js_resource *scope[WFE_SCHEMA_MAX_EVAL + 1];	/* dynamic scope (last member) */
 } vctx;
 
 static int	fail(vctx *cx, const js_node *n, const char *kw, const char *fmt,...)
@@ -562,8 +562,7 @@ eval_number(vctx *cx, const js_node *n, json_object *v)
 	if (wfe_jnum_from_json(&x, v) < 0)
 		return fail(cx, n, NULL, "not a finite number");
 	short_json(v, a, sizeof(a), 40);
-#define NUMTEXT(num) (snprintf(b, sizeof(b), "%s%s%se%ld", (num)->neg ? "-" : "", \
-							   (num)->ndig ? "" : "0", (num)->ndig > 40 ? "(long)" : (num)->dig, (num)->exp), b)
+#define NUMTEXT(num) (wfe_jnum_format((num), b, sizeof(b)), b)
 	if (ok && n->minimum && wfe_jnum_cmp(&x, n->minimum) < 0)
 		ok = fail(cx, n, "minimum", "%s is less than the minimum %s", a, NUMTEXT(n->minimum));
 	if (ok && n->xminimum && wfe_jnum_cmp(&x, n->xminimum) <= 0)
@@ -654,7 +653,7 @@ eval_object(vctx *cx, const js_node *n, json_object *v, js_ann *ann)
 		if (json_object_object_get_ex(v, n->dep_required[k].name, NULL))
 			for (int d = 0; d < n->dep_required[k].nnames; d++)
 				if (!json_object_object_get_ex(v, n->dep_required[k].names[d], NULL))
-					return fail(cx, n, "dependentRequired", "property \"%s\" requires property \"%s\"",
+					return fail(cx, n, n->dep_required[k].kw, "property \"%s\" requires property \"%s\"",
 								n->dep_required[k].name, n->dep_required[k].names[d]);
 	for (int k = 0; k < n->ndep_schemas; k++)
 		if (json_object_object_get_ex(v, n->dep_schemas[k].name, NULL) &&
@@ -1044,6 +1043,7 @@ wfe_jschema_check(const wfe_jschema *s, json_object *value, const char *root,
 			snprintf(msg, msglen, "%s: out of memory", root ? root : "$");
 		return WFE_SCHEMA_VIOLATION;
 	}
+	/* the scope stack is written before it is read: clear only the rest */
 	memset(cx, 0, offsetof(vctx, scope));
 	snprintf(cx->path.buf, sizeof(cx->path.buf), "%s", root ? root : "$");
 	cx->path.len = strlen(cx->path.buf);

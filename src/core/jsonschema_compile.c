@@ -598,8 +598,9 @@ resolve_ref(cctx *cx, js_entry *e, const char *kw, const char *ref, js_anchor_de
 	if (r == NULL)
 	{
 		cfail(cx, WFE_JSE_REMOTE_REF, e->ptr, kw,
-			  "remote reference \"%s\" is not supported (it resolves to %s, outside this schema; "
-			  "put what it names under \"$defs\" and refer to it with \"#/$defs/...\")", ref, uri);
+			  "remote reference \"%s\"%s%s is not supported: wfe resolves references within the schema only; "
+			  "put what it names under \"$defs\" and refer to it as \"#/$defs/...\"", ref,
+			  strcmp(ref, uri) == 0 ? "" : ", that is ", strcmp(ref, uri) == 0 ? "" : uri);
 		return NULL;
 	}
 	frag = percent_decode(cx, frag);
@@ -1130,13 +1131,15 @@ compile_entry(cctx *cx, js_entry *e)
 						}
 						if (as_names)
 						{
-							n->dep_required[nr].name = dk;
+							n->dep_required[nr].kw = key;
+					n->dep_required[nr].name = dk;
 							n->dep_required[nr].names = string_set(cx, e, kp, dk, dv, &n->dep_required[nr].nnames);
 							nr++;
 						}
 						else
 						{
-							n->dep_schemas[ns].name = dk;
+							n->dep_schemas[ns].kw = key;
+					n->dep_schemas[ns].name = dk;
 							n->dep_schemas[ns].schema = node_for(cx, dv, ptr_push(cx, kp, dk), e);
 							ns++;
 						}

@@ -42,6 +42,7 @@ typedef struct js_pattern_prop
 /* dependentRequired (names) or dependentSchemas (schema) of one member. */
 typedef struct js_dep
 {
+	const char *kw;				/* the keyword it came from, for messages */
 	const char *name;
 	const char **names;
 	int			nnames;
