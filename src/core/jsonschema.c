@@ -561,8 +561,8 @@ eval_number(vctx *cx, const js_node *n, json_object *v)
 		return 1;
 	if (wfe_jnum_from_json(&x, v) < 0)
 		return fail(cx, n, NULL, "not a finite number");
-	short_json(v, a, sizeof(a), 40);
-#define NUMTEXT(num) (wfe_jnum_format((num), b, sizeof(b)), b)
+	/* the value's text only for a message: it costs an allocation */
+#define NUMTEXT(num) (short_json(v, a, sizeof(a), 40), wfe_jnum_format((num), b, sizeof(b)), b)
 	if (ok && n->minimum && wfe_jnum_cmp(&x, n->minimum) < 0)
 		ok = fail(cx, n, "minimum", "%s is less than the minimum %s", a, NUMTEXT(n->minimum));
 	if (ok && n->xminimum && wfe_jnum_cmp(&x, n->xminimum) <= 0)
