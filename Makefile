@@ -77,6 +77,7 @@ FUZZ_CFLAGS  = -std=gnu11 -g -O1 -Wall -Wextra -Werror \
                -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
 FUZZ_TARGET  = build/fuzz/fuzz_compile
 FUZZ_STEP    = build/fuzz/fuzz_step
+FUZZ_SCHEMA  = build/fuzz/fuzz_schema
 FUZZ_SECONDS = 600
 
 # ---------------------------------------------------------------------------
@@ -154,11 +155,16 @@ $(PROBE): test/tools/amqp-probe.c
 	$(CC) $(WFE_CFLAGS) -o $@ $< $(PROBE_LIBS)
 
 # The libFuzzer targets: one clang invocation each over the harness and the
-# core.  fuzz_step drives the step core through the unit tests' in-memory
+# core.  fuzz_schema feeds the JSON Schema validator and the regex engine;
+# fuzz_step drives the step core through the unit tests' in-memory
 # server (test/unit/step_harness.h).
-fuzz-target: $(FUZZ_TARGET) $(FUZZ_STEP)
+fuzz-target: $(FUZZ_TARGET) $(FUZZ_STEP) $(FUZZ_SCHEMA)
 
 $(FUZZ_TARGET): test/fuzz/fuzz_compile.c $(CORE_SRCS) $(SRC_HEADERS) wfe.control
+	@mkdir -p $(@D)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) $(WFE_CPPFLAGS) -o $@ $(filter %.c,$^) $(WFE_LIBS)
+
+$(FUZZ_SCHEMA): test/fuzz/fuzz_schema.c $(CORE_SRCS) $(SRC_HEADERS) wfe.control
 	@mkdir -p $(@D)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) $(WFE_CPPFLAGS) -o $@ $(filter %.c,$^) $(WFE_LIBS)
 

@@ -3,14 +3,16 @@
 #
 #   test/harness/run-fuzz.sh SECONDS CORPUS_DIR ARTIFACT_DIR
 #
-# Two targets: fuzz_compile (the compiler, 3/5 of SECONDS) and fuzz_step
-# (the step core, the rest).  The seeds in test/fuzz/corpus (YAML) and
-# test/fuzz/corpus-step (event sequences) are read but never written:
+# Three targets: fuzz_compile (the compiler, 3/5 of SECONDS), fuzz_step
+# (the step core, 1/5) and fuzz_schema (the JSON Schema validator and the
+# regex engine, the rest).  The seeds in test/fuzz/corpus (YAML),
+# test/fuzz/corpus-step (event sequences) and test/fuzz/corpus-schema
+# ("SCHEMA\0VALUE", a pattern's first line) are read but never written:
 # libFuzzer adds the inputs it finds to the first corpus directory,
-# CORPUS_DIR for fuzz_compile and CORPUS_DIR-step for fuzz_step.  A crash, a
+# CORPUS_DIR for fuzz_compile, CORPUS_DIR-step and CORPUS_DIR-schema.  A crash, a
 # leak, a broken invariant, a timeout (5 s per input) or more than 1 GiB of
 # memory fails the run and leaves the input in ARTIFACT_DIR (fuzz_step's
-# prefixed step-).  Counts as one test per target.
+# prefixed step-, fuzz_schema's schema-).  Counts as one test per target.
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
@@ -41,16 +43,18 @@ run_target() {
 }
 
 main() {
-	local seconds=$1 corpus=${2%/} artifacts=${3%/} step_seconds compile_seconds
+	local seconds=$1 corpus=${2%/} artifacts=${3%/} step_seconds compile_seconds schema_seconds
 	local passed=0 failed=0 name
 
-	for name in fuzz_compile fuzz_step; do
+	for name in fuzz_compile fuzz_step fuzz_schema; do
 		[ -x "$WFE_TOP/build/fuzz/$name" ] || { say "fuzz: build/fuzz/$name is missing (make fuzz-target)"; exit 2; }
 	done
 	mkdir -p "$artifacts"
-	step_seconds=$((seconds * 2 / 5))
+	step_seconds=$((seconds / 5))
 	[ "$step_seconds" -ge 1 ] || step_seconds=1
-	compile_seconds=$((seconds - step_seconds))
+	schema_seconds=$((seconds / 5))
+	[ "$schema_seconds" -ge 1 ] || schema_seconds=1
+	compile_seconds=$((seconds - step_seconds - schema_seconds))
 	[ "$compile_seconds" -ge 1 ] || compile_seconds=1
 
 	if run_target fuzz_compile "$compile_seconds" "$corpus" "$WFE_TOP/test/fuzz/corpus" \
@@ -61,6 +65,12 @@ main() {
 	fi
 	if run_target fuzz_step "$step_seconds" "$corpus-step" "$WFE_TOP/test/fuzz/corpus-step" \
 		"$artifacts/step-" "$artifacts/fuzz-step.log"; then
+		passed=$((passed + 1))
+	else
+		failed=$((failed + 1))
+	fi
+	if run_target fuzz_schema "$schema_seconds" "$corpus-schema" "$WFE_TOP/test/fuzz/corpus-schema" \
+		"$artifacts/schema-" "$artifacts/fuzz-schema.log"; then
 		passed=$((passed + 1))
 	else
 		failed=$((failed + 1))
