@@ -568,3 +568,7 @@ COMMENT ON FUNCTION wfe._check_json_schema(jsonb, text) IS
 REVOKE ALL ON FUNCTION wfe._check_json_schema(jsonb, text) FROM PUBLIC;
 COMMENT ON FUNCTION wfe._validate(jsonb, jsonb) IS
 'JSON Schema (draft 2020-12, or draft-07 by "$schema") check: NULL when value satisfies schema, else the first violation, e.g. "$.modelId: expected string, got integer (schema #/properties/modelId/type)". Internal.';
+-- "format" is asserted when wfe.schema_format_assertion is on: the two
+-- helpers that validate read it, so they are STABLE, not IMMUTABLE.
+ALTER FUNCTION wfe._validate(jsonb, jsonb) STABLE;
+ALTER FUNCTION wfe._bind_input(jsonb, jsonb, jsonb) STABLE;

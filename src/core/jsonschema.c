@@ -28,10 +28,20 @@
 #include <json-c/json.h>
 
 #include "compile.h"
+#include "jsonformat.h"
 #include "jsonschema_internal.h"
 
 /* Regex steps one validation may spend on pattern and patternProperties. */
 #define REGEX_BUDGET 10000000L
+
+/* Is "format" asserted?  (wfe.schema_format_assertion; off: an annotation) */
+static int	format_assertion;
+
+void
+wfe_jschema_set_format_assertion(int on)
+{
+	format_assertion = on != 0;
+}
 
 /* Longest path spelt in a message; deeper paths end in "...". */
 #define PATH_MAX_LEN 240
@@ -595,6 +605,13 @@ eval_string(vctx *cx, const js_node *n, json_object *v)
 		if (n->max_length >= 0 && chars > (size_t) n->max_length)
 			return fail(cx, n, "maxLength", "string of %zu characters is longer than %ld",
 						chars, n->max_length);
+	}
+	if (n->format && format_assertion && wfe_json_format_check(n->format, s, len) == 0)
+	{
+		char		a[96];
+
+		short_json(v, a, sizeof(a), 60);
+		return fail(cx, n, "format", "%s is not a valid %s", a, n->format);
 	}
 	if (n->pattern)
 	{

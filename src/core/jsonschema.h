@@ -6,7 +6,7 @@
  * names it.  The core, applicator and validation vocabularies of each;
  * same-document $ref, $defs/definitions, $anchor, $dynamicRef/$dynamicAnchor
  * and $id; boolean schemas; annotation keywords accepted and ignored
- * (format too: an annotation).  Any other keyword, a remote reference, and a
+ * (format too, unless wfe_jschema_set_format_assertion turned it on).  Any other keyword, a remote reference, and a
  * pattern needing backtracking are refused when the schema is compiled,
  * with the JSON pointer of the offending keyword.  Numbers compare exactly
  * (jsonnum.h).  docs/dsl.md "Schemas" is the user's reference.
@@ -100,6 +100,13 @@ extern int	wfe_schema_validate_at(struct json_object *schema,
 								   struct json_object *value,
 								   const char *root,
 								   char *msg, size_t msglen);
+
+/*
+ * Whether "format" is asserted (date-time, email, ipv4, ... see
+ * jsonformat.h) or only an annotation (the default).  Process-wide: the
+ * server layer sets it from the GUC wfe.schema_format_assertion.
+ */
+extern void wfe_jschema_set_format_assertion(int on);
 
 /*
  * Deep equality of two JSON values (NULL is JSON null): objects by key set

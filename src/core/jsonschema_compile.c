@@ -922,6 +922,8 @@ compile_entry(cctx *cx, js_entry *e)
 						!json_object_is_type(val, json_type_string))
 						cfail(cx, WFE_JSE_VALUE, e->ptr, key, "\"%s\" must be a string, not %s", key,
 							  wfe_json_type_name(val));
+					else if (strcmp(key, "format") == 0)
+						n->format = json_object_get_string(val);
 					continue;
 				}
 				cfail(cx, WFE_JSE_UNKNOWN_KEYWORD, e->ptr, key,

@@ -89,6 +89,7 @@ struct js_node
 	int			unique_items;
 	wfe_regex  *pattern;
 	const char *pattern_text;
+	const char *format;			/* asserted only with wfe.schema_format_assertion */
 
 	json_object *const_value;
 	int			has_const;

@@ -2,8 +2,10 @@
 -- src/core/bind.c; docs: runtime.md, dsl.md "Inputs and interpolation",
 -- "Expressions").  Internal: wfe's own SECURITY DEFINER functions call them
 -- when they bind a stage's input, check a context or a result against a
--- schema, and evaluate a decision.  All three depend on their arguments
--- only (the expression limits are the documented defaults), hence IMMUTABLE.
+-- schema, and evaluate a decision.  _check_json_schema and _eval_decision
+-- depend on their arguments only (the expression limits are the documented
+-- defaults), hence IMMUTABLE; _validate and _bind_input also read
+-- wfe.schema_format_assertion, hence STABLE.
 
 -- The JSON Schema validator (src/core/jsonschema*.c; docs/dsl.md "Schemas"):
 -- draft 2020-12, or draft-07 when "$schema" says so.  _check_json_schema is
@@ -24,7 +26,7 @@ COMMENT ON FUNCTION wfe._check_json_schema(jsonb, text) IS
 CREATE FUNCTION wfe._validate(schema jsonb, value jsonb)
 RETURNS text
 AS 'MODULE_PATHNAME', 'wfe_validate_sql'
-LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+LANGUAGE C STABLE STRICT PARALLEL SAFE;
 
 COMMENT ON FUNCTION wfe._validate(jsonb, jsonb) IS
 'JSON Schema (draft 2020-12, or draft-07 by "$schema") check: NULL when value satisfies schema, else the first violation, e.g. "$.modelId: expected string, got integer (schema #/properties/modelId/type)". Internal.';
@@ -37,7 +39,7 @@ COMMENT ON FUNCTION wfe._validate(jsonb, jsonb) IS
 CREATE FUNCTION wfe._bind_input(template jsonb, root jsonb, input_schema jsonb DEFAULT NULL)
 RETURNS jsonb
 AS 'MODULE_PATHNAME', 'wfe_bind_input_sql'
-LANGUAGE C IMMUTABLE PARALLEL SAFE;
+LANGUAGE C STABLE PARALLEL SAFE;
 
 COMMENT ON FUNCTION wfe._bind_input(jsonb, jsonb, jsonb) IS
 'Binds ${...} references of an input template over {"context","stages","outputs","run"}: {"ok": true, "input": {...}} or {"ok": false, "code": "binding.missing"|"binding.null"|"binding.type", "error": "..."}; with input_schema, the bound input must satisfy it (binding.type). Never raises for binding problems. Internal.';

@@ -318,9 +318,58 @@ test_numbers(void)
 	ok(wfe_jnum_parse(&x, "1.", 2) < 0 && wfe_jnum_parse(&y, "e5", 2) < 0, "malformed number text is refused");
 }
 
+/* "format": an annotation by default, asserted when turned on. */
+static void
+test_formats(void)
+{
+	static const struct
+	{
+		const char *format;
+		const char *good;
+		const char *bad;
+	}			cases[] = {
+		{"date-time", "\"2026-12-01T12:00:00.5+01:00\"", "\"2026-12-01 12:00:00Z\""},
+		{"date-time", "\"2024-02-29T00:00:00Z\"", "\"2023-02-29T00:00:00Z\""},
+		{"date", "\"2026-12-31\"", "\"2026-13-01\""},
+		{"time", "\"23:59:60Z\"", "\"24:00:00Z\""},
+		{"duration", "\"P1Y2M3DT4H5M6S\"", "\"PT\""},
+		{"duration", "\"P4W\"", "\"P1S\""},
+		{"email", "\"ann.b+x@example.org\"", "\"ann..b@example.org\""},
+		{"hostname", "\"a-b.example.org\"", "\"-a.example.org\""},
+		{"ipv4", "\"192.168.0.1\"", "\"192.168.0.01\""},
+		{"ipv4", "\"255.255.255.255\"", "\"256.1.1.1\""},
+		{"ipv6", "\"::ffff:192.168.0.1\"", "\"1:::2\""},
+		{"uuid", "\"123e4567-e89b-12d3-a456-426614174000\"", "\"123e4567e89b12d3a456426614174000\""},
+		{"uri", "\"https://example.org/a?b=c#d\"", "\"//example.org/a\""},
+		{"uri-reference", "\"../a%20b\"", "\"a b\""},
+		{"json-pointer", "\"/a~1b/0\"", "\"/a~2\""},
+		{"regex", "\"^[a-z]+$\"", "\"(a)\\\\1\""},
+	};
+	char		schema[128],
+				want[256];
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+	{
+		snprintf(schema, sizeof(schema), "{\"format\": \"%s\"}", cases[i].format);
+		check(schema, cases[i].bad, NULL);	/* off: an annotation */
+	}
+	wfe_jschema_set_format_assertion(1);
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+	{
+		snprintf(schema, sizeof(schema), "{\"format\": \"%s\"}", cases[i].format);
+		check(schema, cases[i].good, NULL);
+		snprintf(want, sizeof(want), "$: %s is not a valid %s (schema #/format)", cases[i].bad, cases[i].format);
+		check(schema, cases[i].bad, want);
+	}
+	check("{\"format\": \"email\"}", "7", NULL);	/* only strings */
+	check("{\"format\": \"iri\"}", "\"not checked\"", NULL);	/* unknown formats stay annotations */
+	wfe_jschema_set_format_assertion(0);
+}
+
 int
 main(void)
 {
+	test_formats();
 	test_messages();
 	test_refusals();
 	test_bounds();
