@@ -21,6 +21,7 @@ PACKAGES=(
 	amqp-tools
 	clang                       # libFuzzer
 	libclang-rt-14-dev
+	json-schema-test-suite      # JSON Schema conformance (test/unit/test_jsonschema_suite.c)
 )
 
 # is_installed PACKAGE: true when dpkg has the package fully installed.
