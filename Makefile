@@ -78,6 +78,7 @@ FUZZ_CFLAGS  = -std=gnu11 -g -O1 -Wall -Wextra -Werror \
 FUZZ_TARGET  = build/fuzz/fuzz_compile
 FUZZ_STEP    = build/fuzz/fuzz_step
 FUZZ_EXPR    = build/fuzz/fuzz_expr
+FUZZ_SCHEMA  = build/fuzz/fuzz_schema
 FUZZ_SECONDS = 600
 
 # ---------------------------------------------------------------------------
@@ -156,14 +157,19 @@ $(PROBE): test/tools/amqp-probe.c
 
 # The libFuzzer targets: one clang invocation each over the harness and the
 # core.  fuzz_step drives the step core through the unit tests' in-memory
-# server (test/unit/step_harness.h); fuzz_expr drives the CEL expression core.
-fuzz-target: $(FUZZ_TARGET) $(FUZZ_STEP) $(FUZZ_EXPR)
+# server (test/unit/step_harness.h); fuzz_expr drives the CEL expression
+# core; fuzz_schema feeds the JSON Schema validator and the regex engine.
+fuzz-target: $(FUZZ_TARGET) $(FUZZ_STEP) $(FUZZ_EXPR) $(FUZZ_SCHEMA)
 
 $(FUZZ_TARGET): test/fuzz/fuzz_compile.c $(CORE_SRCS) $(SRC_HEADERS) wfe.control
 	@mkdir -p $(@D)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) $(WFE_CPPFLAGS) -o $@ $(filter %.c,$^) $(WFE_LIBS)
 
 $(FUZZ_EXPR): test/fuzz/fuzz_expr.c $(CORE_SRCS) $(SRC_HEADERS) wfe.control
+	@mkdir -p $(@D)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) $(WFE_CPPFLAGS) -o $@ $(filter %.c,$^) $(WFE_LIBS)
+
+$(FUZZ_SCHEMA): test/fuzz/fuzz_schema.c $(CORE_SRCS) $(SRC_HEADERS) wfe.control
 	@mkdir -p $(@D)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) $(WFE_CPPFLAGS) -o $@ $(filter %.c,$^) $(WFE_LIBS)
 

@@ -44,6 +44,8 @@
 #   BENCH_CLIENTS    client counts, one row each (default "4 1")
 #   BENCH_DOCS       page to update (default docs/benchmarks.md; empty: none)
 #   BENCH_SKIP_COMPILE=1  leave out the compile benchmark
+#   BENCH_SKIP_JSONSCHEMA=1  leave out the JSON Schema validator's figures
+#                         (bench/jsonschema/run.sh, no server; printed only)
 #   BENCH_SKIP_THROUGHPUT=1  leave out 2 and 3 (only the scale and latency
 #                         sections of the page are then rewritten)
 #   BENCH_SKIP_SCALE=1    leave out 4
@@ -546,6 +548,12 @@ main() {
 			{ printf '%s\n' "$compile_out"; die "the compile benchmark failed"; }
 		compile_out=$(sed -n '/^== compile:/,$p' <<<"$compile_out")
 		printf '%s\n' "$compile_out"
+	fi
+
+	# The JSON Schema validator's figures (plain C, no server).
+	if [ -z "${BENCH_SKIP_JSONSCHEMA:-}" ]; then
+		banner "JSON Schema validator (bench/jsonschema/run.sh)"
+		"$BENCH_DIR/jsonschema/run.sh" || die "the JSON Schema benchmark failed"
 	fi
 
 	# Step 3: the cluster, the schema.

@@ -156,21 +156,32 @@ SELECT wfe.register_action('contracts.dangling@1', 4294967295::oid::regprocedure
 \echo :LAST_ERROR_SQLSTATE
 
 --
--- Schemas: JSON objects using only the supported subset, checked recursively
+-- Schemas: JSON Schema draft 2020-12 (draft-07 by "$schema"), compiled at
+-- registration by the one validator; refusals name the JSON pointer
 --
 SELECT wfe.register_worker('contracts.schema@1', 'contracts', '[]');
 \echo :LAST_ERROR_SQLSTATE
 SELECT wfe.register_worker('contracts.schema@1', 'contracts', '{}', '"object"');
 \echo :LAST_ERROR_SQLSTATE
-SELECT wfe.register_worker('contracts.schema@1', 'contracts', '{"type":"object","additionalProperties":false}');
-\echo :LAST_ERROR_SQLSTATE
+-- a misspelt keyword must not silently check nothing
 SELECT wfe.register_worker('contracts.schema@1', 'contracts',
-    '{"type":"object","properties":{"modelId":{"type":"string","pattern":"^m"}}}');
-\echo :LAST_ERROR_SQLSTATE
-SELECT wfe.register_worker('contracts.schema@1', 'contracts',
-    '{"type":"object","properties":{"a/b~c":{"type":"array","items":{"type":"object","properties":{"x":{"minimum":0}}}}}}');
+    '{"type":"object","properties":{"a/b~c":{"type":"array","items":{"type":"object","properties":{"x":{"minimun":0}}}}}}');
 \echo :LAST_ERROR_SQLSTATE
 SELECT wfe.register_worker('contracts.schema@1', 'contracts', '{}', '{"$ref":"#/definitions/x"}');
+\echo :LAST_ERROR_SQLSTATE
+-- remote references are refused with the pointer that holds them
+SELECT wfe.register_worker('contracts.schema@1', 'contracts',
+    '{"properties":{"addr":{"$ref":"https://example.com/address.json"}}}');
+\echo :LAST_ERROR_SQLSTATE
+-- patterns run in linear time: backreferences and lookaround are refused
+SELECT wfe.register_worker('contracts.schema@1', 'contracts',
+    '{"properties":{"id":{"type":"string","pattern":"^(a+)\\1$"}}}');
+\echo :LAST_ERROR_SQLSTATE
+SELECT wfe.register_worker('contracts.schema@1', 'contracts', '{"patternProperties":{"^(?!x-)":{}}}');
+\echo :LAST_ERROR_SQLSTATE
+-- dialects other than 2020-12 and draft-07 are refused
+SELECT wfe.register_worker('contracts.schema@1', 'contracts',
+    '{"$schema":"http://json-schema.org/draft-04/schema#","type":"object"}');
 \echo :LAST_ERROR_SQLSTATE
 SELECT wfe.register_worker('contracts.schema@1', 'contracts', '{"type":"strng"}');
 \echo :LAST_ERROR_SQLSTATE
@@ -182,7 +193,7 @@ SELECT wfe.register_worker('contracts.schema@1', 'contracts', '{"type":1}');
 \echo :LAST_ERROR_SQLSTATE
 SELECT wfe.register_worker('contracts.schema@1', 'contracts', '{"properties":["a"]}');
 \echo :LAST_ERROR_SQLSTATE
-SELECT wfe.register_worker('contracts.schema@1', 'contracts', '{"properties":{"a":true}}');
+SELECT wfe.register_worker('contracts.schema@1', 'contracts', '{"properties":{"a":1}}');
 \echo :LAST_ERROR_SQLSTATE
 SELECT wfe.register_worker('contracts.schema@1', 'contracts', '{"required":"a"}');
 \echo :LAST_ERROR_SQLSTATE
@@ -191,6 +202,10 @@ SELECT wfe.register_worker('contracts.schema@1', 'contracts', '{"required":["a",
 SELECT wfe.register_worker('contracts.schema@1', 'contracts', '{"required":["a","a"]}');
 \echo :LAST_ERROR_SQLSTATE
 SELECT wfe.register_worker('contracts.schema@1', 'contracts', '{"items":[{"type":"string"}]}');
+\echo :LAST_ERROR_SQLSTATE
+SELECT wfe.register_worker('contracts.schema@1', 'contracts', '{"maxLength":-1}');
+\echo :LAST_ERROR_SQLSTATE
+SELECT wfe.register_worker('contracts.schema@1', 'contracts', '{"multipleOf":0}');
 \echo :LAST_ERROR_SQLSTATE
 SELECT wfe.register_worker('contracts.schema@1', 'contracts', '{"enum":[]}');
 \echo :LAST_ERROR_SQLSTATE
@@ -201,6 +216,26 @@ SELECT wfe.register_worker('contracts.schema@1', 'contracts', '{"description":{"
 -- none of the refused registrations left a row
 SELECT count(*) FROM wfe.contracts
  WHERE ref ~ '^contracts\.(schema|neither|both|missing|int|text|two|set|proc|agg|dangling|badqueue|noqueue|zero|leading|semver)@';
+
+-- what 0.1.0 refused registers now: the keywords of the standard, $ref into
+-- $defs, boolean schemas, a draft-07 schema, a pattern
+SELECT wfe.register_worker('contracts.rich@1', 'contracts',
+    '{"type":"object","additionalProperties":false,"required":["modelId"],
+      "properties":{"modelId":{"type":"string","pattern":"^m-[0-9]+$","maxLength":40},
+                    "size":{"$ref":"#/$defs/size"},"tags":{"type":"array","items":{"type":"string"},"uniqueItems":true},
+                    "extra":true},
+      "$defs":{"size":{"type":"integer","minimum":1,"maximum":100}}}',
+    '{"$schema":"http://json-schema.org/draft-07/schema#","type":"object",
+      "properties":{"n":{"type":"integer","multipleOf":2}},"dependencies":{"n":["m"]}}');
+SELECT wfe._validate(input_schema, '{"modelId":"m-1","size":100,"tags":["a"]}') AS valid,
+       wfe._validate(input_schema, '{"modelId":"m-1","size":101}') AS too_big,
+       wfe._validate(input_schema, '{"modelId":"x-1"}') AS bad_pattern,
+       wfe._validate(input_schema, '{"modelId":"m-1","other":1}') AS not_allowed
+  FROM wfe.contracts WHERE ref = 'contracts.rich@1';
+SELECT wfe._validate(output_schema, '{"n":4,"m":0}') AS valid,
+       wfe._validate(output_schema, '{"n":3,"m":0}') AS odd,
+       wfe._validate(output_schema, '{"n":4}') AS dependency
+  FROM wfe.contracts WHERE ref = 'contracts.rich@1';
 
 --
 -- Registered contracts are immutable, whoever asks

@@ -54,7 +54,15 @@ SELECT v AS value,
        wfe._validate('{"enum": [1, "one", null, {"a": [1, {"b": true}]}]}', v::jsonb) AS violation
   FROM (VALUES ('1.0'), ('"one"'), ('null'), ('{"a": [1, {"b": true}]}'),
                ('{"a": [1, {"b": false}]}'), ('"two"')) AS c(v);
--- schemas outside the subset are refused, not used
+-- format is an annotation unless wfe.schema_format_assertion is on
+SELECT wfe._validate('{"format": "email"}', '"not an email"') AS annotation;
+SET wfe.schema_format_assertion = on;
+SELECT wfe._validate('{"format": "email"}', '"not an email"') AS asserted,
+       wfe._validate('{"format": "email"}', '"ann@example.org"') AS valid,
+       wfe._validate('{"properties": {"at": {"format": "date-time"}}}', '{"at": "2026-02-30T10:00:00Z"}') AS bad_date;
+RESET wfe.schema_format_assertion;
+SELECT wfe._validate('{"format": "email"}', '"not an email"') AS annotation_again;
+-- schemas wfe cannot use are refused, not used
 SELECT wfe._validate('{"type": "text"}', '1');
 \echo :LAST_ERROR_SQLSTATE
 SELECT wfe._validate('{"properties": {"a": 1}}', '{"a": 1}');

@@ -260,5 +260,52 @@ SELECT task.stage, wfe.complete_task(task.run_id, task.stage, task.attempt, task
 SELECT * FROM pg_temp.run(:bt);
 SELECT wfe.report(:bm) -> 'stages' -> 0 -> 'error' AS report_error;
 
+-- context_schema is checked at submit by the one validator: a context that
+-- breaks it is refused with 22023 naming the path and the keyword, and
+-- nothing is created (no run, no stage, no event, no outbox row).
+SELECT wfe.create_definition($yaml$
+name: submit-typed
+version: "1.0.0"
+context_schema:
+  type: object
+  required: [name, size]
+  additionalProperties: false
+  properties:
+    name: { type: string, pattern: "^[a-z]+$" }
+    size: { type: integer, minimum: 1, maximum: 10 }
+    ratio: { type: number, multipleOf: 0.1 }
+entry: step
+stages:
+  - name: step
+    type: worker
+    queue: rt-sb-work
+    worker: rt-sb.step@1
+    input: { name: "${context.name}", size: "${context.size}" }
+    on_success: completed
+    on_failure: failed
+$yaml$) LIKE 'sha256:%' AS created;
+SELECT wfe.approve('submit-typed', '1.0.0');
+SELECT wfe.activate('submit-typed', '1.0.0');
+SELECT (SELECT count(*) FROM wfe.runs) AS runs, (SELECT count(*) FROM wfe.run_stages) AS stages,
+       (SELECT count(*) FROM wfe.events) AS events, (SELECT count(*) FROM wfe.outbox) AS outbox \gset before_
+SELECT * FROM wfe.submit('submit-typed', '{"name": "ok", "size": 11}');
+\echo :LAST_ERROR_SQLSTATE
+SELECT * FROM wfe.submit('submit-typed', '{"name": "Not-ok", "size": 2}');
+\echo :LAST_ERROR_SQLSTATE
+SELECT * FROM wfe.submit('submit-typed', '{"name": "ok"}');
+\echo :LAST_ERROR_SQLSTATE
+SELECT * FROM wfe.submit('submit-typed', '{"name": "ok", "size": 2, "extra": true}');
+\echo :LAST_ERROR_SQLSTATE
+SELECT * FROM wfe.submit('submit-typed', '{"name": "ok", "size": 2, "ratio": 0.35}');
+\echo :LAST_ERROR_SQLSTATE
+SELECT (SELECT count(*) FROM wfe.runs) = :before_runs AS no_run,
+       (SELECT count(*) FROM wfe.run_stages) = :before_stages AS no_stage,
+       (SELECT count(*) FROM wfe.events) = :before_events AS no_event,
+       (SELECT count(*) FROM wfe.outbox) = :before_outbox AS no_outbox;
+-- a conforming context starts a run (2.0 is an integer; 0.3 a multiple of 0.1)
+SELECT accepted FROM wfe.submit('submit-typed', '{"name": "ok", "size": 2.0, "ratio": 0.3}');
+SELECT task.stage, wfe.complete_task(task.run_id, task.stage, task.attempt, task.fence, '{}')
+  FROM wfe.claim_task('rt-sb-work', 'w-sb', 10) AS task;
+
 -- Nothing of this file is left to claim.
 SELECT count(*) AS left_over FROM wfe.run_stages WHERE queue LIKE 'rt-sb-%' AND state = 'queued';

@@ -367,6 +367,16 @@ BEGIN
     d := wfe._submittable(submit.workflow);
     v_deadline := coalesce((v_opts ->> 'run_deadline_ms')::bigint, (d.plan ->> 'run_deadline_ms')::bigint);
 
+    -- The definition's context_schema, checked by the one validator.
+    IF jsonb_typeof(d.plan -> 'context_schema') IN ('object', 'boolean') THEN
+        v_bad := wfe._validate(d.plan -> 'context_schema', v_context);
+        IF v_bad IS NOT NULL THEN
+            RAISE EXCEPTION 'context does not satisfy the context_schema of %@%: %', d.workflow, d.version, v_bad
+                USING ERRCODE = 'invalid_parameter_value',
+                      HINT = 'The message names the context path and the schema keyword it breaks.';
+        END IF;
+    END IF;
+
     IF submit.idempotency_key IS NOT NULL THEN
         v_existing := wfe._idempotent_run(v_tenant, d.workflow, submit.idempotency_key, v_context);
         IF v_existing IS NOT NULL THEN
@@ -1277,3 +1287,24 @@ GRANT SELECT ON wfe.tenant_members TO wfe_admin;
 ALTER TABLE wfe.run_stages ADD COLUMN lease_ms int;
 COMMENT ON COLUMN wfe.run_stages.lease_ms IS
 'The lease_ms the running attempt was claimed with (NULL: none); each heartbeat renews it, within the execution deadline';
+
+
+-- 0.2.0: one JSON Schema validator (src/core/jsonschema*.c, draft 2020-12
+-- and draft-07) serves registration too: the PL/pgSQL subset check and its
+-- pointer helper go, the C check comes.
+DROP FUNCTION wfe._check_json_schema(jsonb, text, text);
+DROP FUNCTION wfe._json_pointer(text, text);
+CREATE FUNCTION wfe._check_json_schema(schema jsonb, label text)
+RETURNS void
+AS 'MODULE_PATHNAME', 'wfe_check_schema_sql'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
+COMMENT ON FUNCTION wfe._check_json_schema(jsonb, text) IS
+'Raises 22023 with the JSON pointer of what makes a schema unusable (unknown keyword, remote reference, backtracking pattern, malformed keyword value); returns nothing for a schema wfe accepts. Internal.';
+REVOKE ALL ON FUNCTION wfe._check_json_schema(jsonb, text) FROM PUBLIC;
+COMMENT ON FUNCTION wfe._validate(jsonb, jsonb) IS
+'JSON Schema (draft 2020-12, or draft-07 by "$schema") check: NULL when value satisfies schema, else the first violation, e.g. "$.modelId: expected string, got integer (schema #/properties/modelId/type)". Internal.';
+-- "format" is asserted when wfe.schema_format_assertion is on: the two
+-- helpers that validate read it, so they are STABLE, not IMMUTABLE.
+ALTER FUNCTION wfe._validate(jsonb, jsonb) STABLE;
+ALTER FUNCTION wfe._bind_input(jsonb, jsonb, jsonb) STABLE;

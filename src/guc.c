@@ -9,12 +9,14 @@
 #include "utils/guc.h"
 
 #include "wfe.h"
+#include "core/jsonschema.h"
 
 int			wfe_max_definition_bytes = 1024 * 1024;
 int			wfe_max_stages = 500;
 int			wfe_max_fanout = 64;
 int			wfe_max_expression_bytes = 4096;
 bool		wfe_four_eyes = false;
+bool		wfe_schema_format_assertion = false;
 char	   *wfe_database = NULL;
 int			wfe_poll_interval_ms = 1000;
 int			wfe_retention_s = 7 * 24 * 3600;
@@ -34,6 +36,13 @@ int			wfe_max_json_depth = WFE_JSON_DEPTH_CEILING;
 int			wfe_max_name_bytes = 256;
 
 /* Define every wfe.* parameter, then reserve the prefix against typos. */
+/* The core's validator reads the setting from its own variable. */
+static void
+assign_schema_format_assertion(bool newval, void *extra)
+{
+	wfe_jschema_set_format_assertion(newval);
+}
+
 void
 wfe_guc_init(void)
 {
@@ -65,6 +74,13 @@ wfe_guc_init(void)
 							4096, 16, 65536,
 							PGC_SUSET, GUC_UNIT_BYTE,
 							NULL, NULL, NULL);
+	DefineCustomBoolVariable("wfe.schema_format_assertion",
+							 "Check JSON Schema \"format\" values (date-time, email, ipv4, ...) instead of ignoring them.",
+							 "Off, the standard's default: format is an annotation.",
+							 &wfe_schema_format_assertion,
+							 false,
+							 PGC_SUSET, 0,
+							 NULL, assign_schema_format_assertion, NULL);
 	DefineCustomBoolVariable("wfe.four_eyes",
 							 "Forbid approving or activating a definition version one created oneself.",
 							 NULL,

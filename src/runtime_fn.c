@@ -1,7 +1,8 @@
 /*
  * runtime_fn.c — SQL faces of the run-time helpers in the core:
- * wfe._validate (JSON-Schema subset), wfe._bind_input (`${...}` binding) and
- * wfe._eval_decision (a decision's `when` clauses).  Internal: wfe's own
+ * wfe._check_json_schema and wfe._validate (the JSON Schema validator),
+ * wfe._bind_input (`${...}` binding) and wfe._eval_decision (a decision's
+ * `when` clauses).  Internal: wfe's own
  * SECURITY DEFINER functions call them; nobody else may.
  *
  * jsonb goes to the core as text (JsonbToCString, then wfe_json_parse) and
@@ -25,12 +26,14 @@
 #include "core/compile.h"
 #include "core/jsonschema.h"
 
+PG_FUNCTION_INFO_V1(wfe_check_schema_sql);
 PG_FUNCTION_INFO_V1(wfe_validate_sql);
 PG_FUNCTION_INFO_V1(wfe_bind_input_sql);
 PG_FUNCTION_INFO_V1(wfe_eval_decision_sql);
 
-/* wfe_json_parse's nesting limit (compile.c). */
-#define WFE_JSON_MAX_DEPTH 128
+/* The hint of every refused schema. */
+#define SCHEMA_HINT "Schemas are JSON Schema draft 2020-12, or draft-07 when \"$schema\" says so; " \
+	"see docs/dsl.md \"Schemas\" for the keywords wfe accepts."
 
 /* What a jsonb argument must hold. */
 typedef enum json_kind
@@ -125,13 +128,54 @@ cstring_to_jsonb(const char *text)
 }
 
 /*
+ * wfe._check_json_schema(schema jsonb, label text) RETURNS void
+ *
+ * Registration's check: compiles the schema and raises 22023
+ * `<label> at "<pointer>": <what>` when wfe cannot use it (an unknown
+ * keyword, a remote reference, a pattern needing backtracking, ...).
+ */
+Datum
+wfe_check_schema_sql(PG_FUNCTION_ARGS)
+{
+	char	   *schema_text = json_arg_text(fcinfo, 0, "schema", JSON_ANY);
+	char	   *label = text_to_cstring(PG_GETARG_TEXT_PP(1));
+	struct json_object *schema;
+	struct wfe_jschema *compiled = NULL;
+	wfe_jschema_error err;
+	bool		schema_ok;
+
+	/* from here to the frees nothing may raise */
+	schema = parse_json(schema_text, &schema_ok);
+	if (schema_ok)
+		compiled = wfe_jschema_compile(schema, &err);
+	wfe_jschema_free(compiled);
+	wfe_json_free(schema);
+
+	if (!schema_ok)
+		too_deep(label);
+	if (compiled == NULL)
+	{
+		if (err.pointer[0])
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("%s at \"%s\": %s", label, err.pointer, err.message),
+					 errhint(SCHEMA_HINT)));
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s: %s", label, err.message),
+				 errhint(SCHEMA_HINT)));
+	}
+	PG_RETURN_VOID();
+}
+
+/*
  * wfe._validate(schema jsonb, value jsonb) RETURNS text
  *
  * NULL when value satisfies schema, else the first violation, e.g.
- * `$.modelId: expected string, got integer`.  A schema outside the subset
- * raises 22023.  A value nested too deeply for the core is reported as a
- * violation (it cannot be shown to conform), not raised: callers use this
- * on results that workers send.
+ * `$.modelId: expected string, got integer (schema #/properties/modelId/type)`.
+ * A schema wfe cannot use raises 22023.  A value nested too deeply for the
+ * core is reported as a violation (it cannot be shown to conform), not
+ * raised: callers use this on results that workers send.
  */
 Datum
 wfe_validate_sql(PG_FUNCTION_ARGS)
@@ -145,7 +189,7 @@ wfe_validate_sql(PG_FUNCTION_ARGS)
 	char		msg[512];
 	int			rc;
 
-	schema_text = json_arg_text(fcinfo, 0, "schema", JSON_OBJECT);
+	schema_text = json_arg_text(fcinfo, 0, "schema", JSON_ANY);
 	value_text = json_arg_text(fcinfo, 1, "value", JSON_ANY);
 
 	/* from here to the frees nothing may raise */
@@ -169,9 +213,9 @@ wfe_validate_sql(PG_FUNCTION_ARGS)
 	if (rc == WFE_SCHEMA_MALFORMED)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("schema is not in the supported JSON-Schema subset"),
+				 errmsg("schema is not a JSON Schema wfe accepts"),
 				 errdetail("%s", msg),
-				 errhint("Schemas may use the keywords type, properties, required, items and enum (and the annotations description and title).")));
+				 errhint(SCHEMA_HINT)));
 	if (rc == WFE_SCHEMA_VALID)
 		PG_RETURN_NULL();
 	PG_RETURN_TEXT_P(cstring_to_text(msg));
@@ -252,8 +296,9 @@ wfe_bind_input_sql(PG_FUNCTION_ARGS)
 	if (strcmp(err.code, WFE_BIND_BAD_SCHEMA) == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("input_schema is not in the supported JSON-Schema subset"),
-				 errdetail("%s", err.message)));
+				 errmsg("input_schema is not a JSON Schema wfe accepts"),
+				 errdetail("%s", err.message),
+				 errhint(SCHEMA_HINT)));
 	appendStringInfoString(&buf, "{\"ok\": false, \"code\": ");
 	escape_json(&buf, err.code);
 	appendStringInfoString(&buf, ", \"error\": ");

@@ -15,6 +15,7 @@ extern int	wfe_max_stages;
 extern int	wfe_max_fanout;
 extern int	wfe_max_expression_bytes;
 extern bool wfe_four_eyes;
+extern bool wfe_schema_format_assertion;
 
 /* The background worker's settings. */
 extern char *wfe_database;

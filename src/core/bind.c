@@ -378,7 +378,18 @@ wfe_bind_input(json_object *tmpl, json_object *root, json_object *input_schema,
 	json_object_put(input);
 	/* a schema violation of the bound input is a type problem of the binding */
 	err->code = rc == WFE_SCHEMA_MALFORMED ? WFE_BIND_BAD_SCHEMA : WFE_BIND_TYPE;
-	snprintf(err->message, sizeof(err->message), "%s (contract input schema)", msg);
+	{
+		/* "... (schema #/x/type)" names the keyword: say whose schema it is */
+		char	   *kw = strstr(msg, " (schema #");
+
+		if (rc == WFE_SCHEMA_MALFORMED)
+			snprintf(err->message, sizeof(err->message), "contract input schema at %s", msg);
+		else if (kw)
+			snprintf(err->message, sizeof(err->message), "%.*s (contract input schema %s",
+					 (int) (kw - msg), msg, kw + strlen(" (schema "));
+		else
+			snprintf(err->message, sizeof(err->message), "%s (contract input schema)", msg);
+	}
 	wfe_utf8_sanitize(err->message);
 	return NULL;
 }

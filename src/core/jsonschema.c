@@ -1,15 +1,25 @@
 /*
- * jsonschema.c — the JSON-Schema subset validator (see jsonschema.h).
+ * jsonschema.c — validation against a compiled JSON Schema (see
+ * jsonschema.h; the compiler is jsonschema_compile.c).
  *
- * The walk follows the schema into the value, so its depth is bounded by the
- * schema's (and by WFE_SCHEMA_MAX_DEPTH).  It stops at the first violation
- * and names it by a JSON path: `$`, `.name` for identifier-like keys,
- * `["odd key"]` otherwise, `[N]` for array elements.  Keywords are checked
- * in a fixed order (type, enum, required, properties, items) so that "the
- * first violation" is deterministic for a given schema and value.
+ * The walk follows the schema into the value.  It stops at the first
+ * violation and names it by the value's JSON path (`$`, `.name` for
+ * identifier-like keys, `["odd key"]` otherwise, `[N]` for elements) and by
+ * the schema keyword's location (`#/properties/a/type`).  Keywords are
+ * checked in a fixed order (type, enum, const, numbers, strings, then the
+ * applicators, object and array keywords) so that "the first violation" is
+ * deterministic.  Inside anyOf, oneOf, not, if and contains a failing branch
+ * is not a violation of its own, so nothing is reported from there.
+ *
+ * unevaluatedProperties/unevaluatedItems need to know what the other
+ * keywords evaluated: a node that has them collects, per member or item, a
+ * flag set by every successful in-place evaluation below it (annotations of
+ * failed branches are dropped, as the standard says).  Nodes without them
+ * collect nothing.
  */
 #include <math.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,7 +28,20 @@
 #include <json-c/json.h>
 
 #include "compile.h"
-#include "jsonschema.h"
+#include "jsonformat.h"
+#include "jsonschema_internal.h"
+
+/* Regex steps one validation may spend on pattern and patternProperties. */
+#define REGEX_BUDGET 10000000L
+
+/* Is "format" asserted?  (wfe.schema_format_assertion; off: an annotation) */
+static int	format_assertion;
+
+void
+wfe_jschema_set_format_assertion(int on)
+{
+	format_assertion = on != 0;
+}
 
 /* Longest path spelt in a message; deeper paths end in "...". */
 #define PATH_MAX_LEN 240
@@ -40,18 +63,6 @@ typedef struct path_mark
 	size_t		len;
 	int			truncated;
 } path_mark;
-
-/* State of one validation. */
-typedef struct vctx
-{
-	schema_path path;
-	char	   *msg;
-	size_t		msglen;
-} vctx;
-
-static const char *const type_names[] = {
-	"object", "array", "string", "number", "integer", "boolean", "null", NULL
-};
 
 /* Remember the current end of the path. */
 static path_mark
@@ -224,43 +235,15 @@ wfe_utf8_sanitize(char *s)
 	}
 }
 
-static int	report(vctx *cx, int rc, const char *fmt,...)
-			__attribute__((format(printf, 3, 4)));
+/* ---- values --------------------------------------------------------------- */
 
-/* Write "<path>: <message>" into the caller's buffer and return rc. */
+/* Is the value a JSON number? */
 static int
-report(vctx *cx, int rc, const char *fmt,...)
+is_number(json_object *v)
 {
-	va_list		ap;
-	int			n;
-
-	if (cx->msg == NULL || cx->msglen == 0)
-		return rc;
-	n = snprintf(cx->msg, cx->msglen, "%s%s: ", cx->path.buf,
-				 cx->path.truncated ? "..." : "");
-	if (n >= 0 && (size_t) n < cx->msglen)
-	{
-		va_start(ap, fmt);
-		vsnprintf(cx->msg + n, cx->msglen - (size_t) n, fmt, ap);
-		va_end(ap);
-	}
-	wfe_utf8_sanitize(cx->msg);
-	return rc;
+	return v && (json_object_is_type(v, json_type_int) || json_object_is_type(v, json_type_double));
 }
 
-/* Is the value a JSON integer (as written, not merely integral)? */
-static int
-is_integer(json_object *v)
-{
-	/*
-	 * json-c reads a literal with a fraction or exponent as a double and
-	 * one without as an int; jsonb keeps a number's scale (1.0 stays
-	 * "1.0"), so this is the distinction the user wrote.
-	 */
-	return json_object_is_type(v, json_type_int);
-}
-
-/* The JSON-Schema type name of a value; see jsonschema.h. */
 const char *
 wfe_json_type_name(json_object *v)
 {
@@ -273,7 +256,7 @@ wfe_json_type_name(json_object *v)
 		case json_type_int:
 			return "integer";
 		case json_type_double:
-			return "number";
+			return wfe_json_is_integral(v) ? "integer" : "number";
 		case json_type_string:
 			return "string";
 		case json_type_array:
@@ -284,54 +267,59 @@ wfe_json_type_name(json_object *v)
 	return "unknown";
 }
 
-/* Does the value have JSON-Schema type `name` (number includes integer)? */
-static int
-has_type(json_object *v, const char *name)
+/* Type bits of a value. */
+static unsigned
+type_bits(json_object *v)
 {
-	const char *actual = wfe_json_type_name(v);
-
-	if (strcmp(name, "number") == 0)
-		return strcmp(actual, "number") == 0 || is_integer(v);
-	return strcmp(actual, name) == 0;
-}
-
-/* Is `name` one of the seven type names? */
-static int
-known_type(const char *name)
-{
-	for (int i = 0; type_names[i]; i++)
-		if (strcmp(type_names[i], name) == 0)
-			return 1;
+	switch (json_object_get_type(v))
+	{
+		case json_type_null:
+			return JT_NULL;
+		case json_type_boolean:
+			return JT_BOOLEAN;
+		case json_type_int:
+			return JT_NUMBER | JT_INTEGER;
+		case json_type_double:
+			return JT_NUMBER | (wfe_json_is_integral(v) ? JT_INTEGER : 0);
+		case json_type_string:
+			return JT_STRING;
+		case json_type_array:
+			return JT_ARRAY;
+		case json_type_object:
+			return JT_OBJECT;
+	}
 	return 0;
 }
 
-/* Compare two JSON integers exactly (json-c keeps uint64 beyond INT64_MAX). */
+/* Exact equality of two numbers. */
 static int
-int_equal(json_object *a, json_object *b)
+number_equal(json_object *a, json_object *b)
 {
-	int64_t		ia = json_object_get_int64(a);
-	int64_t		ib = json_object_get_int64(b);
+	wfe_jnum	x,
+				y;
+	int			r;
 
-	if ((ia < 0) != (ib < 0))
-		return 0;
-	if (ia < 0)
+	if (json_object_is_type(a, json_type_int) && json_object_is_type(b, json_type_int))
+	{
+		int64_t		ia = json_object_get_int64(a),
+					ib = json_object_get_int64(b);
+
+		/* json-c keeps integers above INT64_MAX as uint64 (int64 saturates) */
+		if (ia == INT64_MAX || ib == INT64_MAX)
+			return ia == ib && json_object_get_uint64(a) == json_object_get_uint64(b);
 		return ia == ib;
-	return json_object_get_uint64(a) == json_object_get_uint64(b);
-}
-
-/* Compare a JSON integer with a double by value. */
-static int
-int_double_equal(json_object *i, double d)
-{
-	int64_t		iv = json_object_get_int64(i);
-
-	if (!isfinite(d) || d != floor(d))
+	}
+	if (wfe_jnum_from_json(&x, a) < 0)
 		return 0;
-	/* beyond 2^63 a double cannot name one integer: compare approximately */
-	if (fabs(d) >= 9223372036854775808.0)
-		return iv >= 0 ? (double) json_object_get_uint64(i) == d : (double) iv == d;
-	return iv == (int64_t) d &&
-		(iv >= 0 ? json_object_get_uint64(i) == (uint64_t) iv : 1);
+	if (wfe_jnum_from_json(&y, b) < 0)
+	{
+		wfe_jnum_free(&x);
+		return 0;
+	}
+	r = wfe_jnum_cmp(&x, &y) == 0;
+	wfe_jnum_free(&x);
+	wfe_jnum_free(&y);
+	return r;
 }
 
 /* Deep equality with a recursion bound. */
@@ -343,17 +331,8 @@ equal_at(json_object *a, json_object *b, int depth)
 
 	if (depth > EQUAL_MAX_DEPTH)
 		return 0;
-	if ((ta == json_type_int || ta == json_type_double) &&
-		(tb == json_type_int || tb == json_type_double))
-	{
-		if (ta == json_type_int && tb == json_type_int)
-			return int_equal(a, b);
-		if (ta == json_type_double && tb == json_type_double)
-			return json_object_get_double(a) == json_object_get_double(b);
-		if (ta == json_type_int)
-			return int_double_equal(a, json_object_get_double(b));
-		return int_double_equal(b, json_object_get_double(a));
-	}
+	if (is_number(a) && is_number(b))
+		return number_equal(a, b);
 	if (ta != tb)
 		return 0;
 	switch (ta)
@@ -401,7 +380,6 @@ equal_at(json_object *a, json_object *b, int depth)
 	}
 }
 
-/* Deep equality; see jsonschema.h. */
 int
 wfe_json_equal(json_object *a, json_object *b)
 {
@@ -433,223 +411,711 @@ short_json(json_object *v, char *buf, size_t buflen, size_t max)
 	free(text);
 }
 
-/* The `type` keyword. */
-static int
-check_type(vctx *cx, json_object *type, json_object *value)
+/* Length of a UTF-8 string in code points. */
+static size_t
+utf8_length(const char *s, size_t n)
 {
-	char		want[128] = "";
-	size_t		n;
+	size_t		count = 0;
 
-	if (json_object_is_type(type, json_type_string))
-	{
-		const char *name = json_object_get_string(type);
-
-		if (!known_type(name))
-			return report(cx, WFE_SCHEMA_MALFORMED,
-						  "invalid schema: unknown type \"%s\"", name);
-		if (has_type(value, name))
-			return WFE_SCHEMA_VALID;
-		return report(cx, WFE_SCHEMA_VIOLATION, "expected %s, got %s",
-					  name, wfe_json_type_name(value));
-	}
-	if (!json_object_is_type(type, json_type_array) ||
-		(n = json_object_array_length(type)) == 0)
-		return report(cx, WFE_SCHEMA_MALFORMED,
-					  "invalid schema: \"type\" must be a type name or a non-empty array of them");
 	for (size_t i = 0; i < n; i++)
-	{
-		json_object *t = json_object_array_get_idx(type, i);
-
-		if (!json_object_is_type(t, json_type_string) ||
-			!known_type(json_object_get_string(t)))
-			return report(cx, WFE_SCHEMA_MALFORMED,
-						  "invalid schema: \"type\" must be a type name or a non-empty array of them");
-	}
-	for (size_t i = 0; i < n; i++)
-		if (has_type(value, json_object_get_string(json_object_array_get_idx(type, i))))
-			return WFE_SCHEMA_VALID;
-	/* "expected string, number or null" */
-	for (size_t i = 0; i < n; i++)
-	{
-		size_t		used = strlen(want);
-
-		snprintf(want + used, sizeof(want) - used, "%s%s",
-				 i == 0 ? "" : (i == n - 1 ? " or " : ", "),
-				 json_object_get_string(json_object_array_get_idx(type, i)));
-	}
-	return report(cx, WFE_SCHEMA_VIOLATION, "expected %s, got %s",
-				  want, wfe_json_type_name(value));
+		if (((unsigned char) s[i] & 0xC0) != 0x80)
+			count++;
+	return count;
 }
 
-/* The `enum` keyword: the value equals one of the listed values. */
-static int
-check_enum(vctx *cx, json_object *list, json_object *value)
+/* ---- the walk ------------------------------------------------------------- */
+
+/* What in-place evaluations covered: one flag per member or item. */
+typedef struct js_ann
 {
+	unsigned char *flags;
 	size_t		n;
-	char		have[80],
-				allowed[160];
+} js_ann;
 
-	if (!json_object_is_type(list, json_type_array) ||
-		(n = json_object_array_length(list)) == 0)
-		return report(cx, WFE_SCHEMA_MALFORMED,
-					  "invalid schema: \"enum\" must be a non-empty array");
-	for (size_t i = 0; i < n; i++)
-		if (wfe_json_equal(json_object_array_get_idx(list, i), value))
-			return WFE_SCHEMA_VALID;
-	short_json(value, have, sizeof(have), 60);
-	short_json(list, allowed, sizeof(allowed), 120);
-	return report(cx, WFE_SCHEMA_VIOLATION, "%s is not one of %s", have, allowed);
-}
-
-/* The `required` keyword (value known to be an object when checked). */
-static int
-check_required(vctx *cx, json_object *required, json_object *value)
+/* State of one validation. */
+typedef struct vctx
 {
-	size_t		n = json_object_array_length(required);
+	schema_path path;
+	char	   *msg;
+	size_t		msglen;
+	int			quiet;			/* > 0: inside a branch allowed to fail */
+	int			reported;
+	int			aborted;		/* a bound was hit: the answer is "invalid" */
+	int			depth;
+	long		regex_budget;
+	int			nscope;
+	const js_resource *scope[WFE_SCHEMA_MAX_EVAL + 1];	/* dynamic scope (last member) */
+} vctx;
 
-	for (size_t i = 0; i < n; i++)
-	{
-		const char *key = json_object_get_string(json_object_array_get_idx(required, i));
+static int	fail(vctx *cx, const js_node *n, const char *kw, const char *fmt,...)
+			__attribute__((format(printf, 4, 5)));
 
-		if (!json_object_object_get_ex(value, key, NULL))
-			return report(cx, WFE_SCHEMA_VIOLATION,
-						  "missing required property \"%s\"", key);
-	}
-	return WFE_SCHEMA_VALID;
-}
-
-/* Is `required` an array of strings? */
+/* Report "<path>: <message> (schema <ptr>/<kw>)" unless quiet; returns 0. */
 static int
-required_well_formed(json_object *required)
+fail(vctx *cx, const js_node *n, const char *kw, const char *fmt,...)
 {
-	size_t		n;
+	va_list		ap;
+	int			len;
 
-	if (!json_object_is_type(required, json_type_array))
+	if (cx->quiet > 0 || cx->reported || cx->msg == NULL || cx->msglen == 0)
 		return 0;
-	n = json_object_array_length(required);
-	for (size_t i = 0; i < n; i++)
-		if (!json_object_is_type(json_object_array_get_idx(required, i), json_type_string))
+	cx->reported = 1;
+	len = snprintf(cx->msg, cx->msglen, "%s%s: ", cx->path.buf, cx->path.truncated ? "..." : "");
+	if (len >= 0 && (size_t) len < cx->msglen)
+	{
+		va_start(ap, fmt);
+		len += vsnprintf(cx->msg + len, cx->msglen - (size_t) len, fmt, ap);
+		va_end(ap);
+	}
+	if (len >= 0 && (size_t) len < cx->msglen)
+		snprintf(cx->msg + len, cx->msglen - (size_t) len, " (schema %s%s%s)",
+				 n->ptr, kw ? "/" : "", kw ? kw : "");
+	wfe_utf8_sanitize(cx->msg);
+	return 0;
+}
+
+/* A bound was hit: report it even inside quiet branches, and stop. */
+static int
+abort_walk(vctx *cx, const js_node *n, const char *what)
+{
+	int			quiet = cx->quiet;
+
+	cx->aborted = 1;
+	cx->quiet = 0;
+	fail(cx, n, NULL, "%s", what);
+	cx->quiet = quiet;
+	return 0;
+}
+
+/* Flags for the members or items of v (none for other values). */
+static int
+ann_init(js_ann *a, json_object *v)
+{
+	a->n = json_object_is_type(v, json_type_object) ? (size_t) json_object_object_length(v) :
+		json_object_is_type(v, json_type_array) ? json_object_array_length(v) : 0;
+	a->flags = a->n ? calloc(a->n, 1) : NULL;
+	return a->n == 0 || a->flags != NULL;
+}
+
+/* dst |= src. */
+static void
+ann_merge(js_ann *dst, const js_ann *src)
+{
+	if (dst == NULL || src->flags == NULL)
+		return;
+	for (size_t i = 0; i < dst->n && i < src->n; i++)
+		dst->flags[i] |= src->flags[i];
+}
+
+static int	eval(vctx *cx, const js_node *n, json_object *v, js_ann *ann);
+
+/* Evaluate n against v in a branch that may fail (nothing reported). */
+static int
+eval_quiet(vctx *cx, const js_node *n, json_object *v, js_ann *ann)
+{
+	int			r;
+
+	cx->quiet++;
+	r = eval(cx, n, v, ann);
+	cx->quiet--;
+	return r;
+}
+
+/* Evaluate a child value at a member of the current path. */
+static int
+eval_member(vctx *cx, const js_node *n, const char *key, json_object *v)
+{
+	path_mark	m = path_mark_get(&cx->path);
+	int			r;
+
+	path_push_key(&cx->path, key);
+	r = eval(cx, n, v, NULL);
+	path_reset(&cx->path, m);
+	return r;
+}
+
+/* Evaluate a child value at an index of the current path. */
+static int
+eval_item(vctx *cx, const js_node *n, size_t i, json_object *v)
+{
+	path_mark	m = path_mark_get(&cx->path);
+	int			r;
+
+	path_push_index(&cx->path, i);
+	r = eval(cx, n, v, NULL);
+	path_reset(&cx->path, m);
+	return r;
+}
+
+/* Does a regex match s?  1, 0, or -1 after abort_walk (budget spent). */
+static int
+regex_match(vctx *cx, const js_node *n, const wfe_regex *re, const char *s, size_t len)
+{
+	int			r = wfe_regex_search(re, s, len, &cx->regex_budget);
+
+	if (r < 0)
+		return abort_walk(cx, n, "pattern matching exceeded its step budget"), -1;
+	return r;
+}
+
+/* The keywords on numbers. */
+static int
+eval_number(vctx *cx, const js_node *n, json_object *v)
+{
+	wfe_jnum	x;
+	int			ok = 1;
+	char		a[64],
+				b[64];
+
+	if (!n->minimum && !n->maximum && !n->xminimum && !n->xmaximum && !n->multiple_of)
+		return 1;
+	if (wfe_jnum_from_json(&x, v) < 0)
+		return fail(cx, n, NULL, "not a finite number");
+	/* the value's text only for a message: it costs an allocation */
+#define NUMTEXT(num) (short_json(v, a, sizeof(a), 40), wfe_jnum_format((num), b, sizeof(b)), b)
+	if (ok && n->minimum && wfe_jnum_cmp(&x, n->minimum) < 0)
+		ok = fail(cx, n, "minimum", "%s is less than the minimum %s", a, NUMTEXT(n->minimum));
+	if (ok && n->xminimum && wfe_jnum_cmp(&x, n->xminimum) <= 0)
+		ok = fail(cx, n, "exclusiveMinimum", "%s is not greater than %s", a, NUMTEXT(n->xminimum));
+	if (ok && n->maximum && wfe_jnum_cmp(&x, n->maximum) > 0)
+		ok = fail(cx, n, "maximum", "%s is greater than the maximum %s", a, NUMTEXT(n->maximum));
+	if (ok && n->xmaximum && wfe_jnum_cmp(&x, n->xmaximum) >= 0)
+		ok = fail(cx, n, "exclusiveMaximum", "%s is not less than %s", a, NUMTEXT(n->xmaximum));
+	if (ok && n->multiple_of && !wfe_jnum_is_multiple(&x, n->multiple_of))
+		ok = fail(cx, n, "multipleOf", "%s is not a multiple of %s", a, NUMTEXT(n->multiple_of));
+#undef NUMTEXT
+	wfe_jnum_free(&x);
+	return ok;
+}
+
+/* The keywords on strings. */
+static int
+eval_string(vctx *cx, const js_node *n, json_object *v)
+{
+	const char *s = json_object_get_string(v);
+	size_t		len = (size_t) json_object_get_string_len(v);
+
+	if (n->min_length >= 0 || n->max_length >= 0)
+	{
+		size_t		chars = utf8_length(s, len);
+
+		if (n->min_length >= 0 && chars < (size_t) n->min_length)
+			return fail(cx, n, "minLength", "string of %zu characters is shorter than %ld",
+						chars, n->min_length);
+		if (n->max_length >= 0 && chars > (size_t) n->max_length)
+			return fail(cx, n, "maxLength", "string of %zu characters is longer than %ld",
+						chars, n->max_length);
+	}
+	if (n->format && format_assertion && wfe_json_format_check(n->format, s, len) == 0)
+	{
+		char		a[96];
+
+		short_json(v, a, sizeof(a), 60);
+		return fail(cx, n, "format", "%s is not a valid %s", a, n->format);
+	}
+	if (n->pattern)
+	{
+		int			r = regex_match(cx, n, n->pattern, s, len);
+
+		if (r < 0)
 			return 0;
+		if (r == 0)
+		{
+			char		a[96];
+
+			short_json(v, a, sizeof(a), 60);
+			return fail(cx, n, "pattern", "%s does not match the pattern \"%s\"", a, n->pattern_text);
+		}
+	}
 	return 1;
 }
 
-static int	validate(vctx *cx, json_object *schema, json_object *value, int depth);
-
-/* The `properties` keyword: each present member against its schema. */
-static int
-check_properties(vctx *cx, json_object *props, json_object *value, int depth)
+/* Binary search of a declared property. */
+static const js_prop *
+find_prop(const js_node *n, const char *key)
 {
-	json_object_object_foreach(props, key, sub)
-	{
-		json_object *member;
-		path_mark	mark;
-		int			rc;
+	int			lo = 0,
+				hi = n->nprops - 1;
 
-		if (!json_object_object_get_ex(value, key, &member))
-			continue;
-		mark = path_mark_get(&cx->path);
-		path_push_key(&cx->path, key);
-		rc = validate(cx, sub, member, depth + 1);
-		path_reset(&cx->path, mark);
-		if (rc != WFE_SCHEMA_VALID)
-			return rc;
+	while (lo <= hi)
+	{
+		int			mid = (lo + hi) / 2,
+					c = strcmp(key, n->props[mid].name);
+
+		if (c == 0)
+			return &n->props[mid];
+		if (c < 0)
+			hi = mid - 1;
+		else
+			lo = mid + 1;
 	}
-	return WFE_SCHEMA_VALID;
+	return NULL;
 }
 
-/* The `items` keyword: every element against one schema. */
+/* The keywords on objects. */
 static int
-check_items(vctx *cx, json_object *items, json_object *value, int depth)
+eval_object(vctx *cx, const js_node *n, json_object *v, js_ann *ann)
 {
-	size_t		n = json_object_array_length(value);
+	int			count = json_object_object_length(v);
+	size_t		i;
 
-	for (size_t i = 0; i < n; i++)
+	for (int k = 0; k < n->nrequired; k++)
+		if (!json_object_object_get_ex(v, n->required[k], NULL))
+			return fail(cx, n, "required", "missing required property \"%s\"", n->required[k]);
+	if (n->min_props >= 0 && count < n->min_props)
+		return fail(cx, n, "minProperties", "object has %d properties, fewer than %ld", count, n->min_props);
+	if (n->max_props >= 0 && count > n->max_props)
+		return fail(cx, n, "maxProperties", "object has %d properties, more than %ld", count, n->max_props);
+	for (int k = 0; k < n->ndep_required; k++)
+		if (json_object_object_get_ex(v, n->dep_required[k].name, NULL))
+			for (int d = 0; d < n->dep_required[k].nnames; d++)
+				if (!json_object_object_get_ex(v, n->dep_required[k].names[d], NULL))
+					return fail(cx, n, n->dep_required[k].kw, "property \"%s\" requires property \"%s\"",
+								n->dep_required[k].name, n->dep_required[k].names[d]);
+	for (int k = 0; k < n->ndep_schemas; k++)
+		if (json_object_object_get_ex(v, n->dep_schemas[k].name, NULL) &&
+			!eval(cx, n->dep_schemas[k].schema, v, ann))
+			return 0;
+	if (n->property_names)
 	{
-		path_mark	mark = path_mark_get(&cx->path);
-		int			rc;
+		json_object_object_foreach(v, key, val)
+		{
+			json_object *name = json_object_new_string(key);
+			int			r;
 
-		path_push_index(&cx->path, i);
-		rc = validate(cx, items, json_object_array_get_idx(value, i), depth + 1);
-		path_reset(&cx->path, mark);
-		if (rc != WFE_SCHEMA_VALID)
-			return rc;
+			(void) val;
+			r = eval_quiet(cx, n->property_names, name, NULL);
+			json_object_put(name);
+			if (cx->aborted)
+				return 0;
+			if (!r)
+				return fail(cx, n, "propertyNames", "property name \"%s\" does not satisfy propertyNames", key);
+		}
 	}
-	return WFE_SCHEMA_VALID;
+	if (n->nprops == 0 && n->npattern_props == 0 && n->additional_props == NULL)
+		return 1;
+	i = 0;
+	{
+		json_object_object_foreach(v, key, val)
+		{
+			int			matched = 0;
+			const js_prop *p = n->nprops ? find_prop(n, key) : NULL;
+
+			if (p)
+			{
+				if (!eval_member(cx, p->schema, key, val))
+					return 0;
+				matched = 1;
+			}
+			for (int k = 0; k < n->npattern_props; k++)
+			{
+				int			r = regex_match(cx, n, n->pattern_props[k].re, key, strlen(key));
+
+				if (r < 0)
+					return 0;
+				if (r)
+				{
+					if (!eval_member(cx, n->pattern_props[k].schema, key, val))
+						return 0;
+					matched = 1;
+				}
+			}
+			if (!matched && n->additional_props)
+			{
+				if (n->additional_props->boolean == 0)
+					return fail(cx, n, "additionalProperties", "property \"%s\" is not allowed", key);
+				if (!eval_member(cx, n->additional_props, key, val))
+					return 0;
+				matched = 1;
+			}
+			if (matched && ann && i < ann->n)
+				ann->flags[i] = 1;
+			i++;
+		}
+	}
+	return 1;
 }
 
-/* Validate one value against one (sub)schema. */
+/* The keywords on arrays. */
 static int
-validate(vctx *cx, json_object *schema, json_object *value, int depth)
+eval_array(vctx *cx, const js_node *n, json_object *v, js_ann *ann)
 {
-	json_object *kw;
-	int			rc;
+	size_t		len = json_object_array_length(v);
 
-	if (depth > WFE_SCHEMA_MAX_DEPTH)
-		return report(cx, WFE_SCHEMA_MALFORMED,
-					  "invalid schema: nested deeper than %d levels", WFE_SCHEMA_MAX_DEPTH);
-	if (!json_object_is_type(schema, json_type_object))
-		return report(cx, WFE_SCHEMA_MALFORMED,
-					  "invalid schema: a schema must be a JSON object, not %s",
-					  wfe_json_type_name(schema));
+	if (n->min_items >= 0 && len < (size_t) n->min_items)
+		return fail(cx, n, "minItems", "array has %zu items, fewer than %ld", len, n->min_items);
+	if (n->max_items >= 0 && len > (size_t) n->max_items)
+		return fail(cx, n, "maxItems", "array has %zu items, more than %ld", len, n->max_items);
+	if (n->unique_items)
+		for (size_t i = 1; i < len; i++)
+			for (size_t j = 0; j < i; j++)
+				if (wfe_json_equal(json_object_array_get_idx(v, j), json_object_array_get_idx(v, i)))
+					return fail(cx, n, "uniqueItems", "items %zu and %zu are equal", j, i);
+	for (size_t i = 0; i < len && i < (size_t) n->nprefix_items; i++)
+	{
+		if (!eval_item(cx, n->prefix_items[i], i, json_object_array_get_idx(v, i)))
+			return 0;
+		if (ann)
+			ann->flags[i] = 1;
+	}
+	if (n->items)
+		for (size_t i = (size_t) n->nprefix_items; i < len; i++)
+		{
+			if (n->items->boolean == 0)
+				return fail(cx, n, n->nprefix_items ? "items" : "items",
+							"array has %zu items; at most %d allowed", len, n->nprefix_items);
+			if (!eval_item(cx, n->items, i, json_object_array_get_idx(v, i)))
+				return 0;
+			if (ann)
+				ann->flags[i] = 1;
+		}
+	if (n->contains)
+	{
+		long		found = 0;
 
-	if (json_object_object_get_ex(schema, "type", &kw) &&
-		(rc = check_type(cx, kw, value)) != WFE_SCHEMA_VALID)
-		return rc;
-	if (json_object_object_get_ex(schema, "enum", &kw) &&
-		(rc = check_enum(cx, kw, value)) != WFE_SCHEMA_VALID)
-		return rc;
+		for (size_t i = 0; i < len; i++)
+		{
+			int			r = eval_quiet(cx, n->contains, json_object_array_get_idx(v, i), NULL);
 
-	/* required, properties and items apply only to values of their kind */
-	if (json_object_object_get_ex(schema, "required", &kw))
-	{
-		if (!required_well_formed(kw))
-			return report(cx, WFE_SCHEMA_MALFORMED,
-						  "invalid schema: \"required\" must be an array of property names");
-		if (json_object_is_type(value, json_type_object) &&
-			(rc = check_required(cx, kw, value)) != WFE_SCHEMA_VALID)
-			return rc;
+			if (cx->aborted)
+				return 0;
+			if (r)
+			{
+				found++;
+				if (ann)
+					ann->flags[i] = 1;
+				else if (found >= n->min_contains && n->max_contains < 0)
+					break;
+			}
+		}
+		if (found < n->min_contains)
+			return n->min_contains == 1 ?
+				fail(cx, n, "contains", "no item satisfies contains") :
+				fail(cx, n, "minContains", "%ld items satisfy contains, fewer than %ld", found, n->min_contains);
+		if (n->max_contains >= 0 && found > n->max_contains)
+			return fail(cx, n, "maxContains", "%ld items satisfy contains, more than %ld", found, n->max_contains);
 	}
-	if (json_object_object_get_ex(schema, "properties", &kw))
-	{
-		if (!json_object_is_type(kw, json_type_object))
-			return report(cx, WFE_SCHEMA_MALFORMED,
-						  "invalid schema: \"properties\" must be an object of schemas");
-		if (json_object_is_type(value, json_type_object) &&
-			(rc = check_properties(cx, kw, value, depth)) != WFE_SCHEMA_VALID)
-			return rc;
-	}
-	if (json_object_object_get_ex(schema, "items", &kw))
-	{
-		if (!json_object_is_type(kw, json_type_object))
-			return report(cx, WFE_SCHEMA_MALFORMED,
-						  "invalid schema: \"items\" must be a schema (a JSON object)");
-		if (json_object_is_type(value, json_type_array) &&
-			(rc = check_items(cx, kw, value, depth)) != WFE_SCHEMA_VALID)
-			return rc;
-	}
-	return WFE_SCHEMA_VALID;
+	return 1;
 }
 
-/* Validate, spelling paths from `root`; see jsonschema.h. */
+/* unevaluatedProperties / unevaluatedItems over what `a` says is left. */
+static int
+eval_unevaluated(vctx *cx, const js_node *n, json_object *v, js_ann *a)
+{
+	size_t		i = 0;
+
+	if (n->unevaluated_props && json_object_is_type(v, json_type_object))
+	{
+		json_object_object_foreach(v, key, val)
+		{
+			if (i < a->n && !a->flags[i])
+			{
+				if (n->unevaluated_props->boolean == 0)
+					return fail(cx, n, "unevaluatedProperties", "property \"%s\" is not allowed", key);
+				if (!eval_member(cx, n->unevaluated_props, key, val))
+					return 0;
+				a->flags[i] = 1;
+			}
+			i++;
+		}
+	}
+	if (n->unevaluated_items && json_object_is_type(v, json_type_array))
+		for (i = 0; i < a->n; i++)
+			if (!a->flags[i])
+			{
+				if (n->unevaluated_items->boolean == 0)
+					return fail(cx, n, "unevaluatedItems", "item %zu is not allowed", i);
+				if (!eval_item(cx, n->unevaluated_items, i, json_object_array_get_idx(v, i)))
+					return 0;
+				a->flags[i] = 1;
+			}
+	return 1;
+}
+
+/* The target of a $dynamicRef: the outermost dynamic anchor of that name in scope. */
+static const js_node *
+dynamic_target(vctx *cx, const js_node *n)
+{
+	if (n->dynamic_name == NULL)
+		return n->dynamic_ref;
+	for (int i = 0; i < cx->nscope; i++)
+		for (int k = 0; k < cx->scope[i]->ndynamic; k++)
+			if (strcmp(cx->scope[i]->dynamic[k].name, n->dynamic_name) == 0)
+				return cx->scope[i]->dynamic[k].node;
+	return n->dynamic_ref;
+}
+
+/* Every keyword of an object schema but unevaluated*. */
+static int
+eval_keywords(vctx *cx, const js_node *n, json_object *v, js_ann *a)
+{
+	unsigned	t = type_bits(v);
+
+	if (n->types && !(n->types & t))
+		return fail(cx, n, "type", "expected %s, got %s", n->type_text, wfe_json_type_name(v));
+	if (n->enum_values)
+	{
+		size_t		len = json_object_array_length(n->enum_values);
+		size_t		i;
+
+		for (i = 0; i < len; i++)
+			if (wfe_json_equal(json_object_array_get_idx(n->enum_values, i), v))
+				break;
+		if (i == len)
+		{
+			char		a1[96],
+						a2[160];
+
+			short_json(v, a1, sizeof(a1), 60);
+			short_json(n->enum_values, a2, sizeof(a2), 120);
+			return fail(cx, n, "enum", "%s is not one of %s", a1, a2);
+		}
+	}
+	if (n->has_const && !wfe_json_equal(n->const_value, v))
+	{
+		char		a1[96],
+					a2[96];
+
+		short_json(v, a1, sizeof(a1), 60);
+		short_json(n->const_value, a2, sizeof(a2), 60);
+		return fail(cx, n, "const", "%s is not %s", a1, a2);
+	}
+	if ((t & JT_NUMBER) && !eval_number(cx, n, v))
+		return 0;
+	if ((t & JT_STRING) && !eval_string(cx, n, v))
+		return 0;
+	if (n->ref && !eval(cx, n->ref, v, a))
+		return 0;
+	if (n->dynamic_ref && !eval(cx, dynamic_target(cx, n), v, a))
+		return 0;
+	for (int i = 0; i < n->nall_of; i++)
+		if (!eval(cx, n->all_of[i], v, a))
+			return 0;
+	if (n->nany_of)
+	{
+		int			any = 0;
+
+		for (int i = 0; i < n->nany_of; i++)
+		{
+			js_ann		b = {0};
+			int			r;
+
+			if (a && !ann_init(&b, v))
+				return abort_walk(cx, n, "out of memory");
+			r = eval_quiet(cx, n->any_of[i], v, a ? &b : NULL);
+			if (r)
+				ann_merge(a, &b);
+			free(b.flags);
+			if (cx->aborted)
+				return 0;
+			if (r)
+			{
+				any = 1;
+				if (!a)
+					break;		/* nobody needs the other branches' annotations */
+			}
+		}
+		if (!any)
+			return fail(cx, n, "anyOf", "matches none of the %d schemas of anyOf", n->nany_of);
+	}
+	if (n->none_of)
+	{
+		int			matches = 0,
+					first = -1,
+					second = -1;
+		js_ann		keep = {0};
+
+		for (int i = 0; i < n->none_of; i++)
+		{
+			js_ann		b = {0};
+			int			r;
+
+			if (a && !ann_init(&b, v))
+				return abort_walk(cx, n, "out of memory");
+			r = eval_quiet(cx, n->one_of[i], v, a ? &b : NULL);
+			if (cx->aborted)
+			{
+				free(b.flags);
+				free(keep.flags);
+				return 0;
+			}
+			if (r)
+			{
+				matches++;
+				if (first < 0)
+				{
+					first = i;
+					keep = b;
+					b.flags = NULL;
+				}
+				else if (second < 0)
+					second = i;
+			}
+			free(b.flags);
+		}
+		if (matches == 1)
+			ann_merge(a, &keep);
+		free(keep.flags);
+		if (matches == 0)
+			return fail(cx, n, "oneOf", "matches none of the %d schemas of oneOf", n->none_of);
+		if (matches > 1)
+			return fail(cx, n, "oneOf", "matches %d schemas of oneOf (%d and %d), not exactly one",
+						matches, first, second);
+	}
+	if (n->not_schema)
+	{
+		int			r = eval_quiet(cx, n->not_schema, v, NULL);
+
+		if (cx->aborted)
+			return 0;
+		if (r)
+			return fail(cx, n, "not", "matches the schema of not");
+	}
+	if (n->if_schema)
+	{
+		js_ann		b = {0};
+		int			r;
+
+		if (a && !ann_init(&b, v))
+			return abort_walk(cx, n, "out of memory");
+		r = eval_quiet(cx, n->if_schema, v, a ? &b : NULL);
+		if (r)
+			ann_merge(a, &b);
+		free(b.flags);
+		if (cx->aborted)
+			return 0;
+		if (r && n->then_schema && !eval(cx, n->then_schema, v, a))
+			return 0;
+		if (!r && n->else_schema && !eval(cx, n->else_schema, v, a))
+			return 0;
+	}
+	if ((t & JT_OBJECT) && !eval_object(cx, n, v, a))
+		return 0;
+	if ((t & JT_ARRAY) && !eval_array(cx, n, v, a))
+		return 0;
+	return 1;
+}
+
+/* Evaluate a node against v; a (may be NULL) collects what it covered. */
+static int
+eval(vctx *cx, const js_node *n, json_object *v, js_ann *ann)
+{
+	js_ann		local = {0};
+	js_ann	   *a = ann;
+	int			ok,
+				pushed = 0;
+
+	if (cx->aborted)
+		return 0;
+	if (n->boolean == 1)
+		return 1;
+	if (n->boolean == 0)
+		return fail(cx, n, NULL, "no value is allowed here (the schema is false)");
+	if (cx->depth >= WFE_SCHEMA_MAX_EVAL)
+	{
+		char		what[128];
+
+		snprintf(what, sizeof(what), "schema evaluation nested deeper than %d levels "
+				 "(a $ref cycle that never descends into the value?)", WFE_SCHEMA_MAX_EVAL);
+		return abort_walk(cx, n, what);
+	}
+	cx->depth++;
+	if (cx->nscope == 0 || cx->scope[cx->nscope - 1] != n->res)
+	{
+		cx->scope[cx->nscope++] = n->res;
+		pushed = 1;
+	}
+	if (n->needs_annotations)
+	{
+		if (!ann_init(&local, v))
+			ok = abort_walk(cx, n, "out of memory");
+		a = &local;
+	}
+	ok = eval_keywords(cx, n, v, a);
+	if (ok && n->needs_annotations)
+	{
+		ok = eval_unevaluated(cx, n, v, &local);
+		if (ok)
+			ann_merge(ann, &local);
+	}
+	free(local.flags);
+	if (pushed)
+		cx->nscope--;
+	cx->depth--;
+	return ok && !cx->aborted;
+}
+
+int
+wfe_jschema_check(const wfe_jschema *s, json_object *value, const char *root,
+				  char *msg, size_t msglen)
+{
+	vctx	   *cx = malloc(sizeof(vctx));
+	int			ok;
+
+	if (msg && msglen)
+		msg[0] = '\0';
+	if (cx == NULL)
+	{
+		if (msg && msglen)
+			snprintf(msg, msglen, "%s: out of memory", root ? root : "$");
+		return WFE_SCHEMA_VIOLATION;
+	}
+	/* the scope stack is written before it is read: clear only the rest */
+	memset(cx, 0, offsetof(vctx, scope));
+	snprintf(cx->path.buf, sizeof(cx->path.buf), "%s", root ? root : "$");
+	cx->path.len = strlen(cx->path.buf);
+	cx->msg = msg;
+	cx->msglen = msglen;
+	cx->regex_budget = REGEX_BUDGET;
+	ok = eval(cx, s->root, value, NULL);
+	free(cx);
+	return ok ? WFE_SCHEMA_VALID : WFE_SCHEMA_VIOLATION;
+}
+
+/* ---- compiled schemas cached on their json-c objects ---------------------- */
+
+/* json-c's userdata destructor for a cached compiled schema. */
+static void
+free_cached(json_object *jso, void *userdata)
+{
+	(void) jso;
+	wfe_jschema_free(userdata);
+}
+
 int
 wfe_schema_validate_at(json_object *schema, json_object *value, const char *root,
 					   char *msg, size_t msglen)
 {
-	vctx		cx;
+	wfe_jschema *s = NULL;
+	int			rc;
 
-	memset(&cx, 0, sizeof(cx));
-	cx.msg = msg;
-	cx.msglen = msglen;
-	if (msg != NULL && msglen > 0)
-		msg[0] = '\0';
-	snprintf(cx.path.buf, sizeof(cx.path.buf), "%s", root ? root : "$");
-	cx.path.len = strlen(cx.path.buf);
-	return validate(&cx, schema, value, 0);
+	if (schema && json_object_is_type(schema, json_type_object))
+		s = json_object_get_userdata(schema);
+	if (s == NULL)
+	{
+		wfe_jschema_error err;
+
+		s = wfe_jschema_compile(schema, &err);
+		if (s == NULL)
+		{
+			if (msg && msglen)
+				snprintf(msg, msglen, "%s: %s", err.pointer[0] ? err.pointer : "(root)", err.message);
+			return WFE_SCHEMA_MALFORMED;
+		}
+		if (json_object_is_type(schema, json_type_object))
+			json_object_set_userdata(schema, s, free_cached);
+		else
+		{
+			rc = wfe_jschema_check(s, value, root, msg, msglen);
+			wfe_jschema_free(s);
+			return rc;
+		}
+	}
+	return wfe_jschema_check(s, value, root, msg, msglen);
 }
 
-/* Validate, spelling paths from "$"; see jsonschema.h. */
 int
 wfe_schema_validate(json_object *schema, json_object *value, char *msg, size_t msglen)
 {
-	return wfe_schema_validate_at(schema, value, "$", msg, msglen);
+	return wfe_schema_validate_at(schema, value, NULL, msg, msglen);
 }

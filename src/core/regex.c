@@ -1298,6 +1298,7 @@ wfe_regex_search(const wfe_regex *re, const char *s, size_t len, long *budget)
 				rc = 0,
 				n = re->nprog;
 	void	   *mem;
+	int			small[1200];
 
 	if (budget && *budget <= 0)
 		return -1;
@@ -1305,8 +1306,13 @@ wfe_regex_search(const wfe_regex *re, const char *s, size_t len, long *budget)
 	 * One block: two lists (pcs and stamps) and the epsilon stack.  Each pc
 	 * is expanded once per list and pushes at most two, so 2n + 1 entries.
 	 */
-	mem = calloc((size_t) n * 6 + 2, sizeof(int));
-	if (!mem)
+	if ((size_t) n * 6 + 2 <= sizeof(small) / sizeof(small[0]))
+	{
+		/* small programs (most patterns) need no allocation */
+		memset(small, 0, ((size_t) n * 6 + 2) * sizeof(int));
+		mem = small;
+	}
+	else if ((mem = calloc((size_t) n * 6 + 2, sizeof(int))) == NULL)
 		return -1;
 	lists[0].pc = mem;
 	lists[1].pc = lists[0].pc + n;
@@ -1373,6 +1379,7 @@ wfe_regex_search(const wfe_regex *re, const char *s, size_t len, long *budget)
 	}
 	if (budget)
 		*budget = vm.steps < 0 ? 0 : vm.steps;
-	free(mem);
+	if (mem != small)
+		free(mem);
 	return rc;
 }

@@ -13,6 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <json-c/json.h>
+
+#include "jsonschema.h"
 #include "model.h"
 
 /* Admission limits that have no GUC: they bound what a definition may ask. */
@@ -83,12 +86,6 @@ static const char *const task_action_keys[] = {
 static const char *const produce_keys[] = {"key", "type", NULL};
 static const char *const require_keys[] = {"producer_task_id", "key", NULL};
 static const char *const cache_keys[] = {"ttl_ms", NULL};
-static const char *const schema_keywords[] = {
-	"type", "properties", "required", "items", "enum", "description", "title", NULL
-};
-static const char *const schema_types[] = {
-	"object", "array", "string", "number", "integer", "boolean", "null", NULL
-};
 static const char *const stage_states[] = {
 	"completed", "failed", "skipped", "cancelled", "timed_out", NULL
 };
@@ -483,46 +480,66 @@ read_cache(wfe_model *m, const wfe_ynode *map, const char *path)
 	return ttl;
 }
 
-/* A JSON-Schema-subset document (context_schema). */
-static void
-check_json_schema(wfe_model *m, const wfe_ynode *n, const char *path, int depth)
+/* The YAML node a JSON pointer ("/a/0/b") names below n, or the deepest one found. */
+static const wfe_ynode *
+ynode_at_pointer(const wfe_ynode *n, const char *ptr)
 {
-	const wfe_ynode *v;
+	char		tok[256];
+
+	while (n && *ptr == '/')
+	{
+		size_t		len = 0;
+		const wfe_ynode *next = NULL;
+
+		for (ptr++; *ptr && *ptr != '/' && len + 1 < sizeof(tok); ptr++)
+		{
+			if (ptr[0] == '~' && (ptr[1] == '0' || ptr[1] == '1'))
+				tok[len++] = *++ptr == '0' ? '~' : '/';
+			else
+				tok[len++] = *ptr;
+		}
+		tok[len] = '\0';
+		if (n->kind == WFE_Y_MAP)
+			next = wfe_ymap_get(n, tok);
+		else if (n->kind == WFE_Y_SEQ)
+		{
+			char	   *end;
+			long		k = strtol(tok, &end, 10);
+
+			if (*end == '\0' && k >= 0 && k < n->n)
+				next = n->items[k];
+		}
+		if (next == NULL)
+			return n;
+		n = next;
+	}
+	return n;
+}
+
+/*
+ * context_schema: compiled by the one JSON Schema validator, so a schema
+ * the definition accepts is one submit can check.
+ */
+static void
+check_json_schema(wfe_model *m, const wfe_ynode *n, const char *path)
+{
+	json_object *schema;
+	wfe_jschema *compiled;
+	wfe_jschema_error err;
 
 	if (n->kind != WFE_Y_MAP)
 	{
 		report(m, "schema.type", n, path, "a schema must be a mapping, not %s", wfe_ynode_describe(n));
 		return;
 	}
-	check_keys(m, n, path, schema_keywords, none, "a schema");
-	if ((v = wfe_ymap_get(n, "type")) != NULL)
-	{
-		const char *t = as_string(m, v, key_path(m, path, "type"), "type");
-
-		if (t && !in_list(t, schema_types))
-			report(m, "schema.value", v, key_path(m, path, "type"),
-				   "schema type '%s' is not one of %s", t, list_text(m, schema_types));
-	}
-	if ((v = wfe_ymap_get(n, "properties")) != NULL)
-	{
-		const char *ppath = key_path(m, path, "properties");
-
-		if (v->kind != WFE_Y_MAP)
-			report(m, "schema.type", v, ppath, "properties must be a mapping");
-		else
-			for (int i = 0; i < v->n; i++)
-				check_json_schema(m, v->items[i], key_path(m, ppath, v->keys[i]->text), depth + 1);
-	}
-	if ((v = wfe_ymap_get(n, "items")) != NULL)
-		check_json_schema(m, v, key_path(m, path, "items"), depth + 1);
-	if ((v = wfe_ymap_get(n, "required")) != NULL)
-	{
-		int			count;
-
-		(void) get_word_list(m, n, "required", path, &count, NULL);
-	}
-	if ((v = wfe_ymap_get(n, "enum")) != NULL && v->kind != WFE_Y_SEQ)
-		report(m, "schema.type", v, key_path(m, path, "enum"), "enum must be a list");
+	schema = wfe_ynode_to_json(n);
+	compiled = wfe_jschema_compile(schema, &err);
+	if (compiled == NULL)
+		report(m, err.kind == WFE_JSE_UNKNOWN_KEYWORD ? "schema.unknown_key" : "schema.value",
+			   ynode_at_pointer(n, err.pointer), wfe_arena_printf(m->arena, "%s%s", path, err.pointer),
+			   "context_schema%s%s: %s", err.pointer[0] ? " at " : "", err.pointer, err.message);
+	wfe_jschema_free(compiled);
+	json_object_put(schema);
 }
 
 /* A string matching `valid`, reported as schema.value otherwise. */
@@ -994,7 +1011,7 @@ read_header(wfe_model *m, const wfe_ynode *root)
 								"context names match ^[a-z][a-z0-9_.-]{0,62}$");
 	if ((n = wfe_ymap_get(root, "context_schema")) != NULL)
 	{
-		check_json_schema(m, n, "/context_schema", 0);
+		check_json_schema(m, n, "/context_schema");
 		if (n->kind == WFE_Y_MAP)
 			m->context_schema = n;
 	}

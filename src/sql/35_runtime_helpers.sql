@@ -1,20 +1,35 @@
--- Run-time helpers in C (src/runtime_fn.c over src/core/jsonschema.c and
+-- Run-time helpers in C (src/runtime_fn.c over src/core/jsonschema*.c and
 -- src/core/bind.c; docs: runtime.md, dsl.md "Inputs and interpolation",
 -- "Expressions").  Internal: wfe's own SECURITY DEFINER functions call them
 -- when they bind a stage's input, check a context or a result against a
--- schema, and evaluate a decision.  All three depend on their arguments
--- only (the expression limits are the documented defaults), hence IMMUTABLE.
+-- schema, and evaluate a decision.  _check_json_schema and _eval_decision
+-- depend on their arguments only (the expression limits are the documented
+-- defaults), hence IMMUTABLE; _validate and _bind_input also read
+-- wfe.schema_format_assertion, hence STABLE.
 
--- JSON-Schema subset check: NULL when the value conforms, else the first
--- violation with its JSON path ('$.modelId: expected string, got integer').
--- A schema outside the subset raises 22023.
+-- The JSON Schema validator (src/core/jsonschema*.c; docs/dsl.md "Schemas"):
+-- draft 2020-12, or draft-07 when "$schema" says so.  _check_json_schema is
+-- registration's check: it raises 22023 '<label> at "<pointer>": <what>'
+-- for a schema wfe cannot use (an unknown keyword, a remote reference, a
+-- pattern that needs backtracking).  _validate is NULL when the value
+-- conforms, else the first violation with its instance path and schema
+-- keyword ('$.modelId: expected string, got integer (schema
+-- #/properties/modelId/type)').
+CREATE FUNCTION wfe._check_json_schema(schema jsonb, label text)
+RETURNS void
+AS 'MODULE_PATHNAME', 'wfe_check_schema_sql'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
+COMMENT ON FUNCTION wfe._check_json_schema(jsonb, text) IS
+'Raises 22023 with the JSON pointer of what makes a schema unusable (unknown keyword, remote reference, backtracking pattern, malformed keyword value); returns nothing for a schema wfe accepts. Internal.';
+
 CREATE FUNCTION wfe._validate(schema jsonb, value jsonb)
 RETURNS text
 AS 'MODULE_PATHNAME', 'wfe_validate_sql'
-LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+LANGUAGE C STABLE STRICT PARALLEL SAFE;
 
 COMMENT ON FUNCTION wfe._validate(jsonb, jsonb) IS
-'JSON-Schema subset (type, properties, required, items, enum) check: NULL when value satisfies schema, else the first violation, e.g. "$.modelId: expected string, got integer". Internal.';
+'JSON Schema (draft 2020-12, or draft-07 by "$schema") check: NULL when value satisfies schema, else the first violation, e.g. "$.modelId: expected string, got integer (schema #/properties/modelId/type)". Internal.';
 
 
 -- Binds a stage's input template over the evaluation root
@@ -24,7 +39,7 @@ COMMENT ON FUNCTION wfe._validate(jsonb, jsonb) IS
 CREATE FUNCTION wfe._bind_input(template jsonb, root jsonb, input_schema jsonb DEFAULT NULL)
 RETURNS jsonb
 AS 'MODULE_PATHNAME', 'wfe_bind_input_sql'
-LANGUAGE C IMMUTABLE PARALLEL SAFE;
+LANGUAGE C STABLE PARALLEL SAFE;
 
 COMMENT ON FUNCTION wfe._bind_input(jsonb, jsonb, jsonb) IS
 'Binds ${...} references of an input template over {"context","stages","outputs","run"}: {"ok": true, "input": {...}} or {"ok": false, "code": "binding.missing"|"binding.null"|"binding.type", "error": "..."}; with input_schema, the bound input must satisfy it (binding.type). Never raises for binding problems. Internal.';
@@ -46,6 +61,7 @@ COMMENT ON FUNCTION wfe._eval_decision(jsonb, jsonb) IS
 -- extension owner) call them.  90_grants.sql revokes everything again; this
 -- keeps the file right on its own.
 REVOKE EXECUTE ON FUNCTION
+    wfe._check_json_schema(jsonb, text),
     wfe._validate(jsonb, jsonb),
     wfe._bind_input(jsonb, jsonb, jsonb),
     wfe._eval_decision(jsonb, jsonb)

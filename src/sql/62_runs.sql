@@ -154,6 +154,16 @@ BEGIN
     d := wfe._submittable(submit.workflow);
     v_deadline := coalesce((v_opts ->> 'run_deadline_ms')::bigint, (d.plan ->> 'run_deadline_ms')::bigint);
 
+    -- The definition's context_schema, checked by the one validator.
+    IF jsonb_typeof(d.plan -> 'context_schema') IN ('object', 'boolean') THEN
+        v_bad := wfe._validate(d.plan -> 'context_schema', v_context);
+        IF v_bad IS NOT NULL THEN
+            RAISE EXCEPTION 'context does not satisfy the context_schema of %@%: %', d.workflow, d.version, v_bad
+                USING ERRCODE = 'invalid_parameter_value',
+                      HINT = 'The message names the context path and the schema keyword it breaks.';
+        END IF;
+    END IF;
+
     IF submit.idempotency_key IS NOT NULL THEN
         v_existing := wfe._idempotent_run(v_tenant, d.workflow, submit.idempotency_key, v_context);
         IF v_existing IS NOT NULL THEN

@@ -3,16 +3,18 @@
 #
 #   test/harness/run-fuzz.sh SECONDS CORPUS_DIR ARTIFACT_DIR
 #
-# Three targets: fuzz_compile (the compiler, 2/5 of SECONDS), fuzz_step
-# (the step core, 2/5) and fuzz_expr (CEL expressions, the rest).  The seeds
-# in test/fuzz/corpus (YAML), test/fuzz/corpus-step (event sequences) and
-# test/fuzz/corpus-expr (expressions) are read but never written: libFuzzer
-# adds the inputs it finds to the first corpus directory, CORPUS_DIR for
-# fuzz_compile, CORPUS_DIR-step for fuzz_step and CORPUS_DIR-expr for
-# fuzz_expr.  A crash, a leak, a broken invariant, a timeout (5 s per input)
+# Four targets: fuzz_compile (the compiler, 2/5 of SECONDS), fuzz_step
+# (the step core, 1/5), fuzz_expr (CEL expressions, 1/5) and fuzz_schema
+# (the JSON Schema validator and the regex engine, the rest).  The seeds in
+# test/fuzz/corpus (YAML), test/fuzz/corpus-step (event sequences),
+# test/fuzz/corpus-expr (expressions) and test/fuzz/corpus-schema
+# ("SCHEMA\0VALUE", a pattern's first line) are read but never written:
+# libFuzzer adds the inputs it finds to the first corpus directory,
+# CORPUS_DIR for fuzz_compile, CORPUS_DIR-step, -expr and -schema for the
+# others.  A crash, a leak, a broken invariant, a timeout (5 s per input)
 # or more than 1 GiB of memory fails the run and leaves the input in
-# ARTIFACT_DIR (prefixed step- and expr- for the last two).  Counts as one
-# test per target.
+# ARTIFACT_DIR (prefixed step-, expr- and schema- for the last three).
+# Counts as one test per target.
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
@@ -44,17 +46,19 @@ run_target() {
 
 main() {
 	local seconds=$1 corpus=${2%/} artifacts=${3%/} step_seconds compile_seconds
-	local passed=0 failed=0 name expr_seconds
+	local passed=0 failed=0 name expr_seconds schema_seconds
 
-	for name in fuzz_compile fuzz_step fuzz_expr; do
+	for name in fuzz_compile fuzz_step fuzz_expr fuzz_schema; do
 		[ -x "$WFE_TOP/build/fuzz/$name" ] || { say "fuzz: build/fuzz/$name is missing (make fuzz-target)"; exit 2; }
 	done
 	mkdir -p "$artifacts"
-	step_seconds=$((seconds * 2 / 5))
+	step_seconds=$((seconds / 5))
 	[ "$step_seconds" -ge 1 ] || step_seconds=1
 	expr_seconds=$((seconds / 5))
 	[ "$expr_seconds" -ge 1 ] || expr_seconds=1
-	compile_seconds=$((seconds - step_seconds - expr_seconds))
+	schema_seconds=$((seconds / 5))
+	[ "$schema_seconds" -ge 1 ] || schema_seconds=1
+	compile_seconds=$((seconds - step_seconds - expr_seconds - schema_seconds))
 	[ "$compile_seconds" -ge 1 ] || compile_seconds=1
 
 	if run_target fuzz_compile "$compile_seconds" "$corpus" "$WFE_TOP/test/fuzz/corpus" \
@@ -71,6 +75,12 @@ main() {
 	fi
 	if run_target fuzz_expr "$expr_seconds" "$corpus-expr" "$WFE_TOP/test/fuzz/corpus-expr" \
 		"$artifacts/expr-" "$artifacts/fuzz-expr.log" -dict="$WFE_TOP/test/fuzz/cel.dict"; then
+		passed=$((passed + 1))
+	else
+		failed=$((failed + 1))
+	fi
+	if run_target fuzz_schema "$schema_seconds" "$corpus-schema" "$WFE_TOP/test/fuzz/corpus-schema" \
+		"$artifacts/schema-" "$artifacts/fuzz-schema.log"; then
 		passed=$((passed + 1))
 	else
 		failed=$((failed + 1))

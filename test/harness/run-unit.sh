@@ -15,6 +15,8 @@ set -euo pipefail
 # Sanitizers: report leaks, and print a stack with undefined behaviour.
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1}
+# test data beside the programs' sources (test/unit/jsonschema-2020)
+export WFE_TOP
 
 OUT="" # a test program's output
 
@@ -57,6 +59,8 @@ main() {
 		read -r p f < <(tap_tally "$OUT" "$status")
 		if [ "$f" -eq 0 ]; then
 			say "unit: $(basename "$prog"): ok ($p assertions)"
+			# a program's own summary lines (the conformance counts)
+			grep '^# conformance' "$OUT" | sed 's/^# /    /' || true
 		else
 			say "unit: $(basename "$prog"): FAILED ($f failed, exit status $status)"
 			sed 's/^/    /' "$OUT"

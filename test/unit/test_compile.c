@@ -466,9 +466,82 @@ test_expression_positions(void)
 	wfe_compile_result_free(r);
 }
 
+/* The diagnostic with this code, or NULL. */
+static json_object *
+find_code(const wfe_compile_result *r, const char *code)
+{
+	for (size_t i = 0; i < json_object_array_length(r->diagnostics); i++)
+	{
+		json_object *d = json_object_array_get_idx(r->diagnostics, i);
+
+		if (strcmp(json_object_get_string(json_object_object_get(d, "code")), code) == 0)
+			return d;
+	}
+	return NULL;
+}
+
+/* context_schema goes through the JSON Schema validator: codes, paths, lines. */
+static void
+test_context_schema(void)
+{
+	static const char *head = "name: t\nversion: \"1.0.0\"\nentry: a\n";
+	static const char *tail =
+		"stages:\n  - { name: a, type: worker, queue: q, worker: w@1, on_success: completed, on_failure: failed }\n";
+	static const struct
+	{
+		const char *schema;
+		const char *code;
+		const char *path;
+		const char *needle;
+		int			line;
+	}			cases[] = {
+		{"context_schema:\n  type: object\n  properties:\n    n: { type: integer, minimun: 0 }\n",
+		"schema.unknown_key", "/context_schema/properties/n/minimun", "unsupported JSON Schema keyword", 7},
+		{"context_schema:\n  properties:\n    id: { pattern: \"(a)\\\\1\" }\n",
+		"schema.value", "/context_schema/properties/id/pattern", "backreference", 6},
+		{"context_schema:\n  $ref: \"https://example.com/s.json\"\n",
+		"schema.value", "/context_schema/$ref", "remote reference", 5},
+		{"context_schema: [1]\n", "schema.type", "/context_schema", "must be a mapping", 4},
+	};
+	char		src[1024];
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+	{
+		wfe_compile_result *r;
+		json_object *d;
+		const char *path = "",
+				   *msg = "";
+		int			line = 0;
+
+		snprintf(src, sizeof(src), "%s%s%s", head, cases[i].schema, tail);
+		r = compile(src);
+		d = find_code(r, cases[i].code);
+		if (d)
+		{
+			path = json_object_get_string(json_object_object_get(d, "path"));
+			msg = json_object_get_string(json_object_object_get(d, "message"));
+			line = json_object_get_int(json_object_object_get(d, "line"));
+		}
+		ok(!r->ok && d && strcmp(path, cases[i].path) == 0 && strstr(msg, cases[i].needle) &&
+		   line == cases[i].line, "context_schema: %s at %s line %d (%s)", cases[i].code, path, line, msg);
+		wfe_compile_result_free(r);
+	}
+	snprintf(src, sizeof(src), "%s%s%s", head,
+			 "context_schema:\n  type: object\n  required: [n]\n  additionalProperties: false\n"
+			 "  properties:\n    n: { type: integer, minimum: 1, multipleOf: 0.5 }\n"
+			 "    tags: { type: array, prefixItems: [{ const: x }], uniqueItems: true }\n", tail);
+	{
+		wfe_compile_result *r = compile(src);
+
+		ok(r->ok, "context_schema with the standard's keywords compiles");
+		wfe_compile_result_free(r);
+	}
+}
+
 int
 main(void)
 {
+	test_context_schema();
 	test_model_ingest();
 	test_digest_stability();
 	test_canonical_json();
