@@ -1175,6 +1175,26 @@ BEGIN ATOMIC
 END;
 COMMENT ON FUNCTION wfe._tenant_ok(text) IS
 'Whether the role acting in this session acts for tenant p_tenant (mapped to it, or a superuser or wfe_admin).';
+CREATE FUNCTION wfe._check_tenant_member(p_role regrole, p_tenant text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF p_role IS NULL OR p_tenant IS NULL THEN
+        RAISE EXCEPTION 'role and tenant must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF p_role = 0 THEN
+        RAISE EXCEPTION 'a tenant cannot be mapped to PUBLIC' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF p_tenant !~ '^[A-Za-z0-9_.-]{1,63}$' THEN
+        RAISE EXCEPTION 'tenant "%" is not valid', left(p_tenant, 80)
+            USING ERRCODE = 'invalid_parameter_value', HINT = 'Tenants match ^[A-Za-z0-9_.-]{1,63}$.';
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION wfe._check_tenant_member(regrole, text) IS
+'Raises 22004 or 22023 unless role is a real role and tenant a valid tenant name.';
 CREATE FUNCTION wfe.add_tenant_member(role regrole, tenant text)
 RETURNS void
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
@@ -1182,16 +1202,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
 BEGIN
-    IF add_tenant_member.role IS NULL OR add_tenant_member.tenant IS NULL THEN
-        RAISE EXCEPTION 'role and tenant must not be null' USING ERRCODE = 'null_value_not_allowed';
-    END IF;
-    IF add_tenant_member.role = 0 THEN
-        RAISE EXCEPTION 'a tenant cannot be mapped to PUBLIC' USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    IF add_tenant_member.tenant !~ '^[A-Za-z0-9_.-]{1,63}$' THEN
-        RAISE EXCEPTION 'tenant "%" is not valid', left(add_tenant_member.tenant, 80)
-            USING ERRCODE = 'invalid_parameter_value', HINT = 'Tenants match ^[A-Za-z0-9_.-]{1,63}$.';
-    END IF;
+    PERFORM wfe._check_tenant_member(add_tenant_member.role, add_tenant_member.tenant);
     INSERT INTO wfe.tenant_members (role, tenant) VALUES (add_tenant_member.role, add_tenant_member.tenant)
     ON CONFLICT DO NOTHING;
 END
@@ -1205,9 +1216,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
 BEGIN
-    IF remove_tenant_member.role IS NULL OR remove_tenant_member.tenant IS NULL THEN
-        RAISE EXCEPTION 'role and tenant must not be null' USING ERRCODE = 'null_value_not_allowed';
-    END IF;
+    PERFORM wfe._check_tenant_member(remove_tenant_member.role, remove_tenant_member.tenant);
     DELETE FROM wfe.tenant_members AS m
      WHERE m.role = remove_tenant_member.role AND m.tenant = remove_tenant_member.tenant;
 END
@@ -1270,7 +1279,7 @@ END
 $rls$;
 
 REVOKE ALL ON FUNCTION
-    wfe.my_tenants(), wfe._tenant_ok(text),
+    wfe.my_tenants(), wfe._tenant_ok(text), wfe._check_tenant_member(regrole, text),
     wfe.add_tenant_member(regrole, text), wfe.remove_tenant_member(regrole, text)
     FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION

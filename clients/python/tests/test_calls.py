@@ -105,11 +105,13 @@ def test_wait_for_run_and_cancel(db: psycopg.Connection) -> None:
 def test_lease_is_renewed_by_heartbeats(db: psycopg.Connection) -> None:
     flow = Flow(db, extra="    execution_deadline_ms: 60000\n")
     run = wfe.submit(db, flow.workflow, {"spec": {}})
-    [task] = wfe.claim_task(db, flow.queue, "w-lease", lease_ms=1500)
+    # a lease well above the heartbeat interval, so a loaded machine's
+    # scheduling does not let it lapse between two heartbeats
+    [task] = wfe.claim_task(db, flow.queue, "w-lease", lease_ms=3000)
     first = stage(db, run.run_id)["deadline_at"]
-    for _ in range(4):  # 2.4 s in all: past the first lease
+    for _ in range(7):  # 4.2 s in all: past the first lease
         time.sleep(0.6)
         assert wfe.heartbeat(db, task) is wfe.Outcome.ACCEPTED
     s = stage(db, run.run_id)
-    assert s["state"] == "running" and s["lease_ms"] == 1500 and s["deadline_at"] > first
+    assert s["state"] == "running" and s["lease_ms"] == 3000 and s["deadline_at"] > first
     assert wfe.complete_task(db, task, {}) is wfe.Outcome.ACCEPTED
