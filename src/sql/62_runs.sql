@@ -140,6 +140,9 @@ BEGIN
     IF submit.idempotency_key IS NOT NULL THEN
         v_existing := wfe._idempotent_run(v_tenant, d.workflow, submit.idempotency_key, v_context);
         IF v_existing IS NOT NULL THEN
+            -- an insert, not a counter on the run: no lock on a run in flight
+            PERFORM wfe._event(v_existing, v_tenant, NULL, NULL, 'run.deduplicated',
+                               jsonb_build_object('by', session_user));
             RETURN QUERY SELECT v_existing, false;
             RETURN;
         END IF;
@@ -171,6 +174,8 @@ BEGIN
                 USING ERRCODE = 'serialization_failure',
                       HINT = 'Submit again: the run that held the key has ended failed or cancelled.';
         END IF;
+        PERFORM wfe._event(v_existing, v_tenant, NULL, NULL, 'run.deduplicated',
+                           jsonb_build_object('by', session_user));
         RETURN QUERY SELECT v_existing, false;
         RETURN;
     END IF;

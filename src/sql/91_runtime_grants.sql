@@ -47,3 +47,14 @@ GRANT EXECUTE ON FUNCTION
     TO wfe_admin, wfe_operator;
 
 GRANT EXECUTE ON FUNCTION wfe.worker_status() TO wfe_reader, wfe_operator;
+
+-- The dashboards (70_dashboards.sql): security_invoker views over the tables
+-- above, the publisher's health and the tenant limits, and their two helpers.
+GRANT SELECT ON wfe.dashboard_runs, wfe.dashboard_queues, wfe.dashboard_outbox, wfe.dashboard_stages,
+                wfe.dashboard_tenants, wfe.idempotency, wfe.dashboard_stuck,
+                wfe.publisher_lease, wfe.tenant_limits
+    TO wfe_reader, wfe_operator;
+GRANT EXECUTE ON FUNCTION wfe.bar(double precision, int), wfe.human_ms(double precision)
+    TO wfe_reader, wfe_operator;
+
+GRANT EXECUTE ON FUNCTION wfe.configure_tenant(text, int, int) TO wfe_admin;
