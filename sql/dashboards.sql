@@ -135,6 +135,12 @@ SELECT * FROM wfe.dashboard_stages;
 SELECT * FROM wfe.dashboard_tenants;
 SELECT * FROM wfe.idempotency;
 SELECT * FROM wfe.dashboard_stuck;
+-- the pictures: run 6 failed at render (its failure route bold), run 9
+-- renders now, run 12 never started its first stage
+SELECT wfe.run_mermaid(6);
+SELECT wfe.run_mermaid(9) ~ 'class s1 running' AS render_running,
+       wfe.run_mermaid(9) ~ 'linkStyle 0,1 stroke' AS path_so_far;
+SELECT wfe.run_mermaid(12) !~ 'linkStyle' AS nothing_taken;
 -- a reader reads, and writes nothing
 UPDATE wfe.publisher_lease SET connected = true;
 ROLLBACK;

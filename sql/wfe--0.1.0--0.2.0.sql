@@ -904,3 +904,89 @@ GRANT EXECUTE ON FUNCTION wfe.bar(double precision, int), wfe.human_ms(double pr
     TO wfe_reader, wfe_operator;
 
 GRANT EXECUTE ON FUNCTION wfe.configure_tenant(text, int, int) TO wfe_admin;
+
+CREATE OR REPLACE FUNCTION wfe.run_mermaid(run_id bigint)
+RETURNS text
+LANGUAGE plpgsql STABLE STRICT SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    r       wfe.runs := wfe._run(run_mermaid.run_id);
+    v_plan  jsonb;
+    v_chart text;
+    v_class text;
+    v_bold  text;
+BEGIN
+    SELECT d.plan INTO v_plan FROM wfe.definitions AS d WHERE d.definition_id = r.definition_id;
+    v_chart := wfe._plan_mermaid(v_plan);
+    WITH nodes AS (
+        -- the chart's node ids: s<i> for the i-th stage or task, f<k> for finalisers
+        SELECT 's' || (p.i - 1) AS id, p.s ->> 'name' AS stage
+          FROM jsonb_array_elements(v_plan -> 'stages') WITH ORDINALITY AS p(s, i)
+        UNION ALL
+        SELECT 'f' || (p.k - 1), p.f ->> 'name'
+          FROM jsonb_array_elements(coalesce(v_plan -> 'finalisers', '[]')) WITH ORDINALITY AS p(f, k)
+    ), states AS (
+        SELECT n.id,
+               CASE st.state
+                    WHEN 'completed' THEN 'done'
+                    WHEN 'failed' THEN 'failed' WHEN 'timed_out' THEN 'failed'
+                    WHEN 'skipped' THEN 'skipped' WHEN 'cancelled' THEN 'cancelled'
+                    WHEN 'waiting' THEN 'waiting'
+                    ELSE 'running' END AS cls,          -- queued, dispatched, running, retry_scheduled
+               st.state
+          FROM nodes AS n
+          JOIN wfe.run_stages AS st ON st.run_id = r.run_id AND st.stage = n.stage
+        UNION ALL
+        SELECT v.id, v.cls, v.state FROM (VALUES
+            ('end_completed', CASE WHEN r.state = 'completed' THEN 'done' ELSE 'waiting' END, r.state),
+            ('end_failed', CASE WHEN r.state = 'failed' THEN 'failed' ELSE 'waiting' END, r.state),
+            ('intent_completed', CASE WHEN r.intent = 'completed' THEN 'done' ELSE 'waiting' END, r.intent),
+            ('intent_failed', CASE WHEN r.intent = 'failed' THEN 'failed' ELSE 'waiting' END, r.intent)
+        ) AS v(id, cls, state)
+         WHERE strpos(v_chart, v.id) > 0
+    ), links AS (
+        -- every edge line, numbered from 0 as Mermaid numbers them
+        SELECT l.n - 1 AS n, l.dotted,
+               regexp_replace(l.parts[1], '\(.*$', '') AS src, l.parts[2] AS dst
+          FROM (SELECT row_number() OVER (ORDER BY t.ord) AS n, t.line ~ ' -\. ' AS dotted,
+                       regexp_match(t.line, '^\s*(\S+) .*?(\S+)\s*$') AS parts
+                  FROM regexp_split_to_table(v_chart, '\n') WITH ORDINALITY AS t(line, ord)
+                 WHERE t.line ~ '(-->|\.->)') AS l
+    ), taken AS (
+        SELECT k.n
+          FROM links AS k
+          LEFT JOIN states AS a ON a.id = k.src
+          LEFT JOIN states AS b ON b.id = k.dst
+         WHERE CASE
+                 WHEN k.src = 'start' THEN b.cls NOT IN ('waiting', 'skipped')
+                 WHEN k.src LIKE 'intent\_%' THEN a.cls <> 'waiting' AND b.cls NOT IN ('waiting', 'skipped')
+                 -- the last finaliser to the outcome the run ended with
+                 WHEN k.dst LIKE 'end\_%' AND k.src LIKE 'f%' THEN a.cls NOT IN ('waiting', 'running')
+                                                                   AND b.cls <> 'waiting'
+                 -- a stage's success (solid) or failure (dotted) route
+                 WHEN NOT (CASE WHEN k.dotted THEN a.cls = 'failed' ELSE a.cls = 'done' END) THEN false
+                 WHEN k.dst LIKE 'end\_%' OR k.dst LIKE 'intent\_%' THEN b.cls <> 'waiting'
+                 ELSE b.cls NOT IN ('waiting', 'skipped')
+               END
+    )
+    SELECT (SELECT string_agg(format('  class %s %s', s.id, s.cls), E'\n' ORDER BY s.id) FROM states AS s),
+           (SELECT string_agg(t.n::text, ',' ORDER BY t.n) FROM taken AS t)
+      INTO v_class, v_bold;
+    RETURN rtrim(v_chart, E'\n')
+        || format(E'\n  %%%% run %s: %s\n', r.run_id, r.state)
+        || E'  classDef done fill:#d8f3dc,stroke:#2d6a4f,color:#1b4332\n'
+        || E'  classDef failed fill:#ffd6d6,stroke:#b00020,color:#7f0000\n'
+        || E'  classDef running fill:#fff3bf,stroke:#e67700,color:#5c3c00\n'
+        || E'  classDef skipped fill:#f1f3f5,stroke:#adb5bd,color:#868e96,stroke-dasharray: 4 3\n'
+        || E'  classDef cancelled fill:#e9ecef,stroke:#495057,color:#495057,stroke-dasharray: 4 3\n'
+        || E'  classDef waiting fill:#ffffff,stroke:#ced4da,color:#adb5bd\n'
+        || coalesce(v_class || E'\n', '')
+        || coalesce(E'  linkStyle ' || v_bold || E' stroke-width:4px\n', '');
+END
+$$;
+COMMENT ON FUNCTION wfe.run_mermaid(bigint) IS
+'The plan''s Mermaid flowchart with each stage classed by its state in this run (done, failed, running, skipped, cancelled, waiting) and the edges the run took drawn bold.';
+REVOKE ALL ON FUNCTION wfe.run_mermaid(bigint) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION wfe.run_mermaid(bigint) TO wfe_submitter, wfe_reader, wfe_operator;

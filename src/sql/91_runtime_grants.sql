@@ -4,7 +4,8 @@ GRANT EXECUTE ON FUNCTION
     wfe.submit(text, jsonb, text, jsonb),
     wfe.cancel_run(bigint, text),
     wfe.report(bigint),
-    wfe.run_timeline(bigint)
+    wfe.run_timeline(bigint),
+    wfe.run_mermaid(bigint)
     TO wfe_submitter;
 
 GRANT EXECUTE ON FUNCTION
@@ -26,6 +27,7 @@ GRANT EXECUTE ON FUNCTION
 GRANT EXECUTE ON FUNCTION
     wfe.report(bigint),
     wfe.run_timeline(bigint),
+    wfe.run_mermaid(bigint),
     wfe.stage_transitions(),
     wfe.run_transitions()
     TO wfe_reader, wfe_operator;
