@@ -46,6 +46,13 @@ const wfe_transition wfe_stage_transition_table[] = {
 	{"timed_out", "queued", "operator re-drive"},
 	{"failed", "queued", "operator re-drive"},
 	{"cancelled", "queued", "operator re-drive"},
+	{"failed", "completed", "operator skip: completed by hand"},
+	{"timed_out", "completed", "operator skip: completed by hand"},
+	{"retry_scheduled", "failed", "operator fail: failed by hand, no retry"},
+	{"completed", "waiting", "the run was reopened by an operator: runs again"},
+	{"failed", "waiting", "the run was reopened by an operator: runs again"},
+	{"timed_out", "waiting", "the run was reopened by an operator: runs again"},
+	{"skipped", "waiting", "the run was reopened by an operator: runs again"},
 	{NULL, NULL, NULL}
 };
 
@@ -58,6 +65,7 @@ const wfe_transition wfe_run_transition_table[] = {
 	{"finalising", "completed", "completed intent and every finaliser succeeded"},
 	{"finalising", "failed", "failed intent, or a finaliser failed"},
 	{"finalising", "cancelled", "cancelled, finalisers done"},
+	{"failed", "running", "reopened by an operator's re-drive or skip of a stage"},
 	{NULL, NULL, NULL}
 };
 

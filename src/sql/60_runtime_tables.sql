@@ -78,6 +78,8 @@ CREATE UNIQUE INDEX runs_idempotency_key
     WHERE idempotency_key IS NOT NULL AND state NOT IN ('failed', 'cancelled');
 CREATE INDEX runs_unfinished ON wfe.runs (workflow, state) WHERE finished_at IS NULL;
 CREATE INDEX runs_finished_at ON wfe.runs (finished_at) WHERE finished_at IS NOT NULL;
+-- a run's replays (wfe.report)
+CREATE INDEX runs_replay_of ON wfe.runs (replay_of) WHERE replay_of IS NOT NULL;
 -- runs in flight per tenant: the admission limit and wfe.dashboard_tenants
 CREATE INDEX runs_unfinished_tenant ON wfe.runs (tenant) WHERE finished_at IS NULL;
 

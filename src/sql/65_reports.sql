@@ -54,7 +54,16 @@ BEGIN
         'outputs', (SELECT coalesce(jsonb_object_agg(o.task || '.' || o.key, o.value), '{}')
                       FROM wfe.outputs AS o WHERE o.run_id = r.run_id),
         'late_callbacks', (SELECT count(*) FROM wfe.events AS e
-                            WHERE e.run_id = r.run_id AND e.type = 'callback.late'));
+                            WHERE e.run_id = r.run_id AND e.type = 'callback.late'),
+        -- the operator's hand: replays both ways, reopenings (wfe.replay, wfe.redrive)
+        'replay_of', r.replay_of,
+        'replays', (SELECT coalesce(jsonb_agg(x.run_id ORDER BY x.run_id), '[]')
+                      FROM wfe.runs AS x WHERE x.replay_of = r.run_id),
+        'redriven', (SELECT coalesce(jsonb_agg(jsonb_build_object('at', e.at, 'stage', e.detail ->> 'stage',
+                                                                  'by', e.detail ->> 'by',
+                                                                  'reason', e.detail ->> 'reason')
+                                               ORDER BY e.event_id), '[]')
+                       FROM wfe.events AS e WHERE e.run_id = r.run_id AND e.type = 'run.redriven'));
 END
 $$;
 COMMENT ON FUNCTION wfe.report(bigint) IS

@@ -60,3 +60,13 @@ GRANT EXECUTE ON FUNCTION wfe.bar(double precision, int), wfe.human_ms(double pr
     TO wfe_reader, wfe_operator;
 
 GRANT EXECUTE ON FUNCTION wfe.configure_tenant(text, int, int) TO wfe_admin;
+
+-- Recovery (71_recovery.sql): the operator's actions.
+GRANT EXECUTE ON FUNCTION
+    wfe.redrive(bigint, text, text),
+    wfe.skip_stage(bigint, text, jsonb, text),
+    wfe.fail_stage(bigint, text, text),
+    wfe.redispatch(bigint, text, text),
+    wfe.replay(bigint, text),
+    wfe.redrive_dead_letters(text, timestamptz, text)
+    TO wfe_operator;
