@@ -580,6 +580,33 @@ static stmt q_fence = STMT(
 	"UPDATE wfe.run_stages AS st SET fence = st.fence + 1"
 	" WHERE st.run_id = $1 AND st.stage = $2 RETURNING st.queue", 2, I8, TX);
 
+static stmt q_queue_limited = STMT(
+	"SELECT EXISTS (SELECT 1 FROM wfe.queues AS q WHERE q.queue = $1 AND q.max_in_flight IS NOT NULL)", 1, TX);
+
+/*
+ * A task of a queue with an in-flight limit ended or left (completed,
+ * failed, retried later, timed out, cancelled): room for the next queued
+ * one, so the claimers waiting on that queue hear of it at commit.
+ */
+static void
+room_freed(srv *s, const wfe_op *op)
+{
+	const char *queue;
+	Datum		v[1];
+
+	if (op->stage < 0 ||
+		!(op->kind == WFE_OP_COMPLETE || op->kind == WFE_OP_FAIL || op->kind == WFE_OP_RETRY ||
+		  op->kind == WFE_OP_TIME_OUT || op->kind == WFE_OP_CANCEL))
+		return;
+	queue = wfe_step_row(&current_step, op->stage)->queue;
+	if (queue == NULL || wfe_step_row(&current_step, op->stage)->has_handler)
+		return;
+	v[0] = CStringGetTextDatum(queue);
+	stmt_run(&q_queue_limited, v, NULL);
+	if (stmt_bool(1))
+		wfe_ready_released(queue);
+}
+
 /* Write the effects the core decided, in order. */
 static void
 apply(srv *s, const char *reported)
@@ -598,6 +625,7 @@ apply(srv *s, const char *reported)
 
 		v[0] = Int64GetDatum(s->run_id);
 		v[1] = stage ? CStringGetTextDatum(stage) : (Datum) 0;
+		room_freed(s, op);
 		switch (op->kind)
 		{
 			case WFE_OP_EVENT:
