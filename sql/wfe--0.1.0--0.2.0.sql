@@ -1441,3 +1441,44 @@ $$;
 COMMENT ON FUNCTION wfe._broker_dead_letter(text, text, jsonb, text) IS
 'A dispatch RabbitMQ dead-lettered (wfe.dlq): recorded in wfe.dead_letters (reason broker.redeliveries, the x-death history) and its attempt failed through the gate, per the stage''s retry policy.';
 REVOKE ALL ON FUNCTION wfe._broker_dead_letter(text, text, jsonb, text) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION wfe.run_timeline(run_id bigint)
+RETURNS TABLE (stage text, attempt int, outcome text, started_at timestamptz, finished_at timestamptz,
+               duration_ms numeric, waterfall text)
+LANGUAGE plpgsql STABLE STRICT SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    r       wfe.runs := wfe._run(run_timeline.run_id);
+    v_span  double precision;
+BEGIN
+    v_span := greatest(extract(epoch FROM coalesce(r.finished_at, now()) - r.submitted_at), 0.001);
+    RETURN QUERY
+    WITH a AS (
+        -- the outcome: the attempt's last event that says how it went; a
+        -- timeout wins over the retry it led to (the attempt timed out), and
+        -- an operator's bookkeeping (redriven, reset, ...) is not an outcome
+        SELECT e.stage, e.attempt, min(e.at) AS t_start, max(e.at) AS t_end, min(e.event_id) AS first_event,
+               (array_agg(e.type ORDER BY (e.type = 'stage.timed_out') DESC,
+                                          (e.type IN ('stage.redriven', 'stage.reset', 'stage.skipped_by_operator',
+                                                      'stage.failed_by_operator', 'stage.dead_lettered',
+                                                      'stage.cancel_acknowledged')),
+                                          e.event_id DESC))[1] AS last_type
+          FROM wfe.events AS e
+         WHERE e.run_id = r.run_id AND e.stage IS NOT NULL AND e.attempt IS NOT NULL
+           AND e.type NOT LIKE 'callback.%'
+         GROUP BY e.stage, e.attempt
+    )
+    SELECT a.stage, a.attempt, replace(a.last_type, 'stage.', ''), a.t_start, a.t_end,
+           round((extract(epoch FROM a.t_end - a.t_start) * 1000)::numeric, 1),
+           -- a 40-column bar across the run's life: where the attempt sat and how long
+           '|' || rpad(repeat(' ', least(39, floor(extract(epoch FROM a.t_start - r.submitted_at) / v_span * 40)::int))
+                       || repeat('█', greatest(1, round(extract(epoch FROM a.t_end - a.t_start) / v_span * 40)::int)),
+                       40) || '|'
+      FROM a
+     ORDER BY a.first_event;
+END
+$$;
+COMMENT ON FUNCTION wfe.run_timeline(bigint) IS
+'One row per stage attempt with its outcome, times and a text waterfall over the run''s life.';

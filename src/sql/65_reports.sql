@@ -83,8 +83,15 @@ BEGIN
     v_span := greatest(extract(epoch FROM coalesce(r.finished_at, now()) - r.submitted_at), 0.001);
     RETURN QUERY
     WITH a AS (
+        -- the outcome: the attempt's last event that says how it went; a
+        -- timeout wins over the retry it led to (the attempt timed out), and
+        -- an operator's bookkeeping (redriven, reset, ...) is not an outcome
         SELECT e.stage, e.attempt, min(e.at) AS t_start, max(e.at) AS t_end, min(e.event_id) AS first_event,
-               (array_agg(e.type ORDER BY e.event_id DESC))[1] AS last_type
+               (array_agg(e.type ORDER BY (e.type = 'stage.timed_out') DESC,
+                                          (e.type IN ('stage.redriven', 'stage.reset', 'stage.skipped_by_operator',
+                                                      'stage.failed_by_operator', 'stage.dead_lettered',
+                                                      'stage.cancel_acknowledged')),
+                                          e.event_id DESC))[1] AS last_type
           FROM wfe.events AS e
          WHERE e.run_id = r.run_id AND e.stage IS NOT NULL AND e.attempt IS NOT NULL
            AND e.type NOT LIKE 'callback.%'
