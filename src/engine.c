@@ -85,9 +85,10 @@ static stmt q_enqueue = STMT(
 	" RETURNING st.deadline_at, st.handler IS NOT NULL, st.queue", 4, I8, TX, BO, TX);
 static stmt q_queue_mode = STMT(
 	"SELECT q.delivery = 'broker', q.paused FROM wfe.queues AS q WHERE q.queue = $1", 1, TX);
+/* a broker queue's max_in_flight holds the dispatch (wfe._broker_admit) */
 static stmt q_dispatch = STMT(
 	"SELECT wfe._dispatch(r, s) FROM wfe.runs AS r, wfe.run_stages AS s"
-	" WHERE r.run_id = $1 AND s.run_id = $1 AND s.stage = $2", 2, I8, TX);
+	" WHERE r.run_id = $1 AND s.run_id = $1 AND s.stage = $2 AND wfe._broker_admit(s.queue)", 2, I8, TX);
 static stmt q_resolve = STMT(
 	"UPDATE wfe.run_stages AS st"
 	"   SET state = $3, attempt = 1, fence = 1, outcome = $3, result = $4::jsonb, error = $5::jsonb,"
@@ -581,12 +582,15 @@ static stmt q_fence = STMT(
 	" WHERE st.run_id = $1 AND st.stage = $2 RETURNING st.queue", 2, I8, TX);
 
 static stmt q_queue_limited = STMT(
-	"SELECT EXISTS (SELECT 1 FROM wfe.queues AS q WHERE q.queue = $1 AND q.max_in_flight IS NOT NULL)", 1, TX);
+	"SELECT q.delivery = 'broker' FROM wfe.queues AS q"
+	" WHERE q.queue = $1 AND q.max_in_flight IS NOT NULL AND NOT q.paused", 1, TX);
+static stmt q_release_held = STMT("SELECT wfe._release_held($1)", 1, TX);
 
 /*
  * A task of a queue with an in-flight limit ended or left (completed,
- * failed, retried later, timed out, cancelled): room for the next queued
- * one, so the claimers waiting on that queue hear of it at commit.
+ * failed, retried later, timed out, cancelled), its row written: room for
+ * the next queued one.  Poll: the claimers waiting on that queue hear of it
+ * at commit.  Broker: the held tasks are dispatched (wfe._release_held).
  */
 static void
 room_freed(srv *s, const wfe_op *op)
@@ -603,7 +607,11 @@ room_freed(srv *s, const wfe_op *op)
 		return;
 	v[0] = CStringGetTextDatum(queue);
 	stmt_run(&q_queue_limited, v, NULL);
+	if (SPI_processed != 1)
+		return;
 	if (stmt_bool(1))
+		stmt_run(&q_release_held, v, NULL);
+	else
 		wfe_ready_released(queue);
 }
 
@@ -625,7 +633,6 @@ apply(srv *s, const char *reported)
 
 		v[0] = Int64GetDatum(s->run_id);
 		v[1] = stage ? CStringGetTextDatum(stage) : (Datum) 0;
-		room_freed(s, op);
 		switch (op->kind)
 		{
 			case WFE_OP_EVENT:
@@ -772,6 +779,7 @@ apply(srv *s, const char *reported)
 				}
 				break;
 		}
+		room_freed(s, op);
 	}
 	write_events(s, &events);
 	wfe_step_end(&current_step);

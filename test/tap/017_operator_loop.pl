@@ -15,6 +15,8 @@
 # 4. broker -> poll -> broker: the published attempt is dispatched again
 #    with a new fence; the old message is stale, the run completes (0.1.0
 #    left it queued for good).
+# 5. A broker queue's max_in_flight holds what is over it, and releases it
+#    by priority when a task ends.
 use strict;
 use warnings;
 
@@ -154,6 +156,31 @@ is("$acc $done", 'accepted accepted', 'switch: the second is accepted and comple
 is("$acc $done", 'accepted accepted', 'switch: b runs');
 wait_for("SELECT state = 'completed' FROM wfe.runs WHERE run_id = $r5",
 	'switch: the run completes (0.1.0 left it queued for good)');
+
+#
+# 5. A broker queue's max_in_flight: a task over the limit is held (queued,
+#    no message) and dispatched when room appears, highest priority first.
+#
+sql(q{SELECT wfe.configure_queue('opl', 'broker', max_in_flight => 1)});
+my $h1 = sql(q{SELECT run_id FROM wfe.submit('op-lenient', '{"n": 6, "data": "x"}')});
+my $h2 = sql(q{SELECT run_id FROM wfe.submit('op-lenient', '{"n": 7, "data": "x"}')});
+my $h3 = sql(q{SELECT run_id FROM wfe.submit('op-lenient', '{"n": 8, "data": "x"}', NULL, '{"priority": 5}')});
+wait_for("SELECT state = 'dispatched' FROM wfe.run_stages WHERE run_id = $h1 AND stage = 'a'",
+	'limit: the first task is dispatched');
+is(sql("SELECT count(*) FROM wfe.outbox WHERE run_id IN ($h2, $h3) AND kind = 'dispatch'"), 0,
+	'limit: the two over the limit have no dispatch message');
+is(sql("SELECT string_agg(state, ' ' ORDER BY run_id) FROM wfe.run_stages WHERE run_id IN ($h2, $h3)"),
+	'queued queued', 'limit: ... and stay queued');
+is(sql(q{SELECT state FROM wfe.dashboard_queues WHERE queue = 'opl' AND track = 'small'}), 'full',
+	'limit: dashboard_queues shows the queue full');
+($acc, $done, $e) = work_one('opl');
+is("$acc $done $e->{run_id}", "accepted accepted $h1", 'limit: the first completes');
+($acc, $done, $e) = work_one('opl');
+is("$acc $done $e->{run_id}", "accepted accepted $h3", 'limit: room: the higher priority task is dispatched next');
+($acc, $done, $e) = work_one('opl');
+is("$acc $done $e->{run_id}", "accepted accepted $h2", 'limit: then the other');
+wait_for("SELECT count(*) = 3 FROM wfe.runs WHERE run_id IN ($h1, $h2, $h3) AND state = 'completed'",
+	'limit: all three complete');
 
 $node->stop;
 $rabbit->stop;
