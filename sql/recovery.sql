@@ -171,6 +171,31 @@ SELECT state FROM wfe.runs WHERE run_id = :q;
 SELECT wfe.configure_queue('rc-work', 'poll');
 
 --
+-- a binding failure is not redriven (its input would fail again); it is
+-- skipped by hand
+--
+SELECT wfe.create_definition($yaml$
+name: recovery-bind
+version: "1.0.0"
+entry: work
+stages:
+  - name: work
+    type: worker
+    queue: rc-work
+    worker: rc.work@1
+    input: { v: "${context.v}" }
+    on_success: completed
+    on_failure: failed
+$yaml$) LIKE 'sha256:%' AS created;
+SELECT wfe.approve('recovery-bind', '1.0.0');
+SELECT wfe.activate('recovery-bind', '1.0.0');
+SELECT run_id AS b FROM wfe.submit('recovery-bind', '{}') \gset
+SELECT * FROM pg_temp.stages(:b);
+SELECT wfe.redrive(:b, 'work');
+SELECT wfe.skip_stage(:b, 'work', '{"size": 1}', 'bound by hand');
+SELECT state FROM wfe.runs WHERE run_id = :b;
+
+--
 -- redrive_dead_letters: every open dead letter of a queue since a time
 --
 SELECT wfe.register_worker('rc.flaky@1', 'rc-flaky');

@@ -247,6 +247,9 @@ BEGIN
     PERFORM wfe._event(r.run_id, r.tenant, NULL, NULL, 'run.cancel_requested',
                        jsonb_build_object('by', session_user, 'reason', cancel_run.reason));
     PERFORM wfe._cancel(r.run_id, coalesce(cancel_run.reason, 'cancelled by ' || session_user));
+    -- nothing is left to do about its dead letters
+    UPDATE wfe.dead_letters AS d SET resolved_at = now(), resolved_by = session_user, resolution = 'cancelled'
+     WHERE d.run_id = r.run_id AND d.resolved_at IS NULL;
     RETURN 'accepted';
 END
 $$;
@@ -1181,13 +1184,25 @@ END
 $$;
 COMMENT ON FUNCTION wfe._require_stage(bigint, text) IS 'Raises 22004 when the run or the stage is NULL.';
 
-CREATE FUNCTION wfe.redrive(run_id bigint, stage text, reason text DEFAULT NULL)
+CREATE OR REPLACE FUNCTION wfe.redrive(run_id bigint, stage text, reason text DEFAULT NULL)
 RETURNS void
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    v_code text;
 BEGIN
     PERFORM wfe._require_stage(redrive.run_id, redrive.stage);
+    -- a binding failure has no attempt to run again: the run's context and
+    -- the results it read do not change, so its input would fail again
+    SELECT st.error ->> 'code' INTO v_code FROM wfe.run_stages AS st
+     WHERE st.run_id = redrive.run_id AND st.stage = redrive.stage AND st.state = 'failed';
+    IF v_code LIKE 'binding.%' THEN
+        RAISE EXCEPTION 'cannot redrive stage "%" of run %: its input could not be bound (%)', redrive.stage,
+                        redrive.run_id, v_code
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = 'The run''s context and results do not change, so binding would fail again: skip_stage completes it by hand, replay starts a new run.';
+    END IF;
     PERFORM wfe._operate(redrive.run_id, redrive.stage, 'redrive', NULL, session_user, redrive.reason);
     PERFORM wfe._resolve_dead_letters(redrive.run_id, redrive.stage, 'redriven');
 END

@@ -257,6 +257,9 @@ BEGIN
     PERFORM wfe._event(r.run_id, r.tenant, NULL, NULL, 'run.cancel_requested',
                        jsonb_build_object('by', session_user, 'reason', cancel_run.reason));
     PERFORM wfe._cancel(r.run_id, coalesce(cancel_run.reason, 'cancelled by ' || session_user));
+    -- nothing is left to do about its dead letters
+    UPDATE wfe.dead_letters AS d SET resolved_at = now(), resolved_by = session_user, resolution = 'cancelled'
+     WHERE d.run_id = r.run_id AND d.resolved_at IS NULL;
     RETURN 'accepted';
 END
 $$;

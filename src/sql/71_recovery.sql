@@ -46,8 +46,20 @@ RETURNS void
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    v_code text;
 BEGIN
     PERFORM wfe._require_stage(redrive.run_id, redrive.stage);
+    -- a binding failure has no attempt to run again: the run's context and
+    -- the results it read do not change, so its input would fail again
+    SELECT st.error ->> 'code' INTO v_code FROM wfe.run_stages AS st
+     WHERE st.run_id = redrive.run_id AND st.stage = redrive.stage AND st.state = 'failed';
+    IF v_code LIKE 'binding.%' THEN
+        RAISE EXCEPTION 'cannot redrive stage "%" of run %: its input could not be bound (%)', redrive.stage,
+                        redrive.run_id, v_code
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = 'The run''s context and results do not change, so binding would fail again: skip_stage completes it by hand, replay starts a new run.';
+    END IF;
     PERFORM wfe._operate(redrive.run_id, redrive.stage, 'redrive', NULL, session_user, redrive.reason);
     PERFORM wfe._resolve_dead_letters(redrive.run_id, redrive.stage, 'redriven');
 END
