@@ -38,7 +38,8 @@ SELECT wfe.register_worker('defs.step@1', 'defs',
 
 -- The example workflows (examples/*.yaml), verbatim.
 CREATE TEMP TABLE examples (name text PRIMARY KEY, source text NOT NULL);
-INSERT INTO examples VALUES ('model-ingest', $yaml$# Seed 000's example, as written there (indentation restored).
+INSERT INTO examples VALUES ('model-ingest', $yaml$# Seed 000's example, as written there (indentation restored), with the
+# queue_deadline_ms docs/delivery.md recommends for stages a broker may serve.
 name: model-ingest
 version: "2.3.0"
 entry: cache-lookup
@@ -62,6 +63,7 @@ stages:
     queue: rendering
     worker: thumbnail.render@3
     input: { modelId: "${context.modelId}" }
+    queue_deadline_ms: 600000
     execution_deadline_ms: 300000
     on_success: derive-fork
     on_failure: failed
@@ -73,6 +75,7 @@ stages:
     queue: analysis
     worker: semantic.analyse@4
     input: { modelId: "${context.modelId}" }
+    queue_deadline_ms: 600000
     on_success: derive-join
     on_failure: failed
   - name: technical-metadata
@@ -80,6 +83,7 @@ stages:
     queue: metadata
     worker: metadata.extract@2
     input: { modelId: "${context.modelId}" }
+    queue_deadline_ms: 600000
     on_success: derive-join
     on_failure: failed
   - name: derive-join

@@ -5,7 +5,8 @@ SET client_min_messages = warning;
 CREATE EXTENSION IF NOT EXISTS wfe;
 RESET client_min_messages;
 CREATE TEMP TABLE example (name text PRIMARY KEY, source text);
-INSERT INTO example VALUES ('model-ingest', $yaml$# Seed 000's example, as written there (indentation restored).
+INSERT INTO example VALUES ('model-ingest', $yaml$# Seed 000's example, as written there (indentation restored), with the
+# queue_deadline_ms docs/delivery.md recommends for stages a broker may serve.
 name: model-ingest
 version: "2.3.0"
 entry: cache-lookup
@@ -29,6 +30,7 @@ stages:
     queue: rendering
     worker: thumbnail.render@3
     input: { modelId: "${context.modelId}" }
+    queue_deadline_ms: 600000
     execution_deadline_ms: 300000
     on_success: derive-fork
     on_failure: failed
@@ -40,6 +42,7 @@ stages:
     queue: analysis
     worker: semantic.analyse@4
     input: { modelId: "${context.modelId}" }
+    queue_deadline_ms: 600000
     on_success: derive-join
     on_failure: failed
   - name: technical-metadata
@@ -47,6 +50,7 @@ stages:
     queue: metadata
     worker: metadata.extract@2
     input: { modelId: "${context.modelId}" }
+    queue_deadline_ms: 600000
     on_success: derive-join
     on_failure: failed
   - name: derive-join

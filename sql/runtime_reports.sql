@@ -188,6 +188,8 @@ SELECT stage, attempt, reason, error ->> 'code' AS code FROM wfe.dead_letters WH
 SELECT wfe.complete_task(:t, 'first', :t_attempt, :t_fence, '{}');
 SELECT * FROM pg_temp.work('rt-rp-audit');
 SELECT state, intent FROM wfe.runs WHERE run_id = :t;
+-- the timeline says both attempts timed out (the first was retried)
+SELECT stage, attempt, outcome FROM wfe.run_timeline(:t) WHERE stage = 'first';
 
 -- the heartbeat clock: a heartbeat pushes the deadline out; missing one times out
 SELECT run_id AS h FROM wfe.submit('report-test', '{}') \gset

@@ -22,7 +22,8 @@ SELECT s.state,
        EXISTS (SELECT FROM wfe.stage_transitions() AS t WHERE s.state IN (t.from_state, t.to_state)) AS listed
   FROM unnest(ARRAY['waiting', 'queued', 'dispatched', 'running', 'retry_scheduled', 'completed',
                     'failed', 'timed_out', 'skipped', 'cancelled']) AS s(state);
--- stage states with no way out: completed and skipped are final
+-- stage states with no way out: none (completed and skipped wait again only
+-- when an operator reopens a failed run); runs: completed and cancelled
 SELECT s.state FROM unnest(ARRAY['waiting', 'queued', 'dispatched', 'running', 'retry_scheduled', 'completed',
                                  'failed', 'timed_out', 'skipped', 'cancelled']) AS s(state)
  WHERE NOT EXISTS (SELECT FROM wfe.stage_transitions() AS t WHERE t.from_state = s.state);
@@ -276,6 +277,45 @@ RESET rt_tr.by;
 SELECT wfe.cancel_run(:o1);
 
 --
+-- 10b. Operator recovery (71_recovery.sql), through the engine: a skip
+--     completes a failed or timed-out stage (failed | timed_out -> completed)
+--     and reopens its failed run (failed -> running); a redrive reopens a
+--     run whose join failed (failed -> waiting) and whose finaliser ran
+--     (completed -> waiting); a scheduled retry is failed by hand
+--     (retry_scheduled -> failed).
+--
+SELECT run_id AS k1 FROM wfe.submit('tr-test', '{"path": "solo", "v": "x"}') \gset
+SELECT pg_temp.fail(:k1, 'solo', false);
+SELECT wfe.skip_stage(:k1, 'solo', '{}', 'done by hand');
+SELECT pg_temp.states(:k1);
+SELECT run_id AS k2 FROM wfe.submit('tr-test', '{"path": "solo", "v": "x"}') \gset
+SELECT pg_temp.expire(:k2, 'solo');
+SELECT pg_temp.retry_now(:k2);
+SELECT pg_temp.expire(:k2, 'solo');
+SELECT pg_temp.states(:k2);
+SELECT wfe.skip_stage(:k2, 'solo', '{}', 'done by hand');
+SELECT pg_temp.states(:k2);
+SELECT run_id AS k3 FROM wfe.submit('tr-test@2.0.0', '{"path": "fork"}') \gset
+SELECT pg_temp.fail(:k3, 'left', false), pg_temp.fail(:k3, 'right', false);
+SELECT pg_temp.complete(:k3, 'finaliser.1');
+SELECT pg_temp.states(:k3);
+SELECT wfe.redrive(:k3, 'left', 'again');
+SELECT pg_temp.states(:k3);
+SELECT pg_temp.fail(:k3, 'left', true);
+SELECT wfe.fail_stage(:k3, 'left', 'give up');
+SELECT pg_temp.states(:k3);
+SELECT pg_temp.complete(:k3, 'finaliser.1');
+-- what the engine makes only in shapes this workflow has not: a direct UPDATE
+SET rt_tr.by = 'update';
+UPDATE wfe.run_stages SET state = 'waiting' WHERE run_id = :k1 AND stage = 'left';       -- skipped -> waiting
+UPDATE wfe.run_stages SET state = 'skipped' WHERE run_id = :k1 AND stage = 'left';
+UPDATE wfe.run_stages SET state = 'queued' WHERE run_id = :r6 AND stage = 'solo';
+UPDATE wfe.run_stages SET state = 'timed_out' WHERE run_id = :r6 AND stage = 'solo';
+UPDATE wfe.run_stages SET state = 'waiting' WHERE run_id = :r6 AND stage = 'solo';       -- timed_out -> waiting
+UPDATE wfe.run_stages SET state = 'cancelled' WHERE run_id = :r6 AND stage = 'solo';
+RESET rt_tr.by;
+
+--
 -- 11. Illegal transitions: refused by the trigger (55000), whoever tries.
 --
 UPDATE wfe.run_stages SET state = 'queued' WHERE run_id = :r1 AND stage = 'solo';
@@ -284,7 +324,7 @@ UPDATE wfe.run_stages SET state = 'running' WHERE run_id = :r1 AND stage = 'solo
 \echo :LAST_ERROR_SQLSTATE
 UPDATE wfe.run_stages SET state = 'queued' WHERE run_id = :r1 AND stage = 'left';
 \echo :LAST_ERROR_SQLSTATE
-UPDATE wfe.run_stages SET state = 'completed' WHERE run_id = :r2 AND stage = 'solo';
+UPDATE wfe.run_stages SET state = 'running' WHERE run_id = :r2 AND stage = 'solo';
 \echo :LAST_ERROR_SQLSTATE
 UPDATE wfe.run_stages SET state = 'running' WHERE run_id = :r9 AND stage = 'solo';
 \echo :LAST_ERROR_SQLSTATE

@@ -262,6 +262,9 @@ BEGIN
     PERFORM wfe._event(r.run_id, r.tenant, NULL, NULL, 'run.cancel_requested',
                        jsonb_build_object('by', session_user, 'reason', cancel_run.reason));
     PERFORM wfe._cancel(r.run_id, coalesce(cancel_run.reason, 'cancelled by ' || session_user));
+    -- nothing is left to do about its dead letters
+    UPDATE wfe.dead_letters AS d SET resolved_at = now(), resolved_by = session_user, resolution = 'cancelled'
+     WHERE d.run_id = r.run_id AND d.resolved_at IS NULL;
     RETURN 'accepted';
 END
 $$;
@@ -294,6 +297,8 @@ DECLARE
     v_start    timestamptz;
     v_existing bigint;
     v_bad      text;
+    v_limit    int;
+    v_live     bigint;
 BEGIN
     IF submit.workflow IS NULL THEN
         RAISE EXCEPTION 'workflow must not be null' USING ERRCODE = 'null_value_not_allowed';
@@ -380,8 +385,28 @@ BEGIN
     IF submit.idempotency_key IS NOT NULL THEN
         v_existing := wfe._idempotent_run(v_tenant, d.workflow, submit.idempotency_key, v_context);
         IF v_existing IS NOT NULL THEN
+            -- an insert, not a counter on the run: no lock on a run in flight
+            PERFORM wfe._event(v_existing, v_tenant, NULL, NULL, 'run.deduplicated',
+                               jsonb_build_object('by', session_user));
             RETURN QUERY SELECT v_existing, false;
             RETURN;
+        END IF;
+    END IF;
+
+    -- Admission: the tenant's runs in flight (wfe.configure_tenant).  One
+    -- submit of a limited tenant at a time counts and inserts, so two cannot
+    -- both take the last slot; the count is a statement of its own after the
+    -- lock, so (under READ COMMITTED) it sees what the previous one committed.
+    SELECT t.max_runs_in_flight INTO v_limit FROM wfe.tenant_limits AS t
+     WHERE t.tenant = v_tenant AND t.max_runs_in_flight IS NOT NULL;
+    IF v_limit IS NOT NULL THEN
+        PERFORM pg_advisory_xact_lock(hashtext('wfe.max_runs_in_flight'), hashtext(v_tenant));
+        SELECT count(*) INTO v_live FROM wfe.runs AS x WHERE x.tenant = v_tenant AND x.finished_at IS NULL;
+        IF v_live >= v_limit THEN
+            RAISE EXCEPTION 'tenant "%" has % runs in flight, its max_runs_in_flight', v_tenant, v_live
+                USING ERRCODE = 'configuration_limit_exceeded',
+                      DETAIL = format('Limit max_runs_in_flight = %s (wfe.tenant_limits).', v_limit),
+                      HINT = 'Submit again when a run has finished, or raise the limit with wfe.configure_tenant.';
         END IF;
     END IF;
 
@@ -411,6 +436,8 @@ BEGIN
                 USING ERRCODE = 'serialization_failure',
                       HINT = 'Submit again: the run that held the key has ended failed or cancelled.';
         END IF;
+        PERFORM wfe._event(v_existing, v_tenant, NULL, NULL, 'run.deduplicated',
+                           jsonb_build_object('by', session_user));
         RETURN QUERY SELECT v_existing, false;
         RETURN;
     END IF;
@@ -1317,3 +1344,375 @@ COMMENT ON FUNCTION wfe._validate(jsonb, jsonb) IS
 -- helpers that validate read it, so they are STABLE, not IMMUTABLE.
 ALTER FUNCTION wfe._validate(jsonb, jsonb) STABLE;
 ALTER FUNCTION wfe._bind_input(jsonb, jsonb, jsonb) STABLE;
+
+BEGIN
+    PERFORM wfe._require_stage(skip_stage.run_id, skip_stage.stage);
+    PERFORM wfe._operate(skip_stage.run_id, skip_stage.stage, 'skip',
+                         coalesce(skip_stage.result, '{}')::text, session_user, skip_stage.reason);
+    PERFORM wfe._resolve_dead_letters(skip_stage.run_id, skip_stage.stage, 'skipped');
+END
+$$;
+COMMENT ON FUNCTION wfe.skip_stage(bigint, text, jsonb, text) IS
+'Completes a failed or timed-out stage by hand with result (checked like a report; a decision takes {"next": stage}); a failed run is reopened.';
+
+CREATE FUNCTION wfe.fail_stage(run_id bigint, stage text, reason text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM wfe._require_stage(fail_stage.run_id, fail_stage.stage);
+    IF fail_stage.reason IS NULL THEN
+        RAISE EXCEPTION 'reason must not be null' USING ERRCODE = 'null_value_not_allowed',
+              HINT = 'Say why: the worker sees it in the error, and the event log keeps it.';
+    END IF;
+    PERFORM wfe._operate(fail_stage.run_id, fail_stage.stage, 'fail', fail_stage.reason, session_user,
+                         fail_stage.reason);
+    PERFORM wfe._resolve_dead_letters(fail_stage.run_id, fail_stage.stage, 'failed');
+END
+$$;
+COMMENT ON FUNCTION wfe.fail_stage(bigint, text, text) IS
+'Fails an attempt under way by hand: fenced (a pushed worker is asked to stop), failed without retry, its failure route taken.';
+
+CREATE FUNCTION wfe.redispatch(run_id bigint, stage text, reason text DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_queue  text;
+    v_broker boolean;
+    v_paused boolean;
+BEGIN
+    PERFORM wfe._require_stage(redispatch.run_id, redispatch.stage);
+    SELECT st.queue, q.delivery = 'broker', q.paused INTO v_queue, v_broker, v_paused
+      FROM wfe.run_stages AS st LEFT JOIN wfe.queues AS q ON q.queue = st.queue
+     WHERE st.run_id = redispatch.run_id AND st.stage = redispatch.stage;
+    IF FOUND AND NOT coalesce(v_broker, false) THEN
+        RAISE EXCEPTION 'cannot redispatch stage "%" of run %: queue "%" is a poll queue', redispatch.stage,
+                        redispatch.run_id, coalesce(v_queue, '(none)')
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = 'Poll workers claim queued tasks with wfe.claim_task; nothing is dispatched.';
+    END IF;
+    IF FOUND AND v_paused THEN
+        RAISE EXCEPTION 'cannot redispatch stage "%" of run %: queue "%" is paused', redispatch.stage,
+                        redispatch.run_id, v_queue
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = 'Resume it with wfe.configure_queue(..., paused => false): its tasks are dispatched then.';
+    END IF;
+    PERFORM wfe._operate(redispatch.run_id, redispatch.stage, 'redispatch', NULL, session_user,
+                         redispatch.reason);
+END
+$$;
+COMMENT ON FUNCTION wfe.redispatch(bigint, text, text) IS
+'Sends a queued or dispatched broker attempt again: same attempt, new fence, a new dispatch message (the old one''s accept is stale).';
+
+CREATE FUNCTION wfe.replay(run_id bigint, reason text DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    r     wfe.runs;
+    v_new bigint;
+BEGIN
+    IF replay.run_id IS NULL THEN
+        RAISE EXCEPTION 'run_id must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    SELECT * INTO r FROM wfe.runs AS x WHERE x.run_id = replay.run_id;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'run % does not exist', replay.run_id USING ERRCODE = 'undefined_object';
+    END IF;
+    IF r.finished_at IS NULL THEN
+        RAISE EXCEPTION 'cannot replay run %: it is %', r.run_id, r.state
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = 'Replay a run that has ended; cancel it first (wfe.cancel_run) to replay it now.';
+    END IF;
+    -- the same pinned definition (name@version: even once retired), context,
+    -- tenant, execution context and priority; no idempotency key
+    SELECT s.run_id INTO v_new
+      FROM wfe.submit(r.workflow || '@' || r.version, r.context, NULL,
+                      jsonb_build_object('tenant', r.tenant, 'priority', r.priority)
+                      || CASE WHEN r.execution_context IS NULL THEN '{}'::jsonb
+                              ELSE jsonb_build_object('execution_context', r.execution_context) END) AS s;
+    UPDATE wfe.runs AS x SET replay_of = r.run_id WHERE x.run_id = v_new;
+    PERFORM wfe._event(r.run_id, r.tenant, NULL, NULL, 'run.replayed',
+                       jsonb_build_object('by', session_user, 'reason', replay.reason, 'replay', v_new));
+    PERFORM wfe._event(v_new, r.tenant, NULL, NULL, 'run.replay_of',
+                       jsonb_build_object('by', session_user, 'reason', replay.reason, 'replay_of', r.run_id));
+    PERFORM wfe._resolve_dead_letters(r.run_id, NULL, 'replayed');
+    RETURN v_new;
+END
+$$;
+COMMENT ON FUNCTION wfe.replay(bigint, text) IS
+'Starts a new run of an ended run''s pinned definition with its context, tenant, execution context and priority; the new run''s replay_of names the old one.';
+
+CREATE FUNCTION wfe.redrive_dead_letters(queue text, since timestamptz DEFAULT '-infinity', reason text DEFAULT NULL)
+RETURNS int
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    c record;
+    n int := 0;
+BEGIN
+    IF redrive_dead_letters.queue IS NULL OR redrive_dead_letters.since IS NULL THEN
+        RAISE EXCEPTION 'queue and since must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    -- in run order, so two bulk redrives cannot deadlock; one subtransaction
+    -- each, so a stage that moved on meanwhile is passed over, not fatal
+    FOR c IN SELECT DISTINCT d.run_id, d.stage
+               FROM wfe.dead_letters AS d
+               JOIN wfe.run_stages AS st ON st.run_id = d.run_id AND st.stage = d.stage
+              WHERE d.resolved_at IS NULL AND d.at >= redrive_dead_letters.since
+                AND st.queue = redrive_dead_letters.queue
+              ORDER BY d.run_id, d.stage
+    LOOP
+        BEGIN
+            PERFORM wfe.redrive(c.run_id, c.stage, redrive_dead_letters.reason);
+            n := n + 1;
+        EXCEPTION WHEN object_not_in_prerequisite_state THEN
+            NULL;
+        END;
+    END LOOP;
+    RETURN n;
+END
+$$;
+COMMENT ON FUNCTION wfe.redrive_dead_letters(text, timestamptz, text) IS
+'Redrives every stage with an open dead letter on queue since a time; returns how many (stages that can no longer be redriven are passed over).';
+REVOKE ALL ON FUNCTION wfe._operate(bigint, text, text, text, text, text),
+                       wfe._resolve_dead_letters(bigint, text, text), wfe._require_stage(bigint, text),
+                       wfe.redrive(bigint, text, text), wfe.skip_stage(bigint, text, jsonb, text),
+                       wfe.fail_stage(bigint, text, text), wfe.redispatch(bigint, text, text),
+                       wfe.replay(bigint, text), wfe.redrive_dead_letters(text, timestamptz, text)
+    FROM PUBLIC;
+-- Recovery (71_recovery.sql): the operator's actions.
+GRANT EXECUTE ON FUNCTION
+    wfe.redrive(bigint, text, text),
+    wfe.skip_stage(bigint, text, jsonb, text),
+    wfe.fail_stage(bigint, text, text),
+    wfe.redispatch(bigint, text, text),
+    wfe.replay(bigint, text),
+    wfe.redrive_dead_letters(text, timestamptz, text)
+    TO wfe_operator;
+
+-- Dead dispatches: what RabbitMQ dead-lettered into wfe.dlq, read back by
+-- the background worker's publisher (src/publisher.c, wfe.consume_dlq), so
+-- that no run waits forever on a message that died in the broker
+-- (docs: delivery.md "Pre-acceptance retries and wfe.dlq").
+
+-- Record one dead dispatch and fail its attempt through the engine's gate
+-- (wfe.fail_task, retryable: the stage's retry policy or failure route).
+-- Returns what became of it: the gate's outcome word, 'duplicate' for a
+-- message already recorded (redelivered after a crash before its ack), or
+-- 'foreign' / 'unknown' for a message that names no wfe attempt / no run.
+CREATE FUNCTION wfe._broker_dead_letter(p_message_id text, p_routing_key text, p_headers jsonb, p_body text)
+RETURNS text
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_env     jsonb;
+    v_run     bigint;
+    v_stage   text;
+    v_attempt int;
+    v_fence   bigint;
+    v_tenant  text;
+    v_deaths  int;
+    v_error   jsonb;
+    v_outcome text;
+    v_dead    bigint;
+BEGIN
+    -- the attempt's identity: its x-wfe-* headers, else its envelope
+    BEGIN
+        v_env := p_body::jsonb;
+    EXCEPTION WHEN invalid_text_representation THEN
+        v_env := NULL;
+    END;
+    BEGIN
+        v_run := coalesce(p_headers ->> 'x-wfe-run-id', v_env ->> 'run_id')::bigint;
+        v_stage := coalesce(p_headers ->> 'x-wfe-stage', v_env ->> 'stage');
+        v_attempt := coalesce(p_headers ->> 'x-wfe-attempt', v_env ->> 'attempt')::int;
+        v_fence := coalesce(p_headers ->> 'x-wfe-fence', v_env ->> 'fence')::bigint;
+    EXCEPTION WHEN invalid_text_representation OR numeric_value_out_of_range THEN
+        v_run := NULL;
+    END;
+    IF v_run IS NULL OR v_stage IS NULL OR v_attempt IS NULL OR v_fence IS NULL THEN
+        RAISE WARNING 'wfe: a message in wfe.dlq names no wfe attempt (message_id %, routing key %): dropped',
+              coalesce(p_message_id, '(none)'), p_routing_key;
+        RETURN 'foreign';
+    END IF;
+    SELECT r.tenant INTO v_tenant FROM wfe.runs AS r WHERE r.run_id = v_run;
+    IF NOT FOUND THEN
+        RETURN 'unknown';           -- its run is gone (retention): nothing waits for it
+    END IF;
+    IF EXISTS (SELECT 1 FROM wfe.dead_letters AS d
+                WHERE d.run_id = v_run AND d.stage = v_stage AND d.attempt = v_attempt
+                  AND d.reason = 'broker.redeliveries' AND d.error ->> 'fence' = v_fence::text) THEN
+        RETURN 'duplicate';
+    END IF;
+    SELECT coalesce(sum((x ->> 'count')::int), 0) INTO v_deaths
+      FROM jsonb_array_elements(CASE WHEN jsonb_typeof(p_headers -> 'x-death') = 'array'
+                                     THEN p_headers -> 'x-death' ELSE '[]' END) AS x
+     WHERE x ->> 'reason' = 'rejected';
+    v_error := jsonb_build_object(
+        'code', 'broker.redeliveries',
+        'message', format('RabbitMQ dead-lettered the dispatch of attempt %s after %s rejected deliveries',
+                          v_attempt, v_deaths),
+        'fence', v_fence, 'message_id', p_message_id, 'x_death', p_headers -> 'x-death');
+    PERFORM wfe._event(v_run, v_tenant, v_stage, v_attempt, 'stage.dead_lettered',
+                       jsonb_build_object('message_id', p_message_id, 'fence', v_fence,
+                                          'rejected', v_deaths, 'routing_key', p_routing_key));
+    -- the gate decides: the current attempt fails (retried or failed per its
+    -- policy); one superseded meanwhile is stale, one of an ended run late.
+    -- Only a running attempt is reported, and nobody accepted this one: wfe
+    -- takes it first, as the holder of its envelope (a duplicate if a worker
+    -- had accepted it before rejecting it)
+    PERFORM wfe.accept_task(v_run, v_stage, v_attempt, v_fence, 'wfe.dlq');
+    v_outcome := wfe.fail_task(v_run, v_stage, v_attempt, v_fence, v_error, true);
+    -- retries exhausted: the engine wrote its dead letter just now; it is this one
+    UPDATE wfe.dead_letters AS d SET reason = 'broker.redeliveries', error = v_error
+     WHERE d.run_id = v_run AND d.stage = v_stage AND d.attempt = v_attempt
+       AND d.reason = 'retries exhausted' AND d.at = now()
+    RETURNING d.dead_letter_id INTO v_dead;
+    IF v_dead IS NULL THEN
+        -- retried, or superseded: recorded, and closed at once
+        INSERT INTO wfe.dead_letters (tenant, run_id, stage, attempt, reason, error,
+                                      resolved_at, resolved_by, resolution)
+        VALUES (v_tenant, v_run, v_stage, v_attempt, 'broker.redeliveries', v_error, now(), 'wfe',
+                CASE WHEN v_outcome = 'accepted' THEN 'retried' ELSE 'superseded' END);
+    END IF;
+    RETURN v_outcome;
+END
+$$;
+COMMENT ON FUNCTION wfe._broker_dead_letter(text, text, jsonb, text) IS
+'A dispatch RabbitMQ dead-lettered (wfe.dlq): recorded in wfe.dead_letters (reason broker.redeliveries, the x-death history) and its attempt failed through the gate, per the stage''s retry policy.';
+REVOKE ALL ON FUNCTION wfe._broker_dead_letter(text, text, jsonb, text) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION wfe.run_timeline(run_id bigint)
+RETURNS TABLE (stage text, attempt int, outcome text, started_at timestamptz, finished_at timestamptz,
+               duration_ms numeric, waterfall text)
+LANGUAGE plpgsql STABLE STRICT SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    r       wfe.runs := wfe._run(run_timeline.run_id);
+    v_span  double precision;
+BEGIN
+    v_span := greatest(extract(epoch FROM coalesce(r.finished_at, now()) - r.submitted_at), 0.001);
+    RETURN QUERY
+    WITH a AS (
+        -- the outcome: the attempt's last event that says how it went; a
+        -- timeout wins over the retry it led to (the attempt timed out), and
+        -- an operator's bookkeeping (redriven, reset, ...) is not an outcome
+        SELECT e.stage, e.attempt, min(e.at) AS t_start, max(e.at) AS t_end, min(e.event_id) AS first_event,
+               (array_agg(e.type ORDER BY (e.type = 'stage.timed_out') DESC,
+                                          (e.type IN ('stage.redriven', 'stage.reset', 'stage.skipped_by_operator',
+                                                      'stage.failed_by_operator', 'stage.dead_lettered',
+                                                      'stage.cancel_acknowledged')),
+                                          e.event_id DESC))[1] AS last_type
+          FROM wfe.events AS e
+         WHERE e.run_id = r.run_id AND e.stage IS NOT NULL AND e.attempt IS NOT NULL
+           AND e.type NOT LIKE 'callback.%'
+         GROUP BY e.stage, e.attempt
+    )
+    SELECT a.stage, a.attempt, replace(a.last_type, 'stage.', ''), a.t_start, a.t_end,
+           round((extract(epoch FROM a.t_end - a.t_start) * 1000)::numeric, 1),
+           -- a 40-column bar across the run's life: where the attempt sat and how long
+           '|' || rpad(repeat(' ', least(39, floor(extract(epoch FROM a.t_start - r.submitted_at) / v_span * 40)::int))
+                       || repeat('█', greatest(1, round(extract(epoch FROM a.t_end - a.t_start) / v_span * 40)::int)),
+                       40) || '|'
+      FROM a
+     ORDER BY a.first_event;
+END
+$$;
+COMMENT ON FUNCTION wfe.run_timeline(bigint) IS
+'One row per stage attempt with its outcome, times and a text waterfall over the run''s life.';
+
+-- A broker queue's max_in_flight, at the dispatch: a task over the limit
+-- stays queued without a message, and is dispatched when a task of the
+-- queue ends (wfe._release_held, called by the engine), highest priority
+-- first.  In flight: dispatched or running, or queued with a dispatch
+-- message of its current fence still to publish.  Both take a transaction
+-- advisory lock per queue, so two releases cannot both take the last slot;
+-- the count is a statement of its own after it.  (Not the wfe.queues row:
+-- configure_queue holds it while it re-dispatches through the engine, which
+-- holds run locks; the advisory lock is always taken last.)
+CREATE FUNCTION wfe._broker_in_flight(p_queue text)
+RETURNS int
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT count(*)::int FROM wfe.run_stages AS st
+     WHERE st.queue = p_queue
+       AND (st.state IN ('dispatched', 'running')
+            OR (st.state = 'queued'
+                AND EXISTS (SELECT 1 FROM wfe.outbox AS o
+                             WHERE o.run_id = st.run_id AND o.stage = st.stage AND o.attempt = st.attempt
+                               AND o.fence = st.fence AND o.kind = 'dispatch' AND o.state <> 'published')));
+END;
+COMMENT ON FUNCTION wfe._broker_in_flight(text) IS
+'Tasks of a broker queue in flight: dispatched, running, or queued with an unpublished dispatch of their current fence.';
+
+CREATE FUNCTION wfe._broker_admit(p_queue text)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_limit int;
+BEGIN
+    SELECT q.max_in_flight INTO v_limit FROM wfe.queues AS q
+     WHERE q.queue = p_queue AND q.max_in_flight IS NOT NULL;
+    IF v_limit IS NULL THEN
+        RETURN true;
+    END IF;
+    PERFORM pg_advisory_xact_lock(hashtext('wfe.max_in_flight'), hashtext(p_queue));
+    RETURN wfe._broker_in_flight(p_queue) < v_limit;
+END
+$$;
+COMMENT ON FUNCTION wfe._broker_admit(text) IS
+'May one more task of this broker queue be dispatched now (max_in_flight)?  Takes the queue''s advisory lock when it is limited.';
+
+CREATE FUNCTION wfe._release_held(p_queue text)
+RETURNS int
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_limit int;
+    v_room  int;
+    c       record;
+    n       int := 0;
+BEGIN
+    SELECT q.max_in_flight INTO v_limit FROM wfe.queues AS q
+     WHERE q.queue = p_queue AND q.delivery = 'broker' AND NOT q.paused AND q.max_in_flight IS NOT NULL;
+    IF v_limit IS NULL THEN
+        RETURN 0;
+    END IF;
+    PERFORM pg_advisory_xact_lock(hashtext('wfe.max_in_flight'), hashtext(p_queue));
+    v_room := v_limit - wfe._broker_in_flight(p_queue);
+    IF v_room <= 0 THEN
+        RETURN 0;
+    END IF;
+    FOR c IN SELECT st.run_id, st.stage FROM wfe.run_stages AS st
+              WHERE st.queue = p_queue AND st.state = 'queued' AND st.handler IS NULL
+                AND NOT EXISTS (SELECT 1 FROM wfe.outbox AS o
+                                 WHERE o.run_id = st.run_id AND o.stage = st.stage AND o.attempt = st.attempt
+                                   AND o.fence = st.fence AND o.kind = 'dispatch' AND o.state <> 'published')
+              ORDER BY st.priority DESC, st.ready_at
+              LIMIT v_room
+    LOOP
+        PERFORM wfe._dispatch(r, s) FROM wfe.runs AS r, wfe.run_stages AS s
+          WHERE r.run_id = c.run_id AND s.run_id = c.run_id AND s.stage = c.stage;
+        n := n + 1;
+    END LOOP;
+    RETURN n;
+END
+$$;
+COMMENT ON FUNCTION wfe._release_held(text) IS
+'Room in a limited broker queue: dispatches its held tasks (queued, no message to publish), highest priority then oldest, up to max_in_flight.';
+REVOKE ALL ON FUNCTION wfe._broker_in_flight(text), wfe._broker_admit(text), wfe._release_held(text) FROM PUBLIC;

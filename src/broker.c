@@ -566,3 +566,137 @@ broker_await_confirms(BrokerMessage **msgs, int n, int timeout_ms, volatile sig_
 	}
 	return true;
 }
+
+/* ---------------------------------------------------------------------
+ * wfe.dlq: the dead dispatches, read back by the background worker
+ * --------------------------------------------------------------------- */
+
+static json_object *table_json(const amqp_table_t *t);
+
+/* One AMQP field value as JSON (timestamps as seconds since the epoch). */
+static json_object *
+field_json(const amqp_field_value_t *v)
+{
+	switch (v->kind)
+	{
+		case AMQP_FIELD_KIND_BOOLEAN:
+			return json_object_new_boolean(v->value.boolean);
+		case AMQP_FIELD_KIND_I8:
+			return json_object_new_int64(v->value.i8);
+		case AMQP_FIELD_KIND_U8:
+			return json_object_new_int64(v->value.u8);
+		case AMQP_FIELD_KIND_I16:
+			return json_object_new_int64(v->value.i16);
+		case AMQP_FIELD_KIND_U16:
+			return json_object_new_int64(v->value.u16);
+		case AMQP_FIELD_KIND_I32:
+			return json_object_new_int64(v->value.i32);
+		case AMQP_FIELD_KIND_U32:
+			return json_object_new_int64(v->value.u32);
+		case AMQP_FIELD_KIND_I64:
+			return json_object_new_int64(v->value.i64);
+		case AMQP_FIELD_KIND_U64:
+		case AMQP_FIELD_KIND_TIMESTAMP:
+			return json_object_new_int64((int64_t) v->value.u64);
+		case AMQP_FIELD_KIND_F32:
+			return json_object_new_double(v->value.f32);
+		case AMQP_FIELD_KIND_F64:
+			return json_object_new_double(v->value.f64);
+		case AMQP_FIELD_KIND_UTF8:
+		case AMQP_FIELD_KIND_BYTES:
+			return json_object_new_string_len(v->value.bytes.bytes, (int) v->value.bytes.len);
+		case AMQP_FIELD_KIND_ARRAY:
+			{
+				json_object *a = json_object_new_array();
+
+				for (int i = 0; i < v->value.array.num_entries; i++)
+					json_object_array_add(a, field_json(&v->value.array.entries[i]));
+				return a;
+			}
+		case AMQP_FIELD_KIND_TABLE:
+			return table_json(&v->value.table);
+		default:
+			return NULL;		/* void, decimal */
+	}
+}
+
+static json_object *
+table_json(const amqp_table_t *t)
+{
+	json_object *o = json_object_new_object();
+
+	for (int i = 0; i < t->num_entries; i++)
+	{
+		char		key[256];
+
+		snprintf(key, sizeof(key), "%.*s", (int) t->entries[i].key.len, (char *) t->entries[i].key.bytes);
+		json_object_object_add(o, key, field_json(&t->entries[i].value));
+	}
+	return o;
+}
+
+static char *
+bytes_dup(amqp_bytes_t b)
+{
+	return pnstrdup(b.bytes ? (char *) b.bytes : "", b.len);
+}
+
+int
+broker_dlq_get(BrokerDead *dead, char *err, size_t errlen)
+{
+	amqp_rpc_reply_t r;
+	amqp_message_t msg;
+	json_object *headers;
+
+	memset(dead, 0, sizeof(*dead));
+	if (conn == NULL)
+	{
+		snprintf(err, errlen, "not connected");
+		return -1;
+	}
+	r = amqp_basic_get(conn, CHANNEL, amqp_cstring_bytes("wfe.dlq"), 0);
+	if (r.reply_type != AMQP_RESPONSE_NORMAL)
+	{
+		reply_error(r, "basic.get wfe.dlq", err, errlen);
+		return -1;
+	}
+	if (r.reply.id == AMQP_BASIC_GET_EMPTY_METHOD)
+		return 0;
+	{
+		amqp_basic_get_ok_t *ok = r.reply.decoded;
+
+		dead->tag = ok->delivery_tag;
+		dead->routing_key = bytes_dup(ok->routing_key);
+	}
+	r = amqp_read_message(conn, CHANNEL, &msg, 0);
+	if (r.reply_type != AMQP_RESPONSE_NORMAL)
+	{
+		reply_error(r, "reading a message of wfe.dlq", err, errlen);
+		return -1;
+	}
+	if (msg.properties._flags & AMQP_BASIC_MESSAGE_ID_FLAG)
+		dead->message_id = bytes_dup(msg.properties.message_id);
+	headers = (msg.properties._flags & AMQP_BASIC_HEADERS_FLAG)
+		? table_json(&msg.properties.headers) : json_object_new_object();
+	dead->headers_json = pstrdup(json_object_to_json_string_ext(headers, JSON_C_TO_STRING_PLAIN));
+	json_object_put(headers);
+	dead->body = bytes_dup(msg.body);
+	amqp_destroy_message(&msg);
+	amqp_maybe_release_buffers(conn);
+	return 1;
+}
+
+bool
+broker_dlq_settle(uint64_t tag, bool ack, char *err, size_t errlen)
+{
+	int			status = ack ? amqp_basic_ack(conn, CHANNEL, tag, 0)
+		: amqp_basic_nack(conn, CHANNEL, tag, 0, 1);
+
+	if (status != AMQP_STATUS_OK)
+	{
+		snprintf(err, errlen, "%s of a wfe.dlq message: %s", ack ? "basic.ack" : "basic.nack",
+				 amqp_error_string2(status));
+		return false;
+	}
+	return true;
+}

@@ -66,4 +66,23 @@ extern bool broker_publish(BrokerMessage *msg, char *err, size_t errlen);
 extern bool broker_await_confirms(BrokerMessage **msgs, int n, int timeout_ms,
 								  volatile sig_atomic_t *stop, char *err, size_t errlen);
 
+/* A message taken from wfe.dlq, not acknowledged yet (strings palloc'd). */
+typedef struct BrokerDead
+{
+	uint64_t	tag;			/* delivery tag, for broker_dlq_ack */
+	char	   *message_id;		/* NULL when the message has none */
+	char	   *routing_key;
+	char	   *headers_json;	/* every header as JSON: x-wfe-*, x-death, ... */
+	char	   *body;
+} BrokerDead;
+
+/*
+ * Take the next message of wfe.dlq without acknowledging it: 1 taken, 0 the
+ * queue is empty, -1 the connection failed (*err says why).  Call it with no
+ * publish confirms outstanding.
+ */
+extern int	broker_dlq_get(BrokerDead *dead, char *err, size_t errlen);
+/* Acknowledge it (done with it), or give it back to wfe.dlq (requeue). */
+extern bool broker_dlq_settle(uint64_t tag, bool ack, char *err, size_t errlen);
+
 #endif							/* WFE_BROKER_H */

@@ -57,6 +57,20 @@ static stmt q_queue_known = STMT(
 	"SELECT EXISTS (SELECT 1 FROM wfe.contracts AS c WHERE c.queue = $1)"
 	"    OR EXISTS (SELECT 1 FROM wfe.queues AS q WHERE q.queue = $1)", 1, TX);
 
+/*
+ * A queue's in-flight limit (max_in_flight): its row is locked first, so
+ * claimers of a limited queue take turns, and the count is a statement of
+ * its own, after the lock, so it sees what the previous claimer committed
+ * (a count in the locking statement would use the snapshot from before the
+ * wait).  Unlimited queues lock nothing.
+ */
+static stmt q_queue_limit = STMT(
+	"SELECT q.max_in_flight FROM wfe.queues AS q WHERE q.queue = $1 AND q.max_in_flight IS NOT NULL"
+	"   FOR NO KEY UPDATE", 1, TX);
+static stmt q_queue_busy = STMT(
+	"SELECT count(*)::int FROM wfe.run_stages AS st"
+	" WHERE st.queue = $1 AND st.state IN ('dispatched', 'running')", 1, TX);
+
 PG_FUNCTION_INFO_V1(wfe_claim_task);
 
 /*
@@ -125,8 +139,23 @@ wfe_claim_task(PG_FUNCTION_ARGS)
 	v[2] = Int32GetDatum(max_tasks);
 	v[3] = PG_ARGISNULL(3) ? (Datum) 0 : PG_GETARG_DATUM(3);
 	n[3] = PG_ARGISNULL(3) ? 'n' : ' ';
-	stmt_run(&q_claim, v, n);
-	claimed = SPI_processed;
+	{
+		/* over the queue's limit, tasks stay queued; a finishing one wakes us */
+		int			room = max_tasks;
+
+		stmt_run(&q_queue_limit, v, NULL);
+		if (SPI_processed == 1)
+		{
+			int			limit = pg_strtoint32(stmt_col(1));
+
+			stmt_run(&q_queue_busy, v, NULL);
+			room = Min(max_tasks, limit - pg_strtoint32(stmt_col(1)));
+		}
+		v[2] = Int32GetDatum(room);
+		if (room > 0)
+			stmt_run(&q_claim, v, n);
+		claimed = room > 0 ? SPI_processed : 0;
+	}
 	for (uint64 k = 0; k < claimed; k++)
 	{
 		Datum		values[13];

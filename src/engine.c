@@ -85,9 +85,10 @@ static stmt q_enqueue = STMT(
 	" RETURNING st.deadline_at, st.handler IS NOT NULL, st.queue", 5, I8, TX, BO, TX, I8);
 static stmt q_queue_mode = STMT(
 	"SELECT q.delivery = 'broker', q.paused FROM wfe.queues AS q WHERE q.queue = $1", 1, TX);
+/* a broker queue's max_in_flight holds the dispatch (wfe._broker_admit) */
 static stmt q_dispatch = STMT(
 	"SELECT wfe._dispatch(r, s) FROM wfe.runs AS r, wfe.run_stages AS s"
-	" WHERE r.run_id = $1 AND s.run_id = $1 AND s.stage = $2", 2, I8, TX);
+	" WHERE r.run_id = $1 AND s.run_id = $1 AND s.stage = $2 AND wfe._broker_admit(s.queue)", 2, I8, TX);
 static stmt q_resolve = STMT(
 	"UPDATE wfe.run_stages AS st"
 	"   SET state = $3, attempt = 1, fence = $8, outcome = $3, result = $4::jsonb, error = $5::jsonb,"
@@ -588,6 +589,53 @@ after_enqueue(srv *s, const char *stage)
 	}
 }
 
+/* operator recovery (wfe._operate): a failed run reopened, a stage waiting again, an attempt fenced */
+static stmt q_reopen = STMT(
+	"UPDATE wfe.runs AS x SET state = 'running', intent = NULL, reason = NULL, finished_at = NULL"
+	" WHERE x.run_id = $1", 1, I8);
+static stmt q_reset = STMT(
+	"UPDATE wfe.run_stages AS st"
+	"   SET state = 'waiting', outcome = NULL, result = $3::jsonb, error = NULL, skip_reason = NULL,"
+	"       claimed_by = NULL, started_at = NULL, heartbeat_at = NULL, deadline_at = NULL, finished_at = NULL"
+	" WHERE st.run_id = $1 AND st.stage = $2", 3, I8, TX, TX);
+static stmt q_fence = STMT(
+	"UPDATE wfe.run_stages AS st SET fence = $3"
+	" WHERE st.run_id = $1 AND st.stage = $2 RETURNING st.queue", 3, I8, TX, I8);
+
+static stmt q_queue_limited = STMT(
+	"SELECT q.delivery = 'broker' FROM wfe.queues AS q"
+	" WHERE q.queue = $1 AND q.max_in_flight IS NOT NULL AND NOT q.paused", 1, TX);
+static stmt q_release_held = STMT("SELECT wfe._release_held($1)", 1, TX);
+
+/*
+ * A task of a queue with an in-flight limit ended or left (completed,
+ * failed, retried later, timed out, cancelled), its row written: room for
+ * the next queued one.  Poll: the claimers waiting on that queue hear of it
+ * at commit.  Broker: the held tasks are dispatched (wfe._release_held).
+ */
+static void
+room_freed(srv *s, const wfe_op *op)
+{
+	const char *queue;
+	Datum		v[1];
+
+	if (op->stage < 0 ||
+		!(op->kind == WFE_OP_COMPLETE || op->kind == WFE_OP_FAIL || op->kind == WFE_OP_RETRY ||
+		  op->kind == WFE_OP_TIME_OUT || op->kind == WFE_OP_CANCEL))
+		return;
+	queue = wfe_step_row(&current_step, op->stage)->queue;
+	if (queue == NULL || wfe_step_row(&current_step, op->stage)->has_handler)
+		return;
+	v[0] = CStringGetTextDatum(queue);
+	stmt_run(&q_queue_limited, v, NULL);
+	if (SPI_processed != 1)
+		return;
+	if (stmt_bool(1))
+		stmt_run(&q_release_held, v, NULL);
+	else
+		wfe_ready_released(queue);
+}
+
 /* Write the effects the core decided, in order. */
 static void
 apply(srv *s, const char *reported)
@@ -730,7 +778,37 @@ apply(srv *s, const char *reported)
 				snprintf(runid, sizeof(runid), INT64_FORMAT, s->run_id);
 				Async_Notify("wfe_run_done", runid);
 				break;
+			case WFE_OP_REOPEN:
+				stmt_run(&q_reopen, v, n);
+				break;
+			case WFE_OP_RESET:
+				v[2] = stmt_text_or_null(op->json, &n[2]);
+				stmt_run(&q_reset, v, n);
+				break;
+			case WFE_OP_FENCE:
+				{
+					char	   *queue;
+
+					v[2] = Int64GetDatum(op->fence);
+					stmt_run(&q_fence, v, n);
+					queue = SPI_processed == 1 ? stmt_col(1) : NULL;
+					if (op->flag && queue != NULL)
+					{
+						/* ask a pushed worker to stop, as a cancellation does */
+						v[2] = CStringGetTextDatum(s->run.tenant);
+						v[3] = Int32GetDatum(op->attempt);
+						v[4] = Int64GetDatum(op->fence);
+						v[5] = stmt_text_or_null(op->text, &n[5]);
+						v[6] = CStringGetTextDatum(queue);
+						v[7] = Int64GetDatum(op->prev_fence);
+						stmt_run(&q_cancel_message, v, n);
+						if (SPI_processed > 0)
+							wfe_wake_at(GetCurrentTimestamp());
+					}
+				}
+				break;
 		}
+		room_freed(s, op);
 	}
 	write_events(s, &events);
 	wfe_step_end(&current_step);
@@ -1214,4 +1292,86 @@ wfe_complete_tasks(PG_FUNCTION_ARGS)
 	}
 	SPI_finish();
 	return (Datum) 0;
+}
+
+/* ---------------------------------------------------------------------
+ * Operator recovery
+ * --------------------------------------------------------------------- */
+
+PG_FUNCTION_INFO_V1(wfe_operate);
+
+/*
+ * wfe._operate(run_id, stage, operation, value, by, why): an operator's
+ * redrive, skip, fail or redispatch of one stage, through the step core
+ * under the run's lock.  value: skip's result (JSON text, checked like a
+ * report), fail's reason.  Raises 42704 (no such run or stage), 55000 (the
+ * core's answer why not now), 22023 (a skip result the contract refuses).
+ */
+Datum
+wfe_operate(PG_FUNCTION_ARGS)
+{
+	static const char *const names[] = {"redrive", "skip", "fail", "redispatch"};
+	srv			s;
+	int64		run_id;
+	char	   *stage,
+			   *what,
+			   *value,
+			   *by,
+			   *why;
+	int			op = -1,
+				i;
+	const char *problem;
+
+	for (int k = 0; k < 5; k++)
+		if (PG_ARGISNULL(k) && k != 3)
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("run_id, stage, operation and by must not be null")));
+	run_id = PG_GETARG_INT64(0);
+	stage = text_to_cstring(PG_GETARG_TEXT_PP(1));
+	what = text_to_cstring(PG_GETARG_TEXT_PP(2));
+	value = PG_ARGISNULL(3) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(3));
+	by = text_to_cstring(PG_GETARG_TEXT_PP(4));
+	why = PG_ARGISNULL(5) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(5));
+	for (int k = 0; k < 4; k++)
+		if (strcmp(what, names[k]) == 0)
+			op = k;
+	if (op < 0)
+		elog(ERROR, "wfe: unknown operation \"%s\"", what);
+
+	SPI_connect();
+	if (!begin(&s, run_id, LOCK_WAIT))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("run " INT64_FORMAT " does not exist", run_id)));
+	i = wfe_run_plan_find(s.rp, stage);
+	if (i < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("run " INT64_FORMAT " has no stage \"%s\"", run_id, stage)));
+	/* a claimer or the publisher may be moving a queued or dispatched row */
+	s.lock_stage = i;
+	problem = wfe_step_operate_problem(&current_step, i, (wfe_operation) op, value);
+	if (problem != NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("cannot %s stage \"%s\" of run " INT64_FORMAT ": %s", names[op], stage, run_id,
+						problem)));
+	if (op == WFE_OPERATE_SKIP && s.rp->stages[i].kind != WFE_K_DECISION)
+	{
+		contract_entry *c = contract(s.rp->stages[i].contract);
+
+		if (value == NULL)
+			value = pstrdup("{}");
+		problem = wfe_step_result_problem(&current_step, i, value, c ? c->output_schema : NULL);
+		if (problem != NULL)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("the result given for stage \"%s\" of run " INT64_FORMAT " is not valid: %s",
+							stage, run_id, problem)));
+	}
+	wfe_step_operate(&current_step, i, (wfe_operation) op, value, by, why);
+	apply(&s, op == WFE_OPERATE_SKIP ? value : NULL);
+	SPI_finish();
+	PG_RETURN_VOID();
 }

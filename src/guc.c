@@ -25,6 +25,7 @@ bool		wfe_notify = true;
 char	   *wfe_amqp_uri = NULL;
 char	   *wfe_amqp_password_file = NULL;
 bool		wfe_publisher_enabled = true;
+bool		wfe_consume_dlq = true;
 int			wfe_publish_batch = 500;
 int			wfe_confirm_window = 200;
 int			wfe_broker_retry_ttl_ms = 5000;
@@ -147,6 +148,13 @@ wfe_guc_init(void)
 							 "Publish the outbox from the background worker.",
 							 "Off: external relays drain it with wfe.outbox_claim/wfe.outbox_ack.",
 							 &wfe_publisher_enabled,
+							 true,
+							 PGC_SIGHUP, 0,
+							 NULL, NULL, NULL);
+	DefineCustomBoolVariable("wfe.consume_dlq",
+							 "The publisher reads wfe.dlq back and fails each dead dispatch's attempt.",
+							 "Off: the dead dispatches stay in wfe.dlq for another consumer.",
+							 &wfe_consume_dlq,
 							 true,
 							 PGC_SIGHUP, 0,
 							 NULL, NULL, NULL);

@@ -655,6 +655,67 @@ publish_stream(int quota, const char **error)
 	return acked;
 }
 
+/* Transaction body: record one dead dispatch (wfe._broker_dead_letter). */
+static void
+dead_body(void *arg)
+{
+	BrokerDead *d = arg;
+	Oid			types[4] = {TEXTOID, TEXTOID, TEXTOID, TEXTOID};
+	Datum		values[4];
+	char		nulls[4] = {d->message_id ? ' ' : 'n', ' ', ' ', ' '};
+
+	values[0] = d->message_id ? CStringGetTextDatum(d->message_id) : (Datum) 0;
+	values[1] = CStringGetTextDatum(d->routing_key);
+	values[2] = CStringGetTextDatum(d->headers_json);
+	values[3] = CStringGetTextDatum(d->body);
+	if (SPI_execute_with_args("SELECT wfe._broker_dead_letter($1, $2, $3::jsonb, $4)",
+							  4, types, values, nulls, false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "wfe publisher: recording a dead dispatch failed");
+}
+
+/*
+ * Read wfe.dlq back (at most max messages): each dead dispatch is recorded
+ * and its attempt failed through the engine in a transaction, and acked
+ * only once that committed (a crash in between reads it again, and the
+ * second recording finds it done).  One the database refuses is given back
+ * to wfe.dlq and the rest wait for the next round.  Returns how many; false
+ * in *failed when the connection failed.
+ */
+static int
+drain_dlq(int max, bool *failed)
+{
+	char		err[256];
+	int			n = 0;
+
+	*failed = false;
+	while (n < max && !ShutdownRequestPending)
+	{
+		BrokerDead	d;
+		int			got = broker_dlq_get(&d, err, sizeof(err));
+		bool		ok;
+
+		if (got == 0)
+			break;
+		if (got < 0)
+		{
+			disconnect(err);
+			*failed = true;
+			break;
+		}
+		ok = wfe_in_transaction("wfe publisher: a dead dispatch", dead_body, &d);
+		if (!broker_dlq_settle(d.tag, ok, err, sizeof(err)))
+		{
+			disconnect(err);
+			*failed = true;
+			break;
+		}
+		if (!ok)
+			break;				/* logged; it waits in wfe.dlq for the next round */
+		n++;
+	}
+	return n;
+}
+
 int
 wfe_publisher_round(bool *more, long *wait_ms)
 {
@@ -751,7 +812,18 @@ wfe_publisher_round(bool *more, long *wait_ms)
 	if (sent_to == held_to && !more_rows)
 		while (held)
 			(void) mark_oldest();
-	*more = held != NULL || more_rows;
+	/* nothing is in flight now: read back what died in RabbitMQ */
+	if (wfe_consume_dlq && sent_to == held_to)
+	{
+		bool		failed;
+		int			dead = drain_dlq(wfe_publish_batch, &failed);
+
+		if (failed)
+			return done + flush(last_error);
+		if (dead >= wfe_publish_batch)
+			*more = true;
+	}
+	*more = *more || held != NULL || more_rows;
 	return done;
 }
 

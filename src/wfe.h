@@ -95,6 +95,7 @@ extern void wfe_publisher_shutdown(void);
 extern char *wfe_amqp_uri;
 extern char *wfe_amqp_password_file;
 extern bool wfe_publisher_enabled;
+extern bool wfe_consume_dlq;
 extern int	wfe_publish_batch;
 extern int	wfe_confirm_window;
 extern int	wfe_broker_retry_ttl_ms;

@@ -14,6 +14,12 @@
 #      (loaded by bench_clone_run, bench/scale/setup.sql: copies of a run
 #      finished through the API, spread over the retention period):
 #      claim p99 ÷ that fresh p99 (goal ≤ 1.5);
+#   3b. the dashboard views (operations.md "Dashboards"), read in full,
+#      median of DASH_READS reads each, on the fresh database of 3 and at
+#      BENCH_SCALE_HISTORY finished runs; then retention at that scale: the
+#      oldest day of the history deleted by wfe._retention in batches of
+#      RETENTION_BATCH, timed per batch, with the tables' size and dead
+#      tuples before and after;
 #   4. seed 003's shape: BENCH_SEED003_RUNS runs of a 12-stage linear worker
 #      workflow (bench-seed003) in flight, claimed and completed for
 #      BENCH_SEED003_SECONDS (bench/pgbench/seed003-step.sql: a new run for
@@ -51,6 +57,9 @@ SCALE_GOAL=1.5            # claim p99 at scale ÷ fresh, at most
 SEED003_STAGES=12         # seed 003's average workflow
 SEED003_GOAL=900          # steps/s, sustained
 SCALE_PGOPTIONS="-c statement_timeout=60s"
+DASH_VIEWS="dashboard_runs dashboard_queues dashboard_outbox dashboard_stages dashboard_tenants idempotency dashboard_stuck"
+DASH_READS=5              # reads per view; the median is reported
+RETENTION_BATCH=1000      # runs per wfe._retention call in the retention figure
 
 # The scale figures, keyed "figure:what".
 declare -A SCALE
@@ -166,6 +175,7 @@ scale_fresh() {
 	scale_history "$SCALE_FRESH_HISTORY" "$1"
 	scale_submit bench-scale "$SCALE_DEPTH"
 	settle
+	dashboard_times "$1"
 	claim_run "$1"
 }
 
@@ -187,7 +197,53 @@ scale_finished() {
 	say "history: ${SCALE[history:finished]} finished runs (${SCALE[history:load_rows]} rows) loaded in ${SCALE[history:load_s]} s, over ${SCALE[history:span_d]} days"
 	scale_submit bench-scale "$SCALE_DEPTH"
 	settle
+	dashboard_times history
 	claim_run history
+	retention_day
+}
+
+# dashboard_times KEY: each dashboard view read DASH_READS times; the median
+# read time (ms) goes to SCALE[KEY:dash:VIEW].
+dashboard_times() {
+	local v
+	for v in $DASH_VIEWS; do
+		SCALE[$1:dash:$v]=$(q "SELECT to_char(percentile_cont(0.5) WITHIN GROUP (ORDER BY bench_view_ms('$v')), 'FM999990.00')
+		                        FROM generate_series(1, $DASH_READS)")
+	done
+	say "$1: dashboards $(for v in $DASH_VIEWS; do printf '%s %s ms, ' "$v" "${SCALE[$1:dash:$v]}"; done)"
+}
+
+# retention_day: delete the oldest day of the history (finished runs older
+# than its first day's end) with wfe._retention, RETENTION_BATCH runs a
+# call, each call a transaction; times, sizes and dead tuples to SCALE[ret:*].
+retention_day() {
+	local oldest cutoff_s t0 calls=0 n ms all_ms=() sizes0 sizes1
+	oldest=$(q "SELECT extract(epoch FROM now() - min(finished_at))::bigint FROM wfe.runs WHERE finished_at IS NOT NULL")
+	cutoff_s=$((oldest - 86400))
+	SCALE[ret:target]=$(q "SELECT count(*) FROM wfe.runs WHERE finished_at < now() - make_interval(secs => $cutoff_s)")
+	sizes0=$(q "SELECT pg_total_relation_size('wfe.runs') + pg_total_relation_size('wfe.run_stages') + pg_total_relation_size('wfe.events')")
+	t0=$(date +%s.%N)
+	while :; do
+		read -r n ms < <(q "SELECT n || ' ' || extract(epoch FROM clock_timestamp() - t) * 1000
+		                      FROM (SELECT clock_timestamp() AS t) AS s,
+		                           LATERAL (SELECT wfe._retention($cutoff_s, $RETENTION_BATCH) AS n) AS r")
+		[ "$n" -gt 0 ] || break
+		calls=$((calls + 1))
+		all_ms+=("$ms")
+	done
+	SCALE[ret:s]=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+	SCALE[ret:calls]=$calls
+	read -r "SCALE[ret:p50]" "SCALE[ret:max]" < <(printf '%s
+' "${all_ms[@]}" | sort -n |
+		awk '{ v[NR] = $1 } END { printf "%.1f %.1f\n", v[int((NR + 1) / 2)], v[NR] }')
+	SCALE[ret:left]=$(q "SELECT count(*) FROM wfe.runs WHERE finished_at < now() - make_interval(secs => $cutoff_s)")
+	SCALE[ret:dead]=$(q "SELECT sum(n_dead_tup) FROM pg_stat_user_tables WHERE schemaname = 'wfe' AND relname IN ('runs', 'run_stages', 'events')")
+	sizes1=$(q "SELECT pg_total_relation_size('wfe.runs') + pg_total_relation_size('wfe.run_stages') + pg_total_relation_size('wfe.events')")
+	SCALE[ret:mb0]=$((sizes0 / 1048576))
+	SCALE[ret:mb1]=$((sizes1 / 1048576))
+	settle
+	SCALE[ret:mb2]=$(( $(q "SELECT pg_total_relation_size('wfe.runs') + pg_total_relation_size('wfe.run_stages') + pg_total_relation_size('wfe.events')") / 1048576 ))
+	say "retention: ${SCALE[ret:target]} runs of the oldest day in ${SCALE[ret:calls]} calls of $RETENTION_BATCH, ${SCALE[ret:s]} s (call p50 ${SCALE[ret:p50]} ms, max ${SCALE[ret:max]} ms); ${SCALE[ret:left]} left; runs+stages+events ${SCALE[ret:mb0]} MB -> ${SCALE[ret:mb1]} MB (${SCALE[ret:dead]} dead tuples) -> ${SCALE[ret:mb2]} MB after VACUUM"
 }
 
 # seed003_state: "QUEUED IN_FLIGHT EPOCH" of seed 003's runs, now.
@@ -284,6 +340,21 @@ scale_results() {
 		rx=$(ratio "${SCALE[history:exec_p99]}" "${SCALE[fresh2:exec_p99]}")
 		printf '| claim p99 at %s finished runs ÷ fresh (execution alone) | %s (%s) | ≤ %s | %s |\n' \
 			"${SCALE[history:finished]}" "$r" "$rx" "$SCALE_GOAL" "$(verdict_at_most "$r" "$SCALE_GOAL")"
+	fi
+	if [ -n "${SCALE[history:dash:dashboard_runs]:-}" ]; then
+		printf '\nDashboard views, one full read (ms, median of %s reads), %s queued runs, fresh and at %s finished runs:\n\n' \
+			"$DASH_READS" "$SCALE_DEPTH" "${SCALE[history:finished]}"
+		printf '| view | fresh (%s finished) | at %s finished | ratio |\n|---|---:|---:|---:|\n' \
+			"$SCALE_FRESH_HISTORY" "${SCALE[history:finished]}"
+		for v in $DASH_VIEWS; do
+			printf '| `wfe.%s` | %s | %s | %s |\n' "$v" "${SCALE[fresh2:dash:$v]:-n/a}" "${SCALE[history:dash:$v]}" \
+				"$(ratio "${SCALE[history:dash:$v]}" "${SCALE[fresh2:dash:$v]:-0}")"
+		done
+	fi
+	if [ -n "${SCALE[ret:calls]:-}" ]; then
+		printf '\nRetention at %s finished runs: the oldest day (%s runs) deleted by `wfe._retention` in %s calls of %s runs, %s s (a call: p50 %s ms, max %s ms; each its own transaction, locking only the runs it deletes); runs, stages and events %s MB before, %s MB after (%s dead tuples), %s MB after VACUUM.\n' \
+			"${SCALE[history:finished]}" "${SCALE[ret:target]}" "${SCALE[ret:calls]}" "$RETENTION_BATCH" "${SCALE[ret:s]}" \
+			"${SCALE[ret:p50]}" "${SCALE[ret:max]}" "${SCALE[ret:mb0]}" "${SCALE[ret:mb1]}" "${SCALE[ret:dead]}" "${SCALE[ret:mb2]}"
 	fi
 	if [ -n "${SCALE[seed:rate]:-}" ]; then
 		sustained=$(awk -v a="${SCALE[seed:rate]}" -v l="${SCALE[seed:last]}" -v g="$SEED003_GOAL" \

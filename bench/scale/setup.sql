@@ -105,3 +105,16 @@ BEGIN
     RETURN v_sum;
 END
 $$;
+
+-- bench_view_ms(view): one full read of a dashboard view (every column of
+-- every row, so nothing is left unevaluated), in ms by the server's clock.
+CREATE OR REPLACE FUNCTION bench_view_ms(p_view text)
+RETURNS float8 LANGUAGE plpgsql AS $$
+DECLARE
+    t0 timestamptz := clock_timestamp();
+    n  bigint;
+BEGIN
+    EXECUTE format('SELECT sum(length(x::text)) FROM wfe.%I AS x', p_view) INTO n;
+    RETURN extract(epoch FROM clock_timestamp() - t0) * 1000;
+END
+$$;

@@ -17,8 +17,8 @@ static const char *const run_names[WFE_NRUN_STATES] = {
 /*
  * Stage transitions (runtime.md "States"); same-state updates are always
  * legal.  Only a running attempt can be reported ("Who may report"), so a
- * queued or dispatched one never goes straight to completed, failed or
- * retry_scheduled.
+ * queued or dispatched one goes straight to failed only by an operator's
+ * hand, and never to completed or retry_scheduled.
  */
 const wfe_transition wfe_stage_transition_table[] = {
 	{"waiting", "queued", "released: its predecessors are done"},
@@ -45,6 +45,15 @@ const wfe_transition wfe_stage_transition_table[] = {
 	{"timed_out", "queued", "operator re-drive"},
 	{"failed", "queued", "operator re-drive"},
 	{"cancelled", "queued", "operator re-drive"},
+	{"failed", "completed", "operator skip: completed by hand"},
+	{"timed_out", "completed", "operator skip: completed by hand"},
+	{"retry_scheduled", "failed", "operator fail: failed by hand, no retry"},
+	{"queued", "failed", "operator fail: failed by hand before anyone took it"},
+	{"dispatched", "failed", "operator fail: failed by hand, the message fenced"},
+	{"completed", "waiting", "the run was reopened by an operator: runs again"},
+	{"failed", "waiting", "the run was reopened by an operator: runs again"},
+	{"timed_out", "waiting", "the run was reopened by an operator: runs again"},
+	{"skipped", "waiting", "the run was reopened by an operator: runs again"},
 	{NULL, NULL, NULL}
 };
 
@@ -57,6 +66,7 @@ const wfe_transition wfe_run_transition_table[] = {
 	{"finalising", "completed", "completed intent and every finaliser succeeded"},
 	{"finalising", "failed", "failed intent, or a finaliser failed"},
 	{"finalising", "cancelled", "cancelled, finalisers done"},
+	{"failed", "running", "reopened by an operator's re-drive or skip of a stage"},
 	{NULL, NULL, NULL}
 };
 

@@ -98,7 +98,11 @@ typedef enum wfe_op_kind
 	WFE_OP_HEARTBEAT,			/* a running attempt is alive */
 	WFE_OP_INTENT,				/* run intent (state) and text reason; retire its timers */
 	WFE_OP_FINALISING,			/* run moves to finalising */
-	WFE_OP_FINISH				/* run ends in state, text reason (NULL keeps it) */
+	WFE_OP_FINISH,				/* run ends in state, text reason (NULL keeps it) */
+	/* operator recovery (wfe_step_operate) */
+	WFE_OP_REOPEN,				/* a failed run is running again: intent, reason, finished_at cleared */
+	WFE_OP_RESET,				/* waiting again (the run reopened); json: a join's kept arrivals, or NULL */
+	WFE_OP_FENCE				/* fence the attempt (fence + 1); flag: send a cancel message */
 } wfe_op_kind;
 
 /* wfe_op.branch of a RESOLVE that leaves the row's branch as it is */
@@ -111,7 +115,7 @@ typedef struct wfe_op
 	int			state;
 	int			attempt;
 	int64_t		fence;
-	int64_t		prev_fence;		/* CANCEL: the fence of the attempt asked to stop */
+	int64_t		prev_fence;		/* CANCEL, FENCE: the fence of the attempt asked to stop */
 	int			flag;
 	int			branch;
 	int64_t		delay_us;
@@ -194,5 +198,43 @@ extern const char *wfe_step_result_problem(wfe_step *st, int stage, const char *
 
 /* JSON text of a string (quoted, escaped), in the step's arena. */
 extern const char *wfe_step_json_str(wfe_step *st, const char *s);
+
+/*
+ * Operator recovery (operations.md "Recovery"): actions a human takes on one
+ * stage, through the same core as every callback, so fencing holds (a late
+ * report of a redriven or failed-by-hand attempt is stale).
+ *
+ *   REDRIVE     a failed or timed-out task: a new attempt, a new fence
+ *   SKIP        a failed or timed-out stage: completed by hand with a result
+ *   FAIL        an attempt under way: fenced, failed without retry, routed on
+ *   REDISPATCH  a queued or dispatched task: a new fence (and a new message)
+ *
+ * REDRIVE and SKIP reopen a run that ended failed: its intent is cleared,
+ * what the failure cancelled is queued again, what it skipped downstream
+ * and its finalisers wait again, and the run goes on from that stage.
+ */
+typedef enum wfe_operation
+{
+	WFE_OPERATE_REDRIVE,
+	WFE_OPERATE_SKIP,
+	WFE_OPERATE_FAIL,
+	WFE_OPERATE_REDISPATCH
+} wfe_operation;
+
+/*
+ * Why op may not act on stage i now (a sentence), or NULL when it may.
+ * value as for wfe_step_operate (a decision is skipped with {"next": NAME},
+ * one of its branches' targets).
+ */
+extern const char *wfe_step_operate_problem(wfe_step *st, int stage, wfe_operation op,
+											const char *value);
+
+/*
+ * Act (after wfe_step_operate_problem answered NULL).  value: SKIP's result
+ * (JSON text, checked by the caller like a report), FAIL's reason; by and
+ * why go in the events.
+ */
+extern void wfe_step_operate(wfe_step *st, int stage, wfe_operation op, const char *value,
+							 const char *by, const char *why);
 
 #endif							/* WFE_STEP_H */

@@ -78,6 +78,10 @@ CREATE UNIQUE INDEX runs_idempotency_key
     WHERE idempotency_key IS NOT NULL AND state NOT IN ('failed', 'cancelled');
 CREATE INDEX runs_unfinished ON wfe.runs (workflow, state) WHERE finished_at IS NULL;
 CREATE INDEX runs_finished_at ON wfe.runs (finished_at) WHERE finished_at IS NOT NULL;
+-- a run's replays (wfe.report)
+CREATE INDEX runs_replay_of ON wfe.runs (replay_of) WHERE replay_of IS NOT NULL;
+-- runs in flight per tenant: the admission limit and wfe.dashboard_tenants
+CREATE INDEX runs_unfinished_tenant ON wfe.runs (tenant) WHERE finished_at IS NULL;
 
 CREATE TABLE wfe.run_stages (
     run_id          bigint NOT NULL REFERENCES wfe.runs ON DELETE CASCADE,
@@ -131,6 +135,9 @@ CREATE INDEX run_stages_ready ON wfe.run_stages (queue, priority DESC, ready_at)
 -- The clocks: queued, dispatched or running attempts with a deadline.
 CREATE INDEX run_stages_deadline ON wfe.run_stages (deadline_at)
     WHERE state IN ('queued', 'dispatched', 'running') AND deadline_at IS NOT NULL;
+-- Live tasks per queue and tenant: in-flight limits at release, the dashboards.
+CREATE INDEX run_stages_live ON wfe.run_stages (queue, state)
+    WHERE state IN ('queued', 'dispatched', 'running');
 -- In-database actions waiting for wfe.tick() or the background worker.
 CREATE INDEX run_stages_handler ON wfe.run_stages (ready_at)
     WHERE state = 'queued' AND handler IS NOT NULL;
@@ -256,7 +263,11 @@ CREATE TABLE wfe.dead_letters (
     attempt        int NOT NULL,
     reason         text NOT NULL,
     error          jsonb,
-    at             timestamptz NOT NULL DEFAULT now()
+    at             timestamptz NOT NULL DEFAULT now(),
+    resolved_at    timestamptz,
+    resolved_by    text,
+    resolution     text
 );
 COMMENT ON TABLE wfe.dead_letters IS 'Stages that exhausted their retries, with the last error';
+COMMENT ON COLUMN wfe.dead_letters.resolution IS 'How an operator resolved it (redriven, skipped, failed, cancelled, replayed); NULL while open';
 CREATE INDEX dead_letters_run ON wfe.dead_letters (run_id);

@@ -81,6 +81,8 @@ DECLARE
     v_start    timestamptz;
     v_existing bigint;
     v_bad      text;
+    v_limit    int;
+    v_live     bigint;
 BEGIN
     IF submit.workflow IS NULL THEN
         RAISE EXCEPTION 'workflow must not be null' USING ERRCODE = 'null_value_not_allowed';
@@ -167,8 +169,28 @@ BEGIN
     IF submit.idempotency_key IS NOT NULL THEN
         v_existing := wfe._idempotent_run(v_tenant, d.workflow, submit.idempotency_key, v_context);
         IF v_existing IS NOT NULL THEN
+            -- an insert, not a counter on the run: no lock on a run in flight
+            PERFORM wfe._event(v_existing, v_tenant, NULL, NULL, 'run.deduplicated',
+                               jsonb_build_object('by', session_user));
             RETURN QUERY SELECT v_existing, false;
             RETURN;
+        END IF;
+    END IF;
+
+    -- Admission: the tenant's runs in flight (wfe.configure_tenant).  One
+    -- submit of a limited tenant at a time counts and inserts, so two cannot
+    -- both take the last slot; the count is a statement of its own after the
+    -- lock, so (under READ COMMITTED) it sees what the previous one committed.
+    SELECT t.max_runs_in_flight INTO v_limit FROM wfe.tenant_limits AS t
+     WHERE t.tenant = v_tenant AND t.max_runs_in_flight IS NOT NULL;
+    IF v_limit IS NOT NULL THEN
+        PERFORM pg_advisory_xact_lock(hashtext('wfe.max_runs_in_flight'), hashtext(v_tenant));
+        SELECT count(*) INTO v_live FROM wfe.runs AS x WHERE x.tenant = v_tenant AND x.finished_at IS NULL;
+        IF v_live >= v_limit THEN
+            RAISE EXCEPTION 'tenant "%" has % runs in flight, its max_runs_in_flight', v_tenant, v_live
+                USING ERRCODE = 'configuration_limit_exceeded',
+                      DETAIL = format('Limit max_runs_in_flight = %s (wfe.tenant_limits).', v_limit),
+                      HINT = 'Submit again when a run has finished, or raise the limit with wfe.configure_tenant.';
         END IF;
     END IF;
 
@@ -198,6 +220,8 @@ BEGIN
                 USING ERRCODE = 'serialization_failure',
                       HINT = 'Submit again: the run that held the key has ended failed or cancelled.';
         END IF;
+        PERFORM wfe._event(v_existing, v_tenant, NULL, NULL, 'run.deduplicated',
+                           jsonb_build_object('by', session_user));
         RETURN QUERY SELECT v_existing, false;
         RETURN;
     END IF;
@@ -265,6 +289,9 @@ BEGIN
     PERFORM wfe._event(r.run_id, r.tenant, NULL, NULL, 'run.cancel_requested',
                        jsonb_build_object('by', session_user, 'reason', cancel_run.reason));
     PERFORM wfe._cancel(r.run_id, coalesce(cancel_run.reason, 'cancelled by ' || session_user));
+    -- nothing is left to do about its dead letters
+    UPDATE wfe.dead_letters AS d SET resolved_at = now(), resolved_by = session_user, resolution = 'cancelled'
+     WHERE d.run_id = r.run_id AND d.resolved_at IS NULL;
     RETURN 'accepted';
 END
 $$;

@@ -55,7 +55,16 @@ BEGIN
         'outputs', (SELECT coalesce(jsonb_object_agg(o.task || '.' || o.key, o.value), '{}')
                       FROM wfe.outputs AS o WHERE o.run_id = r.run_id),
         'late_callbacks', (SELECT count(*) FROM wfe.events AS e
-                            WHERE e.run_id = r.run_id AND e.type = 'callback.late'));
+                            WHERE e.run_id = r.run_id AND e.type = 'callback.late'),
+        -- the operator's hand: replays both ways, reopenings (wfe.replay, wfe.redrive)
+        'replay_of', r.replay_of,
+        'replays', (SELECT coalesce(jsonb_agg(x.run_id ORDER BY x.run_id), '[]')
+                      FROM wfe.runs AS x WHERE x.replay_of = r.run_id),
+        'redriven', (SELECT coalesce(jsonb_agg(jsonb_build_object('at', e.at, 'stage', e.detail ->> 'stage',
+                                                                  'by', e.detail ->> 'by',
+                                                                  'reason', e.detail ->> 'reason')
+                                               ORDER BY e.event_id), '[]')
+                       FROM wfe.events AS e WHERE e.run_id = r.run_id AND e.type = 'run.redriven'));
 END
 $$;
 COMMENT ON FUNCTION wfe.report(bigint) IS
@@ -75,8 +84,15 @@ BEGIN
     v_span := greatest(extract(epoch FROM coalesce(r.finished_at, now()) - r.submitted_at), 0.001);
     RETURN QUERY
     WITH a AS (
+        -- the outcome: the attempt's last event that says how it went; a
+        -- timeout wins over the retry it led to (the attempt timed out), and
+        -- an operator's bookkeeping (redriven, reset, ...) is not an outcome
         SELECT e.stage, e.attempt, min(e.at) AS t_start, max(e.at) AS t_end, min(e.event_id) AS first_event,
-               (array_agg(e.type ORDER BY e.event_id DESC))[1] AS last_type
+               (array_agg(e.type ORDER BY (e.type = 'stage.timed_out') DESC,
+                                          (e.type IN ('stage.redriven', 'stage.reset', 'stage.skipped_by_operator',
+                                                      'stage.failed_by_operator', 'stage.dead_lettered',
+                                                      'stage.cancel_acknowledged')),
+                                          e.event_id DESC))[1] AS last_type
           FROM wfe.events AS e
          WHERE e.run_id = r.run_id AND e.stage IS NOT NULL AND e.attempt IS NOT NULL
            AND e.type NOT LIKE 'callback.%'
@@ -94,3 +110,90 @@ END
 $$;
 COMMENT ON FUNCTION wfe.run_timeline(bigint) IS
 'One row per stage attempt with its outcome, times and a text waterfall over the run''s life.';
+
+-- The plan's picture with this run on it: the Mermaid flowchart of
+-- wfe._plan_mermaid, each node classed by its stage's state, and the edges
+-- the run took drawn bold (linkStyle counts edges in the order they appear).
+CREATE FUNCTION wfe.run_mermaid(run_id bigint)
+RETURNS text
+LANGUAGE plpgsql STABLE STRICT SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    r       wfe.runs := wfe._run(run_mermaid.run_id);
+    v_plan  jsonb;
+    v_chart text;
+    v_class text;
+    v_bold  text;
+BEGIN
+    SELECT d.plan INTO v_plan FROM wfe.definitions AS d WHERE d.definition_id = r.definition_id;
+    v_chart := wfe._plan_mermaid(v_plan);
+    WITH nodes AS (
+        -- the chart's node ids: s<i> for the i-th stage or task, f<k> for finalisers
+        SELECT 's' || (p.i - 1) AS id, p.s ->> 'name' AS stage
+          FROM jsonb_array_elements(v_plan -> 'stages') WITH ORDINALITY AS p(s, i)
+        UNION ALL
+        SELECT 'f' || (p.k - 1), p.f ->> 'name'
+          FROM jsonb_array_elements(coalesce(v_plan -> 'finalisers', '[]')) WITH ORDINALITY AS p(f, k)
+    ), states AS (
+        SELECT n.id,
+               CASE st.state
+                    WHEN 'completed' THEN 'done'
+                    WHEN 'failed' THEN 'failed' WHEN 'timed_out' THEN 'failed'
+                    WHEN 'skipped' THEN 'skipped' WHEN 'cancelled' THEN 'cancelled'
+                    WHEN 'waiting' THEN 'waiting'
+                    ELSE 'running' END AS cls,          -- queued, dispatched, running, retry_scheduled
+               st.state
+          FROM nodes AS n
+          JOIN wfe.run_stages AS st ON st.run_id = r.run_id AND st.stage = n.stage
+        UNION ALL
+        SELECT v.id, v.cls, v.state FROM (VALUES
+            ('end_completed', CASE WHEN r.state = 'completed' THEN 'done' ELSE 'waiting' END, r.state),
+            ('end_failed', CASE WHEN r.state = 'failed' THEN 'failed' ELSE 'waiting' END, r.state),
+            ('intent_completed', CASE WHEN r.intent = 'completed' THEN 'done' ELSE 'waiting' END, r.intent),
+            ('intent_failed', CASE WHEN r.intent = 'failed' THEN 'failed' ELSE 'waiting' END, r.intent)
+        ) AS v(id, cls, state)
+         WHERE strpos(v_chart, v.id) > 0
+    ), links AS (
+        -- every edge line, numbered from 0 as Mermaid numbers them
+        SELECT l.n - 1 AS n, l.dotted,
+               regexp_replace(l.parts[1], '\(.*$', '') AS src, l.parts[2] AS dst
+          FROM (SELECT row_number() OVER (ORDER BY t.ord) AS n, t.line ~ ' -\. ' AS dotted,
+                       regexp_match(t.line, '^\s*(\S+) .*?(\S+)\s*$') AS parts
+                  FROM regexp_split_to_table(v_chart, '\n') WITH ORDINALITY AS t(line, ord)
+                 WHERE t.line ~ '(-->|\.->)') AS l
+    ), taken AS (
+        SELECT k.n
+          FROM links AS k
+          LEFT JOIN states AS a ON a.id = k.src
+          LEFT JOIN states AS b ON b.id = k.dst
+         WHERE CASE
+                 WHEN k.src = 'start' THEN b.cls NOT IN ('waiting', 'skipped')
+                 WHEN k.src LIKE 'intent\_%' THEN a.cls <> 'waiting' AND b.cls NOT IN ('waiting', 'skipped')
+                 -- the last finaliser to the outcome the run ended with
+                 WHEN k.dst LIKE 'end\_%' AND k.src LIKE 'f%' THEN a.cls NOT IN ('waiting', 'running')
+                                                                   AND b.cls <> 'waiting'
+                 -- a stage's success (solid) or failure (dotted) route
+                 WHEN NOT (CASE WHEN k.dotted THEN a.cls = 'failed' ELSE a.cls = 'done' END) THEN false
+                 WHEN k.dst LIKE 'end\_%' OR k.dst LIKE 'intent\_%' THEN b.cls <> 'waiting'
+                 ELSE b.cls NOT IN ('waiting', 'skipped')
+               END
+    )
+    SELECT (SELECT string_agg(format('  class %s %s', s.id, s.cls), E'\n' ORDER BY s.id) FROM states AS s),
+           (SELECT string_agg(t.n::text, ',' ORDER BY t.n) FROM taken AS t)
+      INTO v_class, v_bold;
+    RETURN rtrim(v_chart, E'\n')
+        || format(E'\n  %%%% run %s: %s\n', r.run_id, r.state)
+        || E'  classDef done fill:#d8f3dc,stroke:#2d6a4f,color:#1b4332\n'
+        || E'  classDef failed fill:#ffd6d6,stroke:#b00020,color:#7f0000\n'
+        || E'  classDef running fill:#fff3bf,stroke:#e67700,color:#5c3c00\n'
+        || E'  classDef skipped fill:#f1f3f5,stroke:#adb5bd,color:#868e96,stroke-dasharray: 4 3\n'
+        || E'  classDef cancelled fill:#e9ecef,stroke:#495057,color:#495057,stroke-dasharray: 4 3\n'
+        || E'  classDef waiting fill:#ffffff,stroke:#ced4da,color:#adb5bd\n'
+        || coalesce(v_class || E'\n', '')
+        || coalesce(E'  linkStyle ' || v_bold || E' stroke-width:4px\n', '');
+END
+$$;
+COMMENT ON FUNCTION wfe.run_mermaid(bigint) IS
+'The plan''s Mermaid flowchart with each stage classed by its state in this run (done, failed, running, skipped, cancelled, waiting) and the edges the run took drawn bold.';

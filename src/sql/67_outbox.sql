@@ -351,19 +351,26 @@ BEGIN
         NULL;                       -- paused: what waits stays queued
     ELSIF configure_queue.delivery = 'broker'
           AND (coalesce(v_was, 'poll') = 'poll' OR coalesce(v_was_paused, false)) THEN
+        -- Every queued attempt without a dispatch message still to publish
+        -- is re-dispatched through the engine: a new fence, a new message.
+        -- (One whose earlier message was published -- broker, then poll,
+        -- then broker again -- would otherwise wait for a message that is
+        -- gone.)  No stage row is locked here: the engine locks the run,
+        -- then the stage, and one that moved on meanwhile is passed over.
         FOR c IN SELECT st.run_id, st.stage FROM wfe.run_stages AS st
                   WHERE st.queue = configure_queue.queue AND st.state = 'queued' AND st.handler IS NULL
-                    -- not those whose dispatch message exists already
                     AND NOT EXISTS (SELECT 1 FROM wfe.outbox AS o
                                      WHERE o.run_id = st.run_id AND o.stage = st.stage
                                        AND o.attempt = st.attempt AND o.fence = st.fence
-                                       AND o.kind = 'dispatch')
-                  ORDER BY st.ready_at
-                    FOR UPDATE
+                                       AND o.kind = 'dispatch' AND o.state <> 'published')
+                  ORDER BY st.run_id, st.stage
         LOOP
-            PERFORM wfe._dispatch((SELECT r FROM wfe.runs AS r WHERE r.run_id = c.run_id),
-                                  (SELECT s FROM wfe.run_stages AS s
-                                    WHERE s.run_id = c.run_id AND s.stage = c.stage));
+            BEGIN
+                PERFORM wfe._operate(c.run_id, c.stage, 'redispatch', NULL, session_user,
+                                     format('queue %s switched to broker delivery', configure_queue.queue));
+            EXCEPTION WHEN object_not_in_prerequisite_state THEN
+                NULL;
+            END;
         END LOOP;
     ELSIF configure_queue.delivery = 'poll' AND (v_was = 'broker' OR coalesce(v_was_paused, false)) THEN
         UPDATE wfe.run_stages AS st SET state = 'queued'

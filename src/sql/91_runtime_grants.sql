@@ -4,7 +4,8 @@ GRANT EXECUTE ON FUNCTION
     wfe.submit(text, jsonb, text, jsonb),
     wfe.cancel_run(bigint, text),
     wfe.report(bigint),
-    wfe.run_timeline(bigint)
+    wfe.run_timeline(bigint),
+    wfe.run_mermaid(bigint)
     TO wfe_submitter;
 
 GRANT EXECUTE ON FUNCTION
@@ -26,6 +27,7 @@ GRANT EXECUTE ON FUNCTION
 GRANT EXECUTE ON FUNCTION
     wfe.report(bigint),
     wfe.run_timeline(bigint),
+    wfe.run_mermaid(bigint),
     wfe.stage_transitions(),
     wfe.run_transitions()
     TO wfe_reader, wfe_operator;
@@ -71,3 +73,24 @@ GRANT EXECUTE ON FUNCTION
 GRANT EXECUTE ON FUNCTION wfe.my_tenants()
     TO wfe_admin, wfe_author, wfe_approver, wfe_submitter, wfe_worker, wfe_operator, wfe_reader;
 GRANT SELECT ON wfe.tenant_members TO wfe_admin;
+
+-- The dashboards (70_dashboards.sql): security_invoker views over the tables
+-- above, the publisher's health and the tenant limits, and their two helpers.
+GRANT SELECT ON wfe.dashboard_runs, wfe.dashboard_queues, wfe.dashboard_outbox, wfe.dashboard_stages,
+                wfe.dashboard_tenants, wfe.idempotency, wfe.dashboard_stuck,
+                wfe.publisher_lease, wfe.tenant_limits
+    TO wfe_reader, wfe_operator;
+GRANT EXECUTE ON FUNCTION wfe.bar(double precision, int), wfe.human_ms(double precision)
+    TO wfe_reader, wfe_operator;
+
+GRANT EXECUTE ON FUNCTION wfe.configure_tenant(text, int, int) TO wfe_admin;
+
+-- Recovery (71_recovery.sql): the operator's actions.
+GRANT EXECUTE ON FUNCTION
+    wfe.redrive(bigint, text, text),
+    wfe.skip_stage(bigint, text, jsonb, text),
+    wfe.fail_stage(bigint, text, text),
+    wfe.redispatch(bigint, text, text),
+    wfe.replay(bigint, text),
+    wfe.redrive_dead_letters(text, timestamptz, text)
+    TO wfe_operator;

@@ -10,7 +10,8 @@
  * heartbeat, complete, fail) with current, stale or foreign attempt/fence
  * and values from a small set, poll claims, publishes and give-backs,
  * expired deadlines, retry timers (real and made up), in-database action
- * results, the run deadline, a cancel.  Every op is applied to the rows as
+ * results, the run deadline, a cancel, an operator's redrive, skip, fail or
+ * redispatch (reopening a failed run).  Every op is applied to the rows as
  * engine.c applies it, and the harness's checks after every event abort
  * the process (so libFuzzer keeps the input) on: an illegal stage or run
  * transition, an op on a stage out of range, a fence or attempt that
@@ -348,6 +349,28 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 					sh_action_done(&h, i, NULL, ERRORS[(sel >> 1) % N(ERRORS)]);
 				else
 					sh_action_done(&h, i, RESULTS[(sel >> 1) % N(RESULTS)], NULL);
+				break;
+			case 13:
+				/* an operator's redrive, skip, fail or redispatch (refused when it may not act) */
+				{
+					wfe_operation op = (wfe_operation) (sel % 4);
+					const wfe_rp_stage *st = &h.rp->stages[i];
+					const char *value = NULL;
+					char		next[160];
+
+					if (op == WFE_OPERATE_SKIP && st->kind == WFE_K_DECISION && st->nbranches > 0)
+					{
+						const char *name = st->next_name[(sel >> 2) % (unsigned) st->nbranches];
+
+						snprintf(next, sizeof(next), "{\"next\": \"%s\"}", name ? name : "(none)");
+						value = next;
+					}
+					else if (op == WFE_OPERATE_SKIP)
+						value = RESULTS[(sel >> 2) % N(RESULTS)];
+					else if (op == WFE_OPERATE_FAIL)
+						value = "fuzz";
+					sh_operate(&h, i, op, value, "fuzz", "fuzz");
+				}
 				break;
 			default:
 				/* drive: complete (or fail) some attempt under way, with its identity */

@@ -27,7 +27,9 @@ use WfeRabbit;
 
 my $rabbit = WfeRabbit->new('dlq');
 $rabbit->start;
-my $node = WfeRabbit::wfe_node('wfe_dlq', $rabbit, "wfe.broker_max_redeliveries = 2\n");
+# wfe.consume_dlq off: what lands in wfe.dlq stays there for this test to
+# read (017_operator_loop.pl tests the background worker reading it back)
+my $node = WfeRabbit::wfe_node('wfe_dlq', $rabbit, "wfe.broker_max_redeliveries = 2\nwfe.consume_dlq = off\n");
 my $json = JSON::PP->new->utf8->canonical;
 
 sub sql { return $node->safe_psql('postgres', $_[0]); }

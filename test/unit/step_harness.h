@@ -749,7 +749,7 @@ sh_apply(sh *h, const char *reported)
 			continue;
 		}
 		if (i < 0 && op->kind != WFE_OP_EVENT && op->kind != WFE_OP_INTENT &&
-			op->kind != WFE_OP_FINALISING && op->kind != WFE_OP_FINISH)
+			op->kind != WFE_OP_FINALISING && op->kind != WFE_OP_FINISH && op->kind != WFE_OP_REOPEN)
 		{
 			sh_violate(h, "op %d (kind %d) needs a stage and has none", k, (int) op->kind);
 			continue;
@@ -782,7 +782,7 @@ sh_apply(sh *h, const char *reported)
 							   wfe_state_name((wfe_state) op->state));
 				sh_move(h, i, (wfe_state) op->state, "resolve");
 				sh_set_attempt(h, i, 1, "resolve");
-				sh_new_fence(h, i, 0, op->fence, "resolve");
+				sh_new_fence(h, i, r->fence, op->fence, "resolve");
 				r->outcome = op->state;
 				sh_set_result(h, i, op->json);
 				sh_set(h, &r->error, op->json2);
@@ -919,6 +919,47 @@ sh_apply(sh *h, const char *reported)
 				h->run.finished = 1;
 				if (op->text)
 					sh_set(h, &h->reason, op->text);
+				break;
+			case WFE_OP_REOPEN:
+				/* q_reopen: only a failed run, and the run trigger's failed -> running */
+				if (!h->run.finished || h->run.state != WFE_RUN_FAILED)
+					sh_violate(h, "run: reopened while %s%s", wfe_run_state_name(h->run.state),
+							   h->run.finished ? "" : " (not finished)");
+				if (!wfe_transition_legal(wfe_run_transition_table, wfe_run_state_name(h->run.state),
+										  "running"))
+					sh_violate(h, "run: illegal run transition %s -> running (reopen)",
+							   wfe_run_state_name(h->run.state));
+				h->run.state = WFE_RUN_RUNNING;
+				h->run.intent = -1;
+				h->run.finished = 0;
+				h->finishes = 0;
+				sh_set(h, &h->reason, NULL);
+				break;
+			case WFE_OP_RESET:
+				sh_move(h, i, WFE_WAITING, "reset");
+				r->outcome = 0;
+				sh_set_result(h, i, op->json);
+				sh_set(h, &r->error, NULL);
+				sh_set(h, &r->skip_reason, NULL);
+				sh_set(h, &r->claimed_by, NULL);
+				break;
+			case WFE_OP_FENCE:
+				if (op->prev_fence != r->fence)
+					sh_violate(h, "%s: FENCE names fence %lld as fenced, the row had %lld",
+							   sh_sname(h, i), (long long) op->prev_fence, (long long) r->fence);
+				sh_new_fence(h, i, r->fence, op->fence, "fence");
+				if (op->attempt != r->attempt || op->fence != r->fence)
+					sh_violate(h, "%s: FENCE says attempt %d fence %lld, the row has %d and %lld",
+							   sh_sname(h, i), op->attempt, (long long) op->fence, r->attempt,
+							   (long long) r->fence);
+				if (op->flag && r->queue != NULL)
+				{
+					sh_mark    *m = SH_PUSH(h->cancels, h->ncancels, h->capcancels);
+
+					m->stage = i;
+					m->attempt = op->attempt;
+					m->fence = op->prev_fence;
+				}
 				break;
 			default:
 				sh_violate(h, "op %d has kind %d, which is no op", k, (int) op->kind);
@@ -1330,6 +1371,34 @@ sh_action_done(sh *h, int i, const char *result, const char *error)
 	sh_end(h, error ? NULL : result, what);
 	free(err);
 	return 1;
+}
+
+/*
+ * wfe._operate: an operator's action on stage i.  Returns NULL when it was
+ * done, else the core's refusal (a static copy; nothing was written).
+ */
+SH_FN const char *
+sh_operate(sh *h, int i, wfe_operation op, const char *value, const char *by, const char *why)
+{
+	static char refusal[512];
+	const char *problem;
+	char		what[96];
+
+	snprintf(what, sizeof(what), "operation %d on %s", (int) op, sh_sname(h, i));
+	sh_begin(h);
+	problem = wfe_step_operate_problem(&h->st, i, op, value);
+	if (problem == NULL && op == WFE_OPERATE_SKIP && h->rp->stages[i].kind != WFE_K_DECISION)
+		problem = wfe_step_result_problem(&h->st, i, value ? value : "{}", h->output_schema[i]);
+	if (problem != NULL)
+	{
+		snprintf(refusal, sizeof(refusal), "%s", problem);
+		wfe_step_end(&h->st);
+		sh_collect(h);
+		return refusal;
+	}
+	wfe_step_operate(&h->st, i, op, value, by, why);
+	sh_end(h, op == WFE_OPERATE_SKIP ? (value ? value : "{}") : NULL, what);
+	return NULL;
 }
 
 /* ---------------------------------------------------------------------

@@ -318,6 +318,17 @@ static const char *FORK_DECISION =
 "    on_success: completed\n"
 "    on_failure: failed\n";
 
+/* Two branches whose failures also go to the join (recovery). */
+static const char *FORK_MEET =
+"name: forkmeet\n"
+"version: \"1.0.0\"\n"
+"entry: split\n"
+"stages:\n"
+"  - { name: split, type: fork, branches: [l, r] }\n"
+"  - { name: l, type: worker, queue: q, worker: w.l@1, retry: { max_attempts: 1 }, on_success: meet, on_failure: meet }\n"
+"  - { name: r, type: worker, queue: q, worker: w.r@1, retry: { max_attempts: 1 }, on_success: meet, on_failure: meet }\n"
+"  - { name: meet, type: join, required: [l, r], on_success: completed, on_failure: failed }\n";
+
 /* Five branches to put in every state, then two finalisers. */
 static const char *INTENTS =
 "name: intents\n"
@@ -468,6 +479,7 @@ static wfe_run_plan *rp_linear,
 		   *rp_decide,
 		   *rp_nest,
 		   *rp_forkdec,
+		   *rp_forkmeet,
 		   *rp_intents,
 		   *rp_tasks,
 		   *rp_tasks_context,
@@ -1901,15 +1913,15 @@ test_tables(void)
 	   wfe_transition_legal(wfe_stage_transition_table, "timed_out", "timed_out"),
 	   "tables: a completed or skipped stage is never queued again; same-state is legal");
 	good = 1;
-	for (int k = 0; k < 3; k++)
+	for (int k = 0; k < 2; k++)
 	{
-		const char *to = (const char *[]) {"completed", "failed", "retry_scheduled"}[k];
+		const char *to = (const char *[]) {"completed", "retry_scheduled"}[k];
 
 		good &= !wfe_transition_legal(wfe_stage_transition_table, "queued", to) &&
 			!wfe_transition_legal(wfe_stage_transition_table, "dispatched", to);
 	}
 	ok(good, "tables: only a running attempt is reported: queued and dispatched never go "
-	   "straight to completed, failed or retry_scheduled");
+	   "straight to completed or retry_scheduled (to failed only by an operator's fail_stage)");
 	ok(!wfe_transition_legal(wfe_run_transition_table, "completed", "failed") &&
 	   !wfe_transition_legal(wfe_run_transition_table, "finalising", "running"),
 	   "tables: a run never leaves a final state, nor goes back to running");
@@ -1934,6 +1946,272 @@ test_interrupted_step(void)
 	run_close(&h, "interrupted step");
 }
 
+
+/* ---------------------------------------------------------------------
+ * Operator recovery: redrive, skip, fail, redispatch
+ * --------------------------------------------------------------------- */
+
+static void
+test_redrive(void)
+{
+	sh			h;
+	int			a,
+				b,
+				cleanup;
+	const sh_op *op;
+	const char *no;
+
+	/* a fails for good, cleanup runs, the run ends failed; a is redriven */
+	run_open(&h, rp_linear, "{\"x\": 1}", NULL);
+	a = X(&h, "a");
+	b = X(&h, "b");
+	cleanup = X(&h, "cleanup");
+	sh_start(&h);
+	sh_claim(&h, a);
+	sh_fail(&h, a, "{\"code\": \"bad.input\"}", 0);
+	sh_complete(&h, cleanup, "{}");
+	ok(h.run.finished && h.run.state == WFE_RUN_FAILED, "redrive: the run ended failed first");
+	no = sh_operate(&h, b, WFE_OPERATE_REDRIVE, NULL, "ops", "try");
+	ok(no != NULL && strstr(no, "not failed or timed_out") != NULL, "redrive: a skipped stage is refused");
+	no = sh_operate(&h, a, WFE_OPERATE_REDRIVE, NULL, "ops", "input fixed upstream");
+	ok(no == NULL, "redrive: a failed stage of a failed run is redriven");
+	ok(sh_find_op(&h, WFE_OP_REOPEN, -1) != NULL && h.run.state == WFE_RUN_RUNNING && h.run.intent < 0 &&
+	   !h.run.finished, "redrive: the run is reopened: running, no intent");
+	expect_json(sh_event_detail(&h, "run.redriven", -1),
+				"{\"by\": \"ops\", \"reason\": \"input fixed upstream\", \"stage\": \"a\"}",
+				"redrive: run.redriven says who, why and from where");
+	expect_json(sh_event_detail(&h, "stage.redriven", a),
+				"{\"by\": \"ops\", \"reason\": \"input fixed upstream\", \"was\": \"failed\", \"fence\": 4294967296}",
+				"redrive: stage.redriven says who, why and what the stage was");
+	op = sh_find_op(&h, WFE_OP_ENQUEUE, a);
+	ok(op && op->flag == 1 && op->attempt == 2 && op->fence == F(2), "redrive: a new attempt (2), a new fence (2)");
+	expect_state(&h, "a", WFE_QUEUED, "redrive");
+	expect_state(&h, "b", WFE_WAITING, "redrive: what the failure skipped downstream waits again");
+	expect_state(&h, "cleanup", WFE_WAITING, "redrive: the failure route's stage waits again");
+	expect_str(sh_callback(&h, a, WFE_CB_COMPLETE, 1, 1, "{\"v\": 1}", 1), "stale",
+			   "redrive: a late report of the old attempt is stale");
+	expect_state(&h, "a", WFE_QUEUED, "redrive: the stale report changed nothing");
+	expect_str(sh_complete(&h, a, "{\"v\": 5}"), "accepted", "redrive: the new attempt completes");
+	expect_json(h.rows[b].input, "{\"from_a\": 5}", "redrive: b binds the new result");
+	sh_complete(&h, b, "{}");
+	ok(h.run.finished && h.run.state == WFE_RUN_COMPLETED, "redrive: the reopened run completes");
+	expect_skipped(&h, "cleanup", "branch_not_taken", "redrive: the completed intent skips cleanup");
+	no = sh_operate(&h, a, WFE_OPERATE_REDRIVE, NULL, "ops", NULL);
+	ok(no != NULL && strstr(no, "ended completed") != NULL, "redrive: a completed run is not reopened");
+	run_close(&h, "redrive a failed run");
+
+	/* a fork branch fails: its sibling is cancelled, the finaliser runs;
+	 * the redrive queues both branches again and runs the finaliser again */
+	run_open(&h, rp_model, "{\"modelId\": \"m-1\"}", NULL);
+	sh_start(&h);
+	sh_complete(&h, X(&h, "cache-lookup"), "{\"hit\": false}");
+	sh_complete(&h, X(&h, "render-thumbnail"), "{}");
+	sh_complete(&h, X(&h, "semantic-analysis"), "{}");
+	sh_claim(&h, X(&h, "technical-metadata"));
+	sh_fail(&h, X(&h, "technical-metadata"), "{\"code\": \"x\"}", 0);
+	expect_state(&h, "finaliser.1", WFE_QUEUED, "redrive fork: the failed intent runs the finaliser");
+	sh_complete(&h, X(&h, "finaliser.1"), "{}");
+	ok(h.run.finished && h.run.state == WFE_RUN_FAILED, "redrive fork: the run ended failed");
+	ok(sh_operate(&h, X(&h, "technical-metadata"), WFE_OPERATE_REDRIVE, NULL, "ops", "fixed") == NULL,
+	   "redrive fork: the failed branch is redriven");
+	expect_state(&h, "technical-metadata", WFE_QUEUED, "redrive fork");
+	expect_state(&h, "semantic-analysis", WFE_COMPLETED, "redrive fork: the completed sibling stays completed");
+	expect_state(&h, "derive-join", WFE_WAITING, "redrive fork: the join waits again");
+	expect_json(h.rows[X(&h, "derive-join")].arrivals, "{\"semantic-analysis\": \"completed\"}",
+				"redrive fork: the join keeps the completed arrival only");
+	expect_state(&h, "finaliser.1", WFE_WAITING, "redrive fork: the finaliser waits again");
+	sh_complete(&h, X(&h, "technical-metadata"), "{}");
+	expect_state(&h, "publish", WFE_QUEUED, "redrive fork: the join resolves, publish is released");
+	sh_complete(&h, X(&h, "publish"), "{}");
+	expect_state(&h, "finaliser.1", WFE_QUEUED, "redrive fork: the new intent runs the finaliser again");
+	expect_int(h.rows[X(&h, "finaliser.1")].attempt, 2, "redrive fork: ... as its attempt 2");
+	sh_complete(&h, X(&h, "finaliser.1"), "{}");
+	ok(h.run.finished && h.run.state == WFE_RUN_COMPLETED, "redrive fork: the run completes");
+	expect_int(events_total(&h, "run.failed", NULL), 1, "redrive fork: the log keeps the first round's end");
+	expect_int(events_total(&h, "run.completed", NULL), 1, "redrive fork: ... and the second's");
+	run_close(&h, "redrive a fork branch");
+
+	/* both branches fail into the join; one is redriven: the join forgets
+	 * that branch's arrival only, so a second failure still ends the run,
+	 * and a success with the other's failure fails the join again */
+	run_open(&h, rp_forkmeet, NULL, NULL);
+	sh_start(&h);
+	sh_fail(&h, X(&h, "l"), "{\"code\": \"x\"}", 0);
+	sh_fail(&h, X(&h, "r"), "{\"code\": \"y\"}", 0);
+	ok(h.run.finished && h.run.state == WFE_RUN_FAILED, "redrive join: both branches failed, the run failed");
+	ok(sh_operate(&h, X(&h, "l"), WFE_OPERATE_REDRIVE, NULL, "ops", NULL) == NULL, "redrive join: l redriven");
+	expect_json(h.rows[X(&h, "meet")].arrivals, "{\"r\": \"failed\"}",
+				"redrive join: the join keeps r's arrival, forgets l's");
+	ok(sh_operate(&h, X(&h, "l"), WFE_OPERATE_FAIL, "no", "ops", NULL) == NULL, "redrive join: l failed by hand");
+	ok(h.run.finished && h.run.state == WFE_RUN_FAILED, "redrive join: the join fails again, the run ends failed");
+	ok(sh_operate(&h, X(&h, "r"), WFE_OPERATE_SKIP, "{}", "ops", NULL) == NULL, "redrive join: r skipped by hand");
+	ok(h.run.finished && h.run.state == WFE_RUN_FAILED && h.rows[X(&h, "meet")].state == WFE_FAILED,
+	   "redrive join: r completes into the join, which still has l's failure: failed again");
+	ok(sh_operate(&h, X(&h, "l"), WFE_OPERATE_REDRIVE, NULL, "ops", NULL) == NULL, "redrive join: l redriven again");
+	expect_json(h.rows[X(&h, "meet")].arrivals, "{\"r\": \"completed\"}",
+				"redrive join: the join keeps r's completed arrival");
+	sh_complete(&h, X(&h, "l"), "{}");
+	ok(h.run.finished && h.run.state == WFE_RUN_COMPLETED, "redrive join: l completes: the join and the run complete");
+	expect_int(events_total(&h, "run.redriven", NULL), 3, "redrive join: three reopenings in the log");
+	run_close(&h, "redrive into a join");
+
+	/* an in-flight sibling cancelled by the failure is queued again */
+	run_open(&h, rp_model, "{\"modelId\": \"m-1\"}", NULL);
+	sh_start(&h);
+	sh_complete(&h, X(&h, "cache-lookup"), "{\"hit\": false}");
+	sh_complete(&h, X(&h, "render-thumbnail"), "{}");
+	sh_fail(&h, X(&h, "technical-metadata"), "{\"code\": \"x\"}", 0);
+	expect_state(&h, "semantic-analysis", WFE_CANCELLED, "redrive cancelled: the sibling was cancelled");
+	sh_complete(&h, X(&h, "finaliser.1"), "{}");
+	ok(sh_operate(&h, X(&h, "technical-metadata"), WFE_OPERATE_REDRIVE, NULL, "ops", NULL) == NULL,
+	   "redrive cancelled: redriven");
+	op = sh_find_op(&h, WFE_OP_ENQUEUE, X(&h, "semantic-analysis"));
+	ok(op && op->flag == 1 && h.rows[X(&h, "semantic-analysis")].state == WFE_QUEUED,
+	   "redrive cancelled: the cancelled sibling is queued as a new attempt");
+	sh_complete(&h, X(&h, "semantic-analysis"), "{}");
+	expect_state(&h, "derive-join", WFE_WAITING, "redrive cancelled: the join waits for the redriven branch");
+	sh_complete(&h, X(&h, "technical-metadata"), "{}");
+	sh_complete(&h, X(&h, "publish"), "{}");
+	sh_complete(&h, X(&h, "finaliser.1"), "{}");
+	ok(h.run.finished && h.run.state == WFE_RUN_COMPLETED, "redrive cancelled: the run completes");
+	run_close(&h, "redrive with a cancelled sibling");
+
+	/* refusals: a decision, a finaliser, a run still finalising */
+	run_open(&h, rp_model, "{\"modelId\": \"m-1\"}", NULL);
+	sh_start(&h);
+	sh_complete(&h, X(&h, "cache-lookup"), "{\"uri\": 1}");
+	expect_state(&h, "cache-route", WFE_FAILED, "redrive refusals: the decision failed");
+	no = sh_operate(&h, X(&h, "cache-route"), WFE_OPERATE_REDRIVE, NULL, "ops", NULL);
+	ok(no != NULL && strstr(no, "finalising") != NULL, "redrive refusals: not while the run is finalising");
+	sh_fail(&h, X(&h, "finaliser.1"), "{\"code\": \"audit\"}", 0);
+	no = sh_operate(&h, X(&h, "finaliser.1"), WFE_OPERATE_REDRIVE, NULL, "ops", NULL);
+	ok(no != NULL && strstr(no, "finaliser") != NULL, "redrive refusals: a finaliser is not redriven");
+	no = sh_operate(&h, X(&h, "cache-route"), WFE_OPERATE_REDRIVE, NULL, "ops", NULL);
+	ok(no != NULL && strstr(no, "skip_stage") != NULL, "redrive refusals: a decision is skipped, not redriven");
+	run_close(&h, "redrive refusals");
+}
+
+static void
+test_skip_stage(void)
+{
+	sh			h;
+	int			a,
+				b;
+	const char *no;
+
+	run_open(&h, rp_linear, "{\"x\": 1}", NULL);
+	a = X(&h, "a");
+	b = X(&h, "b");
+	sh_set_schema(&h, a, NULL, "{\"type\": \"object\", \"required\": [\"v\"]}");
+	sh_start(&h);
+	sh_fail(&h, a, "{\"code\": \"bad\"}", 0);
+	sh_complete(&h, X(&h, "cleanup"), "{}");
+	no = sh_operate(&h, a, WFE_OPERATE_SKIP, "{\"w\": 1}", "ops", "by hand");
+	ok(no != NULL && strstr(no, "v") != NULL, "skip: a result the contract refuses is refused");
+	ok(h.run.finished && h.rows[a].state == WFE_FAILED, "skip: ... and nothing changed");
+	no = sh_operate(&h, a, WFE_OPERATE_SKIP, "{\"v\": 3}", "ops", "computed by hand");
+	ok(no == NULL, "skip: the failed stage is completed by hand");
+	expect_state(&h, "a", WFE_COMPLETED, "skip");
+	expect_json(h.rows[a].result, "{\"v\": 3}", "skip: with the given result");
+	ok(events_last(&h, "stage.skipped_by_operator", "a") == 1 && events_last(&h, "stage.completed", "a") == 1,
+	   "skip: stage.skipped_by_operator, then stage.completed");
+	expect_json(h.rows[b].input, "{\"from_a\": 3}", "skip: the success route runs on the given result");
+	sh_complete(&h, b, "{}");
+	ok(h.run.finished && h.run.state == WFE_RUN_COMPLETED, "skip: the reopened run completes");
+	run_close(&h, "skip a failed stage");
+
+	/* a failed decision is skipped with the result it should have had */
+	run_open(&h, rp_model, "{\"modelId\": \"m-1\"}", NULL);
+	sh_start(&h);
+	sh_complete(&h, X(&h, "cache-lookup"), "{\"uri\": 1}");
+	sh_complete(&h, X(&h, "finaliser.1"), "{}");
+	expect_skipped(&h, "publish", "branch_not_taken", "skip decision: the failed decision skipped publish");
+	no = sh_operate(&h, X(&h, "cache-route"), WFE_OPERATE_SKIP, "{}", "ops", NULL);
+	ok(no != NULL && strstr(no, "one of publish, render-thumbnail") != NULL,
+	   "skip decision: without the branch to take, refused with the choices");
+	ok(sh_operate(&h, X(&h, "cache-route"), WFE_OPERATE_SKIP, "{\"next\": \"publish\"}", "ops", "cache hit") == NULL,
+	   "skip decision: decided by hand");
+	ok(h.run.state == WFE_RUN_RUNNING && h.run.intent < 0, "skip decision: the run is running again");
+	expect_state(&h, "publish", WFE_QUEUED, "skip decision: the branch named is taken");
+	expect_skipped(&h, "render-thumbnail", "branch_not_taken", "skip decision: the other branch is skipped");
+	expect_state(&h, "finaliser.1", WFE_WAITING, "skip decision: the finaliser waits again");
+	sh_complete(&h, X(&h, "publish"), "{}");
+	sh_complete(&h, X(&h, "finaliser.1"), "{}");
+	ok(h.run.finished && h.run.state == WFE_RUN_COMPLETED, "skip decision: the run completes");
+	run_close(&h, "skip a decision");
+}
+
+static void
+test_fail_stage(void)
+{
+	sh			h;
+	int			a;
+	const sh_op *op;
+	const char *no;
+
+	run_open(&h, rp_linear, "{\"x\": 1}", NULL);
+	a = X(&h, "a");
+	sh_start(&h);
+	no = sh_operate(&h, X(&h, "b"), WFE_OPERATE_FAIL, "stuck", "ops", "stuck");
+	ok(no != NULL && strstr(no, "waiting") != NULL, "fail: a waiting stage is refused");
+	sh_publish(&h, a);
+	sh_accept(&h, a);
+	ok(sh_operate(&h, a, WFE_OPERATE_FAIL, "the GPU box is gone", "ops", "host lost") == NULL,
+	   "fail: a running attempt is failed by hand");
+	op = sh_find_op(&h, WFE_OP_FENCE, a);
+	ok(op && op->flag == 1 && op->fence == F(2), "fail: the attempt is fenced (2) and asked to stop");
+	op = sh_find_op(&h, WFE_OP_FAIL, a);
+	ok(op && op->state == WFE_FAILED && op->flag == 0, "fail: FAIL without retry or dead letter");
+	expect_str(op ? sh_json_get(op->json, "code") : NULL, "operator.failed", "fail: error operator.failed");
+	expect_int(h.ntimers, 0, "fail: no retry although attempts are left");
+	expect_state(&h, "cleanup", WFE_QUEUED, "fail: the failure route is taken");
+	expect_str(sh_callback(&h, a, WFE_CB_COMPLETE, 1, 1, "{\"v\": 1}", 1), "stale",
+			   "fail: the worker's late report is stale");
+	run_close(&h, "fail a running attempt");
+
+	/* a retry waiting for its timer is failed; the timer then does nothing */
+	run_open(&h, rp_linear, "{\"x\": 1}", NULL);
+	a = X(&h, "a");
+	sh_start(&h);
+	sh_fail(&h, a, "{\"code\": \"flaky\"}", 1);
+	expect_state(&h, "a", WFE_RETRY_SCHEDULED, "fail retry");
+	ok(sh_operate(&h, a, WFE_OPERATE_FAIL, "give up", "ops", NULL) == NULL, "fail: a scheduled retry is failed");
+	expect_state(&h, "a", WFE_FAILED, "fail retry");
+	sh_fire_retry(&h, a);
+	expect_state(&h, "a", WFE_FAILED, "fail retry: the retry timer does nothing afterwards");
+	run_close(&h, "fail a scheduled retry");
+}
+
+static void
+test_redispatch(void)
+{
+	sh			h;
+	int			a;
+	const sh_op *op;
+
+	run_open(&h, rp_linear, "{\"x\": 1}", NULL);
+	a = X(&h, "a");
+	sh_start(&h);
+	sh_publish(&h, a);
+	expect_state(&h, "a", WFE_DISPATCHED, "redispatch");
+	ok(sh_operate(&h, a, WFE_OPERATE_REDISPATCH, NULL, "ops", "message lost") == NULL,
+	   "redispatch: a dispatched attempt is re-dispatched");
+	op = sh_find_op(&h, WFE_OP_ENQUEUE, a);
+	ok(op && op->flag == 0 && op->attempt == 1 && op->fence == F(2),
+	   "redispatch: the same attempt under a new fence");
+	expect_state(&h, "a", WFE_QUEUED, "redispatch");
+	ok(events_last(&h, "stage.redispatched", "a") == 1, "redispatch: event stage.redispatched");
+	expect_str(sh_callback(&h, a, WFE_CB_ACCEPT, 1, F(1), NULL, 1), "stale",
+			   "redispatch: accepting the old message is stale");
+	expect_str(sh_callback(&h, a, WFE_CB_ACCEPT, 1, F(2), NULL, 1), "accepted",
+			   "redispatch: the new message is accepted");
+	ok(sh_operate(&h, a, WFE_OPERATE_REDISPATCH, NULL, "ops", NULL) != NULL,
+	   "redispatch: a running attempt is refused");
+	sh_complete(&h, a, "{\"v\": 1}");
+	sh_complete(&h, X(&h, "b"), "{}");
+	run_close(&h, "redispatch");
+}
+
 int
 main(void)
 {
@@ -1943,7 +2221,7 @@ main(void)
 		const char *yaml;
 	}			plans[] = {
 		{&rp_linear, LINEAR}, {&rp_jitter, JITTER}, {&rp_model, MODEL_INGEST}, {&rp_decide, DECIDE},
-		{&rp_nest, NEST}, {&rp_forkdec, FORK_DECISION}, {&rp_intents, INTENTS}, {&rp_tasks, TASKS},
+		{&rp_nest, NEST}, {&rp_forkdec, FORK_DECISION}, {&rp_forkmeet, FORK_MEET}, {&rp_intents, INTENTS}, {&rp_tasks, TASKS},
 		{&rp_tasks_context, TASKS_CONTEXT}, {&rp_tasks_produces, TASKS_PRODUCES}, {&rp_escape, ESCAPE},
 		{&rp_tasks_edge, TASKS_EDGE}, {&rp_tasks_bind, TASKS_BIND},
 	};
@@ -1981,6 +2259,10 @@ main(void)
 	test_gate();
 	test_result_problems();
 	test_interrupted_step();
+	test_redrive();
+	test_skip_stage();
+	test_fail_stage();
+	test_redispatch();
 
 	for (size_t k = 0; k < sizeof(plans) / sizeof(plans[0]); k++)
 		wfe_run_plan_free(*plans[k].rp);

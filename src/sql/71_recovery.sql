@@ -1,0 +1,211 @@
+-- Operator recovery (docs: operations.md "Recovery"): redrive, skip, fail,
+-- re-dispatch, replay, and the bulk redrive of dead letters.
+--
+-- Each action on a stage goes through the engine (wfe._operate, src/engine.c,
+-- over the step core's wfe_step_operate): the run is locked, the core
+-- decides whether the action may act now (55000 says why not) and what it
+-- moves, and the same fences as every callback hold (a late report of a
+-- redriven or failed-by-hand attempt is answered stale).  Each records an
+-- event with who (session_user) and why; each closes the stage's open dead
+-- letters with its name.
+
+CREATE FUNCTION wfe._operate(run_id bigint, stage text, operation text, value text, by text, why text)
+RETURNS void AS 'MODULE_PATHNAME', 'wfe_operate' LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION wfe._operate(bigint, text, text, text, text, text) IS
+'An operator''s redrive, skip, fail or redispatch of one stage, through the step core under the run''s lock; 55000 when the core refuses.';
+
+-- The stage's open dead letters are resolved by an operator's action.
+CREATE FUNCTION wfe._resolve_dead_letters(p_run_id bigint, p_stage text, p_resolution text)
+RETURNS void
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    UPDATE wfe.dead_letters AS d
+       SET resolved_at = now(), resolved_by = session_user, resolution = p_resolution
+     WHERE d.run_id = p_run_id AND (p_stage IS NULL OR d.stage = p_stage) AND d.resolved_at IS NULL;
+END;
+COMMENT ON FUNCTION wfe._resolve_dead_letters(bigint, text, text) IS
+'Closes the open dead letters of a stage (or, stage NULL, of a run) with how an operator resolved them.';
+
+-- Arguments every action needs.
+CREATE FUNCTION wfe._require_stage(p_run_id bigint, p_stage text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF p_run_id IS NULL OR p_stage IS NULL THEN
+        RAISE EXCEPTION 'run_id and stage must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION wfe._require_stage(bigint, text) IS 'Raises 22004 when the run or the stage is NULL.';
+
+CREATE FUNCTION wfe.redrive(run_id bigint, stage text, reason text DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_code text;
+BEGIN
+    PERFORM wfe._require_stage(redrive.run_id, redrive.stage);
+    -- a binding failure has no attempt to run again: the run's context and
+    -- the results it read do not change, so its input would fail again
+    SELECT st.error ->> 'code' INTO v_code FROM wfe.run_stages AS st
+     WHERE st.run_id = redrive.run_id AND st.stage = redrive.stage AND st.state = 'failed';
+    IF v_code LIKE 'binding.%' THEN
+        RAISE EXCEPTION 'cannot redrive stage "%" of run %: its input could not be bound (%)', redrive.stage,
+                        redrive.run_id, v_code
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = 'The run''s context and results do not change, so binding would fail again: skip_stage completes it by hand, replay starts a new run.';
+    END IF;
+    PERFORM wfe._operate(redrive.run_id, redrive.stage, 'redrive', NULL, session_user, redrive.reason);
+    PERFORM wfe._resolve_dead_letters(redrive.run_id, redrive.stage, 'redriven');
+END
+$$;
+COMMENT ON FUNCTION wfe.redrive(bigint, text, text) IS
+'Runs a failed or timed-out task again: a new attempt with a new fence; a run that ended failed is reopened and goes on from there.';
+
+CREATE FUNCTION wfe.skip_stage(run_id bigint, stage text, result jsonb DEFAULT '{}', reason text DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM wfe._require_stage(skip_stage.run_id, skip_stage.stage);
+    PERFORM wfe._operate(skip_stage.run_id, skip_stage.stage, 'skip',
+                         coalesce(skip_stage.result, '{}')::text, session_user, skip_stage.reason);
+    PERFORM wfe._resolve_dead_letters(skip_stage.run_id, skip_stage.stage, 'skipped');
+END
+$$;
+COMMENT ON FUNCTION wfe.skip_stage(bigint, text, jsonb, text) IS
+'Completes a failed or timed-out stage by hand with result (checked like a report; a decision takes {"next": stage}); a failed run is reopened.';
+
+CREATE FUNCTION wfe.fail_stage(run_id bigint, stage text, reason text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM wfe._require_stage(fail_stage.run_id, fail_stage.stage);
+    IF fail_stage.reason IS NULL THEN
+        RAISE EXCEPTION 'reason must not be null' USING ERRCODE = 'null_value_not_allowed',
+              HINT = 'Say why: the worker sees it in the error, and the event log keeps it.';
+    END IF;
+    PERFORM wfe._operate(fail_stage.run_id, fail_stage.stage, 'fail', fail_stage.reason, session_user,
+                         fail_stage.reason);
+    PERFORM wfe._resolve_dead_letters(fail_stage.run_id, fail_stage.stage, 'failed');
+END
+$$;
+COMMENT ON FUNCTION wfe.fail_stage(bigint, text, text) IS
+'Fails an attempt under way by hand: fenced (a pushed worker is asked to stop), failed without retry, its failure route taken.';
+
+CREATE FUNCTION wfe.redispatch(run_id bigint, stage text, reason text DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_queue  text;
+    v_broker boolean;
+    v_paused boolean;
+BEGIN
+    PERFORM wfe._require_stage(redispatch.run_id, redispatch.stage);
+    SELECT st.queue, q.delivery = 'broker', q.paused INTO v_queue, v_broker, v_paused
+      FROM wfe.run_stages AS st LEFT JOIN wfe.queues AS q ON q.queue = st.queue
+     WHERE st.run_id = redispatch.run_id AND st.stage = redispatch.stage;
+    IF FOUND AND NOT coalesce(v_broker, false) THEN
+        RAISE EXCEPTION 'cannot redispatch stage "%" of run %: queue "%" is a poll queue', redispatch.stage,
+                        redispatch.run_id, coalesce(v_queue, '(none)')
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = 'Poll workers claim queued tasks with wfe.claim_task; nothing is dispatched.';
+    END IF;
+    IF FOUND AND v_paused THEN
+        RAISE EXCEPTION 'cannot redispatch stage "%" of run %: queue "%" is paused', redispatch.stage,
+                        redispatch.run_id, v_queue
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = 'Resume it with wfe.configure_queue(..., paused => false): its tasks are dispatched then.';
+    END IF;
+    PERFORM wfe._operate(redispatch.run_id, redispatch.stage, 'redispatch', NULL, session_user,
+                         redispatch.reason);
+END
+$$;
+COMMENT ON FUNCTION wfe.redispatch(bigint, text, text) IS
+'Sends a queued or dispatched broker attempt again: same attempt, new fence, a new dispatch message (the old one''s accept is stale).';
+
+CREATE FUNCTION wfe.replay(run_id bigint, reason text DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    r     wfe.runs;
+    v_new bigint;
+BEGIN
+    IF replay.run_id IS NULL THEN
+        RAISE EXCEPTION 'run_id must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    SELECT * INTO r FROM wfe.runs AS x WHERE x.run_id = replay.run_id;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'run % does not exist', replay.run_id USING ERRCODE = 'undefined_object';
+    END IF;
+    IF r.finished_at IS NULL THEN
+        RAISE EXCEPTION 'cannot replay run %: it is %', r.run_id, r.state
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = 'Replay a run that has ended; cancel it first (wfe.cancel_run) to replay it now.';
+    END IF;
+    -- the same pinned definition (name@version: even once retired), context,
+    -- tenant, execution context and priority; no idempotency key
+    SELECT s.run_id INTO v_new
+      FROM wfe.submit(r.workflow || '@' || r.version, r.context, NULL,
+                      jsonb_build_object('tenant', r.tenant, 'priority', r.priority)
+                      || CASE WHEN r.execution_context IS NULL THEN '{}'::jsonb
+                              ELSE jsonb_build_object('execution_context', r.execution_context) END) AS s;
+    UPDATE wfe.runs AS x SET replay_of = r.run_id WHERE x.run_id = v_new;
+    PERFORM wfe._event(r.run_id, r.tenant, NULL, NULL, 'run.replayed',
+                       jsonb_build_object('by', session_user, 'reason', replay.reason, 'replay', v_new));
+    PERFORM wfe._event(v_new, r.tenant, NULL, NULL, 'run.replay_of',
+                       jsonb_build_object('by', session_user, 'reason', replay.reason, 'replay_of', r.run_id));
+    PERFORM wfe._resolve_dead_letters(r.run_id, NULL, 'replayed');
+    RETURN v_new;
+END
+$$;
+COMMENT ON FUNCTION wfe.replay(bigint, text) IS
+'Starts a new run of an ended run''s pinned definition with its context, tenant, execution context and priority; the new run''s replay_of names the old one.';
+
+CREATE FUNCTION wfe.redrive_dead_letters(queue text, since timestamptz DEFAULT '-infinity', reason text DEFAULT NULL)
+RETURNS int
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    c record;
+    n int := 0;
+BEGIN
+    IF redrive_dead_letters.queue IS NULL OR redrive_dead_letters.since IS NULL THEN
+        RAISE EXCEPTION 'queue and since must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    -- in run order, so two bulk redrives cannot deadlock; one subtransaction
+    -- each, so a stage that moved on meanwhile is passed over, not fatal
+    FOR c IN SELECT DISTINCT d.run_id, d.stage
+               FROM wfe.dead_letters AS d
+               JOIN wfe.run_stages AS st ON st.run_id = d.run_id AND st.stage = d.stage
+              WHERE d.resolved_at IS NULL AND d.at >= redrive_dead_letters.since
+                AND st.queue = redrive_dead_letters.queue
+              ORDER BY d.run_id, d.stage
+    LOOP
+        BEGIN
+            PERFORM wfe.redrive(c.run_id, c.stage, redrive_dead_letters.reason);
+            n := n + 1;
+        EXCEPTION WHEN object_not_in_prerequisite_state THEN
+            NULL;
+        END;
+    END LOOP;
+    RETURN n;
+END
+$$;
+COMMENT ON FUNCTION wfe.redrive_dead_letters(text, timestamptz, text) IS
+'Redrives every stage with an open dead letter on queue since a time; returns how many (stages that can no longer be redriven are passed over).';
