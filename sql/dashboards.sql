@@ -127,6 +127,8 @@ SET LOCAL session_replication_role = replica;
 UPDATE wfe.run_stages SET state = 'waiting', attempt = 0 WHERE run_id = 12 AND stage = 'fetch';
 SET LOCAL session_replication_role = origin;
 
+-- the dashboards read through row-level security: the reader acts for both tenants
+SELECT wfe.add_tenant_member('wfe_reader', 'acme'), wfe.add_tenant_member('wfe_reader', 'globex');
 SET LOCAL ROLE wfe_reader;
 SELECT * FROM wfe.dashboard_runs;
 SELECT * FROM wfe.dashboard_queues;

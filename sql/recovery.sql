@@ -39,9 +39,9 @@ SELECT wfe.approve('recovery-test', '1.0.0');
 SELECT wfe.activate('recovery-test', '1.0.0');
 
 CREATE FUNCTION pg_temp.stages(p_run bigint)
-RETURNS TABLE (stage text, state text, attempt int, fence bigint, error text)
+RETURNS TABLE (stage text, state text, attempt int, fence_gen bigint, error text)
 LANGUAGE sql AS $$
-SELECT s.stage, s.state, s.attempt, s.fence, s.error ->> 'code'
+SELECT s.stage, s.state, s.attempt, s.fence >> 32, s.error ->> 'code'
   FROM wfe.run_stages AS s WHERE s.run_id = p_run ORDER BY s.ordinal
 $$;
 CREATE FUNCTION pg_temp.events(p_run bigint, p_from bigint DEFAULT 0)
@@ -119,7 +119,7 @@ SELECT input FROM wfe.run_stages WHERE run_id = :s AND stage = 'next';
 --
 SELECT wfe.fail_stage(:s, 'work', 'wrong');
 SELECT wfe.fail_stage(:s, 'next', NULL);
-SELECT stage, attempt, fence FROM wfe.claim_task('rc-next', 'w-rc');
+SELECT stage, attempt, fence >> 32 AS fence_gen FROM wfe.claim_task('rc-next', 'w-rc');
 SELECT wfe.fail_stage(:s, 'next', 'the GPU host is gone');
 SELECT * FROM pg_temp.stages(:s);
 SELECT wfe.complete_task(:s, 'next', 1, 1, '{}');
@@ -144,9 +144,9 @@ SELECT wfe.replay(12345678);
 --
 SELECT wfe.redispatch(:p, 'work');
 SELECT wfe.configure_queue('rc-work', 'broker');
-SELECT stage, attempt, fence, state FROM wfe.outbox WHERE run_id = :p AND kind = 'dispatch' ORDER BY id;
+SELECT stage, attempt, fence >> 32 AS fence_gen, state FROM wfe.outbox WHERE run_id = :p AND kind = 'dispatch' ORDER BY id;
 SELECT wfe.redispatch(:p, 'work', 'the message was lost');
-SELECT stage, attempt, fence, state FROM wfe.outbox WHERE run_id = :p AND kind = 'dispatch' ORDER BY id;
+SELECT stage, attempt, fence >> 32 AS fence_gen, state FROM wfe.outbox WHERE run_id = :p AND kind = 'dispatch' ORDER BY id;
 SELECT wfe.accept_task(:p, 'work', 1, 2, 'w-old');
 SELECT wfe.accept_task(:p, 'work', 1, 3, 'w-new');
 SELECT wfe.redispatch(:p, 'work');
@@ -163,7 +163,7 @@ SELECT wfe.configure_queue('rc-work', 'poll');
 SELECT * FROM pg_temp.stages(:q);
 SELECT wfe.configure_queue('rc-work', 'broker');
 SELECT * FROM pg_temp.stages(:q);
-SELECT attempt, fence, state FROM wfe.outbox WHERE run_id = :q AND kind = 'dispatch' ORDER BY id;
+SELECT attempt, fence >> 32 AS fence_gen, state FROM wfe.outbox WHERE run_id = :q AND kind = 'dispatch' ORDER BY id;
 SELECT wfe.accept_task(:q, 'work', 1, 2, 'w-rc');
 SELECT wfe.complete_task(:q, 'work', 1, 2, '{"size": 2}');
 SELECT pg_temp.work('rc-next', 'complete');

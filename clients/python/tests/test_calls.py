@@ -115,3 +115,30 @@ def test_lease_is_renewed_by_heartbeats(db: psycopg.Connection) -> None:
     s = stage(db, run.run_id)
     assert s["state"] == "running" and s["lease_ms"] == 3000 and s["deadline_at"] > first
     assert wfe.complete_task(db, task, {}) is wfe.Outcome.ACCEPTED
+
+
+def test_the_operators_recovery_calls(db: psycopg.Connection) -> None:
+    flow = Flow(db, retry="{ max_attempts: 1, initial_ms: 200, multiplier: 1.0, max_ms: 200, jitter: none }")
+    run = wfe.submit(db, flow.workflow, {"spec": {}}).run_id
+    [task] = wfe.claim_task(db, flow.queue, "w-ops")
+    assert wfe.fail_task(db, task, {"code": "bad.input"}, retryable=False) is wfe.Outcome.ACCEPTED
+    assert wfe.report(db, run)["state"] == "failed"
+    # redrive: a new attempt under a new fence; the old one's report is stale
+    wfe.redrive(db, run, "work", "input fixed upstream")
+    assert stage(db, run)["state"] == "queued" and stage(db, run)["attempt"] == 2
+    assert wfe.complete_task(db, task, {}) is wfe.Outcome.STALE
+    [again] = wfe.claim_task(db, flow.queue, "w-ops")
+    assert again.attempt == 2 and again.fence > task.fence
+    # fail_stage: fenced and failed by hand, the failure route taken (the run
+    # fails): the holder's report is then late
+    wfe.fail_stage(db, run, "work", "operator gave up")
+    assert wfe.complete_task(db, again, {}) is wfe.Outcome.LATE
+    # skip_stage: completed by hand with a result; the run completes
+    wfe.skip_stage(db, run, "work", {"by": "hand"}, "done elsewhere")
+    assert wfe.report(db, run)["state"] == "completed"
+    # replay: a new, linked run of the same plan and context
+    other = wfe.replay(db, run, "once more")
+    assert other != run and one(db, "SELECT replay_of FROM wfe.runs WHERE run_id = %s", (other,)) == run
+    # refusals are exceptions: a completed stage cannot be redriven
+    with pytest.raises(wfe.WfeError):
+        wfe.redrive(db, run, "work")

@@ -23,6 +23,7 @@ from .calls import (Submitted, accept_task, ack_cancel, cancel_run, claim_task, 
 from .errors import (DataCorrupted, InvalidArgument, InvalidDefinition, LimitExceeded, NullArgument,
                      PermissionDenied, RetrySubmit, UnknownObject, WfeError, WrongState)
 from .outcome import Outcome
+from .recovery import fail_stage, redispatch, redrive, redrive_dead_letters, replay, skip_stage
 from .runs import RunTimeout, wait_for_run
 from .task import Fail, Task
 from .worker import Worker
@@ -34,6 +35,7 @@ __all__ = [
     "submit", "cancel_run", "report", "run_timeline", "wait_for_run",
     "claim_task", "accept_task", "heartbeat", "complete_task", "fail_task", "complete_tasks",
     "fetch_payload", "ack_cancel",
+    "redrive", "skip_stage", "fail_stage", "redispatch", "replay", "redrive_dead_letters",
     "WfeError", "NullArgument", "InvalidArgument", "InvalidDefinition", "UnknownObject", "WrongState",
     "LimitExceeded", "PermissionDenied", "RetrySubmit", "DataCorrupted",
 ]
