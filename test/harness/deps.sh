@@ -21,6 +21,7 @@ PACKAGES=(
 	amqp-tools
 	clang                       # libFuzzer
 	libclang-rt-14-dev
+	openssl                     # TAP 017: the documented gateway signing example
 )
 
 # is_installed PACKAGE: true when dpkg has the package fully installed.

@@ -282,9 +282,28 @@ refused('a timestamp 400 s ahead', 'gw', $body[2], sign('gw1', @body, 'gw1'),
 	my @hb = body('heartbeat', $run, 'a', $attempt, $fence);
 	my $sig = signed_by_script('gw1', $hb[2], 'gw1');
 	is($sig, sign('gw1', @hb, 'gw1'), 'wfe-sign-callback computes the signature the test does');
+	# docs/operations.md's openssl line, as written there
+	my ($mac, $oerr) = ('', '');
+	IPC::Run::run([ 'sh', '-c',
+			'printf \'%s.%s.%s\' "$1" "$2" "$3" | openssl dgst -sha256 -mac HMAC -macopt hexkey:"$(cat "$4")" -r | cut -d\' \' -f1',
+			'sh', $hb[0], $hb[1], $hb[2], $secret_file{gw1} ],
+		'>', \$mac, '2>', \$oerr)
+	  or diag("openssl: $oerr");
+	chomp $mac;
+	is("key_id=gw1,v1=$mac", $sig, 'the documented openssl line computes the same signature');
 	my ($st, $out, $e) = callback('gw', $hb[2], $sig);
 	is($out, 'accepted', 'an authentic heartbeat is accepted') or diag($e);
 	like(sql($stage_q->($run, 'a')), qr/^running \d+ \d+ - \d{4}-/, 'the heartbeat was recorded');
+}
+# --stamp sets callback_id and timestamp; the body it prints is what it signed.
+{
+	my ($out, $e) = ('', '');
+	IPC::Run::run([ '/usr/bin/python3', $signer, '--key-id', 'gw1', '--secret-file', $secret_file{gw1}, '--stamp' ],
+		'<', \qq({"call":"heartbeat","run_id":$run,"stage":"a","attempt":$attempt,"fence":"$fence"}), '>', \$out, '2>', \$e)
+	  or diag("wfe-sign-callback --stamp: $e");
+	my ($stamped, $sig) = split /\n/, $out;
+	my ($st, $ans, $err3) = callback('gw', $stamped, $sig);
+	is($ans, 'accepted', 'a body stamped and signed by wfe-sign-callback --stamp is accepted') or diag($err3);
 }
 my $ids_before = sql($ids_q);
 @body = body('complete', $run, 'a', $attempt, $fence, '"result": {"v": 41}');
