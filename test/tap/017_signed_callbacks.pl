@@ -401,5 +401,14 @@ is(sql("SELECT st.state || ' ' || (st.error->>'code') || ' ' || r.state FROM wfe
 		'a body over wfe.max_payload_bytes: 54000');
 }
 
+# pg_dump carries the keys (configuration, secrets included), not the ids seen.
+{
+	my ($out, $e) = ('', '');
+	IPC::Run::run([ 'pg_dump', '-d', $node->connstr('postgres') ], '>', \$out, '2>', \$e)
+	  or diag("pg_dump: $e");
+	like($out, qr/^COPY wfe\.callback_keys /m, 'pg_dump carries wfe.callback_keys');
+	unlike($out, qr/^COPY wfe\.callback_ids /m, 'pg_dump leaves wfe.callback_ids out');
+}
+
 $node->stop;
 done_testing();
