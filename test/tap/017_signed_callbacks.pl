@@ -401,6 +401,22 @@ is(sql("SELECT st.state || ' ' || (st.error->>'code') || ' ' || r.state FROM wfe
 		'a body over wfe.max_payload_bytes: 54000');
 }
 
+# Retention removes refusals about runs that do not exist, once old; a
+# refusal about a run that exists goes with its run.
+{
+	my @ghost = body('heartbeat', 987654, 'a', 1, 1);
+	my ($st, $out, $e) = callback('gw', $ghost[2], sign('gw1', @ghost, 'wrong'));
+	is($out, 'unauthenticated', 'a forged body about a run that does not exist: unauthenticated');
+	is(sql(q{SELECT tenant || '|' || type FROM wfe.events WHERE run_id = 987654}), '|callback.unauthenticated',
+		'recorded, with no tenant (there is no run)');
+	sql(q{UPDATE wfe.events SET at = now() - interval '30 days' WHERE run_id = 987654 OR type = 'callback.expired'});
+	sql('SELECT wfe._retention(86400, 100)');
+	is(sql('SELECT count(*) FROM wfe.events WHERE run_id = 987654'), '0',
+		'retention removed the old refusal about no run');
+	is(sql(q{SELECT count(*) FROM wfe.events WHERE type = 'callback.expired'}), '2',
+		'refusals about an existing run stay while the run does');
+}
+
 # pg_dump carries the keys (configuration, secrets included), not the ids seen.
 {
 	my ($out, $e) = ('', '');
