@@ -9,7 +9,8 @@
  *   1. the body is measured (admission limits) and parsed: a body that is
  *      not a callback at all is an error (22P02/22023), since nothing in it
  *      can be authenticated or attributed;
- *   2. the signature: "key_id=K,v1=HEX[,v1=HEX...]", each v1 an HMAC-SHA256
+ *   2. the signature: "key_id=K,v1=HEX[,v1=HEX...]" (parsed by
+ *      core/signature.c), each v1 an HMAC-SHA256
  *      (PostgreSQL's own, common/hmac.h) of "callback_id.timestamp.body"
  *      under a secret of K valid now (wfe.callback_keys).  Any v1 matching
  *      any valid secret of K passes, which is how keys rotate.  Otherwise
@@ -38,15 +39,12 @@
 #include "utils/numeric.h"
 #include "utils/timestamp.h"
 
+#include "core/signature.h"
 #include "spi_stmt.h"
 #include "wfe.h"
 
-#define DIGEST_BYTES 32			/* HMAC-SHA256 */
-#define MAX_SIGNATURES 8		/* v1= values in one signature header */
+#define DIGEST_BYTES WFE_SIG_DIGEST_BYTES
 #define MAX_SIGNATURE_BYTES 1024	/* the whole header */
-/* what wfe.callback_keys' CHECK allows in a key_id */
-#define KEY_ID_MAX 64
-#define KEY_ID_CHARS "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._:-"
 
 /* The report functions of engine.c: a signed body takes exactly their path. */
 extern PGDLLEXPORT Datum wfe_heartbeat(PG_FUNCTION_ARGS);
@@ -66,14 +64,6 @@ typedef struct signed_call
 	char	   *callback_id;
 	int64		timestamp;
 } signed_call;
-
-/* The signature header, parsed. */
-typedef struct signature
-{
-	char	   *key_id;
-	int			n;
-	uint8		digest[MAX_SIGNATURES][DIGEST_BYTES];
-} signature;
 
 static stmt q_keys = STMT(
 	"SELECT k.secret, k.valid_from <= now() AND (k.valid_until IS NULL OR now() < k.valid_until)"
@@ -193,65 +183,6 @@ parse_body(const char *text, signed_call *c)
 	c->retryable = v == NULL || v->val.boolean;
 }
 
-/* The value of one hex digit, or -1. */
-static int
-hex_digit(char ch)
-{
-	if (ch >= '0' && ch <= '9')
-		return ch - '0';
-	if (ch >= 'a' && ch <= 'f')
-		return ch - 'a' + 10;
-	if (ch >= 'A' && ch <= 'F')
-		return ch - 'A' + 10;
-	return -1;
-}
-
-/* Parse "key_id=K,v1=HEX,..." into *sig; false when it is not one. */
-static bool
-parse_signature(const char *header, signature *sig)
-{
-	char	   *copy = pstrdup(header);
-	char	   *item,
-			   *save = NULL;
-
-	sig->key_id = NULL;
-	sig->n = 0;
-	for (item = strtok_r(copy, ",", &save); item != NULL; item = strtok_r(NULL, ",", &save))
-	{
-		while (*item == ' ')
-			item++;
-		if (strncmp(item, "key_id=", 7) == 0)
-		{
-			size_t		len = strlen(item + 7);
-
-			/* one key per header, named as wfe.callback_keys allows */
-			if (sig->key_id != NULL || len == 0 || len > KEY_ID_MAX ||
-				strspn(item + 7, KEY_ID_CHARS) != len)
-				return false;
-			sig->key_id = item + 7;
-		}
-		else if (strncmp(item, "v1=", 3) == 0)
-		{
-			const char *hex = item + 3;
-
-			if (sig->n == MAX_SIGNATURES || strlen(hex) != 2 * DIGEST_BYTES)
-				return false;
-			for (int k = 0; k < DIGEST_BYTES; k++)
-			{
-				int			hi = hex_digit(hex[2 * k]),
-							lo = hex_digit(hex[2 * k + 1]);
-
-				if (hi < 0 || lo < 0)
-					return false;
-				sig->digest[sig->n][k] = (uint8) (hi << 4 | lo);
-			}
-			sig->n++;
-		}
-		/* other schemes (v2=, ...) are ignored, so a gateway may add one early */
-	}
-	return sig->key_id != NULL && sig->n > 0;
-}
-
 /* HMAC-SHA256 of "callback_id.timestamp.body" under secret into out. */
 static void
 sign(const uint8 *secret, size_t secret_len, const signed_call *c, const char *body,
@@ -279,24 +210,13 @@ sign(const uint8 *secret, size_t secret_len, const signed_call *c, const char *b
 	pg_hmac_free(ctx);
 }
 
-/* Equal digests, in time that does not depend on where they differ. */
-static bool
-digests_equal(const uint8 *a, const uint8 *b)
-{
-	uint8		diff = 0;
-
-	for (int k = 0; k < DIGEST_BYTES; k++)
-		diff |= a[k] ^ b[k];
-	return diff == 0;
-}
-
 /*
  * Why sig does not authenticate the body: NULL when a v1 is the HMAC under
  * a secret of its key valid now.  Every valid secret is tried against
  * every v1, so neither the order nor the number of matches shows.
  */
 static const char *
-unauthentic(const signature *sig, const signed_call *c, const char *body)
+unauthentic(const wfe_signature *sig, const signed_call *c, const char *body)
 {
 	Datum		v[1] = {CStringGetTextDatum(sig->key_id)};
 	bool		any_valid = false,
@@ -319,7 +239,7 @@ unauthentic(const signature *sig, const signed_call *c, const char *body)
 		secret = DatumGetByteaPP(SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 1, &isnull));
 		sign((const uint8 *) VARDATA_ANY(secret), VARSIZE_ANY_EXHDR(secret), c, body, expected);
 		for (int k = 0; k < sig->n; k++)
-			match |= digests_equal(expected, sig->digest[k]);
+			match |= wfe_digest_equal(expected, sig->digest[k]);
 		explicit_bzero(expected, sizeof(expected));
 	}
 	if (!any_valid)
@@ -369,12 +289,12 @@ refuse(const char *word, const char *reason, const signed_call *c, const char *k
 static const char *
 admit_signed(const char *header, const signed_call *c, const char *body)
 {
-	signature	sig;
+	wfe_signature sig;
 	const char *why;
 	int64		now_s;
 	Datum		v[4];
 
-	if (!parse_signature(header, &sig))
+	if (!wfe_signature_parse(header, strlen(header), &sig))
 		return refuse("unauthenticated", "malformed signature", c, NULL);
 	why = unauthentic(&sig, c, body);
 	if (why != NULL)
@@ -431,7 +351,7 @@ wfe_callback(PG_FUNCTION_ARGS)
 				 errmsg("the signature is %zu bytes, more than %d",
 						VARSIZE_ANY_EXHDR(header_t), MAX_SIGNATURE_BYTES),
 				 errhint("A signature is key_id=...,v1=<64 hex digits>, with at most %d v1= values.",
-						 MAX_SIGNATURES)));
+						 WFE_SIG_MAX)));
 	body = text_to_cstring(body_t);
 	parse_body(body, &c);
 
