@@ -1074,7 +1074,7 @@ COMMENT ON FUNCTION wfe._run_next_handler(text) IS
 'Runs one queued in-database action (its own transaction when called by the worker); false when there was none.';
 
 -- Retention also removes callbacks about runs that do not exist.
-CREATE INDEX events_unknown ON wfe.events (at) WHERE type = 'callback.unknown';
+CREATE INDEX events_unknown ON wfe.events (at) WHERE type IN ('callback.unknown', 'callback.unauthenticated', 'callback.expired', 'callback.replayed');
 CREATE OR REPLACE FUNCTION wfe._retention(p_retention_s int, p_batch int)
 RETURNS int
 LANGUAGE plpgsql VOLATILE
@@ -1103,7 +1103,8 @@ BEGIN
     -- callbacks about runs that never existed (or are gone)
     DELETE FROM wfe.events AS e
      WHERE e.event_id IN (SELECT e2.event_id FROM wfe.events AS e2
-                           WHERE e2.type = 'callback.unknown' AND e2.at < v_cutoff
+                           WHERE e2.type IN ('callback.unknown', 'callback.unauthenticated', 'callback.expired', 'callback.replayed')
+                             AND e2.at < v_cutoff
                              AND NOT EXISTS (SELECT 1 FROM wfe.runs AS r WHERE r.run_id = e2.run_id)
                            LIMIT p_batch);
     RETURN n;
@@ -1716,3 +1717,42 @@ $$;
 COMMENT ON FUNCTION wfe._release_held(text) IS
 'Room in a limited broker queue: dispatches its held tasks (queued, no message to publish), highest priority then oldest, up to max_in_flight.';
 REVOKE ALL ON FUNCTION wfe._broker_in_flight(text), wfe._broker_admit(text), wfe._release_held(text) FROM PUBLIC;
+
+-- Signed callbacks (src/sql/69_signed_callbacks.sql, 91_runtime_grants.sql).
+CREATE TABLE wfe.callback_keys (
+    key_id      text NOT NULL
+                CHECK (key_id ~ '^[A-Za-z0-9._:-]{1,64}$'),
+    secret      bytea NOT NULL
+                CHECK (octet_length(secret) BETWEEN 16 AND 1024),
+    valid_from  timestamptz NOT NULL DEFAULT now(),
+    valid_until timestamptz
+                CHECK (valid_until IS NULL OR valid_until > valid_from),
+    PRIMARY KEY (key_id, valid_from)
+);
+COMMENT ON TABLE wfe.callback_keys IS
+'HMAC-SHA256 secrets of the gateways that sign callbacks: a secret counts from valid_from until valid_until (NULL: no end). Several rows of one key_id: a rotation.';
+
+-- The callback_ids of accepted signed callbacks, kept for the tolerance
+-- window; wfe.callback itself removes the ones that left it.
+CREATE TABLE wfe.callback_ids (
+    callback_id text PRIMARY KEY,
+    signed_at   timestamptz NOT NULL,
+    key_id      text NOT NULL
+);
+CREATE INDEX callback_ids_signed_at ON wfe.callback_ids (signed_at);
+COMMENT ON TABLE wfe.callback_ids IS
+'callback_ids of accepted signed callbacks within wfe.callback_tolerance_s of their timestamp: a second body with one answers replayed.';
+
+CREATE FUNCTION wfe.callback(body text, signature text)
+RETURNS text
+AS 'MODULE_PATHNAME', 'wfe_callback'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION wfe.callback(text, text) IS
+'A worker''s report signed by its gateway: the gate''s outcome word when authentic; unauthenticated, expired or replayed otherwise (each recorded as an event).';
+
+-- The keys are configuration: a dump carries them (and so their secrets).
+SELECT pg_catalog.pg_extension_config_dump('wfe.callback_keys', '');
+REVOKE ALL ON FUNCTION wfe.callback(text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION wfe.callback(text, text) TO wfe_worker;
+GRANT SELECT, INSERT, UPDATE, DELETE ON wfe.callback_keys TO wfe_admin;

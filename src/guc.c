@@ -35,6 +35,7 @@ bool		wfe_publish_events = false;
 int			wfe_max_payload_bytes = 64 * 1024 * 1024;
 int			wfe_max_json_depth = WFE_JSON_DEPTH_CEILING;
 int			wfe_max_name_bytes = 256;
+int			wfe_callback_tolerance_s = 300;
 
 /* Define every wfe.* parameter, then reserve the prefix against typos. */
 /* The core's validator reads the setting from its own variable. */
@@ -213,6 +214,13 @@ wfe_guc_init(void)
 							&wfe_max_name_bytes,
 							256, 64, 4096,
 							PGC_SUSET, GUC_UNIT_BYTE,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("wfe.callback_tolerance_s",
+							"How far a signed callback's timestamp may be from now, in seconds.",
+							"Older or newer ones answer expired; callback_ids are remembered this long.",
+							&wfe_callback_tolerance_s,
+							300, 1, 86400,
+							PGC_SUSET, GUC_UNIT_S,
 							NULL, NULL, NULL);
 	DefineCustomBoolVariable("wfe.publish_events",
 							 "Also publish the event log's projection on the wfe.events exchange.",

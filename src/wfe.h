@@ -78,6 +78,9 @@ extern void wfe_admit_jsonb(Jsonb *jb, const char *what, int extra_depth);
 extern void wfe_admit_name(const char *value, Size len, const char *what);
 extern char *wfe_admitted_name(text *t, const char *what);
 
+/* Signed callbacks (callback.c; GUC wfe.callback_tolerance_s). */
+extern int	wfe_callback_tolerance_s;
+
 /* Who may serve a queue (grants.c). */
 extern bool wfe_may_serve_queue(const char *queue);
 extern void wfe_require_queue(const char *queue, const char *what);

@@ -180,9 +180,10 @@ CREATE TABLE wfe.events (
 COMMENT ON TABLE wfe.events IS
 'Event log: every accepted transition (run.submitted, stage.released, stage.claimed, stage.completed, ...) and every rejected callback (callback.stale, callback.late, ...).';
 CREATE INDEX events_run ON wfe.events (run_id, event_id);
--- callbacks about runs that do not exist belong to no run that retention
+-- callbacks about runs that do not exist (and refused signed callbacks,
+-- whose run_id nobody vouches for) belong to no run that retention
 -- removes: it finds them by this index (small: such callbacks are rare)
-CREATE INDEX events_unknown ON wfe.events (at) WHERE type = 'callback.unknown';
+CREATE INDEX events_unknown ON wfe.events (at) WHERE type IN ('callback.unknown', 'callback.unauthenticated', 'callback.expired', 'callback.replayed');
 
 -- The transactional outbox: messages for the broker, written in the same
 -- transaction as the transition that caused them (published by the

@@ -220,7 +220,8 @@ BEGIN
     -- callbacks about runs that never existed (or are gone)
     DELETE FROM wfe.events AS e
      WHERE e.event_id IN (SELECT e2.event_id FROM wfe.events AS e2
-                           WHERE e2.type = 'callback.unknown' AND e2.at < v_cutoff
+                           WHERE e2.type IN ('callback.unknown', 'callback.unauthenticated', 'callback.expired', 'callback.replayed')
+                             AND e2.at < v_cutoff
                              AND NOT EXISTS (SELECT 1 FROM wfe.runs AS r WHERE r.run_id = e2.run_id)
                            LIMIT p_batch);
     RETURN n;

@@ -94,3 +94,8 @@ GRANT EXECUTE ON FUNCTION
     wfe.replay(bigint, text),
     wfe.redrive_dead_letters(text, timestamptz, text)
     TO wfe_operator;
+
+-- Signed callbacks: the gateway's login is a wfe_worker; the keys are
+-- wfe_admin's alone (operations.md "Signed callbacks").
+GRANT EXECUTE ON FUNCTION wfe.callback(text, text) TO wfe_worker;
+GRANT SELECT, INSERT, UPDATE, DELETE ON wfe.callback_keys TO wfe_admin;
