@@ -47,7 +47,10 @@ $$;
 CREATE FUNCTION pg_temp.events(p_run bigint, p_from bigint DEFAULT 0)
 RETURNS TABLE (type text, stage text, attempt int, detail jsonb)
 LANGUAGE sql AS $$
-SELECT e.type, e.stage, e.attempt, e.detail - 'deadline_at'
+-- fences are random below their generation: show the generation
+SELECT e.type, e.stage, e.attempt,
+       (e.detail - 'deadline_at' - 'fence' - 'cancelled_fence')
+       || CASE WHEN e.detail ? 'fence' THEN jsonb_build_object('fence_gen', (e.detail ->> 'fence')::bigint >> 32) ELSE '{}' END
   FROM wfe.events AS e WHERE e.run_id = p_run AND e.event_id > p_from ORDER BY e.event_id
 $$;
 -- claim one task of a queue and fail it (not retryable), or complete it
@@ -92,7 +95,9 @@ SELECT * FROM pg_temp.stages(:r);
 SELECT * FROM pg_temp.events(:r, :mark);
 SELECT resolution, resolved_by FROM wfe.dead_letters WHERE run_id = :r;
 -- the first attempt reports late: stale; the new one completes, the run too
-SELECT wfe.complete_task(:r, 'work', 1, 1, '{"size": 9}');
+SELECT wfe.complete_task(:r, 'work', 1, (SELECT (e.detail ->> 'fence')::bigint FROM wfe.events AS e
+                                         WHERE e.run_id = :r AND e.stage = 'work' AND e.type = 'stage.released'),
+                         '{"size": 9}');
 SELECT pg_temp.work('rc-work', 'complete', '{"size": 5}');
 SELECT input FROM wfe.run_stages WHERE run_id = :r AND stage = 'next';
 SELECT pg_temp.work('rc-next', 'complete');
@@ -119,10 +124,11 @@ SELECT input FROM wfe.run_stages WHERE run_id = :s AND stage = 'next';
 --
 SELECT wfe.fail_stage(:s, 'work', 'wrong');
 SELECT wfe.fail_stage(:s, 'next', NULL);
-SELECT stage, attempt, fence >> 32 AS fence_gen FROM wfe.claim_task('rc-next', 'w-rc');
+SELECT stage AS s_stage, attempt AS s_attempt, fence AS s_fence FROM wfe.claim_task('rc-next', 'w-rc') \gset
+SELECT :'s_stage' AS stage, :s_attempt AS attempt, :s_fence::bigint >> 32 AS fence_gen;
 SELECT wfe.fail_stage(:s, 'next', 'the GPU host is gone');
 SELECT * FROM pg_temp.stages(:s);
-SELECT wfe.complete_task(:s, 'next', 1, 1, '{}');
+SELECT wfe.complete_task(:s, 'next', 1, :s_fence, '{}');
 SELECT state, intent FROM wfe.runs WHERE run_id = :s;
 
 --
@@ -147,8 +153,8 @@ SELECT wfe.configure_queue('rc-work', 'broker');
 SELECT stage, attempt, fence >> 32 AS fence_gen, state FROM wfe.outbox WHERE run_id = :p AND kind = 'dispatch' ORDER BY id;
 SELECT wfe.redispatch(:p, 'work', 'the message was lost');
 SELECT stage, attempt, fence >> 32 AS fence_gen, state FROM wfe.outbox WHERE run_id = :p AND kind = 'dispatch' ORDER BY id;
-SELECT wfe.accept_task(:p, 'work', 1, 2, 'w-old');
-SELECT wfe.accept_task(:p, 'work', 1, 3, 'w-new');
+SELECT wfe.accept_task(:p, 'work', 1, (SELECT fence FROM wfe.outbox WHERE run_id = :p AND kind = 'dispatch' ORDER BY id LIMIT 1), 'w-old');
+SELECT wfe.accept_task(:p, 'work', 1, (SELECT fence FROM wfe.outbox WHERE run_id = :p AND kind = 'dispatch' ORDER BY id DESC LIMIT 1), 'w-new');
 SELECT wfe.redispatch(:p, 'work');
 
 --
@@ -164,8 +170,9 @@ SELECT * FROM pg_temp.stages(:q);
 SELECT wfe.configure_queue('rc-work', 'broker');
 SELECT * FROM pg_temp.stages(:q);
 SELECT attempt, fence >> 32 AS fence_gen, state FROM wfe.outbox WHERE run_id = :q AND kind = 'dispatch' ORDER BY id;
-SELECT wfe.accept_task(:q, 'work', 1, 2, 'w-rc');
-SELECT wfe.complete_task(:q, 'work', 1, 2, '{"size": 2}');
+SELECT fence AS q_fence FROM wfe.run_stages WHERE run_id = :q AND stage = 'work' \gset
+SELECT wfe.accept_task(:q, 'work', 1, :q_fence, 'w-rc');
+SELECT wfe.complete_task(:q, 'work', 1, :q_fence, '{"size": 2}');
 SELECT pg_temp.work('rc-next', 'complete');
 SELECT state FROM wfe.runs WHERE run_id = :q;
 SELECT wfe.configure_queue('rc-work', 'poll');

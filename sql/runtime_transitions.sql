@@ -285,6 +285,7 @@ SELECT wfe.cancel_run(:o1);
 --     (retry_scheduled -> failed).
 --
 SELECT run_id AS k1 FROM wfe.submit('tr-test', '{"path": "solo", "v": "x"}') \gset
+SELECT pg_temp.accept(:k1, 'solo');
 SELECT pg_temp.fail(:k1, 'solo', false);
 SELECT wfe.skip_stage(:k1, 'solo', '{}', 'done by hand');
 SELECT pg_temp.states(:k1);
@@ -296,15 +297,27 @@ SELECT pg_temp.states(:k2);
 SELECT wfe.skip_stage(:k2, 'solo', '{}', 'done by hand');
 SELECT pg_temp.states(:k2);
 SELECT run_id AS k3 FROM wfe.submit('tr-test@2.0.0', '{"path": "fork"}') \gset
+SELECT pg_temp.accept(:k3, 'left'), pg_temp.accept(:k3, 'right');
 SELECT pg_temp.fail(:k3, 'left', false), pg_temp.fail(:k3, 'right', false);
+SELECT pg_temp.accept(:k3, 'finaliser.1');
 SELECT pg_temp.complete(:k3, 'finaliser.1');
 SELECT pg_temp.states(:k3);
 SELECT wfe.redrive(:k3, 'left', 'again');
 SELECT pg_temp.states(:k3);
+SELECT pg_temp.accept(:k3, 'left');
 SELECT pg_temp.fail(:k3, 'left', true);
 SELECT wfe.fail_stage(:k3, 'left', 'give up');
 SELECT pg_temp.states(:k3);
+SELECT pg_temp.accept(:k3, 'finaliser.1');
 SELECT pg_temp.complete(:k3, 'finaliser.1');
+-- an operator fails an attempt nobody took yet (queued -> failed), and one
+-- published but not accepted (dispatched -> failed)
+SELECT run_id AS k4 FROM wfe.submit('tr-test', '{"path": "solo", "v": "x"}') \gset
+SELECT wfe.fail_stage(:k4, 'solo', 'not needed');
+SELECT run_id AS k5 FROM wfe.submit('tr-test', '{"path": "solo", "v": "x"}') \gset
+SELECT pg_temp.published(:k5, 'solo');
+SELECT wfe.fail_stage(:k5, 'solo', 'not needed');
+SELECT pg_temp.states(:k4), pg_temp.states(:k5);
 -- what the engine makes only in shapes this workflow has not: a direct UPDATE
 SET rt_tr.by = 'update';
 UPDATE wfe.run_stages SET state = 'waiting' WHERE run_id = :k1 AND stage = 'left';       -- skipped -> waiting
