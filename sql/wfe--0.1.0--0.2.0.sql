@@ -1346,6 +1346,651 @@ COMMENT ON FUNCTION wfe._validate(jsonb, jsonb) IS
 ALTER FUNCTION wfe._validate(jsonb, jsonb) STABLE;
 ALTER FUNCTION wfe._bind_input(jsonb, jsonb, jsonb) STABLE;
 
+-- ---------------------------------------------------------------------
+-- Operating wfe from psql: admission limits, dashboards (issue 11).
+-- ---------------------------------------------------------------------
+
+-- src/sql/60_runtime_tables.sql: the indexes of live work, dead letters'
+-- resolution (0.1.0's dead letters stay open).
+CREATE INDEX runs_unfinished_tenant ON wfe.runs (tenant) WHERE finished_at IS NULL;
+CREATE INDEX run_stages_live ON wfe.run_stages (queue, state)
+    WHERE state IN ('queued', 'dispatched', 'running');
+ALTER TABLE wfe.dead_letters ADD COLUMN resolved_at timestamptz;
+ALTER TABLE wfe.dead_letters ADD COLUMN resolved_by text;
+ALTER TABLE wfe.dead_letters ADD COLUMN resolution text;
+COMMENT ON COLUMN wfe.dead_letters.resolution IS 'How an operator resolved it (redriven, skipped, failed, cancelled, replayed); NULL while open';
+
+-- Run-time admission limits per tenant (docs: operations.md "Backpressure").
+--
+-- Queue limits live on wfe.queues (max_in_flight, paused); tenant limits
+-- live here.  A tenant with no row is unlimited.
+
+CREATE TABLE wfe.tenant_limits (
+    tenant             text PRIMARY KEY
+                       CONSTRAINT tenant_limits_tenant CHECK (tenant ~ '^[A-Za-z0-9_.-]{1,63}$'),
+    max_runs_in_flight int CONSTRAINT tenant_limits_runs CHECK (max_runs_in_flight > 0),
+    max_tasks_in_flight int CONSTRAINT tenant_limits_tasks CHECK (max_tasks_in_flight > 0),
+    updated_at         timestamptz NOT NULL DEFAULT now(),
+    updated_by         text NOT NULL DEFAULT session_user
+);
+COMMENT ON TABLE wfe.tenant_limits IS
+'Per-tenant limits: runs in flight (refused at submit, 53400) and tasks in flight (held queued at release).  NULL: unlimited.';
+-- settings, like wfe.queues: pg_dump keeps them (68_dump.sql)
+SELECT pg_catalog.pg_extension_config_dump('wfe.tenant_limits', '');
+
+CREATE FUNCTION wfe.configure_tenant(tenant text, max_runs_in_flight int DEFAULT NULL,
+                                     max_tasks_in_flight int DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+BEGIN
+    IF configure_tenant.tenant IS NULL THEN
+        RAISE EXCEPTION 'tenant must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF configure_tenant.tenant !~ '^[A-Za-z0-9_.-]{1,63}$' THEN
+        RAISE EXCEPTION 'tenant "%" is not valid', configure_tenant.tenant
+            USING ERRCODE = 'invalid_parameter_value', HINT = 'Tenants match ^[A-Za-z0-9_.-]{1,63}$.';
+    END IF;
+    IF configure_tenant.max_runs_in_flight < 1 OR configure_tenant.max_tasks_in_flight < 1 THEN
+        RAISE EXCEPTION 'max_runs_in_flight and max_tasks_in_flight must be positive or NULL (unlimited)'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    INSERT INTO wfe.tenant_limits AS t (tenant, max_runs_in_flight, max_tasks_in_flight)
+    VALUES (configure_tenant.tenant, configure_tenant.max_runs_in_flight, configure_tenant.max_tasks_in_flight)
+    ON CONFLICT (tenant) DO UPDATE
+       SET max_runs_in_flight = excluded.max_runs_in_flight,
+           max_tasks_in_flight = excluded.max_tasks_in_flight,
+           updated_at = now(), updated_by = session_user;
+END
+$$;
+COMMENT ON FUNCTION wfe.configure_tenant(text, int, int) IS
+'Sets a tenant''s limits: runs in flight (submit refuses more with 53400) and tasks in flight; NULL is unlimited.';
+
+-- psql dashboards (docs: operations.md "Dashboards"; docs/dashboards.psql
+-- opens them all).
+--
+-- Views any wfe_reader can \watch.  They are security_invoker: they read
+-- the tables with the reader's own rights (and, with tenants, its row-level
+-- security).  Each reads live work through the partial indexes of
+-- unfinished runs and live stages, and history only for the last hour
+-- (runs finished in the last hour, by runs_finished_at), so they cost the
+-- same at 1M finished runs as at 1,000 (docs/benchmarks.md).  Rows fit a
+-- 100-column terminal: durations are short text (wfe.human_ms), shares are
+-- block-character bars (wfe.bar).
+
+-- A share in [0, 1] as a bar of width cells, eighths included, and its percentage.
+CREATE FUNCTION wfe.bar(share double precision, width int DEFAULT 10)
+RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+RETURN CASE WHEN share IS NOT NULL AND width >= 1 THEN
+    (SELECT rpad(repeat('█', e / 8)
+                 || CASE WHEN e % 8 > 0 THEN substr('▏▎▍▌▋▊▉', e % 8, 1) ELSE '' END, width, '░')
+            || lpad(round(least(greatest(share, 0), 1) * 100)::text, 4) || '%'
+       FROM (SELECT floor(least(greatest(share, 0), 1) * width * 8)::int AS e) AS c)
+END;
+COMMENT ON FUNCTION wfe.bar(double precision, int) IS
+'A share in [0, 1] drawn as width block characters (eighths of a cell) followed by its percentage, for the dashboards.';
+
+-- Milliseconds as short text: 850ms, 12.3s, 4m05s, 2h10m, 3d04h.
+CREATE FUNCTION wfe.human_ms(ms double precision)
+RETURNS text
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+RETURN CASE WHEN ms < 0 THEN '-' ELSE '' END
+    || (SELECT CASE
+                 WHEN a < 1000 THEN round(a)::text || 'ms'
+                 WHEN a < 60000 THEN to_char(a / 1000, 'FM990.0') || 's'
+                 WHEN a < 3600000 THEN floor(a / 60000)::text || 'm'
+                                       || to_char(floor(a / 1000)::bigint % 60, 'FM00') || 's'
+                 WHEN a < 86400000 THEN floor(a / 3600000)::text || 'h'
+                                        || to_char(floor(a / 60000)::bigint % 60, 'FM00') || 'm'
+                 ELSE floor(a / 86400000)::text || 'd' || to_char(floor(a / 3600000)::bigint % 24, 'FM00') || 'h'
+               END
+          FROM (SELECT abs(ms) AS a) AS x);
+COMMENT ON FUNCTION wfe.human_ms(double precision) IS
+'Milliseconds as short text for the dashboards: 850ms, 12.3s, 4m05s, 2h10m, 3d04h.';
+
+-- Runs by workflow, version and state: in flight now, finished in the last hour.
+CREATE VIEW wfe.dashboard_runs WITH (security_invoker = true) AS
+WITH runs AS (
+    -- in flight: their age so far; finished in the last hour: their duration
+    SELECT r.workflow, r.version, r.state, r.finished_at IS NOT NULL AS finished,
+           coalesce(r.finished_at, now()) - r.submitted_at AS took
+      FROM wfe.runs AS r
+     WHERE r.finished_at IS NULL OR r.finished_at >= now() - interval '1 hour'
+), states AS (
+    SELECT runs.workflow, runs.version, runs.state, bool_or(runs.finished) AS finished,
+           count(*) AS runs,
+           percentile_cont(0.5) WITHIN GROUP (ORDER BY runs.took) AS p50,
+           percentile_cont(0.95) WITHIN GROUP (ORDER BY runs.took) AS p95
+      FROM runs
+     GROUP BY runs.workflow, runs.version, runs.state
+)
+SELECT s.workflow, s.version, s.state, s.runs,
+       wfe.human_ms(extract(epoch FROM s.p50) * 1000) AS p50,
+       wfe.human_ms(extract(epoch FROM s.p95) * 1000) AS p95,
+       -- finished states: their share of the runs that finished in the last hour
+       CASE WHEN s.finished THEN
+            wfe.bar(s.runs::double precision
+                    / sum(s.runs) FILTER (WHERE s.finished) OVER (PARTITION BY s.workflow, s.version), 10)
+       END AS share_1h
+  FROM states AS s
+ ORDER BY s.workflow, s.version,
+          array_position(ARRAY['running', 'finalising', 'completed', 'failed', 'cancelled'], s.state);
+COMMENT ON VIEW wfe.dashboard_runs IS
+'Runs per workflow, version and state: running and finalising runs now (p50/p95 of their age), runs that finished in the last hour (p50/p95 duration, share of the hour''s finished runs).';
+
+-- Queues (and, for broker queues, tracks): what waits, what runs, how fast it starts.
+CREATE VIEW wfe.dashboard_queues WITH (security_invoker = true) AS
+WITH settings AS (
+    SELECT coalesce(current_setting('wfe.track_threshold_bytes', true)::int, 524288) AS threshold
+), live AS (
+    SELECT st.queue,
+           CASE WHEN q.delivery = 'broker' THEN
+                CASE WHEN octet_length(coalesce(st.input, '{}')::text) > s.threshold THEN 'large' ELSE 'small' END
+                ELSE 'poll' END AS track,
+           count(*) FILTER (WHERE st.state = 'queued') AS depth,
+           min(st.ready_at) FILTER (WHERE st.state = 'queued') AS oldest_ready,
+           count(*) FILTER (WHERE st.state IN ('dispatched', 'running')) AS in_flight
+      FROM wfe.run_stages AS st
+      LEFT JOIN wfe.queues AS q ON q.queue = st.queue
+      CROSS JOIN settings AS s
+     WHERE st.state IN ('queued', 'dispatched', 'running') AND st.queue IS NOT NULL
+     GROUP BY 1, 2
+), started AS (
+    -- attempts that started in the last hour, in runs live or finished in it
+    SELECT st.queue,
+           CASE WHEN q.delivery = 'broker' THEN
+                CASE WHEN octet_length(coalesce(st.input, '{}')::text) > s.threshold THEN 'large' ELSE 'small' END
+                ELSE 'poll' END AS track,
+           percentile_cont(0.5) WITHIN GROUP (ORDER BY st.started_at - st.ready_at) AS p50,
+           percentile_cont(0.95) WITHIN GROUP (ORDER BY st.started_at - st.ready_at) AS p95,
+           sum(st.attempt - 1)::double precision / nullif(sum(st.attempt), 0) AS retry_rate
+      FROM wfe.runs AS r
+      JOIN wfe.run_stages AS st ON st.run_id = r.run_id
+      LEFT JOIN wfe.queues AS q ON q.queue = st.queue
+      CROSS JOIN settings AS s
+     WHERE (r.finished_at IS NULL OR r.finished_at >= now() - interval '1 hour')
+       AND st.started_at >= now() - interval '1 hour' AND st.queue IS NOT NULL
+     GROUP BY 1, 2
+), dead AS (
+    SELECT st.queue, count(*) AS dead_letters
+      FROM wfe.dead_letters AS d
+      JOIN wfe.run_stages AS st ON st.run_id = d.run_id AND st.stage = d.stage
+     WHERE d.resolved_at IS NULL
+     GROUP BY st.queue
+), names AS (
+    SELECT l.queue, l.track FROM live AS l
+    UNION SELECT s.queue, s.track FROM started AS s
+    UNION SELECT q.queue, CASE WHEN q.delivery = 'broker' THEN 'small' ELSE 'poll' END FROM wfe.queues AS q
+    UNION SELECT d.queue, CASE WHEN q.delivery = 'broker' THEN 'small' ELSE 'poll' END
+      FROM dead AS d LEFT JOIN wfe.queues AS q ON q.queue = d.queue
+)
+SELECT n.queue, n.track,
+       coalesce(l.depth, 0) AS depth,
+       wfe.human_ms(extract(epoch FROM now() - l.oldest_ready) * 1000) AS oldest,
+       coalesce(l.in_flight, 0) AS in_flight,
+       q.max_in_flight AS max,
+       wfe.human_ms(extract(epoch FROM s.p50) * 1000) AS wait_p50,
+       wfe.human_ms(extract(epoch FROM s.p95) * 1000) AS wait_p95,
+       wfe.bar(s.retry_rate, 4) AS retries,
+       -- a queue's dead letters are counted on its first track only
+       CASE WHEN n.track IN ('poll', 'small') THEN coalesce(d.dead_letters, 0) ELSE 0 END AS dlq,
+       CASE WHEN q.paused THEN 'paused'
+            WHEN sum(l.in_flight) OVER (PARTITION BY n.queue) >= q.max_in_flight THEN 'full'
+            ELSE '' END AS state
+  FROM names AS n
+  LEFT JOIN wfe.queues AS q ON q.queue = n.queue
+  LEFT JOIN live AS l ON l.queue = n.queue AND l.track = n.track
+  LEFT JOIN started AS s ON s.queue = n.queue AND s.track = n.track
+  LEFT JOIN dead AS d ON d.queue = n.queue
+ ORDER BY n.queue, n.track;
+COMMENT ON VIEW wfe.dashboard_queues IS
+'Per queue and track (poll, or the broker''s small and large): depth, oldest ready age, in flight and limit, dequeue wait p50/p95 and retry rate over the last hour, open dead letters, paused or full.';
+
+-- The outbox and its publisher: one row.
+CREATE VIEW wfe.dashboard_outbox WITH (security_invoker = true) AS
+SELECT (SELECT count(*) FROM wfe.outbox AS o WHERE o.state = 'pending') AS pending,
+       (SELECT count(*) FROM wfe.outbox AS o WHERE o.state = 'claimed') AS claimed,
+       wfe.human_ms(extract(epoch FROM now() - (SELECT min(o.created_at) FROM wfe.outbox AS o
+                                                 WHERE o.state = 'pending')) * 1000) AS oldest,
+       (SELECT round(count(*) / 60.0, 1) FROM wfe.outbox AS o
+         WHERE o.state = 'published' AND o.published_at >= now() - interval '1 minute') AS per_s,
+       (SELECT count(*) FROM wfe.outbox AS o
+         WHERE o.state = 'pending' AND o.last_error LIKE 'unroutable:%') AS unroutable,
+       l.connected,
+       l.holder,
+       wfe.human_ms(extract(epoch FROM now() - l.heartbeat_at) * 1000) AS lease_age,
+       left(coalesce(l.last_error,
+                     (SELECT o.last_error FROM wfe.outbox AS o
+                       WHERE o.state = 'pending' AND o.last_error IS NOT NULL
+                       ORDER BY o.available_at DESC LIMIT 1)), 40) AS last_error
+  FROM wfe.publisher_lease AS l;
+COMMENT ON VIEW wfe.dashboard_outbox IS
+'The outbox and its publisher: pending and claimed rows, oldest pending age, messages published per second over the last minute, unroutable rows, broker connected, lease holder and age of its last renewal, last error.';
+
+-- Stages per workflow over the last hour: how long, how often they fail.
+CREATE VIEW wfe.dashboard_stages WITH (security_invoker = true) AS
+SELECT r.workflow, st.stage,
+       count(*) AS finished,
+       wfe.human_ms(percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM st.finished_at - st.started_at)) * 1000) AS p50,
+       wfe.human_ms(percentile_cont(0.95) WITHIN GROUP (ORDER BY extract(epoch FROM st.finished_at - st.started_at)) * 1000) AS p95,
+       wfe.human_ms(percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM st.finished_at - st.started_at)) * 1000) AS p99,
+       wfe.bar(avg((st.state = 'failed')::int), 6) AS failed,
+       wfe.bar(avg((st.state = 'timed_out')::int), 6) AS timed_out,
+       round(avg(st.attempt), 2) AS attempts
+  FROM wfe.runs AS r
+  JOIN wfe.run_stages AS st ON st.run_id = r.run_id
+ WHERE (r.finished_at IS NULL OR r.finished_at >= now() - interval '1 hour')
+   AND st.finished_at >= now() - interval '1 hour' AND st.started_at IS NOT NULL
+   AND st.state IN ('completed', 'failed', 'timed_out')
+ GROUP BY r.workflow, st.stage
+ ORDER BY r.workflow, min(st.ordinal);
+COMMENT ON VIEW wfe.dashboard_stages IS
+'Per workflow and stage, over attempts that ended in the last hour: count, p50/p95/p99 duration of the last attempt, failed and timed-out shares, attempts per stage.';
+
+-- Tenants: in flight against their limits.
+CREATE VIEW wfe.dashboard_tenants WITH (security_invoker = true) AS
+WITH runs AS (
+    SELECT r.tenant, count(*) AS runs FROM wfe.runs AS r WHERE r.finished_at IS NULL GROUP BY r.tenant
+), tasks AS (
+    SELECT st.tenant,
+           count(*) FILTER (WHERE st.state = 'queued') AS queued,
+           count(*) FILTER (WHERE st.state IN ('dispatched', 'running')) AS in_flight
+      FROM wfe.run_stages AS st
+     WHERE st.state IN ('queued', 'dispatched', 'running') AND st.queue IS NOT NULL
+     GROUP BY st.tenant
+), names AS (
+    SELECT runs.tenant FROM runs UNION SELECT tasks.tenant FROM tasks
+    UNION SELECT t.tenant FROM wfe.tenant_limits AS t
+)
+SELECT n.tenant,
+       coalesce(r.runs, 0) AS runs,
+       t.max_runs_in_flight AS max_runs,
+       wfe.bar(coalesce(r.runs, 0)::double precision / t.max_runs_in_flight, 8) AS runs_used,
+       coalesce(k.queued, 0) AS tasks_queued,
+       coalesce(k.in_flight, 0) AS tasks,
+       t.max_tasks_in_flight AS max_tasks,
+       wfe.bar(coalesce(k.in_flight, 0)::double precision / t.max_tasks_in_flight, 8) AS tasks_used
+  FROM names AS n
+  LEFT JOIN runs AS r ON r.tenant = n.tenant
+  LEFT JOIN tasks AS k ON k.tenant = n.tenant
+  LEFT JOIN wfe.tenant_limits AS t ON t.tenant = n.tenant
+ ORDER BY n.tenant;
+COMMENT ON VIEW wfe.dashboard_tenants IS
+'Per tenant: runs in flight and tasks queued and in flight, against the tenant''s limits (wfe.configure_tenant).';
+
+-- Idempotent submits: how often a key named a run that already existed.
+CREATE VIEW wfe.idempotency WITH (security_invoker = true) AS
+SELECT r.tenant, r.workflow,
+       count(*) AS keyed_runs,
+       sum(h.hits) AS hits,
+       wfe.bar(sum(h.hits)::double precision / nullif(count(*) + sum(h.hits), 0), 10) AS hit_ratio
+  FROM wfe.runs AS r
+ CROSS JOIN LATERAL (SELECT count(*) AS hits FROM wfe.events AS e
+                      WHERE e.run_id = r.run_id AND e.type = 'run.deduplicated') AS h
+ WHERE r.idempotency_key IS NOT NULL
+   AND (r.finished_at IS NULL OR r.finished_at >= now() - interval '1 hour')
+ GROUP BY r.tenant, r.workflow
+ ORDER BY r.tenant, r.workflow;
+COMMENT ON VIEW wfe.idempotency IS
+'Per tenant and workflow, over keyed runs in flight or finished in the last hour: runs, submits answered with an existing run (hits), hit ratio = hits / all keyed submits.';
+
+-- Work that does not move, and why.
+CREATE VIEW wfe.dashboard_stuck WITH (security_invoker = true) AS
+SELECT x.problem, x.run_id, x.stage, x.attempt,
+       wfe.human_ms(extract(epoch FROM now() - x.since) * 1000) AS age,
+       CASE WHEN length(x.detail) > 36 THEN left(x.detail, 35) || '…' ELSE x.detail END AS detail
+  FROM (
+    -- a run with nothing under way and nothing due: no attempt can move it
+    SELECT 'no live attempt' AS problem, r.run_id, NULL::text AS stage, NULL::int AS attempt,
+           coalesce((SELECT max(st.finished_at) FROM wfe.run_stages AS st WHERE st.run_id = r.run_id),
+                    r.submitted_at) AS since,
+           r.workflow || ' ' || r.state AS detail
+      FROM wfe.runs AS r
+     WHERE r.finished_at IS NULL
+       AND NOT EXISTS (SELECT 1 FROM wfe.run_stages AS st WHERE st.run_id = r.run_id
+                          AND st.state IN ('queued', 'dispatched', 'running', 'retry_scheduled'))
+       AND NOT EXISTS (SELECT 1 FROM wfe.timers AS t WHERE t.run_id = r.run_id AND t.fired_at IS NULL)
+    UNION ALL
+    -- the clocks should have fired (the background worker is down or behind)
+    SELECT 'past deadline', st.run_id, st.stage, st.attempt, st.deadline_at, st.state || ' on ' || st.queue
+      FROM wfe.run_stages AS st
+     WHERE st.state IN ('queued', 'dispatched', 'running') AND st.deadline_at < now() - interval '5 seconds'
+    UNION ALL
+    SELECT 'timer overdue', t.run_id, t.stage, t.attempt, t.due_at, t.kind
+      FROM wfe.timers AS t
+     WHERE t.fired_at IS NULL AND t.due_at < now() - interval '5 seconds'
+    UNION ALL
+    -- waiting on a queue that does not release
+    SELECT CASE WHEN q.paused THEN 'queue paused' ELSE 'queue full' END,
+           st.run_id, st.stage, st.attempt, st.ready_at,
+           st.queue || CASE WHEN q.paused THEN '' ELSE ' at max_in_flight ' || q.max_in_flight END
+      FROM wfe.run_stages AS st
+      JOIN wfe.queues AS q ON q.queue = st.queue
+     WHERE st.state = 'queued'
+       AND (q.paused OR st.queue IN (SELECT s2.queue FROM wfe.run_stages AS s2
+                                      WHERE s2.queue = q.queue AND s2.state IN ('dispatched', 'running')
+                                      GROUP BY s2.queue HAVING count(*) >= q.max_in_flight))
+    UNION ALL
+    -- a dispatch the broker has not taken for a minute
+    SELECT 'dispatch unpublished', o.run_id, o.stage, o.attempt, o.created_at,
+           coalesce(o.last_error, o.routing_key)
+      FROM wfe.outbox AS o
+     WHERE o.kind = 'dispatch' AND o.state <> 'published' AND o.created_at < now() - interval '1 minute'
+    UNION ALL
+    SELECT 'dead letter', d.run_id, d.stage, d.attempt, d.at, d.reason
+      FROM wfe.dead_letters AS d
+     WHERE d.resolved_at IS NULL
+  ) AS x
+ ORDER BY x.since, x.run_id, x.stage;
+COMMENT ON VIEW wfe.dashboard_stuck IS
+'Work that does not move: runs with no live attempt and no due timer, attempts past their deadline, overdue timers, tasks on a paused or full queue, dispatches unpublished for a minute, open dead letters.';
+
+-- The dashboards (70_dashboards.sql): security_invoker views over the tables
+-- above, the publisher's health and the tenant limits, and their two helpers.
+GRANT SELECT ON wfe.dashboard_runs, wfe.dashboard_queues, wfe.dashboard_outbox, wfe.dashboard_stages,
+                wfe.dashboard_tenants, wfe.idempotency, wfe.dashboard_stuck,
+                wfe.publisher_lease, wfe.tenant_limits
+    TO wfe_reader, wfe_operator;
+REVOKE ALL ON FUNCTION wfe.bar(double precision, int), wfe.human_ms(double precision),
+                       wfe.configure_tenant(text, int, int) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION wfe.bar(double precision, int), wfe.human_ms(double precision)
+    TO wfe_reader, wfe_operator;
+
+GRANT EXECUTE ON FUNCTION wfe.configure_tenant(text, int, int) TO wfe_admin;
+
+CREATE OR REPLACE FUNCTION wfe.run_mermaid(run_id bigint)
+RETURNS text
+LANGUAGE plpgsql STABLE STRICT SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    r       wfe.runs := wfe._run(run_mermaid.run_id);
+    v_plan  jsonb;
+    v_chart text;
+    v_class text;
+    v_bold  text;
+BEGIN
+    SELECT d.plan INTO v_plan FROM wfe.definitions AS d WHERE d.definition_id = r.definition_id;
+    v_chart := wfe._plan_mermaid(v_plan);
+    WITH nodes AS (
+        -- the chart's node ids: s<i> for the i-th stage or task, f<k> for finalisers
+        SELECT 's' || (p.i - 1) AS id, p.s ->> 'name' AS stage
+          FROM jsonb_array_elements(v_plan -> 'stages') WITH ORDINALITY AS p(s, i)
+        UNION ALL
+        SELECT 'f' || (p.k - 1), p.f ->> 'name'
+          FROM jsonb_array_elements(coalesce(v_plan -> 'finalisers', '[]')) WITH ORDINALITY AS p(f, k)
+    ), states AS (
+        SELECT n.id,
+               CASE st.state
+                    WHEN 'completed' THEN 'done'
+                    WHEN 'failed' THEN 'failed' WHEN 'timed_out' THEN 'failed'
+                    WHEN 'skipped' THEN 'skipped' WHEN 'cancelled' THEN 'cancelled'
+                    WHEN 'waiting' THEN 'waiting'
+                    ELSE 'running' END AS cls,          -- queued, dispatched, running, retry_scheduled
+               st.state
+          FROM nodes AS n
+          JOIN wfe.run_stages AS st ON st.run_id = r.run_id AND st.stage = n.stage
+        UNION ALL
+        SELECT v.id, v.cls, v.state FROM (VALUES
+            ('end_completed', CASE WHEN r.state = 'completed' THEN 'done' ELSE 'waiting' END, r.state),
+            ('end_failed', CASE WHEN r.state = 'failed' THEN 'failed' ELSE 'waiting' END, r.state),
+            ('intent_completed', CASE WHEN r.intent = 'completed' THEN 'done' ELSE 'waiting' END, r.intent),
+            ('intent_failed', CASE WHEN r.intent = 'failed' THEN 'failed' ELSE 'waiting' END, r.intent)
+        ) AS v(id, cls, state)
+         WHERE strpos(v_chart, v.id) > 0
+    ), links AS (
+        -- every edge line, numbered from 0 as Mermaid numbers them
+        SELECT l.n - 1 AS n, l.dotted,
+               regexp_replace(l.parts[1], '\(.*$', '') AS src, l.parts[2] AS dst
+          FROM (SELECT row_number() OVER (ORDER BY t.ord) AS n, t.line ~ ' -\. ' AS dotted,
+                       regexp_match(t.line, '^\s*(\S+) .*?(\S+)\s*$') AS parts
+                  FROM regexp_split_to_table(v_chart, '\n') WITH ORDINALITY AS t(line, ord)
+                 WHERE t.line ~ '(-->|\.->)') AS l
+    ), taken AS (
+        SELECT k.n
+          FROM links AS k
+          LEFT JOIN states AS a ON a.id = k.src
+          LEFT JOIN states AS b ON b.id = k.dst
+         WHERE CASE
+                 WHEN k.src = 'start' THEN b.cls NOT IN ('waiting', 'skipped')
+                 WHEN k.src LIKE 'intent\_%' THEN a.cls <> 'waiting' AND b.cls NOT IN ('waiting', 'skipped')
+                 -- the last finaliser to the outcome the run ended with
+                 WHEN k.dst LIKE 'end\_%' AND k.src LIKE 'f%' THEN a.cls NOT IN ('waiting', 'running')
+                                                                   AND b.cls <> 'waiting'
+                 -- a stage's success (solid) or failure (dotted) route
+                 WHEN NOT (CASE WHEN k.dotted THEN a.cls = 'failed' ELSE a.cls = 'done' END) THEN false
+                 WHEN k.dst LIKE 'end\_%' OR k.dst LIKE 'intent\_%' THEN b.cls <> 'waiting'
+                 ELSE b.cls NOT IN ('waiting', 'skipped')
+               END
+    )
+    SELECT (SELECT string_agg(format('  class %s %s', s.id, s.cls), E'\n' ORDER BY s.id) FROM states AS s),
+           (SELECT string_agg(t.n::text, ',' ORDER BY t.n) FROM taken AS t)
+      INTO v_class, v_bold;
+    RETURN rtrim(v_chart, E'\n')
+        || format(E'\n  %%%% run %s: %s\n', r.run_id, r.state)
+        || E'  classDef done fill:#d8f3dc,stroke:#2d6a4f,color:#1b4332\n'
+        || E'  classDef failed fill:#ffd6d6,stroke:#b00020,color:#7f0000\n'
+        || E'  classDef running fill:#fff3bf,stroke:#e67700,color:#5c3c00\n'
+        || E'  classDef skipped fill:#f1f3f5,stroke:#adb5bd,color:#868e96,stroke-dasharray: 4 3\n'
+        || E'  classDef cancelled fill:#e9ecef,stroke:#495057,color:#495057,stroke-dasharray: 4 3\n'
+        || E'  classDef waiting fill:#ffffff,stroke:#ced4da,color:#adb5bd\n'
+        || coalesce(v_class || E'\n', '')
+        || coalesce(E'  linkStyle ' || v_bold || E' stroke-width:4px\n', '');
+END
+$$;
+COMMENT ON FUNCTION wfe.run_mermaid(bigint) IS
+'The plan''s Mermaid flowchart with each stage classed by its state in this run (done, failed, running, skipped, cancelled, waiting) and the edges the run took drawn bold.';
+REVOKE ALL ON FUNCTION wfe.run_mermaid(bigint) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION wfe.run_mermaid(bigint) TO wfe_submitter, wfe_reader, wfe_operator;
+
+CREATE OR REPLACE FUNCTION wfe.configure_queue(queue text, delivery text DEFAULT 'poll', max_in_flight int DEFAULT NULL,
+                                    paused boolean DEFAULT false)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_was        text;
+    v_was_paused boolean;
+    c            record;
+BEGIN
+    IF configure_queue.queue IS NULL OR configure_queue.delivery IS NULL OR configure_queue.paused IS NULL THEN
+        RAISE EXCEPTION 'queue, delivery and paused must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF configure_queue.queue !~ '^[a-z][a-z0-9_.-]{0,62}$' THEN
+        RAISE EXCEPTION 'queue name "%" is not valid', configure_queue.queue
+            USING ERRCODE = 'invalid_parameter_value', HINT = 'Queue names match ^[a-z][a-z0-9_.-]{0,62}$.';
+    END IF;
+    IF configure_queue.delivery NOT IN ('poll', 'broker') THEN
+        RAISE EXCEPTION 'delivery must be poll or broker, not "%"', configure_queue.delivery
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF configure_queue.max_in_flight IS NOT NULL AND configure_queue.max_in_flight < 1 THEN
+        RAISE EXCEPTION 'max_in_flight must be positive' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    SELECT q.delivery, q.paused INTO v_was, v_was_paused
+      FROM wfe.queues AS q WHERE q.queue = configure_queue.queue FOR UPDATE;
+    INSERT INTO wfe.queues AS q (queue, delivery, max_in_flight, paused)
+    VALUES (configure_queue.queue, configure_queue.delivery, configure_queue.max_in_flight, configure_queue.paused)
+    ON CONFLICT (queue) DO UPDATE
+       SET delivery = excluded.delivery, max_in_flight = excluded.max_in_flight,
+           paused = excluded.paused, updated_at = now();
+    -- Tasks waiting in the old mode follow the queue into the new one: to
+    -- broker (or resumed as broker), queued attempts get their dispatch
+    -- message; to poll, dispatched attempts become claimable (a broker worker
+    -- that still accepts one is answered duplicate once a poll worker has it).
+    -- A paused queue keeps everything as it is until it is resumed.
+    IF configure_queue.paused THEN
+        NULL;                       -- paused: what waits stays queued
+    ELSIF configure_queue.delivery = 'broker'
+          AND (coalesce(v_was, 'poll') = 'poll' OR coalesce(v_was_paused, false)) THEN
+        -- Every queued attempt without a dispatch message still to publish
+        -- is re-dispatched through the engine: a new fence, a new message.
+        -- (One whose earlier message was published -- broker, then poll,
+        -- then broker again -- would otherwise wait for a message that is
+        -- gone.)  No stage row is locked here: the engine locks the run,
+        -- then the stage, and one that moved on meanwhile is passed over.
+        FOR c IN SELECT st.run_id, st.stage FROM wfe.run_stages AS st
+                  WHERE st.queue = configure_queue.queue AND st.state = 'queued' AND st.handler IS NULL
+                    AND NOT EXISTS (SELECT 1 FROM wfe.outbox AS o
+                                     WHERE o.run_id = st.run_id AND o.stage = st.stage
+                                       AND o.attempt = st.attempt AND o.fence = st.fence
+                                       AND o.kind = 'dispatch' AND o.state <> 'published')
+                  ORDER BY st.run_id, st.stage
+        LOOP
+            BEGIN
+                PERFORM wfe._operate(c.run_id, c.stage, 'redispatch', NULL, session_user,
+                                     format('queue %s switched to broker delivery', configure_queue.queue));
+            EXCEPTION WHEN object_not_in_prerequisite_state THEN
+                NULL;
+            END;
+        END LOOP;
+    ELSIF configure_queue.delivery = 'poll' AND (v_was = 'broker' OR coalesce(v_was_paused, false)) THEN
+        UPDATE wfe.run_stages AS st SET state = 'queued'
+         WHERE st.queue = configure_queue.queue AND st.state = 'dispatched';
+        PERFORM wfe._notify_ready(configure_queue.queue);     -- resumed or switched: wake the pollers
+    END IF;
+    PERFORM wfe._wake(now());      -- the publisher declares a new broker queue's topology
+END
+$$;
+COMMENT ON FUNCTION wfe.configure_queue(text, text, int, boolean) IS
+'Sets a queue''s delivery mode (poll: claim_task; broker: RabbitMQ dispatches), in-flight limit and pause.';
+
+CREATE OR REPLACE FUNCTION wfe.report(run_id bigint)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE STRICT SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    r wfe.runs := wfe._run(report.run_id);
+BEGIN
+    RETURN jsonb_build_object(
+        'run_id', r.run_id,
+        'workflow', r.workflow,
+        'version', r.version,
+        'definition_digest', r.definition_digest,
+        'tenant', r.tenant,
+        'execution_context', r.execution_context,
+        'state', r.state,
+        'intent', r.intent,
+        'reason', r.reason,
+        'submitted_at', r.submitted_at,
+        'finished_at', r.finished_at,
+        'duration_ms', round(extract(epoch FROM coalesce(r.finished_at, now()) - r.submitted_at) * 1000),
+        'stages', (SELECT coalesce(jsonb_agg(jsonb_build_object(
+                              'stage', s.stage,
+                              'kind', s.kind,
+                              'status', s.state,
+                              'attempts', s.attempt,
+                              'duration_ms', round(extract(epoch FROM s.finished_at - s.started_at) * 1000),
+                              'skip_reason', s.skip_reason,
+                              'error', s.error,
+                              'result', s.result)
+                          ORDER BY s.ordinal), '[]')
+                     FROM wfe.run_stages AS s WHERE s.run_id = r.run_id),
+        'outputs', (SELECT coalesce(jsonb_object_agg(o.task || '.' || o.key, o.value), '{}')
+                      FROM wfe.outputs AS o WHERE o.run_id = r.run_id),
+        'late_callbacks', (SELECT count(*) FROM wfe.events AS e
+                            WHERE e.run_id = r.run_id AND e.type = 'callback.late'),
+        -- the operator's hand: replays both ways, reopenings (wfe.replay, wfe.redrive)
+        'replay_of', r.replay_of,
+        'replays', (SELECT coalesce(jsonb_agg(x.run_id ORDER BY x.run_id), '[]')
+                      FROM wfe.runs AS x WHERE x.replay_of = r.run_id),
+        'redriven', (SELECT coalesce(jsonb_agg(jsonb_build_object('at', e.at, 'stage', e.detail ->> 'stage',
+                                                                  'by', e.detail ->> 'by',
+                                                                  'reason', e.detail ->> 'reason')
+                                               ORDER BY e.event_id), '[]')
+                       FROM wfe.events AS e WHERE e.run_id = r.run_id AND e.type = 'run.redriven'));
+END
+$$;
+COMMENT ON FUNCTION wfe.report(bigint) IS
+'Structured execution report of a run: state, intent, timing, and one entry per stage, task and finaliser.';
+
+-- Recovery (src/sql/71_recovery.sql); configure_queue re-dispatches through
+-- the engine, the report names replays and reopenings (above).
+CREATE INDEX runs_replay_of ON wfe.runs (replay_of) WHERE replay_of IS NOT NULL;
+-- Operator recovery (docs: operations.md "Recovery"): redrive, skip, fail,
+-- re-dispatch, replay, and the bulk redrive of dead letters.
+--
+-- Each action on a stage goes through the engine (wfe._operate, src/engine.c,
+-- over the step core's wfe_step_operate): the run is locked, the core
+-- decides whether the action may act now (55000 says why not) and what it
+-- moves, and the same fences as every callback hold (a late report of a
+-- redriven or failed-by-hand attempt is answered stale).  Each records an
+-- event with who (session_user) and why; each closes the stage's open dead
+-- letters with its name.
+
+CREATE FUNCTION wfe._operate(run_id bigint, stage text, operation text, value text, by text, why text)
+RETURNS void AS 'MODULE_PATHNAME', 'wfe_operate' LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION wfe._operate(bigint, text, text, text, text, text) IS
+'An operator''s redrive, skip, fail or redispatch of one stage, through the step core under the run''s lock; 55000 when the core refuses.';
+
+-- The stage's open dead letters are resolved by an operator's action.
+CREATE FUNCTION wfe._resolve_dead_letters(p_run_id bigint, p_stage text, p_resolution text)
+RETURNS void
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    UPDATE wfe.dead_letters AS d
+       SET resolved_at = now(), resolved_by = session_user, resolution = p_resolution
+     WHERE d.run_id = p_run_id AND (p_stage IS NULL OR d.stage = p_stage) AND d.resolved_at IS NULL;
+END;
+COMMENT ON FUNCTION wfe._resolve_dead_letters(bigint, text, text) IS
+'Closes the open dead letters of a stage (or, stage NULL, of a run) with how an operator resolved them.';
+
+-- Arguments every action needs.
+CREATE FUNCTION wfe._require_stage(p_run_id bigint, p_stage text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF p_run_id IS NULL OR p_stage IS NULL THEN
+        RAISE EXCEPTION 'run_id and stage must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION wfe._require_stage(bigint, text) IS 'Raises 22004 when the run or the stage is NULL.';
+
+CREATE OR REPLACE FUNCTION wfe.redrive(run_id bigint, stage text, reason text DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_code text;
+BEGIN
+    PERFORM wfe._require_stage(redrive.run_id, redrive.stage);
+    -- a binding failure has no attempt to run again: the run's context and
+    -- the results it read do not change, so its input would fail again
+    SELECT st.error ->> 'code' INTO v_code FROM wfe.run_stages AS st
+     WHERE st.run_id = redrive.run_id AND st.stage = redrive.stage AND st.state = 'failed';
+    IF v_code LIKE 'binding.%' THEN
+        RAISE EXCEPTION 'cannot redrive stage "%" of run %: its input could not be bound (%)', redrive.stage,
+                        redrive.run_id, v_code
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = 'The run''s context and results do not change, so binding would fail again: skip_stage completes it by hand, replay starts a new run.';
+    END IF;
+    PERFORM wfe._operate(redrive.run_id, redrive.stage, 'redrive', NULL, session_user, redrive.reason);
+    PERFORM wfe._resolve_dead_letters(redrive.run_id, redrive.stage, 'redriven');
+END
+$$;
+COMMENT ON FUNCTION wfe.redrive(bigint, text, text) IS
+'Runs a failed or timed-out task again: a new attempt with a new fence; a run that ended failed is reopened and goes on from there.';
+
+CREATE FUNCTION wfe.skip_stage(run_id bigint, stage text, result jsonb DEFAULT '{}', reason text DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
 BEGIN
     PERFORM wfe._require_stage(skip_stage.run_id, skip_stage.stage);
     PERFORM wfe._operate(skip_stage.run_id, skip_stage.stage, 'skip',
@@ -1756,3 +2401,9 @@ SELECT pg_catalog.pg_extension_config_dump('wfe.callback_keys', '');
 REVOKE ALL ON FUNCTION wfe.callback(text, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION wfe.callback(text, text) TO wfe_worker;
 GRANT SELECT, INSERT, UPDATE, DELETE ON wfe.callback_keys TO wfe_admin;
+
+-- the tenants' limits (69_admission.sql) are tenant data too: the same policy
+ALTER TABLE wfe.tenant_limits ENABLE ROW LEVEL SECURITY;
+ALTER TABLE wfe.tenant_limits FORCE ROW LEVEL SECURITY;
+CREATE POLICY tenant_read ON wfe.tenant_limits FOR SELECT
+    USING (coalesce(tenant OPERATOR(pg_catalog.=) ANY ((SELECT wfe.my_tenants())::pg_catalog.text[]), true));

@@ -141,6 +141,16 @@ for my $r (qw(reader_B operator_B reader_A))
 	($sst2, my $none) = as($r, "SELECT count(*) FROM wfe.runs WHERE context ->> 'secret' = 'a-only' AND tenant = '$other'");
 	is($none, '0', "$r cannot find the other tenant's run by its context");
 }
+# the dashboards are security_invoker views: they read through the same policies
+sql(q{SELECT wfe.configure_tenant('A', 5, 5), wfe.configure_tenant('B', 5, 5)});
+for my $r (qw(reader_B operator_B))
+{
+	my ($sst, $seen) = as($r, q{SELECT (SELECT count(*) FROM wfe.tenant_limits WHERE tenant <> 'B') || ' '
+	  || (SELECT count(*) FROM wfe.dashboard_tenants WHERE tenant <> 'B') || ' '
+	  || (SELECT count(*) FROM wfe.dashboard_stuck WHERE run_id = } . $ra . q{) || ' '
+	  || (SELECT count(*) FROM wfe.idempotency WHERE tenant <> 'B')});
+	is($seen, '0 0 0 0', "$r sees nothing of A in tenant_limits, dashboard_tenants, dashboard_stuck, idempotency");
+}
 ($st) = as('reader_B', 'SELECT count(*) FROM wfe.tenant_members');
 is($st, '42501', "the membership map is wfe_admin's to read");
 
