@@ -26,7 +26,7 @@ PACKAGES=(
 	python3-pytest
 	python3-pip                 # its test installs it with pip install --no-index
 	json-schema-test-suite      # JSON Schema conformance (test/unit/test_jsonschema_suite.c)
-	openssl                     # TAP 017: the documented gateway signing example
+	openssl                     # TAP 019: the documented gateway signing example
 )
 
 # is_installed PACKAGE: true when dpkg has the package fully installed.

@@ -72,7 +72,7 @@ is(poison('opq'), 'dead', 'poison: the consumer dead-lettered the dispatch into 
 wait_for("SELECT state = 'failed' FROM wfe.runs WHERE run_id = $r1",
 	'poison: the background worker read it back and failed the attempt: the run failed');
 is($rabbit->queue_messages('wfe.dlq'), 0, 'poison: wfe.dlq is empty (the worker acked it)');
-is( sql(qq{SELECT reason || ' ' || attempt || ' ' || (error ->> 'fence') || ' '
+is( sql(qq{SELECT reason || ' ' || attempt || ' ' || ((error ->> 'fence')::bigint >> 32) || ' '
                   || jsonb_typeof(error -> 'x_death') || ' ' || (resolved_at IS NULL)
              FROM wfe.dead_letters WHERE run_id = $r1}),
 	'broker.redeliveries 1 1 array true', 'poison: one open dead letter, broker.redeliveries, with x-death');
@@ -91,8 +91,8 @@ is(sql("SELECT resolution FROM wfe.dead_letters WHERE run_id = $r1"), 'redriven'
 	'redrive: the dead letter is resolved');
 my ($acc, $done, $e) = work_one('opq');
 is("$acc $done", 'accepted accepted', 'redrive: the new dispatch is accepted and completed');
-is("$e->{attempt} $e->{fence}", '2 2', 'redrive: ... as attempt 2 with a new fence');
-is(sql("SELECT wfe.complete_task($r1, 'a', 1, 1, '{}')"), 'stale',
+is("$e->{attempt} " . ($e->{fence} >> 32), '2 2', 'redrive: ... as attempt 2 with a new fence (generation 2)');
+is(sql("SELECT wfe.complete_task($r1, 'a', 1, (SELECT (error ->> 'fence')::bigint FROM wfe.dead_letters WHERE run_id = $r1 LIMIT 1), '{}')"), 'stale',
 	'redrive: a late report of the dead attempt is stale');
 ($acc, $done) = work_one('opq');
 is("$acc $done", 'accepted accepted', 'redrive: b is dispatched, accepted, completed');
@@ -146,8 +146,8 @@ sql(q{SELECT wfe.configure_queue('opq', 'broker')});
 wait_for(
 	"SELECT count(*) = 2 FROM wfe.outbox WHERE run_id = $r5 AND kind = 'dispatch' AND state = 'published'",
 	'switch: back to broker, a second dispatch is published');
-is(sql("SELECT string_agg(attempt || ':' || fence, ' ' ORDER BY id) FROM wfe.outbox WHERE run_id = $r5"),
-	'1:1 1:2', 'switch: the same attempt with a new fence');
+is(sql("SELECT string_agg(attempt || ':' || (fence >> 32), ' ' ORDER BY id) FROM wfe.outbox WHERE run_id = $r5"),
+	'1:1 1:2', 'switch: the same attempt with a new fence (generations 1, 2)');
 ($acc, $done) = work_one('opq');
 is("$acc $done", 'stale stale', 'switch: the first message, of the old fence, is stale');
 ($acc, $done) = work_one('opq');

@@ -60,7 +60,10 @@ CREATE EXTENSION wfe;
 CREATE ROLE adm LOGIN IN ROLE wfe_admin;
 CREATE ROLE gw LOGIN IN ROLE wfe_worker;          -- the gateway, granted the queue
 CREATE ROLE gw_other LOGIN IN ROLE wfe_worker;    -- another gateway, not granted it
+-- it acts for the run's tenant, so it is told why (operations.md "Tenants")
+SELECT wfe.add_tenant_member('gw_other', 'default');
 CREATE ROLE sub LOGIN IN ROLE wfe_submitter;
+SELECT wfe.add_tenant_member('sub', 'default');
 CREATE ROLE rdr LOGIN IN ROLE wfe_reader;
 CREATE ROLE opr LOGIN IN ROLE wfe_operator;
 SELECT wfe.register_worker('sig.step@1', 'sig-jobs');
