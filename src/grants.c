@@ -10,8 +10,8 @@
  * Claims and reports are the hot path, so the grants are cached per
  * backend: queue name -> the roles it is granted to.  Any change to
  * wfe.queue_grants sends a relcache invalidation for the table at commit
- * (its trigger), which every backend processes before its next
- * transaction, so no backend decides on grants older than its transaction.
+ * (its trigger), which every backend takes in before it next consults the
+ * cache, so no backend decides on a grant revoked before its statement.
  */
 #include "postgres.h"
 
@@ -130,6 +130,13 @@ wfe_may_serve_queue(const char *queue)
 		return true;
 	if (strlen(queue) >= QUEUE_NAME_MAX)
 		return false;			/* no queue has such a name */
+	/*
+	 * A grant revoked since the last statement must count now, also inside
+	 * a transaction that already checked it: take in the invalidations that
+	 * arrived (cheap when there are none) before trusting the cache
+	 * (test/isolation/specs/queue-grant-revoke.spec).
+	 */
+	AcceptInvalidationMessages();
 	if (grant_cache != NULL)
 		e = hash_search(grant_cache, queue, HASH_FIND, NULL);
 	if (e == NULL)
