@@ -679,14 +679,9 @@ BEGIN
     IF NOT FOUND THEN
         RETURN 'unknown';
     END IF;
-    IF s.queue IS NULL OR NOT wfe._may_serve(s.queue) THEN
-        -- as the callbacks: another tenant's run is one that does not exist
-        IF NOT wfe._tenant_ok(s.tenant) THEN
-            RETURN 'unknown';
-        END IF;
-        RAISE EXCEPTION 'role "%" may not report for queue "%"', wfe._caller(), s.queue
-            USING ERRCODE = 'insufficient_privilege',
-                  HINT = 'An administrator grants a queue with wfe.grant_queue(role, queue).';
+    -- who may call back: the callbacks' rule (src/grants.c)
+    IF NOT wfe._may_call_back(s.queue, s.tenant, s.handler IS NOT NULL, s.run_id, s.stage, 'report for') THEN
+        RETURN 'unknown';
     END IF;
     -- the cancelled attempt is the one whose fence the cancel superseded
     -- (stage.cancelled names it; 0.1.0 grew fences by one)
@@ -876,10 +871,10 @@ COMMENT ON FUNCTION wfe._queue_grants_changed() IS
 'Trigger: every backend drops its cached queue grants when this transaction commits.';
 CREATE TRIGGER queue_grants_changed AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON wfe.queue_grants
     FOR EACH STATEMENT EXECUTE FUNCTION wfe._queue_grants_changed();
-CREATE FUNCTION wfe._may_serve(queue text)
-RETURNS boolean AS 'MODULE_PATHNAME', 'wfe_may_serve' LANGUAGE C STABLE STRICT;
-COMMENT ON FUNCTION wfe._may_serve(text) IS
-'Whether the role acting in this session (SET ROLE included) may serve queue: a superuser, a member of wfe_admin, or one with the privileges of a role it is granted to.';
+CREATE FUNCTION wfe._may_call_back(queue text, tenant text, handler boolean, run_id bigint, stage text, what text)
+RETURNS boolean AS 'MODULE_PATHNAME', 'wfe_may_call_back_sql' LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION wfe._may_call_back(text, text, boolean, bigint, text, text) IS
+'Whether the session''s role may call back about a stage: true if it serves the queue; false (answer unknown) if it neither serves it nor acts for the tenant; else 42501.';
 CREATE FUNCTION wfe._check_queue_grant(p_role regrole, p_queue text)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
@@ -1154,7 +1149,8 @@ COMMENT ON FUNCTION wfe.fetch_payload(jsonb) IS
 REVOKE ALL ON FUNCTION
     wfe._caller(), wfe._admit(jsonb, text), wfe._admit_name(text, text),
     wfe._check_handler(regprocedure, regrole), wfe._invoke_handler(regprocedure, regrole, jsonb),
-    wfe._queue_grants_changed(), wfe._may_serve(text), wfe._check_queue_grant(regrole, text),
+    wfe._queue_grants_changed(), wfe._check_queue_grant(regrole, text),
+    wfe._may_call_back(text, text, boolean, bigint, text, text),
     wfe.grant_queue(regrole, text), wfe.revoke_queue(regrole, text),
     wfe._engine_error(bigint, text, jsonb), wfe._item_failed(bigint, text, text, text, text)
     FROM PUBLIC;

@@ -871,29 +871,11 @@ callback(int64 run_id, const char *stage, int attempt, int64 fence, wfe_callback
 		wfe_step_end(&current_step);
 		return unknown(run_id, s.run.tenant, stage, attempt, fence, cb);
 	}
-	/*
-	 * Who may call back: whoever serves the stage's queue.  Anyone else is
-	 * refused -- but only told why if it acts for the run's tenant: to a
-	 * caller that may neither serve nor see the run, another tenant's run
-	 * is answered exactly as one that does not exist (operations.md
-	 * "Tenants").  The queue check is cached; the tenant one is the slow
-	 * path of refusals only.
-	 */
-	if (row->queue == NULL || !wfe_may_serve_queue(row->queue))
+	if (!wfe_may_call_back(row->queue, s.run.tenant, row->has_handler, run_id, stage,
+						   cb == WFE_CB_ACCEPT ? "accept tasks of" : "report for"))
 	{
-		if (!wfe_acts_for_tenant(s.run.tenant))
-		{
-			wfe_step_end(&current_step);
-			return unknown(run_id, "", stage, attempt, fence, cb);
-		}
-		if (row->has_handler)
-			ereport(ERROR,
-					(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-					 errmsg("stage \"%s\" of run " INT64_FORMAT " is an in-database action: workers cannot report it",
-							stage, run_id),
-					 errhint("Its handler's result is reported by wfe itself.")));
-		if (row->queue != NULL)
-			wfe_require_queue(row->queue, cb == WFE_CB_ACCEPT ? "accept tasks of" : "report for");
+		wfe_step_end(&current_step);
+		return unknown(run_id, "", stage, attempt, fence, cb);
 	}
 	if ((cb == WFE_CB_COMPLETE || cb == WFE_CB_FAIL) && row->outcome ==
 		(cb == WFE_CB_COMPLETE ? WFE_COMPLETED : WFE_FAILED))

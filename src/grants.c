@@ -177,16 +177,48 @@ wfe_require_queue(const char *queue, const char *what)
 				 errhint("An administrator grants a queue with wfe.grant_queue(role, queue).")));
 }
 
-PG_FUNCTION_INFO_V1(wfe_may_serve);
+/*
+ * May the session's role call back about stage of run_id (its queue, NULL
+ * for a decision, fork, join or handler stage; its run's tenant)?  Whoever
+ * serves the queue may.  Anyone else is refused -- but told why (42501)
+ * only if it acts for the run's tenant: to a caller that may neither serve
+ * nor see the run, another tenant's run is one that does not exist, and
+ * false asks the caller to answer unknown (operations.md "Tenants").  The
+ * queue check is cached; the tenant one is the slow path of refusals only.
+ */
+bool
+wfe_may_call_back(const char *queue, const char *tenant, bool has_handler,
+				  int64 run_id, const char *stage, const char *what)
+{
+	if (queue != NULL && wfe_may_serve_queue(queue))
+		return true;
+	if (!wfe_acts_for_tenant(tenant))
+		return false;
+	if (has_handler)
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("stage \"%s\" of run " INT64_FORMAT " is an in-database action: workers cannot report it",
+						stage, run_id),
+				 errhint("Its handler's result is reported by wfe itself.")));
+	if (queue != NULL)
+		wfe_require_queue(queue, what);
+	return true;				/* a stage no one serves: the gate answers */
+}
+
+PG_FUNCTION_INFO_V1(wfe_may_call_back_sql);
+
+/* wfe._may_call_back(queue, tenant, handler, run_id, stage, what): the rule above, for SQL callers. */
+Datum
+wfe_may_call_back_sql(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_BOOL(wfe_may_call_back(PG_ARGISNULL(0) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(0)),
+									 text_to_cstring(PG_GETARG_TEXT_PP(1)), PG_GETARG_BOOL(2),
+									 PG_GETARG_INT64(3), text_to_cstring(PG_GETARG_TEXT_PP(4)),
+									 text_to_cstring(PG_GETARG_TEXT_PP(5))));
+}
+
 PG_FUNCTION_INFO_V1(wfe_queue_grants_changed);
 PG_FUNCTION_INFO_V1(wfe_caller);
-
-/* wfe._may_serve(queue) RETURNS boolean, for the SQL callers. */
-Datum
-wfe_may_serve(PG_FUNCTION_ARGS)
-{
-	PG_RETURN_BOOL(wfe_may_serve_queue(text_to_cstring(PG_GETARG_TEXT_PP(0))));
-}
 
 /* Statement trigger on wfe.queue_grants: every backend drops its cache at our commit. */
 Datum

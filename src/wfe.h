@@ -85,6 +85,8 @@ extern int	wfe_callback_tolerance_s;
 extern bool wfe_may_serve_queue(const char *queue);
 extern void wfe_require_queue(const char *queue, const char *what);
 extern bool wfe_acts_for_tenant(const char *tenant);
+extern bool wfe_may_call_back(const char *queue, const char *tenant, bool has_handler,
+							  int64 run_id, const char *stage, const char *what);
 
 /* The background worker (worker.c). */
 extern void wfe_worker_register(void);

@@ -24,10 +24,11 @@ COMMENT ON FUNCTION wfe._queue_grants_changed() IS
 CREATE TRIGGER queue_grants_changed AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON wfe.queue_grants
     FOR EACH STATEMENT EXECUTE FUNCTION wfe._queue_grants_changed();
 
-CREATE FUNCTION wfe._may_serve(queue text)
-RETURNS boolean AS 'MODULE_PATHNAME', 'wfe_may_serve' LANGUAGE C STABLE STRICT;
-COMMENT ON FUNCTION wfe._may_serve(text) IS
-'Whether the role acting in this session (SET ROLE included) may serve queue: a superuser, a member of wfe_admin, or one with the privileges of a role it is granted to.';
+-- The callbacks' rule of who may call back (src/grants.c), for ack_cancel.
+CREATE FUNCTION wfe._may_call_back(queue text, tenant text, handler boolean, run_id bigint, stage text, what text)
+RETURNS boolean AS 'MODULE_PATHNAME', 'wfe_may_call_back_sql' LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION wfe._may_call_back(text, text, boolean, bigint, text, text) IS
+'Whether the session''s role may call back about a stage: true if it serves the queue; false (answer unknown) if it neither serves it nor acts for the tenant; else 42501.';
 
 -- Check a grant's arguments: a real role (not PUBLIC) and a queue name.
 CREATE FUNCTION wfe._check_queue_grant(p_role regrole, p_queue text)

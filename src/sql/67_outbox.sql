@@ -279,14 +279,9 @@ BEGIN
     IF NOT FOUND THEN
         RETURN 'unknown';
     END IF;
-    IF s.queue IS NULL OR NOT wfe._may_serve(s.queue) THEN
-        -- as the callbacks: another tenant's run is one that does not exist
-        IF NOT wfe._tenant_ok(s.tenant) THEN
-            RETURN 'unknown';
-        END IF;
-        RAISE EXCEPTION 'role "%" may not report for queue "%"', wfe._caller(), s.queue
-            USING ERRCODE = 'insufficient_privilege',
-                  HINT = 'An administrator grants a queue with wfe.grant_queue(role, queue).';
+    -- who may call back: the callbacks' rule (src/grants.c)
+    IF NOT wfe._may_call_back(s.queue, s.tenant, s.handler IS NOT NULL, s.run_id, s.stage, 'report for') THEN
+        RETURN 'unknown';
     END IF;
     -- the cancelled attempt is the one whose fence the cancel superseded
     -- (stage.cancelled names it; 0.1.0 grew fences by one)
