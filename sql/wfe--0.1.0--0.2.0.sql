@@ -1095,6 +1095,10 @@ BEGIN
      WHERE o.id IN (SELECT o2.id FROM wfe.outbox AS o2
                      WHERE o2.state = 'published' AND o2.published_at < v_cutoff
                      LIMIT p_batch);
+    -- expired result cache entries (a read treats them as a miss already)
+    DELETE FROM wfe.cache_entries AS c
+     WHERE c.key IN (SELECT c2.key FROM wfe.cache_entries AS c2
+                      WHERE c2.expires_at < now() LIMIT p_batch);
     -- callbacks about runs that never existed (or are gone)
     DELETE FROM wfe.events AS e
      WHERE e.event_id IN (SELECT e2.event_id FROM wfe.events AS e2
@@ -1106,7 +1110,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION wfe._retention(int, int) IS
-'Deletes up to p_batch finished runs older than the retention (and their history) plus old published outbox rows.';
+'Deletes up to p_batch finished runs older than the retention (and their history), old published outbox rows and expired result cache entries.';
 CREATE OR REPLACE FUNCTION wfe.fetch_payload(ref jsonb)
 RETURNS jsonb
 LANGUAGE plpgsql STABLE STRICT SECURITY DEFINER
@@ -2403,3 +2407,123 @@ ALTER TABLE wfe.tenant_limits ENABLE ROW LEVEL SECURITY;
 ALTER TABLE wfe.tenant_limits FORCE ROW LEVEL SECURITY;
 CREATE POLICY tenant_read ON wfe.tenant_limits FOR SELECT
     USING (coalesce(tenant OPERATOR(pg_catalog.=) ANY ((SELECT wfe.my_tenants())::pg_catalog.text[]), true));
+
+-- The stage result cache (64_cache.sql; dsl.md "Result cache").  Stages
+-- released before the update have no cache key: they run and report as
+-- they did, and only stages released after it use the cache.
+ALTER TABLE wfe.run_stages ADD COLUMN cache_key text;
+ALTER TABLE wfe.run_stages ADD COLUMN cache text CONSTRAINT run_stages_cache
+    CHECK (cache IN ('hit', 'miss', 'waiting', 'coalesced'));
+COMMENT ON COLUMN wfe.run_stages.cache_key IS
+'A stage with cache: the result cache key of its bound input (dsl.md "Result cache"); NULL otherwise';
+COMMENT ON COLUMN wfe.run_stages.cache IS
+'What the result cache did at release: hit, miss, waiting (on the attempt in flight under its key), coalesced (completed from that attempt''s result)';
+CREATE INDEX run_stages_cache_key ON wfe.run_stages (cache_key) WHERE cache_key IS NOT NULL;
+ALTER TABLE wfe.timers DROP CONSTRAINT timers_kind;
+ALTER TABLE wfe.timers ADD CONSTRAINT timers_kind
+    CHECK (kind IN ('retry', 'not_before', 'run_deadline', 'cache_ready'));
+COMMENT ON TABLE wfe.timers IS 'Durable timers: retry delays, delayed starts (not_before), run deadlines, a cached stage''s wake-up when the attempt it waited on ended (cache_ready)';
+
+CREATE TABLE wfe.cache_entries (
+    key           text PRIMARY KEY
+                  CONSTRAINT cache_entries_key CHECK (key ~ '^sha256:[0-9a-f]{64}$'),
+    tenant        text NOT NULL,
+    contract      text NOT NULL,
+    result        jsonb NOT NULL,
+    result_digest text NOT NULL,
+    run_id        bigint NOT NULL,
+    stage         text NOT NULL,
+    attempt       int NOT NULL,
+    created_at    timestamptz NOT NULL DEFAULT now(),
+    expires_at    timestamptz NOT NULL
+);
+COMMENT ON TABLE wfe.cache_entries IS
+'The stage result cache: accepted results of stages with cache:, by key (sha256 of bound input, contract and tenant), with expiry, digest and origin.';
+COMMENT ON COLUMN wfe.cache_entries.key IS
+'sha256: and the hex SHA-256 of the key material (docs/dsl.md "Result cache")';
+COMMENT ON COLUMN wfe.cache_entries.result_digest IS
+'sha256: of the result''s canonical JSON, as stored; a read that finds otherwise records stage.cache_corrupt';
+COMMENT ON COLUMN wfe.cache_entries.run_id IS 'Origin: the run whose attempt produced the result';
+COMMENT ON COLUMN wfe.cache_entries.expires_at IS 'Absolute expiry (stored at now() + ttl_ms); expired entries are misses, and retention removes them';
+CREATE INDEX cache_entries_expiry ON wfe.cache_entries (expires_at);
+CREATE INDEX cache_entries_contract ON wfe.cache_entries (tenant, contract);
+-- run-time state like the runs they came from: pg_dump keeps them (68_dump.sql)
+SELECT pg_catalog.pg_extension_config_dump('wfe.cache_entries', '');
+
+-- Remove entries by key, by contract or by tenant (at least one); the
+-- caller's tenants bound what it may remove.
+CREATE FUNCTION wfe.cache_invalidate(key text DEFAULT NULL, contract text DEFAULT NULL,
+                                     tenant text DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    n bigint;
+BEGIN
+    IF key IS NULL AND contract IS NULL AND tenant IS NULL THEN
+        RAISE EXCEPTION 'cache_invalidate needs a key, a contract or a tenant'
+            USING ERRCODE = 'null_value_not_allowed',
+                  HINT = 'wfe.cache_invalidate(tenant => ''t'') removes all of a tenant''s entries.';
+    END IF;
+    IF tenant IS NOT NULL AND NOT wfe._tenant_ok(tenant) THEN
+        RAISE EXCEPTION 'role "%" does not act for tenant "%"', wfe._caller()::regrole, left(tenant, 80)
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = 'An administrator maps roles to tenants with wfe.add_tenant_member(role, tenant).';
+    END IF;
+    DELETE FROM wfe.cache_entries AS e
+     WHERE (key IS NULL OR e.key = key)
+       AND (contract IS NULL OR e.contract = contract)
+       AND (tenant IS NULL OR e.tenant = tenant)
+       AND wfe._tenant_ok(e.tenant);
+    GET DIAGNOSTICS n = ROW_COUNT;
+    RETURN n;
+END
+$$;
+COMMENT ON FUNCTION wfe.cache_invalidate(text, text, text) IS
+'Removes result cache entries by key, contract and/or tenant (of the tenants the caller acts for); returns how many.';
+
+ALTER TABLE wfe.cache_entries ENABLE ROW LEVEL SECURITY;
+ALTER TABLE wfe.cache_entries FORCE ROW LEVEL SECURITY;
+CREATE POLICY tenant_read ON wfe.cache_entries FOR SELECT
+    USING (coalesce(tenant OPERATOR(pg_catalog.=) ANY ((SELECT wfe.my_tenants())::pg_catalog.text[]), true));
+REVOKE ALL ON FUNCTION wfe.cache_invalidate(text, text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION wfe.cache_invalidate(text, text, text) TO wfe_operator;
+
+-- The result cache per tenant and contract: its entries, and what releases
+-- of cached stages found in the last hour (dsl.md "Result cache").
+CREATE VIEW wfe.dashboard_cache WITH (security_invoker = true) AS
+WITH entries AS (
+    SELECT e.tenant, e.contract,
+           count(*) FILTER (WHERE e.expires_at > now()) AS live,
+           count(*) FILTER (WHERE e.expires_at <= now()) AS expired,
+           sum(pg_column_size(e.result)) AS bytes
+      FROM wfe.cache_entries AS e
+     GROUP BY e.tenant, e.contract
+), releases AS (
+    SELECT st.tenant, st.worker AS contract,
+           count(*) FILTER (WHERE st.cache = 'hit') AS hits,
+           count(*) FILTER (WHERE st.cache = 'coalesced') AS coalesced,
+           count(*) FILTER (WHERE st.cache = 'miss') AS misses,
+           count(*) FILTER (WHERE st.cache = 'waiting') AS waiting
+      FROM wfe.run_stages AS st
+     WHERE st.cache_key IS NOT NULL AND st.ready_at > now() - interval '1 hour'
+     GROUP BY st.tenant, st.worker
+), both_ AS (
+    SELECT coalesce(e.tenant, r.tenant) AS tenant, coalesce(e.contract, r.contract) AS contract,
+           coalesce(e.live, 0) AS entries, coalesce(e.expired, 0) AS expired, coalesce(e.bytes, 0) AS bytes,
+           coalesce(r.hits, 0) AS hits, coalesce(r.coalesced, 0) AS coalesced,
+           coalesce(r.misses, 0) AS misses, coalesce(r.waiting, 0) AS waiting
+      FROM entries AS e
+      FULL JOIN releases AS r ON r.tenant = e.tenant AND r.contract = e.contract
+)
+SELECT b.tenant, b.contract, b.entries, b.expired, pg_size_pretty(b.bytes) AS size,
+       b.hits, b.coalesced, b.misses, b.waiting,
+       round((b.hits + b.coalesced)::numeric / nullif(b.hits + b.coalesced + b.misses, 0), 3) AS hit_ratio,
+       wfe.bar((b.hits + b.coalesced)::double precision / nullif(b.hits + b.coalesced + b.misses, 0), 8) AS hit_bar
+  FROM both_ AS b
+ ORDER BY b.tenant, b.contract;
+COMMENT ON VIEW wfe.dashboard_cache IS
+'The result cache per tenant and contract: live and expired entries and their size; releases of the last hour that hit, were coalesced onto an attempt in flight, missed, or wait.';
+GRANT SELECT ON wfe.dashboard_cache, wfe.cache_entries TO wfe_reader, wfe_operator;

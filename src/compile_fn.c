@@ -21,8 +21,8 @@ PG_FUNCTION_INFO_V1(wfe_compile_sql);
 PG_FUNCTION_INFO_V1(wfe_plan_mermaid_sql);
 
 /* SHA-256 from PostgreSQL's own cryptohash (OpenSSL-backed or built in). */
-static void
-pg_sha256(const unsigned char *data, size_t len, unsigned char out[32])
+void
+wfe_sha256(const unsigned char *data, size_t len, unsigned char out[32])
 {
 	pg_cryptohash_ctx *ctx = pg_cryptohash_create(PG_SHA256);
 
@@ -80,7 +80,7 @@ wfe_compile_sql(PG_FUNCTION_ARGS)
 	opts.max_stages = wfe_max_stages;
 	opts.max_fanout = wfe_max_fanout;
 	opts.max_expression_bytes = (size_t) wfe_max_expression_bytes;
-	opts.sha256 = pg_sha256;
+	opts.sha256 = wfe_sha256;
 	if (!PG_ARGISNULL(1))
 	{
 		contracts = jsonb_to_jsonc(PG_GETARG_JSONB_P(1));

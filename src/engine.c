@@ -53,7 +53,7 @@ static stmt q_plan = STMT(
 static stmt q_contract = STMT(
 	"SELECT c.input_schema::text, c.output_schema::text FROM wfe.contracts AS c WHERE c.ref = $1", 1, TX);
 #define ROW_COLS "st.state, st.attempt, st.fence, st.outcome, st.branch, st.awaits," \
-	" st.handler IS NOT NULL, st.queue, (st.result -> 'arrivals')::text"
+	" st.handler IS NOT NULL, st.queue, (st.result -> 'arrivals')::text, st.cache_key"
 static stmt q_row = STMT(
 	"SELECT " ROW_COLS " FROM wfe.run_stages AS st WHERE st.run_id = $1 AND st.stage = $2", 2, I8, TX);
 static stmt q_row_lock = STMT(
@@ -78,11 +78,24 @@ static stmt q_enqueue = STMT(
 	"UPDATE wfe.run_stages AS st"
 	"   SET state = 'queued', attempt = CASE WHEN $3 THEN st.attempt + 1 ELSE st.attempt END,"
 	"       fence = $5, input = coalesce($4::jsonb, st.input), outcome = NULL, error = NULL,"
+	"       cache_key = coalesce($6, st.cache_key), cache = CASE WHEN $6 IS NOT NULL THEN 'miss' ELSE st.cache END,"
 	"       ready_at = now(), claimed_by = NULL, started_at = NULL, heartbeat_at = NULL, lease_ms = NULL,"
 	"       deadline_at = CASE WHEN st.queue_ms IS NOT NULL"
 	"                          THEN now() + make_interval(secs => st.queue_ms / 1000.0) END"
 	" WHERE st.run_id = $1 AND st.stage = $2"
-	" RETURNING st.deadline_at, st.handler IS NOT NULL, st.queue", 5, I8, TX, BO, TX, I8);
+	" RETURNING st.deadline_at, st.handler IS NOT NULL, st.queue", 6, I8, TX, BO, TX, I8, TX);
+/* the result cache (cache.c): completed from an entry; waiting on an attempt in flight */
+static stmt q_cache_hit = STMT(
+	"UPDATE wfe.run_stages AS st"
+	"   SET state = 'completed', outcome = 'completed', result = $3::jsonb, input = $4::jsonb, fence = $5,"
+	"       error = NULL, cache_key = $6, cache = CASE WHEN $7 THEN 'coalesced' ELSE 'hit' END,"
+	"       ready_at = coalesce(st.ready_at, now()), started_at = now(), finished_at = now()"
+	" WHERE st.run_id = $1 AND st.stage = $2", 7, I8, TX, TX, TX, I8, TX, BO);
+static stmt q_cache_wait = STMT(
+	"UPDATE wfe.run_stages AS st SET cache_key = $3, input = $4::jsonb, cache = 'waiting', ready_at = now()"
+	" WHERE st.run_id = $1 AND st.stage = $2", 4, I8, TX, TX, TX);
+static stmt q_stage_input = STMT(
+	"SELECT st.input::text FROM wfe.run_stages AS st WHERE st.run_id = $1 AND st.stage = $2", 2, I8, TX);
 static stmt q_queue_mode = STMT(
 	"SELECT q.delivery = 'broker', q.paused FROM wfe.queues AS q WHERE q.queue = $1", 1, TX);
 /* a broker queue's max_in_flight holds the dispatch (wfe._broker_admit) */
@@ -323,7 +336,7 @@ typedef struct srv
 /* The one step in progress; kept static so an error's leftovers are released next time. */
 static wfe_step current_step;
 
-/* Fill *row from result columns first.. first+8 of row 0 (see ROW_COLS). */
+/* Fill *row from result columns first.. first+9 of row 0 (see ROW_COLS). */
 static void
 fill_row(srv *s, wfe_row *row, int first)
 {
@@ -342,6 +355,7 @@ fill_row(srv *s, wfe_row *row, int first)
 	row->has_handler = stmt_bool(first + 6);
 	row->queue = stmt_col(first + 7);
 	row->arrivals = stmt_col(first + 8);
+	row->cache_key = stmt_col(first + 9);
 }
 
 static void
@@ -401,6 +415,31 @@ io_input_schema(void *arg, int i)
 	contract_entry *c = contract(s->rp->stages[i].contract);
 
 	return c ? c->input_schema : NULL;
+}
+
+static struct json_object *
+io_output_schema(void *arg, int i)
+{
+	srv		   *s = arg;
+	contract_entry *c = contract(s->rp->stages[i].contract);
+
+	return c ? c->output_schema : NULL;
+}
+
+static void
+io_cache_entry(void *arg, int i, const char *input, wfe_cache_entry *e)
+{
+	srv		   *s = arg;
+
+	wfe_cache_lookup(s->run.tenant, s->rp->stages[i].contract, input, e);
+}
+
+static const char *
+io_cache_leader(void *arg, const char *key)
+{
+	srv		   *s = arg;
+
+	return wfe_cache_leader(s->run.tenant, key);
 }
 
 static double
@@ -465,7 +504,8 @@ begin(srv *s, int64 run_id, run_lock how)
 	s->io = (wfe_step_io) {
 		.arg = s,.load = io_load,.result = io_result,.context = io_context,
 		.output = io_output,
-		.input_schema = io_input_schema,.random = io_random,.fence_bits = io_fence_bits
+		.input_schema = io_input_schema,.random = io_random,.fence_bits = io_fence_bits,
+		.output_schema = io_output_schema,.cache_entry = io_cache_entry,.cache_leader = io_cache_leader
 	};
 	wfe_step_begin(&current_step, s->rp, &s->run, &s->io);
 	return true;
@@ -596,6 +636,7 @@ static stmt q_reopen = STMT(
 static stmt q_reset = STMT(
 	"UPDATE wfe.run_stages AS st"
 	"   SET state = 'waiting', outcome = NULL, result = $3::jsonb, error = NULL, skip_reason = NULL,"
+	"       cache_key = NULL, cache = NULL,"
 	"       claimed_by = NULL, started_at = NULL, heartbeat_at = NULL, deadline_at = NULL, finished_at = NULL"
 	" WHERE st.run_id = $1 AND st.stage = $2", 3, I8, TX, TX);
 static stmt q_fence = STMT(
@@ -663,6 +704,7 @@ apply(srv *s, const char *reported)
 				v[2] = BoolGetDatum(op->flag);
 				v[3] = stmt_text_or_null(op->json, &n[3]);
 				v[4] = Int64GetDatum(op->fence);
+				v[5] = stmt_text_or_null(op->text, &n[5]);
 				stmt_run(&q_enqueue, v, n);
 				after_enqueue(s, stage);
 				break;
@@ -742,7 +784,7 @@ apply(srv *s, const char *reported)
 				break;
 			case WFE_OP_OUTPUTS:
 				v[2] = CStringGetTextDatum(s->run.tenant);
-				v[3] = CStringGetTextDatum(reported ? reported : "{}");
+				v[3] = CStringGetTextDatum(op->json2 ? op->json2 : reported ? reported : "{}");
 				v[4] = CStringGetTextDatum(op->json);
 				stmt_run(&q_outputs_write, v, n);
 				break;
@@ -780,6 +822,28 @@ apply(srv *s, const char *reported)
 				break;
 			case WFE_OP_REOPEN:
 				stmt_run(&q_reopen, v, n);
+				break;
+			case WFE_OP_CACHE_HIT:
+				v[2] = CStringGetTextDatum(op->json);
+				v[3] = CStringGetTextDatum(op->json2);
+				v[4] = Int64GetDatum(op->fence);
+				v[5] = CStringGetTextDatum(op->text);
+				v[6] = BoolGetDatum(op->flag);
+				stmt_run(&q_cache_hit, v, n);
+				break;
+			case WFE_OP_CACHE_WAIT:
+				v[2] = CStringGetTextDatum(op->text);
+				v[3] = CStringGetTextDatum(op->json);
+				stmt_run(&q_cache_wait, v, n);
+				break;
+			case WFE_OP_CACHE_STORE:
+				wfe_cache_store(s->run.tenant, op->text, s->rp->stages[op->stage].contract,
+								s->rp->stages[op->stage].cache_ttl_ms, s->run_id, stage,
+								wfe_step_row(&current_step, op->stage)->attempt,
+								reported ? reported : "{}");
+				break;
+			case WFE_OP_CACHE_WAKE:
+				wfe_cache_wake(op->text, s->run_id, stage);
 				break;
 			case WFE_OP_RESET:
 				v[2] = stmt_text_or_null(op->json, &n[2]);
@@ -1065,6 +1129,18 @@ wfe_timer_fired(PG_FUNCTION_ARGS)
 			stmt_run(&q_started, v, NULL);
 			if (s.run.intent < 0 && !stmt_bool(1))
 				wfe_step_start(&current_step);
+		}
+		else if (strcmp(kind, "cache_ready") == 0 && !PG_ARGISNULL(2))
+		{
+			char	   *stage = text_to_cstring(PG_GETARG_TEXT_PP(2));
+			int			i = wfe_run_plan_find(s.rp, stage);
+			Datum		v[2] = {Int64GetDatum(s.run_id), CStringGetTextDatum(stage)};
+
+			if (i >= 0)
+			{
+				stmt_run(&q_stage_input, v, NULL);
+				wfe_step_cache_ready(&current_step, i, SPI_processed == 1 ? stmt_col(1) : NULL);
+			}
 		}
 		else if (strcmp(kind, "run_deadline") == 0)
 		{

@@ -13,7 +13,7 @@ typedef struct stmt
 {
 	const char *sql;
 	int			nargs;
-	Oid			types[8];
+	Oid			types[10];
 	SPIPlanPtr	plan;
 } stmt;
 

@@ -69,6 +69,19 @@ typedef struct wfe_claim_ticket
 extern void wfe_ready_claim_begin(const char *queue, wfe_claim_ticket *t);
 extern void wfe_ready_claim_end(const char *queue, wfe_claim_ticket *t, bool short_batch);
 
+/* SHA-256 (compile_fn.c: PostgreSQL's cryptohash). */
+extern void wfe_sha256(const unsigned char *data, size_t len, unsigned char out[32]);
+
+/* The result cache's server side (cache.c; dsl.md "Result cache"). */
+struct wfe_cache_entry;
+extern void wfe_cache_lookup(const char *tenant, const char *contract, const char *input,
+							 struct wfe_cache_entry *e);
+extern const char *wfe_cache_leader(const char *tenant, const char *key);
+extern void wfe_cache_store(const char *tenant, const char *key, const char *contract,
+							int64 ttl_ms, int64 run_id, const char *stage, int attempt,
+							const char *result);
+extern void wfe_cache_wake(const char *key, int64 run_id, const char *stage);
+
 /* Admission limits at the door (limits.c; GUCs wfe.max_payload_bytes, ...). */
 #define WFE_JSON_DEPTH_CEILING 64	/* what binding and validation handle */
 extern int	wfe_max_payload_bytes;

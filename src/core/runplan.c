@@ -361,6 +361,9 @@ read_stage(wfe_run_plan *rp, int i, json_object *o)
 	s->allow_skipped = str_member(o, "dependency_policy") &&
 		strcmp(str_member(o, "dependency_policy"), "allow_skipped") == 0;
 	read_retry(json_object_object_get(o, "retry"), &s->retry);
+	list = json_object_object_get(o, "cache");
+	s->cache_ttl_ms = json_object_is_type(list, json_type_object)
+		? (int64_t) num_member(list, "ttl_ms", -1) : -1;
 	s->contract = str_member(o, "worker") ? str_member(o, "worker") : str_member(o, "action");
 
 	if (s->kind == WFE_K_DECISION && (list = arr_member(o, "branches")) != NULL)

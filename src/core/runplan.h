@@ -108,6 +108,7 @@ typedef struct wfe_rp_stage
 	unsigned	input_refs;		/* WFE_REF_* the template interpolates */
 	int			nstage_refs;	/* stages.X the template reads, -1: all */
 	int		   *stage_refs;
+	int64_t		cache_ttl_ms;	/* cache: {ttl_ms}; -1: the stage is not cached */
 
 	/* tasks form */
 	int			ndeps;

@@ -22,7 +22,7 @@ static const char *const run_names[WFE_NRUN_STATES] = {
  */
 const wfe_transition wfe_stage_transition_table[] = {
 	{"waiting", "queued", "released: its predecessors are done"},
-	{"waiting", "completed", "a decision, fork or join resolved at release"},
+	{"waiting", "completed", "a decision, fork or join resolved, or a cache hit, at release"},
 	{"waiting", "failed", "input binding failed, or a join was not satisfied"},
 	{"waiting", "skipped", "branch not taken, dependency failed, context gated, missing input, run aborted"},
 	{"waiting", "cancelled", "the run was cancelled before the stage was released"},

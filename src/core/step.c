@@ -432,9 +432,12 @@ next_fence(wfe_step *st, int64_t fence)
 	return (int64_t) (generation << 32 | st->io->fence_bits(st->io->arg));
 }
 
-/* Queue an attempt: a new fence (and, for a release or a retry, a new attempt). */
+/*
+ * Queue an attempt: a new fence (and, for a release or a retry, a new
+ * attempt).  cache_key: a cache miss's key, which the attempt runs under.
+ */
 static void
-enqueue(wfe_step *st, int i, const char *input, int new_attempt)
+enqueue(wfe_step *st, int i, const char *input, int new_attempt, const char *cache_key)
 {
 	wfe_row    *r = wfe_step_row(st, i);
 	wfe_op	   *op = emit(st, WFE_OP_ENQUEUE, i);
@@ -442,6 +445,9 @@ enqueue(wfe_step *st, int i, const char *input, int new_attempt)
 
 	op->flag = new_attempt;
 	op->json = input;
+	op->text = cache_key;
+	if (cache_key != NULL)
+		r->cache_key = cache_key;
 	r->state = WFE_QUEUED;
 	r->attempt += new_attempt;
 	r->fence = next_fence(st, r->fence);
@@ -450,7 +456,127 @@ enqueue(wfe_step *st, int i, const char *input, int new_attempt)
 	op->fence = r->fence;
 	json_object_object_add(detail, "queue", jstr(r->queue));
 	json_object_object_add(detail, "fence", json_object_new_int64(r->fence));
+	if (r->cache_key != NULL)
+		json_object_object_add(detail, "cache_key", jstr(r->cache_key));
 	event(st, i, r->attempt, r->attempt == 1 ? "stage.released" : "stage.retried", detail);
+}
+
+/* ---------------------------------------------------------------------
+ * The result cache (dsl.md "Result cache")
+ * --------------------------------------------------------------------- */
+
+/* How a stage completed: what its completion stores and whom it wakes. */
+typedef enum completion
+{
+	BY_ATTEMPT,					/* an accepted, valid result of its attempt */
+	BY_HAND,					/* an operator's skip */
+	FROM_CACHE					/* a cache entry, at release */
+} completion;
+
+static void completed(wfe_step *st, int i, const char *result, completion how);
+
+/* Does stage i keep its results in the cache? */
+static int
+cached(wfe_step *st, int i)
+{
+	const wfe_rp_stage *s = &st->rp->stages[i];
+
+	return s->cache_ttl_ms >= 0 && s->kind != WFE_K_FINALISER && s->contract != NULL;
+}
+
+/* The attempt stage i ran under its cache key is over, whatever it did: its waiters go on. */
+static void
+cache_leader_ended(wfe_step *st, int i)
+{
+	wfe_row    *r = wfe_step_row(st, i);
+
+	if (r->cache_key != NULL && cached(st, i))
+		emit(st, WFE_OP_CACHE_WAKE, i)->text = r->cache_key;
+}
+
+static json_object *
+cache_detail(const wfe_cache_entry *e)
+{
+	json_object *d = json_object_new_object();
+
+	json_object_object_add(d, "key", jstr(e->key));
+	if (e->origin != NULL)
+		json_object_object_add(d, "origin", jparse(e->origin));
+	return d;
+}
+
+/*
+ * Release cached stage i with its bound input.  A sound entry completes it
+ * without an attempt; an unsound one (digest mismatch: corrupt; refused by
+ * the current output contract: invalid) is recorded and counts as a miss.
+ * On a miss the stage waits on an attempt already in flight under the same
+ * key (when may_wait), else it is queued under the key.
+ */
+static void
+cached_release(wfe_step *st, int i, const char *input, int may_wait)
+{
+	wfe_row    *r = wfe_step_row(st, i);
+	wfe_cache_entry e;
+	const char *leader;
+	const char *key;
+
+	memset(&e, 0, sizeof(e));
+	st->io->cache_entry(st->io->arg, i, input, &e);
+	key = wfe_arena_strdup(&st->arena, e.key);
+	if (e.found)
+	{
+		const char *result = wfe_arena_strdup(&st->arena, e.result ? e.result : "null");
+		const char *problem = e.digest_ok
+			? wfe_step_result_problem(st, i, result, st->io->output_schema(st->io->arg, i))
+			: "the stored result does not match its digest";
+		json_object *detail = cache_detail(&e);
+
+		if (problem == NULL)
+		{
+			wfe_op	   *op = emit(st, WFE_OP_CACHE_HIT, i);
+
+			op->text = key;
+			op->json = result;
+			op->json2 = input;
+			op->flag = !may_wait;
+			r->cache_key = key;
+			r->fence = next_fence(st, r->fence);
+			op->fence = r->fence;
+			json_object_object_add(detail, "coalesced", json_object_new_boolean(!may_wait));
+			event(st, i, 0, "stage.cache_hit", detail);
+			completed(st, i, result, FROM_CACHE);
+			return;
+		}
+		json_object_object_add(detail, "error", jstr(problem));
+		event(st, i, 0, e.digest_ok ? "stage.cache_invalid" : "stage.cache_corrupt", detail);
+	}
+	if (may_wait && (leader = st->io->cache_leader(st->io->arg, key)) != NULL)
+	{
+		wfe_op	   *op = emit(st, WFE_OP_CACHE_WAIT, i);
+		json_object *detail = json_object_new_object();
+
+		op->text = key;
+		op->json = input;
+		r->cache_key = key;
+		json_object_object_add(detail, "key", jstr(key));
+		json_object_object_add(detail, "leader", jparse(leader));
+		event(st, i, 0, "stage.cache_waiting", detail);
+		return;
+	}
+	enqueue(st, i, input, 1, key);
+}
+
+void
+wfe_step_cache_ready(wfe_step *st, int i, const char *input)
+{
+	wfe_row    *r = wfe_step_row(st, i);
+
+	/* skipped, cancelled or released since: nothing waits any more */
+	if (!r->exists || r->state != WFE_WAITING || r->cache_key == NULL || !cached(st, i) ||
+		st->run->intent >= 0)
+		return;
+	/* woken once: it completes from the entry or runs itself, and waits no more */
+	cached_release(st, i, input ? input : "{}", 0);
 }
 
 /* Resolve a decision, fork or join at release. */
@@ -639,7 +765,7 @@ activate(wfe_step *st, int i, int branch, wfe_state outcome)
 	const wfe_rp_stage *s = &st->rp->stages[i];
 	wfe_row    *r = wfe_step_row(st, i);
 
-	if (!r->exists || r->state != WFE_WAITING)
+	if (!r->exists || r->state != WFE_WAITING || r->cache_key != NULL)
 		return;					/* skipped, cancelled, resolved or released already */
 	if (++st->depth > STEP_MAX_DEPTH)
 		abort();				/* a plan cannot chain this far */
@@ -736,8 +862,10 @@ activate(wfe_step *st, int i, int branch, wfe_state outcome)
 			event(st, i, 1, "stage.binding_failed", detail);
 			stage_done(st, i, WFE_FAILED);
 		}
+		else if (cached(st, i))
+			cached_release(st, i, input, 1);
 		else
-			enqueue(st, i, input, 1);
+			enqueue(st, i, input, 1, NULL);
 	}
 	st->depth--;
 }
@@ -855,6 +983,7 @@ set_intent(wfe_step *st, wfe_run_state intent, const char *reason)
 		json_object_object_add(detail, "cancelled_fence", json_object_new_int64(op->prev_fence));
 		json_object_object_add(detail, "cancel_requested", json_object_new_boolean(op->flag));
 		event(st, i, r->attempt, "stage.cancelled", detail);
+		cache_leader_ended(st, i);
 	}
 	for (int i = 0; i < rp->nstages; i++)
 		if (st->rows[i].exists && st->rows[i].state == WFE_WAITING &&
@@ -1036,6 +1165,7 @@ attempt_failed(wfe_step *st, int i, const char *error, const char *code, int ret
 	op->json = error;
 	op->flag = retryable;		/* retries exhausted: a dead letter */
 	op->attempt = r->attempt;
+	cache_leader_ended(st, i);
 	r->state = final_state;
 	r->outcome = WFE_FAILED;
 	if (final_state == WFE_FAILED)	/* a timeout was recorded when it fired */
@@ -1050,27 +1180,52 @@ attempt_failed(wfe_step *st, int i, const char *error, const char *code, int ret
 	stage_done(st, i, final_state);
 }
 
-void
-wfe_step_completed(wfe_step *st, int i, const char *result)
+/*
+ * Stage i completed with result.  Only an accepted, valid result of an
+ * attempt run under a cache key is stored (never an operator's, never a
+ * late or stale report: those never get here), and that attempt's end
+ * wakes whoever waited on it.
+ */
+static void
+completed(wfe_step *st, int i, const char *result, completion how)
 {
 	const wfe_rp_stage *s = &st->rp->stages[i];
 	wfe_row    *r = wfe_step_row(st, i);
+	json_object *detail = NULL;
 
 	r->result = wfe_arena_strdup(&st->arena, result ? result : "{}");
-	emit(st, WFE_OP_COMPLETE, i)->attempt = r->attempt;
+	if (how != FROM_CACHE)
+		emit(st, WFE_OP_COMPLETE, i)->attempt = r->attempt;
+	if (how == BY_ATTEMPT && r->cache_key != NULL && cached(st, i))
+		emit(st, WFE_OP_CACHE_STORE, i)->text = r->cache_key;
+	if (how == BY_ATTEMPT)
+		cache_leader_ended(st, i);
 	r->state = WFE_COMPLETED;
 	r->outcome = WFE_COMPLETED;
-	event(st, i, r->attempt, "stage.completed", NULL);
+	if (how == FROM_CACHE)
+	{
+		detail = json_object_new_object();
+		json_object_object_add(detail, "cache", json_object_new_string("hit"));
+	}
+	event(st, i, how == FROM_CACHE ? 0 : r->attempt, "stage.completed", detail);
 	if (st->rp->tasks_form && s->kind != WFE_K_FINALISER && s->nproduces > 0)
 	{
 		/* outputs are write-once per (run, task, key) */
 		json_object *keys = json_object_new_array();
+		wfe_op	   *op = emit(st, WFE_OP_OUTPUTS, i);
 
 		for (int k = 0; k < s->nproduces; k++)
 			json_object_array_add(keys, jstr(s->produces[k].key));
-		emit(st, WFE_OP_OUTPUTS, i)->json = json_text(st, keys);
+		op->json = json_text(st, keys);
+		op->json2 = r->result;
 	}
 	stage_done(st, i, WFE_COMPLETED);
+}
+
+void
+wfe_step_completed(wfe_step *st, int i, const char *result)
+{
+	completed(st, i, result, BY_ATTEMPT);
 }
 
 void
@@ -1134,7 +1289,7 @@ wfe_step_retry_due(wfe_step *st, int i, int attempt, int64_t fence)
 	if (r->exists && r->state == WFE_RETRY_SCHEDULED && r->attempt == attempt && r->fence == fence &&
 		(intent < 0 || st->rp->stages[i].kind == WFE_K_FINALISER ||
 		 (!r->awaits && intent == WFE_RUN_COMPLETED)))
-		enqueue(st, i, NULL, 1);
+		enqueue(st, i, NULL, 1, NULL);
 }
 
 void
@@ -1516,7 +1671,7 @@ reopen(wfe_step *st, int i, const char *by, const char *why)
 	}
 	for (int k = 0; k < rp->first_finaliser; k++)
 		if (redo[k] && k != i)
-			enqueue(st, k, NULL, 1);
+			enqueue(st, k, NULL, 1, NULL);
 }
 
 /* In a running run: what i's failure skipped downstream may run again. */
@@ -1550,7 +1705,7 @@ wfe_step_operate(wfe_step *st, int i, wfe_operation what, const char *value, con
 			operator_event(st, i, what == WFE_OPERATE_REDRIVE ? "stage.redriven" : "stage.skipped_by_operator",
 						   by, why);
 			if (what == WFE_OPERATE_REDRIVE)
-				enqueue(st, i, NULL, 1);
+				enqueue(st, i, NULL, 1, NULL);
 			else if (st->rp->stages[i].kind == WFE_K_DECISION)
 			{
 				/* decided by hand: the branch the operator named, as if its clause held */
@@ -1569,7 +1724,7 @@ wfe_step_operate(wfe_step *st, int i, wfe_operation what, const char *value, con
 				route(st, i, s->next[k], r->branch, WFE_COMPLETED);
 			}
 			else
-				wfe_step_completed(st, i, value);
+				completed(st, i, value, BY_HAND);
 			break;
 		case WFE_OPERATE_FAIL:
 			{

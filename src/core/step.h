@@ -43,7 +43,18 @@ typedef struct wfe_row
 	const char *queue;			/* NULL for decisions, forks, joins */
 	const char *arrivals;		/* join: JSON of {branch: outcome}, or NULL */
 	const char *result;			/* set by this step's completion: its result */
+	const char *cache_key;		/* the result cache key it was released under, or NULL */
 } wfe_row;
+
+/* A stage's result cache entry, as the server read it (dsl.md "Result cache"). */
+typedef struct wfe_cache_entry
+{
+	const char *key;			/* always set: "sha256:..." */
+	int			found;			/* 0: no unexpired entry (a clean miss) */
+	int			digest_ok;		/* the stored result matches its stored digest */
+	const char *result;			/* JSON text */
+	const char *origin;			/* JSON {run_id, stage, attempt, created_at, expires_at} */
+} wfe_cache_entry;
 
 /* The run, as the server read it under its lock. */
 typedef struct wfe_run
@@ -76,13 +87,22 @@ typedef struct wfe_step_io
 	double		(*random) (void *arg);
 	/* 32 unpredictable bits, the low half of a new fence */
 	uint32_t	(*fence_bits) (void *arg);
+	/* the parsed output schema of stage i's contract, or NULL for none */
+	struct json_object *(*output_schema) (void *arg, int stage);
+	/*
+	 * Result cache: stage i's entry for its bound input (fills *e, e->key
+	 * always), and the attempt in flight under a key (JSON {run_id, stage,
+	 * attempt}) or NULL.  The server serialises both per key until commit.
+	 */
+	void		(*cache_entry) (void *arg, int stage, const char *input, wfe_cache_entry *e);
+	const char *(*cache_leader) (void *arg, const char *key);
 } wfe_step_io;
 
 /* The effects, in the order the server writes them. */
 typedef enum wfe_op_kind
 {
 	WFE_OP_EVENT,				/* event row: stage (-1 none), attempt (0 none), text type, json detail */
-	WFE_OP_ENQUEUE,				/* queued; flag: new attempt; json: input (NULL keeps it) */
+	WFE_OP_ENQUEUE,				/* queued; flag: new attempt; json: input (NULL keeps it); text: a cache miss's key */
 	WFE_OP_RESOLVE,				/* decision/fork/join resolved: state, json result, json2 error, branch (or WFE_KEEP_BRANCH) */
 	WFE_OP_BIND_FAILED,			/* failed at release: json error */
 	WFE_OP_COMPLETE,			/* the attempt completed with the reported result */
@@ -102,7 +122,12 @@ typedef enum wfe_op_kind
 	/* operator recovery (wfe_step_operate) */
 	WFE_OP_REOPEN,				/* a failed run is running again: intent, reason, finished_at cleared */
 	WFE_OP_RESET,				/* waiting again (the run reopened); json: a join's kept arrivals, or NULL */
-	WFE_OP_FENCE				/* fence the attempt (fence + 1); flag: send a cancel message */
+	WFE_OP_FENCE,				/* fence the attempt (fence + 1); flag: send a cancel message */
+	/* the result cache */
+	WFE_OP_CACHE_HIT,			/* completed from an entry: text key, json result, json2 input, flag: coalesced */
+	WFE_OP_CACHE_WAIT,			/* waits on the attempt in flight under text key; json: input */
+	WFE_OP_CACHE_STORE,			/* store the accepted result under text key */
+	WFE_OP_CACHE_WAKE			/* the attempt in flight under text key ended: its waiters go on */
 } wfe_op_kind;
 
 /* wfe_op.branch of a RESOLVE that leaves the row's branch as it is */
@@ -170,6 +195,8 @@ extern void wfe_step_engine_error(wfe_step *st, int stage, const char *error_jso
 extern void wfe_step_accepted(wfe_step *st, int stage, const char *worker_id);
 /* a running attempt is alive (nothing to decide: one effect, no event) */
 extern void wfe_step_heartbeat(wfe_step *st, int stage);
+/* the attempt a stage waited on under its cache key ended; input: the stage's bound input */
+extern void wfe_step_cache_ready(wfe_step *st, int stage, const char *input);
 
 /* The callback gate: which callback is this, and what it reports. */
 typedef enum wfe_callback

@@ -113,6 +113,9 @@ CREATE TABLE wfe.run_stages (
     deadline_at     timestamptz,
     finished_at     timestamptz,
     lease_ms        int,
+    cache_key       text,
+    cache           text CONSTRAINT run_stages_cache
+                    CHECK (cache IN ('hit', 'miss', 'waiting', 'coalesced')),
     PRIMARY KEY (run_id, stage),
     -- kind in action, worker, decision, fork, join, finaliser; state one of
     -- wfe.stage_transitions()'s; attempt, fence >= 0; outcome NULL,
@@ -128,6 +131,12 @@ COMMENT ON COLUMN wfe.run_stages.lease_ms IS
 COMMENT ON COLUMN wfe.run_stages.fence IS 'Fencing token of the current attempt; grows with every new attempt and every fencing';
 COMMENT ON COLUMN wfe.run_stages.outcome IS 'What the current attempt reported (completed or failed), for duplicate/conflict answers';
 COMMENT ON COLUMN wfe.run_stages.branch IS 'The fork branch this stage runs in, for joins';
+COMMENT ON COLUMN wfe.run_stages.cache_key IS
+'A stage with cache: the result cache key of its bound input (dsl.md "Result cache"); NULL otherwise';
+COMMENT ON COLUMN wfe.run_stages.cache IS
+'What the result cache did at release: hit, miss, waiting (on the attempt in flight under its key), coalesced (completed from that attempt''s result)';
+-- the attempt in flight under a key, and the stages waiting on it
+CREATE INDEX run_stages_cache_key ON wfe.run_stages (cache_key) WHERE cache_key IS NOT NULL;
 
 -- Claimers take the highest priority, then oldest, ready task of a queue.
 CREATE INDEX run_stages_ready ON wfe.run_stages (queue, priority DESC, ready_at)
@@ -229,11 +238,11 @@ CREATE TABLE wfe.timers (
     stage    text,
     attempt  int,
     fence    bigint,
-    kind     text NOT NULL CONSTRAINT timers_kind CHECK (kind IN ('retry', 'not_before', 'run_deadline')),
+    kind     text NOT NULL CONSTRAINT timers_kind CHECK (kind IN ('retry', 'not_before', 'run_deadline', 'cache_ready')),
     due_at   timestamptz NOT NULL,
     fired_at timestamptz
 );
-COMMENT ON TABLE wfe.timers IS 'Durable timers: retry delays, delayed starts (not_before), run deadlines';
+COMMENT ON TABLE wfe.timers IS 'Durable timers: retry delays, delayed starts (not_before), run deadlines, a cached stage''s wake-up when the attempt it waited on ended (cache_ready)';
 CREATE INDEX timers_due ON wfe.timers (due_at) WHERE fired_at IS NULL;
 CREATE INDEX timers_run ON wfe.timers (run_id);
 

@@ -217,6 +217,10 @@ BEGIN
      WHERE o.id IN (SELECT o2.id FROM wfe.outbox AS o2
                      WHERE o2.state = 'published' AND o2.published_at < v_cutoff
                      LIMIT p_batch);
+    -- expired result cache entries (a read treats them as a miss already)
+    DELETE FROM wfe.cache_entries AS c
+     WHERE c.key IN (SELECT c2.key FROM wfe.cache_entries AS c2
+                      WHERE c2.expires_at < now() LIMIT p_batch);
     -- callbacks about runs that never existed (or are gone)
     DELETE FROM wfe.events AS e
      WHERE e.event_id IN (SELECT e2.event_id FROM wfe.events AS e2
@@ -228,7 +232,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION wfe._retention(int, int) IS
-'Deletes up to p_batch finished runs older than the retention (and their history) plus old published outbox rows.';
+'Deletes up to p_batch finished runs older than the retention (and their history), old published outbox rows and expired result cache entries.';
 
 CREATE FUNCTION wfe.worker_status(OUT pid int, OUT started_at timestamptz, OUT sleeping_until timestamptz,
                                   OUT last_wake_requested timestamptz, OUT last_woke timestamptz,

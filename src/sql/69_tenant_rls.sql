@@ -13,7 +13,7 @@ DECLARE
     t text;
 BEGIN
     FOREACH t IN ARRAY ARRAY['runs', 'run_stages', 'outputs', 'events', 'outbox', 'timers',
-                             'dead_letters', 'payloads', 'tenant_limits']
+                             'dead_letters', 'payloads', 'tenant_limits', 'cache_entries']
     LOOP
         EXECUTE pg_catalog.format('ALTER TABLE wfe.%I ENABLE ROW LEVEL SECURITY', t);
         EXECUTE pg_catalog.format('ALTER TABLE wfe.%I FORCE ROW LEVEL SECURITY', t);

@@ -279,3 +279,39 @@ SELECT x.problem, x.run_id, x.stage, x.attempt,
  ORDER BY x.since, x.run_id, x.stage;
 COMMENT ON VIEW wfe.dashboard_stuck IS
 'Work that does not move: runs with no live attempt and no due timer, attempts past their deadline, overdue timers, tasks on a paused or full queue, dispatches unpublished for a minute, open dead letters.';
+
+-- The result cache per tenant and contract: its entries, and what releases
+-- of cached stages found in the last hour (dsl.md "Result cache").
+CREATE VIEW wfe.dashboard_cache WITH (security_invoker = true) AS
+WITH entries AS (
+    SELECT e.tenant, e.contract,
+           count(*) FILTER (WHERE e.expires_at > now()) AS live,
+           count(*) FILTER (WHERE e.expires_at <= now()) AS expired,
+           sum(pg_column_size(e.result)) AS bytes
+      FROM wfe.cache_entries AS e
+     GROUP BY e.tenant, e.contract
+), releases AS (
+    SELECT st.tenant, st.worker AS contract,
+           count(*) FILTER (WHERE st.cache = 'hit') AS hits,
+           count(*) FILTER (WHERE st.cache = 'coalesced') AS coalesced,
+           count(*) FILTER (WHERE st.cache = 'miss') AS misses,
+           count(*) FILTER (WHERE st.cache = 'waiting') AS waiting
+      FROM wfe.run_stages AS st
+     WHERE st.cache_key IS NOT NULL AND st.ready_at > now() - interval '1 hour'
+     GROUP BY st.tenant, st.worker
+), both_ AS (
+    SELECT coalesce(e.tenant, r.tenant) AS tenant, coalesce(e.contract, r.contract) AS contract,
+           coalesce(e.live, 0) AS entries, coalesce(e.expired, 0) AS expired, coalesce(e.bytes, 0) AS bytes,
+           coalesce(r.hits, 0) AS hits, coalesce(r.coalesced, 0) AS coalesced,
+           coalesce(r.misses, 0) AS misses, coalesce(r.waiting, 0) AS waiting
+      FROM entries AS e
+      FULL JOIN releases AS r ON r.tenant = e.tenant AND r.contract = e.contract
+)
+SELECT b.tenant, b.contract, b.entries, b.expired, pg_size_pretty(b.bytes) AS size,
+       b.hits, b.coalesced, b.misses, b.waiting,
+       round((b.hits + b.coalesced)::numeric / nullif(b.hits + b.coalesced + b.misses, 0), 3) AS hit_ratio,
+       wfe.bar((b.hits + b.coalesced)::double precision / nullif(b.hits + b.coalesced + b.misses, 0), 8) AS hit_bar
+  FROM both_ AS b
+ ORDER BY b.tenant, b.contract;
+COMMENT ON VIEW wfe.dashboard_cache IS
+'The result cache per tenant and contract: live and expired entries and their size; releases of the last hour that hit, were coalesced onto an attempt in flight, missed, or wait.';

@@ -78,7 +78,7 @@ GRANT SELECT ON wfe.tenant_members TO wfe_admin;
 -- above, the publisher's health and the tenant limits, and their two helpers.
 GRANT SELECT ON wfe.dashboard_runs, wfe.dashboard_queues, wfe.dashboard_outbox, wfe.dashboard_stages,
                 wfe.dashboard_tenants, wfe.idempotency, wfe.dashboard_stuck,
-                wfe.publisher_lease, wfe.tenant_limits
+                wfe.publisher_lease, wfe.tenant_limits, wfe.dashboard_cache, wfe.cache_entries
     TO wfe_reader, wfe_operator;
 GRANT EXECUTE ON FUNCTION wfe.bar(double precision, int), wfe.human_ms(double precision)
     TO wfe_reader, wfe_operator;
@@ -92,7 +92,8 @@ GRANT EXECUTE ON FUNCTION
     wfe.fail_stage(bigint, text, text),
     wfe.redispatch(bigint, text, text),
     wfe.replay(bigint, text),
-    wfe.redrive_dead_letters(text, timestamptz, text)
+    wfe.redrive_dead_letters(text, timestamptz, text),
+    wfe.cache_invalidate(text, text, text)
     TO wfe_operator;
 
 -- Signed callbacks: the gateway's login is a wfe_worker; the keys are

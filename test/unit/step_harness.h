@@ -64,7 +64,16 @@ typedef struct sh_row
 	char	   *skip_reason;
 	char	   *claimed_by;
 	char	   *arrivals;		/* (result -> 'arrivals')::text */
+	char	   *cache_key;
 } sh_row;
+
+/* A result cache entry (wfe.cache_entries): key, result, whether its digest holds. */
+typedef struct sh_cache
+{
+	char	   *key;
+	char	   *result;
+	int			digest_ok;
+} sh_cache;
 
 typedef struct sh_event
 {
@@ -150,6 +159,12 @@ struct sh
 	sh_mark    *cancels;
 	int			ncancels,
 				capcancels;
+	sh_cache   *cache;			/* the result cache */
+	int			ncache,
+				capcache;
+	sh_mark    *wakes;			/* cache_ready timers: a waiter's leader ended */
+	int			nwakes,
+				capwakes;
 	sh_op	   *ops;			/* the last step's ops */
 	int			nops,
 				capops;
@@ -365,6 +380,7 @@ sh_io_load(void *arg, int i, wfe_row *row)
 	row->has_handler = r->has_handler;
 	row->queue = r->queue;
 	row->arrivals = r->arrivals;
+	row->cache_key = r->cache_key;
 }
 
 static const char *
@@ -427,6 +443,80 @@ sh_io_fence_bits(void *arg)
 	sh		   *h = arg;
 
 	return h->fence_bits;
+}
+
+static struct json_object *
+sh_io_output_schema(void *arg, int i)
+{
+	sh		   *h = arg;
+
+	if (i < 0 || i >= h->nst)
+	{
+		sh_violate(h, "the core asks for the output schema of stage %d of %d", i, h->nst);
+		return NULL;
+	}
+	return h->output_schema[i];
+}
+
+/* The harness's cache key: readable, and as input-sensitive as the real one. */
+static char *
+sh_cache_key(sh *h, int i, const char *input)
+{
+	const char *contract = h->rp->stages[i].contract ? h->rp->stages[i].contract : "?";
+	char	   *key = sh_realloc(NULL, strlen(contract) + strlen(input) + 8);
+
+	sprintf(key, "k:%s:%s", contract, input);
+	return key;
+}
+
+static void
+sh_io_cache_entry(void *arg, int i, const char *input, wfe_cache_entry *e)
+{
+	sh		   *h = arg;
+	char	   *key;
+
+	if (i < 0 || i >= h->nst || input == NULL)
+	{
+		sh_violate(h, "the core looks up stage %d of %d in the cache (input %s)", i, h->nst,
+				   input ? input : "NULL");
+		e->key = "k:?";
+		return;
+	}
+	key = sh_cache_key(h, i, input);
+	SH_PUSH(h->garbage, h->ngarbage, h->capgarbage)[0] = key;
+	e->key = key;
+	for (int k = 0; k < h->ncache; k++)
+		if (strcmp(h->cache[k].key, key) == 0)
+		{
+			e->found = 1;
+			e->digest_ok = h->cache[k].digest_ok;
+			e->result = h->cache[k].result;
+			e->origin = "{\"run_id\": 7, \"stage\": \"origin\", \"attempt\": 1}";
+		}
+}
+
+/* q_cache_leader: a row of the key with an attempt under way. */
+static const char *
+sh_io_cache_leader(void *arg, const char *key)
+{
+	sh		   *h = arg;
+
+	for (int k = 0; k < h->nst; k++)
+		if (h->rows[k].cache_key && strcmp(h->rows[k].cache_key, key) == 0 &&
+			WFE_STATE_IN_FLIGHT(h->rows[k].state))
+			return "{\"run_id\": 42, \"stage\": \"leader\", \"attempt\": 1}";
+	return NULL;
+}
+
+/* Put an entry in the cache (digest_ok 0: a tampered one). */
+SH_FN void
+sh_cache_put(sh *h, const char *key, const char *result, int digest_ok)
+{
+	sh_cache   *c = SH_PUSH(h->cache, h->ncache, h->capcache);
+
+	c->key = sh_strdup(key);
+	c->result = sh_strdup(result);
+	c->digest_ok = digest_ok;
 }
 
 /* ---------------------------------------------------------------------
@@ -538,6 +628,7 @@ sh_free(sh *h)
 		free(r->skip_reason);
 		free(r->claimed_by);
 		free(r->arrivals);
+		free(r->cache_key);
 		json_object_put(h->input_schema[i]);
 		json_object_put(h->output_schema[i]);
 	}
@@ -559,6 +650,13 @@ sh_free(sh *h)
 	free(h->outputs);
 	free(h->dead);
 	free(h->cancels);
+	for (int k = 0; k < h->ncache; k++)
+	{
+		free(h->cache[k].key);
+		free(h->cache[k].result);
+	}
+	free(h->cache);
+	free(h->wakes);
 	sh_free_ops(h);
 	free(h->ops);
 	sh_collect(h);
@@ -768,6 +866,8 @@ sh_apply(sh *h, const char *reported)
 				sh_new_fence(h, i, r->fence, op->fence, "enqueue");
 				if (op->json)
 					sh_set(h, &r->input, op->json);
+				if (op->text)
+					sh_set(h, &r->cache_key, op->text);
 				r->outcome = 0;
 				sh_set(h, &r->error, NULL);
 				sh_set(h, &r->claimed_by, NULL);
@@ -881,7 +981,7 @@ sh_apply(sh *h, const char *reported)
 				sh_set_result(h, i, op->json);
 				break;
 			case WFE_OP_OUTPUTS:
-				sh_write_outputs(h, i, op->json, reported);
+				sh_write_outputs(h, i, op->json, op->json2 ? op->json2 : reported);
 				break;
 			case WFE_OP_ACCEPT:
 				sh_move(h, i, WFE_RUNNING, "accept");
@@ -935,7 +1035,45 @@ sh_apply(sh *h, const char *reported)
 				h->finishes = 0;
 				sh_set(h, &h->reason, NULL);
 				break;
+			case WFE_OP_CACHE_HIT:
+				if (op->text == NULL || op->json == NULL || op->json2 == NULL)
+					sh_violate(h, "%s: CACHE_HIT without a key, result or input", sh_sname(h, i));
+				sh_move(h, i, WFE_COMPLETED, "cache hit");
+				sh_new_fence(h, i, r->fence, op->fence, "cache hit");
+				r->outcome = WFE_COMPLETED;
+				sh_set_result(h, i, op->json);
+				sh_set(h, &r->input, op->json2);
+				sh_set(h, &r->cache_key, op->text);
+				break;
+			case WFE_OP_CACHE_WAIT:
+				if (r->state != WFE_WAITING || op->text == NULL || op->json == NULL)
+					sh_violate(h, "%s: CACHE_WAIT while %s (key %s)", sh_sname(h, i),
+							   wfe_state_name(r->state), op->text ? op->text : "NULL");
+				sh_set(h, &r->cache_key, op->text);
+				sh_set(h, &r->input, op->json);
+				break;
+			case WFE_OP_CACHE_STORE:
+				if (r->state != WFE_COMPLETED || r->cache_key == NULL || op->text == NULL ||
+					strcmp(op->text, r->cache_key) != 0)
+					sh_violate(h, "%s: CACHE_STORE while %s under key %s", sh_sname(h, i),
+							   wfe_state_name(r->state), op->text ? op->text : "NULL");
+				else
+					sh_cache_put(h, op->text, r->result ? r->result : "{}", 1);
+				break;
+			case WFE_OP_CACHE_WAKE:
+				if (op->text == NULL)
+					sh_violate(h, "%s: CACHE_WAKE without a key", sh_sname(h, i));
+				for (int w = 0; op->text && w < h->nst; w++)
+					if (w != i && h->rows[w].state == WFE_WAITING && h->rows[w].cache_key &&
+						strcmp(h->rows[w].cache_key, op->text) == 0)
+					{
+						sh_mark    *m = SH_PUSH(h->wakes, h->nwakes, h->capwakes);
+
+						m->stage = w;
+					}
+				break;
 			case WFE_OP_RESET:
+				sh_set(h, &r->cache_key, NULL);
 				sh_move(h, i, WFE_WAITING, "reset");
 				r->outcome = 0;
 				sh_set_result(h, i, op->json);
@@ -1068,6 +1206,9 @@ sh_begin(sh *h)
 	h->io.input_schema = sh_io_input_schema;
 	h->io.random = sh_io_random;
 	h->io.fence_bits = sh_io_fence_bits;
+	h->io.output_schema = sh_io_output_schema;
+	h->io.cache_entry = sh_io_cache_entry;
+	h->io.cache_leader = sh_io_cache_leader;
 	wfe_step_begin(&h->st, h->rp, &h->view, &h->io);
 }
 
@@ -1215,6 +1356,26 @@ sh_retry_due(sh *h, int i, int attempt, int64_t fence)
 	sh_begin(h);
 	wfe_step_retry_due(&h->st, i, attempt, fence);
 	sh_end(h, NULL, what);
+}
+
+/* Fire the cache_ready timers of the waiters a leader's end woke; how many fired. */
+SH_FN int
+sh_fire_wakes(sh *h)
+{
+	int			n = 0;
+
+	while (h->nwakes > 0)
+	{
+		int			i = h->wakes[--h->nwakes].stage;
+		char		what[96];
+
+		snprintf(what, sizeof(what), "cache_ready timer of %s", sh_sname(h, i));
+		sh_begin(h);
+		wfe_step_cache_ready(&h->st, i, h->rows[i].input);
+		sh_end(h, NULL, what);
+		n++;
+	}
+	return n;
 }
 
 /* Fire timer k if it has not fired (wfe._fire_timer); 0 if it had. */

@@ -1,0 +1,251 @@
+/*
+ * cache.c — the result cache's server side (docs: dsl.md "Result cache").
+ *
+ * The step core decides what a release does with the cache (core/step.c,
+ * "The result cache"); this file computes keys, reads and writes
+ * wfe.cache_entries, finds the attempt in flight under a key and wakes the
+ * stages that wait on it.
+ *
+ * One key at a time.  A release's read of a key and the end of an attempt
+ * run under it both take a transaction advisory lock on the key first and
+ * read in statements of their own after it, so each sees what the lock's
+ * previous holder committed.  Hence a release sees either the stored entry
+ * or the attempt still in flight (and waits on it rather than running the
+ * same work again), and an attempt's end sees every stage that committed
+ * to wait on it: no waiter is lost.  The lock is taken after the run's
+ * lock, never before one.
+ */
+#include "postgres.h"
+
+#include "executor/spi.h"
+#include "utils/builtins.h"
+#include "utils/hsearch.h"
+#include "utils/memutils.h"
+#include "utils/timestamp.h"
+
+#include "core/cachekey.h"
+#include "core/compile.h"
+#include "core/step.h"
+#include "spi_stmt.h"
+#include "wfe.h"
+
+static stmt q_identity = STMT(
+	"SELECT CASE WHEN c.handler IS NOT NULL"
+	"            THEN 'handler:' || coalesce(pg_catalog.format('%I.%I(%s)', n.nspname, p.proname,"
+	"                                           pg_catalog.pg_get_function_identity_arguments(p.oid)),"
+	"                                        c.handler::oid::text)"
+	"            ELSE 'queue:' || c.queue END,"
+	"       c.input_schema::text, c.output_schema::text"
+	"  FROM wfe.contracts AS c"
+	"  LEFT JOIN pg_catalog.pg_proc AS p ON p.oid = c.handler"
+	"  LEFT JOIN pg_catalog.pg_namespace AS n ON n.oid = p.pronamespace"
+	" WHERE c.ref = $1", 1, TX);
+static stmt q_lock_key = STMT(
+	"SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('wfe.cache'), pg_catalog.hashtext($1))",
+	1, TX);
+/* expired is a clean miss: it is not read at all */
+static stmt q_entry = STMT(
+	"SELECT e.result::text, e.result_digest,"
+	"       pg_catalog.json_build_object('run_id', e.run_id, 'stage', e.stage, 'attempt', e.attempt,"
+	"                                    'created_at', e.created_at, 'expires_at', e.expires_at)::text"
+	"  FROM wfe.cache_entries AS e"
+	" WHERE e.key = $1 AND e.tenant = $2 AND e.expires_at > pg_catalog.now()", 2, TX, TX);
+static stmt q_leader = STMT(
+	"SELECT pg_catalog.json_build_object('run_id', st.run_id, 'stage', st.stage, 'attempt', st.attempt)::text"
+	"  FROM wfe.run_stages AS st"
+	" WHERE st.cache_key = $1 AND st.tenant = $2"
+	"   AND st.state IN ('queued', 'dispatched', 'running', 'retry_scheduled')"
+	" LIMIT 1", 2, TX, TX);
+static stmt q_store = STMT(
+	"INSERT INTO wfe.cache_entries AS e"
+	"       (key, tenant, contract, result, result_digest, run_id, stage, attempt, created_at, expires_at)"
+	" VALUES ($1, $2, $3, $4::jsonb, $5, $6, $7, $8, pg_catalog.now(),"
+	"         pg_catalog.now() + pg_catalog.make_interval(secs => $9 / 1000.0))"
+	" ON CONFLICT (key) DO UPDATE"
+	"   SET tenant = excluded.tenant, contract = excluded.contract, result = excluded.result,"
+	"       result_digest = excluded.result_digest, run_id = excluded.run_id, stage = excluded.stage,"
+	"       attempt = excluded.attempt, created_at = excluded.created_at, expires_at = excluded.expires_at",
+	9, TX, TX, TX, TX, TX, I8, TX, I4, I8);
+/* each waiter's own step goes on, in its own transaction (the worker fires the timer) */
+static stmt q_wake = STMT(
+	"INSERT INTO wfe.timers (tenant, run_id, stage, attempt, fence, kind, due_at)"
+	" SELECT st.tenant, st.run_id, st.stage, NULL, st.fence, 'cache_ready', pg_catalog.now()"
+	"   FROM wfe.run_stages AS st"
+	"  WHERE st.cache_key = $1 AND st.state = 'waiting' AND NOT (st.run_id = $2 AND st.stage = $3)",
+	3, TX, I8, TX);
+
+/* A contract's implementation identity and schemas digest (contracts are immutable). */
+typedef struct identity
+{
+	char		ref[256];
+	char	   *implementation;
+	char	   *schemas;
+} identity;
+
+static HTAB *identities;
+
+/* "sha256:" and the lowercase hex SHA-256 of len bytes of data (palloc'd). */
+static char *
+sha256_text(const char *data, size_t len)
+{
+	static const char hex[] = "0123456789abcdef";
+	unsigned char d[32];
+	char	   *out = palloc(7 + 64 + 1);
+
+	wfe_sha256((const unsigned char *) data, len, d);
+	memcpy(out, "sha256:", 7);
+	for (int k = 0; k < 32; k++)
+	{
+		out[7 + 2 * k] = hex[d[k] >> 4];
+		out[8 + 2 * k] = hex[d[k] & 15];
+	}
+	out[71] = '\0';
+	return out;
+}
+
+/* The digest of a JSON text: of its canonical form, so the storage's spelling does not matter. */
+static char *
+json_digest(const char *json)
+{
+	struct json_object *o = wfe_json_parse(json);
+	char	   *canon = o ? wfe_canonical_json(o) : NULL;
+	char	   *digest;
+
+	wfe_json_free(o);
+	if (canon == NULL)
+		return NULL;
+	digest = sha256_text(canon, strlen(canon));
+	free(canon);
+	return digest;
+}
+
+/* Canonical JSON of {"input": IN, "output": OUT}: what the schemas digest is of. */
+static char *
+schemas_digest(const char *in, const char *out)
+{
+	char	   *both = psprintf("{\"input\": %s, \"output\": %s}", in ? in : "{}", out ? out : "{}");
+
+	return json_digest(both);
+}
+
+static const identity *
+contract_identity(const char *ref)
+{
+	identity   *e;
+	bool		found;
+	char		key[256];
+
+	if (identities == NULL)
+	{
+		HASHCTL		ctl = {.keysize = sizeof(key),.entrysize = sizeof(identity)};
+
+		identities = hash_create("wfe cache identities", 64, &ctl, HASH_ELEM | HASH_STRINGS);
+	}
+	strlcpy(key, ref, sizeof(key));
+	e = hash_search(identities, key, HASH_FIND, NULL);
+	if (e == NULL)
+	{
+		Datum		v[1] = {CStringGetTextDatum(ref)};
+		char	   *impl,
+				   *schemas;
+
+		stmt_run(&q_identity, v, NULL);
+		if (SPI_processed != 1)
+			ereport(ERROR,
+					(errcode(ERRCODE_UNDEFINED_OBJECT),
+					 errmsg("contract \"%s\" of a cached stage is not registered", ref)));
+		impl = MemoryContextStrdup(TopMemoryContext, stmt_col(1));
+		schemas = MemoryContextStrdup(TopMemoryContext, schemas_digest(stmt_col(2), stmt_col(3)));
+		e = hash_search(identities, key, HASH_ENTER, &found);
+		e->implementation = impl;
+		e->schemas = schemas;
+	}
+	return e;
+}
+
+/* Take key's lock: it is this transaction's until commit. */
+static void
+lock_key(const char *key)
+{
+	Datum		v[1] = {CStringGetTextDatum(key)};
+
+	stmt_run(&q_lock_key, v, NULL);
+}
+
+/*
+ * The key of a cached stage's bound input (cachekey.h), its lock, and its
+ * unexpired entry, if any, with whether the stored result still matches
+ * its stored digest.
+ */
+void
+wfe_cache_lookup(const char *tenant, const char *contract, const char *input,
+				 struct wfe_cache_entry *e)
+{
+	const identity *id = contract_identity(contract);
+	char	   *material = wfe_cache_key_material(tenant, contract, id->implementation, id->schemas, input);
+	Datum		v[2];
+
+	if (material == NULL)
+		elog(ERROR, "wfe: the bound input of a cached stage is not JSON");
+	e->key = sha256_text(material, strlen(material));
+	free(material);
+	lock_key(e->key);
+	v[0] = CStringGetTextDatum(e->key);
+	v[1] = CStringGetTextDatum(tenant);
+	stmt_run(&q_entry, v, NULL);
+	e->found = SPI_processed == 1;
+	if (e->found)
+	{
+		char	   *digest;
+
+		e->result = stmt_col(1);
+		e->origin = stmt_col(3);
+		digest = json_digest(e->result);
+		e->digest_ok = digest != NULL && strcmp(digest, stmt_col(2)) == 0;
+	}
+}
+
+/* The attempt in flight under key, as JSON {run_id, stage, attempt}, or NULL. */
+const char *
+wfe_cache_leader(const char *tenant, const char *key)
+{
+	Datum		v[2] = {CStringGetTextDatum(key), CStringGetTextDatum(tenant)};
+
+	stmt_run(&q_leader, v, NULL);
+	return SPI_processed == 1 ? stmt_col(1) : NULL;
+}
+
+/* Store an accepted result under key for ttl_ms (its attempt's origin beside it). */
+void
+wfe_cache_store(const char *tenant, const char *key, const char *contract, int64 ttl_ms,
+				int64 run_id, const char *stage, int attempt, const char *result)
+{
+	char	   *digest = json_digest(result);
+	Datum		v[9];
+
+	if (digest == NULL)
+		elog(ERROR, "wfe: an accepted result is not JSON");
+	lock_key(key);
+	v[0] = CStringGetTextDatum(key);
+	v[1] = CStringGetTextDatum(tenant);
+	v[2] = CStringGetTextDatum(contract);
+	v[3] = CStringGetTextDatum(result);
+	v[4] = CStringGetTextDatum(digest);
+	v[5] = Int64GetDatum(run_id);
+	v[6] = CStringGetTextDatum(stage);
+	v[7] = Int32GetDatum(attempt);
+	v[8] = Int64GetDatum(ttl_ms);
+	stmt_run(&q_store, v, NULL);
+}
+
+/* The attempt (run_id, stage) ran under key is over: a cache_ready timer for each waiter. */
+void
+wfe_cache_wake(const char *key, int64 run_id, const char *stage)
+{
+	Datum		v[3] = {CStringGetTextDatum(key), Int64GetDatum(run_id), CStringGetTextDatum(stage)};
+
+	lock_key(key);
+	stmt_run(&q_wake, v, NULL);
+	if (SPI_processed > 0)
+		wfe_wake_at(GetCurrentTimestamp());
+}
