@@ -506,6 +506,27 @@ cache_detail(const wfe_cache_entry *e)
 }
 
 /*
+ * An attempt of this run in flight under key, as JSON, or NULL: one this
+ * very step may have queued (a fork releasing two branches with the same
+ * input), which the server cannot see before the step is written.
+ */
+static const char *
+leader_in_run(wfe_step *st, const char *key)
+{
+	for (int k = 0; k < st->rp->nstages; k++)
+	{
+		const wfe_row *r = &st->rows[k];
+
+		if (r->loaded && r->exists && r->cache_key != NULL && strcmp(r->cache_key, key) == 0 &&
+			WFE_STATE_IN_FLIGHT(r->state))
+			return wfe_arena_printf(&st->arena, "{\"run_id\": %lld, \"stage\": %s, \"attempt\": %d}",
+									(long long) st->run->run_id, wfe_step_json_str(st, st->rp->stages[k].name),
+									r->attempt);
+	}
+	return NULL;
+}
+
+/*
  * Release cached stage i with its bound input.  A sound entry completes it
  * without an attempt; an unsound one (digest mismatch: corrupt; refused by
  * the current output contract: invalid) is recorded and counts as a miss.
@@ -550,7 +571,8 @@ cached_release(wfe_step *st, int i, const char *input, int may_wait)
 		json_object_object_add(detail, "error", jstr(problem));
 		event(st, i, 0, e.digest_ok ? "stage.cache_invalid" : "stage.cache_corrupt", detail);
 	}
-	if (may_wait && (leader = st->io->cache_leader(st->io->arg, key)) != NULL)
+	if (may_wait && ((leader = leader_in_run(st, key)) != NULL ||
+					 (leader = st->io->cache_leader(st->io->arg, key)) != NULL))
 	{
 		wfe_op	   *op = emit(st, WFE_OP_CACHE_WAIT, i);
 		json_object *detail = json_object_new_object();
@@ -1625,6 +1647,7 @@ reset(wfe_step *st, int i, const char *redo)
 	r->state = WFE_WAITING;
 	r->outcome = 0;
 	r->result = NULL;
+	r->cache_key = NULL;
 }
 
 /*
@@ -1654,8 +1677,10 @@ reopen(wfe_step *st, int i, const char *by, const char *why)
 	}
 	memset(redo, 0, rp->nstages);
 	redo[i] = 1;
+	/* a stage that waited on the cache when the run failed was skipped, not cancelled: it runs again too */
 	for (int k = 0; k < rp->first_finaliser; k++)
-		if (st->rows[k].exists && st->rows[k].state == WFE_CANCELLED && is_task(st, k))
+		if (st->rows[k].exists && is_task(st, k) && (st->rows[k].state == WFE_CANCELLED ||
+													 (st->rows[k].state == WFE_SKIPPED && st->rows[k].cache_key)))
 			redo[k] = 1;
 	for (int k = 0; k < rp->nstages; k++)
 	{
@@ -1670,7 +1695,14 @@ reopen(wfe_step *st, int i, const char *by, const char *why)
 			reset(st, k, redo);
 	}
 	for (int k = 0; k < rp->first_finaliser; k++)
-		if (redo[k] && k != i)
+		if (redo[k] && k != i && st->rows[k].state == WFE_SKIPPED)
+		{
+			const char *key = st->rows[k].cache_key;
+
+			reset(st, k, redo);
+			enqueue(st, k, NULL, 1, key);	/* its bound input is in its row: it runs itself */
+		}
+		else if (redo[k] && k != i)
 			enqueue(st, k, NULL, 1, NULL);
 }
 

@@ -11,7 +11,8 @@
  * and values from a small set, poll claims, publishes and give-backs,
  * expired deadlines, retry timers (real and made up), in-database action
  * results, the run deadline, a cancel, an operator's redrive, skip, fail or
- * redispatch (reopening a failed run).  Every op is applied to the rows as
+ * redispatch (reopening a failed run), the result cache's wake-ups (with
+ * an entry, sound or tampered with, put there first).  Every op is applied to the rows as
  * engine.c applies it, and the harness's checks after every event abort
  * the process (so libFuzzer keeps the input) on: an illegal stage or run
  * transition, an op on a stage out of range, a fence or attempt that
@@ -166,7 +167,28 @@ static const char *TASKS_PLAIN =
 "  - { id: d, worker: w.d@1, queue: q, depends_on: [c], dependency_policy: allow_skipped }\n"
 "  - { id: e, action: act.e@1, depends_on: [a, b], contexts: [x] }\n";
 
-static const char *const *const WORKFLOWS[] = {&FORKS, &MODEL_INGEST, &CHAIN, &TASKS, &TASKS_PLAIN};
+/* The result cache: three branches of one key (two bind the same input), a cached task chain. */
+static const char *CACHED =
+"name: cached\n"
+"version: \"1.0.0\"\n"
+"entry: f\n"
+"defaults:\n"
+"  retry: { max_attempts: 2, initial_ms: 10, multiplier: 1, max_ms: 10, jitter: none }\n"
+"finalisers: [fin.one@1]\n"
+"stages:\n"
+"  - { name: f, type: fork, branches: [l, r, o] }\n"
+"  - { name: l, type: worker, queue: q, worker: w.e@1, input: { x: \"${context.x}\" }, cache: { ttl_ms: 10 },"
+" on_success: j, on_failure: j }\n"
+"  - { name: r, type: worker, queue: q, worker: w.e@1, input: { x: \"${context.x}\" }, cache: { ttl_ms: 10 },"
+" on_success: j, on_failure: j }\n"
+"  - { name: o, type: action, action: act.e@1, input: { x: 1 }, cache: { ttl_ms: 10 },"
+" on_success: j, on_failure: failed }\n"
+"  - { name: j, type: join, required: [l, r, o], acceptable_terminal_states: [completed, failed],"
+" on_success: u, on_failure: failed }\n"
+"  - { name: u, type: worker, queue: q, worker: w.e@1, input: { x: \"${context.x}\" }, cache: { ttl_ms: 10 },"
+" on_success: completed, on_failure: failed }\n";
+
+static const char *const *const WORKFLOWS[] = {&FORKS, &MODEL_INGEST, &CHAIN, &TASKS, &TASKS_PLAIN, &CACHED};
 #define NWORKFLOWS (sizeof(WORKFLOWS) / sizeof(WORKFLOWS[0]))
 static wfe_run_plan *plans[NWORKFLOWS];
 
@@ -289,6 +311,15 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			if (h.rp->stages[i].contract && strncmp(h.rp->stages[i].contract, "w.s@", 4) == 0)
 				sh_set_schema(&h, i, "{\"type\": \"object\", \"properties\": {\"x\": {\"type\": \"integer\"}}}",
 							  "{\"type\": \"object\", \"required\": [\"score\"]}");
+	/* a cache entry for the cached workflow's key: sound, or tampered with */
+	if (data[2] & 0x10)
+	{
+		char		key[128];
+
+		snprintf(key, sizeof(key), "k:w.e@1:{\"x\":%s}",
+				 data[1] % N(CONTEXTS) == 1 ? "1" : data[1] % N(CONTEXTS) == 2 ? "\"s\"" : "null");
+		sh_cache_put(&h, key, RESULTS[(data[2] >> 1) % N(RESULTS)], !(data[2] & 0x20));
+	}
 	sh_start(&h);
 
 	while (pos + 3 <= size && commands++ < 400)
@@ -339,6 +370,8 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			case 10:
 				if ((sel & 7) == 0)
 					sh_run_deadline(&h);
+				else
+					sh_fire_wakes(&h);	/* the cache_ready timers of the waiters a leader woke */
 				break;
 			case 11:
 				if ((sel & 7) == 0)
@@ -379,7 +412,9 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 					if (k < 0)
 					{
-						if (h.ntimers > 0)
+						if (h.nwakes > 0)
+							sh_fire_wakes(&h);
+						else if (h.ntimers > 0)
 							sh_fire_timer(&h, h.ntimers - 1);
 					}
 					else if (h.rows[k].has_handler)

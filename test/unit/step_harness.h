@@ -1130,6 +1130,9 @@ sh_check_live(sh *h, const char *what)
 		else
 			finalising |= sh_in_flight(h->rows[i].state);
 	}
+	/* a stage woken by its cache_ready timer goes on when the timer fires */
+	for (int k = 0; k < h->nwakes; k++)
+		busy |= h->rows[h->wakes[k].stage].state == WFE_WAITING;
 	if (h->run.intent < 0)
 	{
 		if (!busy)

@@ -1,7 +1,7 @@
 /*
  * test_runtime_core.c — unit tests of the run-time helpers of the core: the
  * JSON-Schema subset validator (jsonschema.c), input binding and decision
- * evaluation (bind.c).
+ * evaluation (bind.c), the result cache's key material (cachekey.c).
  *
  * A standalone TAP program: "ok N - ..." / "not ok N - ...", then "1..N";
  * exit status 1 if anything failed.  Built with ASan/UBSan by the Makefile,
@@ -14,6 +14,7 @@
 #include <json-c/json.h>
 
 #include "bind.h"
+#include "cachekey.h"
 #include "compile.h"
 #include "expr.h"
 #include "jsonschema.h"
@@ -744,6 +745,36 @@ test_repeat(void)
 	wfe_json_free(branches);
 }
 
+/* The cache key material: canonical, and every part of the key in it. */
+static void
+test_cache_key(void)
+{
+	char	   *a = wfe_cache_key_material("acme", "embed@1", "queue:embed", "sha256:s", "{\"b\": 1, \"a\": [1.0, \"x\"]}");
+	char	   *b = wfe_cache_key_material("acme", "embed@1", "queue:embed", "sha256:s", "{\"a\":[1,\"x\"],\"b\":1}");
+	char	   *t = wfe_cache_key_material("other", "embed@1", "queue:embed", "sha256:s", "{\"a\":[1,\"x\"],\"b\":1}");
+	char	   *c = wfe_cache_key_material("acme", "embed@2", "queue:embed", "sha256:s", "{\"a\":[1,\"x\"],\"b\":1}");
+	char	   *i = wfe_cache_key_material("acme", "embed@1", "handler:public.f(jsonb)", "sha256:s", "{\"a\":[1,\"x\"],\"b\":1}");
+	char	   *d = wfe_cache_key_material("acme", "embed@1", "queue:embed", "sha256:z", "{\"a\":[1,\"x\"],\"b\":1}");
+	char	   *n = wfe_cache_key_material("acme", "embed@1", "queue:embed", "sha256:s", "null");
+
+	ok(a && strcmp(a, "{\"contract\":\"embed@1\",\"implementation\":\"queue:embed\",\"input\":{\"a\":[1,\"x\"],\"b\":1},"
+					"\"schemas\":\"sha256:s\",\"tenant\":\"acme\",\"v\":1}") == 0,
+	   "cache key: the material is canonical JSON of the documented members (got %s)", a ? a : "NULL");
+	ok(a && b && strcmp(a, b) == 0, "cache key: key order, white space and 1.0 vs 1 do not change it");
+	ok(a && t && c && i && d && strcmp(a, t) != 0 && strcmp(a, c) != 0 && strcmp(a, i) != 0 && strcmp(a, d) != 0,
+	   "cache key: the tenant, the contract, the implementation and the schemas each change it");
+	ok(n && strstr(n, "\"input\":null") != NULL, "cache key: a null input is a value like any other");
+	ok(wfe_cache_key_material("acme", "embed@1", "queue:embed", "sha256:s", "{not json") == NULL,
+	   "cache key: an input that is not JSON has no key");
+	free(a);
+	free(b);
+	free(t);
+	free(c);
+	free(i);
+	free(d);
+	free(n);
+}
+
 int
 main(void)
 {
@@ -762,6 +793,7 @@ main(void)
 	test_bind_schema();
 	test_decisions();
 	test_repeat();
+	test_cache_key();
 
 	wfe_json_free(root);
 	printf("1..%d\n", tests_run);

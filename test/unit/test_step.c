@@ -473,6 +473,40 @@ static const char *TASKS_PRODUCES =
 "    requires_outputs: [{ producer_task_id: make, key: n }, { producer_task_id: make, key: o }]\n"
 "    input: { n: \"${outputs.make.n}\", o: \"${outputs.make.o}\" }\n";
 
+/* The result cache: two branches computing the same thing, then a reader. */
+static const char *CACHED =
+"name: cached\n"
+"version: \"1.0.0\"\n"
+"entry: split\n"
+"stages:\n"
+"  - { name: split, type: fork, branches: [l, r] }\n"
+"  - name: l\n"
+"    type: worker\n"
+"    queue: q\n"
+"    worker: embed@1\n"
+"    input: { t: \"${context.t}\" }\n"
+"    cache: { ttl_ms: 60000 }\n"
+"    retry: { max_attempts: 2, initial_ms: 10, multiplier: 1, max_ms: 10, jitter: none }\n"
+"    on_success: meet\n"
+"    on_failure: meet\n"
+"  - name: r\n"
+"    type: worker\n"
+"    queue: q\n"
+"    worker: embed@1\n"
+"    input: { t: \"${context.t}\" }\n"
+"    cache: { ttl_ms: 60000 }\n"
+"    retry: { max_attempts: 2, initial_ms: 10, multiplier: 1, max_ms: 10, jitter: none }\n"
+"    on_success: meet\n"
+"    on_failure: meet\n"
+"  - { name: meet, type: join, required: [l, r], on_success: use, on_failure: failed }\n"
+"  - name: use\n"
+"    type: worker\n"
+"    queue: q\n"
+"    worker: use@1\n"
+"    input: { v: \"${stages.l.result.v}\" }\n"
+"    on_success: completed\n"
+"    on_failure: failed\n";
+
 static wfe_run_plan *rp_linear,
 		   *rp_jitter,
 		   *rp_model,
@@ -486,7 +520,8 @@ static wfe_run_plan *rp_linear,
 		   *rp_tasks_produces,
 		   *rp_escape,
 		   *rp_tasks_edge,
-		   *rp_tasks_bind;
+		   *rp_tasks_bind,
+		   *rp_cached;
 
 /* ---------------------------------------------------------------------
  * Helpers
@@ -2212,6 +2247,145 @@ test_redispatch(void)
 	run_close(&h, "redispatch");
 }
 
+/* ---------------------------------------------------------------------
+ * The result cache
+ * --------------------------------------------------------------------- */
+
+#define KEY_X "k:embed@1:{\"t\":\"x\"}"
+
+/* Is the detail of stage's last event of type a JSON object with member key == want? */
+static int
+event_says(const sh *h, const char *type, const char *stage, const char *key, const char *want)
+{
+	int			i = stage ? sh_stage(h, stage) : -1;
+
+	for (int k = h->nevents - 1; k >= 0; k--)
+		if (h->events[k].stage == i && strcmp(h->events[k].type, type) == 0)
+		{
+			json_object *d = json_tokener_parse(h->events[k].detail ? h->events[k].detail : "null");
+			json_object *v = NULL;
+			int			yes = d && json_object_object_get_ex(d, key, &v) &&
+				strcmp(json_object_to_json_string_ext(v, JSON_C_TO_STRING_PLAIN), want) == 0;
+
+			json_object_put(d);
+			return yes;
+		}
+	return 0;
+}
+
+static void
+test_cache(void)
+{
+	sh			h;
+	int			l,
+				r;
+
+	/* a miss: the first branch runs, the second (same key, same step) waits on it */
+	run_open(&h, rp_cached, "{\"t\": \"x\"}", NULL);
+	l = X(&h, "l");
+	r = X(&h, "r");
+	sh_start(&h);
+	expect_state(&h, "l", WFE_QUEUED, "cache miss: l is queued");
+	ok(h.rows[l].cache_key && strcmp(h.rows[l].cache_key, KEY_X) == 0, "cache miss: l runs under its key");
+	ok(event_says(&h, "stage.released", "l", "cache_key", "\"" "k:embed@1:{\\\"t\\\":\\\"x\\\"}" "\""),
+	   "cache miss: stage.released names the key");
+	expect_state(&h, "r", WFE_WAITING, "cache wait: r, released in the same step under the same key, waits");
+	ok(events_last(&h, "stage.cache_waiting", "r") == 1 && event_says(&h, "stage.cache_waiting", "r", "leader",
+																	  "{\"run_id\":42,\"stage\":\"l\",\"attempt\":1}"),
+	   "cache wait: stage.cache_waiting names the attempt it waits on");
+	expect_int(sh_count_ops(&h, WFE_OP_ENQUEUE, -2), 1, "cache wait: one attempt queued, not two");
+	/* a retry keeps the key: r goes on waiting */
+	sh_fail(&h, l, "{\"code\": \"flaky\"}", 1);
+	expect_int(h.nwakes, 0, "cache: a retried leader wakes no one");
+	sh_fire_retry(&h, l);
+	sh_complete(&h, l, "{\"v\": 7}");
+	expect_int(h.ncache, 1, "cache store: the accepted result is stored");
+	ok(h.ncache == 1 && strcmp(h.cache[0].key, KEY_X) == 0, "cache store: under the key it ran under");
+	expect_int(sh_count_ops(&h, WFE_OP_CACHE_WAKE, l), 1, "cache store: the leader's end wakes its waiters");
+	expect_int(h.nwakes, 1, "cache store: one cache_ready timer, for r");
+	expect_int(sh_fire_wakes(&h), 1, "cache ready: r's timer fires");
+	expect_state(&h, "r", WFE_COMPLETED, "cache ready: r completes from the stored result");
+	expect_json(h.rows[r].result, "{\"v\": 7}", "cache ready: with l's result");
+	ok(h.rows[r].attempt == 0, "cache ready: without an attempt of its own");
+	ok(event_says(&h, "stage.cache_hit", "r", "coalesced", "true"), "cache ready: stage.cache_hit, coalesced");
+	expect_state(&h, "use", WFE_QUEUED, "cache ready: the join resolves, the next stage runs");
+	sh_complete(&h, X(&h, "use"), "{}");
+	ok(h.run.finished && h.run.state == WFE_RUN_COMPLETED, "cache ready: the run completes");
+	run_close(&h, "cache miss and coalescing");
+
+	/* a hit: a later run with an entry for its key dispatches nothing */
+	run_open(&h, rp_cached, "{\"t\": \"x\"}", NULL);
+	sh_cache_put(&h, KEY_X, "{\"v\": 9}", 1);
+	sh_start(&h);
+	expect_state(&h, "l", WFE_COMPLETED, "cache hit: l completes at release");
+	expect_state(&h, "r", WFE_COMPLETED, "cache hit: r too");
+	expect_int(sh_count_ops(&h, WFE_OP_ENQUEUE, X(&h, "l")) + sh_count_ops(&h, WFE_OP_ENQUEUE, X(&h, "r")), 0,
+			   "cache hit: neither is queued");
+	ok(event_says(&h, "stage.cache_hit", "l", "coalesced", "false") &&
+	   event_says(&h, "stage.completed", "l", "cache", "\"hit\""),
+	   "cache hit: stage.cache_hit, then stage.completed from the cache");
+	expect_int(sh_count_ops(&h, WFE_OP_CACHE_STORE, -2), 0, "cache hit: a hit stores nothing");
+	expect_json(h.rows[X(&h, "use")].input, "{\"v\": 9}", "cache hit: the next stage binds the cached result");
+	run_close(&h, "cache hit");
+
+	/* a corrupt entry and an invalid one: recorded, then a miss */
+	run_open(&h, rp_cached, "{\"t\": \"x\"}", NULL);
+	sh_cache_put(&h, KEY_X, "{\"v\": 9}", 0);
+	sh_start(&h);
+	ok(events_last(&h, "stage.cache_corrupt", "l") == 1 && h.rows[X(&h, "l")].state == WFE_QUEUED,
+	   "cache corrupt: recorded, and l runs");
+	expect_state(&h, "r", WFE_WAITING, "cache corrupt: r waits on l's attempt");
+	run_close(&h, "cache corrupt");
+
+	run_open(&h, rp_cached, "{\"t\": \"x\"}", NULL);
+	sh_set_schema(&h, X(&h, "l"), NULL, "{\"type\": \"object\", \"required\": [\"w\"]}");
+	sh_set_schema(&h, X(&h, "r"), NULL, "{\"type\": \"object\", \"required\": [\"w\"]}");
+	sh_cache_put(&h, KEY_X, "{\"v\": 9}", 1);
+	sh_start(&h);
+	ok(events_last(&h, "stage.cache_invalid", "l") == 1 && h.rows[X(&h, "l")].state == WFE_QUEUED,
+	   "cache invalid: an entry the current output contract refuses is recorded, and l runs");
+	ok(event_says(&h, "stage.cache_invalid", "l", "origin", "{\"run_id\":7,\"stage\":\"origin\",\"attempt\":1}"),
+	   "cache invalid: the event names the entry's origin");
+	run_close(&h, "cache invalid");
+
+	/* a leader that fails for good: its waiter runs itself (and waits no more) */
+	run_open(&h, rp_cached, "{\"t\": \"x\"}", NULL);
+	l = X(&h, "l");
+	r = X(&h, "r");
+	sh_start(&h);
+	sh_fail(&h, l, "{\"code\": \"bad\"}", 0);
+	expect_int(h.ncache, 0, "cache leader failed: nothing stored");
+	expect_int(h.nwakes, 1, "cache leader failed: its waiter is woken");
+	sh_fire_wakes(&h);
+	expect_state(&h, "r", WFE_QUEUED, "cache leader failed: r runs itself");
+	ok(h.rows[r].attempt == 1 && h.rows[r].cache_key != NULL, "cache leader failed: its own attempt, under the key");
+	sh_complete(&h, r, "{\"v\": 1}");
+	expect_int(h.ncache, 1, "cache leader failed: r's result is stored");
+	run_close(&h, "cache leader failed");
+
+	/* an operator's skip is not stored; a cancel wakes the waiters, who find the run ending */
+	run_open(&h, rp_cached, "{\"t\": \"x\"}", NULL);
+	l = X(&h, "l");
+	sh_start(&h);
+	sh_fail(&h, l, "{\"code\": \"bad\"}", 0);
+	sh_fire_wakes(&h);
+	sh_fail(&h, X(&h, "r"), "{\"code\": \"bad\"}", 0);
+	ok(h.run.finished, "cache skip: both failed, the run failed");
+	ok(sh_operate(&h, l, WFE_OPERATE_SKIP, "{\"v\": 5}", "ops", "by hand") == NULL, "cache skip: l skipped by hand");
+	expect_int(h.ncache, 0, "cache skip: an operator's result is not stored");
+	run_close(&h, "cache skip");
+
+	run_open(&h, rp_cached, "{\"t\": \"x\"}", NULL);
+	sh_start(&h);
+	sh_cancel(&h, "enough");
+	expect_int(sh_count_ops(&h, WFE_OP_CACHE_WAKE, X(&h, "l")), 1, "cache cancel: the cancelled leader wakes its waiters");
+	expect_state(&h, "r", WFE_SKIPPED, "cache cancel: the waiter of this run is skipped with the run");
+	sh_fire_wakes(&h);
+	expect_int(h.nops, 0, "cache cancel: the waiter's timer, fired after the skip, does nothing");
+	expect_state(&h, "r", WFE_SKIPPED, "cache cancel: ... and r stays skipped");
+	run_close(&h, "cache cancel");
+}
+
 int
 main(void)
 {
@@ -2223,7 +2397,7 @@ main(void)
 		{&rp_linear, LINEAR}, {&rp_jitter, JITTER}, {&rp_model, MODEL_INGEST}, {&rp_decide, DECIDE},
 		{&rp_nest, NEST}, {&rp_forkdec, FORK_DECISION}, {&rp_forkmeet, FORK_MEET}, {&rp_intents, INTENTS}, {&rp_tasks, TASKS},
 		{&rp_tasks_context, TASKS_CONTEXT}, {&rp_tasks_produces, TASKS_PRODUCES}, {&rp_escape, ESCAPE},
-		{&rp_tasks_edge, TASKS_EDGE}, {&rp_tasks_bind, TASKS_BIND},
+		{&rp_tasks_edge, TASKS_EDGE}, {&rp_tasks_bind, TASKS_BIND}, {&rp_cached, CACHED},
 	};
 
 	for (size_t k = 0; k < sizeof(plans) / sizeof(plans[0]); k++)
@@ -2263,6 +2437,7 @@ main(void)
 	test_skip_stage();
 	test_fail_stage();
 	test_redispatch();
+	test_cache();
 
 	for (size_t k = 0; k < sizeof(plans) / sizeof(plans[0]); k++)
 		wfe_run_plan_free(*plans[k].rp);
