@@ -506,9 +506,41 @@ cache_detail(const wfe_cache_entry *e)
 }
 
 /*
- * An attempt of this run in flight under key, as JSON, or NULL: one this
- * very step may have queued (a fork releasing two branches with the same
- * input), which the server cannot see before the step is written.
+ * This run's own stages, as this step sees them: the server's answers
+ * (cache_entry, cache_leader) come from the rows as they were before the
+ * step, so what the step itself did to a key is looked up here.
+ *
+ * A result this step stored under key (a stage that completed earlier in
+ * the step), as a found entry, or 0.
+ */
+static int
+stored_in_step(wfe_step *st, const char *key, wfe_cache_entry *e)
+{
+	for (int k = st->nops - 1; k >= 0; k--)
+	{
+		const wfe_op *op = &st->ops[k];
+
+		if (op->kind == WFE_OP_CACHE_STORE && strcmp(op->text, key) == 0)
+		{
+			const wfe_row *r = &st->rows[op->stage];
+
+			e->found = 1;
+			e->digest_ok = 1;
+			e->result = r->result;
+			e->origin = wfe_arena_printf(&st->arena, "{\"run_id\": %lld, \"stage\": %s, \"attempt\": %d}",
+										 (long long) st->run->run_id,
+										 wfe_step_json_str(st, st->rp->stages[op->stage].name), r->attempt);
+			return 1;
+		}
+	}
+	return 0;
+}
+
+/*
+ * An attempt of this run in flight under key, as JSON, or NULL (the
+ * server's cache_leader answers for the other runs): one this very step
+ * may have queued (a fork releasing two branches with the same input),
+ * and none that ended in it.
  */
 static const char *
 leader_in_run(wfe_step *st, const char *key)
@@ -544,6 +576,8 @@ cached_release(wfe_step *st, int i, const char *input, int may_wait)
 	memset(&e, 0, sizeof(e));
 	st->io->cache_entry(st->io->arg, i, input, &e);
 	key = wfe_arena_strdup(&st->arena, e.key);
+	if (!e.found)
+		(void) stored_in_step(st, key, &e);
 	if (e.found)
 	{
 		const char *result = wfe_arena_strdup(&st->arena, e.result ? e.result : "null");

@@ -91,8 +91,9 @@ typedef struct wfe_step_io
 	struct json_object *(*output_schema) (void *arg, int stage);
 	/*
 	 * Result cache: stage i's entry for its bound input (fills *e, e->key
-	 * always), and the attempt in flight under a key (JSON {run_id, stage,
-	 * attempt}) or NULL.  The server serialises both per key until commit.
+	 * always), and the attempt of another run in flight under a key (JSON
+	 * {run_id, stage, attempt}) or NULL.  The server serialises both per
+	 * key until commit.  (This run's own stages the core looks at itself.)
 	 */
 	void		(*cache_entry) (void *arg, int stage, const char *input, wfe_cache_entry *e);
 	const char *(*cache_leader) (void *arg, const char *key);

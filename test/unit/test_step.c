@@ -507,6 +507,24 @@ static const char *CACHED =
 "    on_success: completed\n"
 "    on_failure: failed\n";
 
+/* The same key three times: two branches, then the stage after their join. */
+static const char *CACHED_TAIL =
+"name: cached-tail\n"
+"version: \"1.0.0\"\n"
+"entry: split\n"
+"defaults:\n"
+"  retry: { max_attempts: 1 }\n"
+"stages:\n"
+"  - { name: split, type: fork, branches: [l, r] }\n"
+"  - { name: l, type: worker, queue: q, worker: embed@1, input: { t: \"${context.t}\" }, cache: { ttl_ms: 60000 },"
+" on_success: meet, on_failure: meet }\n"
+"  - { name: r, type: worker, queue: q, worker: embed@1, input: { t: \"${context.t}\" }, cache: { ttl_ms: 60000 },"
+" on_success: meet, on_failure: meet }\n"
+"  - { name: meet, type: join, required: [l, r], acceptable_terminal_states: [completed, failed],"
+" on_success: tail, on_failure: failed }\n"
+"  - { name: tail, type: worker, queue: q, worker: embed@1, input: { t: \"${context.t}\" }, cache: { ttl_ms: 60000 },"
+" on_success: completed, on_failure: failed }\n";
+
 static wfe_run_plan *rp_linear,
 		   *rp_jitter,
 		   *rp_model,
@@ -521,7 +539,8 @@ static wfe_run_plan *rp_linear,
 		   *rp_escape,
 		   *rp_tasks_edge,
 		   *rp_tasks_bind,
-		   *rp_cached;
+		   *rp_cached,
+		   *rp_cached_tail;
 
 /* ---------------------------------------------------------------------
  * Helpers
@@ -2375,6 +2394,41 @@ test_cache(void)
 	expect_int(h.ncache, 0, "cache skip: an operator's result is not stored");
 	run_close(&h, "cache skip");
 
+	/* another run's attempt in flight under the key: the release waits on it */
+	run_open(&h, rp_cached, "{\"t\": \"x\"}", NULL);
+	h.foreign_leader = KEY_X;
+	sh_start(&h);
+	ok(h.rows[X(&h, "l")].state == WFE_WAITING && h.rows[X(&h, "r")].state == WFE_WAITING &&
+	   event_says(&h, "stage.cache_waiting", "l", "leader", "{\"run_id\":41,\"stage\":\"leader\",\"attempt\":1}"),
+	   "cache foreign leader: both branches wait on the other run's attempt");
+	h.foreign_leader = NULL;
+	sh_cache_put(&h, KEY_X, "{\"v\": 4}", 1);
+	SH_PUSH(h.wakes, h.nwakes, h.capwakes)->stage = X(&h, "l");
+	SH_PUSH(h.wakes, h.nwakes, h.capwakes)->stage = X(&h, "r");
+	sh_fire_wakes(&h);
+	ok(h.rows[X(&h, "l")].state == WFE_COMPLETED && h.rows[X(&h, "r")].state == WFE_COMPLETED,
+	   "cache foreign leader: its end (result stored) completes both");
+	run_close(&h, "cache foreign leader");
+
+	/* what a step did to a key is seen by the same step: a stored result serves, an ended attempt is no leader */
+	run_open(&h, rp_cached_tail, "{\"t\": \"x\"}", NULL);
+	sh_start(&h);
+	sh_fail(&h, X(&h, "l"), "{\"code\": \"bad\"}", 0);
+	sh_fire_wakes(&h);
+	sh_complete(&h, X(&h, "r"), "{\"v\": 2}");
+	expect_state(&h, "tail", WFE_COMPLETED, "cache same step: r's result, stored in this step, serves tail at once");
+	ok(event_says(&h, "stage.cache_hit", "tail", "origin", "{\"run_id\":42,\"stage\":\"r\",\"attempt\":1}"),
+	   "cache same step: the hit names r as its origin");
+	run_close(&h, "cache stored in the same step");
+
+	run_open(&h, rp_cached_tail, "{\"t\": \"x\"}", NULL);
+	sh_start(&h);
+	sh_fail(&h, X(&h, "l"), "{\"code\": \"bad\"}", 0);
+	sh_fire_wakes(&h);
+	sh_fail(&h, X(&h, "r"), "{\"code\": \"bad\"}", 0);
+	expect_state(&h, "tail", WFE_QUEUED, "cache same step: an attempt that ended in this step is not waited on");
+	run_close(&h, "cache leader ended in the same step");
+
 	run_open(&h, rp_cached, "{\"t\": \"x\"}", NULL);
 	sh_start(&h);
 	sh_cancel(&h, "enough");
@@ -2398,6 +2452,7 @@ main(void)
 		{&rp_nest, NEST}, {&rp_forkdec, FORK_DECISION}, {&rp_forkmeet, FORK_MEET}, {&rp_intents, INTENTS}, {&rp_tasks, TASKS},
 		{&rp_tasks_context, TASKS_CONTEXT}, {&rp_tasks_produces, TASKS_PRODUCES}, {&rp_escape, ESCAPE},
 		{&rp_tasks_edge, TASKS_EDGE}, {&rp_tasks_bind, TASKS_BIND}, {&rp_cached, CACHED},
+		{&rp_cached_tail, CACHED_TAIL},
 	};
 
 	for (size_t k = 0; k < sizeof(plans) / sizeof(plans[0]); k++)
