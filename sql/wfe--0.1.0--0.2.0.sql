@@ -936,8 +936,9 @@ CREATE FUNCTION wfe._engine_error(run_id bigint, stage text, error jsonb)
 RETURNS void AS 'MODULE_PATHNAME', 'wfe_engine_error' LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION wfe._engine_error(bigint, text, jsonb) IS
 'An item of a worker round (a firing, an expiry, an action) raised for this run: records run.engine_error and fails the run.';
+-- (0.2.0 gave it p_timer_id: an item that deadlocked is tried again)
 CREATE FUNCTION wfe._item_failed(p_run_id bigint, p_stage text, p_what text,
-                                 p_sqlstate text, p_message text)
+                                 p_sqlstate text, p_message text, p_timer_id bigint DEFAULT NULL)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -950,6 +951,18 @@ DECLARE
     v_message text;
     v_other   text;
 BEGIN
+    IF p_sqlstate LIKE '40%' THEN
+        RAISE WARNING 'wfe: % of run % raised % (%): it is tried again in a second', p_what, p_run_id,
+            p_sqlstate, v_error ->> 'message';
+        UPDATE wfe.timers AS t SET due_at = now() + interval '1 second', fired_at = NULL
+         WHERE t.timer_id = p_timer_id;
+        UPDATE wfe.run_stages AS st SET deadline_at = now() + interval '1 second'
+         WHERE p_timer_id IS NULL AND st.run_id = p_run_id AND st.stage = p_stage AND st.deadline_at <= now();
+        UPDATE wfe.run_stages AS st SET ready_at = now() + interval '1 second'
+         WHERE p_timer_id IS NULL AND st.run_id = p_run_id AND st.stage = p_stage AND st.state = 'queued'
+           AND st.handler IS NOT NULL;
+        RETURN;
+    END IF;
     RAISE WARNING 'wfe: % of run % raised % (%): the run is failed', p_what, p_run_id, p_sqlstate,
         v_error ->> 'message';
     BEGIN
@@ -982,8 +995,8 @@ BEGIN
     END;
 END
 $$;
-COMMENT ON FUNCTION wfe._item_failed(bigint, text, text, text, text) IS
-'An item of a worker round raised: fail its run (run.engine_error), or record the error and put the item off; logs the run id.';
+COMMENT ON FUNCTION wfe._item_failed(bigint, text, text, text, text, bigint) IS
+'An item of a worker round (a timer: p_timer_id) raised: put it off a second for a deadlock or serialization failure, else fail its run (run.engine_error), or record the error and put the item off; logs the run id.';
 CREATE OR REPLACE FUNCTION wfe._worker_round(p_max int)
 RETURNS int
 LANGUAGE plpgsql VOLATILE
@@ -1013,7 +1026,7 @@ BEGIN
         EXCEPTION WHEN OTHERS THEN
             GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE, v_message = MESSAGE_TEXT;
             UPDATE wfe.timers AS x SET fired_at = now() WHERE x.timer_id = t.timer_id;
-            PERFORM wfe._item_failed(t.run_id, t.stage, t.kind || ' timer', v_state, v_message);
+            PERFORM wfe._item_failed(t.run_id, t.stage, t.kind || ' timer', v_state, v_message, t.timer_id);
         END;
         done := done + 1;
     END LOOP;
@@ -1156,7 +1169,7 @@ REVOKE ALL ON FUNCTION
     wfe._queue_grants_changed(), wfe._check_queue_grant(regrole, text),
     wfe._may_call_back(text, text, boolean, bigint, text, text),
     wfe.grant_queue(regrole, text), wfe.revoke_queue(regrole, text),
-    wfe._engine_error(bigint, text, jsonb), wfe._item_failed(bigint, text, text, text, text)
+    wfe._engine_error(bigint, text, jsonb), wfe._item_failed(bigint, text, text, text, text, bigint)
     FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION
     wfe.grant_queue(regrole, text),

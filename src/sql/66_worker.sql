@@ -9,13 +9,15 @@ COMMENT ON FUNCTION wfe._wake(timestamptz) IS
 'Asks for the background worker to be awake by due, once this transaction commits (no-op without the worker).';
 
 -- An item of a round raised (src/sql: _worker_round, _run_next_handler):
--- the round goes on without it.  Its run is failed through the engine
+-- the round goes on without it.  A deadlock or a serialization failure
+-- (SQLSTATE class 40) is the moment's, not the run's: the item is put off
+-- a second and tried again.  For anything else its run is failed through the engine
 -- (run.engine_error, finalisers run); should even that raise, the error is
 -- recorded as an event and the item put off for a minute, so one poisoned
 -- run never holds up the others' clocks.  The run is named in the log once
 -- per failure, with control characters removed (no forged log lines).
 CREATE FUNCTION wfe._item_failed(p_run_id bigint, p_stage text, p_what text,
-                                 p_sqlstate text, p_message text)
+                                 p_sqlstate text, p_message text, p_timer_id bigint DEFAULT NULL)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -28,6 +30,18 @@ DECLARE
     v_message text;
     v_other   text;
 BEGIN
+    IF p_sqlstate LIKE '40%' THEN
+        RAISE WARNING 'wfe: % of run % raised % (%): it is tried again in a second', p_what, p_run_id,
+            p_sqlstate, v_error ->> 'message';
+        UPDATE wfe.timers AS t SET due_at = now() + interval '1 second', fired_at = NULL
+         WHERE t.timer_id = p_timer_id;
+        UPDATE wfe.run_stages AS st SET deadline_at = now() + interval '1 second'
+         WHERE p_timer_id IS NULL AND st.run_id = p_run_id AND st.stage = p_stage AND st.deadline_at <= now();
+        UPDATE wfe.run_stages AS st SET ready_at = now() + interval '1 second'
+         WHERE p_timer_id IS NULL AND st.run_id = p_run_id AND st.stage = p_stage AND st.state = 'queued'
+           AND st.handler IS NOT NULL;
+        RETURN;
+    END IF;
     RAISE WARNING 'wfe: % of run % raised % (%): the run is failed', p_what, p_run_id, p_sqlstate,
         v_error ->> 'message';
     BEGIN
@@ -60,8 +74,8 @@ BEGIN
     END;
 END
 $$;
-COMMENT ON FUNCTION wfe._item_failed(bigint, text, text, text, text) IS
-'An item of a worker round raised: fail its run (run.engine_error), or record the error and put the item off; logs the run id.';
+COMMENT ON FUNCTION wfe._item_failed(bigint, text, text, text, text, bigint) IS
+'An item of a worker round (a timer: p_timer_id) raised: put it off a second for a deadlock or serialization failure, else fail its run (run.engine_error), or record the error and put the item off; logs the run id.';
 
 -- Fire due timers and time out expired attempts: one bounded round.
 CREATE FUNCTION wfe._worker_round(p_max int)
@@ -93,7 +107,7 @@ BEGIN
         EXCEPTION WHEN OTHERS THEN
             GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE, v_message = MESSAGE_TEXT;
             UPDATE wfe.timers AS x SET fired_at = now() WHERE x.timer_id = t.timer_id;
-            PERFORM wfe._item_failed(t.run_id, t.stage, t.kind || ' timer', v_state, v_message);
+            PERFORM wfe._item_failed(t.run_id, t.stage, t.kind || ' timer', v_state, v_message, t.timer_id);
         END;
         done := done + 1;
     END LOOP;
