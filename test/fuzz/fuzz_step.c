@@ -182,7 +182,7 @@ static const char *CACHED =
 "  - { name: r, type: worker, queue: q, worker: w.e@1, input: { x: \"${context.x}\" }, cache: { ttl_ms: 10 },"
 " on_success: j, on_failure: j }\n"
 "  - { name: o, type: action, action: act.e@1, input: { x: 1 }, cache: { ttl_ms: 10 },"
-" on_success: j, on_failure: failed }\n"
+" on_success: j, on_failure: j }\n"
 "  - { name: j, type: join, required: [l, r, o], acceptable_terminal_states: [completed, failed],"
 " on_success: u, on_failure: failed }\n"
 "  - { name: u, type: worker, queue: q, worker: w.e@1, input: { x: \"${context.x}\" }, cache: { ttl_ms: 10 },"

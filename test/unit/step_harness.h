@@ -682,6 +682,9 @@ sh_record_event(sh *h, int stage, int attempt, const char *type, const char *det
 	e->attempt = attempt;
 	e->type = sh_strdup(type ? type : "(null)");
 	e->detail = sh_strdup(detail);
+	if (getenv("SH_TRACE"))		/* to read a fuzzer's crash: SH_TRACE=1 build/fuzz/fuzz_step crash-... */
+		fprintf(stderr, "  event %s %s attempt %d %s\n", stage >= 0 ? sh_sname(h, stage) : "-",
+				type ? type : "(null)", attempt, detail ? detail : "");
 	if (type == NULL)
 		sh_violate(h, "an event without a type");
 }
