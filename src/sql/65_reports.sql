@@ -87,16 +87,20 @@ BEGIN
         -- the outcome: the attempt's last event that says how it went; a
         -- timeout wins over the retry it led to (the attempt timed out), and
         -- an operator's bookkeeping (redriven, reset, ...) is not an outcome
-        SELECT e.stage, e.attempt, min(e.at) AS t_start, max(e.at) AS t_end, min(e.event_id) AS first_event,
+        -- and what the result cache did before any attempt (or instead of
+        -- one) is attempt 0: waiting on another attempt, a hit, an entry refused
+        SELECT e.stage, coalesce(e.attempt, 0) AS attempt, min(e.at) AS t_start, max(e.at) AS t_end,
+               min(e.event_id) AS first_event,
                (array_agg(e.type ORDER BY (e.type = 'stage.timed_out') DESC,
                                           (e.type IN ('stage.redriven', 'stage.reset', 'stage.skipped_by_operator',
                                                       'stage.failed_by_operator', 'stage.dead_lettered',
                                                       'stage.cancel_acknowledged')),
                                           e.event_id DESC))[1] AS last_type
           FROM wfe.events AS e
-         WHERE e.run_id = r.run_id AND e.stage IS NOT NULL AND e.attempt IS NOT NULL
+         WHERE e.run_id = r.run_id AND e.stage IS NOT NULL
+           AND (e.attempt IS NOT NULL OR e.type LIKE 'stage.cache\_%')
            AND e.type NOT LIKE 'callback.%'
-         GROUP BY e.stage, e.attempt
+         GROUP BY e.stage, coalesce(e.attempt, 0)
     )
     SELECT a.stage, a.attempt, replace(a.last_type, 'stage.', ''), a.t_start, a.t_end,
            round((extract(epoch FROM a.t_end - a.t_start) * 1000)::numeric, 1),
