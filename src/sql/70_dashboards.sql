@@ -245,6 +245,11 @@ SELECT x.problem, x.run_id, x.stage, x.attempt,
        AND NOT EXISTS (SELECT 1 FROM wfe.run_stages AS st WHERE st.run_id = r.run_id
                           AND st.state IN ('queued', 'dispatched', 'running', 'retry_scheduled'))
        AND NOT EXISTS (SELECT 1 FROM wfe.timers AS t WHERE t.run_id = r.run_id AND t.fired_at IS NULL)
+       -- a stage waiting on another run's attempt under its result cache key moves when that one ends
+       AND NOT EXISTS (SELECT 1 FROM wfe.run_stages AS w
+                         JOIN wfe.run_stages AS l ON l.cache_key = w.cache_key
+                        WHERE w.run_id = r.run_id AND w.state = 'waiting' AND w.cache = 'waiting'
+                          AND l.state IN ('queued', 'dispatched', 'running', 'retry_scheduled'))
     UNION ALL
     -- the clocks should have fired (the background worker is down or behind)
     SELECT 'past deadline', st.run_id, st.stage, st.attempt, st.deadline_at, st.state || ' on ' || st.queue
