@@ -1689,6 +1689,9 @@ reset(wfe_step *st, int i, const char *redo)
  * cancelled is queued again, what lies downstream of those and of i waits
  * again, and so do the finalisers, which run again at the new intent.
  */
+/* reopen's redo[k]: 1 runs again (queued), RELEASE_AGAIN is released as a route would */
+#define RELEASE_AGAIN 2
+
 static void
 reopen(wfe_step *st, int i, const char *by, const char *why)
 {
@@ -1716,6 +1719,21 @@ reopen(wfe_step *st, int i, const char *by, const char *why)
 		if (st->rows[k].exists && is_task(st, k) && (st->rows[k].state == WFE_CANCELLED ||
 													 (st->rows[k].state == WFE_SKIPPED && st->rows[k].cache_key)))
 			redo[k] = 1;
+
+	/*
+	 * A fork releases its branches one after another: the failure that
+	 * ended the run may have come from an earlier branch before a later one
+	 * was released, and the intent skipped that one.  It is released again.
+	 */
+	for (int k = 0; k < rp->first_finaliser; k++)
+		if (rp->stages[k].kind == WFE_K_FORK && st->rows[k].exists && st->rows[k].state == WFE_COMPLETED)
+			for (int b = 0; b < rp->stages[k].ntargets; b++)
+			{
+				int			t = rp->stages[k].targets[b];
+
+				if (st->rows[t].exists && st->rows[t].state == WFE_SKIPPED && !redo[t])
+					redo[t] = RELEASE_AGAIN;
+			}
 	for (int k = 0; k < rp->nstages; k++)
 	{
 		wfe_row    *r = &st->rows[k];
@@ -1729,15 +1747,21 @@ reopen(wfe_step *st, int i, const char *by, const char *why)
 			reset(st, k, redo);
 	}
 	for (int k = 0; k < rp->first_finaliser; k++)
-		if (redo[k] && k != i && st->rows[k].state == WFE_SKIPPED)
+		if (redo[k] == 1 && k != i && st->rows[k].state == WFE_SKIPPED)
 		{
 			const char *key = st->rows[k].cache_key;
 
 			reset(st, k, redo);
 			enqueue(st, k, NULL, 1, key);	/* its bound input is in its row: it runs itself */
 		}
-		else if (redo[k] && k != i)
+		else if (redo[k] == 1 && k != i)
 			enqueue(st, k, NULL, 1, NULL);
+	for (int k = 0; k < rp->first_finaliser; k++)
+		if (redo[k] == RELEASE_AGAIN)
+		{
+			reset(st, k, redo);
+			activate(st, k, k, WFE_COMPLETED);
+		}
 }
 
 /* In a running run: what i's failure skipped downstream may run again. */

@@ -2195,6 +2195,26 @@ test_skip_stage(void)
 	run_close(&h, "skip a decision");
 }
 
+/* A fork's branch that fails at once ends the run before its later branches are released; reopened, they run. */
+static void
+test_reopen_fork_unreleased(void)
+{
+	sh			h;
+
+	run_open(&h, rp_forkdec, "{}", NULL);
+	sh_start(&h);
+	ok(h.run.finished && h.run.state == WFE_RUN_FAILED, "reopen fork: d's evaluation error failed the run at once");
+	expect_skipped(&h, "b", "run_aborted", "reopen fork: b, not released yet, was skipped");
+	ok(sh_operate(&h, X(&h, "d"), WFE_OPERATE_SKIP, "{\"next\": \"j\"}", "ops", "no go") == NULL,
+	   "reopen fork: d is decided by hand");
+	expect_state(&h, "b", WFE_QUEUED, "reopen fork: the branch the failure cut off runs");
+	expect_state(&h, "e", WFE_COMPLETED, "reopen fork: ... and so does the other one");
+	sh_complete(&h, X(&h, "b"), "{}");
+	sh_complete(&h, X(&h, "b2"), "{}");
+	ok(h.run.finished && h.run.state == WFE_RUN_COMPLETED, "reopen fork: the join joins, the run completes");
+	run_close(&h, "reopen a fork cut short");
+}
+
 static void
 test_fail_stage(void)
 {
@@ -2490,6 +2510,7 @@ main(void)
 	test_interrupted_step();
 	test_redrive();
 	test_skip_stage();
+	test_reopen_fork_unreleased();
 	test_fail_stage();
 	test_redispatch();
 	test_cache();
