@@ -1337,6 +1337,15 @@ GRANT SELECT ON wfe.tenant_members TO wfe_admin;
 ALTER TABLE wfe.run_stages ADD COLUMN lease_ms int;
 COMMENT ON COLUMN wfe.run_stages.lease_ms IS
 'The lease_ms the running attempt was claimed with (NULL: none); each heartbeat renews it, within the execution deadline';
+-- the result cache's columns (64_cache.sql; the rest of it is further down)
+ALTER TABLE wfe.run_stages ADD COLUMN cache_key text;
+ALTER TABLE wfe.run_stages ADD COLUMN cache text CONSTRAINT run_stages_cache
+    CHECK (cache IN ('hit', 'miss', 'waiting', 'coalesced'));
+COMMENT ON COLUMN wfe.run_stages.cache_key IS
+'A stage with cache: the result cache key of its bound input (dsl.md "Result cache"); NULL otherwise';
+COMMENT ON COLUMN wfe.run_stages.cache IS
+'What the result cache did at release: hit, miss, waiting (on the attempt in flight under its key), coalesced (completed from that attempt''s result)';
+CREATE INDEX run_stages_cache_key ON wfe.run_stages (cache_key) WHERE cache_key IS NOT NULL;
 
 
 -- 0.2.0: one JSON Schema validator (src/core/jsonschema*.c, draft 2020-12
@@ -2433,14 +2442,6 @@ CREATE POLICY tenant_read ON wfe.tenant_limits FOR SELECT
 -- The stage result cache (64_cache.sql; dsl.md "Result cache").  Stages
 -- released before the update have no cache key: they run and report as
 -- they did, and only stages released after it use the cache.
-ALTER TABLE wfe.run_stages ADD COLUMN cache_key text;
-ALTER TABLE wfe.run_stages ADD COLUMN cache text CONSTRAINT run_stages_cache
-    CHECK (cache IN ('hit', 'miss', 'waiting', 'coalesced'));
-COMMENT ON COLUMN wfe.run_stages.cache_key IS
-'A stage with cache: the result cache key of its bound input (dsl.md "Result cache"); NULL otherwise';
-COMMENT ON COLUMN wfe.run_stages.cache IS
-'What the result cache did at release: hit, miss, waiting (on the attempt in flight under its key), coalesced (completed from that attempt''s result)';
-CREATE INDEX run_stages_cache_key ON wfe.run_stages (cache_key) WHERE cache_key IS NOT NULL;
 ALTER TABLE wfe.timers DROP CONSTRAINT timers_kind;
 ALTER TABLE wfe.timers ADD CONSTRAINT timers_kind
     CHECK (kind IN ('retry', 'not_before', 'run_deadline', 'cache_ready'));
