@@ -1,5 +1,7 @@
 /*
  * step.c — the step core (step.h): every decision about how a run moves.
+ * The result cache's part of a release is step_cache.c; operator recovery
+ * is step_operate.c (what they share: step_internal.h).
  *
  * The functions below call each other the way a run's consequences chain:
  * a completion routes to a stage, which may be a decision that routes on,
@@ -19,11 +21,10 @@
 #include "compile.h"
 #include "expr.h"
 #include "jsonschema.h"
-#include "step.h"
+#include "step_internal.h"
 
 #define STEP_MAX_DEPTH 4096
 
-static void activate(wfe_step *st, int i, int branch, wfe_state outcome);
 static void stage_done(wfe_step *st, int i, wfe_state outcome);
 static void set_intent(wfe_step *st, wfe_run_state intent, const char *reason);
 static void task_done(wfe_step *st, int i);
@@ -33,8 +34,8 @@ static void task_done(wfe_step *st, int i);
  * --------------------------------------------------------------------- */
 
 /* Keep a parsed object until the step ends. */
-static json_object *
-hold(wfe_step *st, json_object *o)
+json_object *
+step_hold(wfe_step *st, json_object *o)
 {
 	if (o == NULL)
 		return NULL;
@@ -98,8 +99,8 @@ wfe_step_row(wfe_step *st, int i)
 }
 
 /* Every row of the run, for the decisions that look at the whole run. */
-static void
-load_all(wfe_step *st)
+void
+step_load_all(wfe_step *st)
 {
 	if (st->all_loaded)
 		return;
@@ -108,8 +109,8 @@ load_all(wfe_step *st)
 	st->all_loaded = 1;
 }
 
-static wfe_op *
-emit(wfe_step *st, wfe_op_kind kind, int stage)
+wfe_op *
+step_emit(wfe_step *st, wfe_op_kind kind, int stage)
 {
 	wfe_op	   *op;
 
@@ -129,8 +130,8 @@ emit(wfe_step *st, wfe_op_kind kind, int stage)
 }
 
 /* Serialise (and free) a json-c object into the arena. */
-static const char *
-json_text(wfe_step *st, json_object *o)
+const char *
+step_json_text(wfe_step *st, json_object *o)
 {
 	const char *s;
 
@@ -145,25 +146,25 @@ json_text(wfe_step *st, json_object *o)
 const char *
 wfe_step_json_str(wfe_step *st, const char *s)
 {
-	return json_text(st, json_object_new_string(s));
+	return step_json_text(st, json_object_new_string(s));
 }
 
-static json_object *
-jstr(const char *s)
+json_object *
+step_jstr(const char *s)
 {
 	return s ? json_object_new_string(s) : NULL;
 }
 
 /* A stage name as JSON, or null for none. */
-static json_object *
-jname(wfe_step *st, int i)
+json_object *
+step_jname(wfe_step *st, int i)
 {
 	return i >= 0 ? json_object_new_string(st->rp->stages[i].name) : NULL;
 }
 
 /* A JSON text parsed into a new object (NULL for NULL or JSON null). */
-static json_object *
-jparse(const char *text)
+json_object *
+step_jparse(const char *text)
 {
 	size_t		n;
 	char	   *copy;
@@ -186,18 +187,18 @@ jparse(const char *text)
 	return o;
 }
 
-static void
-event(wfe_step *st, int stage, int attempt, const char *type, json_object *detail)
+void
+step_event(wfe_step *st, int stage, int attempt, const char *type, json_object *detail)
 {
-	wfe_op	   *op = emit(st, WFE_OP_EVENT, stage);
+	wfe_op	   *op = step_emit(st, WFE_OP_EVENT, stage);
 
 	op->attempt = attempt;
 	op->text = type;
-	op->json = json_text(st, detail);
+	op->json = step_json_text(st, detail);
 }
 
-static const char *
-intent_name(int intent)
+const char *
+step_intent_name(int intent)
 {
 	return wfe_run_state_name((wfe_run_state) intent);
 }
@@ -229,7 +230,7 @@ required_outputs(wfe_step *st, int i, int *missing)
 		if (rq->producer >= 0 && wfe_step_row(st, rq->producer)->result != NULL)
 		{
 			const wfe_rp_stage *ps = &st->rp->stages[rq->producer];
-			json_object *result = hold(st, jparse(st->rows[rq->producer].result));
+			json_object *result = step_hold(st, step_jparse(st->rows[rq->producer].result));
 			json_object *v;
 
 			for (int m = 0; m < ps->nproduces && !found; m++)
@@ -247,7 +248,7 @@ required_outputs(wfe_step *st, int i, int *missing)
 
 			if (text != NULL)
 			{
-				value = jparse(text);
+				value = step_jparse(text);
 				found = 1;
 			}
 		}
@@ -283,7 +284,7 @@ build_root(wfe_step *st, int i, int for_decision)
 	json_object *outputs = NULL;
 
 	if (for_decision || (s->input_refs & WFE_REF_CONTEXT))
-		context = jparse(st->io->context(st->io->arg));
+		context = step_jparse(st->io->context(st->io->arg));
 	json_object_object_add(root, "context", context ? context : json_object_new_object());
 	if (for_decision || (s->input_refs & WFE_REF_STAGES))
 	{
@@ -303,7 +304,7 @@ build_root(wfe_step *st, int i, int for_decision)
 				continue;
 			entry = json_object_new_object();
 			json_object_object_add(entry, "result",
-								   jparse(tr->result ? tr->result : st->io->result(st->io->arg, t)));
+								   step_jparse(tr->result ? tr->result : st->io->result(st->io->arg, t)));
 			json_object_object_add(stages, ts->name, entry);
 		}
 	}
@@ -312,11 +313,11 @@ build_root(wfe_step *st, int i, int for_decision)
 		outputs = required_outputs(st, i, NULL);
 	json_object_object_add(root, "outputs", outputs ? outputs : json_object_new_object());
 	json_object_object_add(run, "id", json_object_new_int64(st->run->run_id));
-	json_object_object_add(run, "tenant", jstr(st->run->tenant));
-	json_object_object_add(run, "workflow", jstr(st->run->workflow));
-	json_object_object_add(run, "version", jstr(st->run->version));
+	json_object_object_add(run, "tenant", step_jstr(st->run->tenant));
+	json_object_object_add(run, "workflow", step_jstr(st->run->workflow));
+	json_object_object_add(run, "version", step_jstr(st->run->version));
 	json_object_object_add(root, "run", run);
-	return hold(st, root);
+	return step_hold(st, root);
 }
 
 /* A decision's outcome over pre-parsed `when` clauses (bind.c's rules). */
@@ -367,18 +368,18 @@ finaliser_input(wfe_step *st)
 	json_object *in = json_object_new_object();
 	json_object *stages = json_object_new_object();
 
-	load_all(st);
+	step_load_all(st);
 	for (int k = 0; k < st->rp->nstages; k++)
 		if (st->rp->stages[k].kind != WFE_K_FINALISER && st->rows[k].exists)
 			json_object_object_add(stages, st->rp->stages[k].name,
 								   json_object_new_string(wfe_state_name(st->rows[k].state)));
 	json_object_object_add(in, "run_id", json_object_new_int64(st->run->run_id));
-	json_object_object_add(in, "workflow", jstr(st->run->workflow));
-	json_object_object_add(in, "version", jstr(st->run->version));
-	json_object_object_add(in, "tenant", jstr(st->run->tenant));
-	json_object_object_add(in, "intent", st->run->intent >= 0 ? jstr(intent_name(st->run->intent)) : NULL);
+	json_object_object_add(in, "workflow", step_jstr(st->run->workflow));
+	json_object_object_add(in, "version", step_jstr(st->run->version));
+	json_object_object_add(in, "tenant", step_jstr(st->run->tenant));
+	json_object_object_add(in, "intent", st->run->intent >= 0 ? step_jstr(step_intent_name(st->run->intent)) : NULL);
 	json_object_object_add(in, "stages", stages);
-	return json_text(st, in);
+	return step_json_text(st, in);
 }
 
 /*
@@ -398,7 +399,7 @@ bind_stage(wfe_step *st, int i, const char **code, const char **message)
 
 	if (s->input_refs == 0 && schema == NULL && strstr(s->input_text, "$${") == NULL)
 		return s->input_text;	/* nothing to interpolate, unescape or check */
-	root = s->input_refs ? build_root(st, i, 0) : hold(st, json_object_new_object());
+	root = s->input_refs ? build_root(st, i, 0) : step_hold(st, json_object_new_object());
 	memset(&err, 0, sizeof(err));
 	input = wfe_bind_input(s->input, root, schema, &err);
 	if (input == NULL)
@@ -424,8 +425,8 @@ bind_stage(wfe_step *st, int i, const char **code, const char **message)
  * fresh random bits from the server, so whoever did not receive the task or
  * the envelope cannot guess the fence of the attempt it names.
  */
-static int64_t
-next_fence(wfe_step *st, int64_t fence)
+int64_t
+step_next_fence(wfe_step *st, int64_t fence)
 {
 	uint64_t	generation = ((uint64_t) fence >> 32) + 1;
 
@@ -436,11 +437,11 @@ next_fence(wfe_step *st, int64_t fence)
  * Queue an attempt: a new fence (and, for a release or a retry, a new
  * attempt).  cache_key: a cache miss's key, which the attempt runs under.
  */
-static void
-enqueue(wfe_step *st, int i, const char *input, int new_attempt, const char *cache_key)
+void
+step_enqueue(wfe_step *st, int i, const char *input, int new_attempt, const char *cache_key)
 {
 	wfe_row    *r = wfe_step_row(st, i);
-	wfe_op	   *op = emit(st, WFE_OP_ENQUEUE, i);
+	wfe_op	   *op = step_emit(st, WFE_OP_ENQUEUE, i);
 	json_object *detail = json_object_new_object();
 
 	op->flag = new_attempt;
@@ -450,205 +451,31 @@ enqueue(wfe_step *st, int i, const char *input, int new_attempt, const char *cac
 		r->cache_key = cache_key;
 	r->state = WFE_QUEUED;
 	r->attempt += new_attempt;
-	r->fence = next_fence(st, r->fence);
+	r->fence = step_next_fence(st, r->fence);
 	r->outcome = 0;
 	op->attempt = r->attempt;
 	op->fence = r->fence;
-	json_object_object_add(detail, "queue", jstr(r->queue));
+	json_object_object_add(detail, "queue", step_jstr(r->queue));
 	json_object_object_add(detail, "fence", json_object_new_int64(r->fence));
 	if (r->cache_key != NULL)
-		json_object_object_add(detail, "cache_key", jstr(r->cache_key));
-	event(st, i, r->attempt, r->attempt == 1 ? "stage.released" : "stage.retried", detail);
-}
-
-/* ---------------------------------------------------------------------
- * The result cache (dsl.md "Result cache")
- * --------------------------------------------------------------------- */
-
-/* How a stage completed: what its completion stores and whom it wakes. */
-typedef enum completion
-{
-	BY_ATTEMPT,					/* an accepted, valid result of its attempt */
-	BY_HAND,					/* an operator's skip */
-	FROM_CACHE					/* a cache entry, at release */
-} completion;
-
-static void completed(wfe_step *st, int i, const char *result, completion how);
-
-/* Does stage i keep its results in the cache? */
-static int
-cached(wfe_step *st, int i)
-{
-	const wfe_rp_stage *s = &st->rp->stages[i];
-
-	return s->cache_ttl_ms >= 0 && s->kind != WFE_K_FINALISER && s->contract != NULL;
-}
-
-/* The attempt stage i ran under its cache key is over, whatever it did: its waiters go on. */
-static void
-cache_leader_ended(wfe_step *st, int i)
-{
-	wfe_row    *r = wfe_step_row(st, i);
-
-	if (r->cache_key != NULL && cached(st, i))
-		emit(st, WFE_OP_CACHE_WAKE, i)->text = r->cache_key;
-}
-
-static json_object *
-cache_detail(const wfe_cache_entry *e)
-{
-	json_object *d = json_object_new_object();
-
-	json_object_object_add(d, "key", jstr(e->key));
-	if (e->origin != NULL)
-		json_object_object_add(d, "origin", jparse(e->origin));
-	return d;
-}
-
-/*
- * This run's own stages, as this step sees them: the server's answers
- * (cache_entry, cache_leader) come from the rows as they were before the
- * step, so what the step itself did to a key is looked up here.
- *
- * A result this step stored under key (a stage that completed earlier in
- * the step), as a found entry, or 0.
- */
-static int
-stored_in_step(wfe_step *st, const char *key, wfe_cache_entry *e)
-{
-	for (int k = st->nops - 1; k >= 0; k--)
-	{
-		const wfe_op *op = &st->ops[k];
-
-		if (op->kind == WFE_OP_CACHE_STORE && strcmp(op->text, key) == 0)
-		{
-			const wfe_row *r = &st->rows[op->stage];
-
-			e->found = 1;
-			e->digest_ok = 1;
-			e->result = r->result;
-			e->origin = wfe_arena_printf(&st->arena, "{\"run_id\": %lld, \"stage\": %s, \"attempt\": %d}",
-										 (long long) st->run->run_id,
-										 wfe_step_json_str(st, st->rp->stages[op->stage].name), r->attempt);
-			return 1;
-		}
-	}
-	return 0;
-}
-
-/*
- * An attempt of this run in flight under key, as JSON, or NULL (the
- * server's cache_leader answers for the other runs): one this very step
- * may have queued (a fork releasing two branches with the same input),
- * and none that ended in it.
- */
-static const char *
-leader_in_run(wfe_step *st, const char *key)
-{
-	for (int k = 0; k < st->rp->nstages; k++)
-	{
-		const wfe_row *r = &st->rows[k];
-
-		if (r->loaded && r->exists && r->cache_key != NULL && strcmp(r->cache_key, key) == 0 &&
-			WFE_STATE_IN_FLIGHT(r->state))
-			return wfe_arena_printf(&st->arena, "{\"run_id\": %lld, \"stage\": %s, \"attempt\": %d}",
-									(long long) st->run->run_id, wfe_step_json_str(st, st->rp->stages[k].name),
-									r->attempt);
-	}
-	return NULL;
-}
-
-/*
- * Release cached stage i with its bound input.  A sound entry completes it
- * without an attempt; an unsound one (digest mismatch: corrupt; refused by
- * the current output contract: invalid) is recorded and counts as a miss.
- * On a miss the stage waits on an attempt already in flight under the same
- * key (when may_wait), else it is queued under the key.
- */
-static void
-cached_release(wfe_step *st, int i, const char *input, int may_wait)
-{
-	wfe_row    *r = wfe_step_row(st, i);
-	wfe_cache_entry e;
-	const char *leader;
-	const char *key;
-
-	memset(&e, 0, sizeof(e));
-	st->io->cache_entry(st->io->arg, i, input, &e);
-	key = wfe_arena_strdup(&st->arena, e.key);
-	if (!e.found)
-		(void) stored_in_step(st, key, &e);
-	if (e.found)
-	{
-		const char *result = wfe_arena_strdup(&st->arena, e.result ? e.result : "null");
-		const char *problem = e.digest_ok
-			? wfe_step_result_problem(st, i, result, st->io->output_schema(st->io->arg, i))
-			: "the stored result does not match its digest";
-		json_object *detail = cache_detail(&e);
-
-		if (problem == NULL)
-		{
-			wfe_op	   *op = emit(st, WFE_OP_CACHE_HIT, i);
-
-			op->text = key;
-			op->json = result;
-			op->json2 = input;
-			op->flag = !may_wait;
-			r->cache_key = key;
-			r->fence = next_fence(st, r->fence);
-			op->fence = r->fence;
-			json_object_object_add(detail, "coalesced", json_object_new_boolean(!may_wait));
-			event(st, i, 0, "stage.cache_hit", detail);
-			completed(st, i, result, FROM_CACHE);
-			return;
-		}
-		json_object_object_add(detail, "error", jstr(problem));
-		event(st, i, 0, e.digest_ok ? "stage.cache_invalid" : "stage.cache_corrupt", detail);
-	}
-	if (may_wait && ((leader = leader_in_run(st, key)) != NULL ||
-					 (leader = st->io->cache_leader(st->io->arg, key)) != NULL))
-	{
-		wfe_op	   *op = emit(st, WFE_OP_CACHE_WAIT, i);
-		json_object *detail = json_object_new_object();
-
-		op->text = key;
-		op->json = input;
-		r->cache_key = key;
-		json_object_object_add(detail, "key", jstr(key));
-		json_object_object_add(detail, "leader", jparse(leader));
-		event(st, i, 0, "stage.cache_waiting", detail);
-		return;
-	}
-	enqueue(st, i, input, 1, key);
-}
-
-void
-wfe_step_cache_ready(wfe_step *st, int i, const char *input)
-{
-	wfe_row    *r = wfe_step_row(st, i);
-
-	/* skipped, cancelled or released since: nothing waits any more */
-	if (!r->exists || r->state != WFE_WAITING || r->cache_key == NULL || !cached(st, i) ||
-		st->run->intent >= 0)
-		return;
-	/* woken once: it completes from the entry or runs itself, and waits no more */
-	cached_release(st, i, input ? input : "{}", 0);
+		json_object_object_add(detail, "cache_key", step_jstr(r->cache_key));
+	step_event(st, i, r->attempt, r->attempt == 1 ? "stage.released" : "stage.retried", detail);
 }
 
 /* Resolve a decision, fork or join at release. */
-static void
-resolve(wfe_step *st, int i, wfe_state state, json_object *result, json_object *error, int branch)
+void
+step_resolve(wfe_step *st, int i, wfe_state state, json_object *result, json_object *error, int branch)
 {
 	wfe_row    *r = wfe_step_row(st, i);
-	wfe_op	   *op = emit(st, WFE_OP_RESOLVE, i);
+	wfe_op	   *op = step_emit(st, WFE_OP_RESOLVE, i);
 
 	op->state = state;
-	op->json = json_text(st, result);
-	op->json2 = json_text(st, error);
+	op->json = step_json_text(st, result);
+	op->json2 = step_json_text(st, error);
 	op->branch = branch;
 	r->state = state;
 	r->attempt = 1;
-	r->fence = next_fence(st, r->fence);	/* grows again when a redrive resolves it anew */
+	r->fence = step_next_fence(st, r->fence);	/* grows again when a redrive resolves it anew */
 	r->outcome = state;
 	op->fence = r->fence;
 	if (branch != WFE_KEEP_BRANCH)
@@ -659,15 +486,15 @@ static void
 skip(wfe_step *st, int i, const char *reason, int decision)
 {
 	wfe_row    *r = wfe_step_row(st, i);
-	wfe_op	   *op = emit(st, WFE_OP_SKIP, i);
+	wfe_op	   *op = step_emit(st, WFE_OP_SKIP, i);
 	json_object *detail = json_object_new_object();
 
 	op->text = reason;
 	r->state = WFE_SKIPPED;
-	json_object_object_add(detail, "reason", jstr(reason));
+	json_object_object_add(detail, "reason", step_jstr(reason));
 	if (decision >= 0)
-		json_object_object_add(detail, "decision", jname(st, decision));
-	event(st, i, 0, "stage.skipped", detail);
+		json_object_object_add(detail, "decision", step_jname(st, decision));
+	step_event(st, i, 0, "stage.skipped", detail);
 }
 
 /*
@@ -677,12 +504,12 @@ skip(wfe_step *st, int i, const char *reason, int decision)
  * but not released yet (a decision heading a fork branch is decided while
  * its fork is still releasing the branches after it).
  */
-static void
-skip_unreachable(wfe_step *st, int decision, int next)
+void
+step_skip_unreachable(wfe_step *st, int decision, int next)
 {
 	const wfe_run_plan *rp = st->rp;
 
-	load_all(st);
+	step_load_all(st);
 	for (int i = 0; i < rp->nstages; i++)
 	{
 		wfe_row    *r = &st->rows[i];
@@ -714,8 +541,8 @@ skip_unreachable(wfe_step *st, int decision, int next)
 }
 
 /* Follow a route: a terminal sets the intent, a stage is released. */
-static void
-route(wfe_step *st, int from, int target, int branch, wfe_state outcome)
+void
+step_route(wfe_step *st, int from, int target, int branch, wfe_state outcome)
 {
 	if (target == WFE_TO_NONE)
 		return;
@@ -728,7 +555,7 @@ route(wfe_step *st, int from, int target, int branch, wfe_state outcome)
 									st->rp->stages[from].name, word));
 		return;
 	}
-	activate(st, target, branch, outcome);
+	step_activate(st, target, branch, outcome);
 }
 
 /*
@@ -741,7 +568,7 @@ arrive(wfe_step *st, int j, int branch, wfe_state outcome)
 {
 	const wfe_rp_stage *js = &st->rp->stages[j];
 	wfe_row    *r = wfe_step_row(st, j);
-	json_object *arrivals = jparse(r->arrivals);
+	json_object *arrivals = step_jparse(r->arrivals);
 	json_object *detail = json_object_new_object();
 	json_object *result;
 	int			complete = 1,
@@ -757,22 +584,22 @@ arrive(wfe_step *st, int j, int branch, wfe_state outcome)
 	}
 	json_object_object_add(arrivals, branch >= 0 ? st->rp->stages[branch].name : "?",
 						   json_object_new_string(wfe_state_name(outcome)));
-	json_object_object_add(detail, "branch", jname(st, branch));
-	json_object_object_add(detail, "outcome", jstr(wfe_state_name(outcome)));
-	event(st, j, 0, "stage.join_arrival", detail);
+	json_object_object_add(detail, "branch", step_jname(st, branch));
+	json_object_object_add(detail, "outcome", step_jstr(wfe_state_name(outcome)));
+	step_event(st, j, 0, "stage.join_arrival", detail);
 
 	for (int k = 0; k < js->ntargets; k++)
 		if (!json_object_object_get_ex(arrivals, st->rp->stages[js->targets[k]].name, NULL))
 			complete = 0;
 	if (!complete)
 	{
-		wfe_op	   *op = emit(st, WFE_OP_ARRIVALS, j);
+		wfe_op	   *op = step_emit(st, WFE_OP_ARRIVALS, j);
 
 		r->arrivals = wfe_arena_strdup(&st->arena,
 									   json_object_to_json_string_ext(arrivals, JSON_C_TO_STRING_PLAIN));
 		result = json_object_new_object();
 		json_object_object_add(result, "arrivals", arrivals);
-		op->json = json_text(st, result);
+		op->json = step_json_text(st, result);
 		return;
 	}
 	{
@@ -801,13 +628,13 @@ arrive(wfe_step *st, int j, int branch, wfe_state outcome)
 			json_object_object_add(error, "code", json_object_new_string("join.unsatisfied"));
 			json_object_object_add(error, "arrivals", json_object_get(arrivals));
 		}
-		resolve(st, j, ok ? WFE_COMPLETED : WFE_FAILED, result, error, outer);
+		step_resolve(st, j, ok ? WFE_COMPLETED : WFE_FAILED, result, error, outer);
 	}
 	detail = json_object_new_object();
 	json_object_object_add(detail, "arrivals", arrivals);
-	json_object_object_add(detail, "next", jstr(next_name));
-	event(st, j, 1, ok ? "stage.joined" : "stage.join_failed", detail);
-	route(st, j, next, outer, ok ? WFE_COMPLETED : WFE_FAILED);
+	json_object_object_add(detail, "next", step_jstr(next_name));
+	step_event(st, j, 1, ok ? "stage.joined" : "stage.join_failed", detail);
+	step_route(st, j, next, outer, ok ? WFE_COMPLETED : WFE_FAILED);
 }
 
 /*
@@ -815,8 +642,8 @@ arrive(wfe_step *st, int j, int branch, wfe_state outcome)
  * decisions and forks resolve at once, executing stages get their input
  * bound and are queued.
  */
-static void
-activate(wfe_step *st, int i, int branch, wfe_state outcome)
+void
+step_activate(wfe_step *st, int i, int branch, wfe_state outcome)
 {
 	const wfe_rp_stage *s = &st->rp->stages[i];
 	wfe_row    *r = wfe_step_row(st, i);
@@ -833,7 +660,7 @@ activate(wfe_step *st, int i, int branch, wfe_state outcome)
 	}
 	if (r->branch != branch)
 	{
-		wfe_op	   *op = emit(st, WFE_OP_BRANCH, i);
+		wfe_op	   *op = step_emit(st, WFE_OP_BRANCH, i);
 
 		op->branch = branch;
 		r->branch = branch;
@@ -852,11 +679,11 @@ activate(wfe_step *st, int i, int branch, wfe_state outcome)
 
 			next = s->next[d.branch];
 			json_object_object_add(result, "branch", json_object_new_int(d.branch + 1));
-			json_object_object_add(result, "next", jstr(s->next_name[d.branch]));
-			resolve(st, i, WFE_COMPLETED, result, NULL, WFE_KEEP_BRANCH);
+			json_object_object_add(result, "next", step_jstr(s->next_name[d.branch]));
+			step_resolve(st, i, WFE_COMPLETED, result, NULL, WFE_KEEP_BRANCH);
 			json_object_object_add(detail, "branch", json_object_new_int(d.branch + 1));
-			json_object_object_add(detail, "next", jstr(s->next_name[d.branch]));
-			event(st, i, 1, "stage.decided", detail);
+			json_object_object_add(detail, "next", step_jstr(s->next_name[d.branch]));
+			step_event(st, i, 1, "stage.decided", detail);
 		}
 		else
 		{
@@ -866,13 +693,13 @@ activate(wfe_step *st, int i, int branch, wfe_state outcome)
 			json_object_object_add(error, "code", json_object_new_string("expr.eval"));
 			json_object_object_add(error, "message", json_object_new_string(d.message));
 			json_object_object_add(error, "branch", d.branch >= 0 ? json_object_new_int(d.branch + 1) : NULL);
-			resolve(st, i, WFE_FAILED, NULL, error, WFE_KEEP_BRANCH);
+			step_resolve(st, i, WFE_FAILED, NULL, error, WFE_KEEP_BRANCH);
 			json_object_object_add(detail, "error", json_object_new_string(d.message));
-			json_object_object_add(detail, "next", jstr(s->on_evaluation_error_name));
-			event(st, i, 1, "stage.evaluation_error", detail);
+			json_object_object_add(detail, "next", step_jstr(s->on_evaluation_error_name));
+			step_event(st, i, 1, "stage.evaluation_error", detail);
 		}
-		skip_unreachable(st, i, next);
-		route(st, i, next, branch, d.ok ? WFE_COMPLETED : WFE_FAILED);
+		step_skip_unreachable(st, i, next);
+		step_route(st, i, next, branch, d.ok ? WFE_COMPLETED : WFE_FAILED);
 	}
 	else if (s->kind == WFE_K_FORK)
 	{
@@ -881,14 +708,14 @@ activate(wfe_step *st, int i, int branch, wfe_state outcome)
 		json_object *branches = json_object_new_array();
 
 		for (int k = 0; k < s->ntargets; k++)
-			json_object_array_add(branches, jname(st, s->targets[k]));
+			json_object_array_add(branches, step_jname(st, s->targets[k]));
 		json_object_object_add(result, "branches", json_object_get(branches));
-		resolve(st, i, WFE_COMPLETED, result, NULL, WFE_KEEP_BRANCH);
+		step_resolve(st, i, WFE_COMPLETED, result, NULL, WFE_KEEP_BRANCH);
 		json_object_object_add(detail, "branches", branches);
-		event(st, i, 1, "stage.forked", detail);
+		step_event(st, i, 1, "stage.forked", detail);
 		/* each branch runs under its own name, which its join records */
 		for (int k = 0; k < s->ntargets; k++)
-			activate(st, s->targets[k], s->targets[k], WFE_COMPLETED);
+			step_activate(st, s->targets[k], s->targets[k], WFE_COMPLETED);
 	}
 	else
 	{
@@ -901,27 +728,27 @@ activate(wfe_step *st, int i, int branch, wfe_state outcome)
 		if (input == NULL)
 		{
 			/* binding failures fail the attempt without retry */
-			wfe_op	   *op = emit(st, WFE_OP_BIND_FAILED, i);
+			wfe_op	   *op = step_emit(st, WFE_OP_BIND_FAILED, i);
 			json_object *error = json_object_new_object();
 			json_object *detail = json_object_new_object();
 
-			json_object_object_add(error, "code", jstr(code));
-			json_object_object_add(error, "message", jstr(message));
-			op->json = json_text(st, error);
+			json_object_object_add(error, "code", step_jstr(code));
+			json_object_object_add(error, "message", step_jstr(message));
+			op->json = step_json_text(st, error);
 			r->state = WFE_FAILED;
 			r->attempt = 1;
-			r->fence = next_fence(st, r->fence);
+			r->fence = step_next_fence(st, r->fence);
 			r->outcome = WFE_FAILED;
 			op->fence = r->fence;
-			json_object_object_add(detail, "code", jstr(code));
-			json_object_object_add(detail, "error", jstr(message));
-			event(st, i, 1, "stage.binding_failed", detail);
+			json_object_object_add(detail, "code", step_jstr(code));
+			json_object_object_add(detail, "error", step_jstr(message));
+			step_event(st, i, 1, "stage.binding_failed", detail);
 			stage_done(st, i, WFE_FAILED);
 		}
-		else if (cached(st, i))
-			cached_release(st, i, input, 1);
+		else if (step_cached(st, i))
+			step_cached_release(st, i, input, 1);
 		else
-			enqueue(st, i, input, 1, NULL);
+			step_enqueue(st, i, input, 1, NULL);
 	}
 	st->depth--;
 }
@@ -946,21 +773,21 @@ finish(wfe_step *st)
 	else if (run->intent == WFE_RUN_COMPLETED)
 	{
 		final = WFE_RUN_COMPLETED;
-		load_all(st);
+		step_load_all(st);
 		for (int k = st->rp->first_finaliser; k < st->rp->nstages; k++)
 			if (st->rows[k].exists && st->rows[k].state != WFE_COMPLETED)
 				final = WFE_RUN_FAILED;
 	}
 	else
 		final = WFE_RUN_FAILED;
-	op = emit(st, WFE_OP_FINISH, -1);
+	op = step_emit(st, WFE_OP_FINISH, -1);
 	op->state = final;
 	op->text = (final == WFE_RUN_FAILED && run->intent == WFE_RUN_COMPLETED)
 		? "a finaliser failed" : NULL;
 	run->state = final;
 	run->finished = 1;
-	json_object_object_add(detail, "intent", jstr(intent_name(run->intent)));
-	event(st, -1, 0, wfe_arena_printf(&st->arena, "run.%s", wfe_run_state_name(final)), detail);
+	json_object_object_add(detail, "intent", step_jstr(step_intent_name(run->intent)));
+	step_event(st, -1, 0, wfe_arena_printf(&st->arena, "run.%s", wfe_run_state_name(final)), detail);
 }
 
 /* Release the next finaliser in declared order, or finish the run. */
@@ -975,10 +802,10 @@ next_finaliser(wfe_step *st)
 		{
 			if (st->run->state == WFE_RUN_RUNNING)
 			{
-				emit(st, WFE_OP_FINALISING, -1);
+				step_emit(st, WFE_OP_FINALISING, -1);
 				st->run->state = WFE_RUN_FINALISING;
 			}
-			activate(st, k, -1, WFE_COMPLETED);
+			step_activate(st, k, -1, WFE_COMPLETED);
 			return;
 		}
 	}
@@ -999,16 +826,16 @@ set_intent(wfe_step *st, wfe_run_state intent, const char *reason)
 
 	if (st->run->intent >= 0)
 		return;
-	op = emit(st, WFE_OP_INTENT, -1);
+	op = step_emit(st, WFE_OP_INTENT, -1);
 	op->state = intent;
 	op->text = reason;
 	st->run->intent = intent;
 	detail = json_object_new_object();
-	json_object_object_add(detail, "intent", jstr(intent_name(intent)));
-	json_object_object_add(detail, "reason", jstr(reason));
-	event(st, -1, 0, "run.intent", detail);
+	json_object_object_add(detail, "intent", step_jstr(step_intent_name(intent)));
+	json_object_object_add(detail, "reason", step_jstr(reason));
+	step_event(st, -1, 0, "run.intent", detail);
 
-	load_all(st);
+	step_load_all(st);
 	for (int i = 0; i < rp->nstages; i++)
 	{
 		wfe_row    *r = &st->rows[i];
@@ -1017,29 +844,29 @@ set_intent(wfe_step *st, wfe_run_state intent, const char *reason)
 		if (!r->exists || rp->stages[i].kind == WFE_K_FINALISER || !WFE_STATE_IN_FLIGHT(was) ||
 			(!r->awaits && intent == WFE_RUN_COMPLETED))
 			continue;
-		op = emit(st, WFE_OP_CANCEL, i);
+		op = step_emit(st, WFE_OP_CANCEL, i);
 		{
 			json_object *error = json_object_new_object();
 
 			json_object_object_add(error, "code", json_object_new_string(
-								   wfe_arena_printf(&st->arena, "run.%s", intent_name(intent))));
-			json_object_object_add(error, "message", jstr(reason));
-			op->json = json_text(st, error);
+								   wfe_arena_printf(&st->arena, "run.%s", step_intent_name(intent))));
+			json_object_object_add(error, "message", step_jstr(reason));
+			op->json = step_json_text(st, error);
 		}
 		op->flag = (was == WFE_DISPATCHED || was == WFE_RUNNING);
 		op->text = reason;
 		r->state = WFE_CANCELLED;
 		op->prev_fence = r->fence;
-		r->fence = next_fence(st, r->fence);
+		r->fence = step_next_fence(st, r->fence);
 		op->attempt = r->attempt;
 		op->fence = r->fence;
 		detail = json_object_new_object();
-		json_object_object_add(detail, "was", jstr(wfe_state_name(was)));
+		json_object_object_add(detail, "was", step_jstr(wfe_state_name(was)));
 		json_object_object_add(detail, "fence", json_object_new_int64(r->fence));
 		json_object_object_add(detail, "cancelled_fence", json_object_new_int64(op->prev_fence));
 		json_object_object_add(detail, "cancel_requested", json_object_new_boolean(op->flag));
-		event(st, i, r->attempt, "stage.cancelled", detail);
-		cache_leader_ended(st, i);
+		step_event(st, i, r->attempt, "stage.cancelled", detail);
+		step_cache_leader_ended(st, i);
 	}
 	for (int i = 0; i < rp->nstages; i++)
 		if (st->rows[i].exists && st->rows[i].state == WFE_WAITING &&
@@ -1058,7 +885,7 @@ tasks_maybe_complete(wfe_step *st)
 {
 	if (st->run->intent >= 0)
 		return;
-	load_all(st);
+	step_load_all(st);
 	for (int i = 0; i < st->rp->nstages; i++)
 	{
 		wfe_row    *r = &st->rows[i];
@@ -1111,14 +938,14 @@ task_consider(wfe_step *st, int i)
 		{
 			int			missing;
 
-			hold(st, required_outputs(st, i, &missing));
+			step_hold(st, required_outputs(st, i, &missing));
 			if (missing)
 				reason = "missing_input";
 		}
 	}
 	if (reason == NULL)
 	{
-		activate(st, i, -1, WFE_COMPLETED);
+		step_activate(st, i, -1, WFE_COMPLETED);
 		return;
 	}
 	skip(st, i, reason, -1);
@@ -1165,7 +992,7 @@ stage_done(wfe_step *st, int i, wfe_state outcome)
 	else if (st->rp->tasks_form)
 		task_done(st, i);
 	else
-		route(st, i, outcome == WFE_COMPLETED ? s->on_success : s->on_failure,
+		step_route(st, i, outcome == WFE_COMPLETED ? s->on_success : s->on_failure,
 			  wfe_step_row(st, i)->branch, outcome);
 }
 
@@ -1193,8 +1020,8 @@ backoff_us(wfe_step *st, const wfe_retry *r, int attempt)
 }
 
 /* An attempt failed: retry it later while attempts remain, else fail the stage and route on. */
-static void
-attempt_failed(wfe_step *st, int i, const char *error, const char *code, int retryable,
+void
+step_attempt_failed(wfe_step *st, int i, const char *error, const char *code, int retryable,
 			   wfe_state final_state)
 {
 	const wfe_retry *retry = &st->rp->stages[i].retry;
@@ -1204,7 +1031,7 @@ attempt_failed(wfe_step *st, int i, const char *error, const char *code, int ret
 
 	if (retryable && r->attempt < retry->max_attempts)
 	{
-		op = emit(st, WFE_OP_RETRY, i);
+		op = step_emit(st, WFE_OP_RETRY, i);
 		op->json = error;
 		op->delay_us = backoff_us(st, retry, r->attempt);
 		op->attempt = r->attempt;
@@ -1212,23 +1039,23 @@ attempt_failed(wfe_step *st, int i, const char *error, const char *code, int ret
 		r->state = WFE_RETRY_SCHEDULED;
 		r->outcome = WFE_FAILED;
 		json_object_object_add(detail, "delay_ms", json_object_new_int64(llround(op->delay_us / 1000.0)));
-		json_object_object_add(detail, "error", jparse(code));
-		event(st, i, r->attempt, "stage.retry_scheduled", detail);
+		json_object_object_add(detail, "error", step_jparse(code));
+		step_event(st, i, r->attempt, "stage.retry_scheduled", detail);
 		return;
 	}
-	op = emit(st, WFE_OP_FAIL, i);
+	op = step_emit(st, WFE_OP_FAIL, i);
 	op->state = final_state;
 	op->json = error;
 	op->flag = retryable;		/* retries exhausted: a dead letter */
 	op->attempt = r->attempt;
-	cache_leader_ended(st, i);
+	step_cache_leader_ended(st, i);
 	r->state = final_state;
 	r->outcome = WFE_FAILED;
 	if (final_state == WFE_FAILED)	/* a timeout was recorded when it fired */
 	{
-		json_object_object_add(detail, "error", jparse(code));
+		json_object_object_add(detail, "error", step_jparse(code));
 		json_object_object_add(detail, "retryable", json_object_new_boolean(retryable));
-		event(st, i, r->attempt, "stage.failed", detail);
+		step_event(st, i, r->attempt, "stage.failed", detail);
 	}
 	else
 		json_object_put(detail);
@@ -1242,8 +1069,8 @@ attempt_failed(wfe_step *st, int i, const char *error, const char *code, int ret
  * late or stale report: those never get here), and that attempt's end
  * wakes whoever waited on it.
  */
-static void
-completed(wfe_step *st, int i, const char *result, completion how)
+void
+step_completed(wfe_step *st, int i, const char *result, completion how)
 {
 	const wfe_rp_stage *s = &st->rp->stages[i];
 	wfe_row    *r = wfe_step_row(st, i);
@@ -1251,11 +1078,11 @@ completed(wfe_step *st, int i, const char *result, completion how)
 
 	r->result = wfe_arena_strdup(&st->arena, result ? result : "{}");
 	if (how != FROM_CACHE)
-		emit(st, WFE_OP_COMPLETE, i)->attempt = r->attempt;
-	if (how == BY_ATTEMPT && r->cache_key != NULL && cached(st, i))
-		emit(st, WFE_OP_CACHE_STORE, i)->text = r->cache_key;
+		step_emit(st, WFE_OP_COMPLETE, i)->attempt = r->attempt;
+	if (how == BY_ATTEMPT && r->cache_key != NULL && step_cached(st, i))
+		step_emit(st, WFE_OP_CACHE_STORE, i)->text = r->cache_key;
 	if (how == BY_ATTEMPT)
-		cache_leader_ended(st, i);
+		step_cache_leader_ended(st, i);
 	r->state = WFE_COMPLETED;
 	r->outcome = WFE_COMPLETED;
 	if (how == FROM_CACHE)
@@ -1263,16 +1090,16 @@ completed(wfe_step *st, int i, const char *result, completion how)
 		detail = json_object_new_object();
 		json_object_object_add(detail, "cache", json_object_new_string("hit"));
 	}
-	event(st, i, how == FROM_CACHE ? 0 : r->attempt, "stage.completed", detail);
+	step_event(st, i, how == FROM_CACHE ? 0 : r->attempt, "stage.completed", detail);
 	if (st->rp->tasks_form && s->kind != WFE_K_FINALISER && s->nproduces > 0)
 	{
 		/* outputs are write-once per (run, task, key) */
 		json_object *keys = json_object_new_array();
-		wfe_op	   *op = emit(st, WFE_OP_OUTPUTS, i);
+		wfe_op	   *op = step_emit(st, WFE_OP_OUTPUTS, i);
 
 		for (int k = 0; k < s->nproduces; k++)
-			json_object_array_add(keys, jstr(s->produces[k].key));
-		op->json = json_text(st, keys);
+			json_object_array_add(keys, step_jstr(s->produces[k].key));
+		op->json = step_json_text(st, keys);
 		op->json2 = r->result;
 	}
 	stage_done(st, i, WFE_COMPLETED);
@@ -1281,18 +1108,18 @@ completed(wfe_step *st, int i, const char *result, completion how)
 void
 wfe_step_completed(wfe_step *st, int i, const char *result)
 {
-	completed(st, i, result, BY_ATTEMPT);
+	step_completed(st, i, result, BY_ATTEMPT);
 }
 
 void
 wfe_step_failed(wfe_step *st, int i, const char *error, int retryable)
 {
-	json_object *e = hold(st, jparse(error));
+	json_object *e = step_hold(st, step_jparse(error));
 	json_object *code = NULL;
 
 	if (json_object_is_type(e, json_type_object))
 		json_object_object_get_ex(e, "code", &code);
-	attempt_failed(st, i, error,
+	step_attempt_failed(st, i, error,
 				   code ? wfe_arena_strdup(&st->arena, json_object_to_json_string_ext(code, JSON_C_TO_STRING_PLAIN))
 				   : NULL, retryable, WFE_FAILED);
 }
@@ -1304,11 +1131,11 @@ wfe_step_invalid_result(wfe_step *st, int i, const char *problem)
 	json_object *detail = json_object_new_object();
 	json_object *error = json_object_new_object();
 
-	json_object_object_add(detail, "error", jstr(problem));
-	event(st, i, r->attempt, "stage.invalid_result", detail);
+	json_object_object_add(detail, "error", step_jstr(problem));
+	step_event(st, i, r->attempt, "stage.invalid_result", detail);
 	json_object_object_add(error, "code", json_object_new_string("result.schema"));
-	json_object_object_add(error, "message", jstr(problem));
-	attempt_failed(st, i, json_text(st, error), "\"result.schema\"", 1, WFE_FAILED);
+	json_object_object_add(error, "message", step_jstr(problem));
+	step_attempt_failed(st, i, step_json_text(st, error), "\"result.schema\"", 1, WFE_FAILED);
 }
 
 void
@@ -1322,17 +1149,17 @@ wfe_step_expired(wfe_step *st, int i, const char *clock, const char *deadline_te
 	wfe_op	   *op;
 
 	/* the expired attempt is fenced: whatever it reports later is stale */
-	op = emit(st, WFE_OP_TIME_OUT, i);
+	op = step_emit(st, WFE_OP_TIME_OUT, i);
 	r->state = WFE_TIMED_OUT;
-	r->fence = next_fence(st, r->fence);
+	r->fence = step_next_fence(st, r->fence);
 	op->fence = r->fence;
-	json_object_object_add(detail, "clock", jstr(clock));
-	json_object_object_add(detail, "deadline_at", jparse(deadline_json));
-	event(st, i, r->attempt, "stage.timed_out", detail);
-	json_object_object_add(error, "code", jstr(code));
+	json_object_object_add(detail, "clock", step_jstr(clock));
+	json_object_object_add(detail, "deadline_at", step_jparse(deadline_json));
+	step_event(st, i, r->attempt, "stage.timed_out", detail);
+	json_object_object_add(error, "code", step_jstr(code));
 	json_object_object_add(error, "message", json_object_new_string(
 						   wfe_arena_printf(&st->arena, "%s deadline passed at %s", clock, deadline_text)));
-	attempt_failed(st, i, json_text(st, error), wfe_step_json_str(st, code), 1, WFE_TIMED_OUT);
+	step_attempt_failed(st, i, step_json_text(st, error), wfe_step_json_str(st, code), 1, WFE_TIMED_OUT);
 }
 
 void
@@ -1345,7 +1172,7 @@ wfe_step_retry_due(wfe_step *st, int i, int attempt, int64_t fence)
 	if (r->exists && r->state == WFE_RETRY_SCHEDULED && r->attempt == attempt && r->fence == fence &&
 		(intent < 0 || st->rp->stages[i].kind == WFE_K_FINALISER ||
 		 (!r->awaits && intent == WFE_RUN_COMPLETED)))
-		enqueue(st, i, NULL, 1, NULL);
+		step_enqueue(st, i, NULL, 1, NULL);
 }
 
 void
@@ -1356,8 +1183,8 @@ wfe_step_run_deadline(wfe_step *st, const char *deadline_json)
 	if (st->run->intent >= 0)
 		return;
 	detail = json_object_new_object();
-	json_object_object_add(detail, "deadline_at", jparse(deadline_json));
-	event(st, -1, 0, "run.deadline_expired", detail);
+	json_object_object_add(detail, "deadline_at", step_jparse(deadline_json));
+	step_event(st, -1, 0, "run.deadline_expired", detail);
 	set_intent(st, WFE_RUN_FAILED, "run deadline passed");
 }
 
@@ -1380,19 +1207,19 @@ wfe_step_engine_error(wfe_step *st, int i, const char *error_json)
 
 	if (st->run->intent >= 0)
 		return;
-	json_object_object_add(detail, "error", jparse(error_json));
-	event(st, i, i >= 0 ? wfe_step_row(st, i)->attempt : 0, "run.engine_error", detail);
+	json_object_object_add(detail, "error", step_jparse(error_json));
+	step_event(st, i, i >= 0 ? wfe_step_row(st, i)->attempt : 0, "run.engine_error", detail);
 	set_intent(st, WFE_RUN_FAILED, "engine error");
 }
 
 void
 wfe_step_start(wfe_step *st)
 {
-	event(st, -1, 0, "run.started", NULL);
+	step_event(st, -1, 0, "run.started", NULL);
 	if (!st->rp->tasks_form)
 	{
 		if (st->rp->entry >= 0)
-			activate(st, st->rp->entry, -1, WFE_COMPLETED);
+			step_activate(st, st->rp->entry, -1, WFE_COMPLETED);
 		return;
 	}
 	for (int i = 0; i < st->rp->first_finaliser; i++)
@@ -1407,16 +1234,16 @@ wfe_step_accepted(wfe_step *st, int i, const char *worker_id)
 	wfe_row    *r = wfe_step_row(st, i);
 	json_object *detail = json_object_new_object();
 
-	emit(st, WFE_OP_ACCEPT, i)->text = worker_id;
+	step_emit(st, WFE_OP_ACCEPT, i)->text = worker_id;
 	r->state = WFE_RUNNING;
-	json_object_object_add(detail, "worker_id", jstr(worker_id));
-	event(st, i, r->attempt, "stage.accepted", detail);
+	json_object_object_add(detail, "worker_id", step_jstr(worker_id));
+	step_event(st, i, r->attempt, "stage.accepted", detail);
 }
 
 void
 wfe_step_heartbeat(wfe_step *st, int i)
 {
-	emit(st, WFE_OP_HEARTBEAT, i);
+	step_emit(st, WFE_OP_HEARTBEAT, i);
 }
 
 /* ---------------------------------------------------------------------
@@ -1432,10 +1259,10 @@ reject(wfe_step *st, int i, wfe_callback cb, const char *outcome)
 	wfe_row    *r = wfe_step_row(st, i);
 	json_object *detail = json_object_new_object();
 
-	json_object_object_add(detail, "callback", jstr(callback_names[cb]));
-	json_object_object_add(detail, "state", jstr(wfe_state_name(r->state)));
-	json_object_object_add(detail, "reported", r->outcome ? jstr(wfe_state_name(r->outcome)) : NULL);
-	event(st, i, r->attempt, wfe_arena_printf(&st->arena, "callback.%s", outcome), detail);
+	json_object_object_add(detail, "callback", step_jstr(callback_names[cb]));
+	json_object_object_add(detail, "state", step_jstr(wfe_state_name(r->state)));
+	json_object_object_add(detail, "reported", r->outcome ? step_jstr(wfe_state_name(r->outcome)) : NULL);
+	step_event(st, i, r->attempt, wfe_arena_printf(&st->arena, "callback.%s", outcome), detail);
 	return outcome;
 }
 
@@ -1446,11 +1273,11 @@ refuse(wfe_step *st, int i, wfe_callback cb, int attempt, int64_t fence, const c
 	wfe_row    *r = wfe_step_row(st, i);
 	json_object *detail = json_object_new_object();
 
-	json_object_object_add(detail, "callback", jstr(callback_names[cb]));
+	json_object_object_add(detail, "callback", step_jstr(callback_names[cb]));
 	json_object_object_add(detail, "fence", json_object_new_int64(fence));
 	json_object_object_add(detail, "current_attempt", json_object_new_int(r->attempt));
 	json_object_object_add(detail, "current_fence", json_object_new_int64(r->fence));
-	event(st, i, attempt, wfe_arena_printf(&st->arena, "callback.%s", outcome), detail);
+	step_event(st, i, attempt, wfe_arena_printf(&st->arena, "callback.%s", outcome), detail);
 	return outcome;
 }
 
@@ -1496,7 +1323,7 @@ const char *
 wfe_step_result_problem(wfe_step *st, int i, const char *result_text, json_object *schema)
 {
 	const wfe_rp_stage *s = &st->rp->stages[i];
-	json_object *result = hold(st, jparse(result_text));
+	json_object *result = step_hold(st, step_jparse(result_text));
 
 	if (schema != NULL)
 	{
@@ -1534,320 +1361,4 @@ wfe_step_result_problem(wfe_step *st, int i, const char *result_text, json_objec
 			return wfe_arena_printf(&st->arena, "output \"%s\" is %s, declared %s", key, have, type);
 	}
 	return NULL;
-}
-
-/* ---------------------------------------------------------------------
- * Operator recovery (step.h: wfe_step_operate)
- * --------------------------------------------------------------------- */
-
-/* An operator event: who, why and what the stage was. */
-static void
-operator_event(wfe_step *st, int i, const char *type, const char *by, const char *why)
-{
-	wfe_row    *r = wfe_step_row(st, i);
-	json_object *detail = json_object_new_object();
-
-	json_object_object_add(detail, "by", jstr(by));
-	json_object_object_add(detail, "reason", jstr(why));
-	json_object_object_add(detail, "was", jstr(wfe_state_name(r->state)));
-	json_object_object_add(detail, "fence", json_object_new_int64(r->fence));
-	event(st, i, r->attempt, type, detail);
-}
-
-/* A task (it has a queue or a handler), not a decision, fork or join. */
-static int
-is_task(wfe_step *st, int i)
-{
-	const wfe_rp_stage *s = &st->rp->stages[i];
-
-	return s->kind != WFE_K_DECISION && s->kind != WFE_K_FORK && s->kind != WFE_K_JOIN;
-}
-
-/* The branch (0-based) of decision i whose target value's "next" names, or -1. */
-static int
-decision_branch(wfe_step *st, int i, const char *value)
-{
-	const wfe_rp_stage *s = &st->rp->stages[i];
-	json_object *v = hold(st, jparse(value));
-	json_object *next;
-
-	if (!json_object_is_type(v, json_type_object) || !json_object_object_get_ex(v, "next", &next) ||
-		!json_object_is_type(next, json_type_string))
-		return -1;
-	for (int k = 0; k < s->nbranches; k++)
-		if (s->next_name[k] && strcmp(s->next_name[k], json_object_get_string(next)) == 0)
-			return k;
-	return -1;
-}
-
-const char *
-wfe_step_operate_problem(wfe_step *st, int i, wfe_operation op, const char *value)
-{
-	const wfe_rp_stage *s = &st->rp->stages[i];
-	wfe_row    *r = wfe_step_row(st, i);
-	wfe_run    *run = st->run;
-	const char *state = wfe_state_name(r->state);
-
-	if (!r->exists)
-		return wfe_arena_printf(&st->arena, "stage %s has no row in this run", s->name);
-	switch (op)
-	{
-		case WFE_OPERATE_REDRIVE:
-		case WFE_OPERATE_SKIP:
-			if (run->finished && run->state != WFE_RUN_FAILED)
-				return wfe_arena_printf(&st->arena, "the run ended %s; only a failed run is reopened",
-										wfe_run_state_name(run->state));
-			if (!run->finished && run->intent >= 0)
-				return wfe_arena_printf(&st->arena, "the run is %s toward %s; act once it has ended",
-										wfe_run_state_name(run->state), intent_name(run->intent));
-			if (s->kind == WFE_K_FINALISER)
-				return wfe_arena_printf(&st->arena, "stage %s is a finaliser; finalisers run again when a reopened run reaches its new intent",
-										s->name);
-			if (r->state != WFE_FAILED && r->state != WFE_TIMED_OUT)
-				return wfe_arena_printf(&st->arena, "stage %s is %s, not failed or timed_out", s->name, state);
-			if (op == WFE_OPERATE_REDRIVE && !is_task(st, i))
-				return wfe_arena_printf(&st->arena, "stage %s is a decision, fork or join, which has no attempt to redrive; skip_stage completes it by hand",
-										s->name);
-			if (op == WFE_OPERATE_SKIP && s->kind == WFE_K_DECISION && decision_branch(st, i, value) < 0)
-			{
-				char	   *names = "";
-
-				for (int k = 0; k < s->nbranches; k++)
-					names = wfe_arena_printf(&st->arena, "%s%s%s", names, k ? ", " : "",
-											 s->next_name[k] ? s->next_name[k] : "(a terminal)");
-				return wfe_arena_printf(&st->arena, "decision %s is skipped with the branch to take: {\"next\": one of %s}",
-										s->name, names);
-			}
-			return NULL;
-		case WFE_OPERATE_FAIL:
-			if (run->finished)
-				return wfe_arena_printf(&st->arena, "the run ended %s", wfe_run_state_name(run->state));
-			if (!WFE_STATE_IN_FLIGHT(r->state))
-				return wfe_arena_printf(&st->arena, "stage %s is %s; only an attempt under way (queued, dispatched, running, retry_scheduled) is failed by hand",
-										s->name, state);
-			return NULL;
-		case WFE_OPERATE_REDISPATCH:
-			if (run->finished)
-				return wfe_arena_printf(&st->arena, "the run ended %s", wfe_run_state_name(run->state));
-			if (r->state != WFE_QUEUED && r->state != WFE_DISPATCHED)
-				return wfe_arena_printf(&st->arena, "stage %s is %s; only a queued or dispatched attempt is re-dispatched",
-										s->name, state);
-			if (r->queue == NULL || r->has_handler)
-				return wfe_arena_printf(&st->arena, "stage %s is not served by a worker queue", s->name);
-			return NULL;
-	}
-	return "unknown operation";
-}
-
-/*
- * Waiting again, in a reopened run.  A join forgets the arrivals of the
- * branches that run again (redo[k] set for a stage k of that branch) and
- * keeps the others, which will not arrive a second time.
- */
-static void
-reset(wfe_step *st, int i, const char *redo)
-{
-	wfe_row    *r = wfe_step_row(st, i);
-	wfe_op	   *op = emit(st, WFE_OP_RESET, i);
-	json_object *detail = json_object_new_object();
-
-	json_object_object_add(detail, "was", jstr(wfe_state_name(r->state)));
-	event(st, i, r->attempt, "stage.reset", detail);
-	if (st->rp->stages[i].kind == WFE_K_JOIN)
-	{
-		json_object *arrivals = hold(st, jparse(r->arrivals));
-		json_object *kept = json_object_new_object();
-		json_object *result = json_object_new_object();
-
-		if (json_object_is_type(arrivals, json_type_object))
-		{
-			json_object_object_foreach(arrivals, b, o)
-			{
-				int			again = 0;
-
-				for (int k = 0; k < st->rp->nstages && !again; k++)
-					again = redo[k] && st->rows[k].branch >= 0 &&
-						strcmp(st->rp->stages[st->rows[k].branch].name, b) == 0;
-				if (!again)
-					json_object_object_add(kept, b, json_object_get(o));
-			}
-		}
-		r->arrivals = wfe_arena_strdup(&st->arena, json_object_to_json_string_ext(kept, JSON_C_TO_STRING_PLAIN));
-		json_object_object_add(result, "arrivals", kept);
-		op->json = json_text(st, result);
-	}
-	else
-		r->arrivals = NULL;
-	r->state = WFE_WAITING;
-	r->outcome = 0;
-	r->result = NULL;
-	r->cache_key = NULL;
-}
-
-/*
- * Reopen a run that ended failed, to go on from stage i: what its failure
- * cancelled is queued again, what lies downstream of those and of i waits
- * again, and so do the finalisers, which run again at the new intent.
- */
-/* reopen's redo[k]: 1 runs again (queued), RELEASE_AGAIN is released as a route would */
-#define RELEASE_AGAIN 2
-
-static void
-reopen(wfe_step *st, int i, const char *by, const char *why)
-{
-	const wfe_run_plan *rp = st->rp;
-	wfe_run    *run = st->run;
-	char	   *redo = wfe_arena_alloc(&st->arena, rp->nstages);
-
-	load_all(st);
-	emit(st, WFE_OP_REOPEN, -1);
-	run->state = WFE_RUN_RUNNING;
-	run->intent = -1;
-	run->finished = 0;
-	{
-		json_object *detail = json_object_new_object();
-
-		json_object_object_add(detail, "by", jstr(by));
-		json_object_object_add(detail, "reason", jstr(why));
-		json_object_object_add(detail, "stage", jname(st, i));
-		event(st, -1, 0, "run.redriven", detail);
-	}
-	memset(redo, 0, rp->nstages);
-	redo[i] = 1;
-	/* a stage that waited on the cache when the run failed was skipped, not cancelled: it runs again too */
-	for (int k = 0; k < rp->first_finaliser; k++)
-		if (st->rows[k].exists && is_task(st, k) && (st->rows[k].state == WFE_CANCELLED ||
-													 (st->rows[k].state == WFE_SKIPPED && st->rows[k].cache_key)))
-			redo[k] = 1;
-
-	/*
-	 * A fork releases its branches one after another: the failure that
-	 * ended the run may have come from an earlier branch before a later one
-	 * was released, and the intent skipped that one.  It is released again.
-	 */
-	for (int k = 0; k < rp->first_finaliser; k++)
-		if (rp->stages[k].kind == WFE_K_FORK && st->rows[k].exists && st->rows[k].state == WFE_COMPLETED)
-			for (int b = 0; b < rp->stages[k].ntargets; b++)
-			{
-				int			t = rp->stages[k].targets[b];
-
-				if (st->rows[t].exists && st->rows[t].state == WFE_SKIPPED && !redo[t])
-					redo[t] = RELEASE_AGAIN;
-			}
-	for (int k = 0; k < rp->nstages; k++)
-	{
-		wfe_row    *r = &st->rows[k];
-		int			downstream = k >= rp->first_finaliser;
-
-		if (!r->exists || redo[k] || r->state == WFE_WAITING || WFE_STATE_IN_FLIGHT(r->state))
-			continue;
-		for (int m = 0; !downstream && m < rp->first_finaliser; m++)
-			downstream = redo[m] && wfe_run_plan_reaches(rp, m, k);
-		if (downstream)
-			reset(st, k, redo);
-	}
-	for (int k = 0; k < rp->first_finaliser; k++)
-		if (redo[k] == 1 && k != i && st->rows[k].state == WFE_SKIPPED)
-		{
-			const char *key = st->rows[k].cache_key;
-
-			reset(st, k, redo);
-			enqueue(st, k, NULL, 1, key);	/* its bound input is in its row: it runs itself */
-		}
-		else if (redo[k] == 1 && k != i)
-			enqueue(st, k, NULL, 1, NULL);
-	for (int k = 0; k < rp->first_finaliser; k++)
-		if (redo[k] == RELEASE_AGAIN)
-		{
-			reset(st, k, redo);
-			activate(st, k, k, WFE_COMPLETED);
-		}
-}
-
-/* In a running run: what i's failure skipped downstream may run again. */
-static void
-unskip_downstream(wfe_step *st, int i)
-{
-	char	   *redo = wfe_arena_alloc(&st->arena, st->rp->nstages);
-
-	load_all(st);
-	redo[i] = 1;
-	for (int k = 0; k < st->rp->first_finaliser; k++)
-		if (k != i && st->rows[k].exists && st->rows[k].state == WFE_SKIPPED &&
-			wfe_run_plan_reaches(st->rp, i, k))
-			reset(st, k, redo);
-}
-
-void
-wfe_step_operate(wfe_step *st, int i, wfe_operation what, const char *value, const char *by,
-				 const char *why)
-{
-	wfe_row    *r = wfe_step_row(st, i);
-
-	switch (what)
-	{
-		case WFE_OPERATE_REDRIVE:
-		case WFE_OPERATE_SKIP:
-			if (st->run->finished)
-				reopen(st, i, by, why);
-			else
-				unskip_downstream(st, i);
-			operator_event(st, i, what == WFE_OPERATE_REDRIVE ? "stage.redriven" : "stage.skipped_by_operator",
-						   by, why);
-			if (what == WFE_OPERATE_REDRIVE)
-				enqueue(st, i, NULL, 1, NULL);
-			else if (st->rp->stages[i].kind == WFE_K_DECISION)
-			{
-				/* decided by hand: the branch the operator named, as if its clause held */
-				const wfe_rp_stage *s = &st->rp->stages[i];
-				int			k = decision_branch(st, i, value);
-				json_object *result = json_object_new_object();
-				json_object *detail = json_object_new_object();
-
-				json_object_object_add(result, "branch", json_object_new_int(k + 1));
-				json_object_object_add(result, "next", jstr(s->next_name[k]));
-				resolve(st, i, WFE_COMPLETED, result, NULL, WFE_KEEP_BRANCH);
-				json_object_object_add(detail, "branch", json_object_new_int(k + 1));
-				json_object_object_add(detail, "next", jstr(s->next_name[k]));
-				event(st, i, 1, "stage.decided", detail);
-				skip_unreachable(st, i, s->next[k]);
-				route(st, i, s->next[k], r->branch, WFE_COMPLETED);
-			}
-			else
-				completed(st, i, value, BY_HAND);
-			break;
-		case WFE_OPERATE_FAIL:
-			{
-				wfe_op	   *op = emit(st, WFE_OP_FENCE, i);
-				json_object *error = json_object_new_object();
-
-				operator_event(st, i, "stage.failed_by_operator", by, why);
-				/* the attempt is fenced first: whatever it reports later is stale */
-				op->flag = (r->state == WFE_DISPATCHED || r->state == WFE_RUNNING);
-				op->text = value;
-				op->prev_fence = r->fence;
-				r->fence = next_fence(st, r->fence);
-				op->attempt = r->attempt;
-				op->fence = r->fence;
-				json_object_object_add(error, "code", json_object_new_string("operator.failed"));
-				json_object_object_add(error, "message", jstr(value));
-				json_object_object_add(error, "by", jstr(by));
-				attempt_failed(st, i, json_text(st, error), "\"operator.failed\"", 0, WFE_FAILED);
-			}
-			break;
-		case WFE_OPERATE_REDISPATCH:
-			{
-				wfe_op	   *op = emit(st, WFE_OP_ENQUEUE, i);
-
-				operator_event(st, i, "stage.redispatched", by, why);
-				/* the same attempt under a new fence: the old message's accept is stale */
-				op->flag = 0;
-				op->json = NULL;
-				r->state = WFE_QUEUED;
-				r->fence = next_fence(st, r->fence);
-				op->attempt = r->attempt;
-				op->fence = r->fence;
-			}
-			break;
-	}
 }

@@ -1,0 +1,49 @@
+/*
+ * step_internal.h — what the three files of the step core share: step.c
+ * (how a run moves), step_cache.c (the result cache at release) and
+ * step_operate.c (operator recovery).  Not for the server: it includes
+ * step.h and knows nothing of this.
+ */
+#ifndef WFE_STEP_INTERNAL_H
+#define WFE_STEP_INTERNAL_H
+
+#include <json-c/json.h>
+
+#include "step.h"
+
+/* Memory, rows and effects (step.c) */
+extern json_object *step_hold(wfe_step *st, json_object *o);
+extern void step_load_all(wfe_step *st);
+extern wfe_op *step_emit(wfe_step *st, wfe_op_kind kind, int stage);
+extern const char *step_json_text(wfe_step *st, json_object *o);
+extern json_object *step_jstr(const char *s);
+extern json_object *step_jname(wfe_step *st, int i);
+extern json_object *step_jparse(const char *text);
+extern void step_event(wfe_step *st, int stage, int attempt, const char *type, json_object *detail);
+extern const char *step_intent_name(int intent);
+
+/* Releasing, routing, ending attempts (step.c) */
+extern int64_t step_next_fence(wfe_step *st, int64_t fence);
+extern void step_enqueue(wfe_step *st, int i, const char *input, int new_attempt, const char *cache_key);
+extern void step_resolve(wfe_step *st, int i, wfe_state state, json_object *result, json_object *error, int branch);
+extern void step_skip_unreachable(wfe_step *st, int decision, int next);
+extern void step_route(wfe_step *st, int from, int target, int branch, wfe_state outcome);
+extern void step_activate(wfe_step *st, int i, int branch, wfe_state outcome);
+extern void step_attempt_failed(wfe_step *st, int i, const char *error, const char *code, int retryable, wfe_state final_state);
+
+/* How a stage completed: what its completion stores and whom it wakes. */
+typedef enum completion
+{
+	BY_ATTEMPT,					/* an accepted, valid result of its attempt */
+	BY_HAND,					/* an operator's skip */
+	FROM_CACHE					/* a cache entry, at release */
+} completion;
+
+extern void step_completed(wfe_step *st, int i, const char *result, completion how);
+
+/* The result cache (step_cache.c) */
+extern int step_cached(wfe_step *st, int i);
+extern void step_cache_leader_ended(wfe_step *st, int i);
+extern void step_cached_release(wfe_step *st, int i, const char *input, int may_wait);
+
+#endif							/* WFE_STEP_INTERNAL_H */

@@ -1,0 +1,323 @@
+/*
+ * step_operate.c — operator recovery (step.h: wfe_step_operate): redrive,
+ * skip, fail and re-dispatch one stage through the same core as every
+ * callback, so fencing holds; redrive and skip reopen a failed run.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include <json-c/json.h>
+
+#include "step_internal.h"
+
+/* An operator event: who, why and what the stage was. */
+static void
+operator_event(wfe_step *st, int i, const char *type, const char *by, const char *why)
+{
+	wfe_row    *r = wfe_step_row(st, i);
+	json_object *detail = json_object_new_object();
+
+	json_object_object_add(detail, "by", step_jstr(by));
+	json_object_object_add(detail, "reason", step_jstr(why));
+	json_object_object_add(detail, "was", step_jstr(wfe_state_name(r->state)));
+	json_object_object_add(detail, "fence", json_object_new_int64(r->fence));
+	step_event(st, i, r->attempt, type, detail);
+}
+
+/* A task (it has a queue or a handler), not a decision, fork or join. */
+static int
+is_task(wfe_step *st, int i)
+{
+	const wfe_rp_stage *s = &st->rp->stages[i];
+
+	return s->kind != WFE_K_DECISION && s->kind != WFE_K_FORK && s->kind != WFE_K_JOIN;
+}
+
+/* The branch (0-based) of decision i whose target value's "next" names, or -1. */
+static int
+decision_branch(wfe_step *st, int i, const char *value)
+{
+	const wfe_rp_stage *s = &st->rp->stages[i];
+	json_object *v = step_hold(st, step_jparse(value));
+	json_object *next;
+
+	if (!json_object_is_type(v, json_type_object) || !json_object_object_get_ex(v, "next", &next) ||
+		!json_object_is_type(next, json_type_string))
+		return -1;
+	for (int k = 0; k < s->nbranches; k++)
+		if (s->next_name[k] && strcmp(s->next_name[k], json_object_get_string(next)) == 0)
+			return k;
+	return -1;
+}
+
+const char *
+wfe_step_operate_problem(wfe_step *st, int i, wfe_operation op, const char *value)
+{
+	const wfe_rp_stage *s = &st->rp->stages[i];
+	wfe_row    *r = wfe_step_row(st, i);
+	wfe_run    *run = st->run;
+	const char *state = wfe_state_name(r->state);
+
+	if (!r->exists)
+		return wfe_arena_printf(&st->arena, "stage %s has no row in this run", s->name);
+	switch (op)
+	{
+		case WFE_OPERATE_REDRIVE:
+		case WFE_OPERATE_SKIP:
+			if (run->finished && run->state != WFE_RUN_FAILED)
+				return wfe_arena_printf(&st->arena, "the run ended %s; only a failed run is reopened",
+										wfe_run_state_name(run->state));
+			if (!run->finished && run->intent >= 0)
+				return wfe_arena_printf(&st->arena, "the run is %s toward %s; act once it has ended",
+										wfe_run_state_name(run->state), step_intent_name(run->intent));
+			if (s->kind == WFE_K_FINALISER)
+				return wfe_arena_printf(&st->arena, "stage %s is a finaliser; finalisers run again when a reopened run reaches its new intent",
+										s->name);
+			if (r->state != WFE_FAILED && r->state != WFE_TIMED_OUT)
+				return wfe_arena_printf(&st->arena, "stage %s is %s, not failed or timed_out", s->name, state);
+			if (op == WFE_OPERATE_REDRIVE && !is_task(st, i))
+				return wfe_arena_printf(&st->arena, "stage %s is a decision, fork or join, which has no attempt to redrive; skip_stage completes it by hand",
+										s->name);
+			if (op == WFE_OPERATE_SKIP && s->kind == WFE_K_DECISION && decision_branch(st, i, value) < 0)
+			{
+				char	   *names = "";
+
+				for (int k = 0; k < s->nbranches; k++)
+					names = wfe_arena_printf(&st->arena, "%s%s%s", names, k ? ", " : "",
+											 s->next_name[k] ? s->next_name[k] : "(a terminal)");
+				return wfe_arena_printf(&st->arena, "decision %s is skipped with the branch to take: {\"next\": one of %s}",
+										s->name, names);
+			}
+			return NULL;
+		case WFE_OPERATE_FAIL:
+			if (run->finished)
+				return wfe_arena_printf(&st->arena, "the run ended %s", wfe_run_state_name(run->state));
+			if (!WFE_STATE_IN_FLIGHT(r->state))
+				return wfe_arena_printf(&st->arena, "stage %s is %s; only an attempt under way (queued, dispatched, running, retry_scheduled) is failed by hand",
+										s->name, state);
+			return NULL;
+		case WFE_OPERATE_REDISPATCH:
+			if (run->finished)
+				return wfe_arena_printf(&st->arena, "the run ended %s", wfe_run_state_name(run->state));
+			if (r->state != WFE_QUEUED && r->state != WFE_DISPATCHED)
+				return wfe_arena_printf(&st->arena, "stage %s is %s; only a queued or dispatched attempt is re-dispatched",
+										s->name, state);
+			if (r->queue == NULL || r->has_handler)
+				return wfe_arena_printf(&st->arena, "stage %s is not served by a worker queue", s->name);
+			return NULL;
+	}
+	return "unknown operation";
+}
+
+/*
+ * Waiting again, in a reopened run.  A join forgets the arrivals of the
+ * branches that run again (redo[k] set for a stage k of that branch) and
+ * keeps the others, which will not arrive a second time.
+ */
+static void
+reset(wfe_step *st, int i, const char *redo)
+{
+	wfe_row    *r = wfe_step_row(st, i);
+	wfe_op	   *op = step_emit(st, WFE_OP_RESET, i);
+	json_object *detail = json_object_new_object();
+
+	json_object_object_add(detail, "was", step_jstr(wfe_state_name(r->state)));
+	step_event(st, i, r->attempt, "stage.reset", detail);
+	if (st->rp->stages[i].kind == WFE_K_JOIN)
+	{
+		json_object *arrivals = step_hold(st, step_jparse(r->arrivals));
+		json_object *kept = json_object_new_object();
+		json_object *result = json_object_new_object();
+
+		if (json_object_is_type(arrivals, json_type_object))
+		{
+			json_object_object_foreach(arrivals, b, o)
+			{
+				int			again = 0;
+
+				for (int k = 0; k < st->rp->nstages && !again; k++)
+					again = redo[k] && st->rows[k].branch >= 0 &&
+						strcmp(st->rp->stages[st->rows[k].branch].name, b) == 0;
+				if (!again)
+					json_object_object_add(kept, b, json_object_get(o));
+			}
+		}
+		r->arrivals = wfe_arena_strdup(&st->arena, json_object_to_json_string_ext(kept, JSON_C_TO_STRING_PLAIN));
+		json_object_object_add(result, "arrivals", kept);
+		op->json = step_json_text(st, result);
+	}
+	else
+		r->arrivals = NULL;
+	r->state = WFE_WAITING;
+	r->outcome = 0;
+	r->result = NULL;
+	r->cache_key = NULL;
+}
+
+/*
+ * Reopen a run that ended failed, to go on from stage i: what its failure
+ * cancelled is queued again, what lies downstream of those and of i waits
+ * again, and so do the finalisers, which run again at the new intent.
+ */
+/* reopen's redo[k]: 1 runs again (queued), RELEASE_AGAIN is released as a route would */
+#define RELEASE_AGAIN 2
+
+static void
+reopen(wfe_step *st, int i, const char *by, const char *why)
+{
+	const wfe_run_plan *rp = st->rp;
+	wfe_run    *run = st->run;
+	char	   *redo = wfe_arena_alloc(&st->arena, rp->nstages);
+
+	step_load_all(st);
+	step_emit(st, WFE_OP_REOPEN, -1);
+	run->state = WFE_RUN_RUNNING;
+	run->intent = -1;
+	run->finished = 0;
+	{
+		json_object *detail = json_object_new_object();
+
+		json_object_object_add(detail, "by", step_jstr(by));
+		json_object_object_add(detail, "reason", step_jstr(why));
+		json_object_object_add(detail, "stage", step_jname(st, i));
+		step_event(st, -1, 0, "run.redriven", detail);
+	}
+	memset(redo, 0, rp->nstages);
+	redo[i] = 1;
+	/* a stage that waited on the cache when the run failed was skipped, not cancelled: it runs again too */
+	for (int k = 0; k < rp->first_finaliser; k++)
+		if (st->rows[k].exists && is_task(st, k) && (st->rows[k].state == WFE_CANCELLED ||
+													 (st->rows[k].state == WFE_SKIPPED && st->rows[k].cache_key)))
+			redo[k] = 1;
+
+	/*
+	 * A fork releases its branches one after another: the failure that
+	 * ended the run may have come from an earlier branch before a later one
+	 * was released, and the intent skipped that one.  It is released again.
+	 */
+	for (int k = 0; k < rp->first_finaliser; k++)
+		if (rp->stages[k].kind == WFE_K_FORK && st->rows[k].exists && st->rows[k].state == WFE_COMPLETED)
+			for (int b = 0; b < rp->stages[k].ntargets; b++)
+			{
+				int			t = rp->stages[k].targets[b];
+
+				if (st->rows[t].exists && st->rows[t].state == WFE_SKIPPED && !redo[t])
+					redo[t] = RELEASE_AGAIN;
+			}
+	for (int k = 0; k < rp->nstages; k++)
+	{
+		wfe_row    *r = &st->rows[k];
+		int			downstream = k >= rp->first_finaliser;
+
+		if (!r->exists || redo[k] || r->state == WFE_WAITING || WFE_STATE_IN_FLIGHT(r->state))
+			continue;
+		for (int m = 0; !downstream && m < rp->first_finaliser; m++)
+			downstream = redo[m] && wfe_run_plan_reaches(rp, m, k);
+		if (downstream)
+			reset(st, k, redo);
+	}
+	for (int k = 0; k < rp->first_finaliser; k++)
+		if (redo[k] == 1 && k != i && st->rows[k].state == WFE_SKIPPED)
+		{
+			const char *key = st->rows[k].cache_key;
+
+			reset(st, k, redo);
+			step_enqueue(st, k, NULL, 1, key);	/* its bound input is in its row: it runs itself */
+		}
+		else if (redo[k] == 1 && k != i)
+			step_enqueue(st, k, NULL, 1, NULL);
+	for (int k = 0; k < rp->first_finaliser; k++)
+		if (redo[k] == RELEASE_AGAIN)
+		{
+			reset(st, k, redo);
+			step_activate(st, k, k, WFE_COMPLETED);
+		}
+}
+
+/* In a running run: what i's failure skipped downstream may run again. */
+static void
+unskip_downstream(wfe_step *st, int i)
+{
+	char	   *redo = wfe_arena_alloc(&st->arena, st->rp->nstages);
+
+	step_load_all(st);
+	redo[i] = 1;
+	for (int k = 0; k < st->rp->first_finaliser; k++)
+		if (k != i && st->rows[k].exists && st->rows[k].state == WFE_SKIPPED &&
+			wfe_run_plan_reaches(st->rp, i, k))
+			reset(st, k, redo);
+}
+
+void
+wfe_step_operate(wfe_step *st, int i, wfe_operation what, const char *value, const char *by,
+				 const char *why)
+{
+	wfe_row    *r = wfe_step_row(st, i);
+
+	switch (what)
+	{
+		case WFE_OPERATE_REDRIVE:
+		case WFE_OPERATE_SKIP:
+			if (st->run->finished)
+				reopen(st, i, by, why);
+			else
+				unskip_downstream(st, i);
+			operator_event(st, i, what == WFE_OPERATE_REDRIVE ? "stage.redriven" : "stage.skipped_by_operator",
+						   by, why);
+			if (what == WFE_OPERATE_REDRIVE)
+				step_enqueue(st, i, NULL, 1, NULL);
+			else if (st->rp->stages[i].kind == WFE_K_DECISION)
+			{
+				/* decided by hand: the branch the operator named, as if its clause held */
+				const wfe_rp_stage *s = &st->rp->stages[i];
+				int			k = decision_branch(st, i, value);
+				json_object *result = json_object_new_object();
+				json_object *detail = json_object_new_object();
+
+				json_object_object_add(result, "branch", json_object_new_int(k + 1));
+				json_object_object_add(result, "next", step_jstr(s->next_name[k]));
+				step_resolve(st, i, WFE_COMPLETED, result, NULL, WFE_KEEP_BRANCH);
+				json_object_object_add(detail, "branch", json_object_new_int(k + 1));
+				json_object_object_add(detail, "next", step_jstr(s->next_name[k]));
+				step_event(st, i, 1, "stage.decided", detail);
+				step_skip_unreachable(st, i, s->next[k]);
+				step_route(st, i, s->next[k], r->branch, WFE_COMPLETED);
+			}
+			else
+				step_completed(st, i, value, BY_HAND);
+			break;
+		case WFE_OPERATE_FAIL:
+			{
+				wfe_op	   *op = step_emit(st, WFE_OP_FENCE, i);
+				json_object *error = json_object_new_object();
+
+				operator_event(st, i, "stage.failed_by_operator", by, why);
+				/* the attempt is fenced first: whatever it reports later is stale */
+				op->flag = (r->state == WFE_DISPATCHED || r->state == WFE_RUNNING);
+				op->text = value;
+				op->prev_fence = r->fence;
+				r->fence = step_next_fence(st, r->fence);
+				op->attempt = r->attempt;
+				op->fence = r->fence;
+				json_object_object_add(error, "code", json_object_new_string("operator.failed"));
+				json_object_object_add(error, "message", step_jstr(value));
+				json_object_object_add(error, "by", step_jstr(by));
+				step_attempt_failed(st, i, step_json_text(st, error), "\"operator.failed\"", 0, WFE_FAILED);
+			}
+			break;
+		case WFE_OPERATE_REDISPATCH:
+			{
+				wfe_op	   *op = step_emit(st, WFE_OP_ENQUEUE, i);
+
+				operator_event(st, i, "stage.redispatched", by, why);
+				/* the same attempt under a new fence: the old message's accept is stale */
+				op->flag = 0;
+				op->json = NULL;
+				r->state = WFE_QUEUED;
+				r->fence = step_next_fence(st, r->fence);
+				op->attempt = r->attempt;
+				op->fence = r->fence;
+			}
+			break;
+	}
+}
