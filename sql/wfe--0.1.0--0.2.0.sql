@@ -1857,6 +1857,11 @@ BEGIN
         UPDATE wfe.run_stages AS st SET state = 'queued'
          WHERE st.queue = configure_queue.queue AND st.state = 'dispatched';
         PERFORM wfe._notify_ready(configure_queue.queue);     -- resumed or switched: wake the pollers
+    ELSIF configure_queue.delivery = 'broker' THEN
+        -- the same mode, maybe a raised or lifted max_in_flight: what fits now goes
+        PERFORM wfe._release_held(configure_queue.queue, NULL);
+    ELSE
+        PERFORM wfe._notify_ready(configure_queue.queue);     -- the same for pollers
     END IF;
     PERFORM wfe._wake(now());      -- the publisher declares a new broker queue's topology
 END
@@ -2402,8 +2407,8 @@ $$;
 COMMENT ON FUNCTION wfe._broker_admit(text, text) IS
 'May one more task of this broker queue and tenant be dispatched now (max_in_flight, max_tasks_in_flight)?  Takes the limits'' locks, tenant first.';
 
--- Room appeared: a task of p_queue (may be NULL) and p_tenant ended, or the
--- tenant's limit was raised.  Dispatches the held broker tasks that now fit
+-- Room appeared: a task of p_queue and p_tenant ended, or (p_queue NULL)
+-- the tenant's limit was raised or lifted, or (p_tenant NULL) the queue's.  Dispatches the held broker tasks that now fit
 -- both limits -- those of p_queue when it is a limited broker queue, and
 -- those of p_tenant in any broker queue when the tenant is limited --
 -- highest priority first, then oldest; returns the poll queues whose
@@ -2417,30 +2422,33 @@ AS $$
 DECLARE
     v_queue_side  boolean;
     v_tenant_side boolean;
+    v_limited     boolean;         -- p_tenant has a task limit
+    v_bounded     boolean;         -- p_queue is a broker queue with a limit
     v_tenants     jsonb := '{}';    -- tenant -> room, for the tenants whose lock we hold
     v_queues      jsonb := '{}';    -- queue -> room, for the limited queues whose lock we hold
-    v_limit       int;
     t             record;
     c             record;
 BEGIN
-    v_queue_side := EXISTS (SELECT 1 FROM wfe.queues AS q
-                             WHERE q.queue = p_queue AND q.delivery = 'broker' AND NOT q.paused
-                               AND q.max_in_flight IS NOT NULL);
-    v_tenant_side := EXISTS (SELECT 1 FROM wfe.tenant_limits AS l
-                              WHERE l.tenant = p_tenant AND l.max_tasks_in_flight IS NOT NULL);
+    v_bounded := EXISTS (SELECT 1 FROM wfe.queues AS q
+                          WHERE q.queue = p_queue AND q.delivery = 'broker' AND NOT q.paused
+                            AND q.max_in_flight IS NOT NULL);
+    -- without a tenant, the queue's limit changed: lifted, everything held in it may go
+    v_queue_side := v_bounded
+                    OR (p_tenant IS NULL AND EXISTS (SELECT 1 FROM wfe.queues AS q
+                                                      WHERE q.queue = p_queue AND q.delivery = 'broker'
+                                                        AND NOT q.paused));
+    v_limited := EXISTS (SELECT 1 FROM wfe.tenant_limits AS l
+                          WHERE l.tenant = p_tenant AND l.max_tasks_in_flight IS NOT NULL);
+    -- without a queue, the tenant's limit changed: lifted, everything of it held may go
+    v_tenant_side := v_limited OR (p_queue IS NULL AND p_tenant IS NOT NULL);
     IF v_tenant_side THEN
+        -- (a queue without a wfe.queues row is an unlimited poll queue)
         RETURN QUERY SELECT DISTINCT st.queue
                        FROM wfe.runs AS r JOIN wfe.run_stages AS st ON st.run_id = r.run_id
-                       JOIN wfe.queues AS q ON q.queue = st.queue
-                      WHERE r.tenant = p_tenant AND r.finished_at IS NULL
-                        AND st.state = 'queued' AND st.handler IS NULL
-                        AND q.delivery = 'poll' AND NOT q.paused;
-        -- (a poll queue without a wfe.queues row is unlimited and not paused)
-        RETURN QUERY SELECT DISTINCT st.queue
-                       FROM wfe.runs AS r JOIN wfe.run_stages AS st ON st.run_id = r.run_id
+                       LEFT JOIN wfe.queues AS q ON q.queue = st.queue
                       WHERE r.tenant = p_tenant AND r.finished_at IS NULL
                         AND st.state = 'queued' AND st.handler IS NULL AND st.queue IS NOT NULL
-                        AND NOT EXISTS (SELECT 1 FROM wfe.queues AS q WHERE q.queue = st.queue);
+                        AND coalesce(q.delivery, 'poll') = 'poll' AND NOT coalesce(q.paused, false);
     END IF;
     IF EXISTS (SELECT 1 FROM wfe.queues AS q
                 WHERE q.queue = p_queue AND q.delivery = 'poll' AND NOT q.paused
@@ -2455,7 +2463,7 @@ BEGIN
     -- tenants with tasks held in p_queue.
     FOR t IN SELECT l.tenant, l.max_tasks_in_flight FROM wfe.tenant_limits AS l
               WHERE l.max_tasks_in_flight IS NOT NULL
-                AND ((v_tenant_side AND l.tenant = p_tenant)
+                AND ((v_limited AND l.tenant = p_tenant)
                      OR (v_queue_side AND EXISTS (SELECT 1 FROM wfe.run_stages AS st
                                                    WHERE st.queue = p_queue AND st.state = 'queued'
                                                      AND st.tenant = l.tenant)))
@@ -2465,7 +2473,7 @@ BEGIN
             v_tenants := v_tenants || jsonb_build_object(t.tenant, t.max_tasks_in_flight);
         END IF;
     END LOOP;
-    v_tenant_side := v_tenant_side AND v_tenants ? p_tenant;
+    v_tenant_side := v_tenant_side AND (NOT v_limited OR v_tenants ? p_tenant);
     IF NOT v_queue_side AND NOT v_tenant_side THEN
         RETURN;
     END IF;
@@ -2473,7 +2481,7 @@ BEGIN
     -- queues where p_tenant has held tasks.
     FOR t IN SELECT q.queue, q.max_in_flight FROM wfe.queues AS q
               WHERE q.delivery = 'broker' AND NOT q.paused AND q.max_in_flight IS NOT NULL
-                AND ((v_queue_side AND q.queue = p_queue)
+                AND ((v_bounded AND q.queue = p_queue)
                      OR (v_tenant_side AND EXISTS (SELECT 1 FROM wfe.runs AS r JOIN wfe.run_stages AS st
                                                           ON st.run_id = r.run_id
                                                     WHERE r.tenant = p_tenant AND r.finished_at IS NULL
@@ -2509,8 +2517,8 @@ BEGIN
                                    AND o.fence = h.fence AND o.kind = 'dispatch' AND o.state <> 'published')
               ORDER BY h.priority DESC, h.ready_at, h.run_id, h.stage
     LOOP
-        EXIT WHEN (NOT v_queue_side OR (v_queues ->> p_queue)::int <= 0)
-              AND (NOT v_tenant_side OR (v_tenants ->> p_tenant)::int <= 0);
+        EXIT WHEN (NOT v_queue_side OR (v_bounded AND (v_queues ->> p_queue)::int <= 0))
+              AND (NOT v_tenant_side OR (v_limited AND (v_tenants ->> p_tenant)::int <= 0));
         -- both limits must hold: a limit we do not hold the lock of (a
         -- tenant that was busy, or limited since) keeps its task held
         IF c.queue_limited AND coalesce((v_queues ->> c.queue)::int, 0) <= 0 THEN
