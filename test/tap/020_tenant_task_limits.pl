@@ -158,6 +158,8 @@ is(sql("SELECT string_agg(run_id::text, ' ' ORDER BY id) FROM wfe.outbox WHERE t
 is( sql(q{SELECT count(*) FROM wfe.run_stages AS s WHERE s.tenant = 'bee' AND s.state = 'queued'
              AND NOT EXISTS (SELECT 1 FROM wfe.outbox AS o WHERE o.run_id = s.run_id)}),
 	3, 'broker: three are held: queued, no dispatch message');
+is( sql(q{SELECT count(*) || ' ' || min(detail) FROM wfe.dashboard_stuck WHERE problem = 'tenant full'}),
+	'3 bee at max_tasks_in_flight 2', 'broker: dashboard_stuck lists them, tenant full');
 start_worker($_, '--mode', 'broker', '--amqp-uri', $rabbit->uri) for qw(tba tbb);
 wait_for("SELECT count(*) = 5 FROM wfe.runs WHERE tenant = 'bee' AND state = 'completed'",
 	'broker: all 5 runs complete');
