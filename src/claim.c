@@ -96,8 +96,10 @@ static stmt q_queue_busy = STMT(
 static stmt q_tenants_limited = STMT(
 	"SELECT l.tenant, l.max_tasks_in_flight FROM wfe.tenant_limits AS l"
 	" WHERE l.max_tasks_in_flight IS NOT NULL"
-	"   AND EXISTS (SELECT 1 FROM wfe.run_stages AS st"
-	"                WHERE st.queue = $1 AND st.state = 'queued' AND st.tenant = l.tenant)"
+	/* through the tenant's unfinished runs, not the queue's whole backlog */
+	"   AND EXISTS (SELECT 1 FROM wfe.runs AS r JOIN wfe.run_stages AS st ON st.run_id = r.run_id"
+	"                WHERE r.tenant = l.tenant AND r.finished_at IS NULL"
+	"                  AND st.queue = $1 AND st.state = 'queued')"
 	" ORDER BY l.tenant COLLATE \"C\"", 1, TX);
 static stmt q_lock_tenant = STMT("SELECT wfe._lock_tenant($1)", 1, TX);
 static stmt q_tenant_busy = STMT("SELECT wfe._tenant_in_flight($1)", 1, TX);

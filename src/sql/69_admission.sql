@@ -67,10 +67,60 @@ COMMENT ON FUNCTION wfe.configure_tenant(text, int, int) IS
 -- claim): tenant locks in name order (C collation), then queue locks in name
 -- order.  A transaction that decides several times (a step that ends one
 -- task and releases the next, a tick round, a batch of callbacks) could be
--- asked for a lock out of that order: then it only tries the lock
--- (wfe._lock_tenant), and what needed it stays held until that tenant's next
--- task ends.  The locks a transaction holds are remembered in two
--- transaction-local settings (wfe_admission.tenant, wfe_admission.queue).
+-- asked for a lock out of that order: then it only tries it (wfe._lock_tenant,
+-- wfe._lock_queue), so no two admissions ever wait for each other in a
+-- circle.  A broker task a failed try kept held is not forgotten: the
+-- tenant or queue goes into wfe.admission_recheck, and the background
+-- worker's next round (or wfe.tick) releases what fits, in a transaction
+-- that holds nothing yet.  The greatest tenant and queue a transaction has
+-- locked are kept in two transaction-local settings (wfe_admission.tenant,
+-- wfe_admission.queue).
+
+-- Tenants and queues whose held tasks a failed try may have kept back.
+CREATE TABLE wfe.admission_recheck (
+    id     bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    queue  text,
+    tenant text,
+    at     timestamptz NOT NULL DEFAULT now(),
+    CONSTRAINT admission_recheck_what CHECK (num_nonnulls(queue, tenant) = 1)
+);
+COMMENT ON TABLE wfe.admission_recheck IS
+'A queue or tenant whose lock an admission could only try, and missed: the next worker round releases its held tasks (wfe._release_held).';
+
+-- Remember a missed try; the background worker is woken at commit.
+CREATE FUNCTION wfe._recheck_later(p_queue text, p_tenant text)
+RETURNS void
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    INSERT INTO wfe.admission_recheck (queue, tenant) VALUES (p_queue, p_tenant);
+    SELECT wfe._wake(now());
+END;
+COMMENT ON FUNCTION wfe._recheck_later(text, text) IS
+'Records a queue or tenant whose lock was busy out of order, for the next worker round, and wakes the worker at commit.';
+
+-- The worker round's first item: release what missed tries kept back.
+CREATE FUNCTION wfe._recheck_admission()
+RETURNS int
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    c record;
+    n int := 0;
+BEGIN
+    FOR c IN WITH d AS (DELETE FROM wfe.admission_recheck RETURNING queue, tenant)
+             SELECT x.queue, x.tenant FROM (SELECT DISTINCT d.queue, d.tenant FROM d) AS x
+              ORDER BY x.tenant COLLATE "C", x.queue COLLATE "C"
+    LOOP
+        PERFORM wfe._notify_ready(q) FROM wfe._release_held(c.queue, c.tenant) AS q;
+        n := n + 1;
+    END LOOP;
+    RETURN n;
+END
+$$;
+COMMENT ON FUNCTION wfe._recheck_admission() IS
+'Releases the held tasks of the queues and tenants in wfe.admission_recheck (emptying it); returns how many it rechecked.';
 
 -- Takes a tenant's task-limit lock: waits when that keeps the order, else only tries.
 CREATE FUNCTION wfe._lock_tenant(p_tenant text)
@@ -84,7 +134,11 @@ BEGIN
     IF coalesce(current_setting('wfe_admission.queue', true), '') <> ''
        OR (v_max <> '' AND p_tenant COLLATE "C" <= v_max COLLATE "C") THEN
         -- out of order (or already held: a held lock is granted again at once)
-        RETURN pg_try_advisory_xact_lock(hashtext('wfe.max_tasks_in_flight'), hashtext(p_tenant));
+        IF pg_try_advisory_xact_lock(hashtext('wfe.max_tasks_in_flight'), hashtext(p_tenant)) THEN
+            RETURN true;
+        END IF;
+        PERFORM wfe._recheck_later(NULL, p_tenant);
+        RETURN false;
     END IF;
     PERFORM pg_advisory_xact_lock(hashtext('wfe.max_tasks_in_flight'), hashtext(p_tenant));
     PERFORM set_config('wfe_admission.tenant', p_tenant, true);
@@ -92,21 +146,31 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION wfe._lock_tenant(text) IS
-'Takes a tenant''s max_tasks_in_flight lock, waiting only in lock order (tenants by name before any queue); out of order it only tries.';
+'Takes a tenant''s max_tasks_in_flight lock, waiting only in lock order (tenants by name before any queue); out of order it only tries, and a miss is rechecked later.';
 
--- Takes a limited broker queue's max_in_flight lock (after any tenant lock).
+-- Takes a limited broker queue's max_in_flight lock: waits when that keeps the order, else only tries.
 CREATE FUNCTION wfe._lock_queue(p_queue text)
-RETURNS void
+RETURNS boolean
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    v_max text := coalesce(current_setting('wfe_admission.queue', true), '');
 BEGIN
+    IF v_max <> '' AND p_queue COLLATE "C" <= v_max COLLATE "C" THEN
+        IF pg_try_advisory_xact_lock(hashtext('wfe.max_in_flight'), hashtext(p_queue)) THEN
+            RETURN true;
+        END IF;
+        PERFORM wfe._recheck_later(p_queue, NULL);
+        RETURN false;
+    END IF;
     PERFORM pg_advisory_xact_lock(hashtext('wfe.max_in_flight'), hashtext(p_queue));
     PERFORM set_config('wfe_admission.queue', p_queue, true);
+    RETURN true;
 END
 $$;
 COMMENT ON FUNCTION wfe._lock_queue(text) IS
-'Takes a broker queue''s max_in_flight lock; from then on the transaction only tries tenant locks.';
+'Takes a broker queue''s max_in_flight lock, waiting only in lock order (queues by name, after the tenants); out of order it only tries, and a miss is rechecked later.  From then on tenant locks are only tried.';
 
 CREATE FUNCTION wfe._broker_in_flight(p_queue text)
 RETURNS int
@@ -161,10 +225,12 @@ BEGIN
     END IF;
     -- the lock order: the tenant, then the queue; the counts after both
     IF v_tenant IS NOT NULL AND NOT wfe._lock_tenant(p_tenant) THEN
-        RETURN false;               -- busy out of order: held until the tenant's next task ends
+        RETURN false;               -- busy out of order: held, rechecked by the next worker round
     END IF;
     IF v_queue IS NOT NULL THEN
-        PERFORM wfe._lock_queue(p_queue);
+        IF NOT wfe._lock_queue(p_queue) THEN
+            RETURN false;
+        END IF;
         IF wfe._broker_in_flight(p_queue) >= v_queue THEN
             RETURN false;
         END IF;
@@ -256,9 +322,11 @@ BEGIN
                                                       AND st.queue = q.queue AND st.state = 'queued')))
               ORDER BY q.queue COLLATE "C"
     LOOP
-        PERFORM wfe._lock_queue(t.queue);
-        v_queues := v_queues || jsonb_build_object(t.queue, t.max_in_flight);
+        IF wfe._lock_queue(t.queue) THEN
+            v_queues := v_queues || jsonb_build_object(t.queue, t.max_in_flight);
+        END IF;
     END LOOP;
+    v_queue_side := v_queue_side AND (NOT v_bounded OR v_queues ? p_queue);
     -- The rooms, counted after the locks (statements of their own).
     FOR t IN SELECT k AS name FROM jsonb_object_keys(v_tenants) AS k LOOP
         v_tenants := jsonb_set(v_tenants, ARRAY[t.name],
