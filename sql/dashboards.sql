@@ -40,7 +40,6 @@ stages:
 $yaml$) LIKE 'sha256:%' AS created;
 SELECT wfe.approve('dash-flow', '1.0.0');
 SELECT wfe.activate('dash-flow', '1.0.0');
-SELECT wfe.configure_tenant('acme', max_runs_in_flight => 10, max_tasks_in_flight => 4);
 
 -- Take n tasks of a queue and report them: completed, failed (retryable) or
 -- left running.
@@ -82,6 +81,9 @@ SELECT pg_temp.work('render', 2, 'fail') AS failed_twice;
 -- 10 waits; 11 and 12 wait on fetch
 SELECT pg_temp.work('fetch', 3, 'complete') AS fetched;
 SELECT pg_temp.work('render', 2, 'run') AS running;
+-- acme's limits, set once the work above is done (it took up to 7 of its
+-- tasks at once): 10 runs and 4 tasks in flight
+SELECT wfe.configure_tenant('acme', max_runs_in_flight => 10, max_tasks_in_flight => 4);
 -- render's limit: 2 in flight, so 10 waits for room
 SELECT wfe.configure_queue('render', 'poll', max_in_flight => 2);
 SELECT count(*) AS over_the_limit FROM wfe.claim_task('render', 'w-dash', 5);

@@ -13,6 +13,7 @@
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "funcapi.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
 #include "utils/uuid.h"
@@ -25,32 +26,46 @@
  * are updated by tuple id, so the plan never joins against (or scans) the
  * stage table, whatever its size and max_tasks (test/tap/006_claim_plan.pl).
  */
-static stmt q_claim = STMT(
-	"WITH claimed AS ("
-	"  UPDATE wfe.run_stages AS st"
-	"     SET state = 'running', claimed_by = $2, started_at = now(), heartbeat_at = now(), lease_ms = $4,"
-	"         deadline_at = now() + make_interval(secs => least(coalesce($4, st.exec_ms),"
-	"                                             coalesce(st.heartbeat_ms, 2147483647)) / 1000.0)"
-	"   WHERE st.ctid = ANY (ARRAY("
-	"           SELECT p.ctid FROM wfe.run_stages AS p"
-	"            WHERE p.queue = $1 AND p.state = 'queued'"
-	"              AND NOT EXISTS (SELECT 1 FROM wfe.queues AS q"
+#define CLAIM_HEAD \
+	"WITH claimed AS (" \
+	"  UPDATE wfe.run_stages AS st" \
+	"     SET state = 'running', claimed_by = $2, started_at = now(), heartbeat_at = now(), lease_ms = $4," \
+	"         deadline_at = now() + make_interval(secs => least(coalesce($4, st.exec_ms)," \
+	"                                             coalesce(st.heartbeat_ms, 2147483647)) / 1000.0)" \
+	"   WHERE st.ctid = ANY (ARRAY(" \
+	"           SELECT p.ctid FROM wfe.run_stages AS p" \
+	"            WHERE p.queue = $1 AND p.state = 'queued'" \
+	"              AND NOT EXISTS (SELECT 1 FROM wfe.queues AS q" \
 	"                               WHERE q.queue = $1 AND (q.paused OR q.delivery = 'broker'))"
-	"            ORDER BY p.priority DESC, p.ready_at LIMIT $3"
-	"              FOR UPDATE SKIP LOCKED))"
-	"  RETURNING st.*"
-	"), logged AS ("
-	"  INSERT INTO wfe.events (run_id, tenant, stage, attempt, type, detail)"
-	"  SELECT c.run_id, c.tenant, c.stage, c.attempt, 'stage.claimed',"
-	"         jsonb_build_object('worker_id', $2::text) FROM claimed AS c"
-	")"
-	" SELECT c.run_id, c.stage, c.attempt, c.fence, c.queue, c.worker, c.input, NULL::jsonb,"
-	"        c.deadline_at, c.heartbeat_ms,"
-	/* a lookup per claimed row: a join would be hashed in the generic plan */
-	"        (SELECT r.definition_digest FROM wfe.runs AS r WHERE r.run_id = c.run_id),"
-	"        NULL::uuid, c.tenant"
-	"   FROM claimed AS c"
-	"  ORDER BY c.priority DESC, c.ready_at", 4, TX, TX, I4, I4);
+#define CLAIM_TAIL \
+	"            ORDER BY p.priority DESC, p.ready_at LIMIT $3" \
+	"              FOR UPDATE SKIP LOCKED))" \
+	"  RETURNING st.*" \
+	"), logged AS (" \
+	"  INSERT INTO wfe.events (run_id, tenant, stage, attempt, type, detail)" \
+	"  SELECT c.run_id, c.tenant, c.stage, c.attempt, 'stage.claimed'," \
+	"         jsonb_build_object('worker_id', $2::text) FROM claimed AS c" \
+	")" \
+	" SELECT c.run_id, c.stage, c.attempt, c.fence, c.queue, c.worker, c.input, NULL::jsonb," \
+	"        c.deadline_at, c.heartbeat_ms," \
+	/* a lookup per claimed row: a join would be hashed in the generic plan */ \
+	"        (SELECT r.definition_digest FROM wfe.runs AS r WHERE r.run_id = c.run_id)," \
+	"        NULL::uuid, c.tenant" \
+	"   FROM claimed AS c" \
+	"  ORDER BY c.priority DESC, c.ready_at"
+static stmt q_claim = STMT(CLAIM_HEAD CLAIM_TAIL, 4, TX, TX, I4, I4);
+
+/*
+ * The claim when some tenant has a task limit (max_tasks_in_flight): only
+ * tasks of tenants without one, or of the limited tenants in $5, whose
+ * locks this claimer holds and who have room for $3 more.  (A tenant
+ * limited since the tenants were listed is passed over, not overrun.)
+ */
+static stmt q_claim_limited = STMT(CLAIM_HEAD
+	"              AND (p.tenant = ANY ($5)"
+	"                   OR NOT EXISTS (SELECT 1 FROM wfe.tenant_limits AS l"
+	"                                   WHERE l.tenant = p.tenant AND l.max_tasks_in_flight IS NOT NULL))"
+	CLAIM_TAIL, 5, TX, TX, I4, I4, TEXTARRAYOID);
 static stmt q_queue_broker = STMT(
 	"SELECT EXISTS (SELECT 1 FROM wfe.queues AS q WHERE q.queue = $1 AND q.delivery = 'broker')", 1, TX);
 static stmt q_queue_known = STMT(
@@ -62,14 +77,89 @@ static stmt q_queue_known = STMT(
  * claimers of a limited queue take turns, and the count is a statement of
  * its own, after the lock, so it sees what the previous claimer committed
  * (a count in the locking statement would use the snapshot from before the
- * wait).  Unlimited queues lock nothing.
+ * wait).  Unlimited queues lock nothing.  The same statement says whether
+ * any tenant has a task limit: when none has, that is all the claim pays.
  */
 static stmt q_queue_limit = STMT(
-	"SELECT q.max_in_flight FROM wfe.queues AS q WHERE q.queue = $1 AND q.max_in_flight IS NOT NULL"
-	"   FOR NO KEY UPDATE", 1, TX);
+	"SELECT (SELECT q.max_in_flight FROM wfe.queues AS q WHERE q.queue = $1 AND q.max_in_flight IS NOT NULL"
+	"           FOR NO KEY UPDATE),"
+	"       EXISTS (SELECT 1 FROM wfe.tenant_limits AS l WHERE l.max_tasks_in_flight IS NOT NULL)", 1, TX);
 static stmt q_queue_busy = STMT(
 	"SELECT count(*)::int FROM wfe.run_stages AS st"
 	" WHERE st.queue = $1 AND st.state IN ('dispatched', 'running')", 1, TX);
+
+/*
+ * A tenant's task limit (max_tasks_in_flight), the same way: the limited
+ * tenants with tasks queued here, in lock order (69_admission.sql), each
+ * locked (wfe._lock_tenant) and then counted in a statement of its own.
+ */
+static stmt q_tenants_limited = STMT(
+	"SELECT l.tenant, l.max_tasks_in_flight FROM wfe.tenant_limits AS l"
+	" WHERE l.max_tasks_in_flight IS NOT NULL"
+	/* through the tenant's unfinished runs, not the queue's whole backlog */
+	"   AND EXISTS (SELECT 1 FROM wfe.runs AS r JOIN wfe.run_stages AS st ON st.run_id = r.run_id"
+	"                WHERE r.tenant = l.tenant AND r.finished_at IS NULL"
+	"                  AND st.queue = $1 AND st.state = 'queued')"
+	" ORDER BY l.tenant COLLATE \"C\"", 1, TX);
+static stmt q_lock_tenant = STMT("SELECT wfe._lock_tenant($1)", 1, TX);
+static stmt q_tenant_busy = STMT("SELECT wfe._tenant_in_flight($1)", 1, TX);
+
+/* The limited tenants a claim may take tasks of, and how many each. */
+typedef struct tenant_room
+{
+	int			n;
+	char	  **name;
+	int		   *room;
+} tenant_room;
+
+/* Lock and count the limited tenants with tasks queued in this queue; keep those with room. */
+static void
+tenant_rooms(Datum queue, tenant_room *t)
+{
+	int			listed;
+	char	  **names;
+	int		   *limits;
+
+	stmt_run(&q_tenants_limited, &queue, NULL);
+	listed = (int) SPI_processed;
+	names = palloc(sizeof(char *) * Max(listed, 1));
+	limits = palloc(sizeof(int) * Max(listed, 1));
+	for (int k = 0; k < listed; k++)
+	{
+		names[k] = SPI_getvalue(SPI_tuptable->vals[k], SPI_tuptable->tupdesc, 1);
+		limits[k] = pg_strtoint32(SPI_getvalue(SPI_tuptable->vals[k], SPI_tuptable->tupdesc, 2));
+	}
+	t->n = 0;
+	t->name = palloc(sizeof(char *) * Max(listed, 1));
+	t->room = palloc(sizeof(int) * Max(listed, 1));
+	for (int k = 0; k < listed; k++)
+	{
+		Datum		v[1] = {CStringGetTextDatum(names[k])};
+		int			room;
+
+		stmt_run(&q_lock_tenant, v, NULL);
+		if (!stmt_bool(1))
+			continue;			/* busy out of lock order: its tasks wait for the next claim */
+		stmt_run(&q_tenant_busy, v, NULL);
+		room = limits[k] - pg_strtoint32(stmt_col(1));
+		if (room <= 0)
+			continue;
+		t->name[t->n] = names[k];
+		t->room[t->n] = room;
+		t->n++;
+	}
+}
+
+/* The tenants in t as a text[] argument. */
+static Datum
+tenant_array(const tenant_room *t)
+{
+	Datum	   *d = palloc(sizeof(Datum) * Max(t->n, 1));
+
+	for (int k = 0; k < t->n; k++)
+		d[k] = CStringGetTextDatum(t->name[k]);
+	return PointerGetDatum(construct_array(d, t->n, TEXTOID, -1, false, TYPALIGN_INT));
+}
 
 PG_FUNCTION_INFO_V1(wfe_claim_task);
 
@@ -142,33 +232,81 @@ wfe_claim_task(PG_FUNCTION_ARGS)
 	{
 		/* over the queue's limit, tasks stay queued; a finishing one wakes us */
 		int			room = max_tasks;
+		bool		tenants_limited;
+		tenant_room tr = {0, NULL, NULL};
 
 		stmt_run(&q_queue_limit, v, NULL);
-		if (SPI_processed == 1)
+		tenants_limited = stmt_bool(2);
+		if (stmt_col(1) != NULL)
 		{
 			int			limit = pg_strtoint32(stmt_col(1));
 
 			stmt_run(&q_queue_busy, v, NULL);
 			room = Min(max_tasks, limit - pg_strtoint32(stmt_col(1)));
 		}
-		v[2] = Int32GetDatum(room);
-		if (room > 0)
-			stmt_run(&q_claim, v, n);
-		claimed = room > 0 ? SPI_processed : 0;
-	}
-	for (uint64 k = 0; k < claimed; k++)
-	{
-		Datum		values[13];
-		bool		nulls[13];
+		if (tenants_limited && room > 0)
+			tenant_rooms(v[0], &tr);
+		claimed = 0;
+		/*
+		 * Without tenant limits, one claim.  With them, rounds of at most the
+		 * smallest room of a limited tenant still allowed, so no round can
+		 * overrun one; a tenant out of room leaves the next round's list.
+		 */
+		while (room > 0)
+		{
+			int			take = room;
+			uint64		got;
 
-		heap_deform_tuple(SPI_tuptable->vals[k], SPI_tuptable->tupdesc, values, nulls);
-		values[11] = message_id(DatumGetInt64(values[0]), TextDatumGetCString(values[1]),
-								DatumGetInt32(values[2]), DatumGetInt64(values[3]), "dispatch");
-		nulls[11] = false;
-		/* the worker must be awake when the execution deadline passes */
-		if (!nulls[8] && (due == 0 || DatumGetTimestampTz(values[8]) < due))
-			due = DatumGetTimestampTz(values[8]);
-		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+			for (int k = 0; k < tr.n; k++)
+				take = Min(take, tr.room[k]);
+			v[2] = Int32GetDatum(take);
+			if (tenants_limited)
+			{
+				Datum		w[5] = {v[0], v[1], v[2], v[3], tenant_array(&tr)};
+				char		m[6] = "     ";
+
+				m[3] = n[3];
+				stmt_run(&q_claim_limited, w, m);
+			}
+			else
+				stmt_run(&q_claim, v, n);
+			got = SPI_processed;
+			for (uint64 k = 0; k < got; k++)
+			{
+				Datum		values[13];
+				bool		nulls[13];
+
+				heap_deform_tuple(SPI_tuptable->vals[k], SPI_tuptable->tupdesc, values, nulls);
+				values[11] = message_id(DatumGetInt64(values[0]), TextDatumGetCString(values[1]),
+										DatumGetInt32(values[2]), DatumGetInt64(values[3]), "dispatch");
+				nulls[11] = false;
+				/* the worker must be awake when the execution deadline passes */
+				if (!nulls[8] && (due == 0 || DatumGetTimestampTz(values[8]) < due))
+					due = DatumGetTimestampTz(values[8]);
+				tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+				if (!nulls[12])
+				{
+					char	   *tenant = TextDatumGetCString(values[12]);
+
+					for (int j = 0; j < tr.n; j++)
+						if (strcmp(tr.name[j], tenant) == 0)
+							tr.room[j]--;
+				}
+			}
+			claimed += got;
+			room -= (int) got;
+			if (got < (uint64) take || !tenants_limited)
+				break;
+			for (int j = 0; j < tr.n;)
+				if (tr.room[j] <= 0)
+				{
+					tr.name[j] = tr.name[tr.n - 1];
+					tr.room[j] = tr.room[tr.n - 1];
+					tr.n--;
+				}
+				else
+					j++;
+		}
 	}
 	if (due != 0)
 		wfe_wake_at(due);

@@ -98,10 +98,10 @@ static stmt q_stage_input = STMT(
 	"SELECT st.input::text FROM wfe.run_stages AS st WHERE st.run_id = $1 AND st.stage = $2", 2, I8, TX);
 static stmt q_queue_mode = STMT(
 	"SELECT q.delivery = 'broker', q.paused FROM wfe.queues AS q WHERE q.queue = $1", 1, TX);
-/* a broker queue's max_in_flight holds the dispatch (wfe._broker_admit) */
+/* a broker queue's max_in_flight and its tenant's max_tasks_in_flight hold the dispatch (wfe._broker_admit) */
 static stmt q_dispatch = STMT(
 	"SELECT wfe._dispatch(r, s) FROM wfe.runs AS r, wfe.run_stages AS s"
-	" WHERE r.run_id = $1 AND s.run_id = $1 AND s.stage = $2 AND wfe._broker_admit(s.queue)", 2, I8, TX);
+	" WHERE r.run_id = $1 AND s.run_id = $1 AND s.stage = $2 AND wfe._broker_admit(s.queue, s.tenant)", 2, I8, TX);
 static stmt q_resolve = STMT(
 	"UPDATE wfe.run_stages AS st"
 	"   SET state = $3, attempt = 1, fence = $8, outcome = $3, result = $4::jsonb, error = $5::jsonb,"
@@ -643,22 +643,26 @@ static stmt q_fence = STMT(
 	"UPDATE wfe.run_stages AS st SET fence = $3"
 	" WHERE st.run_id = $1 AND st.stage = $2 RETURNING st.queue", 3, I8, TX, I8);
 
-static stmt q_queue_limited = STMT(
-	"SELECT q.delivery = 'broker' FROM wfe.queues AS q"
-	" WHERE q.queue = $1 AND q.max_in_flight IS NOT NULL AND NOT q.paused", 1, TX);
-static stmt q_release_held = STMT("SELECT wfe._release_held($1)", 1, TX);
+/* the common case, nothing limited, costs this one statement */
+static stmt q_limited = STMT(
+	"SELECT EXISTS (SELECT 1 FROM wfe.queues AS q"
+	"                WHERE q.queue = $1 AND q.max_in_flight IS NOT NULL AND NOT q.paused)"
+	"    OR EXISTS (SELECT 1 FROM wfe.tenant_limits AS t"
+	"                WHERE t.tenant = $2 AND t.max_tasks_in_flight IS NOT NULL)", 2, TX, TX);
+static stmt q_release_held = STMT("SELECT q FROM wfe._release_held($1, $2) AS q", 2, TX, TX);
 
 /*
- * A task of a queue with an in-flight limit ended or left (completed,
- * failed, retried later, timed out, cancelled), its row written: room for
- * the next queued one.  Poll: the claimers waiting on that queue hear of it
- * at commit.  Broker: the held tasks are dispatched (wfe._release_held).
+ * A task ended or left (completed, failed, retried later, timed out,
+ * cancelled), its row written: room for the next queued one, if its queue
+ * (max_in_flight) or its tenant (max_tasks_in_flight) is limited.  Broker:
+ * the held tasks that now fit are dispatched; poll: the claimers waiting on
+ * the queues concerned hear of it at commit (wfe._release_held says which).
  */
 static void
 room_freed(srv *s, const wfe_op *op)
 {
 	const char *queue;
-	Datum		v[1];
+	Datum		v[2];
 
 	if (op->stage < 0 ||
 		!(op->kind == WFE_OP_COMPLETE || op->kind == WFE_OP_FAIL || op->kind == WFE_OP_RETRY ||
@@ -668,13 +672,13 @@ room_freed(srv *s, const wfe_op *op)
 	if (queue == NULL || wfe_step_row(&current_step, op->stage)->has_handler)
 		return;
 	v[0] = CStringGetTextDatum(queue);
-	stmt_run(&q_queue_limited, v, NULL);
-	if (SPI_processed != 1)
+	v[1] = CStringGetTextDatum(s->run.tenant ? s->run.tenant : "");
+	stmt_run(&q_limited, v, NULL);
+	if (!stmt_bool(1))
 		return;
-	if (stmt_bool(1))
-		stmt_run(&q_release_held, v, NULL);
-	else
-		wfe_ready_released(queue);
+	stmt_run(&q_release_held, v, NULL);
+	for (uint64 k = 0; k < SPI_processed; k++)
+		wfe_ready_released(SPI_getvalue(SPI_tuptable->vals[k], SPI_tuptable->tupdesc, 1));
 }
 
 /* Write the effects the core decided, in order. */

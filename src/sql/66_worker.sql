@@ -90,6 +90,16 @@ DECLARE
     v_state   text;
     v_message text;
 BEGIN
+    -- First, while this transaction holds no lock yet (so it may wait for
+    -- the admission locks in their order): the held tasks that an
+    -- admission's missed try kept back (69_admission.sql).
+    BEGIN
+        PERFORM wfe._recheck_admission();
+    EXCEPTION WHEN OTHERS THEN
+        GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE, v_message = MESSAGE_TEXT;
+        RAISE WARNING 'wfe: rechecking held tasks raised % (%)', v_state,
+            left(regexp_replace(v_message, '[[:cntrl:]]+', ' ', 'g'), 1000);
+    END;
     -- Lock the batch first, then fire it in run order: each firing takes
     -- its run's lock and keeps it, so two firers (this worker, a manual
     -- wfe.tick()) firing in due order could each wait for a run the other
@@ -129,7 +139,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION wfe._worker_round(int) IS
-'Fires up to p_max due timers and times out up to p_max expired attempts; returns how many.';
+'Releases what missed admission tries held back, fires up to p_max due timers and times out up to p_max expired attempts; returns how many timers and attempts.';
 
 -- Run the oldest queued in-database action that nobody else is handling.
 CREATE FUNCTION wfe._run_next_handler(p_by text DEFAULT 'wfe.tick')

@@ -371,6 +371,11 @@ BEGIN
         UPDATE wfe.run_stages AS st SET state = 'queued'
          WHERE st.queue = configure_queue.queue AND st.state = 'dispatched';
         PERFORM wfe._notify_ready(configure_queue.queue);     -- resumed or switched: wake the pollers
+    ELSIF configure_queue.delivery = 'broker' THEN
+        -- the same mode, maybe a raised or lifted max_in_flight: what fits now goes
+        PERFORM wfe._release_held(configure_queue.queue, NULL);
+    ELSE
+        PERFORM wfe._notify_ready(configure_queue.queue);     -- the same for pollers
     END IF;
     PERFORM wfe._wake(now());      -- the publisher declares a new broker queue's topology
 END

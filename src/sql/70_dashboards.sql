@@ -271,6 +271,21 @@ SELECT x.problem, x.run_id, x.stage, x.attempt,
                                       WHERE s2.queue = q.queue AND s2.state IN ('dispatched', 'running')
                                       GROUP BY s2.queue HAVING count(*) >= q.max_in_flight))
     UNION ALL
+    -- waiting on a tenant at its max_tasks_in_flight (broker: held; poll: not claimed)
+    SELECT 'tenant full', st.run_id, st.stage, st.attempt, st.ready_at,
+           l.tenant || ' at max_tasks_in_flight ' || l.max_tasks_in_flight
+      FROM wfe.tenant_limits AS l
+      JOIN wfe.runs AS r ON r.tenant = l.tenant AND r.finished_at IS NULL
+      JOIN wfe.run_stages AS st ON st.run_id = r.run_id
+     WHERE l.max_tasks_in_flight IS NOT NULL
+       AND st.state = 'queued' AND st.queue IS NOT NULL AND st.handler IS NULL
+       AND NOT EXISTS (SELECT 1 FROM wfe.outbox AS o
+                        WHERE o.run_id = st.run_id AND o.stage = st.stage AND o.attempt = st.attempt
+                          AND o.fence = st.fence AND o.kind = 'dispatch' AND o.state <> 'published')
+       AND (SELECT count(*) FROM wfe.runs AS r2 JOIN wfe.run_stages AS s2 ON s2.run_id = r2.run_id
+             WHERE r2.tenant = l.tenant AND r2.finished_at IS NULL AND s2.queue IS NOT NULL
+               AND s2.handler IS NULL AND s2.state IN ('dispatched', 'running')) >= l.max_tasks_in_flight
+    UNION ALL
     -- a dispatch the broker has not taken for a minute
     SELECT 'dispatch unpublished', o.run_id, o.stage, o.attempt, o.created_at,
            coalesce(o.last_error, o.routing_key)
@@ -283,7 +298,7 @@ SELECT x.problem, x.run_id, x.stage, x.attempt,
   ) AS x
  ORDER BY x.since, x.run_id, x.stage;
 COMMENT ON VIEW wfe.dashboard_stuck IS
-'Work that does not move: runs with no live attempt and no due timer, attempts past their deadline, overdue timers, tasks on a paused or full queue, dispatches unpublished for a minute, open dead letters.';
+'Work that does not move: runs with no live attempt and no due timer, attempts past their deadline, overdue timers, tasks on a paused or full queue or of a full tenant, dispatches unpublished for a minute, open dead letters.';
 
 -- The result cache per tenant and contract: its entries, and what releases
 -- of cached stages found in the last hour (dsl.md "Result cache").
