@@ -33,6 +33,41 @@ is_task(wfe_step *st, int i)
 	return s->kind != WFE_K_DECISION && s->kind != WFE_K_FORK && s->kind != WFE_K_JOIN;
 }
 
+/*
+ * Did stage k's failure end the run: failed (or timed out) with its
+ * failure routed to the failed terminal, or, in the tasks form, a critical
+ * task?
+ */
+static int
+ended_the_run(wfe_step *st, int k)
+{
+	const wfe_rp_stage *s = &st->rp->stages[k];
+	const wfe_row *r = wfe_step_row(st, k);
+
+	if (!r->exists || (r->state != WFE_FAILED && r->state != WFE_TIMED_OUT) || s->kind == WFE_K_FINALISER)
+		return 0;
+	if (st->rp->tasks_form)
+		return s->critical && r->awaits;
+	return (s->kind == WFE_K_DECISION ? s->on_evaluation_error : s->on_failure) == WFE_TO_FAILED;
+}
+
+/*
+ * Why a failed run cannot be reopened from stage i, or NULL: a join whose
+ * failure ended the run and that does not lie after i would stay failed
+ * (a join that failed has had all its arrivals), and what waits for it
+ * would wait for good.  Skip it first.
+ */
+static const char *
+reopen_problem(wfe_step *st, int i)
+{
+	for (int k = 0; k < st->rp->first_finaliser; k++)
+		if (k != i && st->rp->stages[k].kind == WFE_K_JOIN && ended_the_run(st, k) &&
+			!wfe_run_plan_reaches(st->rp, i, k))
+			return wfe_arena_printf(&st->arena, "join %s failed and ended the run; skip it first",
+									st->rp->stages[k].name);
+	return NULL;
+}
+
 /* The branch (0-based) of decision i whose target value's "next" names, or -1. */
 static int
 decision_branch(wfe_step *st, int i, const char *value)
@@ -75,6 +110,8 @@ wfe_step_operate_problem(wfe_step *st, int i, wfe_operation op, const char *valu
 										s->name);
 			if (r->state != WFE_FAILED && r->state != WFE_TIMED_OUT)
 				return wfe_arena_printf(&st->arena, "stage %s is %s, not failed or timed_out", s->name, state);
+			if (run->finished && reopen_problem(st, i) != NULL)
+				return reopen_problem(st, i);
 			if (op == WFE_OPERATE_REDRIVE && !is_task(st, i))
 				return wfe_arena_printf(&st->arena, "stage %s is a decision, fork or join, which has no attempt to redrive; skip_stage completes it by hand",
 										s->name);
@@ -189,6 +226,16 @@ reopen(wfe_step *st, int i, const char *by, const char *why)
 		if (st->rows[k].exists && is_task(st, k) && (st->rows[k].state == WFE_CANCELLED ||
 													 (st->rows[k].state == WFE_SKIPPED && st->rows[k].cache_key)))
 			redo[k] = 1;
+
+	/*
+	 * A stage whose failure ended the run and that does not lie after i
+	 * (the run failed at another branch) runs again with i, or the run
+	 * could not finish: queued, or a decision decided again.
+	 */
+	for (int k = 0; k < rp->first_finaliser; k++)
+		if (k != i && ended_the_run(st, k) && !wfe_run_plan_reaches(rp, i, k) &&
+			rp->stages[k].kind != WFE_K_JOIN)
+			redo[k] = is_task(st, k) ? 1 : RELEASE_AGAIN;
 
 	/*
 	 * A fork releases its branches one after another: the failure that

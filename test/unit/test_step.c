@@ -2215,6 +2215,28 @@ test_reopen_fork_unreleased(void)
 	run_close(&h, "reopen a fork cut short");
 }
 
+/* Reopening from a stage whose failure the run took: the stage that ended it runs again too. */
+static void
+test_reopen_cause(void)
+{
+	sh			h;
+
+	run_open(&h, rp_forkdec, "{\"go\": true}", NULL);
+	sh_start(&h);
+	sh_fail(&h, X(&h, "x"), "{\"code\": \"bad\"}", 0);
+	expect_state(&h, "x", WFE_FAILED, "reopen cause: x failed, into the join");
+	sh_fail(&h, X(&h, "b"), "{\"code\": \"bad\"}", 0);
+	ok(h.run.finished && h.run.state == WFE_RUN_FAILED, "reopen cause: b's failure, routed to failed, failed the run");
+	ok(sh_operate(&h, X(&h, "x"), WFE_OPERATE_REDRIVE, NULL, "ops", "retry x") == NULL,
+	   "reopen cause: x is redriven");
+	expect_state(&h, "b", WFE_QUEUED, "reopen cause: b, which ended the run, runs again too");
+	sh_complete(&h, X(&h, "x"), "{}");
+	sh_complete(&h, X(&h, "b"), "{}");
+	sh_complete(&h, X(&h, "b2"), "{}");
+	ok(h.run.finished && h.run.state == WFE_RUN_COMPLETED, "reopen cause: the run completes");
+	run_close(&h, "reopen where another stage ended the run");
+}
+
 static void
 test_fail_stage(void)
 {
@@ -2511,6 +2533,7 @@ main(void)
 	test_redrive();
 	test_skip_stage();
 	test_reopen_fork_unreleased();
+	test_reopen_cause();
 	test_fail_stage();
 	test_redispatch();
 	test_cache();
