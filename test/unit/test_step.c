@@ -525,6 +525,23 @@ static const char *CACHED_TAIL =
 "  - { name: tail, type: worker, queue: q, worker: embed@1, input: { t: \"${context.t}\" }, cache: { ttl_ms: 60000 },"
 " on_success: completed, on_failure: failed }\n";
 
+/* A join that fails the run in one branch of an outer fork, a tolerated failure in the other. */
+static const char *TWO_JOINS =
+"name: two-joins\n"
+"version: \"1.0.0\"\n"
+"entry: top\n"
+"defaults:\n"
+"  retry: { max_attempts: 1 }\n"
+"stages:\n"
+"  - { name: top, type: fork, branches: [x, f] }\n"
+"  - { name: x, type: worker, queue: q, worker: w.x@1, on_success: end, on_failure: end }\n"
+"  - { name: f, type: fork, branches: [a, b] }\n"
+"  - { name: a, type: worker, queue: q, worker: w.a@1, on_success: m, on_failure: m }\n"
+"  - { name: b, type: worker, queue: q, worker: w.b@1, on_success: m, on_failure: m }\n"
+"  - { name: m, type: join, required: [a, b], on_success: end, on_failure: failed }\n"
+"  - { name: end, type: join, required: [x, f], acceptable_terminal_states: [completed, failed],"
+" on_success: completed, on_failure: failed }\n";
+
 static wfe_run_plan *rp_linear,
 		   *rp_jitter,
 		   *rp_model,
@@ -540,7 +557,8 @@ static wfe_run_plan *rp_linear,
 		   *rp_tasks_edge,
 		   *rp_tasks_bind,
 		   *rp_cached,
-		   *rp_cached_tail;
+		   *rp_cached_tail,
+		   *rp_two_joins;
 
 /* ---------------------------------------------------------------------
  * Helpers
@@ -2235,6 +2253,26 @@ test_reopen_cause(void)
 	sh_complete(&h, X(&h, "b2"), "{}");
 	ok(h.run.finished && h.run.state == WFE_RUN_COMPLETED, "reopen cause: the run completes");
 	run_close(&h, "reopen where another stage ended the run");
+
+	/* a failed join that ended the run, not after the stage acted on: skipped first */
+	run_open(&h, rp_two_joins, "{}", NULL);
+	sh_start(&h);
+	sh_fail(&h, X(&h, "x"), "{\"code\": \"bad\"}", 0);
+	sh_fail(&h, X(&h, "a"), "{\"code\": \"bad\"}", 0);
+	sh_fail(&h, X(&h, "b"), "{\"code\": \"bad\"}", 0);
+	ok(h.run.finished && h.run.state == WFE_RUN_FAILED && h.rows[X(&h, "m")].state == WFE_FAILED,
+	   "reopen join: a and b failed, join m failed the run");
+	{
+		const char *no = sh_operate(&h, X(&h, "x"), WFE_OPERATE_REDRIVE, NULL, "ops", "retry x");
+
+		ok(no != NULL && strcmp(no, "join m failed and ended the run; skip it first") == 0,
+		   "reopen join: redriving x is refused, naming m (%s)", no ? no : "NULL");
+	}
+	ok(h.run.finished && h.rows[X(&h, "x")].state == WFE_FAILED, "reopen join: ... and nothing changed");
+	ok(sh_operate(&h, X(&h, "m"), WFE_OPERATE_SKIP, "{}", "ops", "fine without") == NULL,
+	   "reopen join: m is skipped by hand");
+	ok(h.run.finished && h.run.state == WFE_RUN_COMPLETED, "reopen join: the outer join takes x's failure, the run completes");
+	run_close(&h, "reopen refused at a failed join");
 }
 
 static void
@@ -2494,7 +2532,7 @@ main(void)
 		{&rp_nest, NEST}, {&rp_forkdec, FORK_DECISION}, {&rp_forkmeet, FORK_MEET}, {&rp_intents, INTENTS}, {&rp_tasks, TASKS},
 		{&rp_tasks_context, TASKS_CONTEXT}, {&rp_tasks_produces, TASKS_PRODUCES}, {&rp_escape, ESCAPE},
 		{&rp_tasks_edge, TASKS_EDGE}, {&rp_tasks_bind, TASKS_BIND}, {&rp_cached, CACHED},
-		{&rp_cached_tail, CACHED_TAIL},
+		{&rp_cached_tail, CACHED_TAIL}, {&rp_two_joins, TWO_JOINS},
 	};
 
 	for (size_t k = 0; k < sizeof(plans) / sizeof(plans[0]); k++)
