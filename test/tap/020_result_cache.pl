@@ -432,6 +432,13 @@ is(sql("SELECT count(*) FROM wfe.cache_entries WHERE key = '" . key_of('cold') .
 my $rl = submit('cached', 'cancel');
 my $rw = submit('cached', 'cancel');
 is(stage_row($rw), 'waiting waiting 0', 'cancel: the second run waits on the first');
+is(sql("SELECT count(*) FROM wfe.dashboard_stuck WHERE run_id IN ($rl, $rw)"), '0',
+	'dashboard_stuck: a run waiting on a live attempt under its key is not stuck');
+# a waiter whose key has no attempt in flight (and no timer due) would be a lost one: it shows
+sql("UPDATE wfe.run_stages SET cache_key = '" . key_of('nobody') . "' WHERE run_id = $rw AND stage = 'embed'");
+is(sql("SELECT problem FROM wfe.dashboard_stuck WHERE run_id = $rw"), 'no live attempt',
+	'dashboard_stuck: a waiter with nothing to wait on is stuck');
+sql("UPDATE wfe.run_stages SET cache_key = '" . key_of('cancel') . "' WHERE run_id = $rw AND stage = 'embed'");
 sql("SELECT wfe.cancel_run($rl, 'tap')");
 ok($node->poll_query_until('postgres', "SELECT state = 'queued' FROM wfe.run_stages WHERE run_id = $rw AND stage = 'embed'"),
 	'cancel: the cancelled leader\'s waiter runs itself');
