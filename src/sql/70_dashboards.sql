@@ -300,7 +300,7 @@ WITH entries AS (
            count(*) FILTER (WHERE st.cache = 'hit') AS hits,
            count(*) FILTER (WHERE st.cache = 'coalesced') AS coalesced,
            count(*) FILTER (WHERE st.cache = 'miss') AS misses,
-           count(*) FILTER (WHERE st.cache = 'waiting') AS waiting
+           count(*) FILTER (WHERE st.cache = 'waiting' AND st.state = 'waiting') AS waiting
       FROM wfe.run_stages AS st
      WHERE st.cache_key IS NOT NULL AND st.ready_at > now() - interval '1 hour'
      GROUP BY st.tenant, st.worker

@@ -447,6 +447,20 @@ is($t[0][0], $rw, '... its attempt is claimed');
 complete($t[0], $good);
 is(run_state($rw), 'completed', '... and its run completes');
 
+# a waiter whose own run is cancelled is skipped: it waits no more and is never woken
+my $wl = submit('cached', 'wcancel');
+my $ww = submit('cached', 'wcancel');
+my $dash_waiting = "SELECT waiting FROM wfe.dashboard_cache WHERE tenant = 'default' AND contract = 'embed\@1'";
+is(stage_row($ww) . ' ' . sql($dash_waiting), 'waiting waiting 0 1', 'cancelled waiter: it waits, and dashboard_cache counts it');
+sql("SELECT wfe.cancel_run($ww, 'tap')");
+is(sql("SELECT state FROM wfe.run_stages WHERE run_id = $ww AND stage = 'embed'") . ' ' . run_state($ww), 'skipped cancelled',
+	'cancelled waiter: its stage is skipped with its run');
+is(sql($dash_waiting), '0', '... and dashboard_cache no longer counts it as waiting');
+@t = claim('embed');
+is($t[0][0], $wl, 'cancelled waiter: the leader is claimed');
+complete($t[0], $good);
+is(sql("SELECT count(*) FROM wfe.timers WHERE run_id = $ww"), '0', '... its end wakes no cancelled waiter');
+
 #
 # 7. Late reports and operators write nothing.
 #
