@@ -506,6 +506,33 @@ cache_detail(const wfe_cache_entry *e)
 }
 
 /*
+ * An attempt of this run queued under key earlier in this step, other than
+ * stage i's, as JSON {run_id, stage, attempt}, or NULL.  The server's
+ * leader query cannot see it: the step's effects are written after it.
+ * (Two stages with one key released together, e.g. twin tasks.)
+ */
+static const char *
+step_leader(wfe_step *st, int i, const char *key)
+{
+	for (int k = 0; k < st->rp->nstages; k++)
+	{
+		const wfe_row *o = &st->rows[k];
+
+		if (k != i && o->loaded && o->exists && o->cache_key != NULL && strcmp(o->cache_key, key) == 0 &&
+			WFE_STATE_IN_FLIGHT(o->state))
+		{
+			json_object *l = json_object_new_object();
+
+			json_object_object_add(l, "run_id", json_object_new_int64(st->run->run_id));
+			json_object_object_add(l, "stage", jstr(st->rp->stages[k].name));
+			json_object_object_add(l, "attempt", json_object_new_int(o->attempt));
+			return json_text(st, l);
+		}
+	}
+	return NULL;
+}
+
+/*
  * Release cached stage i with its bound input.  A sound entry completes it
  * without an attempt; an unsound one (digest mismatch: corrupt; refused by
  * the current output contract: invalid) is recorded and counts as a miss.
@@ -550,7 +577,8 @@ cached_release(wfe_step *st, int i, const char *input, int may_wait)
 		json_object_object_add(detail, "error", jstr(problem));
 		event(st, i, 0, e.digest_ok ? "stage.cache_invalid" : "stage.cache_corrupt", detail);
 	}
-	if (may_wait && (leader = st->io->cache_leader(st->io->arg, key)) != NULL)
+	if (may_wait && ((leader = step_leader(st, i, key)) != NULL ||
+					 (leader = st->io->cache_leader(st->io->arg, key)) != NULL))
 	{
 		wfe_op	   *op = emit(st, WFE_OP_CACHE_WAIT, i);
 		json_object *detail = json_object_new_object();

@@ -461,6 +461,36 @@ is($t[0][0], $wl, 'cancelled waiter: the leader is claimed');
 complete($t[0], $good);
 is(sql("SELECT count(*) FROM wfe.timers WHERE run_id = $ww"), '0', '... its end wakes no cancelled waiter');
 
+# two stages of one run with one key, released in one step: one attempt, the other waits on it
+sql(q{SELECT wfe.create_definition($y$
+name: twin
+version: "1.0.0"
+tasks:
+  - id: a
+    worker: embed@1
+    queue: embed
+    input: { text: "${context.text}" }
+    cache: { ttl_ms: 600000 }
+  - id: b
+    worker: embed@1
+    queue: embed
+    input: { text: "${context.text}" }
+    cache: { ttl_ms: 600000 }
+$y$)});
+sql("SELECT wfe.approve('twin', '1.0.0')");
+sql("SELECT wfe.activate('twin', '1.0.0')");
+my $rtw2 = submit('twin', 'twin');
+is(stage_row($rtw2, 'a') . ' / ' . stage_row($rtw2, 'b'), 'queued miss 1 / waiting waiting 0',
+	'twins: of two tasks released together under one key, one runs and the other waits on it');
+is(sql("SELECT detail -> 'leader' ->> 'run_id' || ' ' || (detail -> 'leader' ->> 'stage') FROM wfe.events"
+		  . " WHERE run_id = $rtw2 AND type = 'stage.cache_waiting'"), "$rtw2 a", '... on its own run\'s task a');
+@t = claim('embed', 10);
+is(scalar(@t), 1, 'twins: one task to claim');
+complete($t[0], $good);
+ok($node->poll_query_until('postgres', "SELECT state = 'completed' FROM wfe.runs WHERE run_id = $rtw2"),
+	'twins: the run completes');
+is(stage_row($rtw2, 'b'), 'completed coalesced 0', '... b from a\'s result');
+
 #
 # 7. Late reports and operators write nothing.
 #
