@@ -50,12 +50,17 @@ static stmt q_entry = STMT(
 	"                                    'created_at', e.created_at, 'expires_at', e.expires_at)::text"
 	"  FROM wfe.cache_entries AS e"
 	" WHERE e.key = $1 AND e.tenant = $2 AND e.expires_at > pg_catalog.now()", 2, TX, TX);
+/*
+ * Another run's attempt first: the releasing run's own rows may have moved
+ * on in the step under way (its core checks a row of its own it is given).
+ */
 static stmt q_leader = STMT(
 	"SELECT pg_catalog.json_build_object('run_id', st.run_id, 'stage', st.stage, 'attempt', st.attempt)::text"
 	"  FROM wfe.run_stages AS st"
 	" WHERE st.cache_key = $1 AND st.tenant = $2"
 	"   AND st.state IN ('queued', 'dispatched', 'running', 'retry_scheduled')"
-	" LIMIT 1", 2, TX, TX);
+	" ORDER BY st.run_id = $3"
+	" LIMIT 1", 3, TX, TX, I8);
 static stmt q_store = STMT(
 	"INSERT INTO wfe.cache_entries AS e"
 	"       (key, tenant, contract, result, result_digest, run_id, stage, attempt, created_at, expires_at)"
@@ -205,11 +210,14 @@ wfe_cache_lookup(const char *tenant, const char *contract, const char *input,
 	}
 }
 
-/* The attempt in flight under key, as JSON {run_id, stage, attempt}, or NULL. */
+/*
+ * The attempt in flight under key, as JSON {run_id, stage, attempt}, or
+ * NULL; one of run_id's own only when no other run has one.
+ */
 const char *
-wfe_cache_leader(const char *tenant, const char *key)
+wfe_cache_leader(const char *tenant, const char *key, int64 run_id)
 {
-	Datum		v[2] = {CStringGetTextDatum(key), CStringGetTextDatum(tenant)};
+	Datum		v[3] = {CStringGetTextDatum(key), CStringGetTextDatum(tenant), Int64GetDatum(run_id)};
 
 	stmt_run(&q_leader, v, NULL);
 	return SPI_processed == 1 ? stmt_col(1) : NULL;

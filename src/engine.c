@@ -439,7 +439,7 @@ io_cache_leader(void *arg, const char *key)
 {
 	srv		   *s = arg;
 
-	return wfe_cache_leader(s->run.tenant, key);
+	return wfe_cache_leader(s->run.tenant, key, s->run_id);
 }
 
 static double

@@ -76,7 +76,7 @@ extern void wfe_sha256(const unsigned char *data, size_t len, unsigned char out[
 struct wfe_cache_entry;
 extern void wfe_cache_lookup(const char *tenant, const char *contract, const char *input,
 							 struct wfe_cache_entry *e);
-extern const char *wfe_cache_leader(const char *tenant, const char *key);
+extern const char *wfe_cache_leader(const char *tenant, const char *key, int64 run_id);
 extern void wfe_cache_store(const char *tenant, const char *key, const char *contract,
 							int64 ttl_ms, int64 run_id, const char *stage, int attempt,
 							const char *result);

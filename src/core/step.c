@@ -533,6 +533,29 @@ step_leader(wfe_step *st, int i, const char *key)
 }
 
 /*
+ * The server's leader, unless it is a stage of this run whose attempt
+ * ended earlier in this step (completed, failed, cancelled: its row in the
+ * table still says in flight until the step's effects are written, and its
+ * wake-up is written before a wait recorded after it, so waiting on it
+ * would wait for good).  The server names another run's first.
+ */
+static const char *
+live_leader(wfe_step *st, const char *leader)
+{
+	json_object *l = leader ? hold(st, jparse(leader)) : NULL;
+	json_object *run_id,
+			   *stage;
+	int			k;
+
+	if (l == NULL || !json_object_object_get_ex(l, "run_id", &run_id) ||
+		!json_object_object_get_ex(l, "stage", &stage) ||
+		json_object_get_int64(run_id) != st->run->run_id ||
+		(k = wfe_run_plan_find(st->rp, json_object_get_string(stage))) < 0)
+		return leader;
+	return WFE_STATE_IN_FLIGHT(wfe_step_row(st, k)->state) ? leader : NULL;
+}
+
+/*
  * Release cached stage i with its bound input.  A sound entry completes it
  * without an attempt; an unsound one (digest mismatch: corrupt; refused by
  * the current output contract: invalid) is recorded and counts as a miss.
@@ -578,7 +601,7 @@ cached_release(wfe_step *st, int i, const char *input, int may_wait)
 		event(st, i, 0, e.digest_ok ? "stage.cache_invalid" : "stage.cache_corrupt", detail);
 	}
 	if (may_wait && ((leader = step_leader(st, i, key)) != NULL ||
-					 (leader = st->io->cache_leader(st->io->arg, key)) != NULL))
+					 (leader = live_leader(st, st->io->cache_leader(st->io->arg, key))) != NULL))
 	{
 		wfe_op	   *op = emit(st, WFE_OP_CACHE_WAIT, i);
 		json_object *detail = json_object_new_object();

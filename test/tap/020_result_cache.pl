@@ -491,6 +491,47 @@ ok($node->poll_query_until('postgres', "SELECT state = 'completed' FROM wfe.runs
 	'twins: the run completes');
 is(stage_row($rtw2, 'b'), 'completed coalesced 0', '... b from a\'s result');
 
+# a stage released by the end of its own run's attempt under the same key
+# (s1 -> s2, one input): that attempt is over, so s2 must not wait on it
+sql(q{SELECT wfe.create_definition($y$
+name: twice
+version: "1.0.0"
+entry: s1
+stages:
+  - name: s1
+    type: worker
+    queue: embed
+    worker: embed@1
+    input: { text: "${context.text}" }
+    cache: { ttl_ms: 600000 }
+    retry: { max_attempts: 1 }
+    on_success: s2
+    on_failure: s2
+  - name: s2
+    type: worker
+    queue: embed
+    worker: embed@1
+    input: { text: "${context.text}" }
+    cache: { ttl_ms: 600000 }
+    on_success: completed
+    on_failure: failed
+$y$)});
+sql("SELECT wfe.approve('twice', '1.0.0')");
+sql("SELECT wfe.activate('twice', '1.0.0')");
+for my $how (qw(completes fails))
+{
+	my $r = submit('twice', "twice-$how");
+	@t = claim('embed');
+	if ($how eq 'completes') { complete($t[0], $good); }
+	else { sql("SELECT wfe.fail_task($r, 's1', $t[0][2], $t[0][3], '{\"code\": \"x\"}', false)"); }
+	is(stage_row($r, 's2') . ' ' . events($r, 'stage.cache_waiting'), 'queued miss 1 0',
+		"same run, same key: when s1 $how, s2 released in that step runs itself (it does not wait on s1's ended attempt)");
+	@t = claim('embed');
+	is($t[0][0] . ' ' . $t[0][1], "$r s2", '... its attempt is claimable');
+	complete($t[0], $good);
+	is(run_state($r), 'completed', '... and the run completes');
+}
+
 #
 # 7. Late reports and operators write nothing.
 #
