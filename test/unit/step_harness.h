@@ -495,7 +495,10 @@ sh_io_cache_entry(void *arg, int i, const char *input, wfe_cache_entry *e)
 		}
 }
 
-/* q_cache_leader: a row of the key with an attempt under way. */
+/*
+ * q_cache_leader: a row of the key with an attempt under way, as the table
+ * has it (the step under way not written yet); this harness holds one run.
+ */
 static const char *
 sh_io_cache_leader(void *arg, const char *key)
 {
@@ -504,7 +507,8 @@ sh_io_cache_leader(void *arg, const char *key)
 	for (int k = 0; k < h->nst; k++)
 		if (h->rows[k].cache_key && strcmp(h->rows[k].cache_key, key) == 0 &&
 			WFE_STATE_IN_FLIGHT(h->rows[k].state))
-			return "{\"run_id\": 42, \"stage\": \"leader\", \"attempt\": 1}";
+			return wfe_arena_printf(&h->st.arena, "{\"run_id\": %lld, \"stage\": \"%s\", \"attempt\": %d}",
+									(long long) h->run.run_id, sh_sname(h, k), h->rows[k].attempt);
 	return NULL;
 }
 
@@ -1130,6 +1134,7 @@ sh_check_live(sh *h, const char *what)
 		else
 			finalising |= sh_in_flight(h->rows[i].state);
 	}
+	busy |= h->nwakes > 0;		/* a cache_ready timer is due: its waiter goes on */
 	if (h->run.intent < 0)
 	{
 		if (!busy)
