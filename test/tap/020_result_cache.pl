@@ -3,8 +3,8 @@
 #
 #  1. miss then hit: the key is the documented one (recomputed here from its
 #     material); a hit completes the stage at release with no attempt, no
-#     claimable task and no dispatch, and the run goes on (a decision reads
-#     the cached result);
+#     claimable task and no dispatch (a broker queue: no outbox row), and
+#     the run goes on (a decision reads the cached result);
 #  2. expiry: past ttl_ms the entry is a miss and a new attempt runs;
 #  3. corruption: a tampered result (digest left) is stage.cache_corrupt,
 #     then a miss whose accepted result overwrites the entry;
@@ -16,7 +16,10 @@
 #  6. coalescing: 40 concurrent runs of one key from 4 connections dispatch
 #     one attempt; the rest wait and complete from its result; when the
 #     leader fails for good every waiter runs itself (no lost waiter); a
-#     cancelled leader wakes its waiter too;
+#     cancelled leader wakes its waiter too, a retried one does not; a
+#     cancelled waiter is never woken; twin tasks under one key run once;
+#     a stage released by its own run's ended attempt under its key runs
+#     itself; dashboard_stuck tells a live waiter from a lost one;
 #  7. a late report of a fenced attempt and an operator's skip_stage write
 #     nothing into the cache;
 #  8. cache_invalidate by key, contract and tenant; retention removes
@@ -195,6 +198,39 @@ is(sql("SELECT count(*) FROM wfe.events WHERE run_id = $r2 AND type IN ('stage.r
 is(scalar(claim('embed', 10)), 0, 'hit: nothing to claim');
 is(sql('SELECT count(*) FROM wfe.outbox') - $outbox0, 0, 'hit: no outbox row');
 is(entry($k1), "$r1 1 {\"tag\": \"good\", \"vec\": [1, 2]} " . digest($good_canon), 'hit: the entry is unchanged');
+
+# a broker queue: a miss writes a dispatch to the outbox, a hit none.  The
+# entry is made by hand under the documented key (so the key is the one a
+# release looks up).
+sql(q{SELECT wfe.register_worker('embedb@1', 'embedb', '{"type": "object"}', '{"type": "object", "required": ["vec"]}')});
+sql(q{SELECT wfe.configure_queue('embedb', 'broker')});
+sql(q{SELECT wfe.create_definition($y$
+name: brokered
+version: "1.0.0"
+entry: embed
+stages:
+  - name: embed
+    type: worker
+    queue: embedb
+    worker: embedb@1
+    input: { text: "${context.text}" }
+    cache: { ttl_ms: 600000 }
+    on_success: completed
+    on_failure: failed
+$y$)});
+sql("SELECT wfe.approve('brokered', '1.0.0')");
+sql("SELECT wfe.activate('brokered', '1.0.0')");
+my $kbk = digest(qq({"contract":"embedb\@1","implementation":"queue:embedb","input":{"text":"seeded"},)
+	  . qq("schemas":"$schemas","tenant":"default","v":1}));
+sql(qq{INSERT INTO wfe.cache_entries (key, tenant, contract, result, result_digest, run_id, stage, attempt, expires_at)
+       VALUES ('$kbk', 'default', 'embedb\@1', '$good', '} . digest($good_canon) . qq{', 0, 'seed', 1, now() + interval '1 hour')});
+my $rbk = submit('brokered', 'seeded');
+is(stage_row($rbk) . ' ' . run_state($rbk), 'completed hit 0 completed', 'broker queue: an entry under the documented key is a hit');
+is(sql("SELECT count(*) FROM wfe.outbox WHERE run_id = $rbk"), '0', 'broker queue: a hit writes no dispatch');
+my $rbm = submit('brokered', 'not seeded');
+is(stage_row($rbm) . ' ' . sql("SELECT count(*) FROM wfe.outbox WHERE run_id = $rbm AND kind = 'dispatch'"), 'queued miss 1 1',
+	'broker queue: a miss writes its dispatch');
+sql("SELECT wfe.cancel_run($rbm, 'tap')");
 
 # a different input is a different key: a miss
 my $r3 = submit('cached', 'other');
@@ -586,7 +622,7 @@ is(sql("SELECT count(*) FROM wfe.cache_entries WHERE key = '$kv'"), '0', '... an
 # 8. cache_invalidate and retention.
 #
 sql("SELECT wfe.cache_invalidate(key => '$kb')");    # expired: retention may have taken it already
-my $n_default = sql("SELECT count(*) FROM wfe.cache_entries WHERE tenant = 'default'");
+my $n_default = sql("SELECT count(*) FROM wfe.cache_entries WHERE tenant = 'default' AND contract = 'embed\@1'");
 is(sql("SELECT wfe.cache_invalidate(key => '$k1')"), '1', 'invalidate by key: 1');
 is(sql("SELECT count(*) FROM wfe.cache_entries WHERE key = '$k1'"), '0', '... gone');
 my $r4 = submit('cached', 'hello');
@@ -596,7 +632,8 @@ complete($t[0], $good);
 is(sql("SELECT wfe.cache_invalidate(contract => 'nobody\@1')"), '0', 'invalidate by an unknown contract: 0');
 is(sql("SELECT wfe.cache_invalidate(tenant => 'A')"), '1', 'invalidate by tenant A: 1');
 is(sql("SELECT wfe.cache_invalidate(contract => 'embed\@1', tenant => 'default')"), $n_default,
-	"invalidate by contract and tenant: every entry of the default tenant ($n_default)");
+	"invalidate by contract and tenant: every entry of embed\@1 in the default tenant ($n_default)");
+is(sql("SELECT wfe.cache_invalidate(contract => 'embedb\@1')"), '1', 'invalidate by contract: 1');
 is(sql('SELECT count(*) FROM wfe.cache_entries'), '0', 'nothing is left');
 
 my $ke = key_of('expire');
