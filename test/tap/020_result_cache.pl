@@ -372,6 +372,17 @@ is($o, '0', "... cannot find A's entry by its key");
 ($st, $o) = as('reader_B', "SELECT count(*) FILTER (WHERE tenant <> 'B') FROM wfe.dashboard_cache");
 is($o, '0', '... nor in wfe.dashboard_cache');
 my $entries_before = sql('SELECT string_agg(key || result::text, \',\' ORDER BY key) FROM wfe.cache_entries');
+# poisoning: nobody but the engine writes entries
+for my $r (qw(reader_B operator_B submitter_B))
+{
+	($st) = as($r, "INSERT INTO wfe.cache_entries (key, tenant, contract, result, result_digest, run_id, stage, attempt, expires_at)"
+		  . " VALUES ('" . key_of('poison', 'B') . "', 'B', 'embed\@1', '{\"vec\": [666]}', 'x', 0, 'x', 1, now() + interval '1 hour')");
+	is($st, '42501', "poisoning: $r cannot insert an entry");
+	($st) = as($r, qq{UPDATE wfe.cache_entries SET result = '{"vec": [666]}' WHERE key = '$kB'});
+	is($st, '42501', "poisoning: $r cannot update its own tenant's entry");
+}
+is(sql('SELECT string_agg(key || result::text, \',\' ORDER BY key) FROM wfe.cache_entries'), $entries_before,
+	'poisoning: no entry changed');
 ($st) = as('operator_B', "SELECT wfe.cache_invalidate(tenant => 'A')");
 is($st, '42501', "tenants: B's operator cannot invalidate tenant A");
 ($st, $o) = as('operator_B', "SELECT wfe.cache_invalidate(key => '$ka')");
