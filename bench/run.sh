@@ -31,10 +31,14 @@
 #   5. latency, on the same cluster (bench/latency/latency.sh): timer due ->
 #      fired (idle and under the step load), commit -> worker woken, submit
 #      -> in-database action done, outbox drain against a plain confirmed
-#      publisher and commit -> broker-confirmed, with a private RabbitMQ.
+#      publisher and commit -> broker-confirmed, with a private RabbitMQ;
+#   6. the result cache, on the same cluster (bench/cache/cache.sh): a cache
+#      hit's submit -> completed time (and the server's time per hit), and
+#      the steps/s of a workflow with a 90% hit ratio against the same
+#      workflow without `cache:`.
 #
 # The tables go to stdout and, between the markers (bench:results,
-# bench:profile, bench:scale, bench:latency), into docs/benchmarks.md.
+# bench:profile, bench:scale, bench:latency, bench:cache), into docs/benchmarks.md.
 # Default settings, fsync and synchronous_commit on; wfe.notify stays on.
 #
 # Environment:
@@ -50,6 +54,7 @@
 #                         sections of the page are then rewritten)
 #   BENCH_SKIP_SCALE=1    leave out 4
 #   BENCH_SKIP_LATENCY=1  leave out 5
+#   BENCH_SKIP_CACHE=1    leave out 6
 #   BENCH_SCALE_SECONDS   length of each measured claim-latency run (default
 #                         BENCH_SECONDS; each after WARMUP_SECONDS of warm-up)
 #   BENCH_SCALE_BACKLOG   queued runs of the backlog figure (default 20000)
@@ -57,7 +62,8 @@
 #   BENCH_SEED003_RUNS    runs in flight in seed 003's shape (default 10000)
 #   BENCH_SEED003_SECONDS length of that run (default 600; the goal is
 #                         900 steps/s sustained for 10 minutes)
-#   and the latency benchmark's own (bench/latency/latency.sh).
+#   and the latency and cache benchmarks' own (bench/latency/latency.sh,
+#   bench/cache/cache.sh).
 #
 # With the defaults the whole run takes about twenty minutes: twelve
 # measured runs of 22 s, four profiling runs of 8 s; for scale four runs of
@@ -101,6 +107,8 @@ declare -A RATE LATENCY STARVED WAL
 . "$BENCH_DIR/scale/scale.sh"
 # shellcheck source=latency/latency.sh
 . "$BENCH_DIR/latency/latency.sh"
+# shellcheck source=cache/cache.sh
+. "$BENCH_DIR/cache/cache.sh"
 
 # cleanup: the EXIT trap; stop the cluster and remove its directory.
 cleanup() {
@@ -579,7 +587,10 @@ main() {
 	# Step 7: latency.
 	[ -n "${BENCH_SKIP_LATENCY:-}" ] || latency
 
-	# Step 8: the report.
+	# Step 8: the result cache.
+	[ -n "${BENCH_SKIP_CACHE:-}" ] || cache_bench
+
+	# Step 9: the report.
 	if [ -z "${BENCH_SKIP_THROUGHPUT:-}" ]; then
 		{ machine; printf '\n'; results; } >"$WORKDIR/results.md"
 		if [ -n "$compile_out" ]; then
@@ -608,6 +619,14 @@ main() {
 		banner "latency"
 		cat "$WORKDIR/latency.md"
 	fi
+	if [ -z "${BENCH_SKIP_CACHE:-}" ]; then
+		{
+			[ -z "${BENCH_SKIP_THROUGHPUT:-}" ] || { machine; printf '\n'; }
+			cache_results
+		} >"$WORKDIR/cache.md"
+		banner "result cache"
+		cat "$WORKDIR/cache.md"
+	fi
 	if [ -n "$BENCH_DOCS" ] && [ -f "$BENCH_DOCS" ]; then
 		if [ -z "${BENCH_SKIP_THROUGHPUT:-}" ]; then
 			splice "$BENCH_DOCS" results "$WORKDIR/results.md"
@@ -615,6 +634,7 @@ main() {
 		fi
 		[ -n "${BENCH_SKIP_SCALE:-}" ] || splice "$BENCH_DOCS" scale "$WORKDIR/scale.md"
 		[ -n "${BENCH_SKIP_LATENCY:-}" ] || splice "$BENCH_DOCS" latency "$WORKDIR/latency.md"
+		[ -n "${BENCH_SKIP_CACHE:-}" ] || splice "$BENCH_DOCS" cache "$WORKDIR/cache.md"
 		say "updated $BENCH_DOCS"
 	fi
 }

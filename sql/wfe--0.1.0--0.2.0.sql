@@ -1691,12 +1691,12 @@ SELECT x.problem, x.run_id, x.stage, x.attempt,
      WHERE r.finished_at IS NULL
        AND NOT EXISTS (SELECT 1 FROM wfe.run_stages AS st WHERE st.run_id = r.run_id
                           AND st.state IN ('queued', 'dispatched', 'running', 'retry_scheduled'))
-       AND NOT EXISTS (SELECT 1 FROM wfe.timers AS t WHERE t.run_id = r.run_id AND t.fired_at IS NULL)
-       -- a stage waiting on another run's attempt under its result cache key moves when that one ends
-       AND NOT EXISTS (SELECT 1 FROM wfe.run_stages AS w
-                         JOIN wfe.run_stages AS l ON l.cache_key = w.cache_key
-                        WHERE w.run_id = r.run_id AND w.state = 'waiting' AND w.cache = 'waiting'
+       -- a cached stage waiting on the attempt in flight under its key moves when that one ends
+       AND NOT EXISTS (SELECT 1 FROM wfe.run_stages AS st
+                         JOIN wfe.run_stages AS l ON l.cache_key = st.cache_key AND l.tenant = st.tenant
+                        WHERE st.run_id = r.run_id AND st.state = 'waiting' AND st.cache = 'waiting'
                           AND l.state IN ('queued', 'dispatched', 'running', 'retry_scheduled'))
+       AND NOT EXISTS (SELECT 1 FROM wfe.timers AS t WHERE t.run_id = r.run_id AND t.fired_at IS NULL)
     UNION ALL
     -- the clocks should have fired (the background worker is down or behind)
     SELECT 'past deadline', st.run_id, st.stage, st.attempt, st.deadline_at, st.state || ' on ' || st.queue
@@ -2810,7 +2810,7 @@ WITH entries AS (
            count(*) FILTER (WHERE st.cache = 'hit') AS hits,
            count(*) FILTER (WHERE st.cache = 'coalesced') AS coalesced,
            count(*) FILTER (WHERE st.cache = 'miss') AS misses,
-           count(*) FILTER (WHERE st.cache = 'waiting') AS waiting
+           count(*) FILTER (WHERE st.cache = 'waiting' AND st.state = 'waiting') AS waiting
       FROM wfe.run_stages AS st
      WHERE st.cache_key IS NOT NULL AND st.ready_at > now() - interval '1 hour'
      GROUP BY st.tenant, st.worker
@@ -2831,3 +2831,4 @@ SELECT b.tenant, b.contract, b.entries, b.expired, pg_size_pretty(b.bytes) AS si
 COMMENT ON VIEW wfe.dashboard_cache IS
 'The result cache per tenant and contract: live and expired entries and their size; releases of the last hour that hit, were coalesced onto an attempt in flight, missed, or wait.';
 GRANT SELECT ON wfe.dashboard_cache, wfe.cache_entries TO wfe_reader, wfe_operator;
+

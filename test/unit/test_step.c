@@ -541,6 +541,47 @@ static const char *TWO_JOINS =
 "  - { name: m, type: join, required: [a, b], on_success: end, on_failure: failed }\n"
 "  - { name: end, type: join, required: [x, f], acceptable_terminal_states: [completed, failed],"
 " on_success: completed, on_failure: failed }\n";
+/* Cached stages whose keys meet in one step: twin tasks, and s1 -> s2 with one input. */
+static const char *CACHE_TWIN =
+"name: cache-twin\n"
+"version: \"1.0.0\"\n"
+"tasks:\n"
+"  - id: a\n"
+"    worker: w.e@1\n"
+"    queue: q\n"
+"    input: { t: \"${context.t}\" }\n"
+"    cache: { ttl_ms: 60000 }\n"
+"  - id: b\n"
+"    worker: w.e@1\n"
+"    queue: q\n"
+"    input: { t: \"${context.t}\" }\n"
+"    cache: { ttl_ms: 60000 }\n";
+
+static const char *CACHE_TWICE =
+"name: cache-twice\n"
+"version: \"1.0.0\"\n"
+"entry: s1\n"
+"stages:\n"
+"  - name: s1\n"
+"    type: worker\n"
+"    queue: q\n"
+"    worker: w.e@1\n"
+"    input: { t: \"${context.t}\" }\n"
+"    cache: { ttl_ms: 60000 }\n"
+"    retry: { max_attempts: 1 }\n"
+"    on_success: s2\n"
+"    on_failure: s2\n"
+"  - name: s2\n"
+"    type: worker\n"
+"    queue: q\n"
+"    worker: w.e@1\n"
+"    input: { t: \"${context.t}\" }\n"
+"    cache: { ttl_ms: 60000 }\n"
+"    on_success: completed\n"
+"    on_failure: failed\n";
+
+static wfe_run_plan *rp_cache_twin,
+		   *rp_cache_twice;
 
 static wfe_run_plan *rp_linear,
 		   *rp_jitter,
@@ -2520,6 +2561,53 @@ test_cache(void)
 	run_close(&h, "cache cancel");
 }
 
+/*
+ * Result cache keys that meet within one step, where the server's leader
+ * query sees the table as it was before the step: twin tasks released
+ * together (the second waits on the first, no second attempt), and a
+ * stage released by the end of its own run's attempt under the same key
+ * (that attempt is over: it runs itself rather than wait for good).
+ */
+static void
+test_cache_same_step(void)
+{
+	sh			h;
+	const sh_op *op;
+
+	run_open(&h, rp_cache_twin, "{\"t\": \"x\"}", NULL);
+	sh_start(&h);
+	expect_state(&h, "a", WFE_QUEUED, "cache twins");
+	expect_state(&h, "b", WFE_WAITING, "cache twins");
+	expect_int(sh_count_ops(&h, WFE_OP_ENQUEUE, -2), 1, "cache twins: one attempt queued");
+	ok(sh_find_op(&h, WFE_OP_CACHE_WAIT, X(&h, "b")) != NULL, "cache twins: b waits on a");
+	sh_complete(&h, X(&h, "a"), "{\"v\": 1}");
+	expect_int(sh_fire_wakes(&h), 1, "cache twins: a's end wakes b");
+	op = sh_find_op(&h, WFE_OP_CACHE_HIT, X(&h, "b"));
+	ok(op && op->flag == 1 && h.rows[X(&h, "b")].state == WFE_COMPLETED, "cache twins: b completes from a's result, coalesced");
+	ok(h.run.finished && h.run.state == WFE_RUN_COMPLETED, "cache twins: the run completes");
+	run_close(&h, "cache twins");
+
+	for (int fail = 0; fail <= 1; fail++)
+	{
+		run_open(&h, rp_cache_twice, "{\"t\": \"x\"}", NULL);
+		sh_start(&h);
+		if (fail)
+			sh_fail(&h, X(&h, "s1"), "{\"code\": \"x\"}", 0);
+		else
+			sh_complete(&h, X(&h, "s1"), "{\"v\": 1}");
+		/* s1's result, stored in this very step, serves s2; a failed s1 leaves s2 to run itself */
+		expect_state(&h, "s2", fail ? WFE_QUEUED : WFE_COMPLETED,
+					 fail ? "cache s1 fails -> s2" : "cache s1 completes -> s2: a hit on s1's result");
+		ok(sh_find_op(&h, WFE_OP_CACHE_WAIT, X(&h, "s2")) == NULL,
+		   "cache s1 %s -> s2: s2 does not wait on s1's ended attempt", fail ? "fails" : "completes");
+		if (fail)
+			sh_complete(&h, X(&h, "s2"), "{\"v\": 2}");
+		ok(h.run.finished && h.run.state == WFE_RUN_COMPLETED, "cache s1 %s -> s2: the run completes",
+		   fail ? "fails" : "completes");
+		run_close(&h, fail ? "cache s1 fails -> s2" : "cache s1 completes -> s2");
+	}
+}
+
 int
 main(void)
 {
@@ -2533,6 +2621,7 @@ main(void)
 		{&rp_tasks_context, TASKS_CONTEXT}, {&rp_tasks_produces, TASKS_PRODUCES}, {&rp_escape, ESCAPE},
 		{&rp_tasks_edge, TASKS_EDGE}, {&rp_tasks_bind, TASKS_BIND}, {&rp_cached, CACHED},
 		{&rp_cached_tail, CACHED_TAIL}, {&rp_two_joins, TWO_JOINS},
+		{&rp_cache_twin, CACHE_TWIN}, {&rp_cache_twice, CACHE_TWICE},
 	};
 
 	for (size_t k = 0; k < sizeof(plans) / sizeof(plans[0]); k++)
@@ -2575,6 +2664,7 @@ main(void)
 	test_fail_stage();
 	test_redispatch();
 	test_cache();
+	test_cache_same_step();
 
 	for (size_t k = 0; k < sizeof(plans) / sizeof(plans[0]); k++)
 		wfe_run_plan_free(*plans[k].rp);
