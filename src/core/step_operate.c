@@ -52,18 +52,19 @@ ended_the_run(wfe_step *st, int k)
 }
 
 /*
- * Why a failed run cannot be reopened from stage i, or NULL: a join whose
- * failure ended the run and that does not lie after i would stay failed
- * (a join that failed has had all its arrivals), and what waits for it
- * would wait for good.  Skip it first.
+ * Why a failed run cannot be reopened from stage i, or NULL: a join or a
+ * decision whose failure ended the run and that does not lie after i would
+ * stay failed (a failed join has had all its arrivals; a decision would
+ * fail the same way on the same data), and what waits for it would wait
+ * for good.  Skip it first.
  */
 static const char *
 reopen_problem(wfe_step *st, int i)
 {
 	for (int k = 0; k < st->rp->first_finaliser; k++)
-		if (k != i && st->rp->stages[k].kind == WFE_K_JOIN && ended_the_run(st, k) &&
-			!wfe_run_plan_reaches(st->rp, i, k))
-			return wfe_arena_printf(&st->arena, "join %s failed and ended the run; skip it first",
+		if (k != i && !is_task(st, k) && ended_the_run(st, k) && !wfe_run_plan_reaches(st->rp, i, k))
+			return wfe_arena_printf(&st->arena, "%s %s failed and ended the run; skip it first",
+									st->rp->stages[k].kind == WFE_K_JOIN ? "join" : "decision",
 									st->rp->stages[k].name);
 	return NULL;
 }
@@ -199,7 +200,7 @@ reset(wfe_step *st, int i, const char *redo)
 /* reopen's redo[k]: 1 runs again (queued), RELEASE_AGAIN is released as a route would */
 #define RELEASE_AGAIN 2
 
-static void
+static const char *
 reopen(wfe_step *st, int i, const char *by, const char *why)
 {
 	const wfe_run_plan *rp = st->rp;
@@ -228,14 +229,13 @@ reopen(wfe_step *st, int i, const char *by, const char *why)
 			redo[k] = 1;
 
 	/*
-	 * A stage whose failure ended the run and that does not lie after i
-	 * (the run failed at another branch) runs again with i, or the run
-	 * could not finish: queued, or a decision decided again.
+	 * A task whose failure ended the run and that does not lie after i (the
+	 * run failed at another branch) runs again with i, or the run could not
+	 * finish (reopen_problem refused the other kinds).
 	 */
 	for (int k = 0; k < rp->first_finaliser; k++)
-		if (k != i && ended_the_run(st, k) && !wfe_run_plan_reaches(rp, i, k) &&
-			rp->stages[k].kind != WFE_K_JOIN)
-			redo[k] = is_task(st, k) ? 1 : RELEASE_AGAIN;
+		if (k != i && is_task(st, k) && ended_the_run(st, k) && !wfe_run_plan_reaches(rp, i, k))
+			redo[k] = 1;
 
 	/*
 	 * A fork releases its branches one after another: the failure that
@@ -275,10 +275,22 @@ reopen(wfe_step *st, int i, const char *by, const char *why)
 			step_enqueue(st, k, NULL, 1, NULL);
 	for (int k = 0; k < rp->first_finaliser; k++)
 		if (redo[k] == RELEASE_AGAIN)
-		{
-			reset(st, k, redo);
+			reset(st, k, redo);	/* waiting again now, so the action on i sees it live */
+	return redo;
+}
+
+/*
+ * After the operator's action on the reopened run: release the fork
+ * branches reopen marked (RELEASE_AGAIN).  Last, because a release may end
+ * the run again at once (a decision failing as before), which cancels what
+ * is under way, the stage acted on included.
+ */
+static void
+release_again(wfe_step *st, const char *redo)
+{
+	for (int k = 0; k < st->rp->first_finaliser && st->run->intent < 0; k++)
+		if (redo[k] == RELEASE_AGAIN)
 			step_activate(st, k, k, WFE_COMPLETED);
-		}
 }
 
 /* In a running run: what i's failure skipped downstream may run again. */
@@ -300,13 +312,14 @@ wfe_step_operate(wfe_step *st, int i, wfe_operation what, const char *value, con
 				 const char *why)
 {
 	wfe_row    *r = wfe_step_row(st, i);
+	const char *again = NULL;	/* what a reopening releases after the action */
 
 	switch (what)
 	{
 		case WFE_OPERATE_REDRIVE:
 		case WFE_OPERATE_SKIP:
 			if (st->run->finished)
-				reopen(st, i, by, why);
+				again = reopen(st, i, by, why);
 			else
 				unskip_downstream(st, i);
 			operator_event(st, i, what == WFE_OPERATE_REDRIVE ? "stage.redriven" : "stage.skipped_by_operator",
@@ -332,6 +345,8 @@ wfe_step_operate(wfe_step *st, int i, wfe_operation what, const char *value, con
 			}
 			else
 				step_completed(st, i, value, BY_HAND);
+			if (again != NULL)
+				release_again(st, again);
 			break;
 		case WFE_OPERATE_FAIL:
 			{
