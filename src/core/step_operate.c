@@ -148,6 +148,42 @@ wfe_step_operate_problem(wfe_step *st, int i, wfe_operation op, const char *valu
 }
 
 /*
+ * The arrivals join j has had, as its branches' rows say: for a join an
+ * operator completed by hand, whose stored result holds none.  A branch
+ * arrived with the final state of its stage that routes to j (a decision
+ * that chose j arrived completed).
+ */
+static json_object *
+arrivals_from_rows(wfe_step *st, int j)
+{
+	json_object *arrivals = json_object_new_object();
+
+	step_load_all(st);
+	for (int k = 0; k < st->rp->first_finaliser; k++)
+	{
+		const wfe_rp_stage *s = &st->rp->stages[k];
+		const wfe_row *r = &st->rows[k];
+		int			to_j = 0;
+
+		if (!r->exists || r->branch < 0 || k == j)
+			continue;
+		if (s->kind == WFE_K_DECISION)
+		{
+			for (int b = 0; b < s->nbranches; b++)
+				to_j |= s->next[b] == j;
+			to_j = (to_j && r->state == WFE_COMPLETED) || (s->on_evaluation_error == j && r->state == WFE_FAILED);
+		}
+		else
+			to_j = (s->on_success == j && r->state == WFE_COMPLETED) ||
+				(s->on_failure == j && (r->state == WFE_FAILED || r->state == WFE_TIMED_OUT));
+		if (to_j)
+			json_object_object_add(arrivals, st->rp->stages[r->branch].name,
+								   json_object_new_string(wfe_state_name(r->state)));
+	}
+	return arrivals;
+}
+
+/*
  * Waiting again, in a reopened run.  A join forgets the arrivals of the
  * branches that run again (redo[k] set for a stage k of that branch) and
  * keeps the others, which will not arrive a second time.
@@ -167,6 +203,8 @@ reset(wfe_step *st, int i, const char *redo)
 		json_object *kept = json_object_new_object();
 		json_object *result = json_object_new_object();
 
+		if (!json_object_is_type(arrivals, json_type_object))
+			arrivals = step_hold(st, arrivals_from_rows(st, i));	/* completed by hand: none kept */
 		if (json_object_is_type(arrivals, json_type_object))
 		{
 			json_object_object_foreach(arrivals, b, o)
