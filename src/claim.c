@@ -90,17 +90,18 @@ static stmt q_queue_busy = STMT(
 
 /*
  * A tenant's task limit (max_tasks_in_flight), the same way: the limited
- * tenants with tasks queued here, in lock order (69_admission.sql), each
- * locked (wfe._lock_tenant) and then counted in a statement of its own.
+ * tenants among the next $2 tasks of the queue (a peek without locks, as
+ * long as the room, whatever the backlog), in lock order (69_admission.sql),
+ * each locked (wfe._lock_tenant) and then counted in a statement of its own.
+ * A limited tenant further down is passed over by this claim, not overrun.
  */
 static stmt q_tenants_limited = STMT(
-	"SELECT l.tenant, l.max_tasks_in_flight FROM wfe.tenant_limits AS l"
-	" WHERE l.max_tasks_in_flight IS NOT NULL"
-	/* through the tenant's unfinished runs, not the queue's whole backlog */
-	"   AND EXISTS (SELECT 1 FROM wfe.runs AS r JOIN wfe.run_stages AS st ON st.run_id = r.run_id"
-	"                WHERE r.tenant = l.tenant AND r.finished_at IS NULL"
-	"                  AND st.queue = $1 AND st.state = 'queued')"
-	" ORDER BY l.tenant COLLATE \"C\"", 1, TX);
+	"SELECT l.tenant, l.max_tasks_in_flight"
+	"  FROM (SELECT DISTINCT n.tenant FROM (SELECT p.tenant FROM wfe.run_stages AS p"
+	"                                        WHERE p.queue = $1 AND p.state = 'queued'"
+	"                                        ORDER BY p.priority DESC, p.ready_at LIMIT $2) AS n) AS t"
+	"  JOIN wfe.tenant_limits AS l ON l.tenant = t.tenant AND l.max_tasks_in_flight IS NOT NULL"
+	" ORDER BY l.tenant COLLATE \"C\"", 2, TX, I4);
 static stmt q_lock_tenant = STMT("SELECT wfe._lock_tenant($1)", 1, TX);
 static stmt q_tenant_busy = STMT("SELECT wfe._tenant_in_flight($1)", 1, TX);
 
@@ -112,15 +113,16 @@ typedef struct tenant_room
 	int		   *room;
 } tenant_room;
 
-/* Lock and count the limited tenants with tasks queued in this queue; keep those with room. */
+/* Lock and count the limited tenants among the next tasks of this queue; keep those with room. */
 static void
-tenant_rooms(Datum queue, tenant_room *t)
+tenant_rooms(Datum queue, int room, tenant_room *t)
 {
+	Datum		v[2] = {queue, Int32GetDatum(room)};
 	int			listed;
 	char	  **names;
 	int		   *limits;
 
-	stmt_run(&q_tenants_limited, &queue, NULL);
+	stmt_run(&q_tenants_limited, v, NULL);
 	listed = (int) SPI_processed;
 	names = palloc(sizeof(char *) * Max(listed, 1));
 	limits = palloc(sizeof(int) * Max(listed, 1));
@@ -245,7 +247,7 @@ wfe_claim_task(PG_FUNCTION_ARGS)
 			room = Min(max_tasks, limit - pg_strtoint32(stmt_col(1)));
 		}
 		if (tenants_limited && room > 0)
-			tenant_rooms(v[0], &tr);
+			tenant_rooms(v[0], room, &tr);
 		claimed = 0;
 		/*
 		 * Without tenant limits, one claim.  With them, rounds of at most the

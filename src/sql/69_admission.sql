@@ -275,15 +275,6 @@ BEGIN
                           WHERE l.tenant = p_tenant AND l.max_tasks_in_flight IS NOT NULL);
     -- without a queue, the tenant's limit changed: lifted, everything of it held may go
     v_tenant_side := v_limited OR (p_queue IS NULL AND p_tenant IS NOT NULL);
-    IF v_tenant_side THEN
-        -- (a queue without a wfe.queues row is an unlimited poll queue)
-        RETURN QUERY SELECT DISTINCT st.queue
-                       FROM wfe.runs AS r JOIN wfe.run_stages AS st ON st.run_id = r.run_id
-                       LEFT JOIN wfe.queues AS q ON q.queue = st.queue
-                      WHERE r.tenant = p_tenant AND r.finished_at IS NULL
-                        AND st.state = 'queued' AND st.handler IS NULL AND st.queue IS NOT NULL
-                        AND coalesce(q.delivery, 'poll') = 'poll' AND NOT coalesce(q.paused, false);
-    END IF;
     IF EXISTS (SELECT 1 FROM wfe.queues AS q
                 WHERE q.queue = p_queue AND q.delivery = 'poll' AND NOT q.paused
                   AND q.max_in_flight IS NOT NULL) THEN
@@ -308,6 +299,26 @@ BEGIN
         END IF;
     END LOOP;
     v_tenant_side := v_tenant_side AND (NOT v_limited OR v_tenants ? p_tenant);
+    -- The tenants' rooms, counted after their locks (statements of their own).
+    FOR t IN SELECT k AS name FROM jsonb_object_keys(v_tenants) AS k LOOP
+        v_tenants := jsonb_set(v_tenants, ARRAY[t.name],
+                               to_jsonb((v_tenants ->> t.name)::int - wfe._tenant_in_flight(t.name)));
+    END LOOP;
+    -- A task of a limited tenant ended: only if that left it exactly one
+    -- slot was it at its limit before, so only then can a task of it be
+    -- waiting for room (each end releases what fits, one after the other).
+    IF v_limited AND p_queue IS NOT NULL AND (v_tenants ->> p_tenant)::int IS DISTINCT FROM 1 THEN
+        v_tenant_side := false;
+    END IF;
+    IF v_tenant_side THEN
+        -- its pollers (a queue without a wfe.queues row is an unlimited poll queue)
+        RETURN QUERY SELECT DISTINCT st.queue
+                       FROM wfe.runs AS r JOIN wfe.run_stages AS st ON st.run_id = r.run_id
+                       LEFT JOIN wfe.queues AS q ON q.queue = st.queue
+                      WHERE r.tenant = p_tenant AND r.finished_at IS NULL
+                        AND st.state = 'queued' AND st.handler IS NULL AND st.queue IS NOT NULL
+                        AND coalesce(q.delivery, 'poll') = 'poll' AND NOT coalesce(q.paused, false);
+    END IF;
     IF NOT v_queue_side AND NOT v_tenant_side THEN
         RETURN;
     END IF;
@@ -327,11 +338,7 @@ BEGIN
         END IF;
     END LOOP;
     v_queue_side := v_queue_side AND (NOT v_bounded OR v_queues ? p_queue);
-    -- The rooms, counted after the locks (statements of their own).
-    FOR t IN SELECT k AS name FROM jsonb_object_keys(v_tenants) AS k LOOP
-        v_tenants := jsonb_set(v_tenants, ARRAY[t.name],
-                               to_jsonb((v_tenants ->> t.name)::int - wfe._tenant_in_flight(t.name)));
-    END LOOP;
+    -- The queues' rooms, counted after their locks.
     FOR t IN SELECT k AS name FROM jsonb_object_keys(v_queues) AS k LOOP
         v_queues := jsonb_set(v_queues, ARRAY[t.name],
                               to_jsonb((v_queues ->> t.name)::int - wfe._broker_in_flight(t.name)));
