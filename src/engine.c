@@ -110,9 +110,9 @@ static stmt q_resolve = STMT(
 	" WHERE st.run_id = $1 AND st.stage = $2", 8, I8, TX, TX, TX, TX, BO, TX, I8);
 static stmt q_bind_failed = STMT(
 	"UPDATE wfe.run_stages AS st"
-	"   SET state = 'failed', attempt = 1, fence = $4, outcome = 'failed',"
+	"   SET state = 'failed', attempt = $5, fence = $4, outcome = 'failed',"
 	"       error = $3::jsonb, finished_at = now()"
-	" WHERE st.run_id = $1 AND st.stage = $2", 4, I8, TX, TX, I8);
+	" WHERE st.run_id = $1 AND st.stage = $2", 5, I8, TX, TX, I8, I4);
 static stmt q_complete = STMT(
 	"UPDATE wfe.run_stages AS st"
 	"   SET state = 'completed', outcome = 'completed', result = $3::jsonb, error = NULL,"
@@ -724,6 +724,7 @@ apply(srv *s, const char *reported)
 			case WFE_OP_BIND_FAILED:
 				v[2] = CStringGetTextDatum(op->json);
 				v[3] = Int64GetDatum(op->fence);
+				v[4] = Int32GetDatum(op->attempt);
 				stmt_run(&q_bind_failed, v, n);
 				break;
 			case WFE_OP_COMPLETE:

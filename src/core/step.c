@@ -736,13 +736,14 @@ step_activate(wfe_step *st, int i, int branch, wfe_state outcome)
 			json_object_object_add(error, "message", step_jstr(message));
 			op->json = step_json_text(st, error);
 			r->state = WFE_FAILED;
-			r->attempt = 1;
+			r->attempt += 1;	/* 1, or the next one in a reopened run */
 			r->fence = step_next_fence(st, r->fence);
 			r->outcome = WFE_FAILED;
+			op->attempt = r->attempt;
 			op->fence = r->fence;
 			json_object_object_add(detail, "code", step_jstr(code));
 			json_object_object_add(detail, "error", step_jstr(message));
-			step_event(st, i, 1, "stage.binding_failed", detail);
+			step_event(st, i, r->attempt, "stage.binding_failed", detail);
 			stage_done(st, i, WFE_FAILED);
 		}
 		else if (step_cached(st, i))

@@ -897,7 +897,10 @@ sh_apply(sh *h, const char *reported)
 				if (op->json == NULL)
 					sh_violate(h, "%s: BIND_FAILED without an error", sh_sname(h, i));
 				sh_move(h, i, WFE_FAILED, "binding failed");
-				sh_set_attempt(h, i, 1, "binding failed");
+				sh_set_attempt(h, i, op->attempt, "binding failed");
+				if (op->attempt != r->attempt || op->attempt < 1)
+					sh_violate(h, "%s: BIND_FAILED says attempt %d, the row has %d", sh_sname(h, i), op->attempt,
+							   r->attempt);
 				sh_new_fence(h, i, r->fence, op->fence, "binding failed");
 				r->outcome = WFE_FAILED;
 				sh_set(h, &r->error, op->json);
