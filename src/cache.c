@@ -88,18 +88,11 @@ static HTAB *identities;
 static char *
 sha256_text(const char *data, size_t len)
 {
-	static const char hex[] = "0123456789abcdef";
 	unsigned char d[32];
-	char	   *out = palloc(7 + 64 + 1);
+	char	   *out = palloc(72);
 
 	wfe_sha256((const unsigned char *) data, len, d);
-	memcpy(out, "sha256:", 7);
-	for (int k = 0; k < 32; k++)
-	{
-		out[7 + 2 * k] = hex[d[k] >> 4];
-		out[8 + 2 * k] = hex[d[k] & 15];
-	}
-	out[71] = '\0';
+	wfe_digest_text(d, out);
 	return out;
 }
 

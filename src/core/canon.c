@@ -226,3 +226,18 @@ wfe_canonical_json(json_object *obj)
 	put_value(&b, obj);
 	return b.data;
 }
+
+/* A digest's text: "sha256:" and the lowercase hex of its 32 bytes. */
+void
+wfe_digest_text(const unsigned char hash[32], char out[72])
+{
+	static const char hex[] = "0123456789abcdef";
+
+	memcpy(out, "sha256:", 7);
+	for (int i = 0; i < 32; i++)
+	{
+		out[7 + 2 * i] = hex[hash[i] >> 4];
+		out[7 + 2 * i + 1] = hex[hash[i] & 15];
+	}
+	out[71] = '\0';
+}

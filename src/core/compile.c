@@ -27,19 +27,12 @@ static char *
 digest_of(const wfe_compile_options *opts, const char *bytes)
 {
 	unsigned char hash[32];
-	char	   *out = malloc(7 + 64 + 1);
-	static const char hex[] = "0123456789abcdef";
+	char	   *out = malloc(72);
 
 	if (out == NULL)
 		abort();
 	opts->sha256((const unsigned char *) bytes, strlen(bytes), hash);
-	memcpy(out, "sha256:", 7);
-	for (int i = 0; i < 32; i++)
-	{
-		out[7 + 2 * i] = hex[hash[i] >> 4];
-		out[7 + 2 * i + 1] = hex[hash[i] & 15];
-	}
-	out[71] = '\0';
+	wfe_digest_text(hash, out);
 	return out;
 }
 

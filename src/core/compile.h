@@ -80,4 +80,7 @@ extern void wfe_json_free(struct json_object *obj);
 /* Canonical JSON: sorted keys, no white space, shortest numbers (malloc'd). */
 extern char *wfe_canonical_json(struct json_object *obj);
 
+/* A SHA-256 as wfe spells digests: "sha256:" and 64 lowercase hex digits, into out[72]. */
+extern void wfe_digest_text(const unsigned char hash[32], char out[72]);
+
 #endif							/* WFE_COMPILE_H */
