@@ -19,8 +19,6 @@
 
 #include "executor/spi.h"
 #include "utils/builtins.h"
-#include "utils/hsearch.h"
-#include "utils/memutils.h"
 #include "utils/timestamp.h"
 
 #include "core/cachekey.h"
@@ -29,17 +27,6 @@
 #include "spi_stmt.h"
 #include "wfe.h"
 
-static stmt q_identity = STMT(
-	"SELECT CASE WHEN c.handler IS NOT NULL"
-	"            THEN 'handler:' || coalesce(pg_catalog.format('%I.%I(%s)', n.nspname, p.proname,"
-	"                                           pg_catalog.pg_get_function_identity_arguments(p.oid)),"
-	"                                        c.handler::oid::text)"
-	"            ELSE 'queue:' || c.queue END,"
-	"       c.input_schema::text, c.output_schema::text"
-	"  FROM wfe.contracts AS c"
-	"  LEFT JOIN pg_catalog.pg_proc AS p ON p.oid = c.handler"
-	"  LEFT JOIN pg_catalog.pg_namespace AS n ON n.oid = p.pronamespace"
-	" WHERE c.ref = $1", 1, TX);
 static stmt q_lock_key = STMT(
 	"SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('wfe.cache'), pg_catalog.hashtext($1))",
 	1, TX);
@@ -74,16 +61,6 @@ static stmt q_wake = STMT(
 	"  WHERE st.cache_key = $1 AND st.state = 'waiting' AND NOT (st.run_id = $2 AND st.stage = $3)",
 	3, TX, I8, TX);
 
-/* A contract's implementation identity and schemas digest (contracts are immutable). */
-typedef struct identity
-{
-	char		ref[256];
-	char	   *implementation;
-	char	   *schemas;
-} identity;
-
-static HTAB *identities;
-
 /* "sha256:" and the lowercase hex SHA-256 of len bytes of data (palloc'd). */
 static char *
 sha256_text(const char *data, size_t len)
@@ -112,48 +89,13 @@ json_digest(const char *json)
 	return digest;
 }
 
-/* Canonical JSON of {"input": IN, "output": OUT}: what the schemas digest is of. */
-static char *
-schemas_digest(const char *in, const char *out)
+/* A contract's schemas digest: of the canonical JSON of {"input": IN, "output": OUT}. */
+char *
+wfe_cache_schemas_digest(const char *in, const char *out)
 {
 	char	   *both = psprintf("{\"input\": %s, \"output\": %s}", in ? in : "{}", out ? out : "{}");
 
 	return json_digest(both);
-}
-
-static const identity *
-contract_identity(const char *ref)
-{
-	identity   *e;
-	bool		found;
-	char		key[256];
-
-	if (identities == NULL)
-	{
-		HASHCTL		ctl = {.keysize = sizeof(key),.entrysize = sizeof(identity)};
-
-		identities = hash_create("wfe cache identities", 64, &ctl, HASH_ELEM | HASH_STRINGS);
-	}
-	strlcpy(key, ref, sizeof(key));
-	e = hash_search(identities, key, HASH_FIND, NULL);
-	if (e == NULL)
-	{
-		Datum		v[1] = {CStringGetTextDatum(ref)};
-		char	   *impl,
-				   *schemas;
-
-		stmt_run(&q_identity, v, NULL);
-		if (SPI_processed != 1)
-			ereport(ERROR,
-					(errcode(ERRCODE_UNDEFINED_OBJECT),
-					 errmsg("contract \"%s\" of a cached stage is not registered", ref)));
-		impl = MemoryContextStrdup(TopMemoryContext, stmt_col(1));
-		schemas = MemoryContextStrdup(TopMemoryContext, schemas_digest(stmt_col(2), stmt_col(3)));
-		e = hash_search(identities, key, HASH_ENTER, &found);
-		e->implementation = impl;
-		e->schemas = schemas;
-	}
-	return e;
 }
 
 /* Take key's lock: it is this transaction's until commit. */
@@ -166,18 +108,23 @@ lock_key(const char *key)
 }
 
 /*
- * The key of a cached stage's bound input (cachekey.h), its lock, and its
- * unexpired entry, if any, with whether the stored result still matches
- * its stored digest.
+ * The key of a cached stage's bound input (cachekey.h; the contract's
+ * implementation and schemas digest come with engine.c's contract cache),
+ * its lock, and its unexpired entry, if any, with whether the stored
+ * result still matches its stored digest.
  */
 void
-wfe_cache_lookup(const char *tenant, const char *contract, const char *input,
-				 struct wfe_cache_entry *e)
+wfe_cache_lookup(const char *tenant, const char *contract, const char *implementation,
+				 const char *schemas, const char *input, struct wfe_cache_entry *e)
 {
-	const identity *id = contract_identity(contract);
-	char	   *material = wfe_cache_key_material(tenant, contract, id->implementation, id->schemas, input);
+	char	   *material;
 	Datum		v[2];
 
+	if (implementation == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("contract \"%s\" of a cached stage is not registered", contract)));
+	material = wfe_cache_key_material(tenant, contract, implementation, schemas, input);
 	if (material == NULL)
 		elog(ERROR, "wfe: the bound input of a cached stage is not JSON");
 	e->key = sha256_text(material, strlen(material));

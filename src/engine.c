@@ -50,8 +50,18 @@ static stmt q_lock_run_skip = STMT(
 	" FROM wfe.runs AS r WHERE r.run_id = $1 FOR NO KEY UPDATE SKIP LOCKED", 1, I8);
 static stmt q_plan = STMT(
 	"SELECT d.plan::text FROM wfe.definitions AS d WHERE d.definition_id = $1", 1, I8);
+/* its schemas, and what runs it (the result cache keys on both: cache.c) */
 static stmt q_contract = STMT(
-	"SELECT c.input_schema::text, c.output_schema::text FROM wfe.contracts AS c WHERE c.ref = $1", 1, TX);
+	"SELECT c.input_schema::text, c.output_schema::text,"
+	"       CASE WHEN c.handler IS NOT NULL"
+	"            THEN 'handler:' || coalesce(pg_catalog.format('%I.%I(%s)', n.nspname, p.proname,"
+	"                                           pg_catalog.pg_get_function_identity_arguments(p.oid)),"
+	"                                        c.handler::oid::text)"
+	"            ELSE 'queue:' || c.queue END"
+	"  FROM wfe.contracts AS c"
+	"  LEFT JOIN pg_catalog.pg_proc AS p ON p.oid = c.handler"
+	"  LEFT JOIN pg_catalog.pg_namespace AS n ON n.oid = p.pronamespace"
+	" WHERE c.ref = $1", 1, TX);
 #define ROW_COLS "st.state, st.attempt, st.fence, st.outcome, st.branch, st.awaits," \
 	" st.handler IS NOT NULL, st.queue, (st.result -> 'arrivals')::text, st.cache_key"
 static stmt q_row = STMT(
@@ -236,6 +246,8 @@ typedef struct contract_entry
 	char		ref[256];
 	struct json_object *input_schema;	/* NULL: none */
 	struct json_object *output_schema;
+	char	   *implementation;	/* queue:Q or handler:schema.fn(args); NULL: not registered */
+	char	   *schemas;		/* the digest of its {input, output} schemas */
 } contract_entry;
 
 static HTAB *plan_cache;
@@ -305,16 +317,22 @@ contract(const char *ref)
 		Datum		v[1] = {CStringGetTextDatum(ref)};
 		struct json_object *in = NULL,
 				   *out = NULL;
+		char	   *impl = NULL,
+				   *schemas = NULL;
 
 		stmt_run(&q_contract, v, NULL);
 		if (SPI_processed == 1)
 		{
 			in = parse_schema(stmt_col(1));
 			out = parse_schema(stmt_col(2));
+			impl = MemoryContextStrdup(TopMemoryContext, stmt_col(3));
+			schemas = MemoryContextStrdup(TopMemoryContext, wfe_cache_schemas_digest(stmt_col(1), stmt_col(2)));
 		}
 		e = hash_search(contract_cache, key, HASH_ENTER, &found);
 		e->input_schema = in;
 		e->output_schema = out;
+		e->implementation = impl;
+		e->schemas = schemas;
 	}
 	return e;
 }
@@ -430,8 +448,10 @@ static void
 io_cache_entry(void *arg, int i, const char *input, wfe_cache_entry *e)
 {
 	srv		   *s = arg;
+	contract_entry *c = contract(s->rp->stages[i].contract);
 
-	wfe_cache_lookup(s->run.tenant, s->rp->stages[i].contract, input, e);
+	wfe_cache_lookup(s->run.tenant, s->rp->stages[i].contract, c ? c->implementation : NULL,
+					 c ? c->schemas : NULL, input, e);
 }
 
 static const char *

@@ -74,8 +74,9 @@ extern void wfe_sha256(const unsigned char *data, size_t len, unsigned char out[
 
 /* The result cache's server side (cache.c; dsl.md "Result cache"). */
 struct wfe_cache_entry;
-extern void wfe_cache_lookup(const char *tenant, const char *contract, const char *input,
-							 struct wfe_cache_entry *e);
+extern char *wfe_cache_schemas_digest(const char *input_schema, const char *output_schema);
+extern void wfe_cache_lookup(const char *tenant, const char *contract, const char *implementation,
+							 const char *schemas, const char *input, struct wfe_cache_entry *e);
 extern const char *wfe_cache_leader(const char *tenant, const char *key, int64 run_id);
 extern void wfe_cache_store(const char *tenant, const char *key, const char *contract,
 							int64 ttl_ms, int64 run_id, const char *stage, int attempt,
