@@ -21,16 +21,19 @@ $(error cannot read default_version from wfe.control)
 endif
 
 # ---------------------------------------------------------------------------
-# The extension: src/*.c (PostgreSQL-facing) and src/core/*.c (the compiler
-# core, plain C) linked into one shared library.
+# The extension: the module entry point src/wfe.c, the server layer src/pg/,
+# the background worker src/bgw/, the AMQP code src/amqp/ and the pure C cores
+# src/core/*/ (no PostgreSQL headers) linked into one shared library.  See
+# docs/architecture.md for what each folder may include.
 # ---------------------------------------------------------------------------
 MODULE_big   = wfe
-CORE_SRCS   := $(sort $(wildcard src/core/*.c))
-OBJS        := $(patsubst %.c,%.o,$(sort $(wildcard src/*.c)) $(CORE_SRCS))
-SRC_HEADERS := $(wildcard src/*.h src/core/*.h)
+CORE_SRCS   := $(sort $(wildcard src/core/*/*.c))
+SERVER_SRCS := src/wfe.c $(sort $(wildcard src/pg/*.c src/bgw/*.c src/amqp/*.c))
+OBJS        := $(patsubst %.c,%.o,$(SERVER_SRCS) $(CORE_SRCS))
+SRC_HEADERS := $(wildcard src/*/*.h src/core/*/*.h)
 # PostgreSQL's own headers have unused parameters; nothing else is relaxed.
 PG_CPPFLAGS  = -std=gnu11 -Wall -Wextra -Werror -Wno-unused-parameter \
-               -Isrc -Isrc/core -DWFE_COMPILER_VERSION='"$(EXTVERSION)"'
+               -Isrc -DWFE_COMPILER_VERSION='"$(EXTVERSION)"'
 SHLIB_LINK  += -lyaml -ljson-c -lrabbitmq -lm
 
 # The install script is src/sql/*.sql concatenated in lexical order.
@@ -39,19 +42,26 @@ DATA_built   = wfe--$(EXTVERSION).sql
 # Upgrade scripts (sql/wfe--A--B.sql) and frozen scripts of past releases.
 DATA        := $(wildcard sql/wfe--*.sql)
 
-# pg_regress: sql/NAME.sql is checked against expected/NAME.out.  The
-# sql/wfe--*.sql scripts above share the directory but are not tests.
-REGRESS        := $(filter-out wfe--%,$(basename $(notdir $(wildcard sql/*.sql))))
-CONTRIB_TESTDB  = wfe_regress
+# `make installcheck` against an installed server: pg_regress
+# (test/regress/sql/NAME.sql vs test/regress/expected/NAME.out), the
+# isolation specs (test/isolation/specs/) and the TAP tests (test/tap/*.pl).
+# `make test` runs the same suites and more on a private cluster.
+REGRESS        := $(basename $(notdir $(wildcard test/regress/sql/*.sql)))
+REGRESS_OPTS    = --inputdir=test/regress
+ISOLATION      := $(basename $(notdir $(wildcard test/isolation/specs/*.spec)))
+ISOLATION_OPTS  = --inputdir=test/isolation
+TAP_TESTS       = 1
+PROVE_TESTS     = test/tap/*.pl
+PROVE_FLAGS     = -I test/tap
 
-EXTRA_CLEAN = build results regression.diffs regression.out
+EXTRA_CLEAN = build results output_iso tmp_check regression.diffs regression.out
 
 # ---------------------------------------------------------------------------
 # Outside the server: wfe-compile, the unit tests and the fuzz target each
 # build the compiler core with their own flags, into build/.
 # ---------------------------------------------------------------------------
 WFE_CFLAGS   = -std=gnu11 -O2 -Wall -Wextra -Werror
-WFE_CPPFLAGS = -Isrc -Isrc/core -DWFE_COMPILER_VERSION='"$(EXTVERSION)"'
+WFE_CPPFLAGS = -Isrc -DWFE_COMPILER_VERSION='"$(EXTVERSION)"'
 WFE_LIBS     = -lyaml -ljson-c -lcrypto -lm
 
 CLI          = build/wfe-compile
@@ -59,8 +69,8 @@ CLI_OBJS     = $(patsubst src/%.c,build/cli/%.o,$(CORE_SRCS) $(sort $(wildcard s
 
 # wfe-worker: the reference worker, a client of libpq and librabbitmq.
 WORKER       = build/wfe-worker
-WORKER_SRCS := $(sort $(wildcard src/wfe-worker/*.c))
-WORKER_OBJS  = $(patsubst src/wfe-worker/%.c,build/wfe-worker-obj/%.o,$(WORKER_SRCS))
+WORKER_SRCS := $(sort $(wildcard src/worker/*.c))
+WORKER_OBJS  = $(patsubst src/worker/%.c,build/wfe-worker-obj/%.o,$(WORKER_SRCS))
 WORKER_CPPFLAGS = -I$(shell $(PG_CONFIG) --includedir 2>/dev/null) -DWFE_VERSION='"$(EXTVERSION)"'
 WORKER_LIBS  = -lpq -lrabbitmq -ljson-c
 
@@ -119,11 +129,11 @@ build/cli/%.o: src/%.c $(SRC_HEADERS) wfe.control
 	@mkdir -p $(@D)
 	$(CC) $(WFE_CFLAGS) $(WFE_CPPFLAGS) -c -o $@ $<
 
-# wfe-worker: src/wfe-worker/*.c, a program of its own (not in OBJS).
+# wfe-worker: src/worker/*.c, a program of its own (not in OBJS).
 $(WORKER): $(WORKER_OBJS)
 	$(CC) $(WFE_CFLAGS) -o $@ $^ $(WORKER_LIBS)
 
-build/wfe-worker-obj/%.o: src/wfe-worker/%.c $(wildcard src/wfe-worker/*.h) wfe.control
+build/wfe-worker-obj/%.o: src/worker/%.c $(wildcard src/worker/*.h) wfe.control
 	@mkdir -p $(@D)
 	$(CC) $(WFE_CFLAGS) $(WORKER_CPPFLAGS) -c -o $@ $<
 

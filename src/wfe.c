@@ -12,7 +12,7 @@
 #include "fmgr.h"
 #include "miscadmin.h"
 
-#include "wfe.h"
+#include "pg/wfe.h"
 
 PG_MODULE_MAGIC;
 

@@ -17,7 +17,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "expr.h"
+#include "core/expr/expr.h"
 
 static const char *ROOT_JSON =
 "{\"context\": {\"amount\": 15000, \"currency\": \"EUR\", \"country\": \"DE\","

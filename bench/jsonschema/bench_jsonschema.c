@@ -12,8 +12,8 @@
 
 #include <json-c/json.h>
 
-#include "compile.h"
-#include "jsonschema.h"
+#include "core/lang/compile.h"
+#include "core/jsonschema/jsonschema.h"
 
 /* A result schema with 20 properties of every common kind. */
 static const char *RESULT_SCHEMA =

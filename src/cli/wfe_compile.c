@@ -16,7 +16,7 @@
 #include <json-c/json.h>
 #include <openssl/evp.h>
 
-#include "compile.h"
+#include "core/lang/compile.h"
 
 typedef enum output_mode
 {

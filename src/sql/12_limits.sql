@@ -1,4 +1,4 @@
--- Admission limits at the door (src/limits.c; docs: operations.md
+-- Admission limits at the door (src/pg/limits.c; docs: operations.md
 -- "Admission and backpressure").  Every function that takes JSON or a
 -- name from a caller measures it with these before building anything from
 -- it: 54000 (program_limit_exceeded) naming the limit -- wfe.max_payload_bytes,

@@ -43,7 +43,7 @@ COMMENT ON COLUMN wfe.contracts.queue IS 'Queue the worker or queued action is d
 COMMENT ON COLUMN wfe.contracts.handler IS 'In-database action: a function (input jsonb) RETURNS jsonb; NULL otherwise';
 COMMENT ON COLUMN wfe.contracts.run_as IS 'In-database action: the role its handler runs as -- the role that registered it (SET ROLE included)';
 
--- Handlers run as their registrant (src/handler.c).
+-- Handlers run as their registrant (src/pg/handler.c).
 CREATE FUNCTION wfe._check_handler(handler regprocedure, run_as regrole)
 RETURNS void AS 'MODULE_PATHNAME', 'wfe_check_handler' LANGUAGE C STABLE STRICT;
 COMMENT ON FUNCTION wfe._check_handler(regprocedure, regrole) IS

@@ -1,5 +1,5 @@
--- Run-time helpers in C (src/runtime_fn.c over src/core/jsonschema*.c and
--- src/core/bind.c; docs: runtime.md, dsl.md "Inputs and interpolation",
+-- Run-time helpers in C (src/pg/runtime_fn.c over src/core/jsonschema*.c and
+-- src/core/engine/bind.c; docs: runtime.md, dsl.md "Inputs and interpolation",
 -- "Expressions").  Internal: wfe's own SECURITY DEFINER functions call them
 -- when they bind a stage's input, check a context or a result against a
 -- schema, and evaluate a decision.  _check_json_schema and _eval_decision

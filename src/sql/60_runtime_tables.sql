@@ -4,7 +4,7 @@
 -- state waiting, so joins, skips and reports work on rows rather than on
 -- memory.  Lock order everywhere: the run row first, then its stage rows.
 
--- The transition guards (src/transitions.c holds the tables).
+-- The transition guards (src/pg/transitions.c holds the tables).
 CREATE FUNCTION wfe._stage_state_guard()
 RETURNS trigger AS 'MODULE_PATHNAME', 'wfe_stage_state_guard' LANGUAGE C;
 COMMENT ON FUNCTION wfe._stage_state_guard() IS 'Trigger: refuses stage state changes not in wfe.stage_transitions()';

@@ -1,7 +1,7 @@
 -- The run engine's SQL side (docs: architecture.md "The engine").
 --
--- Transitions are decided by the step core (src/core/step.c) and written
--- by the server layer (src/engine.c); what is left here are the small
+-- Transitions are decided by the step core (src/core/engine/step.c) and written
+-- by the server layer (src/pg/engine.c); what is left here are the small
 -- helpers both the engine and the outbox share, and the SQL faces of the
 -- engine's entry points.  Lock order everywhere: the run row first
 -- (FOR NO KEY UPDATE), then its stage rows.
@@ -105,7 +105,7 @@ $$;
 COMMENT ON FUNCTION wfe._dispatch(wfe.runs, wfe.run_stages) IS
 'Writes the dispatch message of a released attempt to the outbox (broker-mode queues), by reference on the large track.';
 
--- The engine's entry points that are not callbacks (src/engine.c).  Each
+-- The engine's entry points that are not callbacks (src/pg/engine.c).  Each
 -- locks the run (the callers may already hold it) and moves it on.
 CREATE FUNCTION wfe._start_run(run_id bigint)
 RETURNS void AS 'MODULE_PATHNAME', 'wfe_start_run' LANGUAGE C VOLATILE STRICT;

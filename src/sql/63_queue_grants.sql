@@ -3,7 +3,7 @@
 -- wfe_worker may call the worker functions; which queues a role may claim
 -- from, accept on and report for is granted per queue, to a role (a login
 -- role, or a group such as wfe_worker itself).  The check is C
--- (src/grants.c), cached per backend; this table's trigger tells every
+-- (src/pg/grants.c), cached per backend; this table's trigger tells every
 -- backend to drop its cache when the grants change.
 
 CREATE TABLE wfe.queue_grants (
@@ -24,7 +24,7 @@ COMMENT ON FUNCTION wfe._queue_grants_changed() IS
 CREATE TRIGGER queue_grants_changed AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON wfe.queue_grants
     FOR EACH STATEMENT EXECUTE FUNCTION wfe._queue_grants_changed();
 
--- The callbacks' rule of who may call back (src/grants.c), for ack_cancel.
+-- The callbacks' rule of who may call back (src/pg/grants.c), for ack_cancel.
 CREATE FUNCTION wfe._may_call_back(queue text, tenant text, handler boolean, run_id bigint, stage text, what text)
 RETURNS boolean AS 'MODULE_PATHNAME', 'wfe_may_call_back_sql' LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION wfe._may_call_back(text, text, boolean, bigint, text, text) IS

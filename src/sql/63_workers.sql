@@ -4,7 +4,7 @@
 -- outcome word.  The checks run in a fixed order -- unknown, duplicate or
 -- conflict, late, stale, invalid_result, accepted -- and every rejected
 -- callback leaves an event row and changes nothing else.  The callbacks are
--- C (src/engine.c): the gate and the transition are the step core's.
+-- C (src/pg/engine.c): the gate and the transition are the step core's.
 
 CREATE FUNCTION wfe.claim_task(queue text, worker_id text, max_tasks int DEFAULT 1, lease_ms int DEFAULT NULL)
 RETURNS SETOF wfe.task

@@ -2,8 +2,8 @@
 --
 -- One entry per key: the accepted, valid result of an attempt of a stage
 -- with `cache:`, stored under the key of the stage's bound input, contract
--- and tenant (src/cache.c computes it; the key material is
--- src/core/cachekey.h), with an absolute expiry and the digest of the
+-- and tenant (src/pg/cache.c computes it; the key material is
+-- src/core/engine/cachekey.h), with an absolute expiry and the digest of the
 -- result.  Only the engine writes entries (and wfe.cache_invalidate
 -- removes them).  Read back at release, an entry is checked: expired is a
 -- miss; a result that no longer matches result_digest is corrupt, one the

@@ -53,7 +53,7 @@ BEGIN
                        jsonb_build_object('worker_id', p_by, 'handler', s.handler::text));
     BEGIN
         -- a subtransaction: a failing handler undoes only its own writes;
-        -- it runs as the role that registered it (src/handler.c)
+        -- it runs as the role that registered it (src/pg/handler.c)
         SELECT c.run_as INTO v_run_as FROM wfe.contracts AS c WHERE c.ref = s.worker;
         IF v_run_as IS NULL THEN
             RAISE EXCEPTION 'contract % records no role for its handler to run as', s.worker

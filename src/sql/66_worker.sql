@@ -1,5 +1,5 @@
 -- What the background worker calls, each in a transaction of its own
--- (src/worker.c), and the wakeup backends send it at commit (src/shmem.c).
+-- (src/bgw/bgw.c), and the wakeup backends send it at commit (src/bgw/shmem.c).
 
 CREATE FUNCTION wfe._wake(due timestamptz DEFAULT now())
 RETURNS void

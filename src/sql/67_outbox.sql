@@ -1,4 +1,4 @@
--- The outbox's consumers: the background worker's publisher (src/publisher.c),
+-- The outbox's consumers: the background worker's publisher (src/bgw/publisher.c),
 -- external relays, large-payload tracks, queue settings, cancellation
 -- acknowledgements and the event projection (docs: delivery.md).
 
@@ -279,7 +279,7 @@ BEGIN
     IF NOT FOUND THEN
         RETURN 'unknown';
     END IF;
-    -- who may call back: the callbacks' rule (src/grants.c)
+    -- who may call back: the callbacks' rule (src/pg/grants.c)
     IF NOT wfe._may_call_back(s.queue, s.tenant, s.handler IS NOT NULL, s.run_id, s.stage, 'report for') THEN
         RETURN 'unknown';
     END IF;

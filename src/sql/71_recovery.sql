@@ -1,7 +1,7 @@
 -- Operator recovery (docs: operations.md "Recovery"): redrive, skip, fail,
 -- re-dispatch, replay, and the bulk redrive of dead letters.
 --
--- Each action on a stage goes through the engine (wfe._operate, src/engine.c,
+-- Each action on a stage goes through the engine (wfe._operate, src/pg/engine.c,
 -- over the step core's wfe_step_operate): the run is locked, the core
 -- decides whether the action may act now (55000 says why not) and what it
 -- moves, and the same fences as every callback hold (a late report of a

@@ -1,5 +1,5 @@
 -- Dead dispatches: what RabbitMQ dead-lettered into wfe.dlq, read back by
--- the background worker's publisher (src/publisher.c, wfe.consume_dlq), so
+-- the background worker's publisher (src/bgw/publisher.c, wfe.consume_dlq), so
 -- that no run waits forever on a message that died in the broker
 -- (docs: delivery.md "Pre-acceptance retries and wfe.dlq").
 

@@ -18,7 +18,7 @@
 
 #include <openssl/sha.h>
 
-#include "compile.h"
+#include "core/lang/compile.h"
 
 int			LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

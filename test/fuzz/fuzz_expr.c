@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "expr_internal.h"
+#include "core/expr/expr_internal.h"
 
 int			LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -21,9 +21,9 @@
 
 #include <json-c/json.h>
 
-#include "compile.h"
-#include "jsonschema.h"
-#include "regex.h"
+#include "core/lang/compile.h"
+#include "core/jsonschema/jsonschema.h"
+#include "core/jsonschema/regex.h"
 
 /* Abort with a reason (libFuzzer saves the input). */
 static void

@@ -1,5 +1,5 @@
 /*
- * fuzz_step.c — libFuzzer harness over the step core (src/core/step.c).
+ * fuzz_step.c — libFuzzer harness over the step core (src/core/engine/step.c).
  *
  * A few fixed workflows are compiled once: the stages form with decisions
  * (one heading a fork branch), nested forks and joins, finalisers, retries;

@@ -2,7 +2,8 @@
 # run-regress.sh — pg_regress or pg_isolation_regress against the running
 # test cluster (PGHOST, PGPORT and PGUSER come from cluster.sh).
 #
-#   test/harness/run-regress.sh regress OUTDIR     sql/NAME.sql vs expected/NAME.out
+#   test/harness/run-regress.sh regress OUTDIR     test/regress/sql/NAME.sql
+#                                                  vs test/regress/expected/NAME.out
 #   test/harness/run-regress.sh isolation OUTDIR   test/isolation/specs/NAME.spec
 #                                                  vs test/isolation/expected/NAME.out
 #
@@ -12,17 +13,13 @@
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-# regress_tests: the pg_regress tests, sql/*.sql minus the sql/wfe--*.sql
-# extension scripts that share the directory (the Makefile's REGRESS).
+# regress_tests: the pg_regress tests (the Makefile's REGRESS).
 regress_tests() {
 	local f
-	for f in "$WFE_TOP"/sql/*.sql; do
-		f=$(basename "$f" .sql)
-		case $f in
-			'*' | wfe--*) ;;
-			*) echo "$f" ;;
-		esac
+	for f in "$WFE_TOP"/test/regress/sql/*.sql; do
+		[ -e "$f" ] && basename "$f" .sql
 	done
+	return 0
 }
 
 # isolation_tests: the isolation specs.
@@ -45,7 +42,7 @@ tally_results() {
 # expected_file KIND TEST: where a test's expected output must be.
 expected_file() {
 	case $1 in
-		regress) echo "$WFE_TOP/expected/$2.out" ;;
+		regress) echo "$WFE_TOP/test/regress/expected/$2.out" ;;
 		isolation) echo "$WFE_TOP/test/isolation/expected/$2.out" ;;
 	esac
 }
@@ -58,11 +55,11 @@ main() {
 	case $kind in
 		regress)
 			driver=$(pgxs_tool pg_regress)
-			inputdir=$WFE_TOP
+			inputdir=$WFE_TOP/test/regress
 			dbname=wfe_regress
 			mapfile -t tests < <(regress_tests)
 			if [ "${#tests[@]}" -eq 0 ]; then
-				say "regress: no tests in sql/"
+				say "regress: no tests in test/regress/sql/"
 				exit 2
 			fi
 			;;

@@ -1,4 +1,4 @@
-# Wakeups only for claimers that may wait (src/ready.c): with shared memory
+# Wakeups only for claimers that may wait (src/bgw/ready.c): with shared memory
 # (shared_preload_libraries = 'wfe'), a release of a task to a poll queue
 # sends NOTIFY wfe_task_ready (payload: the queue) at commit only if some
 # claimer of that queue may be waiting, that is, one started a claim since

@@ -1,5 +1,5 @@
 /*
- * step_harness.h — an in-memory server for the step core (core/step.h),
+ * step_harness.h — an in-memory server for the step core (core/engine/step.h),
  * shared by test/unit/test_step.c and test/fuzz/fuzz_step.c.
  *
  * One run's rows live in arrays: they are "the database".  The wfe_step_io
@@ -40,10 +40,10 @@
 
 #include <json-c/json.h>
 
-#include "compile.h"
-#include "runplan.h"
-#include "states.h"
-#include "step.h"
+#include "core/lang/compile.h"
+#include "core/engine/runplan.h"
+#include "core/engine/states.h"
+#include "core/engine/step.h"
 
 #define SH_FN static __attribute__((unused))
 

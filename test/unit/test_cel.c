@@ -27,7 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "expr_internal.h"
+#include "core/expr/expr_internal.h"
 
 static int	tests_run;
 static int	tests_failed;

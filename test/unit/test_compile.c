@@ -14,7 +14,7 @@
 #include <json-c/json.h>
 #include <openssl/evp.h>
 
-#include "compile.h"
+#include "core/lang/compile.h"
 
 static int	tests_run;
 static int	tests_failed;

@@ -13,7 +13,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "expr.h"
+#include "core/expr/expr.h"
 
 static int	tests_run;
 static int	tests_failed;

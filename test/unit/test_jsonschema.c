@@ -14,9 +14,9 @@
 
 #include <json-c/json.h>
 
-#include "compile.h"
-#include "jsonnum.h"
-#include "jsonschema.h"
+#include "core/lang/compile.h"
+#include "core/jsonschema/jsonnum.h"
+#include "core/jsonschema/jsonschema.h"
 
 static int	tests_run;
 static int	tests_failed;

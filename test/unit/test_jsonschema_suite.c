@@ -22,8 +22,8 @@
 
 #include <json-c/json.h>
 
-#include "compile.h"
-#include "jsonschema.h"
+#include "core/lang/compile.h"
+#include "core/jsonschema/jsonschema.h"
 
 #define DRAFT7_DIR "/usr/share/json-schema-test-suite/tests/draft7"
 

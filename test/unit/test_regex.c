@@ -1,5 +1,5 @@
 /*
- * test_regex.c — unit tests of the linear-time regex engine (src/core/regex.c).
+ * test_regex.c — unit tests of the linear-time regex engine (src/core/jsonschema/regex.c).
  *
  * A standalone TAP program, run under ASan/UBSan: every case compiles a
  * pattern, searches subjects, and frees it.
@@ -10,7 +10,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "regex.h"
+#include "core/jsonschema/regex.h"
 
 static int	tests_run;
 static int	tests_failed;

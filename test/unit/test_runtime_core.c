@@ -13,11 +13,11 @@
 #include <string.h>
 #include <json-c/json.h>
 
-#include "bind.h"
-#include "cachekey.h"
-#include "compile.h"
-#include "expr.h"
-#include "jsonschema.h"
+#include "core/engine/bind.h"
+#include "core/engine/cachekey.h"
+#include "core/lang/compile.h"
+#include "core/expr/expr.h"
+#include "core/jsonschema/jsonschema.h"
 
 static int	tests_run;
 static int	tests_failed;

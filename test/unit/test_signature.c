@@ -1,6 +1,6 @@
 /*
  * test_signature.c — unit tests of the signature header parser and the
- * digest comparison (src/core/signature.c), the attacker-controlled part
+ * digest comparison (src/core/engine/signature.c), the attacker-controlled part
  * of wfe.callback that is plain C.
  *
  * A standalone TAP program: "ok N - ..." / "not ok N - ...", then "1..N";
@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "signature.h"
+#include "core/engine/signature.h"
 
 #define HEX_A "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff"
 #define HEX_B "FFEEDDCCBBAA99887766554433221100ffeeddccbbaa99887766554433221100"

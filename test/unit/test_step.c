@@ -1,5 +1,5 @@
 /*
- * test_step.c — unit tests of the step core (src/core/step.c): routing,
+ * test_step.c — unit tests of the step core (src/core/engine/step.c): routing,
  * decisions and their skips, forks and joins, retries and backoff,
  * timeouts, binding, intents and finalisers, the tasks form, the callback
  * gate and result checks.

@@ -1,5 +1,5 @@
 #!/bin/bash
-# run.sh — end-to-end tests of wfe-worker (src/wfe-worker/) against a
+# run.sh — end-to-end tests of wfe-worker (src/worker/) against a
 # private PostgreSQL cluster and, when rabbitmq-server is installed, a
 # private RabbitMQ node.
 #

@@ -10,7 +10,7 @@
  *      not a callback at all is an error (22P02/22023), since nothing in it
  *      can be authenticated or attributed;
  *   2. the signature: "key_id=K,v1=HEX[,v1=HEX...]" (parsed by
- *      core/signature.c), each v1 an HMAC-SHA256
+ *      core/engine/signature.c), each v1 an HMAC-SHA256
  *      (PostgreSQL's own, common/hmac.h) of "callback_id.timestamp.body"
  *      under a secret of K valid now (wfe.callback_keys).  Any v1 matching
  *      any valid secret of K passes, which is how keys rotate.  Otherwise
@@ -39,7 +39,7 @@
 #include "utils/numeric.h"
 #include "utils/timestamp.h"
 
-#include "core/signature.h"
+#include "core/engine/signature.h"
 #include "spi_stmt.h"
 #include "wfe.h"
 

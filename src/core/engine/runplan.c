@@ -11,8 +11,8 @@
 
 #include <json-c/json.h>
 
-#include "compile.h"
-#include "expr.h"
+#include "core/lang/compile.h"
+#include "core/expr/expr.h"
 #include "runplan.h"
 #include "states.h"
 

@@ -22,7 +22,7 @@
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
 
-#include "wfe.h"
+#include "pg/wfe.h"
 
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;

@@ -2,7 +2,7 @@
  * transitions.c — the legal state transitions of stages and runs, and the
  * triggers that refuse every other one.
  *
- * The tables in core/states.c are the single source of truth: the triggers consult
+ * The tables in core/engine/states.c are the single source of truth: the triggers consult
  * them on every state change, wfe.stage_transitions() and
  * wfe.run_transitions() list them for psql and the docs.  Written in C
  * because the stage trigger sits on the hottest path of the engine.
@@ -16,7 +16,7 @@
 #include "utils/builtins.h"
 #include "utils/rel.h"
 
-#include "core/states.h"
+#include "core/engine/states.h"
 
 /* Attribute number of the "state" column. */
 static int

@@ -11,7 +11,7 @@
 #include <stddef.h>
 #include <json-c/json.h>
 
-#include "arena.h"
+#include "core/base/arena.h"
 #include "diag.h"
 
 #define WFE_YAML_MAX_DEPTH 64

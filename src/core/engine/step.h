@@ -22,7 +22,7 @@
 
 #include <stdint.h>
 
-#include "arena.h"
+#include "core/base/arena.h"
 #include "runplan.h"
 #include "states.h"
 

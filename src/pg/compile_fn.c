@@ -14,7 +14,7 @@
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
 
-#include "core/compile.h"
+#include "core/lang/compile.h"
 #include "wfe.h"
 
 PG_FUNCTION_INFO_V1(wfe_compile_sql);

@@ -4,7 +4,7 @@
  * Every transition of a run comes through here: a worker's callback, a
  * run's start, a timer, an expired deadline, an in-database action's
  * result, a cancel.  This file takes the locks (the run row, then the one
- * stage row a claimer could be taking), hands the step core (core/step.c)
+ * stage row a claimer could be taking), hands the step core (core/engine/step.c)
  * the run plan (cached per backend: plans never change) and the rows it
  * asks for, and writes the effects the core returns with prepared
  * statements.  It decides nothing about routing itself.
@@ -25,9 +25,9 @@
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
-#include "core/compile.h"
-#include "core/runplan.h"
-#include "core/step.h"
+#include "core/lang/compile.h"
+#include "core/engine/runplan.h"
+#include "core/engine/step.h"
 #include "spi_stmt.h"
 #include "wfe.h"
 

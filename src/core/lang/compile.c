@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "jsonschema.h"
+#include "core/jsonschema/jsonschema.h"
 #include "model.h"
 #include "yamltree.h"
 

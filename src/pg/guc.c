@@ -9,7 +9,7 @@
 #include "utils/guc.h"
 
 #include "wfe.h"
-#include "core/jsonschema.h"
+#include "core/jsonschema/jsonschema.h"
 
 int			wfe_max_definition_bytes = 1024 * 1024;
 int			wfe_max_stages = 500;

@@ -22,9 +22,9 @@
 #include "utils/json.h"
 #include "utils/jsonb.h"
 
-#include "core/bind.h"
-#include "core/compile.h"
-#include "core/jsonschema.h"
+#include "core/engine/bind.h"
+#include "core/lang/compile.h"
+#include "core/jsonschema/jsonschema.h"
 
 PG_FUNCTION_INFO_V1(wfe_check_schema_sql);
 PG_FUNCTION_INFO_V1(wfe_validate_sql);

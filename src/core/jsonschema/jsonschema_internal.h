@@ -7,7 +7,7 @@
 
 #include <json-c/json.h>
 
-#include "arena.h"
+#include "core/base/arena.h"
 #include "jsonnum.h"
 #include "jsonschema.h"
 #include "regex.h"

@@ -27,7 +27,7 @@
 
 #include <json-c/json.h>
 
-#include "compile.h"
+#include "core/lang/compile.h"
 #include "jsonformat.h"
 #include "jsonschema_internal.h"
 

@@ -8,6 +8,7 @@
 --
 SET client_min_messages = warning;
 DROP DATABASE IF EXISTS wfe_dashboards;
+\set regress_db :DBNAME
 CREATE DATABASE wfe_dashboards;
 \c wfe_dashboards
 CREATE EXTENSION wfe;
@@ -151,6 +152,6 @@ SELECT wfe.run_mermaid(12) !~ 'linkStyle' AS nothing_taken;
 UPDATE wfe.publisher_lease SET connected = true;
 ROLLBACK;
 
-\c wfe_regress
+\c :regress_db
 SET client_min_messages = warning;
 DROP DATABASE wfe_dashboards;

@@ -7,7 +7,7 @@
  */
 #include <string.h>
 
-#include "expr.h"
+#include "core/expr/expr.h"
 #include "model.h"
 
 /* Context for the stage-reference callback of one expression. */

@@ -34,8 +34,8 @@
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
-#include "broker.h"
-#include "wfe.h"
+#include "amqp/broker.h"
+#include "pg/wfe.h"
 
 /* How long to wait for the confirms of one window. */
 #define CONFIRM_TIMEOUT_MS 5000

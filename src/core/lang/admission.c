@@ -15,7 +15,7 @@
 
 #include <json-c/json.h>
 
-#include "jsonschema.h"
+#include "core/jsonschema/jsonschema.h"
 #include "model.h"
 
 /* Admission limits that have no GUC: they bound what a definition may ask. */

@@ -1,7 +1,7 @@
 /*
  * cache.c — the result cache's server side (docs: dsl.md "Result cache").
  *
- * The step core decides what a release does with the cache (core/step.c,
+ * The step core decides what a release does with the cache (core/engine/step.c,
  * "The result cache"); this file computes keys, reads and writes
  * wfe.cache_entries, finds the attempt in flight under a key and wakes the
  * stages that wait on it.
@@ -21,9 +21,9 @@
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
 
-#include "core/cachekey.h"
-#include "core/compile.h"
-#include "core/step.h"
+#include "core/engine/cachekey.h"
+#include "core/lang/compile.h"
+#include "core/engine/step.h"
 #include "spi_stmt.h"
 #include "wfe.h"
 

@@ -27,7 +27,7 @@
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
-#include "wfe.h"
+#include "pg/wfe.h"
 
 PGDLLEXPORT void wfe_worker_main(Datum main_arg);
 

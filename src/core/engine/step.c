@@ -18,9 +18,9 @@
 #include <json-c/json.h>
 
 #include "bind.h"
-#include "compile.h"
-#include "expr.h"
-#include "jsonschema.h"
+#include "core/lang/compile.h"
+#include "core/expr/expr.h"
+#include "core/jsonschema/jsonschema.h"
 #include "step_internal.h"
 
 #define STEP_MAX_DEPTH 4096

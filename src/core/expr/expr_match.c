@@ -21,7 +21,7 @@
 #include <string.h>
 
 #include "expr_internal.h"
-#include "regex.h"
+#include "core/jsonschema/regex.h"
 
 /* Upper bound on a pattern's length (bytes), before translation. */
 #define MATCH_MAX_PATTERN 4096

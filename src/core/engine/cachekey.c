@@ -6,7 +6,7 @@
 #include <json-c/json.h>
 
 #include "cachekey.h"
-#include "compile.h"
+#include "core/lang/compile.h"
 
 static json_object *
 str_or_null(const char *s)

@@ -15,9 +15,9 @@
 #include <json-c/json.h>
 
 #include "bind.h"
-#include "compile.h"
-#include "expr.h"
-#include "jsonschema.h"
+#include "core/lang/compile.h"
+#include "core/expr/expr.h"
+#include "core/jsonschema/jsonschema.h"
 
 /* Longest input key path spelt in a message; deeper ones end in "...". */
 #define BIND_PATH_MAX 200

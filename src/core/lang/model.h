@@ -5,7 +5,7 @@
 #ifndef WFE_MODEL_H
 #define WFE_MODEL_H
 
-#include "arena.h"
+#include "core/base/arena.h"
 #include "compile.h"
 #include "diag.h"
 #include "yamltree.h"
