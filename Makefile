@@ -8,6 +8,8 @@
 #   make check-unit      the C unit tests of the compiler core (no server needed)
 #   make test-tools      build/test/amqp-probe, the TAP tests' AMQP client
 #   make check-regress   pg_regress alone, on a private cluster
+#   make installcheck    regress, isolation and TAP against the installed server (PGXS;
+#                        as a user that may run initdb, with lc_messages = C)
 #   make fuzz            libFuzzer over the compiler and the step core for FUZZ_SECONDS (600)
 #   make META.json       regenerate it after changing the version in wfe.control
 #   make deps            install the Debian packages the project needs
@@ -160,6 +162,9 @@ build/unit/%.o: src/%.c $(SRC_HEADERS) wfe.control
 
 # amqp-probe: the AMQP client of the TAP tests and the benchmark.
 test-tools: $(PROBE)
+
+# PGXS's installcheck runs the TAP tests too, which use amqp-probe.
+installcheck: test-tools
 
 $(PROBE): test/tools/amqp-probe.c
 	@mkdir -p $(@D)
