@@ -1,10 +1,11 @@
-# The upgrade from the previous release, 0.1.0, to this one, 0.2.0
-# (docs/operations.md "Upgrading"; the header of sql/wfe--0.1.0--0.2.0.sql
-# says how that script is kept).  One cluster, running the current wfe.so
+# The upgrade from 0.1.0 to this release, through every release between
+# (0.1.0 -> 0.2.0 -> 0.3.0; docs/operations.md "Upgrading"; the header of
+# sql/wfe--0.1.0--0.2.0.sql says how these scripts are kept).  One cluster, running the current wfe.so
 # (preloaded):
 #
 # - the frozen install script sql/wfe--0.1.0.sql is the one released, and
-#   PostgreSQL has a direct update path 0.1.0 -> 0.2.0;
+#   so is sql/wfe--0.2.0.sql, 0.2.0's, and PostgreSQL has an update path
+#   0.1.0 -> 0.2.0 -> current;
 # - database "upgraded": CREATE EXTENSION wfe VERSION '0.1.0', the example
 #   contracts and workflows as 0.1.0 stored them (test/tap/upgrade/0.1.0/:
 #   examples/ as released, and the plans 0.1.0's compiler made of them,
@@ -68,6 +69,8 @@ my $top = abs_path(dirname(__FILE__) . '/../..');
 # what its databases were made of.
 my $from        = '0.1.0';
 my $from_sha256 = '361c3101092ccef42e6984e148165347689ee64f9287300650702724718cf4b5';
+# Every release since, with its install script as released: 0.2.0 at 669fd53.
+my %released    = ('0.2.0' => '5cdb0c74016dab025d7426fdee56b81196cccf7e3c47a35d77b806b4eef97a40');
 my $fixtures    = "$top/test/tap/upgrade/$from";
 my ($to)        = slurp_file("$top/wfe.control") =~ /^default_version\s*=\s*'([^']+)'/m;
 
@@ -97,10 +100,15 @@ is(sha256_hex(slurp_file("$top/sql/wfe--$from.sql")),
 	$from_sha256, "sql/wfe--$from.sql is $from\'s install script as released");
 is(sha256_hex(slurp_file("$sharedir/extension/wfe--$from.sql")),
 	$from_sha256, "the installed wfe--$from.sql is that script");
+for my $v (sort keys %released)
+{
+	is(sha256_hex(slurp_file("$top/sql/wfe--$v.sql")),
+		$released{$v}, "sql/wfe--$v.sql is $v\'s install script as released");
+}
 is( sql("SELECT path FROM pg_extension_update_paths('wfe') WHERE source = '$from' AND target = '$to'",
 		'postgres'),
-	"$from--$to",
-	"a direct update path from $from to $to");
+	join('--', $from, sort(keys %released), $to),
+	"an update path from $from through every release to $to");
 
 #
 # A 0.1.0 database.
