@@ -6,7 +6,7 @@
 -- members of wfe_admin act for every tenant.  A submit's tenant must be
 -- one the caller acts for -- the default tenant too -- and every function
 -- that reads or changes a run answers for another tenant's run exactly as
--- for a run that does not exist.  Row-level security (69_tenant_rls.sql)
+-- for a run that does not exist.  Row-level security (76_tenant_rls.sql)
 -- limits what the readers' roles SELECT to the same tenants.
 
 CREATE TABLE wfe.tenant_members (
@@ -19,6 +19,7 @@ CREATE TABLE wfe.tenant_members (
 );
 COMMENT ON TABLE wfe.tenant_members IS
 'Which roles act for which tenants (wfe.add_tenant_member); superusers and wfe_admin act for all.';
+GRANT SELECT ON wfe.tenant_members TO wfe_admin;
 
 -- The tenants the calling role acts for; NULL when it acts for all (a
 -- superuser, or with wfe_admin's privileges).  Public: the row-level
@@ -39,6 +40,8 @@ BEGIN ATOMIC
 END;
 COMMENT ON FUNCTION wfe.my_tenants() IS
 'The tenants the role acting in this session acts for (mapped directly or through roles whose privileges it has); NULL: every tenant (a superuser or wfe_admin).';
+REVOKE ALL ON FUNCTION wfe.my_tenants() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION wfe.my_tenants() TO wfe_admin, wfe_author, wfe_approver, wfe_submitter, wfe_worker, wfe_operator, wfe_reader;
 
 -- May the calling role act for p_tenant?
 CREATE FUNCTION wfe._tenant_ok(p_tenant text)
@@ -50,6 +53,7 @@ BEGIN ATOMIC
 END;
 COMMENT ON FUNCTION wfe._tenant_ok(text) IS
 'Whether the role acting in this session acts for tenant p_tenant (mapped to it, or a superuser or wfe_admin).';
+REVOKE ALL ON FUNCTION wfe._tenant_ok(text) FROM PUBLIC;
 
 -- Check a membership's arguments: a real role (not PUBLIC) and a tenant name.
 CREATE FUNCTION wfe._check_tenant_member(p_role regrole, p_tenant text)
@@ -72,6 +76,7 @@ END
 $$;
 COMMENT ON FUNCTION wfe._check_tenant_member(regrole, text) IS
 'Raises 22004 or 22023 unless role is a real role and tenant a valid tenant name.';
+REVOKE ALL ON FUNCTION wfe._check_tenant_member(regrole, text) FROM PUBLIC;
 
 CREATE FUNCTION wfe.add_tenant_member(role regrole, tenant text)
 RETURNS void
@@ -87,6 +92,8 @@ END
 $$;
 COMMENT ON FUNCTION wfe.add_tenant_member(regrole, text) IS
 'Lets role (and every role with its privileges) act for tenant: submit, read, cancel its runs. Idempotent.';
+REVOKE ALL ON FUNCTION wfe.add_tenant_member(regrole, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION wfe.add_tenant_member(regrole, text) TO wfe_admin;
 
 CREATE FUNCTION wfe.remove_tenant_member(role regrole, tenant text)
 RETURNS void
@@ -102,3 +109,5 @@ END
 $$;
 COMMENT ON FUNCTION wfe.remove_tenant_member(regrole, text) IS
 'Takes back add_tenant_member. Idempotent.';
+REVOKE ALL ON FUNCTION wfe.remove_tenant_member(regrole, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION wfe.remove_tenant_member(regrole, text) TO wfe_admin;

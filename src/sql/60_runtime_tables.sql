@@ -8,35 +8,29 @@
 CREATE FUNCTION wfe._stage_state_guard()
 RETURNS trigger AS 'MODULE_PATHNAME', 'wfe_stage_state_guard' LANGUAGE C;
 COMMENT ON FUNCTION wfe._stage_state_guard() IS 'Trigger: refuses stage state changes not in wfe.stage_transitions()';
+REVOKE ALL ON FUNCTION wfe._stage_state_guard() FROM PUBLIC;
 CREATE FUNCTION wfe._run_state_guard()
 RETURNS trigger AS 'MODULE_PATHNAME', 'wfe_run_state_guard' LANGUAGE C;
 COMMENT ON FUNCTION wfe._run_state_guard() IS 'Trigger: refuses run state changes not in wfe.run_transitions()';
+REVOKE ALL ON FUNCTION wfe._run_state_guard() FROM PUBLIC;
 
 CREATE FUNCTION wfe._stage_row_ok(kind text, state text, attempt int, fence bigint,
                                    outcome text, skip_reason text)
 RETURNS boolean AS 'MODULE_PATHNAME', 'wfe_stage_row_ok' LANGUAGE C IMMUTABLE PARALLEL SAFE;
 COMMENT ON FUNCTION wfe._stage_row_ok(text, text, int, bigint, text, text) IS
 'The CHECK of wfe.run_stages: known kind and state, attempt and fence not negative, outcome and skip_reason NULL or known.';
+REVOKE ALL ON FUNCTION wfe._stage_row_ok(text, text, int, bigint, text, text) FROM PUBLIC;
 
 CREATE FUNCTION wfe.stage_transitions(OUT from_state text, OUT to_state text, OUT meaning text)
 RETURNS SETOF record AS 'MODULE_PATHNAME', 'wfe_stage_transitions' LANGUAGE C IMMUTABLE STRICT;
 COMMENT ON FUNCTION wfe.stage_transitions() IS 'The legal stage state transitions (any state may also be updated in place)';
+REVOKE ALL ON FUNCTION wfe.stage_transitions() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION wfe.stage_transitions() TO wfe_reader, wfe_operator;
 CREATE FUNCTION wfe.run_transitions(OUT from_state text, OUT to_state text, OUT meaning text)
 RETURNS SETOF record AS 'MODULE_PATHNAME', 'wfe_run_transitions' LANGUAGE C IMMUTABLE STRICT;
 COMMENT ON FUNCTION wfe.run_transitions() IS 'The legal run state transitions';
-
--- Queues: delivery mode, in-flight limit, pause.  A queue never configured is
--- a poll queue (wfe.claim_task); broker queues get dispatch messages.
-CREATE TABLE wfe.queues (
-    queue         text PRIMARY KEY,
-    delivery      text NOT NULL DEFAULT 'poll'
-                  CONSTRAINT queues_delivery CHECK (delivery IN ('poll', 'broker')),
-    max_in_flight int CONSTRAINT queues_max_in_flight CHECK (max_in_flight > 0),
-    paused        boolean NOT NULL DEFAULT false,
-    updated_at    timestamptz NOT NULL DEFAULT now()
-);
-COMMENT ON TABLE wfe.queues IS
-'Queue settings: delivery mode (poll or broker), in-flight limit, paused.  Unlisted queues are poll queues.';
+REVOKE ALL ON FUNCTION wfe.run_transitions() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION wfe.run_transitions() TO wfe_reader, wfe_operator;
 
 CREATE TABLE wfe.runs (
     run_id            bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
@@ -68,6 +62,7 @@ CREATE TABLE wfe.runs (
 );
 COMMENT ON TABLE wfe.runs IS
 'Workflow runs, pinned at creation to a definition digest, the DSL/compiler/engine versions and the contract versions.';
+GRANT SELECT ON wfe.runs TO wfe_reader, wfe_operator;
 COMMENT ON COLUMN wfe.runs.intent IS 'Terminal intent (completed, failed, cancelled) once set; finalisers then run';
 COMMENT ON COLUMN wfe.runs.contracts IS 'Pinned contract versions: {ref: {"kind","queue"}} of every contract the plan uses';
 
@@ -125,6 +120,7 @@ CREATE TABLE wfe.run_stages (
 );
 COMMENT ON TABLE wfe.run_stages IS
 'One row per stage (or task, or finaliser) of each run: state, current attempt and fence, bound input, result.';
+GRANT SELECT ON wfe.run_stages TO wfe_reader, wfe_operator;
 COMMENT ON COLUMN wfe.run_stages.attempt IS 'Current attempt, from 1; 0 until released';
 COMMENT ON COLUMN wfe.run_stages.lease_ms IS
 'The lease_ms the running attempt was claimed with (NULL: none); each heartbeat renews it, within the execution deadline';
@@ -169,6 +165,7 @@ CREATE TABLE wfe.outputs (
     PRIMARY KEY (run_id, task, key)
 );
 COMMENT ON TABLE wfe.outputs IS 'Task outputs (tasks form), written once per run, task and key';
+GRANT SELECT ON wfe.outputs TO wfe_reader, wfe_operator;
 CREATE TRIGGER outputs_write_once
     BEFORE UPDATE OR DELETE ON wfe.outputs
     FOR EACH ROW WHEN (pg_trigger_depth() = 0)
@@ -188,6 +185,7 @@ CREATE TABLE wfe.events (
 );
 COMMENT ON TABLE wfe.events IS
 'Event log: every accepted transition (run.submitted, stage.released, stage.claimed, stage.completed, ...) and every rejected callback (callback.stale, callback.late, ...).';
+GRANT SELECT ON wfe.events TO wfe_reader, wfe_operator;
 CREATE INDEX events_run ON wfe.events (run_id, event_id);
 -- callbacks about runs that do not exist (and refused signed callbacks,
 -- whose run_id nobody vouches for) belong to no run that retention
@@ -221,6 +219,7 @@ CREATE TABLE wfe.outbox (
     published_at timestamptz
 );
 COMMENT ON TABLE wfe.outbox IS 'Messages to publish, written in the transaction of the transition that caused them';
+GRANT SELECT ON wfe.outbox TO wfe_reader, wfe_operator;
 CREATE INDEX outbox_pending ON wfe.outbox (available_at, id) WHERE state = 'pending';
 CREATE INDEX outbox_claimed ON wfe.outbox (claimed_by) WHERE state = 'claimed';
 -- a run's messages: retention, and a resumed queue's undispatched tasks
@@ -243,6 +242,7 @@ CREATE TABLE wfe.timers (
     fired_at timestamptz
 );
 COMMENT ON TABLE wfe.timers IS 'Durable timers: retry delays, delayed starts (not_before), run deadlines, a cached stage''s wake-up when the attempt it waited on ended (cache_ready)';
+GRANT SELECT ON wfe.timers TO wfe_reader, wfe_operator;
 CREATE INDEX timers_due ON wfe.timers (due_at) WHERE fired_at IS NULL;
 CREATE INDEX timers_run ON wfe.timers (run_id);
 
@@ -279,5 +279,6 @@ CREATE TABLE wfe.dead_letters (
     resolution     text
 );
 COMMENT ON TABLE wfe.dead_letters IS 'Stages that exhausted their retries, with the last error';
+GRANT SELECT ON wfe.dead_letters TO wfe_reader, wfe_operator;
 COMMENT ON COLUMN wfe.dead_letters.resolution IS 'How an operator resolved it (redriven, skipped, failed, cancelled, replayed); NULL while open';
 CREATE INDEX dead_letters_run ON wfe.dead_letters (run_id);

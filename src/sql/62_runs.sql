@@ -26,6 +26,7 @@ END
 $$;
 COMMENT ON FUNCTION wfe._idempotent_run(text, text, text, jsonb) IS
 'The live or successful run of (tenant, workflow, key), or NULL; raises 22023 when the key was used with another context.';
+REVOKE ALL ON FUNCTION wfe._idempotent_run(text, text, text, jsonb) FROM PUBLIC;
 
 -- The definition a submit names: 'name' (active) or 'name@version' (approved).
 CREATE FUNCTION wfe._submittable(p_workflow text)
@@ -62,6 +63,7 @@ END
 $$;
 COMMENT ON FUNCTION wfe._submittable(text) IS
 'Resolves a submit''s workflow argument: the active version of a name, or an approved name@version.';
+REVOKE ALL ON FUNCTION wfe._submittable(text) FROM PUBLIC;
 
 CREATE FUNCTION wfe.submit(workflow text, context jsonb DEFAULT '{}', idempotency_key text DEFAULT NULL,
                            options jsonb DEFAULT '{}')
@@ -259,6 +261,8 @@ END
 $$;
 COMMENT ON FUNCTION wfe.submit(text, jsonb, text, jsonb) IS
 'Starts a run of the active (or a named approved) version, in the caller''s transaction; an idempotency key returns the earlier run with accepted = false.';
+REVOKE ALL ON FUNCTION wfe.submit(text, jsonb, text, jsonb) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION wfe.submit(text, jsonb, text, jsonb) TO wfe_submitter;
 
 CREATE FUNCTION wfe.cancel_run(run_id bigint, reason text DEFAULT NULL)
 RETURNS text
@@ -297,3 +301,5 @@ END
 $$;
 COMMENT ON FUNCTION wfe.cancel_run(bigint, text) IS
 'Cancels a run: in-flight attempts are fenced and asked to stop, unstarted stages skipped, finalisers run; answers accepted, late or unknown.';
+REVOKE ALL ON FUNCTION wfe.cancel_run(bigint, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION wfe.cancel_run(bigint, text) TO wfe_submitter, wfe_operator;

@@ -13,7 +13,8 @@ CREATE TABLE wfe.tenant_limits (
 );
 COMMENT ON TABLE wfe.tenant_limits IS
 'Per-tenant limits: runs in flight (refused at submit, 53400) and tasks in flight (held queued at the claim and the dispatch).  NULL: unlimited.';
--- settings, like wfe.queues: pg_dump keeps them (68_dump.sql)
+GRANT SELECT ON wfe.tenant_limits TO wfe_reader, wfe_operator;
+-- settings, like wfe.queues: pg_dump keeps them (73_dump.sql)
 SELECT pg_catalog.pg_extension_config_dump('wfe.tenant_limits', '');
 
 CREATE FUNCTION wfe.configure_tenant(tenant text, max_runs_in_flight int DEFAULT NULL,
@@ -50,6 +51,8 @@ END
 $$;
 COMMENT ON FUNCTION wfe.configure_tenant(text, int, int) IS
 'Sets a tenant''s limits: runs in flight (submit refuses more with 53400) and tasks in flight (held queued, released when room appears); NULL is unlimited.';
+REVOKE ALL ON FUNCTION wfe.configure_tenant(text, int, int) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION wfe.configure_tenant(text, int, int) TO wfe_admin;
 
 
 -- Tasks in flight: max_in_flight of a queue, max_tasks_in_flight of a
@@ -98,6 +101,7 @@ BEGIN ATOMIC
 END;
 COMMENT ON FUNCTION wfe._recheck_later(text, text) IS
 'Records a queue or tenant whose lock was busy out of order, for the next worker round, and wakes the worker at commit.';
+REVOKE ALL ON FUNCTION wfe._recheck_later(text, text) FROM PUBLIC;
 
 -- The worker round's first item: release what missed tries kept back.
 CREATE FUNCTION wfe._recheck_admission()
@@ -121,6 +125,7 @@ END
 $$;
 COMMENT ON FUNCTION wfe._recheck_admission() IS
 'Releases the held tasks of the queues and tenants in wfe.admission_recheck (emptying it); returns how many it rechecked.';
+REVOKE ALL ON FUNCTION wfe._recheck_admission() FROM PUBLIC;
 
 -- Takes a tenant's task-limit lock: waits when that keeps the order, else only tries.
 CREATE FUNCTION wfe._lock_tenant(p_tenant text)
@@ -147,6 +152,7 @@ END
 $$;
 COMMENT ON FUNCTION wfe._lock_tenant(text) IS
 'Takes a tenant''s max_tasks_in_flight lock, waiting only in lock order (tenants by name before any queue); out of order it only tries, and a miss is rechecked later.';
+REVOKE ALL ON FUNCTION wfe._lock_tenant(text) FROM PUBLIC;
 
 -- Takes a limited broker queue's max_in_flight lock: waits when that keeps the order, else only tries.
 CREATE FUNCTION wfe._lock_queue(p_queue text)
@@ -171,6 +177,7 @@ END
 $$;
 COMMENT ON FUNCTION wfe._lock_queue(text) IS
 'Takes a broker queue''s max_in_flight lock, waiting only in lock order (queues by name, after the tenants); out of order it only tries, and a miss is rechecked later.  From then on tenant locks are only tried.';
+REVOKE ALL ON FUNCTION wfe._lock_queue(text) FROM PUBLIC;
 
 CREATE FUNCTION wfe._broker_in_flight(p_queue text)
 RETURNS int
@@ -187,6 +194,7 @@ BEGIN ATOMIC
 END;
 COMMENT ON FUNCTION wfe._broker_in_flight(text) IS
 'Tasks of a broker queue in flight: dispatched, running, or queued with an unpublished dispatch of their current fence.';
+REVOKE ALL ON FUNCTION wfe._broker_in_flight(text) FROM PUBLIC;
 
 -- Through the tenant's unfinished runs (runs_unfinished_tenant): the cost
 -- follows the tenant's runs in flight, not the size of wfe.run_stages.
@@ -206,6 +214,7 @@ BEGIN ATOMIC
 END;
 COMMENT ON FUNCTION wfe._tenant_in_flight(text) IS
 'A tenant''s tasks in flight, poll and broker: dispatched, running, or queued with an unpublished dispatch of their current fence.';
+REVOKE ALL ON FUNCTION wfe._tenant_in_flight(text) FROM PUBLIC;
 
 CREATE FUNCTION wfe._broker_admit(p_queue text, p_tenant text)
 RETURNS boolean
@@ -240,6 +249,7 @@ END
 $$;
 COMMENT ON FUNCTION wfe._broker_admit(text, text) IS
 'May one more task of this broker queue and tenant be dispatched now (max_in_flight, max_tasks_in_flight)?  Takes the limits'' locks, tenant first.';
+REVOKE ALL ON FUNCTION wfe._broker_admit(text, text) FROM PUBLIC;
 
 -- Room appeared: a task of p_queue and p_tenant ended, or (p_queue NULL)
 -- the tenant's limit was raised or lifted, or (p_tenant NULL) the queue's.  Dispatches the held broker tasks that now fit
@@ -386,3 +396,4 @@ END
 $$;
 COMMENT ON FUNCTION wfe._release_held(text, text) IS
 'Room in a limited broker queue or for a limited tenant: dispatches the held tasks that fit both limits, highest priority then oldest; returns the poll queues to wake.';
+REVOKE ALL ON FUNCTION wfe._release_held(text, text) FROM PUBLIC;

@@ -7,6 +7,7 @@ AS 'MODULE_PATHNAME', 'wfe_wake'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 COMMENT ON FUNCTION wfe._wake(timestamptz) IS
 'Asks for the background worker to be awake by due, once this transaction commits (no-op without the worker).';
+REVOKE ALL ON FUNCTION wfe._wake(timestamptz) FROM PUBLIC;
 
 -- An item of a round raised (src/sql: _worker_round, _run_next_handler):
 -- the round goes on without it.  A deadlock or a serialization failure
@@ -76,6 +77,7 @@ END
 $$;
 COMMENT ON FUNCTION wfe._item_failed(bigint, text, text, text, text, bigint) IS
 'An item of a worker round (a timer: p_timer_id) raised: put it off a second for a deadlock or serialization failure, else fail its run (run.engine_error), or record the error and put the item off; logs the run id.';
+REVOKE ALL ON FUNCTION wfe._item_failed(bigint, text, text, text, text, bigint) FROM PUBLIC;
 
 -- Fire due timers and time out expired attempts: one bounded round.
 CREATE FUNCTION wfe._worker_round(p_max int)
@@ -92,7 +94,7 @@ DECLARE
 BEGIN
     -- First, while this transaction holds no lock yet (so it may wait for
     -- the admission locks in their order): the held tasks that an
-    -- admission's missed try kept back (69_admission.sql).
+    -- admission's missed try kept back (74_admission.sql).
     BEGIN
         PERFORM wfe._recheck_admission();
     EXCEPTION WHEN OTHERS THEN
@@ -140,6 +142,7 @@ END
 $$;
 COMMENT ON FUNCTION wfe._worker_round(int) IS
 'Releases what missed admission tries held back, fires up to p_max due timers and times out up to p_max expired attempts; returns how many timers and attempts.';
+REVOKE ALL ON FUNCTION wfe._worker_round(int) FROM PUBLIC;
 
 -- Run the oldest queued in-database action that nobody else is handling.
 CREATE FUNCTION wfe._run_next_handler(p_by text DEFAULT 'wfe.tick')
@@ -173,6 +176,7 @@ END
 $$;
 COMMENT ON FUNCTION wfe._run_next_handler(text) IS
 'Runs one queued in-database action (its own transaction when called by the worker); false when there was none.';
+REVOKE ALL ON FUNCTION wfe._run_next_handler(text) FROM PUBLIC;
 
 -- Milliseconds until the next timer, deadline or queued action is due.
 CREATE FUNCTION wfe._next_due_ms()
@@ -193,6 +197,7 @@ BEGIN ATOMIC
 END;
 COMMENT ON FUNCTION wfe._next_due_ms() IS
 'How long the background worker may sleep: until the earliest timer, deadline or queued action (NULL: nothing due).';
+REVOKE ALL ON FUNCTION wfe._next_due_ms() FROM PUBLIC;
 
 -- On start: what a crashed incarnation left claimed goes back to pending.
 CREATE FUNCTION wfe._repair()
@@ -213,6 +218,7 @@ END
 $$;
 COMMENT ON FUNCTION wfe._repair() IS
 'Repair after a crash: outbox rows left claimed go back to pending.  (Transitions are single transactions, so nothing else can be half done.)';
+REVOKE ALL ON FUNCTION wfe._repair() FROM PUBLIC;
 
 -- Remove finished runs older than the retention, in small batches, with
 -- their stages, outputs, timers and events, and published outbox rows.
@@ -257,6 +263,7 @@ END
 $$;
 COMMENT ON FUNCTION wfe._retention(int, int) IS
 'Deletes up to p_batch finished runs older than the retention (and their history), old published outbox rows and expired result cache entries.';
+REVOKE ALL ON FUNCTION wfe._retention(int, int) FROM PUBLIC;
 
 CREATE FUNCTION wfe.worker_status(OUT pid int, OUT started_at timestamptz, OUT sleeping_until timestamptz,
                                   OUT last_wake_requested timestamptz, OUT last_woke timestamptz,
@@ -267,3 +274,5 @@ AS 'MODULE_PATHNAME', 'wfe_worker_status'
 LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION wfe.worker_status() IS
 'The background worker as the shared state sees it: pid (NULL when none runs), its planned wakeup, counters.';
+REVOKE ALL ON FUNCTION wfe.worker_status() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION wfe.worker_status() TO wfe_reader, wfe_operator;
