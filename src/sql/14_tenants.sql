@@ -11,8 +11,7 @@
 
 CREATE TABLE wfe.tenant_members (
     role       regrole NOT NULL,
-    tenant     text NOT NULL
-               CONSTRAINT tenant_members_tenant_format CHECK (tenant ~ '^[A-Za-z0-9_.-]{1,63}$'),
+    tenant     wfe.tenant_name NOT NULL,
     granted_by name NOT NULL DEFAULT session_user,
     granted_at timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (role, tenant)
@@ -68,10 +67,7 @@ BEGIN
     IF p_role = 0 THEN
         RAISE EXCEPTION 'a tenant cannot be mapped to PUBLIC' USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    IF p_tenant !~ '^[A-Za-z0-9_.-]{1,63}$' THEN
-        RAISE EXCEPTION 'tenant "%" is not valid', left(p_tenant, 80)
-            USING ERRCODE = 'invalid_parameter_value', HINT = 'Tenants match ^[A-Za-z0-9_.-]{1,63}$.';
-    END IF;
+    PERFORM wfe._check_tenant_name(p_tenant);
 END
 $$;
 COMMENT ON FUNCTION wfe._check_tenant_member(regrole, text) IS

@@ -13,9 +13,7 @@ CREATE TABLE wfe.contracts (
                   CONSTRAINT contracts_kind CHECK (kind IN ('worker', 'action')),
     name          text NOT NULL,
     version       int NOT NULL CONSTRAINT contracts_version CHECK (version >= 1),
-    queue         text
-                  CONSTRAINT contracts_queue_format
-                  CHECK (queue ~ '^[a-z][a-z0-9_.-]{0,62}$'),
+    queue         wfe.queue_name,
     handler       regprocedure,
     input_schema  jsonb NOT NULL DEFAULT '{}'
                   CONSTRAINT contracts_input_schema CHECK (jsonb_typeof(input_schema) = 'object'),
@@ -117,11 +115,7 @@ BEGIN
                   HINT = 'An action either runs in the database (handler => a function (input jsonb) RETURNS jsonb) or is dispatched to workers (queue => a queue name).';
     END IF;
 
-    IF p_queue IS NOT NULL AND p_queue !~ '^[a-z][a-z0-9_.-]{0,62}$' THEN
-        RAISE EXCEPTION 'invalid queue name "%"', p_queue
-            USING ERRCODE = 'invalid_parameter_value',
-                  HINT = 'A queue name matches [a-z][a-z0-9_.-]* and has at most 63 characters.';
-    END IF;
+    PERFORM wfe._check_queue_name(p_queue);
 
     IF p_handler IS NOT NULL THEN
         SELECT p.prokind, p.pronargs, p.proargtypes, p.prorettype, p.proretset

@@ -32,6 +32,51 @@ COMMENT ON FUNCTION wfe.run_transitions() IS 'The legal run state transitions';
 REVOKE ALL ON FUNCTION wfe.run_transitions() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION wfe.run_transitions() TO wfe_reader, wfe_operator;
 
+-- What the states mean, one definition each, where SQL asks (the step core
+-- has its own words in src/core/engine/states.h).  Plain SQL without SET,
+-- so the planner inlines them into the IN lists they hold: a query that asks
+-- wfe._stage_clocked(st.state) matches the partial indexes built on it
+-- (and the C claims' literal lists too), and the index predicates cost no
+-- function call on every write.  Their bodies are bound at CREATE, so
+-- nothing can capture them.  NB: the partial indexes depend on them;
+-- changing one means rebuilding its indexes in the upgrade script.
+
+-- An attempt whose clock runs: queued, dispatched or running.
+CREATE FUNCTION wfe._stage_clocked(state text)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+RETURN state IN ('queued', 'dispatched', 'running');
+COMMENT ON FUNCTION wfe._stage_clocked(text) IS
+'Queued, dispatched or running: a stage''s attempt is live, its queue, execution or heartbeat deadline runs.';
+REVOKE ALL ON FUNCTION wfe._stage_clocked(text) FROM PUBLIC;
+
+-- An attempt a worker has, or has been sent: dispatched or running.
+CREATE FUNCTION wfe._stage_handed_out(state text)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+RETURN state IN ('dispatched', 'running');
+COMMENT ON FUNCTION wfe._stage_handed_out(text) IS
+'Dispatched or running: a worker holds the attempt, or its dispatch message was published (it counts against in-flight limits).';
+REVOKE ALL ON FUNCTION wfe._stage_handed_out(text) FROM PUBLIC;
+
+-- A stage with work under way: clocked, or waiting for its retry.
+CREATE FUNCTION wfe._stage_under_way(state text)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+RETURN state IN ('queued', 'dispatched', 'running', 'retry_scheduled');
+COMMENT ON FUNCTION wfe._stage_under_way(text) IS
+'Queued, dispatched, running or retry_scheduled: an attempt of the stage is under way or due.';
+REVOKE ALL ON FUNCTION wfe._stage_under_way(text) FROM PUBLIC;
+
+-- A run that keeps its idempotency key: live, or ended completed.
+CREATE FUNCTION wfe._run_keeps_key(state text)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+RETURN state NOT IN ('failed', 'cancelled');
+COMMENT ON FUNCTION wfe._run_keeps_key(text) IS
+'Any run state but failed and cancelled: the run keeps its idempotency key (a failed or cancelled run frees it).';
+REVOKE ALL ON FUNCTION wfe._run_keeps_key(text) FROM PUBLIC;
+
 CREATE TABLE wfe.runs (
     run_id            bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     tenant            text NOT NULL DEFAULT 'default',
@@ -70,7 +115,7 @@ COMMENT ON COLUMN wfe.runs.contracts IS 'Pinned contract versions: {ref: {"kind"
 -- workflow; once that run failed or was cancelled the key is free again.
 CREATE UNIQUE INDEX runs_idempotency_key
     ON wfe.runs (tenant, workflow, idempotency_key)
-    WHERE idempotency_key IS NOT NULL AND state NOT IN ('failed', 'cancelled');
+    WHERE idempotency_key IS NOT NULL AND wfe._run_keeps_key(state);
 CREATE INDEX runs_unfinished ON wfe.runs (workflow, state) WHERE finished_at IS NULL;
 CREATE INDEX runs_finished_at ON wfe.runs (finished_at) WHERE finished_at IS NOT NULL;
 -- a run's replays (wfe.report)
@@ -139,10 +184,10 @@ CREATE INDEX run_stages_ready ON wfe.run_stages (queue, priority DESC, ready_at)
     WHERE state = 'queued';
 -- The clocks: queued, dispatched or running attempts with a deadline.
 CREATE INDEX run_stages_deadline ON wfe.run_stages (deadline_at)
-    WHERE state IN ('queued', 'dispatched', 'running') AND deadline_at IS NOT NULL;
+    WHERE wfe._stage_clocked(state) AND deadline_at IS NOT NULL;
 -- Live tasks per queue and tenant: in-flight limits at release, the dashboards.
 CREATE INDEX run_stages_live ON wfe.run_stages (queue, state)
-    WHERE state IN ('queued', 'dispatched', 'running');
+    WHERE wfe._stage_clocked(state);
 -- In-database actions waiting for wfe.tick() or the background worker.
 CREATE INDEX run_stages_handler ON wfe.run_stages (ready_at)
     WHERE state = 'queued' AND handler IS NOT NULL;

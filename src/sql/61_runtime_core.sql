@@ -41,7 +41,7 @@ AS $$
 BEGIN
     -- NOTIFY dedups identical payloads within a transaction, so a batch of
     -- releases to one queue costs one notification at commit.
-    IF p_queue IS NOT NULL AND coalesce(current_setting('wfe.notify', true), 'on') <> 'off' THEN
+    IF p_queue IS NOT NULL AND wfe._setting('wfe.notify')::boolean THEN
         PERFORM pg_notify('wfe_task_ready', p_queue);
     END IF;
 END
@@ -66,7 +66,7 @@ DECLARE
     v_hash  text;
     v_ref   jsonb;
 BEGIN
-    IF v_bytes > coalesce(current_setting('wfe.track_threshold_bytes', true)::int, 524288) THEN
+    IF v_bytes > wfe._setting('wfe.track_threshold_bytes')::int THEN
         v_track := 'large';
         v_hash := encode(sha256(convert_to(v_text, 'UTF8')), 'hex');
         v_ref := jsonb_build_object('bucket', 'wfe.payloads', 'key', 'sha256:' || v_hash,

@@ -4,7 +4,7 @@
 -- resuming it is also the operator's lever.
 
 CREATE TABLE wfe.queues (
-    queue         text PRIMARY KEY,
+    queue         wfe.queue_name PRIMARY KEY,
     delivery      text NOT NULL DEFAULT 'poll'
                   CONSTRAINT queues_delivery CHECK (delivery IN ('poll', 'broker')),
     max_in_flight int CONSTRAINT queues_max_in_flight CHECK (max_in_flight > 0),
@@ -30,10 +30,7 @@ BEGIN
     IF configure_queue.queue IS NULL OR configure_queue.delivery IS NULL OR configure_queue.paused IS NULL THEN
         RAISE EXCEPTION 'queue, delivery and paused must not be null' USING ERRCODE = 'null_value_not_allowed';
     END IF;
-    IF configure_queue.queue !~ '^[a-z][a-z0-9_.-]{0,62}$' THEN
-        RAISE EXCEPTION 'queue name "%" is not valid', configure_queue.queue
-            USING ERRCODE = 'invalid_parameter_value', HINT = 'Queue names match ^[a-z][a-z0-9_.-]{0,62}$.';
-    END IF;
+    PERFORM wfe._check_queue_name(configure_queue.queue);
     IF configure_queue.delivery NOT IN ('poll', 'broker') THEN
         RAISE EXCEPTION 'delivery must be poll or broker, not "%"', configure_queue.delivery
             USING ERRCODE = 'invalid_parameter_value';

@@ -7,8 +7,7 @@
 -- backend to drop its cache when the grants change.
 
 CREATE TABLE wfe.queue_grants (
-    queue      text NOT NULL
-               CONSTRAINT queue_grants_queue_format CHECK (queue ~ '^[a-z][a-z0-9_.-]{0,62}$'),
+    queue      wfe.queue_name NOT NULL,
     role       regrole NOT NULL,
     granted_by name NOT NULL DEFAULT session_user,
     granted_at timestamptz NOT NULL DEFAULT now(),
@@ -48,11 +47,7 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value',
                   HINT = 'Grant it to a role, e.g. wfe_worker for every worker, or one login role per worker pool.';
     END IF;
-    IF p_queue !~ '^[a-z][a-z0-9_.-]{0,62}$' THEN
-        RAISE EXCEPTION 'invalid queue name "%"', left(p_queue, 80)
-            USING ERRCODE = 'invalid_parameter_value',
-                  HINT = 'A queue name matches [a-z][a-z0-9_.-]* and has at most 63 characters.';
-    END IF;
+    PERFORM wfe._check_queue_name(p_queue);
 END
 $$;
 COMMENT ON FUNCTION wfe._check_queue_grant(regrole, text) IS

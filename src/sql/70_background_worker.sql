@@ -61,11 +61,10 @@ BEGIN
             RAISE WARNING 'wfe: run % cannot be put off (%)', p_run_id, v_other;
         END;
         BEGIN
-            INSERT INTO wfe.events (run_id, tenant, stage, attempt, type, detail)
-            SELECT r.run_id, r.tenant, p_stage, NULL, 'run.engine_error',
-                   jsonb_build_object('error', v_error, 'failing_run', jsonb_build_object(
-                       'sqlstate', v_state,
-                       'message', left(regexp_replace(v_message, '[[:cntrl:]]+', ' ', 'g'), 1000)))
+            PERFORM wfe._event(r.run_id, r.tenant, p_stage, NULL, 'run.engine_error',
+                               jsonb_build_object('error', v_error, 'failing_run', jsonb_build_object(
+                                   'sqlstate', v_state,
+                                   'message', left(regexp_replace(v_message, '[[:cntrl:]]+', ' ', 'g'), 1000))))
               FROM wfe.runs AS r WHERE r.run_id = p_run_id;
         EXCEPTION WHEN OTHERS THEN
             -- nothing of this run can be written: the log line is all there is
@@ -124,7 +123,7 @@ BEGIN
         done := done + 1;
     END LOOP;
     FOR c IN SELECT st.run_id, st.stage FROM wfe.run_stages AS st
-              WHERE st.state IN ('queued', 'dispatched', 'running') AND st.deadline_at <= now()
+              WHERE wfe._stage_clocked(st.state) AND st.deadline_at <= now()
               ORDER BY st.deadline_at LIMIT p_max
     LOOP
         BEGIN
@@ -190,7 +189,7 @@ BEGIN ATOMIC
       FROM (SELECT min(t.due_at) AS due FROM wfe.timers AS t WHERE t.fired_at IS NULL
             UNION ALL
             SELECT min(st.deadline_at) FROM wfe.run_stages AS st
-             WHERE st.state IN ('queued', 'dispatched', 'running') AND st.deadline_at IS NOT NULL
+             WHERE wfe._stage_clocked(st.state) AND st.deadline_at IS NOT NULL
             UNION ALL
             SELECT min(st.ready_at) FROM wfe.run_stages AS st
              WHERE st.state = 'queued' AND st.handler IS NOT NULL) AS d;

@@ -4,8 +4,7 @@
 -- live here.  A tenant with no row is unlimited.
 
 CREATE TABLE wfe.tenant_limits (
-    tenant             text PRIMARY KEY
-                       CONSTRAINT tenant_limits_tenant CHECK (tenant ~ '^[A-Za-z0-9_.-]{1,63}$'),
+    tenant             wfe.tenant_name PRIMARY KEY,
     max_runs_in_flight int CONSTRAINT tenant_limits_runs CHECK (max_runs_in_flight > 0),
     max_tasks_in_flight int CONSTRAINT tenant_limits_tasks CHECK (max_tasks_in_flight > 0),
     updated_at         timestamptz NOT NULL DEFAULT now(),
@@ -28,10 +27,7 @@ BEGIN
     IF configure_tenant.tenant IS NULL THEN
         RAISE EXCEPTION 'tenant must not be null' USING ERRCODE = 'null_value_not_allowed';
     END IF;
-    IF configure_tenant.tenant !~ '^[A-Za-z0-9_.-]{1,63}$' THEN
-        RAISE EXCEPTION 'tenant "%" is not valid', configure_tenant.tenant
-            USING ERRCODE = 'invalid_parameter_value', HINT = 'Tenants match ^[A-Za-z0-9_.-]{1,63}$.';
-    END IF;
+    PERFORM wfe._check_tenant_name(configure_tenant.tenant);
     IF configure_tenant.max_runs_in_flight < 1 OR configure_tenant.max_tasks_in_flight < 1 THEN
         RAISE EXCEPTION 'max_runs_in_flight and max_tasks_in_flight must be positive or NULL (unlimited)'
             USING ERRCODE = 'invalid_parameter_value';
@@ -186,7 +182,7 @@ SET search_path = pg_catalog, pg_temp
 BEGIN ATOMIC
     SELECT count(*)::int FROM wfe.run_stages AS st
      WHERE st.queue = p_queue
-       AND (st.state IN ('dispatched', 'running')
+       AND (wfe._stage_handed_out(st.state)
             OR (st.state = 'queued'
                 AND EXISTS (SELECT 1 FROM wfe.outbox AS o
                              WHERE o.run_id = st.run_id AND o.stage = st.stage AND o.attempt = st.attempt
@@ -206,7 +202,7 @@ BEGIN ATOMIC
     SELECT count(*)::int FROM wfe.runs AS r JOIN wfe.run_stages AS st ON st.run_id = r.run_id
      WHERE r.tenant = p_tenant AND r.finished_at IS NULL
        AND st.queue IS NOT NULL AND st.handler IS NULL
-       AND (st.state IN ('dispatched', 'running')
+       AND (wfe._stage_handed_out(st.state)
             OR (st.state = 'queued'
                 AND EXISTS (SELECT 1 FROM wfe.outbox AS o
                              WHERE o.run_id = st.run_id AND o.stage = st.stage AND o.attempt = st.attempt
