@@ -81,7 +81,10 @@ GRANT SELECT ON wfe.dashboard_runs TO wfe_reader, wfe_operator;
 -- Queues (and, for broker queues, tracks): what waits, what runs, how fast it starts.
 CREATE VIEW wfe.dashboard_queues WITH (security_invoker = true) AS
 WITH settings AS (
-    SELECT wfe._setting('wfe.track_threshold_bytes')::int AS threshold
+    -- NB: wfe._setting is not the readers' to call (this view is
+    -- security_invoker), so the default stands here too, for a session that
+    -- has not loaded the library
+    SELECT coalesce(current_setting('wfe.track_threshold_bytes', true)::int, 524288) AS threshold
 ), live AS (
     SELECT st.queue,
            CASE WHEN q.delivery = 'broker' THEN
