@@ -803,20 +803,6 @@ BEGIN ATOMIC
                                AND o.fence = st.fence AND o.kind = 'dispatch' AND o.state <> 'published')));
 END;
 
--- The partial indexes on the states' meanings: the same predicates once the
--- planner inlines the helpers (the plans do not change), rebuilt so that
--- their definitions name the one place.
-DROP INDEX wfe.runs_idempotency_key;
-CREATE UNIQUE INDEX runs_idempotency_key
-    ON wfe.runs (tenant, workflow, idempotency_key)
-    WHERE idempotency_key IS NOT NULL AND wfe._run_keeps_key(state);
-DROP INDEX wfe.run_stages_deadline;
-CREATE INDEX run_stages_deadline ON wfe.run_stages (deadline_at)
-    WHERE wfe._stage_clocked(state) AND deadline_at IS NOT NULL;
-DROP INDEX wfe.run_stages_live;
-CREATE INDEX run_stages_live ON wfe.run_stages (queue, state)
-    WHERE wfe._stage_clocked(state);
-
 -- The columns that hold tenant and queue names take the domains, whose
 -- checks replace the columns' own.  ALTER COLUMN TYPE refuses a column that
 -- a view, a policy or a SQL-standard function body reads: the three
@@ -909,11 +895,11 @@ WITH settings AS (
                 ELSE 'poll' END AS track,
            count(*) FILTER (WHERE st.state = 'queued') AS depth,
            min(st.ready_at) FILTER (WHERE st.state = 'queued') AS oldest_ready,
-           count(*) FILTER (WHERE wfe._stage_handed_out(st.state)) AS in_flight
+           count(*) FILTER (WHERE st.state IN ('dispatched', 'running')) AS in_flight
       FROM wfe.run_stages AS st
       LEFT JOIN wfe.queues AS q ON q.queue = st.queue
       CROSS JOIN settings AS s
-     WHERE wfe._stage_clocked(st.state) AND st.queue IS NOT NULL
+     WHERE st.state IN ('queued', 'dispatched', 'running') AND st.queue IS NOT NULL
      GROUP BY 1, 2
 ), started AS (
     -- attempts that started in the last hour, in runs live or finished in it
@@ -972,9 +958,9 @@ WITH runs AS (
 ), tasks AS (
     SELECT st.tenant,
            count(*) FILTER (WHERE st.state = 'queued') AS queued,
-           count(*) FILTER (WHERE wfe._stage_handed_out(st.state)) AS in_flight
+           count(*) FILTER (WHERE st.state IN ('dispatched', 'running')) AS in_flight
       FROM wfe.run_stages AS st
-     WHERE wfe._stage_clocked(st.state) AND st.queue IS NOT NULL
+     WHERE st.state IN ('queued', 'dispatched', 'running') AND st.queue IS NOT NULL
      GROUP BY st.tenant
 ), names AS (
     SELECT runs.tenant FROM runs UNION SELECT tasks.tenant FROM tasks
@@ -1009,18 +995,18 @@ SELECT x.problem, x.run_id, x.stage, x.attempt,
       FROM wfe.runs AS r
      WHERE r.finished_at IS NULL
        AND NOT EXISTS (SELECT 1 FROM wfe.run_stages AS st WHERE st.run_id = r.run_id
-                          AND wfe._stage_under_way(st.state))
+                          AND st.state IN ('queued', 'dispatched', 'running', 'retry_scheduled'))
        -- a cached stage waiting on the attempt in flight under its key moves when that one ends
        AND NOT EXISTS (SELECT 1 FROM wfe.run_stages AS st
                          JOIN wfe.run_stages AS l ON l.cache_key = st.cache_key AND l.tenant = st.tenant
                         WHERE st.run_id = r.run_id AND st.state = 'waiting' AND st.cache = 'waiting'
-                          AND wfe._stage_under_way(l.state))
+                          AND l.state IN ('queued', 'dispatched', 'running', 'retry_scheduled'))
        AND NOT EXISTS (SELECT 1 FROM wfe.timers AS t WHERE t.run_id = r.run_id AND t.fired_at IS NULL)
     UNION ALL
     -- the clocks should have fired (the background worker is down or behind)
     SELECT 'past deadline', st.run_id, st.stage, st.attempt, st.deadline_at, st.state || ' on ' || st.queue
       FROM wfe.run_stages AS st
-     WHERE wfe._stage_clocked(st.state) AND st.deadline_at < now() - interval '5 seconds'
+     WHERE st.state IN ('queued', 'dispatched', 'running') AND st.deadline_at < now() - interval '5 seconds'
     UNION ALL
     SELECT 'timer overdue', t.run_id, t.stage, t.attempt, t.due_at, t.kind
       FROM wfe.timers AS t
@@ -1034,7 +1020,7 @@ SELECT x.problem, x.run_id, x.stage, x.attempt,
       JOIN wfe.queues AS q ON q.queue = st.queue
      WHERE st.state = 'queued'
        AND (q.paused OR st.queue IN (SELECT s2.queue FROM wfe.run_stages AS s2
-                                      WHERE s2.queue = q.queue AND wfe._stage_handed_out(s2.state)
+                                      WHERE s2.queue = q.queue AND s2.state IN ('dispatched', 'running')
                                       GROUP BY s2.queue HAVING count(*) >= q.max_in_flight))
     UNION ALL
     -- waiting on a tenant at its max_tasks_in_flight (broker: held; poll: not claimed)
@@ -1050,7 +1036,7 @@ SELECT x.problem, x.run_id, x.stage, x.attempt,
                           AND o.fence = st.fence AND o.kind = 'dispatch' AND o.state <> 'published')
        AND (SELECT count(*) FROM wfe.runs AS r2 JOIN wfe.run_stages AS s2 ON s2.run_id = r2.run_id
              WHERE r2.tenant = l.tenant AND r2.finished_at IS NULL AND s2.queue IS NOT NULL
-               AND s2.handler IS NULL AND wfe._stage_handed_out(s2.state)) >= l.max_tasks_in_flight
+               AND s2.handler IS NULL AND s2.state IN ('dispatched', 'running')) >= l.max_tasks_in_flight
     UNION ALL
     -- a dispatch the broker has not taken for a minute
     SELECT 'dispatch unpublished', o.run_id, o.stage, o.attempt, o.created_at,

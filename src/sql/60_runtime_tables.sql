@@ -32,14 +32,17 @@ COMMENT ON FUNCTION wfe.run_transitions() IS 'The legal run state transitions';
 REVOKE ALL ON FUNCTION wfe.run_transitions() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION wfe.run_transitions() TO wfe_reader, wfe_operator;
 
--- What the states mean, one definition each, where SQL asks (the step core
--- has its own words in src/core/engine/states.h).  Plain SQL without SET,
--- so the planner inlines them into the IN lists they hold: a query that asks
--- wfe._stage_clocked(st.state) matches the partial indexes built on it
--- (and the C claims' literal lists too), and the index predicates cost no
--- function call on every write.  Their bodies are bound at CREATE, so
--- nothing can capture them.  NB: the partial indexes depend on them;
--- changing one means rebuilding its indexes in the upgrade script.
+-- What the states mean, one definition each, for wfe's own functions (the
+-- step core has its own words in src/core/engine/states.h).  Plain SQL
+-- without SET, so the planner inlines them into the IN lists they hold, and
+-- a query that asks wfe._stage_clocked(st.state) matches the partial
+-- indexes below; their bodies are bound at CREATE, so nothing can capture
+-- them.  NB: the planner inlines a function only for a role that may
+-- execute it, and these, being internal, are executable by nobody but
+-- their owner.  So the partial indexes (whose predicates the relcache keeps
+-- as the first role to plan against the table loaded them) and the
+-- dashboards (security_invoker views, planned as the reader) keep the lists
+-- written out, each marked with the helper it must equal.
 
 -- An attempt whose clock runs: queued, dispatched or running.
 CREATE FUNCTION wfe._stage_clocked(state text)
@@ -115,7 +118,7 @@ COMMENT ON COLUMN wfe.runs.contracts IS 'Pinned contract versions: {ref: {"kind"
 -- workflow; once that run failed or was cancelled the key is free again.
 CREATE UNIQUE INDEX runs_idempotency_key
     ON wfe.runs (tenant, workflow, idempotency_key)
-    WHERE idempotency_key IS NOT NULL AND wfe._run_keeps_key(state);
+    WHERE idempotency_key IS NOT NULL AND state NOT IN ('failed', 'cancelled');    -- wfe._run_keeps_key
 CREATE INDEX runs_unfinished ON wfe.runs (workflow, state) WHERE finished_at IS NULL;
 CREATE INDEX runs_finished_at ON wfe.runs (finished_at) WHERE finished_at IS NOT NULL;
 -- a run's replays (wfe.report)
@@ -184,10 +187,10 @@ CREATE INDEX run_stages_ready ON wfe.run_stages (queue, priority DESC, ready_at)
     WHERE state = 'queued';
 -- The clocks: queued, dispatched or running attempts with a deadline.
 CREATE INDEX run_stages_deadline ON wfe.run_stages (deadline_at)
-    WHERE wfe._stage_clocked(state) AND deadline_at IS NOT NULL;
+    WHERE state IN ('queued', 'dispatched', 'running') AND deadline_at IS NOT NULL;    -- wfe._stage_clocked
 -- Live tasks per queue and tenant: in-flight limits at release, the dashboards.
 CREATE INDEX run_stages_live ON wfe.run_stages (queue, state)
-    WHERE wfe._stage_clocked(state);
+    WHERE state IN ('queued', 'dispatched', 'running');     -- wfe._stage_clocked
 -- In-database actions waiting for wfe.tick() or the background worker.
 CREATE INDEX run_stages_handler ON wfe.run_stages (ready_at)
     WHERE state = 'queued' AND handler IS NOT NULL;

@@ -8,7 +8,10 @@
 -- (runs finished in the last hour, by runs_finished_at), so they cost the
 -- same at 1M finished runs as at 1,000 (docs/benchmarks.md).  Rows fit a
 -- 100-column terminal: durations are short text (wfe.human_ms), shares are
--- block-character bars (wfe.bar).
+-- block-character bars (wfe.bar).  NB: they run as the reader, who may
+-- not execute wfe's internal functions: the state sets are written out
+-- here (wfe._stage_clocked, _stage_handed_out, _stage_under_way say what
+-- each means), and so is the track threshold's default.
 
 -- A share in [0, 1] as a bar of width cells, eighths included, and its percentage.
 CREATE FUNCTION wfe.bar(share double precision, width int DEFAULT 10)
@@ -92,11 +95,11 @@ WITH settings AS (
                 ELSE 'poll' END AS track,
            count(*) FILTER (WHERE st.state = 'queued') AS depth,
            min(st.ready_at) FILTER (WHERE st.state = 'queued') AS oldest_ready,
-           count(*) FILTER (WHERE wfe._stage_handed_out(st.state)) AS in_flight
+           count(*) FILTER (WHERE st.state IN ('dispatched', 'running')) AS in_flight
       FROM wfe.run_stages AS st
       LEFT JOIN wfe.queues AS q ON q.queue = st.queue
       CROSS JOIN settings AS s
-     WHERE wfe._stage_clocked(st.state) AND st.queue IS NOT NULL
+     WHERE st.state IN ('queued', 'dispatched', 'running') AND st.queue IS NOT NULL
      GROUP BY 1, 2
 ), started AS (
     -- attempts that started in the last hour, in runs live or finished in it
@@ -200,9 +203,9 @@ WITH runs AS (
 ), tasks AS (
     SELECT st.tenant,
            count(*) FILTER (WHERE st.state = 'queued') AS queued,
-           count(*) FILTER (WHERE wfe._stage_handed_out(st.state)) AS in_flight
+           count(*) FILTER (WHERE st.state IN ('dispatched', 'running')) AS in_flight
       FROM wfe.run_stages AS st
-     WHERE wfe._stage_clocked(st.state) AND st.queue IS NOT NULL
+     WHERE st.state IN ('queued', 'dispatched', 'running') AND st.queue IS NOT NULL
      GROUP BY st.tenant
 ), names AS (
     SELECT runs.tenant FROM runs UNION SELECT tasks.tenant FROM tasks
@@ -256,18 +259,18 @@ SELECT x.problem, x.run_id, x.stage, x.attempt,
       FROM wfe.runs AS r
      WHERE r.finished_at IS NULL
        AND NOT EXISTS (SELECT 1 FROM wfe.run_stages AS st WHERE st.run_id = r.run_id
-                          AND wfe._stage_under_way(st.state))
+                          AND st.state IN ('queued', 'dispatched', 'running', 'retry_scheduled'))
        -- a cached stage waiting on the attempt in flight under its key moves when that one ends
        AND NOT EXISTS (SELECT 1 FROM wfe.run_stages AS st
                          JOIN wfe.run_stages AS l ON l.cache_key = st.cache_key AND l.tenant = st.tenant
                         WHERE st.run_id = r.run_id AND st.state = 'waiting' AND st.cache = 'waiting'
-                          AND wfe._stage_under_way(l.state))
+                          AND l.state IN ('queued', 'dispatched', 'running', 'retry_scheduled'))
        AND NOT EXISTS (SELECT 1 FROM wfe.timers AS t WHERE t.run_id = r.run_id AND t.fired_at IS NULL)
     UNION ALL
     -- the clocks should have fired (the background worker is down or behind)
     SELECT 'past deadline', st.run_id, st.stage, st.attempt, st.deadline_at, st.state || ' on ' || st.queue
       FROM wfe.run_stages AS st
-     WHERE wfe._stage_clocked(st.state) AND st.deadline_at < now() - interval '5 seconds'
+     WHERE st.state IN ('queued', 'dispatched', 'running') AND st.deadline_at < now() - interval '5 seconds'
     UNION ALL
     SELECT 'timer overdue', t.run_id, t.stage, t.attempt, t.due_at, t.kind
       FROM wfe.timers AS t
@@ -281,7 +284,7 @@ SELECT x.problem, x.run_id, x.stage, x.attempt,
       JOIN wfe.queues AS q ON q.queue = st.queue
      WHERE st.state = 'queued'
        AND (q.paused OR st.queue IN (SELECT s2.queue FROM wfe.run_stages AS s2
-                                      WHERE s2.queue = q.queue AND wfe._stage_handed_out(s2.state)
+                                      WHERE s2.queue = q.queue AND s2.state IN ('dispatched', 'running')
                                       GROUP BY s2.queue HAVING count(*) >= q.max_in_flight))
     UNION ALL
     -- waiting on a tenant at its max_tasks_in_flight (broker: held; poll: not claimed)
@@ -297,7 +300,7 @@ SELECT x.problem, x.run_id, x.stage, x.attempt,
                           AND o.fence = st.fence AND o.kind = 'dispatch' AND o.state <> 'published')
        AND (SELECT count(*) FROM wfe.runs AS r2 JOIN wfe.run_stages AS s2 ON s2.run_id = r2.run_id
              WHERE r2.tenant = l.tenant AND r2.finished_at IS NULL AND s2.queue IS NOT NULL
-               AND s2.handler IS NULL AND wfe._stage_handed_out(s2.state)) >= l.max_tasks_in_flight
+               AND s2.handler IS NULL AND s2.state IN ('dispatched', 'running')) >= l.max_tasks_in_flight
     UNION ALL
     -- a dispatch the broker has not taken for a minute
     SELECT 'dispatch unpublished', o.run_id, o.stage, o.attempt, o.created_at,
