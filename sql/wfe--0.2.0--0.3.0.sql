@@ -15,24 +15,25 @@
 
 -- Settings are read through wfe._setting (11_settings.sql), which loads the
 -- library that defines them: no default is written again in SQL.
-CREATE FUNCTION wfe._setting(p_name text)
+CREATE FUNCTION wfe._load_setting(p_name text)
 RETURNS text
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    -- NB: load the library first (a no-op once loaded, e.g. preloaded).  Until
-    -- it is loaded a wfe.* setting is a placeholder that any role may SET for
-    -- its own session, and one nobody set has no value; loading it defines
-    -- the real setting with its default (and discards a placeholder value of
-    -- a superuser-only one, such as wfe.four_eyes, with a warning).
-    -- SECURITY DEFINER: only a superuser may LOAD from $libdir.
-    LOAD 'MODULE_PATHNAME';
+    LOAD 'MODULE_PATHNAME';         -- SECURITY DEFINER: only a superuser may LOAD from $libdir
     RETURN current_setting(p_name);
 END
 $$;
+COMMENT ON FUNCTION wfe._load_setting(text) IS
+'Loads the wfe library (which defines its settings, with their defaults), then returns the setting''s value.';
+REVOKE ALL ON FUNCTION wfe._load_setting(text) FROM PUBLIC;
+CREATE FUNCTION wfe._setting(p_name text)
+RETURNS text
+LANGUAGE sql VOLATILE
+RETURN coalesce(current_setting(p_name, true), wfe._load_setting(p_name));
 COMMENT ON FUNCTION wfe._setting(text) IS
-'The value of a setting the wfe library defines (wfe.notify, wfe.track_threshold_bytes, wfe.four_eyes, ...), its default included: loads the library first.';
+'The value of a setting the wfe library defines (wfe.notify, wfe.track_threshold_bytes, ...), its default included: loads the library when the setting is not defined yet.';
 REVOKE ALL ON FUNCTION wfe._setting(text) FROM PUBLIC;
 
 -- The name rules (13_names.sql): a predicate each, a domain over it, and
@@ -547,13 +548,18 @@ END
 $$;
 CREATE OR REPLACE FUNCTION wfe._four_eyes()
 RETURNS boolean
-LANGUAGE sql VOLATILE
+LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
-BEGIN ATOMIC
-    -- the real, superuser-only setting: _setting loads the library, which
-    -- discards a value a role SET on the placeholder before
-    SELECT wfe._setting('wfe.four_eyes')::boolean;
-END;
+AS $$
+BEGIN
+    -- NB: load the library first (a no-op once loaded, e.g. preloaded).  Until
+    -- it is loaded wfe.four_eyes is a placeholder that any role may SET for
+    -- its own session; loading it defines the real, superuser-only setting
+    -- and discards such a value with a warning.
+    LOAD 'MODULE_PATHNAME';
+    RETURN current_setting('wfe.four_eyes')::boolean;
+END
+$$;
 CREATE OR REPLACE FUNCTION wfe._notify_ready(p_queue text)
 RETURNS void
 LANGUAGE plpgsql VOLATILE

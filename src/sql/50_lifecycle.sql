@@ -9,13 +9,18 @@
 -- Whether the four-eyes rule is in force (wfe.four_eyes, default off).
 CREATE FUNCTION wfe._four_eyes()
 RETURNS boolean
-LANGUAGE sql VOLATILE
+LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
-BEGIN ATOMIC
-    -- the real, superuser-only setting: _setting loads the library, which
-    -- discards a value a role SET on the placeholder before
-    SELECT wfe._setting('wfe.four_eyes')::boolean;
-END;
+AS $$
+BEGIN
+    -- NB: load the library first (a no-op once loaded, e.g. preloaded).  Until
+    -- it is loaded wfe.four_eyes is a placeholder that any role may SET for
+    -- its own session; loading it defines the real, superuser-only setting
+    -- and discards such a value with a warning.
+    LOAD 'MODULE_PATHNAME';
+    RETURN current_setting('wfe.four_eyes')::boolean;
+END
+$$;
 
 COMMENT ON FUNCTION wfe._four_eyes() IS
 'True when wfe.four_eyes is on: the creator of a definition version may not approve or activate it.';
