@@ -9,7 +9,1058 @@
 -- as released (commit 669fd53), frozen: never edit it.
 \echo Use "ALTER EXTENSION wfe UPDATE TO '0.3.0'" to load this file. \quit
 
--- The layout (0.3.0): comments in these bodies name the files' new paths.
+
+-- 0.3.0, layout (issue 19): one rule, one place.  No table changes shape;
+-- what changes is where the rules live.
+
+-- Settings are read through wfe._setting (11_settings.sql), which loads the
+-- library that defines them: no default is written again in SQL.
+CREATE FUNCTION wfe._load_setting(p_name text)
+RETURNS text
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    LOAD 'MODULE_PATHNAME';         -- SECURITY DEFINER: only a superuser may LOAD from $libdir
+    RETURN current_setting(p_name);
+END
+$$;
+COMMENT ON FUNCTION wfe._load_setting(text) IS
+'Loads the wfe library (which defines its settings, with their defaults), then returns the setting''s value.';
+REVOKE ALL ON FUNCTION wfe._load_setting(text) FROM PUBLIC;
+CREATE FUNCTION wfe._setting(p_name text)
+RETURNS text
+LANGUAGE sql VOLATILE
+RETURN coalesce(current_setting(p_name, true), wfe._load_setting(p_name));
+COMMENT ON FUNCTION wfe._setting(text) IS
+'The value of a setting the wfe library defines (wfe.notify, wfe.track_threshold_bytes, ...), its default included: loads the library when the setting is not defined yet.';
+REVOKE ALL ON FUNCTION wfe._setting(text) FROM PUBLIC;
+
+-- The name rules (13_names.sql): a predicate each, a domain over it, and
+-- the check the functions call.
+CREATE FUNCTION wfe._is_tenant_name(name text)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+RETURN name ~ '^[A-Za-z0-9_.-]{1,63}$';
+COMMENT ON FUNCTION wfe._is_tenant_name(text) IS
+'The rule of tenant names: 1 to 63 ASCII letters, digits, "_", "." or "-".';
+REVOKE ALL ON FUNCTION wfe._is_tenant_name(text) FROM PUBLIC;
+CREATE DOMAIN wfe.tenant_name AS text
+    CONSTRAINT tenant_name_format CHECK (wfe._is_tenant_name(VALUE));
+COMMENT ON DOMAIN wfe.tenant_name IS 'A tenant name: matches ^[A-Za-z0-9_.-]{1,63}$ (wfe._is_tenant_name).';
+CREATE FUNCTION wfe._check_tenant_name(p_tenant text)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF NOT wfe._is_tenant_name(p_tenant) THEN
+        RAISE EXCEPTION 'tenant "%" is not valid', left(p_tenant, 80)
+            USING ERRCODE = 'invalid_parameter_value', HINT = 'Tenants match ^[A-Za-z0-9_.-]{1,63}$.';
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION wfe._check_tenant_name(text) IS
+'Raises 22023 (with the rule as a hint) unless the argument is a tenant name; NULL passes.';
+REVOKE ALL ON FUNCTION wfe._check_tenant_name(text) FROM PUBLIC;
+CREATE FUNCTION wfe._is_queue_name(name text)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+RETURN name ~ '^[a-z][a-z0-9_.-]{0,62}$';
+COMMENT ON FUNCTION wfe._is_queue_name(text) IS
+'The rule of queue names: a lower-case ASCII letter, then up to 62 lower-case letters, digits, "_", "." or "-".';
+REVOKE ALL ON FUNCTION wfe._is_queue_name(text) FROM PUBLIC;
+CREATE DOMAIN wfe.queue_name AS text
+    CONSTRAINT queue_name_format CHECK (wfe._is_queue_name(VALUE));
+COMMENT ON DOMAIN wfe.queue_name IS 'A queue name: matches ^[a-z][a-z0-9_.-]{0,62}$ (wfe._is_queue_name).';
+CREATE FUNCTION wfe._check_queue_name(p_queue text)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF NOT wfe._is_queue_name(p_queue) THEN
+        RAISE EXCEPTION 'invalid queue name "%"', left(p_queue, 80)
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'A queue name matches [a-z][a-z0-9_.-]* and has at most 63 characters.';
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION wfe._check_queue_name(text) IS
+'Raises 22023 (with the rule as a hint) unless the argument is a queue name; NULL passes.';
+REVOKE ALL ON FUNCTION wfe._check_queue_name(text) FROM PUBLIC;
+
+-- What the states mean (60_runtime_tables.sql): one definition each.
+CREATE FUNCTION wfe._stage_clocked(state text)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+RETURN state IN ('queued', 'dispatched', 'running');
+COMMENT ON FUNCTION wfe._stage_clocked(text) IS
+'Queued, dispatched or running: a stage''s attempt is live, its queue, execution or heartbeat deadline runs.';
+REVOKE ALL ON FUNCTION wfe._stage_clocked(text) FROM PUBLIC;
+CREATE FUNCTION wfe._stage_handed_out(state text)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+RETURN state IN ('dispatched', 'running');
+COMMENT ON FUNCTION wfe._stage_handed_out(text) IS
+'Dispatched or running: a worker holds the attempt, or its dispatch message was published (it counts against in-flight limits).';
+REVOKE ALL ON FUNCTION wfe._stage_handed_out(text) FROM PUBLIC;
+CREATE FUNCTION wfe._stage_under_way(state text)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+RETURN state IN ('queued', 'dispatched', 'running', 'retry_scheduled');
+COMMENT ON FUNCTION wfe._stage_under_way(text) IS
+'Queued, dispatched, running or retry_scheduled: an attempt of the stage is under way or due.';
+REVOKE ALL ON FUNCTION wfe._stage_under_way(text) FROM PUBLIC;
+CREATE FUNCTION wfe._run_keeps_key(state text)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+RETURN state NOT IN ('failed', 'cancelled');
+COMMENT ON FUNCTION wfe._run_keeps_key(text) IS
+'Any run state but failed and cancelled: the run keeps its idempotency key (a failed or cancelled run frees it).';
+REVOKE ALL ON FUNCTION wfe._run_keeps_key(text) FROM PUBLIC;
+
+-- The functions that wrote a rule again now call the one place.
+CREATE OR REPLACE FUNCTION wfe._check_tenant_member(p_role regrole, p_tenant text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF p_role IS NULL OR p_tenant IS NULL THEN
+        RAISE EXCEPTION 'role and tenant must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF p_role = 0 THEN
+        RAISE EXCEPTION 'a tenant cannot be mapped to PUBLIC' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    PERFORM wfe._check_tenant_name(p_tenant);
+END
+$$;
+CREATE OR REPLACE FUNCTION wfe.submit(workflow text, context jsonb DEFAULT '{}', idempotency_key text DEFAULT NULL,
+                           options jsonb DEFAULT '{}')
+RETURNS TABLE (run_id bigint, accepted boolean)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    d          wfe.definitions;
+    r          wfe.runs;
+    v_context  jsonb := coalesce(submit.context, '{}');
+    v_opts     jsonb := coalesce(submit.options, '{}');
+    v_tenant   text;
+    v_priority int := 0;
+    v_deadline bigint;
+    v_start    timestamptz;
+    v_existing bigint;
+    v_bad      text;
+    v_limit    int;
+    v_live     bigint;
+BEGIN
+    IF submit.workflow IS NULL THEN
+        RAISE EXCEPTION 'workflow must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    -- the admission limits, before anything is built from the arguments
+    PERFORM wfe._admit_name(submit.workflow, 'workflow');
+    PERFORM wfe._admit_name(submit.idempotency_key, 'idempotency_key');
+    PERFORM wfe._admit(v_context, 'context');
+    PERFORM wfe._admit(v_opts, 'options');
+    IF jsonb_typeof(v_context) <> 'object' THEN
+        RAISE EXCEPTION 'context must be a JSON object, not %', jsonb_typeof(v_context)
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF jsonb_typeof(v_opts) <> 'object' THEN
+        RAISE EXCEPTION 'options must be a JSON object, not %', jsonb_typeof(v_opts)
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF jsonb_typeof(v_opts) = 'object' THEN
+        PERFORM wfe._admit_name(k, 'submit option key') FROM jsonb_object_keys(v_opts) AS k;
+        IF jsonb_typeof(v_opts -> 'execution_context') = 'string' THEN
+            PERFORM wfe._admit_name(v_opts ->> 'execution_context', 'execution_context');
+        END IF;
+    END IF;
+    SELECT string_agg(k, ', ') INTO v_bad FROM jsonb_object_keys(v_opts) AS k
+     WHERE k NOT IN ('tenant', 'execution_context', 'run_deadline_ms', 'priority', 'not_before');
+    IF v_bad IS NOT NULL THEN
+        RAISE EXCEPTION 'unknown submit option: %', v_bad
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Options are tenant, execution_context, run_deadline_ms, priority and not_before.';
+    END IF;
+    v_tenant := coalesce(v_opts ->> 'tenant', 'default');
+    PERFORM wfe._check_tenant_name(v_tenant);
+    -- a role submits only for the tenants it acts for, the default one too
+    IF NOT wfe._tenant_ok(v_tenant) THEN
+        RAISE EXCEPTION 'role "%" does not act for tenant "%"', wfe._caller(), v_tenant
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = 'An administrator maps a role to a tenant with wfe.add_tenant_member(role, tenant).';
+    END IF;
+    IF v_opts ? 'priority' THEN
+        IF jsonb_typeof(v_opts -> 'priority') <> 'number'
+           OR (v_opts ->> 'priority')::numeric NOT BETWEEN -1000000 AND 1000000
+           OR (v_opts ->> 'priority')::numeric % 1 <> 0 THEN
+            RAISE EXCEPTION 'priority must be an integer between -1000000 and 1000000, not %', v_opts -> 'priority'
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        v_priority := (v_opts ->> 'priority')::int;
+    END IF;
+    IF v_opts ? 'run_deadline_ms' THEN
+        IF jsonb_typeof(v_opts -> 'run_deadline_ms') <> 'number'
+           OR (v_opts ->> 'run_deadline_ms')::numeric < 1
+           OR (v_opts ->> 'run_deadline_ms')::numeric % 1 <> 0 THEN
+            RAISE EXCEPTION 'run_deadline_ms must be a positive integer, not %', v_opts -> 'run_deadline_ms'
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+    END IF;
+    IF v_opts ? 'not_before' THEN
+        BEGIN
+            v_start := (v_opts ->> 'not_before')::timestamptz;
+        EXCEPTION WHEN invalid_datetime_format OR datetime_field_overflow THEN
+            RAISE EXCEPTION 'not_before must be a timestamp, not %', v_opts -> 'not_before'
+                USING ERRCODE = 'invalid_parameter_value';
+        END;
+    END IF;
+    IF v_opts ? 'execution_context' AND jsonb_typeof(v_opts -> 'execution_context') <> 'string' THEN
+        RAISE EXCEPTION 'execution_context must be a string' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+
+    d := wfe._submittable(submit.workflow);
+    v_deadline := coalesce((v_opts ->> 'run_deadline_ms')::bigint, (d.plan ->> 'run_deadline_ms')::bigint);
+
+    -- The definition's context_schema, checked by the one validator.
+    IF jsonb_typeof(d.plan -> 'context_schema') IN ('object', 'boolean') THEN
+        v_bad := wfe._validate(d.plan -> 'context_schema', v_context);
+        IF v_bad IS NOT NULL THEN
+            RAISE EXCEPTION 'context does not satisfy the context_schema of %@%: %', d.workflow, d.version, v_bad
+                USING ERRCODE = 'invalid_parameter_value',
+                      HINT = 'The message names the context path and the schema keyword it breaks.';
+        END IF;
+    END IF;
+
+    IF submit.idempotency_key IS NOT NULL THEN
+        v_existing := wfe._idempotent_run(v_tenant, d.workflow, submit.idempotency_key, v_context);
+        IF v_existing IS NOT NULL THEN
+            -- an insert, not a counter on the run: no lock on a run in flight
+            PERFORM wfe._event(v_existing, v_tenant, NULL, NULL, 'run.deduplicated',
+                               jsonb_build_object('by', session_user));
+            RETURN QUERY SELECT v_existing, false;
+            RETURN;
+        END IF;
+    END IF;
+
+    -- Admission: the tenant's runs in flight (wfe.configure_tenant).  One
+    -- submit of a limited tenant at a time counts and inserts, so two cannot
+    -- both take the last slot; the count is a statement of its own after the
+    -- lock, so (under READ COMMITTED) it sees what the previous one committed.
+    SELECT t.max_runs_in_flight INTO v_limit FROM wfe.tenant_limits AS t
+     WHERE t.tenant = v_tenant AND t.max_runs_in_flight IS NOT NULL;
+    IF v_limit IS NOT NULL THEN
+        PERFORM pg_advisory_xact_lock(hashtext('wfe.max_runs_in_flight'), hashtext(v_tenant));
+        SELECT count(*) INTO v_live FROM wfe.runs AS x WHERE x.tenant = v_tenant AND x.finished_at IS NULL;
+        IF v_live >= v_limit THEN
+            RAISE EXCEPTION 'tenant "%" has % runs in flight, its max_runs_in_flight', v_tenant, v_live
+                USING ERRCODE = 'configuration_limit_exceeded',
+                      DETAIL = format('Limit max_runs_in_flight = %s (wfe.tenant_limits).', v_limit),
+                      HINT = 'Submit again when a run has finished, or raise the limit with wfe.configure_tenant.';
+        END IF;
+    END IF;
+
+    INSERT INTO wfe.runs AS x (tenant, workflow, version, definition_id, definition_digest, dsl_version,
+                               compiler_version, engine_version, contracts, context, execution_context,
+                               idempotency_key, priority, not_before, deadline_at, form)
+    VALUES (v_tenant, d.workflow, d.version, d.definition_id, d.digest, d.dsl_version, d.compiler_version,
+            (SELECT e.extversion FROM pg_catalog.pg_extension AS e WHERE e.extname = 'wfe'),
+            (SELECT coalesce(jsonb_object_agg(c.ref, jsonb_build_object('kind', c.kind, 'queue', c.queue,
+                                                                         'handler', c.handler::text)), '{}')
+               FROM wfe.contracts AS c
+              WHERE c.ref IN (SELECT jsonb_array_elements_text(d.plan -> 'contracts'))),
+            v_context, coalesce(v_opts ->> 'execution_context', d.plan ->> 'context'),
+            submit.idempotency_key, v_priority, v_start,
+            now() + make_interval(secs => v_deadline / 1000.0), d.plan ->> 'form')
+    ON CONFLICT (tenant, workflow, idempotency_key)
+       WHERE idempotency_key IS NOT NULL AND wfe._run_keeps_key(state)
+       DO NOTHING
+    RETURNING x.* INTO r;
+    IF NOT FOUND THEN
+        -- A concurrent submit with the same key won: answer with its run.
+        -- (Should that run have failed in between, the key is free again:
+        -- the caller's retry starts a new run.)
+        v_existing := wfe._idempotent_run(v_tenant, d.workflow, submit.idempotency_key, v_context);
+        IF v_existing IS NULL THEN
+            RAISE EXCEPTION 'idempotency key "%" was released while this submit ran', submit.idempotency_key
+                USING ERRCODE = 'serialization_failure',
+                      HINT = 'Submit again: the run that held the key has ended failed or cancelled.';
+        END IF;
+        PERFORM wfe._event(v_existing, v_tenant, NULL, NULL, 'run.deduplicated',
+                           jsonb_build_object('by', session_user));
+        RETURN QUERY SELECT v_existing, false;
+        RETURN;
+    END IF;
+
+    INSERT INTO wfe.run_stages (run_id, stage, tenant, ordinal, kind, queue, worker, handler, priority,
+                                awaits, exec_ms, queue_ms, heartbeat_ms)
+    SELECT r.run_id, ps.stage, r.tenant, ps.ordinal, ps.type,
+           CASE WHEN ps.type = 'worker' THEN ps.spec ->> 'queue' ELSE c.queue END,
+           coalesce(ps.spec ->> 'worker', ps.spec ->> 'action'), c.handler, r.priority,
+           coalesce((ps.spec ->> 'awaits')::boolean, true),
+           (ps.spec ->> 'execution_deadline_ms')::int, (ps.spec ->> 'queue_deadline_ms')::int,
+           (ps.spec ->> 'heartbeat_ms')::int
+      FROM wfe.plan_stages AS ps
+      LEFT JOIN wfe.contracts AS c ON c.ref = coalesce(ps.spec ->> 'worker', ps.spec ->> 'action')
+     WHERE ps.definition_id = d.definition_id;
+
+    PERFORM wfe._event(r.run_id, r.tenant, NULL, NULL, 'run.submitted',
+                       jsonb_build_object('workflow', r.workflow, 'version', r.version,
+                                          'digest', r.definition_digest, 'idempotency_key', r.idempotency_key));
+    IF r.deadline_at IS NOT NULL THEN
+        INSERT INTO wfe.timers (tenant, run_id, kind, due_at)
+        VALUES (r.tenant, r.run_id, 'run_deadline', r.deadline_at);
+        PERFORM wfe._wake(r.deadline_at);
+    END IF;
+    IF v_start IS NOT NULL AND v_start > now() THEN
+        INSERT INTO wfe.timers (tenant, run_id, kind, due_at)
+        VALUES (r.tenant, r.run_id, 'not_before', v_start);
+        PERFORM wfe._wake(v_start);
+    ELSE
+        PERFORM wfe._start_run(r.run_id);
+    END IF;
+    RETURN QUERY SELECT r.run_id, true;
+END
+$$;
+CREATE OR REPLACE FUNCTION wfe.configure_tenant(tenant text, max_runs_in_flight int DEFAULT NULL,
+                                     max_tasks_in_flight int DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+BEGIN
+    IF configure_tenant.tenant IS NULL THEN
+        RAISE EXCEPTION 'tenant must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    PERFORM wfe._check_tenant_name(configure_tenant.tenant);
+    IF configure_tenant.max_runs_in_flight < 1 OR configure_tenant.max_tasks_in_flight < 1 THEN
+        RAISE EXCEPTION 'max_runs_in_flight and max_tasks_in_flight must be positive or NULL (unlimited)'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    INSERT INTO wfe.tenant_limits AS t (tenant, max_runs_in_flight, max_tasks_in_flight)
+    VALUES (configure_tenant.tenant, configure_tenant.max_runs_in_flight, configure_tenant.max_tasks_in_flight)
+    ON CONFLICT (tenant) DO UPDATE
+       SET max_runs_in_flight = excluded.max_runs_in_flight,
+           max_tasks_in_flight = excluded.max_tasks_in_flight,
+           updated_at = now(), updated_by = session_user;
+    -- A raised or lifted task limit makes room now: the tenant's held broker
+    -- tasks that fit are dispatched, and the pollers of the queues where it
+    -- has queued tasks are woken.  A lowered one holds what comes next; the
+    -- tasks in flight finish.
+    PERFORM wfe._notify_ready(q) FROM wfe._release_held(NULL, configure_tenant.tenant) AS q;
+END
+$$;
+CREATE OR REPLACE FUNCTION wfe._register_contract(p_ref text, p_kind text, p_queue text,
+                                       p_handler regprocedure,
+                                       p_input_schema jsonb, p_output_schema jsonb)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    version_text text;
+    fn           record;
+    old          wfe.contracts;
+    differs      text[];
+    inserted     bigint;
+BEGIN
+    IF p_ref IS NULL THEN
+        RAISE EXCEPTION 'contract reference must not be null'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF p_ref !~ '^[a-z][a-z0-9_.-]*@[1-9][0-9]*$' THEN
+        RAISE EXCEPTION 'invalid contract reference "%"', p_ref
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'A contract reference is name@N: a name matching [a-z][a-z0-9_.-]* and a version number from 1, e.g. cache.lookup@1.';
+    END IF;
+    version_text := split_part(p_ref, '@', 2);
+    IF length(version_text) > 10 OR version_text::numeric > 2147483647 THEN
+        RAISE EXCEPTION 'version of contract reference "%" is out of range', p_ref
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Contract versions are integers from 1 to 2147483647.';
+    END IF;
+
+    IF p_kind = 'worker' THEN
+        IF p_queue IS NULL THEN
+            RAISE EXCEPTION 'worker contract "%" needs a queue', p_ref
+                USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+    ELSIF (p_handler IS NULL) = (p_queue IS NULL) THEN
+        RAISE EXCEPTION 'action contract "%" needs exactly one of handler and queue', p_ref
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'An action either runs in the database (handler => a function (input jsonb) RETURNS jsonb) or is dispatched to workers (queue => a queue name).';
+    END IF;
+
+    PERFORM wfe._check_queue_name(p_queue);
+
+    IF p_handler IS NOT NULL THEN
+        SELECT p.prokind, p.pronargs, p.proargtypes, p.prorettype, p.proretset
+          INTO fn
+          FROM pg_catalog.pg_proc AS p
+         WHERE p.oid = p_handler;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'action handler with OID % does not exist', p_handler::oid
+                USING ERRCODE = 'undefined_function';
+        END IF;
+        IF fn.prokind <> 'f' OR fn.pronargs <> 1
+           OR fn.proargtypes[0] <> 'pg_catalog.jsonb'::regtype
+           OR fn.prorettype <> 'pg_catalog.jsonb'::regtype OR fn.proretset
+        THEN
+            RAISE EXCEPTION 'action handler % must be a function (input jsonb) RETURNS jsonb', p_handler
+                USING ERRCODE = 'invalid_parameter_value',
+                      HINT = 'Declare it as CREATE FUNCTION ... (input jsonb) RETURNS jsonb; wfe runs it with the bound input and stores its result.';
+        END IF;
+        -- it will run as the caller: refuse what the caller could not run itself
+        PERFORM wfe._check_handler(p_handler, wfe._caller());
+    END IF;
+
+    -- NULL schemas mean "no constraint", like the default '{}'.
+    p_input_schema := coalesce(p_input_schema, '{}');
+    p_output_schema := coalesce(p_output_schema, '{}');
+    PERFORM wfe._check_json_schema(p_input_schema, 'input_schema');
+    PERFORM wfe._check_json_schema(p_output_schema, 'output_schema');
+
+    INSERT INTO wfe.contracts AS c
+           (ref, kind, name, version, queue, handler, input_schema, output_schema,
+            created_at, created_by, run_as)
+    VALUES (p_ref, p_kind, split_part(p_ref, '@', 1), version_text::int, p_queue,
+            p_handler, p_input_schema, p_output_schema, now(), session_user,
+            CASE WHEN p_handler IS NOT NULL THEN wfe._caller() END)
+    ON CONFLICT (ref) DO NOTHING;
+    GET DIAGNOSTICS inserted = ROW_COUNT;
+    IF inserted > 0 THEN
+        RETURN;
+    END IF;
+
+    -- The ref exists (perhaps registered concurrently, now committed):
+    -- identical content is a no-op, anything else is refused.
+    SELECT * INTO STRICT old FROM wfe.contracts AS c WHERE c.ref = p_ref;
+    differs := array_remove(ARRAY[
+        CASE WHEN old.kind <> p_kind THEN 'kind' END,
+        CASE WHEN old.queue IS DISTINCT FROM p_queue THEN 'queue' END,
+        CASE WHEN old.handler IS DISTINCT FROM p_handler THEN 'handler' END,
+        CASE WHEN old.input_schema <> p_input_schema THEN 'input_schema' END,
+        CASE WHEN old.output_schema <> p_output_schema THEN 'output_schema' END], NULL);
+    IF cardinality(differs) > 0 THEN
+        RAISE EXCEPTION 'contract "%" is already registered with different content', p_ref
+            USING ERRCODE = 'unique_violation',
+                  DETAIL = format('A registered contract version is immutable; this registration differs in %s.',
+                                  array_to_string(differs, ', ')),
+                  HINT = format('Register the changed contract as a new version, e.g. %s@%s.',
+                                old.name, old.version::bigint + 1);
+    END IF;
+END
+$$;
+CREATE OR REPLACE FUNCTION wfe._check_queue_grant(p_role regrole, p_queue text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF p_role IS NULL OR p_queue IS NULL THEN
+        RAISE EXCEPTION 'role and queue must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF p_role = 0 THEN
+        RAISE EXCEPTION 'a queue cannot be granted to PUBLIC'
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Grant it to a role, e.g. wfe_worker for every worker, or one login role per worker pool.';
+    END IF;
+    PERFORM wfe._check_queue_name(p_queue);
+END
+$$;
+CREATE OR REPLACE FUNCTION wfe.configure_queue(queue text, delivery text DEFAULT 'poll', max_in_flight int DEFAULT NULL,
+                                    paused boolean DEFAULT false)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_was        text;
+    v_was_paused boolean;
+    c            record;
+BEGIN
+    IF configure_queue.queue IS NULL OR configure_queue.delivery IS NULL OR configure_queue.paused IS NULL THEN
+        RAISE EXCEPTION 'queue, delivery and paused must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    PERFORM wfe._check_queue_name(configure_queue.queue);
+    IF configure_queue.delivery NOT IN ('poll', 'broker') THEN
+        RAISE EXCEPTION 'delivery must be poll or broker, not "%"', configure_queue.delivery
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF configure_queue.max_in_flight IS NOT NULL AND configure_queue.max_in_flight < 1 THEN
+        RAISE EXCEPTION 'max_in_flight must be positive' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    SELECT q.delivery, q.paused INTO v_was, v_was_paused
+      FROM wfe.queues AS q WHERE q.queue = configure_queue.queue FOR UPDATE;
+    INSERT INTO wfe.queues AS q (queue, delivery, max_in_flight, paused)
+    VALUES (configure_queue.queue, configure_queue.delivery, configure_queue.max_in_flight, configure_queue.paused)
+    ON CONFLICT (queue) DO UPDATE
+       SET delivery = excluded.delivery, max_in_flight = excluded.max_in_flight,
+           paused = excluded.paused, updated_at = now();
+    -- Tasks waiting in the old mode follow the queue into the new one: to
+    -- broker (or resumed as broker), queued attempts get their dispatch
+    -- message; to poll, dispatched attempts become claimable (a broker worker
+    -- that still accepts one is answered duplicate once a poll worker has it).
+    -- A paused queue keeps everything as it is until it is resumed.
+    IF configure_queue.paused THEN
+        NULL;                       -- paused: what waits stays queued
+    ELSIF configure_queue.delivery = 'broker'
+          AND (coalesce(v_was, 'poll') = 'poll' OR coalesce(v_was_paused, false)) THEN
+        -- Every queued attempt without a dispatch message still to publish
+        -- is re-dispatched through the engine: a new fence, a new message.
+        -- (One whose earlier message was published -- broker, then poll,
+        -- then broker again -- would otherwise wait for a message that is
+        -- gone.)  No stage row is locked here: the engine locks the run,
+        -- then the stage, and one that moved on meanwhile is passed over.
+        FOR c IN SELECT st.run_id, st.stage FROM wfe.run_stages AS st
+                  WHERE st.queue = configure_queue.queue AND st.state = 'queued' AND st.handler IS NULL
+                    AND NOT EXISTS (SELECT 1 FROM wfe.outbox AS o
+                                     WHERE o.run_id = st.run_id AND o.stage = st.stage
+                                       AND o.attempt = st.attempt AND o.fence = st.fence
+                                       AND o.kind = 'dispatch' AND o.state <> 'published')
+                  ORDER BY st.run_id, st.stage
+        LOOP
+            BEGIN
+                PERFORM wfe._operate(c.run_id, c.stage, 'redispatch', NULL, session_user,
+                                     format('queue %s switched to broker delivery', configure_queue.queue));
+            EXCEPTION WHEN object_not_in_prerequisite_state THEN
+                NULL;
+            END;
+        END LOOP;
+    ELSIF configure_queue.delivery = 'poll' AND (v_was = 'broker' OR coalesce(v_was_paused, false)) THEN
+        UPDATE wfe.run_stages AS st SET state = 'queued'
+         WHERE st.queue = configure_queue.queue AND st.state = 'dispatched';
+        PERFORM wfe._notify_ready(configure_queue.queue);     -- resumed or switched: wake the pollers
+    ELSIF configure_queue.delivery = 'broker' THEN
+        -- the same mode, maybe a raised or lifted max_in_flight: what fits now goes
+        PERFORM wfe._release_held(configure_queue.queue, NULL);
+    ELSE
+        PERFORM wfe._notify_ready(configure_queue.queue);     -- the same for pollers
+    END IF;
+    PERFORM wfe._wake(now());      -- the publisher declares a new broker queue's topology
+END
+$$;
+CREATE OR REPLACE FUNCTION wfe._four_eyes()
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    -- NB: load the library first (a no-op once loaded, e.g. preloaded).  Until
+    -- it is loaded wfe.four_eyes is a placeholder that any role may SET for
+    -- its own session; loading it defines the real, superuser-only setting
+    -- and discards such a value with a warning.
+    LOAD 'MODULE_PATHNAME';
+    RETURN current_setting('wfe.four_eyes')::boolean;
+END
+$$;
+CREATE OR REPLACE FUNCTION wfe._notify_ready(p_queue text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    -- NOTIFY dedups identical payloads within a transaction, so a batch of
+    -- releases to one queue costs one notification at commit.
+    IF p_queue IS NOT NULL AND wfe._setting('wfe.notify')::boolean THEN
+        PERFORM pg_notify('wfe_task_ready', p_queue);
+    END IF;
+END
+$$;
+CREATE OR REPLACE FUNCTION wfe._dispatch(p_run wfe.runs, p_stage wfe.run_stages)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_id    uuid := wfe._message_id(p_run.run_id, p_stage.stage, p_stage.attempt, p_stage.fence, 'dispatch');
+    v_text  text := coalesce(p_stage.input, '{}')::text;
+    v_bytes int := octet_length(v_text);
+    v_track text := 'small';
+    v_hash  text;
+    v_ref   jsonb;
+BEGIN
+    IF v_bytes > wfe._setting('wfe.track_threshold_bytes')::int THEN
+        v_track := 'large';
+        v_hash := encode(sha256(convert_to(v_text, 'UTF8')), 'hex');
+        v_ref := jsonb_build_object('bucket', 'wfe.payloads', 'key', 'sha256:' || v_hash,
+                                    'sha256', v_hash, 'bytes', v_bytes);
+        INSERT INTO wfe.payloads (key, tenant, bytes, body)
+        VALUES ('sha256:' || v_hash, p_run.tenant, v_bytes, coalesce(p_stage.input, '{}'))
+        ON CONFLICT (key) DO NOTHING;
+    END IF;
+    INSERT INTO wfe.outbox (tenant, run_id, stage, attempt, fence, kind, exchange, routing_key,
+                            message_id, headers, body)
+    VALUES (p_run.tenant, p_run.run_id, p_stage.stage, p_stage.attempt, p_stage.fence, 'dispatch',
+            'wfe.commands', 'run.' || p_stage.queue || '.' || v_track, v_id,
+            jsonb_build_object(
+                'x-wfe-run-id', p_run.run_id::text, 'x-wfe-stage', p_stage.stage,
+                'x-wfe-attempt', p_stage.attempt::text, 'x-wfe-fence', p_stage.fence::text,
+                'x-wfe-digest', p_run.definition_digest, 'x-wfe-contract', p_stage.worker,
+                'x-wfe-tenant', p_run.tenant, 'x-wfe-track', v_track,
+                -- ISO 8601 in UTC, whatever the releasing session's DateStyle and TimeZone
+                'x-wfe-deadline', coalesce(to_char(p_stage.deadline_at AT TIME ZONE 'UTC',
+                                                   'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'), '')),
+            jsonb_build_object(
+                'message_id', v_id, 'correlation_id', p_run.run_id::text,
+                'workflow_name', p_run.workflow, 'workflow_version', p_run.version,
+                'definition_digest', p_run.definition_digest, 'run_id', p_run.run_id,
+                'stage', p_stage.stage, 'attempt', p_stage.attempt, 'fence', p_stage.fence,
+                'worker', p_stage.worker, 'track', v_track,
+                -- what a pushed worker needs to keep the attempt alive
+                'heartbeat_ms', p_stage.heartbeat_ms, 'execution_deadline_ms', p_stage.exec_ms,
+                'headers', jsonb_build_object('content_type', 'application/json',
+                                              'source', 'wfe', 'tenant', p_run.tenant),
+                'idempotency_key', p_run.run_id || ':' || p_stage.stage || ':' || p_stage.attempt,
+                'deadline_at', p_stage.deadline_at,
+                'payload_inline', CASE WHEN v_track = 'small' THEN coalesce(p_stage.input, '{}') END,
+                'payload_ref', v_ref,
+                'created_at', now()));
+    PERFORM wfe._wake(now());               -- the publisher has a message
+END
+$$;
+CREATE OR REPLACE FUNCTION wfe._idempotent_run(p_tenant text, p_workflow text, p_key text, p_context jsonb)
+RETURNS bigint
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_run_id  bigint;
+    v_context jsonb;
+BEGIN
+    SELECT x.run_id, x.context INTO v_run_id, v_context
+      FROM wfe.runs AS x
+     WHERE x.tenant = p_tenant AND x.workflow = p_workflow AND x.idempotency_key = p_key
+       AND wfe._run_keeps_key(x.state);
+    IF v_run_id IS NOT NULL AND v_context <> p_context THEN
+        RAISE EXCEPTION 'idempotency key "%" of workflow "%" was already used with a different context',
+                p_key, p_workflow
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = format('Run %s was submitted with this key.', v_run_id),
+                  HINT = 'Use a new key for a different request, or resubmit the same context.';
+    END IF;
+    RETURN v_run_id;
+END
+$$;
+CREATE OR REPLACE FUNCTION wfe._worker_round(p_max int)
+RETURNS int
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    t         wfe.timers;
+    c         record;
+    done      int := 0;
+    v_state   text;
+    v_message text;
+BEGIN
+    -- First, while this transaction holds no lock yet (so it may wait for
+    -- the admission locks in their order): the held tasks that an
+    -- admission's missed try kept back (74_admission.sql).
+    BEGIN
+        PERFORM wfe._recheck_admission();
+    EXCEPTION WHEN OTHERS THEN
+        GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE, v_message = MESSAGE_TEXT;
+        RAISE WARNING 'wfe: rechecking held tasks raised % (%)', v_state,
+            left(regexp_replace(v_message, '[[:cntrl:]]+', ' ', 'g'), 1000);
+    END;
+    -- Lock the batch first, then fire it in run order: each firing takes
+    -- its run's lock and keeps it, so two firers (this worker, a manual
+    -- wfe.tick()) firing in due order could each wait for a run the other
+    -- holds -- a deadlock (test/isolation/specs/tick-lock-order.spec).
+    FOR t IN SELECT d.* FROM (SELECT * FROM wfe.timers AS x
+                               WHERE x.fired_at IS NULL AND x.due_at <= now()
+                               ORDER BY x.due_at LIMIT p_max
+                                 FOR UPDATE SKIP LOCKED) AS d
+              ORDER BY d.run_id, d.due_at, d.timer_id
+    LOOP
+        -- each item in a subtransaction of its own: one that raises rolls
+        -- back alone, and the round goes on (delivery.md)
+        BEGIN
+            PERFORM wfe._fire_timer(t);
+        EXCEPTION WHEN OTHERS THEN
+            GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE, v_message = MESSAGE_TEXT;
+            UPDATE wfe.timers AS x SET fired_at = now() WHERE x.timer_id = t.timer_id;
+            PERFORM wfe._item_failed(t.run_id, t.stage, t.kind || ' timer', v_state, v_message, t.timer_id);
+        END;
+        done := done + 1;
+    END LOOP;
+    FOR c IN SELECT st.run_id, st.stage FROM wfe.run_stages AS st
+              WHERE wfe._stage_clocked(st.state) AND st.deadline_at <= now()
+              ORDER BY st.deadline_at LIMIT p_max
+    LOOP
+        BEGIN
+            IF wfe._expire(c.run_id, c.stage) THEN
+                done := done + 1;
+            END IF;
+        EXCEPTION WHEN OTHERS THEN
+            GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE, v_message = MESSAGE_TEXT;
+            PERFORM wfe._item_failed(c.run_id, c.stage, 'deadline', v_state, v_message);
+            done := done + 1;
+        END;
+    END LOOP;
+    RETURN done;
+END
+$$;
+CREATE OR REPLACE FUNCTION wfe._next_due_ms()
+RETURNS bigint
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    -- NULL when nothing is due (greatest() would turn that into 0)
+    SELECT CASE WHEN min(due) IS NOT NULL
+                THEN greatest(0, ceil(extract(epoch FROM min(due) - clock_timestamp()) * 1000))::bigint END
+      FROM (SELECT min(t.due_at) AS due FROM wfe.timers AS t WHERE t.fired_at IS NULL
+            UNION ALL
+            SELECT min(st.deadline_at) FROM wfe.run_stages AS st
+             WHERE wfe._stage_clocked(st.state) AND st.deadline_at IS NOT NULL
+            UNION ALL
+            SELECT min(st.ready_at) FROM wfe.run_stages AS st
+             WHERE st.state = 'queued' AND st.handler IS NOT NULL) AS d;
+END;
+CREATE OR REPLACE FUNCTION wfe._item_failed(p_run_id bigint, p_stage text, p_what text,
+                                 p_sqlstate text, p_message text, p_timer_id bigint DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_error   jsonb := jsonb_build_object(
+                  'code', 'engine.error', 'what', p_what, 'sqlstate', p_sqlstate,
+                  'message', left(regexp_replace(p_message, '[[:cntrl:]]+', ' ', 'g'), 1000));
+    v_state   text;
+    v_message text;
+    v_other   text;
+BEGIN
+    IF p_sqlstate LIKE '40%' THEN
+        RAISE WARNING 'wfe: % of run % raised % (%): it is tried again in a second', p_what, p_run_id,
+            p_sqlstate, v_error ->> 'message';
+        UPDATE wfe.timers AS t SET due_at = now() + interval '1 second', fired_at = NULL
+         WHERE t.timer_id = p_timer_id;
+        UPDATE wfe.run_stages AS st SET deadline_at = now() + interval '1 second'
+         WHERE p_timer_id IS NULL AND st.run_id = p_run_id AND st.stage = p_stage AND st.deadline_at <= now();
+        UPDATE wfe.run_stages AS st SET ready_at = now() + interval '1 second'
+         WHERE p_timer_id IS NULL AND st.run_id = p_run_id AND st.stage = p_stage AND st.state = 'queued'
+           AND st.handler IS NOT NULL;
+        RETURN;
+    END IF;
+    RAISE WARNING 'wfe: % of run % raised % (%): the run is failed', p_what, p_run_id, p_sqlstate,
+        v_error ->> 'message';
+    BEGIN
+        PERFORM wfe._engine_error(p_run_id, p_stage, v_error);
+    EXCEPTION WHEN OTHERS THEN
+        GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE, v_message = MESSAGE_TEXT;
+        RAISE WARNING 'wfe: failing run % raised % too: it is put off for a minute', p_run_id, v_state;
+        BEGIN
+            UPDATE wfe.run_stages AS st SET deadline_at = now() + interval '1 minute'
+             WHERE st.run_id = p_run_id AND st.stage = p_stage AND st.deadline_at <= now();
+            UPDATE wfe.run_stages AS st SET ready_at = now() + interval '1 minute'
+             WHERE st.run_id = p_run_id AND st.stage = p_stage AND st.state = 'queued'
+               AND st.handler IS NOT NULL;
+        EXCEPTION WHEN OTHERS THEN
+            GET STACKED DIAGNOSTICS v_other = RETURNED_SQLSTATE;
+            RAISE WARNING 'wfe: run % cannot be put off (%)', p_run_id, v_other;
+        END;
+        BEGIN
+            PERFORM wfe._event(r.run_id, r.tenant, p_stage, NULL, 'run.engine_error',
+                               jsonb_build_object('error', v_error, 'failing_run', jsonb_build_object(
+                                   'sqlstate', v_state,
+                                   'message', left(regexp_replace(v_message, '[[:cntrl:]]+', ' ', 'g'), 1000))))
+              FROM wfe.runs AS r WHERE r.run_id = p_run_id;
+        EXCEPTION WHEN OTHERS THEN
+            -- nothing of this run can be written: the log line is all there is
+            GET STACKED DIAGNOSTICS v_other = RETURNED_SQLSTATE;
+            RAISE WARNING 'wfe: the error of run % cannot be recorded (%)', p_run_id, v_other;
+        END;
+    END;
+END
+$$;
+CREATE OR REPLACE FUNCTION wfe._broker_in_flight(p_queue text)
+RETURNS int
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT count(*)::int FROM wfe.run_stages AS st
+     WHERE st.queue = p_queue
+       AND (wfe._stage_handed_out(st.state)
+            OR (st.state = 'queued'
+                AND EXISTS (SELECT 1 FROM wfe.outbox AS o
+                             WHERE o.run_id = st.run_id AND o.stage = st.stage AND o.attempt = st.attempt
+                               AND o.fence = st.fence AND o.kind = 'dispatch' AND o.state <> 'published')));
+END;
+CREATE OR REPLACE FUNCTION wfe._tenant_in_flight(p_tenant text)
+RETURNS int
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT count(*)::int FROM wfe.runs AS r JOIN wfe.run_stages AS st ON st.run_id = r.run_id
+     WHERE r.tenant = p_tenant AND r.finished_at IS NULL
+       AND st.queue IS NOT NULL AND st.handler IS NULL
+       AND (wfe._stage_handed_out(st.state)
+            OR (st.state = 'queued'
+                AND EXISTS (SELECT 1 FROM wfe.outbox AS o
+                             WHERE o.run_id = st.run_id AND o.stage = st.stage AND o.attempt = st.attempt
+                               AND o.fence = st.fence AND o.kind = 'dispatch' AND o.state <> 'published')));
+END;
+
+-- The columns that hold tenant and queue names take the domains, whose
+-- checks replace the columns' own.  ALTER COLUMN TYPE refuses a column that
+-- a view, a policy or a SQL-standard function body reads: the three
+-- dashboards that read them and tenant_limits' policy are dropped and made
+-- again below; the function bodies are swapped for a placeholder while
+-- the column changes, then restored.  (The tables are small: settings.)
+DROP VIEW wfe.dashboard_queues;
+DROP VIEW wfe.dashboard_tenants;
+DROP VIEW wfe.dashboard_stuck;
+DROP POLICY tenant_read ON wfe.tenant_limits;
+CREATE OR REPLACE FUNCTION wfe.my_tenants()
+RETURNS text[]
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT NULL::text[];
+END;
+CREATE OR REPLACE FUNCTION wfe._contracts_json()
+RETURNS jsonb
+LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT NULL::jsonb;
+END;
+CREATE OR REPLACE FUNCTION wfe._broker_queues()
+RETURNS SETOF text
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT NULL::text WHERE false;
+END;
+ALTER TABLE wfe.tenant_members DROP CONSTRAINT tenant_members_tenant_format,
+    ALTER COLUMN tenant TYPE wfe.tenant_name;
+ALTER TABLE wfe.tenant_limits DROP CONSTRAINT tenant_limits_tenant,
+    ALTER COLUMN tenant TYPE wfe.tenant_name;
+ALTER TABLE wfe.contracts DROP CONSTRAINT contracts_queue_format,
+    ALTER COLUMN queue TYPE wfe.queue_name;
+ALTER TABLE wfe.queue_grants DROP CONSTRAINT queue_grants_queue_format,
+    ALTER COLUMN queue TYPE wfe.queue_name;
+ALTER TABLE wfe.queues ALTER COLUMN queue TYPE wfe.queue_name;
+CREATE OR REPLACE FUNCTION wfe.my_tenants()
+RETURNS text[]
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT CASE
+           WHEN coalesce((SELECT r.rolsuper FROM pg_catalog.pg_roles AS r
+                           WHERE r.oid OPERATOR(pg_catalog.=) wfe._caller()), false)
+                OR pg_catalog.pg_has_role(wfe._caller(), 'wfe_admin', 'USAGE') THEN NULL
+           ELSE (SELECT coalesce(pg_catalog.array_agg(DISTINCT m.tenant ORDER BY m.tenant), '{}')
+                   FROM wfe.tenant_members AS m
+                  WHERE pg_catalog.pg_has_role(wfe._caller(), m.role, 'USAGE'))
+           END;
+END;
+CREATE OR REPLACE FUNCTION wfe._contracts_json()
+RETURNS jsonb
+LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT coalesce(jsonb_agg(jsonb_build_object(
+                        'ref', c.ref,
+                        'kind', c.kind,
+                        'queue', c.queue,
+                        'handler', c.handler IS NOT NULL,
+                        'input_schema', c.input_schema,
+                        'output_schema', c.output_schema)
+                    ORDER BY c.ref),
+                    '[]'::jsonb)
+      FROM wfe.contracts AS c;
+END;
+CREATE OR REPLACE FUNCTION wfe._broker_queues()
+RETURNS SETOF text
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT q.queue FROM wfe.queues AS q WHERE q.delivery = 'broker' ORDER BY q.queue;
+END;
+CREATE POLICY tenant_read ON wfe.tenant_limits FOR SELECT
+    USING (coalesce(tenant OPERATOR(pg_catalog.=) ANY ((SELECT wfe.my_tenants())::pg_catalog.text[]), true));
+CREATE VIEW wfe.dashboard_queues WITH (security_invoker = true) AS
+WITH settings AS (
+    -- NB: wfe._setting is not the readers' to call (this view is
+    -- security_invoker), so the default stands here too, for a session that
+    -- has not loaded the library
+    SELECT coalesce(current_setting('wfe.track_threshold_bytes', true)::int, 524288) AS threshold
+), live AS (
+    SELECT st.queue,
+           CASE WHEN q.delivery = 'broker' THEN
+                CASE WHEN octet_length(coalesce(st.input, '{}')::text) > s.threshold THEN 'large' ELSE 'small' END
+                ELSE 'poll' END AS track,
+           count(*) FILTER (WHERE st.state = 'queued') AS depth,
+           min(st.ready_at) FILTER (WHERE st.state = 'queued') AS oldest_ready,
+           count(*) FILTER (WHERE st.state IN ('dispatched', 'running')) AS in_flight
+      FROM wfe.run_stages AS st
+      LEFT JOIN wfe.queues AS q ON q.queue = st.queue
+      CROSS JOIN settings AS s
+     WHERE st.state IN ('queued', 'dispatched', 'running') AND st.queue IS NOT NULL
+     GROUP BY 1, 2
+), started AS (
+    -- attempts that started in the last hour, in runs live or finished in it
+    SELECT st.queue,
+           CASE WHEN q.delivery = 'broker' THEN
+                CASE WHEN octet_length(coalesce(st.input, '{}')::text) > s.threshold THEN 'large' ELSE 'small' END
+                ELSE 'poll' END AS track,
+           percentile_cont(0.5) WITHIN GROUP (ORDER BY st.started_at - st.ready_at) AS p50,
+           percentile_cont(0.95) WITHIN GROUP (ORDER BY st.started_at - st.ready_at) AS p95,
+           sum(st.attempt - 1)::double precision / nullif(sum(st.attempt), 0) AS retry_rate
+      FROM wfe.runs AS r
+      JOIN wfe.run_stages AS st ON st.run_id = r.run_id
+      LEFT JOIN wfe.queues AS q ON q.queue = st.queue
+      CROSS JOIN settings AS s
+     WHERE (r.finished_at IS NULL OR r.finished_at >= now() - interval '1 hour')
+       AND st.started_at >= now() - interval '1 hour' AND st.queue IS NOT NULL
+     GROUP BY 1, 2
+), dead AS (
+    SELECT st.queue, count(*) AS dead_letters
+      FROM wfe.dead_letters AS d
+      JOIN wfe.run_stages AS st ON st.run_id = d.run_id AND st.stage = d.stage
+     WHERE d.resolved_at IS NULL
+     GROUP BY st.queue
+), names AS (
+    SELECT l.queue, l.track FROM live AS l
+    UNION SELECT s.queue, s.track FROM started AS s
+    UNION SELECT q.queue, CASE WHEN q.delivery = 'broker' THEN 'small' ELSE 'poll' END FROM wfe.queues AS q
+    UNION SELECT d.queue, CASE WHEN q.delivery = 'broker' THEN 'small' ELSE 'poll' END
+      FROM dead AS d LEFT JOIN wfe.queues AS q ON q.queue = d.queue
+)
+SELECT n.queue, n.track,
+       coalesce(l.depth, 0) AS depth,
+       wfe.human_ms(extract(epoch FROM now() - l.oldest_ready) * 1000) AS oldest,
+       coalesce(l.in_flight, 0) AS in_flight,
+       q.max_in_flight AS max,
+       wfe.human_ms(extract(epoch FROM s.p50) * 1000) AS wait_p50,
+       wfe.human_ms(extract(epoch FROM s.p95) * 1000) AS wait_p95,
+       wfe.bar(s.retry_rate, 4) AS retries,
+       -- a queue's dead letters are counted on its first track only
+       CASE WHEN n.track IN ('poll', 'small') THEN coalesce(d.dead_letters, 0) ELSE 0 END AS dlq,
+       CASE WHEN q.paused THEN 'paused'
+            WHEN sum(l.in_flight) OVER (PARTITION BY n.queue) >= q.max_in_flight THEN 'full'
+            ELSE '' END AS state
+  FROM names AS n
+  LEFT JOIN wfe.queues AS q ON q.queue = n.queue
+  LEFT JOIN live AS l ON l.queue = n.queue AND l.track = n.track
+  LEFT JOIN started AS s ON s.queue = n.queue AND s.track = n.track
+  LEFT JOIN dead AS d ON d.queue = n.queue
+ ORDER BY n.queue, n.track;
+COMMENT ON VIEW wfe.dashboard_queues IS
+'Per queue and track (poll, or the broker''s small and large): depth, oldest ready age, in flight and limit, dequeue wait p50/p95 and retry rate over the last hour, open dead letters, paused or full.';
+GRANT SELECT ON wfe.dashboard_queues TO wfe_reader, wfe_operator;
+CREATE VIEW wfe.dashboard_tenants WITH (security_invoker = true) AS
+WITH runs AS (
+    SELECT r.tenant, count(*) AS runs FROM wfe.runs AS r WHERE r.finished_at IS NULL GROUP BY r.tenant
+), tasks AS (
+    SELECT st.tenant,
+           count(*) FILTER (WHERE st.state = 'queued') AS queued,
+           count(*) FILTER (WHERE st.state IN ('dispatched', 'running')) AS in_flight
+      FROM wfe.run_stages AS st
+     WHERE st.state IN ('queued', 'dispatched', 'running') AND st.queue IS NOT NULL
+     GROUP BY st.tenant
+), names AS (
+    SELECT runs.tenant FROM runs UNION SELECT tasks.tenant FROM tasks
+    UNION SELECT t.tenant FROM wfe.tenant_limits AS t
+)
+SELECT n.tenant,
+       coalesce(r.runs, 0) AS runs,
+       t.max_runs_in_flight AS max_runs,
+       wfe.bar(coalesce(r.runs, 0)::double precision / t.max_runs_in_flight, 8) AS runs_used,
+       coalesce(k.queued, 0) AS tasks_queued,
+       coalesce(k.in_flight, 0) AS tasks,
+       t.max_tasks_in_flight AS max_tasks,
+       wfe.bar(coalesce(k.in_flight, 0)::double precision / t.max_tasks_in_flight, 8) AS tasks_used
+  FROM names AS n
+  LEFT JOIN runs AS r ON r.tenant = n.tenant
+  LEFT JOIN tasks AS k ON k.tenant = n.tenant
+  LEFT JOIN wfe.tenant_limits AS t ON t.tenant = n.tenant
+ ORDER BY n.tenant;
+COMMENT ON VIEW wfe.dashboard_tenants IS
+'Per tenant: runs in flight and tasks queued and in flight, against the tenant''s limits (wfe.configure_tenant).';
+GRANT SELECT ON wfe.dashboard_tenants TO wfe_reader, wfe_operator;
+CREATE VIEW wfe.dashboard_stuck WITH (security_invoker = true) AS
+SELECT x.problem, x.run_id, x.stage, x.attempt,
+       wfe.human_ms(extract(epoch FROM now() - x.since) * 1000) AS age,
+       CASE WHEN length(x.detail) > 36 THEN left(x.detail, 35) || '…' ELSE x.detail END AS detail
+  FROM (
+    -- a run with nothing under way and nothing due: no attempt can move it
+    SELECT 'no live attempt' AS problem, r.run_id, NULL::text AS stage, NULL::int AS attempt,
+           coalesce((SELECT max(st.finished_at) FROM wfe.run_stages AS st WHERE st.run_id = r.run_id),
+                    r.submitted_at) AS since,
+           r.workflow || ' ' || r.state AS detail
+      FROM wfe.runs AS r
+     WHERE r.finished_at IS NULL
+       AND NOT EXISTS (SELECT 1 FROM wfe.run_stages AS st WHERE st.run_id = r.run_id
+                          AND st.state IN ('queued', 'dispatched', 'running', 'retry_scheduled'))
+       -- a cached stage waiting on the attempt in flight under its key moves when that one ends
+       AND NOT EXISTS (SELECT 1 FROM wfe.run_stages AS st
+                         JOIN wfe.run_stages AS l ON l.cache_key = st.cache_key AND l.tenant = st.tenant
+                        WHERE st.run_id = r.run_id AND st.state = 'waiting' AND st.cache = 'waiting'
+                          AND l.state IN ('queued', 'dispatched', 'running', 'retry_scheduled'))
+       AND NOT EXISTS (SELECT 1 FROM wfe.timers AS t WHERE t.run_id = r.run_id AND t.fired_at IS NULL)
+    UNION ALL
+    -- the clocks should have fired (the background worker is down or behind)
+    SELECT 'past deadline', st.run_id, st.stage, st.attempt, st.deadline_at, st.state || ' on ' || st.queue
+      FROM wfe.run_stages AS st
+     WHERE st.state IN ('queued', 'dispatched', 'running') AND st.deadline_at < now() - interval '5 seconds'
+    UNION ALL
+    SELECT 'timer overdue', t.run_id, t.stage, t.attempt, t.due_at, t.kind
+      FROM wfe.timers AS t
+     WHERE t.fired_at IS NULL AND t.due_at < now() - interval '5 seconds'
+    UNION ALL
+    -- waiting on a queue that does not release
+    SELECT CASE WHEN q.paused THEN 'queue paused' ELSE 'queue full' END,
+           st.run_id, st.stage, st.attempt, st.ready_at,
+           st.queue || CASE WHEN q.paused THEN '' ELSE ' at max_in_flight ' || q.max_in_flight END
+      FROM wfe.run_stages AS st
+      JOIN wfe.queues AS q ON q.queue = st.queue
+     WHERE st.state = 'queued'
+       AND (q.paused OR st.queue IN (SELECT s2.queue FROM wfe.run_stages AS s2
+                                      WHERE s2.queue = q.queue AND s2.state IN ('dispatched', 'running')
+                                      GROUP BY s2.queue HAVING count(*) >= q.max_in_flight))
+    UNION ALL
+    -- waiting on a tenant at its max_tasks_in_flight (broker: held; poll: not claimed)
+    SELECT 'tenant full', st.run_id, st.stage, st.attempt, st.ready_at,
+           l.tenant || ' at max_tasks_in_flight ' || l.max_tasks_in_flight
+      FROM wfe.tenant_limits AS l
+      JOIN wfe.runs AS r ON r.tenant = l.tenant AND r.finished_at IS NULL
+      JOIN wfe.run_stages AS st ON st.run_id = r.run_id
+     WHERE l.max_tasks_in_flight IS NOT NULL
+       AND st.state = 'queued' AND st.queue IS NOT NULL AND st.handler IS NULL
+       AND NOT EXISTS (SELECT 1 FROM wfe.outbox AS o
+                        WHERE o.run_id = st.run_id AND o.stage = st.stage AND o.attempt = st.attempt
+                          AND o.fence = st.fence AND o.kind = 'dispatch' AND o.state <> 'published')
+       AND (SELECT count(*) FROM wfe.runs AS r2 JOIN wfe.run_stages AS s2 ON s2.run_id = r2.run_id
+             WHERE r2.tenant = l.tenant AND r2.finished_at IS NULL AND s2.queue IS NOT NULL
+               AND s2.handler IS NULL AND s2.state IN ('dispatched', 'running')) >= l.max_tasks_in_flight
+    UNION ALL
+    -- a dispatch the broker has not taken for a minute
+    SELECT 'dispatch unpublished', o.run_id, o.stage, o.attempt, o.created_at,
+           coalesce(o.last_error, o.routing_key)
+      FROM wfe.outbox AS o
+     WHERE o.kind = 'dispatch' AND o.state <> 'published' AND o.created_at < now() - interval '1 minute'
+    UNION ALL
+    SELECT 'dead letter', d.run_id, d.stage, d.attempt, d.at, d.reason
+      FROM wfe.dead_letters AS d
+     WHERE d.resolved_at IS NULL
+  ) AS x
+ ORDER BY x.since, x.run_id, x.stage;
+COMMENT ON VIEW wfe.dashboard_stuck IS
+'Work that does not move: runs with no live attempt and no due timer, attempts past their deadline, overdue timers, tasks on a paused or full queue or of a full tenant, dispatches unpublished for a minute, open dead letters.';
+GRANT SELECT ON wfe.dashboard_stuck TO wfe_reader, wfe_operator;
+
+-- 0.3.0's layout moved the C files into folders (src/pg/...): two function
+-- bodies name them in comments.
 CREATE OR REPLACE FUNCTION wfe._run_handler(p_run_id bigint, p_stage text, p_by text DEFAULT 'wfe.tick')
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE
@@ -58,7 +1109,6 @@ BEGIN
     RETURN true;
 END
 $$;
-
 CREATE OR REPLACE FUNCTION wfe.ack_cancel(run_id bigint, stage text, attempt int, fence bigint)
 RETURNS text
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
@@ -101,4 +1151,3 @@ BEGIN
     RETURN 'accepted';
 END
 $$;
-

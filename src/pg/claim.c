@@ -91,7 +91,7 @@ static stmt q_queue_busy = STMT(
 /*
  * A tenant's task limit (max_tasks_in_flight), the same way: the limited
  * tenants among the next $2 tasks of the queue (a peek without locks, as
- * long as the room, whatever the backlog), in lock order (69_admission.sql),
+ * long as the room, whatever the backlog), in lock order (74_admission.sql),
  * each locked (wfe._lock_tenant) and then counted in a statement of its own.
  * A limited tenant further down is passed over by this claim, not overrun.
  */

@@ -15,8 +15,11 @@
 --    bodies use plain operators; SQL bodies written as BEGIN ATOMIC are bound
 --    when the script runs and cannot be captured afterwards either;
 --  * functions that write, or read tables their callers are not granted, are
---    SECURITY DEFINER; EXECUTE is revoked from PUBLIC and granted per role in
---    90_grants.sql;
+--    SECURITY DEFINER;
+--  * privileges stand beside what they grant: after each function's COMMENT,
+--    REVOKE ALL ... FROM PUBLIC and GRANT EXECUTE to the roles that call it
+--    (internal functions, wfe._*, are granted to nobody: they run inside the
+--    SECURITY DEFINER ones); after each table's or view's COMMENT, its GRANT;
 --  * functions that write raise 22004 on a NULL argument instead of being
 --    STRICT (a STRICT void function silently does nothing); pure readers are
 --    STRICT;
@@ -91,3 +94,4 @@ $$;
 
 COMMENT ON FUNCTION wfe._immutable() IS
 'Trigger: refuses UPDATE, DELETE and TRUNCATE of an immutable table (SQLSTATE 55000). Arguments: what is immutable, and a hint.';
+REVOKE ALL ON FUNCTION wfe._immutable() FROM PUBLIC;

@@ -35,6 +35,11 @@ BEGIN
 END
 $roles$;
 
+-- Each role reaches the schema; what it may do in it is granted beside
+-- each function, table and view (EXECUTE is revoked from PUBLIC there).
+GRANT USAGE ON SCHEMA wfe
+    TO wfe_admin, wfe_author, wfe_approver, wfe_submitter, wfe_worker, wfe_operator, wfe_reader;
+
 -- Who is calling: the role the session acts as, SET ROLE included.  Inside
 -- a SECURITY DEFINER function current_user is the owner, so wfe asks C
 -- (GetOuterUserId) when it needs the caller, e.g. as whom a handler runs.
@@ -42,4 +47,5 @@ CREATE FUNCTION wfe._caller()
 RETURNS regrole AS 'MODULE_PATHNAME', 'wfe_caller' LANGUAGE C STABLE;
 COMMENT ON FUNCTION wfe._caller() IS
 'The role acting in this session, SET ROLE included (inside SECURITY DEFINER functions current_user is the owner).';
+REVOKE ALL ON FUNCTION wfe._caller() FROM PUBLIC;
 

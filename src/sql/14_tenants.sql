@@ -6,19 +6,19 @@
 -- members of wfe_admin act for every tenant.  A submit's tenant must be
 -- one the caller acts for -- the default tenant too -- and every function
 -- that reads or changes a run answers for another tenant's run exactly as
--- for a run that does not exist.  Row-level security (69_tenant_rls.sql)
+-- for a run that does not exist.  Row-level security (76_tenant_rls.sql)
 -- limits what the readers' roles SELECT to the same tenants.
 
 CREATE TABLE wfe.tenant_members (
     role       regrole NOT NULL,
-    tenant     text NOT NULL
-               CONSTRAINT tenant_members_tenant_format CHECK (tenant ~ '^[A-Za-z0-9_.-]{1,63}$'),
+    tenant     wfe.tenant_name NOT NULL,
     granted_by name NOT NULL DEFAULT session_user,
     granted_at timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (role, tenant)
 );
 COMMENT ON TABLE wfe.tenant_members IS
 'Which roles act for which tenants (wfe.add_tenant_member); superusers and wfe_admin act for all.';
+GRANT SELECT ON wfe.tenant_members TO wfe_admin;
 
 -- The tenants the calling role acts for; NULL when it acts for all (a
 -- superuser, or with wfe_admin's privileges).  Public: the row-level
@@ -39,6 +39,8 @@ BEGIN ATOMIC
 END;
 COMMENT ON FUNCTION wfe.my_tenants() IS
 'The tenants the role acting in this session acts for (mapped directly or through roles whose privileges it has); NULL: every tenant (a superuser or wfe_admin).';
+REVOKE ALL ON FUNCTION wfe.my_tenants() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION wfe.my_tenants() TO wfe_admin, wfe_author, wfe_approver, wfe_submitter, wfe_worker, wfe_operator, wfe_reader;
 
 -- May the calling role act for p_tenant?
 CREATE FUNCTION wfe._tenant_ok(p_tenant text)
@@ -50,6 +52,7 @@ BEGIN ATOMIC
 END;
 COMMENT ON FUNCTION wfe._tenant_ok(text) IS
 'Whether the role acting in this session acts for tenant p_tenant (mapped to it, or a superuser or wfe_admin).';
+REVOKE ALL ON FUNCTION wfe._tenant_ok(text) FROM PUBLIC;
 
 -- Check a membership's arguments: a real role (not PUBLIC) and a tenant name.
 CREATE FUNCTION wfe._check_tenant_member(p_role regrole, p_tenant text)
@@ -64,14 +67,12 @@ BEGIN
     IF p_role = 0 THEN
         RAISE EXCEPTION 'a tenant cannot be mapped to PUBLIC' USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    IF p_tenant !~ '^[A-Za-z0-9_.-]{1,63}$' THEN
-        RAISE EXCEPTION 'tenant "%" is not valid', left(p_tenant, 80)
-            USING ERRCODE = 'invalid_parameter_value', HINT = 'Tenants match ^[A-Za-z0-9_.-]{1,63}$.';
-    END IF;
+    PERFORM wfe._check_tenant_name(p_tenant);
 END
 $$;
 COMMENT ON FUNCTION wfe._check_tenant_member(regrole, text) IS
 'Raises 22004 or 22023 unless role is a real role and tenant a valid tenant name.';
+REVOKE ALL ON FUNCTION wfe._check_tenant_member(regrole, text) FROM PUBLIC;
 
 CREATE FUNCTION wfe.add_tenant_member(role regrole, tenant text)
 RETURNS void
@@ -87,6 +88,8 @@ END
 $$;
 COMMENT ON FUNCTION wfe.add_tenant_member(regrole, text) IS
 'Lets role (and every role with its privileges) act for tenant: submit, read, cancel its runs. Idempotent.';
+REVOKE ALL ON FUNCTION wfe.add_tenant_member(regrole, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION wfe.add_tenant_member(regrole, text) TO wfe_admin;
 
 CREATE FUNCTION wfe.remove_tenant_member(role regrole, tenant text)
 RETURNS void
@@ -102,3 +105,5 @@ END
 $$;
 COMMENT ON FUNCTION wfe.remove_tenant_member(regrole, text) IS
 'Takes back add_tenant_member. Idempotent.';
+REVOKE ALL ON FUNCTION wfe.remove_tenant_member(regrole, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION wfe.remove_tenant_member(regrole, text) TO wfe_admin;

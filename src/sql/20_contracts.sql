@@ -13,9 +13,7 @@ CREATE TABLE wfe.contracts (
                   CONSTRAINT contracts_kind CHECK (kind IN ('worker', 'action')),
     name          text NOT NULL,
     version       int NOT NULL CONSTRAINT contracts_version CHECK (version >= 1),
-    queue         text
-                  CONSTRAINT contracts_queue_format
-                  CHECK (queue ~ '^[a-z][a-z0-9_.-]{0,62}$'),
+    queue         wfe.queue_name,
     handler       regprocedure,
     input_schema  jsonb NOT NULL DEFAULT '{}'
                   CONSTRAINT contracts_input_schema CHECK (jsonb_typeof(input_schema) = 'object'),
@@ -37,6 +35,7 @@ CREATE TABLE wfe.contracts (
 
 COMMENT ON TABLE wfe.contracts IS
 'Registered action and worker contracts (name@N). Rows are immutable: register a new version instead.';
+GRANT SELECT ON wfe.contracts TO wfe_admin, wfe_author, wfe_approver, wfe_operator, wfe_reader;
 COMMENT ON COLUMN wfe.contracts.ref IS 'Contract reference name@N, as definitions name it';
 COMMENT ON COLUMN wfe.contracts.kind IS 'worker (runs outside the database, claimed from a queue) or action';
 COMMENT ON COLUMN wfe.contracts.queue IS 'Queue the worker or queued action is dispatched to; NULL for an in-database action';
@@ -48,10 +47,12 @@ CREATE FUNCTION wfe._check_handler(handler regprocedure, run_as regrole)
 RETURNS void AS 'MODULE_PATHNAME', 'wfe_check_handler' LANGUAGE C STABLE STRICT;
 COMMENT ON FUNCTION wfe._check_handler(regprocedure, regrole) IS
 'Raises 42501 unless handler may run as run_as: owned by it or a superuser, not in a temporary schema, executable by it.';
+REVOKE ALL ON FUNCTION wfe._check_handler(regprocedure, regrole) FROM PUBLIC;
 CREATE FUNCTION wfe._invoke_handler(handler regprocedure, run_as regrole, input jsonb)
 RETURNS jsonb AS 'MODULE_PATHNAME', 'wfe_invoke_handler' LANGUAGE C VOLATILE STRICT;
 COMMENT ON FUNCTION wfe._invoke_handler(regprocedure, regrole, jsonb) IS
 'Calls handler(input) as run_as, under SECURITY_RESTRICTED_OPERATION, after checking it still may.';
+REVOKE ALL ON FUNCTION wfe._invoke_handler(regprocedure, regrole, jsonb) FROM PUBLIC;
 COMMENT ON COLUMN wfe.contracts.input_schema IS 'JSON-Schema subset the bound input must satisfy';
 COMMENT ON COLUMN wfe.contracts.output_schema IS 'JSON-Schema subset a result must satisfy';
 COMMENT ON COLUMN wfe.contracts.created_by IS 'session_user that registered the contract';
@@ -114,11 +115,7 @@ BEGIN
                   HINT = 'An action either runs in the database (handler => a function (input jsonb) RETURNS jsonb) or is dispatched to workers (queue => a queue name).';
     END IF;
 
-    IF p_queue IS NOT NULL AND p_queue !~ '^[a-z][a-z0-9_.-]{0,62}$' THEN
-        RAISE EXCEPTION 'invalid queue name "%"', p_queue
-            USING ERRCODE = 'invalid_parameter_value',
-                  HINT = 'A queue name matches [a-z][a-z0-9_.-]* and has at most 63 characters.';
-    END IF;
+    PERFORM wfe._check_queue_name(p_queue);
 
     IF p_handler IS NOT NULL THEN
         SELECT p.prokind, p.pronargs, p.proargtypes, p.prorettype, p.proretset
@@ -181,6 +178,7 @@ $$;
 
 COMMENT ON FUNCTION wfe._register_contract(text, text, text, regprocedure, jsonb, jsonb) IS
 'Validates and stores a contract; identical re-registration is a no-op, different content raises 23505.';
+REVOKE ALL ON FUNCTION wfe._register_contract(text, text, text, regprocedure, jsonb, jsonb) FROM PUBLIC;
 
 
 CREATE FUNCTION wfe.register_worker(ref text, queue text,
@@ -197,6 +195,8 @@ $$;
 
 COMMENT ON FUNCTION wfe.register_worker(text, text, jsonb, jsonb) IS
 'Registers worker contract ref (name@N) served from queue, with its input and output JSON schemas. Idempotent; a registered version is immutable.';
+REVOKE ALL ON FUNCTION wfe.register_worker(text, text, jsonb, jsonb) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION wfe.register_worker(text, text, jsonb, jsonb) TO wfe_admin;
 
 
 CREATE FUNCTION wfe.register_action(ref text, handler regprocedure DEFAULT NULL,
@@ -214,3 +214,5 @@ $$;
 
 COMMENT ON FUNCTION wfe.register_action(text, regprocedure, text, jsonb, jsonb) IS
 'Registers action contract ref (name@N): either an in-database handler (input jsonb) RETURNS jsonb or a queue. Idempotent; a registered version is immutable.';
+REVOKE ALL ON FUNCTION wfe.register_action(text, regprocedure, text, jsonb, jsonb) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION wfe.register_action(text, regprocedure, text, jsonb, jsonb) TO wfe_admin;

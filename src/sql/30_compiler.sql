@@ -12,6 +12,7 @@ LANGUAGE C STABLE PARALLEL SAFE;
 
 COMMENT ON FUNCTION wfe._compile(text, jsonb) IS
 'Compiler core: {"ok","digest","plan","diagnostics"} for a YAML definition, checked against the given contracts (NULL: contracts layer skipped). Use wfe.compile().';
+REVOKE ALL ON FUNCTION wfe._compile(text, jsonb) FROM PUBLIC;
 
 
 -- Mermaid flowchart of a compiled plan.
@@ -22,6 +23,7 @@ LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
 
 COMMENT ON FUNCTION wfe._plan_mermaid(jsonb) IS
 'Mermaid flowchart of a compiled plan. Use wfe.plan_mermaid().';
+REVOKE ALL ON FUNCTION wfe._plan_mermaid(jsonb) FROM PUBLIC;
 
 
 -- The registry in the compiler's format.  Never NULL: with no contracts
@@ -45,6 +47,7 @@ END;
 
 COMMENT ON FUNCTION wfe._contracts_json() IS
 'All registered contracts as the JSON array the compiler takes: [{"ref","kind","queue","handler","input_schema","output_schema"}].';
+REVOKE ALL ON FUNCTION wfe._contracts_json() FROM PUBLIC;
 
 
 -- SECURITY DEFINER only so that authors need no privilege on wfe.contracts;
@@ -59,3 +62,5 @@ END;
 
 COMMENT ON FUNCTION wfe.compile(text) IS
 'Compiles a YAML workflow definition against the registered contracts without storing anything. Returns {"ok": bool, "digest": "sha256:..."|null, "plan": {...}|null, "diagnostics": [{"code","severity","message","path","line","column"}]}; never raises for a bad definition.';
+REVOKE ALL ON FUNCTION wfe.compile(text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION wfe.compile(text) TO wfe_author;

@@ -22,6 +22,7 @@ LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
 
 COMMENT ON FUNCTION wfe._check_json_schema(jsonb, text) IS
 'Raises 22023 with the JSON pointer of what makes a schema unusable (unknown keyword, remote reference, backtracking pattern, malformed keyword value); returns nothing for a schema wfe accepts. Internal.';
+REVOKE ALL ON FUNCTION wfe._check_json_schema(jsonb, text) FROM PUBLIC;
 
 CREATE FUNCTION wfe._validate(schema jsonb, value jsonb)
 RETURNS text
@@ -30,6 +31,7 @@ LANGUAGE C STABLE STRICT PARALLEL SAFE;
 
 COMMENT ON FUNCTION wfe._validate(jsonb, jsonb) IS
 'JSON Schema (draft 2020-12, or draft-07 by "$schema") check: NULL when value satisfies schema, else the first violation, e.g. "$.modelId: expected string, got integer (schema #/properties/modelId/type)". Internal.';
+REVOKE ALL ON FUNCTION wfe._validate(jsonb, jsonb) FROM PUBLIC;
 
 
 -- Binds a stage's input template over the evaluation root
@@ -43,6 +45,7 @@ LANGUAGE C STABLE PARALLEL SAFE;
 
 COMMENT ON FUNCTION wfe._bind_input(jsonb, jsonb, jsonb) IS
 'Binds ${...} references of an input template over {"context","stages","outputs","run"}: {"ok": true, "input": {...}} or {"ok": false, "code": "binding.missing"|"binding.null"|"binding.type", "error": "..."}; with input_schema, the bound input must satisfy it (binding.type). Never raises for binding problems. Internal.';
+REVOKE ALL ON FUNCTION wfe._bind_input(jsonb, jsonb, jsonb) FROM PUBLIC;
 
 
 -- Evaluates a decision's branches (the plan's [{"when", "next"}, ...]) in
@@ -55,14 +58,5 @@ LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
 
 COMMENT ON FUNCTION wfe._eval_decision(jsonb, jsonb) IS
 'Evaluates decision branches [{"when": EXPR, "next": STAGE}, ...] in order over {"context","stages","outputs","run"}: {"ok": true, "next": STAGE, "branch": i} for the first true one, or {"ok": false, "code": "expr.eval", "error": "...", "branch": i|null}. Internal.';
+REVOKE ALL ON FUNCTION wfe._eval_decision(jsonb, jsonb) FROM PUBLIC;
 
-
--- Internal helpers: only wfe's SECURITY DEFINER functions (owned by the
--- extension owner) call them.  90_grants.sql revokes everything again; this
--- keeps the file right on its own.
-REVOKE EXECUTE ON FUNCTION
-    wfe._check_json_schema(jsonb, text),
-    wfe._validate(jsonb, jsonb),
-    wfe._bind_input(jsonb, jsonb, jsonb),
-    wfe._eval_decision(jsonb, jsonb)
-    FROM PUBLIC;

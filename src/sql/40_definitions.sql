@@ -43,6 +43,7 @@ CREATE UNIQUE INDEX definitions_one_active
 
 COMMENT ON TABLE wfe.definitions IS
 'Workflow definition versions: source, compiled plan and digest (immutable), and lifecycle state draft -> approved -> active -> retired.';
+GRANT SELECT ON wfe.definitions TO wfe_admin, wfe_author, wfe_approver, wfe_operator, wfe_reader;
 COMMENT ON COLUMN wfe.definitions.workflow IS 'Workflow name (the definition''s name:)';
 COMMENT ON COLUMN wfe.definitions.version IS 'Definition version (the definition''s version:)';
 COMMENT ON COLUMN wfe.definitions.digest IS 'sha256: + hex SHA-256 of the canonical plan';
@@ -103,6 +104,7 @@ $$;
 
 COMMENT ON FUNCTION wfe._definitions_guard() IS
 'Trigger: on wfe.definitions only the lifecycle columns may change, along legal transitions (SQLSTATE 55000).';
+REVOKE ALL ON FUNCTION wfe._definitions_guard() FROM PUBLIC;
 
 CREATE TRIGGER definitions_guard
     BEFORE UPDATE ON wfe.definitions
@@ -130,6 +132,7 @@ CREATE TABLE wfe.plan_stages (
 
 COMMENT ON TABLE wfe.plan_stages IS
 'One row per stage (tasks form: per task) of a stored plan, then one per finaliser; immutable.';
+GRANT SELECT ON wfe.plan_stages TO wfe_admin, wfe_author, wfe_approver, wfe_operator, wfe_reader;
 COMMENT ON COLUMN wfe.plan_stages.ordinal IS '1-based position: declared stages or tasks first, then finalisers in declared order';
 COMMENT ON COLUMN wfe.plan_stages.stage IS 'Stage name, task id, or finaliser.N';
 COMMENT ON COLUMN wfe.plan_stages.type IS 'action, worker, decision, fork, join, or finaliser';
@@ -155,6 +158,7 @@ CREATE INDEX plan_edges_to_stage ON wfe.plan_edges (definition_id, to_stage);
 
 COMMENT ON TABLE wfe.plan_edges IS
 'Edges of a stored plan, one per reference in every edge namespace; immutable.';
+GRANT SELECT ON wfe.plan_edges TO wfe_admin, wfe_author, wfe_approver, wfe_operator, wfe_reader;
 COMMENT ON COLUMN wfe.plan_edges.kind IS
 'success (on_success), failure (on_failure), branch (decision next), evaluation_error (on_evaluation_error), fork (fork -> branch), join (required stage -> join), depends_on (dependency -> task)';
 COMMENT ON COLUMN wfe.plan_edges.ordinal IS '1-based position in its list (branches, required, depends_on); 1 for single references';
@@ -238,6 +242,7 @@ $$;
 
 COMMENT ON FUNCTION wfe._store_plan(bigint, jsonb) IS
 'Fills wfe.plan_stages and wfe.plan_edges from a compiled plan (called by wfe.create_definition).';
+REVOKE ALL ON FUNCTION wfe._store_plan(bigint, jsonb) FROM PUBLIC;
 
 
 CREATE FUNCTION wfe.create_definition(source text)
@@ -305,3 +310,5 @@ $$;
 
 COMMENT ON FUNCTION wfe.create_definition(text) IS
 'Compiles a YAML definition and stores it as a new immutable draft version with its plan tables; returns the digest. The same name, version and digest again is a no-op; the same name and version with another digest raises 23505; an invalid definition raises 22023 with the diagnostics as JSON in DETAIL.';
+REVOKE ALL ON FUNCTION wfe.create_definition(text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION wfe.create_definition(text) TO wfe_author;

@@ -18,12 +18,13 @@ BEGIN
     -- its own session; loading it defines the real, superuser-only setting
     -- and discards such a value with a warning.
     LOAD 'MODULE_PATHNAME';
-    RETURN coalesce(nullif(current_setting('wfe.four_eyes', true), ''), 'off')::boolean;
+    RETURN current_setting('wfe.four_eyes')::boolean;
 END
 $$;
 
 COMMENT ON FUNCTION wfe._four_eyes() IS
 'True when wfe.four_eyes is on: the creator of a definition version may not approve or activate it.';
+REVOKE ALL ON FUNCTION wfe._four_eyes() FROM PUBLIC;
 
 
 CREATE FUNCTION wfe.approve(workflow text, version text)
@@ -69,6 +70,8 @@ $$;
 
 COMMENT ON FUNCTION wfe.approve(text, text) IS
 'Approves a draft definition version (draft -> approved). With wfe.four_eyes on, not by the role that created it.';
+REVOKE ALL ON FUNCTION wfe.approve(text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION wfe.approve(text, text) TO wfe_approver;
 
 
 CREATE FUNCTION wfe.activate(workflow text, version text)
@@ -132,6 +135,8 @@ $$;
 
 COMMENT ON FUNCTION wfe.activate(text, text) IS
 'Makes an approved or retired definition version the active one of its workflow; the previously active version is retired for new runs. Activating an earlier version is the rollback.';
+REVOKE ALL ON FUNCTION wfe.activate(text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION wfe.activate(text, text) TO wfe_approver;
 
 
 CREATE FUNCTION wfe.plan_mermaid(workflow text)
@@ -174,3 +179,5 @@ $$;
 
 COMMENT ON FUNCTION wfe.plan_mermaid(text) IS
 'Mermaid flowchart of a stored plan: ''name'' (its active version) or ''name@version'' (any state, so drafts can be reviewed).';
+REVOKE ALL ON FUNCTION wfe.plan_mermaid(text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION wfe.plan_mermaid(text) TO wfe_author, wfe_approver, wfe_reader;

@@ -8,35 +8,77 @@
 CREATE FUNCTION wfe._stage_state_guard()
 RETURNS trigger AS 'MODULE_PATHNAME', 'wfe_stage_state_guard' LANGUAGE C;
 COMMENT ON FUNCTION wfe._stage_state_guard() IS 'Trigger: refuses stage state changes not in wfe.stage_transitions()';
+REVOKE ALL ON FUNCTION wfe._stage_state_guard() FROM PUBLIC;
 CREATE FUNCTION wfe._run_state_guard()
 RETURNS trigger AS 'MODULE_PATHNAME', 'wfe_run_state_guard' LANGUAGE C;
 COMMENT ON FUNCTION wfe._run_state_guard() IS 'Trigger: refuses run state changes not in wfe.run_transitions()';
+REVOKE ALL ON FUNCTION wfe._run_state_guard() FROM PUBLIC;
 
 CREATE FUNCTION wfe._stage_row_ok(kind text, state text, attempt int, fence bigint,
                                    outcome text, skip_reason text)
 RETURNS boolean AS 'MODULE_PATHNAME', 'wfe_stage_row_ok' LANGUAGE C IMMUTABLE PARALLEL SAFE;
 COMMENT ON FUNCTION wfe._stage_row_ok(text, text, int, bigint, text, text) IS
 'The CHECK of wfe.run_stages: known kind and state, attempt and fence not negative, outcome and skip_reason NULL or known.';
+REVOKE ALL ON FUNCTION wfe._stage_row_ok(text, text, int, bigint, text, text) FROM PUBLIC;
 
 CREATE FUNCTION wfe.stage_transitions(OUT from_state text, OUT to_state text, OUT meaning text)
 RETURNS SETOF record AS 'MODULE_PATHNAME', 'wfe_stage_transitions' LANGUAGE C IMMUTABLE STRICT;
 COMMENT ON FUNCTION wfe.stage_transitions() IS 'The legal stage state transitions (any state may also be updated in place)';
+REVOKE ALL ON FUNCTION wfe.stage_transitions() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION wfe.stage_transitions() TO wfe_reader, wfe_operator;
 CREATE FUNCTION wfe.run_transitions(OUT from_state text, OUT to_state text, OUT meaning text)
 RETURNS SETOF record AS 'MODULE_PATHNAME', 'wfe_run_transitions' LANGUAGE C IMMUTABLE STRICT;
 COMMENT ON FUNCTION wfe.run_transitions() IS 'The legal run state transitions';
+REVOKE ALL ON FUNCTION wfe.run_transitions() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION wfe.run_transitions() TO wfe_reader, wfe_operator;
 
--- Queues: delivery mode, in-flight limit, pause.  A queue never configured is
--- a poll queue (wfe.claim_task); broker queues get dispatch messages.
-CREATE TABLE wfe.queues (
-    queue         text PRIMARY KEY,
-    delivery      text NOT NULL DEFAULT 'poll'
-                  CONSTRAINT queues_delivery CHECK (delivery IN ('poll', 'broker')),
-    max_in_flight int CONSTRAINT queues_max_in_flight CHECK (max_in_flight > 0),
-    paused        boolean NOT NULL DEFAULT false,
-    updated_at    timestamptz NOT NULL DEFAULT now()
-);
-COMMENT ON TABLE wfe.queues IS
-'Queue settings: delivery mode (poll or broker), in-flight limit, paused.  Unlisted queues are poll queues.';
+-- What the states mean, one definition each, for wfe's own functions (the
+-- step core has its own words in src/core/engine/states.h).  Plain SQL
+-- without SET, so the planner inlines them into the IN lists they hold, and
+-- a query that asks wfe._stage_clocked(st.state) matches the partial
+-- indexes below; their bodies are bound at CREATE, so nothing can capture
+-- them.  NB: the planner inlines a function only for a role that may
+-- execute it, and these, being internal, are executable by nobody but
+-- their owner.  So the partial indexes (whose predicates the relcache keeps
+-- as the first role to plan against the table loaded them) and the
+-- dashboards (security_invoker views, planned as the reader) keep the lists
+-- written out, each marked with the helper it must equal.
+
+-- An attempt whose clock runs: queued, dispatched or running.
+CREATE FUNCTION wfe._stage_clocked(state text)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+RETURN state IN ('queued', 'dispatched', 'running');
+COMMENT ON FUNCTION wfe._stage_clocked(text) IS
+'Queued, dispatched or running: a stage''s attempt is live, its queue, execution or heartbeat deadline runs.';
+REVOKE ALL ON FUNCTION wfe._stage_clocked(text) FROM PUBLIC;
+
+-- An attempt a worker has, or has been sent: dispatched or running.
+CREATE FUNCTION wfe._stage_handed_out(state text)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+RETURN state IN ('dispatched', 'running');
+COMMENT ON FUNCTION wfe._stage_handed_out(text) IS
+'Dispatched or running: a worker holds the attempt, or its dispatch message was published (it counts against in-flight limits).';
+REVOKE ALL ON FUNCTION wfe._stage_handed_out(text) FROM PUBLIC;
+
+-- A stage with work under way: clocked, or waiting for its retry.
+CREATE FUNCTION wfe._stage_under_way(state text)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+RETURN state IN ('queued', 'dispatched', 'running', 'retry_scheduled');
+COMMENT ON FUNCTION wfe._stage_under_way(text) IS
+'Queued, dispatched, running or retry_scheduled: an attempt of the stage is under way or due.';
+REVOKE ALL ON FUNCTION wfe._stage_under_way(text) FROM PUBLIC;
+
+-- A run that keeps its idempotency key: live, or ended completed.
+CREATE FUNCTION wfe._run_keeps_key(state text)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+RETURN state NOT IN ('failed', 'cancelled');
+COMMENT ON FUNCTION wfe._run_keeps_key(text) IS
+'Any run state but failed and cancelled: the run keeps its idempotency key (a failed or cancelled run frees it).';
+REVOKE ALL ON FUNCTION wfe._run_keeps_key(text) FROM PUBLIC;
 
 CREATE TABLE wfe.runs (
     run_id            bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
@@ -68,6 +110,7 @@ CREATE TABLE wfe.runs (
 );
 COMMENT ON TABLE wfe.runs IS
 'Workflow runs, pinned at creation to a definition digest, the DSL/compiler/engine versions and the contract versions.';
+GRANT SELECT ON wfe.runs TO wfe_reader, wfe_operator;
 COMMENT ON COLUMN wfe.runs.intent IS 'Terminal intent (completed, failed, cancelled) once set; finalisers then run';
 COMMENT ON COLUMN wfe.runs.contracts IS 'Pinned contract versions: {ref: {"kind","queue"}} of every contract the plan uses';
 
@@ -75,7 +118,7 @@ COMMENT ON COLUMN wfe.runs.contracts IS 'Pinned contract versions: {ref: {"kind"
 -- workflow; once that run failed or was cancelled the key is free again.
 CREATE UNIQUE INDEX runs_idempotency_key
     ON wfe.runs (tenant, workflow, idempotency_key)
-    WHERE idempotency_key IS NOT NULL AND state NOT IN ('failed', 'cancelled');
+    WHERE idempotency_key IS NOT NULL AND state NOT IN ('failed', 'cancelled');    -- wfe._run_keeps_key
 CREATE INDEX runs_unfinished ON wfe.runs (workflow, state) WHERE finished_at IS NULL;
 CREATE INDEX runs_finished_at ON wfe.runs (finished_at) WHERE finished_at IS NOT NULL;
 -- a run's replays (wfe.report)
@@ -125,6 +168,7 @@ CREATE TABLE wfe.run_stages (
 );
 COMMENT ON TABLE wfe.run_stages IS
 'One row per stage (or task, or finaliser) of each run: state, current attempt and fence, bound input, result.';
+GRANT SELECT ON wfe.run_stages TO wfe_reader, wfe_operator;
 COMMENT ON COLUMN wfe.run_stages.attempt IS 'Current attempt, from 1; 0 until released';
 COMMENT ON COLUMN wfe.run_stages.lease_ms IS
 'The lease_ms the running attempt was claimed with (NULL: none); each heartbeat renews it, within the execution deadline';
@@ -143,10 +187,10 @@ CREATE INDEX run_stages_ready ON wfe.run_stages (queue, priority DESC, ready_at)
     WHERE state = 'queued';
 -- The clocks: queued, dispatched or running attempts with a deadline.
 CREATE INDEX run_stages_deadline ON wfe.run_stages (deadline_at)
-    WHERE state IN ('queued', 'dispatched', 'running') AND deadline_at IS NOT NULL;
+    WHERE state IN ('queued', 'dispatched', 'running') AND deadline_at IS NOT NULL;    -- wfe._stage_clocked
 -- Live tasks per queue and tenant: in-flight limits at release, the dashboards.
 CREATE INDEX run_stages_live ON wfe.run_stages (queue, state)
-    WHERE state IN ('queued', 'dispatched', 'running');
+    WHERE state IN ('queued', 'dispatched', 'running');     -- wfe._stage_clocked
 -- In-database actions waiting for wfe.tick() or the background worker.
 CREATE INDEX run_stages_handler ON wfe.run_stages (ready_at)
     WHERE state = 'queued' AND handler IS NOT NULL;
@@ -169,6 +213,7 @@ CREATE TABLE wfe.outputs (
     PRIMARY KEY (run_id, task, key)
 );
 COMMENT ON TABLE wfe.outputs IS 'Task outputs (tasks form), written once per run, task and key';
+GRANT SELECT ON wfe.outputs TO wfe_reader, wfe_operator;
 CREATE TRIGGER outputs_write_once
     BEFORE UPDATE OR DELETE ON wfe.outputs
     FOR EACH ROW WHEN (pg_trigger_depth() = 0)
@@ -188,6 +233,7 @@ CREATE TABLE wfe.events (
 );
 COMMENT ON TABLE wfe.events IS
 'Event log: every accepted transition (run.submitted, stage.released, stage.claimed, stage.completed, ...) and every rejected callback (callback.stale, callback.late, ...).';
+GRANT SELECT ON wfe.events TO wfe_reader, wfe_operator;
 CREATE INDEX events_run ON wfe.events (run_id, event_id);
 -- callbacks about runs that do not exist (and refused signed callbacks,
 -- whose run_id nobody vouches for) belong to no run that retention
@@ -221,6 +267,7 @@ CREATE TABLE wfe.outbox (
     published_at timestamptz
 );
 COMMENT ON TABLE wfe.outbox IS 'Messages to publish, written in the transaction of the transition that caused them';
+GRANT SELECT ON wfe.outbox TO wfe_reader, wfe_operator;
 CREATE INDEX outbox_pending ON wfe.outbox (available_at, id) WHERE state = 'pending';
 CREATE INDEX outbox_claimed ON wfe.outbox (claimed_by) WHERE state = 'claimed';
 -- a run's messages: retention, and a resumed queue's undispatched tasks
@@ -243,6 +290,7 @@ CREATE TABLE wfe.timers (
     fired_at timestamptz
 );
 COMMENT ON TABLE wfe.timers IS 'Durable timers: retry delays, delayed starts (not_before), run deadlines, a cached stage''s wake-up when the attempt it waited on ended (cache_ready)';
+GRANT SELECT ON wfe.timers TO wfe_reader, wfe_operator;
 CREATE INDEX timers_due ON wfe.timers (due_at) WHERE fired_at IS NULL;
 CREATE INDEX timers_run ON wfe.timers (run_id);
 
@@ -279,5 +327,6 @@ CREATE TABLE wfe.dead_letters (
     resolution     text
 );
 COMMENT ON TABLE wfe.dead_letters IS 'Stages that exhausted their retries, with the last error';
+GRANT SELECT ON wfe.dead_letters TO wfe_reader, wfe_operator;
 COMMENT ON COLUMN wfe.dead_letters.resolution IS 'How an operator resolved it (redriven, skipped, failed, cancelled, replayed); NULL while open';
 CREATE INDEX dead_letters_run ON wfe.dead_letters (run_id);

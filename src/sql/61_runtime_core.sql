@@ -18,6 +18,7 @@ BEGIN ATOMIC
 END;
 COMMENT ON FUNCTION wfe._event(bigint, text, text, int, text, jsonb) IS
 'Appends one row to the event log.';
+REVOKE ALL ON FUNCTION wfe._event(bigint, text, text, int, text, jsonb) FROM PUBLIC;
 
 -- The deterministic identity of a message about one attempt.
 CREATE FUNCTION wfe._message_id(p_run_id bigint, p_stage text, p_attempt int, p_fence bigint,
@@ -29,6 +30,7 @@ RETURN md5(p_run_id::text || ':' || p_stage || ':' || p_attempt::text || ':'
            || p_fence::text || ':' || p_kind)::uuid;
 COMMENT ON FUNCTION wfe._message_id(bigint, text, int, bigint, text) IS
 'Deterministic message id of (run, stage, attempt, fence, kind): a republished message keeps its id, so consumers deduplicate.';
+REVOKE ALL ON FUNCTION wfe._message_id(bigint, text, int, bigint, text) FROM PUBLIC;
 
 -- Should a release wake poll workers of this queue?
 CREATE FUNCTION wfe._notify_ready(p_queue text)
@@ -39,13 +41,14 @@ AS $$
 BEGIN
     -- NOTIFY dedups identical payloads within a transaction, so a batch of
     -- releases to one queue costs one notification at commit.
-    IF p_queue IS NOT NULL AND coalesce(current_setting('wfe.notify', true), 'on') <> 'off' THEN
+    IF p_queue IS NOT NULL AND wfe._setting('wfe.notify')::boolean THEN
         PERFORM pg_notify('wfe_task_ready', p_queue);
     END IF;
 END
 $$;
 COMMENT ON FUNCTION wfe._notify_ready(text) IS
 'NOTIFY wfe_task_ready with the queue name (once per transaction and queue), unless wfe.notify is off.';
+REVOKE ALL ON FUNCTION wfe._notify_ready(text) FROM PUBLIC;
 
 -- Queue a dispatch message in the outbox for a broker-mode queue.  An input
 -- over wfe.track_threshold_bytes goes on the large track: stored once by its
@@ -63,7 +66,7 @@ DECLARE
     v_hash  text;
     v_ref   jsonb;
 BEGIN
-    IF v_bytes > coalesce(current_setting('wfe.track_threshold_bytes', true)::int, 524288) THEN
+    IF v_bytes > wfe._setting('wfe.track_threshold_bytes')::int THEN
         v_track := 'large';
         v_hash := encode(sha256(convert_to(v_text, 'UTF8')), 'hex');
         v_ref := jsonb_build_object('bucket', 'wfe.payloads', 'key', 'sha256:' || v_hash,
@@ -104,6 +107,7 @@ END
 $$;
 COMMENT ON FUNCTION wfe._dispatch(wfe.runs, wfe.run_stages) IS
 'Writes the dispatch message of a released attempt to the outbox (broker-mode queues), by reference on the large track.';
+REVOKE ALL ON FUNCTION wfe._dispatch(wfe.runs, wfe.run_stages) FROM PUBLIC;
 
 -- The engine's entry points that are not callbacks (src/pg/engine.c).  Each
 -- locks the run (the callers may already hold it) and moves it on.
@@ -111,28 +115,34 @@ CREATE FUNCTION wfe._start_run(run_id bigint)
 RETURNS void AS 'MODULE_PATHNAME', 'wfe_start_run' LANGUAGE C VOLATILE STRICT;
 COMMENT ON FUNCTION wfe._start_run(bigint) IS
 'Releases a new run''s first stages: the entry (stages form) or every task without dependencies.';
+REVOKE ALL ON FUNCTION wfe._start_run(bigint) FROM PUBLIC;
 
 CREATE FUNCTION wfe._timer_fired(run_id bigint, kind text, stage text, attempt int, fence bigint)
 RETURNS void AS 'MODULE_PATHNAME', 'wfe_timer_fired' LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION wfe._timer_fired(bigint, text, text, int, bigint) IS
 'A due timer: a retry queues a new attempt with a new fence, a delayed start starts the run, a run deadline fails it.';
+REVOKE ALL ON FUNCTION wfe._timer_fired(bigint, text, text, int, bigint) FROM PUBLIC;
 
 CREATE FUNCTION wfe._expire(run_id bigint, stage text)
 RETURNS boolean AS 'MODULE_PATHNAME', 'wfe_expire' LANGUAGE C VOLATILE STRICT;
 COMMENT ON FUNCTION wfe._expire(bigint, text) IS
 'Times out an attempt past its queue, execution or heartbeat deadline: fenced, then retried or failed per policy.';
+REVOKE ALL ON FUNCTION wfe._expire(bigint, text) FROM PUBLIC;
 
 CREATE FUNCTION wfe._action_done(run_id bigint, stage text, result jsonb, error jsonb)
 RETURNS void AS 'MODULE_PATHNAME', 'wfe_action_done' LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION wfe._action_done(bigint, text, jsonb, jsonb) IS
 'An in-database action''s attempt ended: its result is checked like a worker''s; an error is retried per policy.';
+REVOKE ALL ON FUNCTION wfe._action_done(bigint, text, jsonb, jsonb) FROM PUBLIC;
 
 CREATE FUNCTION wfe._cancel(run_id bigint, reason text)
 RETURNS void AS 'MODULE_PATHNAME', 'wfe_cancel' LANGUAGE C VOLATILE STRICT;
 COMMENT ON FUNCTION wfe._cancel(bigint, text) IS
 'Sets a run''s cancelled intent: in-flight attempts fenced and asked to stop, unstarted stages skipped, finalisers run.';
+REVOKE ALL ON FUNCTION wfe._cancel(bigint, text) FROM PUBLIC;
 
 CREATE FUNCTION wfe._engine_error(run_id bigint, stage text, error jsonb)
 RETURNS void AS 'MODULE_PATHNAME', 'wfe_engine_error' LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION wfe._engine_error(bigint, text, jsonb) IS
 'An item of a worker round (a firing, an expiry, an action) raised for this run: records run.engine_error and fails the run.';
+REVOKE ALL ON FUNCTION wfe._engine_error(bigint, text, jsonb) FROM PUBLIC;

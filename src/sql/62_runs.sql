@@ -13,7 +13,7 @@ BEGIN
     SELECT x.run_id, x.context INTO v_run_id, v_context
       FROM wfe.runs AS x
      WHERE x.tenant = p_tenant AND x.workflow = p_workflow AND x.idempotency_key = p_key
-       AND x.state NOT IN ('failed', 'cancelled');
+       AND wfe._run_keeps_key(x.state);
     IF v_run_id IS NOT NULL AND v_context <> p_context THEN
         RAISE EXCEPTION 'idempotency key "%" of workflow "%" was already used with a different context',
                 p_key, p_workflow
@@ -26,6 +26,7 @@ END
 $$;
 COMMENT ON FUNCTION wfe._idempotent_run(text, text, text, jsonb) IS
 'The live or successful run of (tenant, workflow, key), or NULL; raises 22023 when the key was used with another context.';
+REVOKE ALL ON FUNCTION wfe._idempotent_run(text, text, text, jsonb) FROM PUBLIC;
 
 -- The definition a submit names: 'name' (active) or 'name@version' (approved).
 CREATE FUNCTION wfe._submittable(p_workflow text)
@@ -62,6 +63,7 @@ END
 $$;
 COMMENT ON FUNCTION wfe._submittable(text) IS
 'Resolves a submit''s workflow argument: the active version of a name, or an approved name@version.';
+REVOKE ALL ON FUNCTION wfe._submittable(text) FROM PUBLIC;
 
 CREATE FUNCTION wfe.submit(workflow text, context jsonb DEFAULT '{}', idempotency_key text DEFAULT NULL,
                            options jsonb DEFAULT '{}')
@@ -114,10 +116,7 @@ BEGIN
                   HINT = 'Options are tenant, execution_context, run_deadline_ms, priority and not_before.';
     END IF;
     v_tenant := coalesce(v_opts ->> 'tenant', 'default');
-    IF v_tenant !~ '^[A-Za-z0-9_.-]{1,63}$' THEN
-        RAISE EXCEPTION 'tenant "%" is not valid', v_tenant
-            USING ERRCODE = 'invalid_parameter_value', HINT = 'Tenants match ^[A-Za-z0-9_.-]{1,63}$.';
-    END IF;
+    PERFORM wfe._check_tenant_name(v_tenant);
     -- a role submits only for the tenants it acts for, the default one too
     IF NOT wfe._tenant_ok(v_tenant) THEN
         RAISE EXCEPTION 'role "%" does not act for tenant "%"', wfe._caller(), v_tenant
@@ -207,7 +206,7 @@ BEGIN
             submit.idempotency_key, v_priority, v_start,
             now() + make_interval(secs => v_deadline / 1000.0), d.plan ->> 'form')
     ON CONFLICT (tenant, workflow, idempotency_key)
-       WHERE idempotency_key IS NOT NULL AND state NOT IN ('failed', 'cancelled')
+       WHERE idempotency_key IS NOT NULL AND wfe._run_keeps_key(state)
        DO NOTHING
     RETURNING x.* INTO r;
     IF NOT FOUND THEN
@@ -238,10 +237,9 @@ BEGIN
       LEFT JOIN wfe.contracts AS c ON c.ref = coalesce(ps.spec ->> 'worker', ps.spec ->> 'action')
      WHERE ps.definition_id = d.definition_id;
 
-    INSERT INTO wfe.events (run_id, tenant, type, detail)
-    VALUES (r.run_id, r.tenant, 'run.submitted',
-            jsonb_build_object('workflow', r.workflow, 'version', r.version,
-                               'digest', r.definition_digest, 'idempotency_key', r.idempotency_key));
+    PERFORM wfe._event(r.run_id, r.tenant, NULL, NULL, 'run.submitted',
+                       jsonb_build_object('workflow', r.workflow, 'version', r.version,
+                                          'digest', r.definition_digest, 'idempotency_key', r.idempotency_key));
     IF r.deadline_at IS NOT NULL THEN
         INSERT INTO wfe.timers (tenant, run_id, kind, due_at)
         VALUES (r.tenant, r.run_id, 'run_deadline', r.deadline_at);
@@ -259,6 +257,8 @@ END
 $$;
 COMMENT ON FUNCTION wfe.submit(text, jsonb, text, jsonb) IS
 'Starts a run of the active (or a named approved) version, in the caller''s transaction; an idempotency key returns the earlier run with accepted = false.';
+REVOKE ALL ON FUNCTION wfe.submit(text, jsonb, text, jsonb) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION wfe.submit(text, jsonb, text, jsonb) TO wfe_submitter;
 
 CREATE FUNCTION wfe.cancel_run(run_id bigint, reason text DEFAULT NULL)
 RETURNS text
@@ -297,3 +297,5 @@ END
 $$;
 COMMENT ON FUNCTION wfe.cancel_run(bigint, text) IS
 'Cancels a run: in-flight attempts are fenced and asked to stop, unstarted stages skipped, finalisers run; answers accepted, late or unknown.';
+REVOKE ALL ON FUNCTION wfe.cancel_run(bigint, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION wfe.cancel_run(bigint, text) TO wfe_submitter, wfe_operator;

@@ -277,7 +277,7 @@ RESET rt_tr.by;
 SELECT wfe.cancel_run(:o1);
 
 --
--- 10b. Operator recovery (71_recovery.sql), through the engine: a skip
+-- 10b. Operator recovery (81_recovery.sql), through the engine: a skip
 --     completes a failed or timed-out stage (failed | timed_out -> completed)
 --     and reopens its failed run (failed -> running); a redrive reopens a
 --     run whose join failed (failed -> waiting) and whose finaliser ran

@@ -13,6 +13,7 @@ CREATE FUNCTION wfe._operate(run_id bigint, stage text, operation text, value te
 RETURNS void AS 'MODULE_PATHNAME', 'wfe_operate' LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION wfe._operate(bigint, text, text, text, text, text) IS
 'An operator''s redrive, skip, fail or redispatch of one stage, through the step core under the run''s lock; 55000 when the core refuses.';
+REVOKE ALL ON FUNCTION wfe._operate(bigint, text, text, text, text, text) FROM PUBLIC;
 
 -- The stage's open dead letters are resolved by an operator's action.
 CREATE FUNCTION wfe._resolve_dead_letters(p_run_id bigint, p_stage text, p_resolution text)
@@ -26,6 +27,7 @@ BEGIN ATOMIC
 END;
 COMMENT ON FUNCTION wfe._resolve_dead_letters(bigint, text, text) IS
 'Closes the open dead letters of a stage (or, stage NULL, of a run) with how an operator resolved them.';
+REVOKE ALL ON FUNCTION wfe._resolve_dead_letters(bigint, text, text) FROM PUBLIC;
 
 -- Arguments every action needs.
 CREATE FUNCTION wfe._require_stage(p_run_id bigint, p_stage text)
@@ -40,6 +42,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION wfe._require_stage(bigint, text) IS 'Raises 22004 when the run or the stage is NULL.';
+REVOKE ALL ON FUNCTION wfe._require_stage(bigint, text) FROM PUBLIC;
 
 CREATE FUNCTION wfe.redrive(run_id bigint, stage text, reason text DEFAULT NULL)
 RETURNS void
@@ -66,6 +69,8 @@ END
 $$;
 COMMENT ON FUNCTION wfe.redrive(bigint, text, text) IS
 'Runs a failed or timed-out task again: a new attempt with a new fence; a run that ended failed is reopened and goes on from there.';
+REVOKE ALL ON FUNCTION wfe.redrive(bigint, text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION wfe.redrive(bigint, text, text) TO wfe_operator;
 
 CREATE FUNCTION wfe.skip_stage(run_id bigint, stage text, result jsonb DEFAULT '{}', reason text DEFAULT NULL)
 RETURNS void
@@ -81,6 +86,8 @@ END
 $$;
 COMMENT ON FUNCTION wfe.skip_stage(bigint, text, jsonb, text) IS
 'Completes a failed or timed-out stage by hand with result (checked like a report; a decision takes {"next": stage}); a failed run is reopened.';
+REVOKE ALL ON FUNCTION wfe.skip_stage(bigint, text, jsonb, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION wfe.skip_stage(bigint, text, jsonb, text) TO wfe_operator;
 
 CREATE FUNCTION wfe.fail_stage(run_id bigint, stage text, reason text)
 RETURNS void
@@ -100,6 +107,8 @@ END
 $$;
 COMMENT ON FUNCTION wfe.fail_stage(bigint, text, text) IS
 'Fails an attempt under way by hand: fenced (a pushed worker is asked to stop), failed without retry, its failure route taken.';
+REVOKE ALL ON FUNCTION wfe.fail_stage(bigint, text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION wfe.fail_stage(bigint, text, text) TO wfe_operator;
 
 CREATE FUNCTION wfe.redispatch(run_id bigint, stage text, reason text DEFAULT NULL)
 RETURNS void
@@ -133,6 +142,8 @@ END
 $$;
 COMMENT ON FUNCTION wfe.redispatch(bigint, text, text) IS
 'Sends a queued or dispatched broker attempt again: same attempt, new fence, a new dispatch message (the old one''s accept is stale).';
+REVOKE ALL ON FUNCTION wfe.redispatch(bigint, text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION wfe.redispatch(bigint, text, text) TO wfe_operator;
 
 CREATE FUNCTION wfe.replay(run_id bigint, reason text DEFAULT NULL)
 RETURNS bigint
@@ -174,6 +185,8 @@ END
 $$;
 COMMENT ON FUNCTION wfe.replay(bigint, text) IS
 'Starts a new run of an ended run''s pinned definition with its context, tenant, execution context and priority; the new run''s replay_of names the old one.';
+REVOKE ALL ON FUNCTION wfe.replay(bigint, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION wfe.replay(bigint, text) TO wfe_operator;
 
 CREATE FUNCTION wfe.redrive_dead_letters(queue text, since timestamptz DEFAULT '-infinity', reason text DEFAULT NULL)
 RETURNS int
@@ -209,3 +222,5 @@ END
 $$;
 COMMENT ON FUNCTION wfe.redrive_dead_letters(text, timestamptz, text) IS
 'Redrives every stage with an open dead letter on queue since a time; returns how many (stages that can no longer be redriven are passed over).';
+REVOKE ALL ON FUNCTION wfe.redrive_dead_letters(text, timestamptz, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION wfe.redrive_dead_letters(text, timestamptz, text) TO wfe_operator;

@@ -8,7 +8,10 @@
 -- (runs finished in the last hour, by runs_finished_at), so they cost the
 -- same at 1M finished runs as at 1,000 (docs/benchmarks.md).  Rows fit a
 -- 100-column terminal: durations are short text (wfe.human_ms), shares are
--- block-character bars (wfe.bar).
+-- block-character bars (wfe.bar).  NB: they run as the reader, who may
+-- not execute wfe's internal functions: the state sets are written out
+-- here (wfe._stage_clocked, _stage_handed_out, _stage_under_way say what
+-- each means), and so is the track threshold's default.
 
 -- A share in [0, 1] as a bar of width cells, eighths included, and its percentage.
 CREATE FUNCTION wfe.bar(share double precision, width int DEFAULT 10)
@@ -23,6 +26,8 @@ RETURN CASE WHEN share IS NOT NULL AND width >= 1 THEN
 END;
 COMMENT ON FUNCTION wfe.bar(double precision, int) IS
 'A share in [0, 1] drawn as width block characters (eighths of a cell) followed by its percentage, for the dashboards.';
+REVOKE ALL ON FUNCTION wfe.bar(double precision, int) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION wfe.bar(double precision, int) TO wfe_reader, wfe_operator;
 
 -- Milliseconds as short text: 850ms, 12.3s, 4m05s, 2h10m, 3d04h.
 CREATE FUNCTION wfe.human_ms(ms double precision)
@@ -42,6 +47,8 @@ RETURN CASE WHEN ms < 0 THEN '-' ELSE '' END
           FROM (SELECT abs(ms) AS a) AS x);
 COMMENT ON FUNCTION wfe.human_ms(double precision) IS
 'Milliseconds as short text for the dashboards: 850ms, 12.3s, 4m05s, 2h10m, 3d04h.';
+REVOKE ALL ON FUNCTION wfe.human_ms(double precision) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION wfe.human_ms(double precision) TO wfe_reader, wfe_operator;
 
 -- Runs by workflow, version and state: in flight now, finished in the last hour.
 CREATE VIEW wfe.dashboard_runs WITH (security_invoker = true) AS
@@ -72,10 +79,14 @@ SELECT s.workflow, s.version, s.state, s.runs,
           array_position(ARRAY['running', 'finalising', 'completed', 'failed', 'cancelled'], s.state);
 COMMENT ON VIEW wfe.dashboard_runs IS
 'Runs per workflow, version and state: running and finalising runs now (p50/p95 of their age), runs that finished in the last hour (p50/p95 duration, share of the hour''s finished runs).';
+GRANT SELECT ON wfe.dashboard_runs TO wfe_reader, wfe_operator;
 
 -- Queues (and, for broker queues, tracks): what waits, what runs, how fast it starts.
 CREATE VIEW wfe.dashboard_queues WITH (security_invoker = true) AS
 WITH settings AS (
+    -- NB: wfe._setting is not the readers' to call (this view is
+    -- security_invoker), so the default stands here too, for a session that
+    -- has not loaded the library
     SELECT coalesce(current_setting('wfe.track_threshold_bytes', true)::int, 524288) AS threshold
 ), live AS (
     SELECT st.queue,
@@ -140,6 +151,7 @@ SELECT n.queue, n.track,
  ORDER BY n.queue, n.track;
 COMMENT ON VIEW wfe.dashboard_queues IS
 'Per queue and track (poll, or the broker''s small and large): depth, oldest ready age, in flight and limit, dequeue wait p50/p95 and retry rate over the last hour, open dead letters, paused or full.';
+GRANT SELECT ON wfe.dashboard_queues TO wfe_reader, wfe_operator;
 
 -- The outbox and its publisher: one row.
 CREATE VIEW wfe.dashboard_outbox WITH (security_invoker = true) AS
@@ -161,6 +173,7 @@ SELECT (SELECT count(*) FROM wfe.outbox AS o WHERE o.state = 'pending') AS pendi
   FROM wfe.publisher_lease AS l;
 COMMENT ON VIEW wfe.dashboard_outbox IS
 'The outbox and its publisher: pending and claimed rows, oldest pending age, messages published per second over the last minute, unroutable rows, broker connected, lease holder and age of its last renewal, last error.';
+GRANT SELECT ON wfe.dashboard_outbox TO wfe_reader, wfe_operator;
 
 -- Stages per workflow over the last hour: how long, how often they fail.
 CREATE VIEW wfe.dashboard_stages WITH (security_invoker = true) AS
@@ -181,6 +194,7 @@ SELECT r.workflow, st.stage,
  ORDER BY r.workflow, min(st.ordinal);
 COMMENT ON VIEW wfe.dashboard_stages IS
 'Per workflow and stage, over attempts that ended in the last hour: count, p50/p95/p99 duration of the last attempt, failed and timed-out shares, attempts per stage.';
+GRANT SELECT ON wfe.dashboard_stages TO wfe_reader, wfe_operator;
 
 -- Tenants: in flight against their limits.
 CREATE VIEW wfe.dashboard_tenants WITH (security_invoker = true) AS
@@ -212,6 +226,7 @@ SELECT n.tenant,
  ORDER BY n.tenant;
 COMMENT ON VIEW wfe.dashboard_tenants IS
 'Per tenant: runs in flight and tasks queued and in flight, against the tenant''s limits (wfe.configure_tenant).';
+GRANT SELECT ON wfe.dashboard_tenants TO wfe_reader, wfe_operator;
 
 -- Idempotent submits: how often a key named a run that already existed.
 CREATE VIEW wfe.idempotency WITH (security_invoker = true) AS
@@ -228,6 +243,7 @@ SELECT r.tenant, r.workflow,
  ORDER BY r.tenant, r.workflow;
 COMMENT ON VIEW wfe.idempotency IS
 'Per tenant and workflow, over keyed runs in flight or finished in the last hour: runs, submits answered with an existing run (hits), hit ratio = hits / all keyed submits.';
+GRANT SELECT ON wfe.idempotency TO wfe_reader, wfe_operator;
 
 -- Work that does not move, and why.
 CREATE VIEW wfe.dashboard_stuck WITH (security_invoker = true) AS
@@ -299,6 +315,7 @@ SELECT x.problem, x.run_id, x.stage, x.attempt,
  ORDER BY x.since, x.run_id, x.stage;
 COMMENT ON VIEW wfe.dashboard_stuck IS
 'Work that does not move: runs with no live attempt and no due timer, attempts past their deadline, overdue timers, tasks on a paused or full queue or of a full tenant, dispatches unpublished for a minute, open dead letters.';
+GRANT SELECT ON wfe.dashboard_stuck TO wfe_reader, wfe_operator;
 
 -- The result cache per tenant and contract: its entries, and what releases
 -- of cached stages found in the last hour (dsl.md "Result cache").
@@ -335,3 +352,4 @@ SELECT b.tenant, b.contract, b.entries, b.expired, pg_size_pretty(b.bytes) AS si
  ORDER BY b.tenant, b.contract;
 COMMENT ON VIEW wfe.dashboard_cache IS
 'The result cache per tenant and contract: live and expired entries and their size; releases of the last hour that hit, were coalesced onto an attempt in flight, missed, or wait.';
+GRANT SELECT ON wfe.dashboard_cache TO wfe_reader, wfe_operator;

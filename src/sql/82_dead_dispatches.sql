@@ -89,3 +89,4 @@ END
 $$;
 COMMENT ON FUNCTION wfe._broker_dead_letter(text, text, jsonb, text) IS
 'A dispatch RabbitMQ dead-lettered (wfe.dlq): recorded in wfe.dead_letters (reason broker.redeliveries, the x-death history) and its attempt failed through the gate, per the stage''s retry policy.';
+REVOKE ALL ON FUNCTION wfe._broker_dead_letter(text, text, jsonb, text) FROM PUBLIC;

@@ -25,6 +25,7 @@ CREATE TABLE wfe.cache_entries (
 );
 COMMENT ON TABLE wfe.cache_entries IS
 'The stage result cache: accepted results of stages with cache:, by key (sha256 of bound input, contract and tenant), with expiry, digest and origin.';
+GRANT SELECT ON wfe.cache_entries TO wfe_reader, wfe_operator;
 COMMENT ON COLUMN wfe.cache_entries.key IS
 'sha256: and the hex SHA-256 of the key material (docs/dsl.md "Result cache")';
 COMMENT ON COLUMN wfe.cache_entries.result_digest IS
@@ -33,7 +34,7 @@ COMMENT ON COLUMN wfe.cache_entries.run_id IS 'Origin: the run whose attempt pro
 COMMENT ON COLUMN wfe.cache_entries.expires_at IS 'Absolute expiry (stored at now() + ttl_ms); expired entries are misses, and retention removes them';
 CREATE INDEX cache_entries_expiry ON wfe.cache_entries (expires_at);
 CREATE INDEX cache_entries_contract ON wfe.cache_entries (tenant, contract);
--- run-time state like the runs they came from: pg_dump keeps them (68_dump.sql)
+-- run-time state like the runs they came from: pg_dump keeps them (73_dump.sql)
 SELECT pg_catalog.pg_extension_config_dump('wfe.cache_entries', '');
 
 -- Remove entries by key, by contract or by tenant (at least one); the
@@ -69,3 +70,5 @@ END
 $$;
 COMMENT ON FUNCTION wfe.cache_invalidate(text, text, text) IS
 'Removes result cache entries by key, contract and/or tenant (of the tenants the caller acts for); returns how many.';
+REVOKE ALL ON FUNCTION wfe.cache_invalidate(text, text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION wfe.cache_invalidate(text, text, text) TO wfe_operator;

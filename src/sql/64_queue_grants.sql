@@ -7,8 +7,7 @@
 -- backend to drop its cache when the grants change.
 
 CREATE TABLE wfe.queue_grants (
-    queue      text NOT NULL
-               CONSTRAINT queue_grants_queue_format CHECK (queue ~ '^[a-z][a-z0-9_.-]{0,62}$'),
+    queue      wfe.queue_name NOT NULL,
     role       regrole NOT NULL,
     granted_by name NOT NULL DEFAULT session_user,
     granted_at timestamptz NOT NULL DEFAULT now(),
@@ -16,11 +15,13 @@ CREATE TABLE wfe.queue_grants (
 );
 COMMENT ON TABLE wfe.queue_grants IS
 'Which roles may claim from, accept on and report for each queue (wfe.grant_queue, wfe.revoke_queue); superusers and wfe_admin always may.';
+GRANT SELECT ON wfe.queue_grants TO wfe_admin, wfe_operator, wfe_reader;
 
 CREATE FUNCTION wfe._queue_grants_changed()
 RETURNS trigger AS 'MODULE_PATHNAME', 'wfe_queue_grants_changed' LANGUAGE C;
 COMMENT ON FUNCTION wfe._queue_grants_changed() IS
 'Trigger: every backend drops its cached queue grants when this transaction commits.';
+REVOKE ALL ON FUNCTION wfe._queue_grants_changed() FROM PUBLIC;
 CREATE TRIGGER queue_grants_changed AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON wfe.queue_grants
     FOR EACH STATEMENT EXECUTE FUNCTION wfe._queue_grants_changed();
 
@@ -29,6 +30,7 @@ CREATE FUNCTION wfe._may_call_back(queue text, tenant text, handler boolean, run
 RETURNS boolean AS 'MODULE_PATHNAME', 'wfe_may_call_back_sql' LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION wfe._may_call_back(text, text, boolean, bigint, text, text) IS
 'Whether the session''s role may call back about a stage: true if it serves the queue; false (answer unknown) if it neither serves it nor acts for the tenant; else 42501.';
+REVOKE ALL ON FUNCTION wfe._may_call_back(text, text, boolean, bigint, text, text) FROM PUBLIC;
 
 -- Check a grant's arguments: a real role (not PUBLIC) and a queue name.
 CREATE FUNCTION wfe._check_queue_grant(p_role regrole, p_queue text)
@@ -45,15 +47,12 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value',
                   HINT = 'Grant it to a role, e.g. wfe_worker for every worker, or one login role per worker pool.';
     END IF;
-    IF p_queue !~ '^[a-z][a-z0-9_.-]{0,62}$' THEN
-        RAISE EXCEPTION 'invalid queue name "%"', left(p_queue, 80)
-            USING ERRCODE = 'invalid_parameter_value',
-                  HINT = 'A queue name matches [a-z][a-z0-9_.-]* and has at most 63 characters.';
-    END IF;
+    PERFORM wfe._check_queue_name(p_queue);
 END
 $$;
 COMMENT ON FUNCTION wfe._check_queue_grant(regrole, text) IS
 'Raises 22004 or 22023 unless role is a real role and queue a valid queue name.';
+REVOKE ALL ON FUNCTION wfe._check_queue_grant(regrole, text) FROM PUBLIC;
 
 CREATE FUNCTION wfe.grant_queue(role regrole, queue text)
 RETURNS void
@@ -69,6 +68,8 @@ END
 $$;
 COMMENT ON FUNCTION wfe.grant_queue(regrole, text) IS
 'Lets role (and every role with its privileges) claim from, accept on and report for queue. Idempotent.';
+REVOKE ALL ON FUNCTION wfe.grant_queue(regrole, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION wfe.grant_queue(regrole, text) TO wfe_admin;
 
 CREATE FUNCTION wfe.revoke_queue(role regrole, queue text)
 RETURNS void
@@ -83,3 +84,5 @@ END
 $$;
 COMMENT ON FUNCTION wfe.revoke_queue(regrole, text) IS
 'Takes back a grant_queue; attempts the role holds can no longer be reported by it. Idempotent.';
+REVOKE ALL ON FUNCTION wfe.revoke_queue(regrole, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION wfe.revoke_queue(regrole, text) TO wfe_admin;

@@ -7,6 +7,7 @@ AS 'MODULE_PATHNAME', 'wfe_wake'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 COMMENT ON FUNCTION wfe._wake(timestamptz) IS
 'Asks for the background worker to be awake by due, once this transaction commits (no-op without the worker).';
+REVOKE ALL ON FUNCTION wfe._wake(timestamptz) FROM PUBLIC;
 
 -- An item of a round raised (src/sql: _worker_round, _run_next_handler):
 -- the round goes on without it.  A deadlock or a serialization failure
@@ -60,11 +61,10 @@ BEGIN
             RAISE WARNING 'wfe: run % cannot be put off (%)', p_run_id, v_other;
         END;
         BEGIN
-            INSERT INTO wfe.events (run_id, tenant, stage, attempt, type, detail)
-            SELECT r.run_id, r.tenant, p_stage, NULL, 'run.engine_error',
-                   jsonb_build_object('error', v_error, 'failing_run', jsonb_build_object(
-                       'sqlstate', v_state,
-                       'message', left(regexp_replace(v_message, '[[:cntrl:]]+', ' ', 'g'), 1000)))
+            PERFORM wfe._event(r.run_id, r.tenant, p_stage, NULL, 'run.engine_error',
+                               jsonb_build_object('error', v_error, 'failing_run', jsonb_build_object(
+                                   'sqlstate', v_state,
+                                   'message', left(regexp_replace(v_message, '[[:cntrl:]]+', ' ', 'g'), 1000))))
               FROM wfe.runs AS r WHERE r.run_id = p_run_id;
         EXCEPTION WHEN OTHERS THEN
             -- nothing of this run can be written: the log line is all there is
@@ -76,6 +76,7 @@ END
 $$;
 COMMENT ON FUNCTION wfe._item_failed(bigint, text, text, text, text, bigint) IS
 'An item of a worker round (a timer: p_timer_id) raised: put it off a second for a deadlock or serialization failure, else fail its run (run.engine_error), or record the error and put the item off; logs the run id.';
+REVOKE ALL ON FUNCTION wfe._item_failed(bigint, text, text, text, text, bigint) FROM PUBLIC;
 
 -- Fire due timers and time out expired attempts: one bounded round.
 CREATE FUNCTION wfe._worker_round(p_max int)
@@ -92,7 +93,7 @@ DECLARE
 BEGIN
     -- First, while this transaction holds no lock yet (so it may wait for
     -- the admission locks in their order): the held tasks that an
-    -- admission's missed try kept back (69_admission.sql).
+    -- admission's missed try kept back (74_admission.sql).
     BEGIN
         PERFORM wfe._recheck_admission();
     EXCEPTION WHEN OTHERS THEN
@@ -122,7 +123,7 @@ BEGIN
         done := done + 1;
     END LOOP;
     FOR c IN SELECT st.run_id, st.stage FROM wfe.run_stages AS st
-              WHERE st.state IN ('queued', 'dispatched', 'running') AND st.deadline_at <= now()
+              WHERE wfe._stage_clocked(st.state) AND st.deadline_at <= now()
               ORDER BY st.deadline_at LIMIT p_max
     LOOP
         BEGIN
@@ -140,6 +141,7 @@ END
 $$;
 COMMENT ON FUNCTION wfe._worker_round(int) IS
 'Releases what missed admission tries held back, fires up to p_max due timers and times out up to p_max expired attempts; returns how many timers and attempts.';
+REVOKE ALL ON FUNCTION wfe._worker_round(int) FROM PUBLIC;
 
 -- Run the oldest queued in-database action that nobody else is handling.
 CREATE FUNCTION wfe._run_next_handler(p_by text DEFAULT 'wfe.tick')
@@ -173,6 +175,7 @@ END
 $$;
 COMMENT ON FUNCTION wfe._run_next_handler(text) IS
 'Runs one queued in-database action (its own transaction when called by the worker); false when there was none.';
+REVOKE ALL ON FUNCTION wfe._run_next_handler(text) FROM PUBLIC;
 
 -- Milliseconds until the next timer, deadline or queued action is due.
 CREATE FUNCTION wfe._next_due_ms()
@@ -186,13 +189,14 @@ BEGIN ATOMIC
       FROM (SELECT min(t.due_at) AS due FROM wfe.timers AS t WHERE t.fired_at IS NULL
             UNION ALL
             SELECT min(st.deadline_at) FROM wfe.run_stages AS st
-             WHERE st.state IN ('queued', 'dispatched', 'running') AND st.deadline_at IS NOT NULL
+             WHERE wfe._stage_clocked(st.state) AND st.deadline_at IS NOT NULL
             UNION ALL
             SELECT min(st.ready_at) FROM wfe.run_stages AS st
              WHERE st.state = 'queued' AND st.handler IS NOT NULL) AS d;
 END;
 COMMENT ON FUNCTION wfe._next_due_ms() IS
 'How long the background worker may sleep: until the earliest timer, deadline or queued action (NULL: nothing due).';
+REVOKE ALL ON FUNCTION wfe._next_due_ms() FROM PUBLIC;
 
 -- On start: what a crashed incarnation left claimed goes back to pending.
 CREATE FUNCTION wfe._repair()
@@ -213,6 +217,7 @@ END
 $$;
 COMMENT ON FUNCTION wfe._repair() IS
 'Repair after a crash: outbox rows left claimed go back to pending.  (Transitions are single transactions, so nothing else can be half done.)';
+REVOKE ALL ON FUNCTION wfe._repair() FROM PUBLIC;
 
 -- Remove finished runs older than the retention, in small batches, with
 -- their stages, outputs, timers and events, and published outbox rows.
@@ -257,6 +262,7 @@ END
 $$;
 COMMENT ON FUNCTION wfe._retention(int, int) IS
 'Deletes up to p_batch finished runs older than the retention (and their history), old published outbox rows and expired result cache entries.';
+REVOKE ALL ON FUNCTION wfe._retention(int, int) FROM PUBLIC;
 
 CREATE FUNCTION wfe.worker_status(OUT pid int, OUT started_at timestamptz, OUT sleeping_until timestamptz,
                                   OUT last_wake_requested timestamptz, OUT last_woke timestamptz,
@@ -267,3 +273,5 @@ AS 'MODULE_PATHNAME', 'wfe_worker_status'
 LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION wfe.worker_status() IS
 'The background worker as the shared state sees it: pid (NULL when none runs), its planned wakeup, counters.';
+REVOKE ALL ON FUNCTION wfe.worker_status() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION wfe.worker_status() TO wfe_reader, wfe_operator;

@@ -22,6 +22,7 @@ END
 $$;
 COMMENT ON FUNCTION wfe._fire_timer(wfe.timers) IS
 'Fires one timer: a retry queues a new attempt with a new fence, a delayed start starts the run, a run deadline fails it.';
+REVOKE ALL ON FUNCTION wfe._fire_timer(wfe.timers) FROM PUBLIC;
 
 -- Run one queued in-database action (a contract with a handler).
 CREATE FUNCTION wfe._run_handler(p_run_id bigint, p_stage text, p_by text DEFAULT 'wfe.tick')
@@ -74,6 +75,7 @@ END
 $$;
 COMMENT ON FUNCTION wfe._run_handler(bigint, text, text) IS
 'Runs a queued in-database action''s handler in a subtransaction; an error fails the attempt (retried per policy).';
+REVOKE ALL ON FUNCTION wfe._run_handler(bigint, text, text) FROM PUBLIC;
 
 CREATE FUNCTION wfe.tick(max int DEFAULT 1000)
 RETURNS int
@@ -98,3 +100,5 @@ END
 $$;
 COMMENT ON FUNCTION wfe.tick(int) IS
 'One round by hand: fires due timers, times out expired attempts, runs queued in-database actions; returns how many it handled.';
+REVOKE ALL ON FUNCTION wfe.tick(int) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION wfe.tick(int) TO wfe_operator;

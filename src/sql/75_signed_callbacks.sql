@@ -16,6 +16,7 @@ CREATE TABLE wfe.callback_keys (
 );
 COMMENT ON TABLE wfe.callback_keys IS
 'HMAC-SHA256 secrets of the gateways that sign callbacks: a secret counts from valid_from until valid_until (NULL: no end). Several rows of one key_id: a rotation.';
+GRANT SELECT, INSERT, UPDATE, DELETE ON wfe.callback_keys TO wfe_admin;
 
 -- The callback_ids of accepted signed callbacks, kept for the tolerance
 -- window; wfe.callback itself removes the ones that left it.
@@ -35,6 +36,8 @@ LANGUAGE C VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION wfe.callback(text, text) IS
 'A worker''s report signed by its gateway: the gate''s outcome word when authentic; unauthenticated, expired or replayed otherwise (each recorded as an event).';
+REVOKE ALL ON FUNCTION wfe.callback(text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION wfe.callback(text, text) TO wfe_worker;
 
 -- The keys are configuration: a dump carries them (and so their secrets).
 SELECT pg_catalog.pg_extension_config_dump('wfe.callback_keys', '');

@@ -4,8 +4,7 @@
 -- live here.  A tenant with no row is unlimited.
 
 CREATE TABLE wfe.tenant_limits (
-    tenant             text PRIMARY KEY
-                       CONSTRAINT tenant_limits_tenant CHECK (tenant ~ '^[A-Za-z0-9_.-]{1,63}$'),
+    tenant             wfe.tenant_name PRIMARY KEY,
     max_runs_in_flight int CONSTRAINT tenant_limits_runs CHECK (max_runs_in_flight > 0),
     max_tasks_in_flight int CONSTRAINT tenant_limits_tasks CHECK (max_tasks_in_flight > 0),
     updated_at         timestamptz NOT NULL DEFAULT now(),
@@ -13,7 +12,8 @@ CREATE TABLE wfe.tenant_limits (
 );
 COMMENT ON TABLE wfe.tenant_limits IS
 'Per-tenant limits: runs in flight (refused at submit, 53400) and tasks in flight (held queued at the claim and the dispatch).  NULL: unlimited.';
--- settings, like wfe.queues: pg_dump keeps them (68_dump.sql)
+GRANT SELECT ON wfe.tenant_limits TO wfe_reader, wfe_operator;
+-- settings, like wfe.queues: pg_dump keeps them (73_dump.sql)
 SELECT pg_catalog.pg_extension_config_dump('wfe.tenant_limits', '');
 
 CREATE FUNCTION wfe.configure_tenant(tenant text, max_runs_in_flight int DEFAULT NULL,
@@ -27,10 +27,7 @@ BEGIN
     IF configure_tenant.tenant IS NULL THEN
         RAISE EXCEPTION 'tenant must not be null' USING ERRCODE = 'null_value_not_allowed';
     END IF;
-    IF configure_tenant.tenant !~ '^[A-Za-z0-9_.-]{1,63}$' THEN
-        RAISE EXCEPTION 'tenant "%" is not valid', configure_tenant.tenant
-            USING ERRCODE = 'invalid_parameter_value', HINT = 'Tenants match ^[A-Za-z0-9_.-]{1,63}$.';
-    END IF;
+    PERFORM wfe._check_tenant_name(configure_tenant.tenant);
     IF configure_tenant.max_runs_in_flight < 1 OR configure_tenant.max_tasks_in_flight < 1 THEN
         RAISE EXCEPTION 'max_runs_in_flight and max_tasks_in_flight must be positive or NULL (unlimited)'
             USING ERRCODE = 'invalid_parameter_value';
@@ -50,6 +47,8 @@ END
 $$;
 COMMENT ON FUNCTION wfe.configure_tenant(text, int, int) IS
 'Sets a tenant''s limits: runs in flight (submit refuses more with 53400) and tasks in flight (held queued, released when room appears); NULL is unlimited.';
+REVOKE ALL ON FUNCTION wfe.configure_tenant(text, int, int) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION wfe.configure_tenant(text, int, int) TO wfe_admin;
 
 
 -- Tasks in flight: max_in_flight of a queue, max_tasks_in_flight of a
@@ -98,6 +97,7 @@ BEGIN ATOMIC
 END;
 COMMENT ON FUNCTION wfe._recheck_later(text, text) IS
 'Records a queue or tenant whose lock was busy out of order, for the next worker round, and wakes the worker at commit.';
+REVOKE ALL ON FUNCTION wfe._recheck_later(text, text) FROM PUBLIC;
 
 -- The worker round's first item: release what missed tries kept back.
 CREATE FUNCTION wfe._recheck_admission()
@@ -121,6 +121,7 @@ END
 $$;
 COMMENT ON FUNCTION wfe._recheck_admission() IS
 'Releases the held tasks of the queues and tenants in wfe.admission_recheck (emptying it); returns how many it rechecked.';
+REVOKE ALL ON FUNCTION wfe._recheck_admission() FROM PUBLIC;
 
 -- Takes a tenant's task-limit lock: waits when that keeps the order, else only tries.
 CREATE FUNCTION wfe._lock_tenant(p_tenant text)
@@ -147,6 +148,7 @@ END
 $$;
 COMMENT ON FUNCTION wfe._lock_tenant(text) IS
 'Takes a tenant''s max_tasks_in_flight lock, waiting only in lock order (tenants by name before any queue); out of order it only tries, and a miss is rechecked later.';
+REVOKE ALL ON FUNCTION wfe._lock_tenant(text) FROM PUBLIC;
 
 -- Takes a limited broker queue's max_in_flight lock: waits when that keeps the order, else only tries.
 CREATE FUNCTION wfe._lock_queue(p_queue text)
@@ -171,6 +173,7 @@ END
 $$;
 COMMENT ON FUNCTION wfe._lock_queue(text) IS
 'Takes a broker queue''s max_in_flight lock, waiting only in lock order (queues by name, after the tenants); out of order it only tries, and a miss is rechecked later.  From then on tenant locks are only tried.';
+REVOKE ALL ON FUNCTION wfe._lock_queue(text) FROM PUBLIC;
 
 CREATE FUNCTION wfe._broker_in_flight(p_queue text)
 RETURNS int
@@ -179,7 +182,7 @@ SET search_path = pg_catalog, pg_temp
 BEGIN ATOMIC
     SELECT count(*)::int FROM wfe.run_stages AS st
      WHERE st.queue = p_queue
-       AND (st.state IN ('dispatched', 'running')
+       AND (wfe._stage_handed_out(st.state)
             OR (st.state = 'queued'
                 AND EXISTS (SELECT 1 FROM wfe.outbox AS o
                              WHERE o.run_id = st.run_id AND o.stage = st.stage AND o.attempt = st.attempt
@@ -187,6 +190,7 @@ BEGIN ATOMIC
 END;
 COMMENT ON FUNCTION wfe._broker_in_flight(text) IS
 'Tasks of a broker queue in flight: dispatched, running, or queued with an unpublished dispatch of their current fence.';
+REVOKE ALL ON FUNCTION wfe._broker_in_flight(text) FROM PUBLIC;
 
 -- Through the tenant's unfinished runs (runs_unfinished_tenant): the cost
 -- follows the tenant's runs in flight, not the size of wfe.run_stages.
@@ -198,7 +202,7 @@ BEGIN ATOMIC
     SELECT count(*)::int FROM wfe.runs AS r JOIN wfe.run_stages AS st ON st.run_id = r.run_id
      WHERE r.tenant = p_tenant AND r.finished_at IS NULL
        AND st.queue IS NOT NULL AND st.handler IS NULL
-       AND (st.state IN ('dispatched', 'running')
+       AND (wfe._stage_handed_out(st.state)
             OR (st.state = 'queued'
                 AND EXISTS (SELECT 1 FROM wfe.outbox AS o
                              WHERE o.run_id = st.run_id AND o.stage = st.stage AND o.attempt = st.attempt
@@ -206,6 +210,7 @@ BEGIN ATOMIC
 END;
 COMMENT ON FUNCTION wfe._tenant_in_flight(text) IS
 'A tenant''s tasks in flight, poll and broker: dispatched, running, or queued with an unpublished dispatch of their current fence.';
+REVOKE ALL ON FUNCTION wfe._tenant_in_flight(text) FROM PUBLIC;
 
 CREATE FUNCTION wfe._broker_admit(p_queue text, p_tenant text)
 RETURNS boolean
@@ -240,6 +245,7 @@ END
 $$;
 COMMENT ON FUNCTION wfe._broker_admit(text, text) IS
 'May one more task of this broker queue and tenant be dispatched now (max_in_flight, max_tasks_in_flight)?  Takes the limits'' locks, tenant first.';
+REVOKE ALL ON FUNCTION wfe._broker_admit(text, text) FROM PUBLIC;
 
 -- Room appeared: a task of p_queue and p_tenant ended, or (p_queue NULL)
 -- the tenant's limit was raised or lifted, or (p_tenant NULL) the queue's.  Dispatches the held broker tasks that now fit
@@ -386,3 +392,4 @@ END
 $$;
 COMMENT ON FUNCTION wfe._release_held(text, text) IS
 'Room in a limited broker queue or for a limited tenant: dispatches the held tasks that fit both limits, highest priority then oldest; returns the poll queues to wake.';
+REVOKE ALL ON FUNCTION wfe._release_held(text, text) FROM PUBLIC;

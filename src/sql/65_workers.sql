@@ -13,6 +13,8 @@ LANGUAGE C VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION wfe.claim_task(text, text, int, int) IS
 'Claims up to max_tasks ready tasks of a poll queue (SKIP LOCKED, highest priority then oldest), marks them running with an execution deadline.';
+REVOKE ALL ON FUNCTION wfe.claim_task(text, text, int, int) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION wfe.claim_task(text, text, int, int) TO wfe_worker;
 
 CREATE FUNCTION wfe.accept_task(run_id bigint, stage text, attempt int, fence bigint, worker_id text)
 RETURNS text
@@ -21,6 +23,8 @@ LANGUAGE C VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION wfe.accept_task(bigint, text, int, bigint, text) IS
 'Acceptance handshake for a pushed dispatch: the first call starts the attempt; a redelivery answers duplicate.';
+REVOKE ALL ON FUNCTION wfe.accept_task(bigint, text, int, bigint, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION wfe.accept_task(bigint, text, int, bigint, text) TO wfe_worker;
 
 CREATE FUNCTION wfe.heartbeat(run_id bigint, stage text, attempt int, fence bigint)
 RETURNS text
@@ -29,6 +33,8 @@ LANGUAGE C VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION wfe.heartbeat(bigint, text, int, bigint) IS
 'Records that a running attempt is alive, pushing out its heartbeat deadline; late or stale tells the worker to stop.';
+REVOKE ALL ON FUNCTION wfe.heartbeat(bigint, text, int, bigint) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION wfe.heartbeat(bigint, text, int, bigint) TO wfe_worker;
 
 CREATE FUNCTION wfe.complete_task(run_id bigint, stage text, attempt int, fence bigint,
                                   result jsonb DEFAULT '{}')
@@ -38,6 +44,8 @@ LANGUAGE C VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION wfe.complete_task(bigint, text, int, bigint, jsonb) IS
 'Reports an attempt''s result: accepted, duplicate, conflict, stale, late, invalid_result or unknown.';
+REVOKE ALL ON FUNCTION wfe.complete_task(bigint, text, int, bigint, jsonb) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION wfe.complete_task(bigint, text, int, bigint, jsonb) TO wfe_worker;
 
 CREATE FUNCTION wfe.fail_task(run_id bigint, stage text, attempt int, fence bigint, error jsonb DEFAULT '{}',
                               retryable boolean DEFAULT true)
@@ -47,6 +55,8 @@ LANGUAGE C VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION wfe.fail_task(bigint, text, int, bigint, jsonb, boolean) IS
 'Reports a failed attempt: retried after a backoff while attempts remain (if retryable), else the stage fails and routes on.';
+REVOKE ALL ON FUNCTION wfe.fail_task(bigint, text, int, bigint, jsonb, boolean) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION wfe.fail_task(bigint, text, int, bigint, jsonb, boolean) TO wfe_worker;
 
 -- Batch reports: many completions in one call and one transaction, each
 -- through the same gate as wfe.complete_task.  Runs are locked in run_id
@@ -59,3 +69,53 @@ LANGUAGE C VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION wfe.complete_tasks(jsonb) IS
 'Reports many completed attempts in one transaction ([{"run_id","stage","attempt","fence","result"}, ...]); one outcome per report, in run_id order.';
+REVOKE ALL ON FUNCTION wfe.complete_tasks(jsonb) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION wfe.complete_tasks(jsonb) TO wfe_worker;
+
+-- A pushed worker acknowledges a cooperative cancellation request.
+CREATE FUNCTION wfe.ack_cancel(run_id bigint, stage text, attempt int, fence bigint)
+RETURNS text
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    s wfe.run_stages;
+BEGIN
+    IF ack_cancel.run_id IS NULL OR ack_cancel.stage IS NULL OR ack_cancel.attempt IS NULL
+       OR ack_cancel.fence IS NULL THEN
+        RAISE EXCEPTION 'run_id, stage, attempt and fence must not be null'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    PERFORM wfe._admit_name(ack_cancel.stage, 'stage');
+    SELECT * INTO s FROM wfe.run_stages AS st
+     WHERE st.run_id = ack_cancel.run_id AND st.stage = ack_cancel.stage;
+    IF NOT FOUND THEN
+        RETURN 'unknown';
+    END IF;
+    -- who may call back: the callbacks' rule (src/pg/grants.c)
+    IF NOT wfe._may_call_back(s.queue, s.tenant, s.handler IS NOT NULL, s.run_id, s.stage, 'report for') THEN
+        RETURN 'unknown';
+    END IF;
+    -- the cancelled attempt is the one whose fence the cancel superseded
+    -- (stage.cancelled names it; 0.1.0 grew fences by one)
+    IF s.attempt <> ack_cancel.attempt OR s.state <> 'cancelled'
+       OR NOT EXISTS (SELECT 1 FROM wfe.events AS e
+                       WHERE e.run_id = s.run_id AND e.stage = s.stage AND e.attempt = s.attempt
+                         AND e.type = 'stage.cancelled'
+                         AND coalesce((e.detail ->> 'cancelled_fence')::bigint,
+                                      (e.detail ->> 'fence')::bigint - 1) = ack_cancel.fence)
+    THEN
+        PERFORM wfe._event(s.run_id, s.tenant, s.stage, ack_cancel.attempt, 'callback.stale',
+                           jsonb_build_object('callback', 'ack_cancel', 'fence', ack_cancel.fence));
+        RETURN 'stale';
+    END IF;
+    PERFORM wfe._event(s.run_id, s.tenant, s.stage, s.attempt, 'stage.cancel_acknowledged',
+                       jsonb_build_object('fence', ack_cancel.fence));
+    RETURN 'accepted';
+END
+$$;
+COMMENT ON FUNCTION wfe.ack_cancel(bigint, text, int, bigint) IS
+'Records a worker''s acknowledgement of a cooperative cancellation request.';
+REVOKE ALL ON FUNCTION wfe.ack_cancel(bigint, text, int, bigint) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION wfe.ack_cancel(bigint, text, int, bigint) TO wfe_worker;

@@ -18,6 +18,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION wfe._run(bigint) IS 'The run row, or SQLSTATE 42704 when there is none or it is of a tenant the caller does not act for.';
+REVOKE ALL ON FUNCTION wfe._run(bigint) FROM PUBLIC;
 
 CREATE FUNCTION wfe.report(run_id bigint)
 RETURNS jsonb
@@ -69,6 +70,8 @@ END
 $$;
 COMMENT ON FUNCTION wfe.report(bigint) IS
 'Structured execution report of a run: state, intent, timing, and one entry per stage, task and finaliser.';
+REVOKE ALL ON FUNCTION wfe.report(bigint) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION wfe.report(bigint) TO wfe_submitter, wfe_operator, wfe_reader;
 
 CREATE FUNCTION wfe.run_timeline(run_id bigint)
 RETURNS TABLE (stage text, attempt int, outcome text, started_at timestamptz, finished_at timestamptz,
@@ -114,6 +117,8 @@ END
 $$;
 COMMENT ON FUNCTION wfe.run_timeline(bigint) IS
 'One row per stage attempt with its outcome, times and a text waterfall over the run''s life.';
+REVOKE ALL ON FUNCTION wfe.run_timeline(bigint) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION wfe.run_timeline(bigint) TO wfe_submitter, wfe_operator, wfe_reader;
 
 -- The plan's picture with this run on it: the Mermaid flowchart of
 -- wfe._plan_mermaid, each node classed by its stage's state, and the edges
@@ -201,3 +206,5 @@ END
 $$;
 COMMENT ON FUNCTION wfe.run_mermaid(bigint) IS
 'The plan''s Mermaid flowchart with each stage classed by its state in this run (done, failed, running, skipped, cancelled, waiting) and the edges the run took drawn bold.';
+REVOKE ALL ON FUNCTION wfe.run_mermaid(bigint) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION wfe.run_mermaid(bigint) TO wfe_submitter, wfe_reader, wfe_operator;
