@@ -4,7 +4,8 @@
  * _PG_init only asks each part to set itself up; the parts live in their
  * own files: guc.c (configuration), shmem.c (wakeups), worker.c (the
  * background worker), publisher.c and broker.c (the outbox publisher it
- * runs), compile_fn.c and runtime_fn.c (C behind SQL functions),
+ * runs), compile_fn.c and runtime_fn.c (C behind SQL functions, and the
+ * JSON Schema validator's interrupt hook),
  * transitions.c (the legal state transitions).
  */
 #include "postgres.h"
@@ -26,6 +27,7 @@ void
 _PG_init(void)
 {
 	wfe_guc_init();
+	wfe_validation_init();
 	if (!process_shared_preload_libraries_in_progress)
 		return;
 	wfe_shmem_init();

@@ -709,6 +709,13 @@ apply(srv *s, const char *reported)
 	char		runid[32];
 	event_batch events;
 
+	/*
+	 * A validation the core ran for this step (an input schema, a result's
+	 * output schema) may have stopped on a pending cancel, with a verdict
+	 * that means nothing: raise the cancel before writing any of it.  (The
+	 * interrupt hook in runtime_fn.c says stop only when this raises.)
+	 */
+	CHECK_FOR_INTERRUPTS();
 	memset(&events, 0, sizeof(events));
 	for (int k = 0; k < st->nops; k++)
 	{

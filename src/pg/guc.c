@@ -36,6 +36,7 @@ int			wfe_max_payload_bytes = 64 * 1024 * 1024;
 int			wfe_max_json_depth = WFE_JSON_DEPTH_CEILING;
 int			wfe_max_name_bytes = 256;
 int			wfe_callback_tolerance_s = 300;
+int			wfe_schema_step_budget = (int) WFE_SCHEMA_STEP_BUDGET;
 
 /* Define every wfe.* parameter, then reserve the prefix against typos. */
 /* The core's validator reads the setting from its own variable. */
@@ -43,6 +44,13 @@ static void
 assign_schema_format_assertion(bool newval, void *extra)
 {
 	wfe_jschema_set_format_assertion(newval);
+}
+
+/* The same for the validator's step budget. */
+static void
+assign_schema_step_budget(int newval, void *extra)
+{
+	wfe_jschema_set_step_budget(newval);
 }
 
 void
@@ -83,6 +91,14 @@ wfe_guc_init(void)
 							 false,
 							 PGC_SUSET, 0,
 							 NULL, assign_schema_format_assertion, NULL);
+	DefineCustomIntVariable("wfe.schema_step_budget",
+							"Most steps one JSON Schema validation may take.",
+							"A step is a subschema applied to a value, a member or item visited, a value compared "
+							"or 64 bytes read.  A validation needing more fails with SQLSTATE 54001.",
+							&wfe_schema_step_budget,
+							(int) WFE_SCHEMA_STEP_BUDGET, 1000, INT_MAX,
+							PGC_SUSET, 0,
+							NULL, assign_schema_step_budget, NULL);
 	DefineCustomBoolVariable("wfe.four_eyes",
 							 "Forbid approving or activating a definition version one created oneself.",
 							 NULL,

@@ -9,7 +9,9 @@
  * comes back as canonical text through jsonb_in.  The core allocates with
  * malloc, so every json-c object is freed before anything here can raise,
  * and the one malloc'd string still held while palloc runs is freed in a
- * PG_FINALLY.
+ * PG_FINALLY.  For the same reason the validator's interrupt hook only
+ * answers whether a cancel is pending; it is raised here once the core has
+ * returned and its objects are freed.
  * NB: PostgreSQL declares a SQL function named json_object, which clashes
  * with json-c's typedef, so this file sees json-c only through headers that
  * forward-declare struct json_object.
@@ -18,6 +20,7 @@
 
 #include "fmgr.h"
 #include "lib/stringinfo.h"
+#include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/json.h"
 #include "utils/jsonb.h"
@@ -25,6 +28,7 @@
 #include "core/engine/bind.h"
 #include "core/lang/compile.h"
 #include "core/jsonschema/jsonschema.h"
+#include "pg/wfe.h"
 
 PG_FUNCTION_INFO_V1(wfe_check_schema_sql);
 PG_FUNCTION_INFO_V1(wfe_validate_sql);
@@ -120,6 +124,52 @@ append_and_free(StringInfo buf, char *malloced)
 	PG_END_TRY();
 }
 
+/*
+ * The validator's interrupt hook: would CHECK_FOR_INTERRUPTS raise now (a
+ * cancel, statement_timeout, a termination)?  Only then does validation
+ * stop with WFE_SCHEMA_INTERRUPTED, so the caller's CHECK_FOR_INTERRUPTS
+ * does raise: here, and in engine.c's apply() before it writes anything a
+ * stopped validation decided.
+ */
+static int
+validation_interrupt_pending(void)
+{
+	return INTERRUPTS_CAN_BE_PROCESSED() && (QueryCancelPending || ProcDiePending);
+}
+
+/* Give the core its interrupt hook (from _PG_init). */
+void
+wfe_validation_init(void)
+{
+	wfe_jschema_set_interrupt_check(validation_interrupt_pending);
+}
+
+/*
+ * Raise for a validation that stopped without an answer: the cancel that
+ * stopped it, or 54001 for a spent step budget.  Other rc: nothing.  The
+ * core's objects must be freed already.
+ */
+void
+wfe_validation_raise_stopped(int rc, const char *detail)
+{
+	if (rc == WFE_SCHEMA_INTERRUPTED)
+	{
+		CHECK_FOR_INTERRUPTS();
+		/* not reached: the hook said CHECK_FOR_INTERRUPTS would raise */
+		ereport(ERROR,
+				(errcode(ERRCODE_QUERY_CANCELED),
+				 errmsg("canceling JSON Schema validation")));
+	}
+	if (rc == WFE_SCHEMA_BUDGET)
+		ereport(ERROR,
+				(errcode(ERRCODE_STATEMENT_TOO_COMPLEX),
+				 errmsg("JSON Schema validation needs more than wfe.schema_step_budget (%d steps)",
+						wfe_schema_step_budget),
+				 errdetail("%s", detail),
+				 errhint("Nested anyOf, oneOf and $ref multiply the work per level; simplify the schema, "
+						 "or have a superuser raise wfe.schema_step_budget.")));
+}
+
 /* The result object text as jsonb. */
 static Datum
 cstring_to_jsonb(const char *text)
@@ -210,6 +260,7 @@ wfe_validate_sql(PG_FUNCTION_ARGS)
 
 	if (!schema_ok)
 		too_deep("schema");
+	wfe_validation_raise_stopped(rc, msg);
 	if (rc == WFE_SCHEMA_MALFORMED)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -281,6 +332,8 @@ wfe_bind_input_sql(PG_FUNCTION_ARGS)
 	/* only canon (malloc'd) is still held, and append_and_free frees it */
 	if (too_deep_arg)
 		too_deep(too_deep_arg);
+	if (canon == NULL)
+		CHECK_FOR_INTERRUPTS();	/* the input schema's validation was cancelled */
 	initStringInfo(&buf);
 	if (canon != NULL)
 	{

@@ -17,7 +17,11 @@
  *      `unauthenticated`;
  *   3. the timestamp within wfe.callback_tolerance_s of now, or `expired`;
  *   4. the callback_id not seen within that window (wfe.callback_ids), or
- *      `replayed`;
+ *      `replayed`.  3 and 4 compare against one window, computed once to
+ *      the microsecond: had 3 compared whole seconds and 4 exact times, a
+ *      body whose remembered id had just left the window would still be in
+ *      time for 3 (at tolerance 3 s, the same body was accepted again
+ *      3.3 s after its timestamp);
  *   5. the call itself, through the very functions a database worker calls
  *      (wfe_complete_task, ...): the same admission limits, queue grant,
  *      fenced gate and outcome words.
@@ -69,24 +73,26 @@ static stmt q_keys = STMT(
 	"SELECT k.secret, k.valid_from <= now() AND (k.valid_until IS NULL OR now() < k.valid_until)"
 	"  FROM wfe.callback_keys AS k WHERE k.key_id = $1", 1, TX);
 /*
- * Remember an id; an old row of the same id (outside the window, not yet
- * removed) is taken over.  No row returned: seen within the window.
+ * Remember an id; an old row of the same id (signed before the window's
+ * start $4, not yet removed) is taken over.  No row returned: seen within
+ * the window.
  */
 static stmt q_seen = STMT(
 	"INSERT INTO wfe.callback_ids AS c (callback_id, signed_at, key_id)"
-	" VALUES ($1, to_timestamp($2), $3)"
+	" VALUES ($1, $2, $3)"
 	" ON CONFLICT (callback_id) DO UPDATE SET signed_at = excluded.signed_at, key_id = excluded.key_id"
-	"  WHERE c.signed_at < now() - make_interval(secs => $4)"
-	" RETURNING 1", 4, TX, I8, TX, I4);
+	"  WHERE c.signed_at < $4"
+	" RETURNING 1", 4, TX, TIMESTAMPTZOID, TX, TIMESTAMPTZOID);
 /*
- * Each accepted id removes up to two that left the window, so the table
- * holds about one window of ids whatever the rate, with no worker needed.
+ * Each accepted id removes up to two signed before the window's start, so
+ * the table holds about one window of ids whatever the rate, with no
+ * worker needed.
  */
 static stmt q_forget = STMT(
 	"DELETE FROM wfe.callback_ids AS c WHERE c.ctid = ANY (ARRAY("
 	"  SELECT c2.ctid FROM wfe.callback_ids AS c2"
-	"   WHERE c2.signed_at < now() - make_interval(secs => $1)"
-	"   ORDER BY c2.signed_at LIMIT 2 FOR UPDATE SKIP LOCKED))", 1, I4);
+	"   WHERE c2.signed_at < $1"
+	"   ORDER BY c2.signed_at LIMIT 2 FOR UPDATE SKIP LOCKED))", 1, TIMESTAMPTZOID);
 static stmt q_refused = STMT(
 	"INSERT INTO wfe.events (run_id, tenant, stage, attempt, type, detail)"
 	" SELECT $1, coalesce((SELECT r.tenant FROM wfe.runs AS r WHERE r.run_id = $1), ''), $2, $3, $4, $5::jsonb",
@@ -291,7 +297,10 @@ admit_signed(const char *header, const signed_call *c, const char *body)
 {
 	wfe_signature sig;
 	const char *why;
-	int64		now_s;
+	TimestampTz now,
+				signed_at,
+				window_start;
+	int64		tolerance = (int64) wfe_callback_tolerance_s * USECS_PER_SEC;
 	Datum		v[4];
 
 	if (!wfe_signature_parse(header, strlen(header), &sig))
@@ -300,18 +309,29 @@ admit_signed(const char *header, const signed_call *c, const char *body)
 	if (why != NULL)
 		return refuse("unauthenticated", why, c, sig.key_id);
 
-	/* Unix seconds of the transaction's start: the now() the key's validity was read at */
-	now_s = (int64) timestamptz_to_time_t(GetCurrentTransactionStartTimestamp());
-	if (c->timestamp < now_s - wfe_callback_tolerance_s || c->timestamp > now_s + wfe_callback_tolerance_s)
+	/*
+	 * The window, to the microsecond, around the transaction's start (the
+	 * now() the key's validity was read at).  The expiry check and the
+	 * replay memory both use window_start, so an id is forgotten only once
+	 * its body would answer expired.
+	 */
+	now = GetCurrentTransactionStartTimestamp();
+	signed_at = time_t_to_timestamptz((pg_time_t) c->timestamp);
+	window_start = now - tolerance;
+	if (signed_at < window_start || signed_at > now + tolerance)
 		return refuse("expired",
-					  psprintf("timestamp " INT64_FORMAT " is more than wfe.callback_tolerance_s (%d) from now ("
-							   INT64_FORMAT ")", c->timestamp, wfe_callback_tolerance_s, now_s),
+					  psprintf("timestamp " INT64_FORMAT " is more than wfe.callback_tolerance_s (%d) from now (%s)",
+							   c->timestamp, wfe_callback_tolerance_s,
+							   DatumGetCString(DirectFunctionCall1(numeric_out,
+																   DirectFunctionCall2(extract_timestamptz,
+																					   CStringGetTextDatum("epoch"),
+																					   TimestampTzGetDatum(now))))),
 					  c, sig.key_id);
 
 	v[0] = CStringGetTextDatum(c->callback_id);
-	v[1] = Int64GetDatum(c->timestamp);
+	v[1] = TimestampTzGetDatum(signed_at);
 	v[2] = CStringGetTextDatum(sig.key_id);
-	v[3] = Int32GetDatum(wfe_callback_tolerance_s);
+	v[3] = TimestampTzGetDatum(window_start);
 	stmt_run(&q_seen, v, NULL);
 	if (SPI_processed == 0)
 		return refuse("replayed", "callback_id seen within the tolerance window", c, sig.key_id);

@@ -16,6 +16,7 @@ extern int	wfe_max_fanout;
 extern int	wfe_max_expression_bytes;
 extern bool wfe_four_eyes;
 extern bool wfe_schema_format_assertion;
+extern int	wfe_schema_step_budget;
 
 /* The background worker's settings. */
 extern char *wfe_database;
@@ -26,6 +27,10 @@ extern bool wfe_notify;
 
 /* Define the GUCs (called from _PG_init). */
 extern void wfe_guc_init(void);
+
+/* The validator's server side (runtime_fn.c): its interrupt hook, and raising what stopped it. */
+extern void wfe_validation_init(void);
+extern void wfe_validation_raise_stopped(int rc, const char *detail);
 
 #define WFE_READY_SLOTS 64
 

@@ -7,9 +7,14 @@
  * compiled, and a value that parses is validated twice, through the cached
  * and the uncached path.  The process aborts (libFuzzer keeps the input)
  * when the two answers differ, when a message is empty or not valid UTF-8,
- * or when a refusal names no reason.  The input's first line is also
- * compiled as a regex and searched over the rest with a step budget, which
- * must be respected.  ASan, LSan and UBSan do the rest.
+ * or when a refusal names no reason.  A value that is an array of up to
+ * 256 items is also checked against {"uniqueItems": true}, whose sorted
+ * keys must find what comparing every pair with wfe_json_equal finds.
+ * Validation runs in a step budget of a million (the server's default is
+ * ten), so that a schema multiplying its work ends well inside libFuzzer's
+ * timeout.  The input's first line is also compiled as a regex and
+ * searched over the rest with a step budget, which must be respected.
+ * ASan, LSan and UBSan do the rest.
  *
  * Build and run: make fuzz (make test runs it briefly).
  */
@@ -79,6 +84,40 @@ fuzz_regex(const uint8_t *data, size_t size)
 	wfe_regex_free(re);
 }
 
+/* uniqueItems (sorted keys) against a scan of every pair. */
+static void
+fuzz_unique(json_object *value)
+{
+	static json_object *schema;
+	size_t		n,
+				first_i = 0,
+				first_j = 0;
+	int			found = 0,
+				rc;
+	char		msg[512],
+				want[512];
+
+	if (!json_object_is_type(value, json_type_array) ||
+		(n = json_object_array_length(value)) > 256)
+		return;
+	if (schema == NULL)
+		schema = wfe_json_parse("{\"uniqueItems\": true} ");
+	for (size_t i = 1; i < n && !found; i++)
+		for (size_t j = 0; j < i && !found; j++)
+			if (wfe_json_equal(json_object_array_get_idx(value, j), json_object_array_get_idx(value, i)))
+			{
+				found = 1;
+				first_i = i;
+				first_j = j;
+			}
+	rc = wfe_schema_validate(schema, value, msg, sizeof(msg));
+	if (rc == WFE_SCHEMA_BUDGET)
+		return;
+	snprintf(want, sizeof(want), "$: items %zu and %zu are equal (schema #/uniqueItems)", first_j, first_i);
+	if (found ? (rc != WFE_SCHEMA_VIOLATION || strcmp(msg, want) != 0) : rc != WFE_SCHEMA_VALID)
+		broken("uniqueItems disagrees with wfe_json_equal", found ? want : msg);
+}
+
 int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -89,6 +128,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	json_object *schema,
 			   *value;
 
+	wfe_jschema_set_step_budget(1000000);
 	fuzz_regex(data, size);
 	if (sep == NULL)
 		return 0;
@@ -103,6 +143,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	value_text[size - slen] = '\0';
 	schema = wfe_json_parse(schema_text);
 	value = wfe_json_parse(value_text);
+	fuzz_unique(value);
 	if (schema != NULL)
 	{
 		wfe_jschema_error err;

@@ -12,6 +12,9 @@
 #     validity, a key not yet valid, a malformed signature header;
 #   - expired: a timestamp older and one newer than wfe.callback_tolerance_s;
 #   - replayed: the same body again, and a new body reusing a callback_id;
+#   - the window's edge: at tolerance 3 s, the same body 2.7 s after its
+#     timestamp is replayed and 3.3 s after it expired (exact times on
+#     both sides: when expiry compared whole seconds it was accepted again);
 #   - the body bound to one attempt: a wrong fence is the gate's stale;
 #   - rotation: two secrets of one key_id, two v1= values; either secret
 #     alone is accepted while both are valid, the retired one not after;
@@ -31,6 +34,7 @@ use File::Basename qw(dirname);
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use Time::HiRes qw(usleep);
 
 my $top = abs_path(dirname(__FILE__) . '/../..');
 my $signer = "$top/scripts/wfe-sign-callback";
@@ -404,6 +408,69 @@ is(sql("SELECT st.state || ' ' || (st.error->>'code') || ' ' || r.state FROM wfe
 		'a body over wfe.max_payload_bytes: 54000');
 }
 
+# -- The window's edge: one window, exact times ---------------------------------
+# At tolerance 3 s a body's callback_id is remembered until 3 s after its
+# timestamp, and from then on the body answers expired: the expiry check
+# and the replay memory share one window, to the microsecond.  Before, the
+# expiry compared whole seconds while the memory used exact times, and the
+# same body was accepted again 3.3 s after its timestamp.
+sql(q{ALTER SYSTEM SET wfe.callback_tolerance_s = 3});
+sql(q{SELECT pg_reload_conf()});
+ok($node->poll_query_until('postgres', q{SELECT current_setting('wfe.callback_tolerance_s') = '3s'}),
+	'the tolerance is 3 s for new sessions');
+{
+	my $edge = sql(q{SET ROLE sub; SELECT run_id FROM wfe.submit('sig-flow', '{"v": 3}') WHERE accepted});
+	my ($st, $claimed, $e) = as_role('gw',
+		qq{SELECT attempt || ' ' || fence FROM wfe.claim_task('sig-jobs', 'gw-worker-2') WHERE run_id = $edge});
+	my ($e_attempt, $e_fence) = split / /, $claimed;
+	like($e_fence // '', qr/^\d+$/, 'the gateway claims the new run\'s stage a') or diag($e);
+	my $clock = sub { return sql('SELECT extract(epoch FROM clock_timestamp())'); };
+	# replay(BODY, SIG, T): (answer, seconds from T to the transaction's now())
+	my $replay = sub {
+		my ($b, $sg, $t) = @_;
+		my ($s2, $out, $e2) = as_role('gw', 'SELECT wfe.callback($b$' . $b . '$b$, $s$' . $sg . '$s$)'
+			  . " || ' ' || (extract(epoch FROM now()) - $t)::text");
+		diag($e2) if $s2 ne '';
+		return split / /, $out;
+	};
+	my $conclusive = 0;
+	# A replay up to 3 s after T must answer replayed, one later expired.
+	# Whole seconds got (3, 4) wrong, so a try counts once a replay lands
+	# there; a slow machine may need another try with a new body.
+	for my $try (1 .. 4)
+	{
+		usleep(20_000) while ($clock->() =~ /\.(\d)/ ? $1 : 0) >= 3;	# early in a second
+		my @hb = body('heartbeat', $edge, 'a', $e_attempt, $e_fence);
+		my $sig = sign('gw1', @hb, 'gw1', 'next');
+		my ($s1, $first, $e1) = callback('gw', $hb[2], $sig);
+		is($first, 'accepted', "edge try $try: the body is accepted") or diag($e1);
+		my $row = sql($stage_q->($edge, 'a'));
+		my $ids = sql($ids_q);
+		my $events = sql('SELECT count(*) FROM wfe.events');
+		my $want;
+		for my $target (2.0, 3.3)
+		{
+			usleep(20_000) while $clock->() < $hb[1] + $target;
+			my ($answer, $at) = $replay->($hb[2], $sig, $hb[1]);
+			$want = $at <= 3 ? 'replayed' : 'expired';
+			is($answer, $want, sprintf('edge try %d: the same body %.2f s after its timestamp (tolerance 3 s): %s',
+					$try, $at, $want));
+			$conclusive = 1 if $at > 3 && $at < 4;
+		}
+		is(sql(q{SELECT type || ' ' || (detail->>'callback_id') FROM wfe.events ORDER BY event_id DESC LIMIT 1}),
+			"callback.$want $hb[0]", "edge try $try: recorded as callback.$want");
+		is(sql($stage_q->($edge, 'a')), $row, "edge try $try: neither replay changed the stage (its heartbeat included)");
+		is(sql($ids_q), $ids, "edge try $try: nor the remembered callback_ids");
+		is(sql('SELECT count(*) FROM wfe.events'), $events + 2, "edge try $try: only the two refusals were written");
+		last if $conclusive;
+	}
+	ok($conclusive, 'a replay landed between tolerance + 0.3 s and tolerance + 1 s');
+}
+sql(q{ALTER SYSTEM RESET wfe.callback_tolerance_s});
+sql(q{SELECT pg_reload_conf()});
+$node->poll_query_until('postgres', q{SELECT current_setting('wfe.callback_tolerance_s') = '5min'})
+  or die 'the tolerance was not reset';
+
 # Retention removes refusals about runs that do not exist, once old; a
 # refusal about a run that exists goes with its run.
 {
@@ -416,7 +483,7 @@ is(sql("SELECT st.state || ' ' || (st.error->>'code') || ' ' || r.state FROM wfe
 	sql('SELECT wfe._retention(86400, 100)');
 	is(sql('SELECT count(*) FROM wfe.events WHERE run_id = 987654'), '0',
 		'retention removed the old refusal about no run');
-	is(sql(q{SELECT count(*) FROM wfe.events WHERE type = 'callback.expired'}), '2',
+	is(sql(qq{SELECT count(*) FROM wfe.events WHERE type = 'callback.expired' AND run_id = $run}), '2',
 		'refusals about an existing run stay while the run does');
 }
 

@@ -2,8 +2,9 @@
  * test_jsonschema.c — unit tests of the JSON Schema validator's own
  * behaviour (src/core/jsonschema*.c, jsonnum.c): the messages of every
  * keyword family, what registration refuses and the pointer it names,
- * the evaluation bound, the cached compile, exact numbers and the parser's
- * big integers.  Conformance to the standard is test_jsonschema_suite.c.
+ * the evaluation bound, the step budget and the interrupt hook, uniqueItems
+ * (against wfe_json_equal), the cached compile, exact numbers and the
+ * parser's big integers.  Conformance to the standard is test_jsonschema_suite.c.
  *
  * A standalone TAP program, run under ASan/UBSan.
  */
@@ -239,6 +240,206 @@ test_bounds(void)
 	}
 }
 
+/* A JSON array text of n items, item i spelt by fmt with i (caller frees). */
+static char *
+array_text(size_t n, const char *fmt)
+{
+	char	   *text = malloc(n * 32 + 4);
+	char	   *p = text;
+
+	*p++ = '[';
+	for (size_t i = 0; i < n; i++)
+	{
+		if (i > 0)
+			p += sprintf(p, ", ");
+		p += sprintf(p, fmt, (long) i);
+	}
+	*p++ = ']';
+	*p = '\0';
+	return text;
+}
+
+/* Validate schema text against value text: rc, and the message in msg. */
+static int
+run(const char *schema, const char *value, char *msg, size_t msglen)
+{
+	json_object *s = J(schema),
+			   *v = J(value);
+	int			rc = wfe_schema_validate(s, v, msg, msglen);
+
+	json_object_put(s);
+	json_object_put(v);
+	return rc;
+}
+
+/*
+ * uniqueItems sorts equality keys: its answer must be wfe_json_equal's for
+ * every pair, and it must name the pair a pairwise scan names.
+ */
+static void
+test_unique(void)
+{
+	static const char *const values[] = {
+		"null", "true", "false", "0", "-0", "0.0", "-0.0", "1", "1.0", "1e0", "10", "1e1",
+		"100", "1e2", "1E+2", "0.1", "0.10", "1e-1", "-1", "-1.0", "2.5", "25e-1",
+		"9223372036854775807", "9223372036854775808", "18446744073709551616",
+		"18446744073709551617", "1E+400", "1e400", "\"\"", "\"1\"", "\"a\"", "\"a \"",
+		"\"\\u00e9\"", "\"\\u00c3\\u00a9\"", "[]", "[1]", "[1.0]", "[1, 2]", "[2, 1]", "[[1]]",
+		"{}", "{\"a\": 1}", "{\"a\": 1.0}", "{\"b\": 1}", "{\"a\": 1, \"b\": 2}",
+		"{\"b\": 2, \"a\": 1}", "{\"a\": {\"x\": [1, {\"y\": null}]}}",
+		"{\"a\": {\"x\": [1.0, {\"y\": null}]}}", "{\"a\": [1]}", "{\"a\": \"1\"}",
+		"{\"\": 1}", "{\"s1:\": 1}", "[\"s1:\", 1]"
+	};
+	size_t		nv = sizeof(values) / sizeof(values[0]);
+	int			agree = 1;
+	char		msg[512];
+	int			rc;
+
+	for (size_t a = 0; a < nv; a++)
+		for (size_t b = 0; b < nv; b++)
+		{
+			json_object *x = J(values[a]),
+					   *y = J(values[b]);
+			json_object *arr = json_object_new_array();
+			json_object *s = J("{\"uniqueItems\": true}");
+			int			eq = wfe_json_equal(x, y);
+
+			json_object_array_add(arr, x);
+			json_object_array_add(arr, y);
+			rc = wfe_schema_validate(s, arr, msg, sizeof(msg));
+			if ((rc == WFE_SCHEMA_VALID) != !eq ||
+				(eq && (rc != WFE_SCHEMA_VIOLATION ||
+						strcmp(msg, "$: items 0 and 1 are equal (schema #/uniqueItems)") != 0)))
+			{
+				agree = 0;
+				printf("#   %s vs %s: equal %d, uniqueItems rc %d: %s\n",
+					   values[a], values[b], eq, rc, msg);
+			}
+			json_object_put(arr);
+			json_object_put(s);
+		}
+	ok(agree, "uniqueItems agrees with wfe_json_equal on all %zu pairs of %zu values", nv * nv, nv);
+	{
+		json_object *one = J("1"),
+				   *one0 = J("1.0"),
+				   *big1 = J("18446744073709551617"),
+				   *big0 = J("18446744073709551616");
+
+		ok(wfe_json_equal(one, one0) && !wfe_json_equal(big1, big0),
+		   "(1 equals 1.0; 2^64+1 does not equal 2^64)");
+		json_object_put(one);
+		json_object_put(one0);
+		json_object_put(big1);
+		json_object_put(big0);
+	}
+
+	check("{\"uniqueItems\": true}", "[1, 1.0]", "$: items 0 and 1 are equal (schema #/uniqueItems)");
+	check("{\"uniqueItems\": true}", "[{\"a\": 1, \"b\": [2]}, {\"b\": [2.0], \"a\": 1}]",
+		  "$: items 0 and 1 are equal (schema #/uniqueItems)");
+	check("{\"uniqueItems\": true}", "[{\"a\": 1}, {\"a\": 1, \"b\": 1}, [\"a\", 1], \"a1\"]", NULL);
+	/* the pair a pairwise scan finds first: the first item equal to an earlier one */
+	check("{\"uniqueItems\": true}", "[3, 1, 2, 1, 3, 2]", "$: items 1 and 3 are equal (schema #/uniqueItems)");
+	check("{\"uniqueItems\": true}", "[5, 7, 7, 5, 5]", "$: items 1 and 2 are equal (schema #/uniqueItems)");
+	check("{\"uniqueItems\": false}", "[1, 1]", NULL);
+	check("{\"items\": {\"uniqueItems\": true}}", "[[1, 2], [true, 1, \"x\", 1]]",
+		  "$[1]: items 1 and 3 are equal (schema #/items/uniqueItems)");
+
+	/* 40,000 items: pairwise that was 800 million comparisons */
+	{
+		char	   *text = array_text(40000, "{\"id\": %ld, \"tag\": \"t\"}");
+
+		rc = run("{\"uniqueItems\": true}", text, msg, sizeof(msg));
+		ok(rc == WFE_SCHEMA_VALID, "40000 distinct objects are unique (%s)", msg);
+		strcpy(text + strlen(text) - 1, ", {\"tag\": \"t\", \"id\": 39998.0}]");
+		rc = run("{\"uniqueItems\": true}", text, msg, sizeof(msg));
+		ok(rc == WFE_SCHEMA_VIOLATION && strstr(msg, "items 39998 and 40000 are equal") != NULL,
+		   "one more equal to item 39998 is found: %s", msg);
+		free(text);
+	}
+}
+
+static int	hook_calls;
+static int	hook_stop_after;
+
+/* An interrupt hook that says "stop" on its hook_stop_after-th call. */
+static int
+test_hook(void)
+{
+	return ++hook_calls >= hook_stop_after;
+}
+
+/* The step budget bounds all work, and the interrupt hook can stop it. */
+static void
+test_budget(void)
+{
+	char		msg[512];
+	int			rc;
+	char	   *text = array_text(1000, "%ld");
+	char	   *bomb,
+			   *p;
+	int			levels = 28;
+
+	/* one step for the array, one per item: 1001 */
+	wfe_jschema_set_step_budget(1001);
+	rc = run("{\"items\": {\"type\": \"integer\"}}", text, msg, sizeof(msg));
+	ok(rc == WFE_SCHEMA_VALID, "1000 items in a budget of 1001 steps: valid (%s)", msg);
+	wfe_jschema_set_step_budget(1000);
+	rc = run("{\"items\": {\"type\": \"integer\"}}", text, msg, sizeof(msg));
+	ok(rc == WFE_SCHEMA_BUDGET &&
+	   strcmp(msg, "$[999]: validation needs more than its budget of 1000 steps "
+			  "(wfe.schema_step_budget) (schema #/items)") == 0,
+	   "in 1000 steps: WFE_SCHEMA_BUDGET, where it stopped: %s", msg);
+	rc = run("{\"uniqueItems\": true}", text, msg, sizeof(msg));
+	ok(rc == WFE_SCHEMA_BUDGET, "uniqueItems' keys and sort are paid for too: %s", msg);
+	{
+		/* enum compares node by node: 0..998 then 999 against 0..998 then -1 */
+		char	   *other = array_text(1000, "%ld");
+		char	   *schema = malloc(strlen(other) + 32);
+
+		strcpy(strrchr(other, ' ') + 1, "-1]");
+		sprintf(schema, "{\"enum\": [%s]}", other);
+		rc = run(schema, text, msg, sizeof(msg));
+		ok(rc == WFE_SCHEMA_BUDGET, "comparing for enum is paid for too: %s", msg);
+		wfe_jschema_set_step_budget(WFE_SCHEMA_STEP_BUDGET);
+		rc = run(schema, text, msg, sizeof(msg));
+		ok(rc == WFE_SCHEMA_VIOLATION && strstr(msg, "is not one of") != NULL,
+		   "and in the default budget it is an answer: %.60s", msg);
+		free(schema);
+		free(other);
+	}
+	free(text);
+
+	/*
+	 * 28 levels of anyOf over two $refs to the next level, ending in a type
+	 * that fails: 2^28 paths.  The default budget ends it, even inside the
+	 * quiet branches of anyOf, and says so.
+	 */
+	bomb = malloc(200 * (size_t) levels + 100);
+	p = bomb + sprintf(bomb, "{\"$defs\": {");
+	for (int i = 0; i < levels; i++)
+		p += sprintf(p, "\"d%d\": {\"anyOf\": [{\"$ref\": \"#/$defs/d%d\"}, {\"$ref\": \"#/$defs/d%d\"}]}, ",
+					 i, i + 1, i + 1);
+	sprintf(p, "\"d%d\": {\"type\": \"string\"}}, \"$ref\": \"#/$defs/d0\"}", levels);
+	rc = run(bomb, "1", msg, sizeof(msg));
+	ok(rc == WFE_SCHEMA_BUDGET && strstr(msg, "budget of 10000000 steps") != NULL,
+	   "28 nested anyOf of two $refs: refused by the budget: %s", msg);
+
+	/* the hook is asked every few thousand steps; "stop" is WFE_SCHEMA_INTERRUPTED */
+	hook_calls = 0;
+	hook_stop_after = 3;
+	wfe_jschema_set_interrupt_check(test_hook);
+	rc = run(bomb, "1", msg, sizeof(msg));
+	ok(rc == WFE_SCHEMA_INTERRUPTED && hook_calls == 3 &&
+	   strstr(msg, "validation was interrupted") != NULL,
+	   "the interrupt hook stops it on its third call: %s", msg);
+	hook_calls = 0;
+	hook_stop_after = 1000000;
+	rc = run("{\"items\": {\"type\": \"integer\"}}", "[1, 2, 3]", msg, sizeof(msg));
+	ok(rc == WFE_SCHEMA_VALID && hook_calls == 0, "a small validation never asks (%d calls)", hook_calls);
+	wfe_jschema_set_interrupt_check(NULL);
+	free(bomb);
+}
+
 /* The compiled form is cached on the schema object and reused. */
 static void
 test_cache(void)
@@ -373,6 +574,8 @@ main(void)
 	test_messages();
 	test_refusals();
 	test_bounds();
+	test_unique();
+	test_budget();
 	test_cache();
 	test_numbers();
 	printf("1..%d\n", tests_run);

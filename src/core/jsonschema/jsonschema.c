@@ -16,6 +16,12 @@
  * flag set by every successful in-place evaluation below it (annotations of
  * failed branches are dropped, as the standard says).  Nodes without them
  * collect nothing.
+ *
+ * Every unit of work is paid for from the validation's step budget
+ * (WFE_SCHEMA_STEP_BUDGET): nesting is bounded, but work is not (anyOf of
+ * two $refs to the next level doubles it per level), so the budget is what
+ * keeps one validation from running for hours.  The meter also calls the
+ * server's interrupt hook, so a cancelled statement stops here too.
  */
 #include <math.h>
 #include <stdarg.h>
@@ -37,10 +43,66 @@
 /* Is "format" asserted?  (wfe.schema_format_assertion; off: an annotation) */
 static int	format_assertion;
 
+/* Steps each validation may take (wfe.schema_step_budget). */
+static long step_budget = WFE_SCHEMA_STEP_BUDGET;
+
+/* The server's "stop now?" hook (NULL: none). */
+static int	(*interrupt_pending) (void);
+
+/* Steps between two calls of the interrupt hook. */
+#define CHECK_EVERY 4096
+
 void
 wfe_jschema_set_format_assertion(int on)
 {
 	format_assertion = on != 0;
+}
+
+void
+wfe_jschema_set_step_budget(long steps)
+{
+	step_budget = steps > 0 ? steps : 1;
+}
+
+void
+wfe_jschema_set_interrupt_check(int (*pending) (void))
+{
+	interrupt_pending = pending;
+}
+
+/* A full meter for a new validation. */
+static void
+meter_init(js_meter *m)
+{
+	m->left = step_budget;
+	m->next_check = step_budget - CHECK_EVERY;
+	m->stop = 0;
+}
+
+/* Spend steps; see jsonschema_internal.h. */
+int
+js_meter_spend(js_meter *m, long steps)
+{
+	if (m == NULL)
+		return 1;
+	if (m->stop)
+		return 0;
+	m->left -= steps;
+	if (m->left < 0)
+	{
+		m->stop = WFE_SCHEMA_BUDGET;
+		return 0;
+	}
+	if (m->left <= m->next_check)
+	{
+		m->next_check = m->left - CHECK_EVERY;
+		if (interrupt_pending && interrupt_pending())
+		{
+			m->stop = WFE_SCHEMA_INTERRUPTED;
+			return 0;
+		}
+	}
+	return 1;
 }
 
 /* Longest path spelt in a message; deeper paths end in "...". */
@@ -322,14 +384,14 @@ number_equal(json_object *a, json_object *b)
 	return r;
 }
 
-/* Deep equality with a recursion bound. */
+/* Deep equality with a recursion bound, paid for from m (NULL: free). */
 static int
-equal_at(json_object *a, json_object *b, int depth)
+equal_at(json_object *a, json_object *b, int depth, js_meter *m)
 {
 	json_type	ta = json_object_get_type(a);
 	json_type	tb = json_object_get_type(b);
 
-	if (depth > EQUAL_MAX_DEPTH)
+	if (depth > EQUAL_MAX_DEPTH || !js_meter_spend(m, 1))
 		return 0;
 	if (is_number(a) && is_number(b))
 		return number_equal(a, b);
@@ -343,6 +405,7 @@ equal_at(json_object *a, json_object *b, int depth)
 			return !json_object_get_boolean(a) == !json_object_get_boolean(b);
 		case json_type_string:
 			return json_object_get_string_len(a) == json_object_get_string_len(b) &&
+				js_meter_spend(m, json_object_get_string_len(a) / 64) &&
 				memcmp(json_object_get_string(a), json_object_get_string(b),
 					   (size_t) json_object_get_string_len(a)) == 0;
 		case json_type_array:
@@ -353,7 +416,7 @@ equal_at(json_object *a, json_object *b, int depth)
 					return 0;
 				for (size_t i = 0; i < n; i++)
 					if (!equal_at(json_object_array_get_idx(a, i),
-								  json_object_array_get_idx(b, i), depth + 1))
+								  json_object_array_get_idx(b, i), depth + 1, m))
 						return 0;
 				return 1;
 			}
@@ -369,7 +432,7 @@ equal_at(json_object *a, json_object *b, int depth)
 						json_object *vb;
 
 						if (!json_object_object_get_ex(b, key, &vb) ||
-							!equal_at(va, vb, depth + 1))
+							!equal_at(va, vb, depth + 1, m))
 							return 0;
 					}
 				}
@@ -383,7 +446,7 @@ equal_at(json_object *a, json_object *b, int depth)
 int
 wfe_json_equal(json_object *a, json_object *b)
 {
-	return equal_at(a, b, 0);
+	return equal_at(a, b, 0, NULL);
 }
 
 /* Canonical text of a value cut to `max` bytes (with "..."), into buf. */
@@ -442,6 +505,7 @@ typedef struct vctx
 	int			reported;
 	int			aborted;		/* a bound was hit: the answer is "invalid" */
 	int			depth;
+	js_meter	meter;			/* steps left (WFE_SCHEMA_STEP_BUDGET) */
 	long		regex_budget;
 	int			nscope;
 	const js_resource *scope[WFE_SCHEMA_MAX_EVAL + 1];	/* dynamic scope (last member) */
@@ -487,14 +551,56 @@ abort_walk(vctx *cx, const js_node *n, const char *what)
 	return 0;
 }
 
-/* Flags for the members or items of v (none for other values). */
+/* Will a failure here be reported?  (Messages cost: build them only then.) */
 static int
-ann_init(js_ann *a, json_object *v)
+reporting(const vctx *cx)
+{
+	return cx->quiet == 0 && !cx->reported && cx->msg != NULL && cx->msglen > 0;
+}
+
+/* The meter stopped: say why, and stop the walk. */
+static int
+stopped(vctx *cx, const js_node *n)
+{
+	char		what[160];
+
+	if (cx->meter.stop == WFE_SCHEMA_INTERRUPTED)
+		snprintf(what, sizeof(what), "validation was interrupted");
+	else
+		snprintf(what, sizeof(what),
+				 "validation needs more than its budget of %ld steps (wfe.schema_step_budget)",
+				 step_budget);
+	return abort_walk(cx, n, what);
+}
+
+/* Pay for steps; on 0 the walk has stopped (stopped()). */
+static int
+spend(vctx *cx, const js_node *n, long steps)
+{
+	if (js_meter_spend(&cx->meter, steps))
+		return 1;
+	if (!cx->aborted)
+		stopped(cx, n);
+	return 0;
+}
+
+/*
+ * Flags for the members or items of v (none for other values), paid for
+ * (each later merge walks them too).  0 when the walk has stopped: out of
+ * memory or out of steps.
+ */
+static int
+ann_init(vctx *cx, const js_node *n, js_ann *a, json_object *v)
 {
 	a->n = json_object_is_type(v, json_type_object) ? (size_t) json_object_object_length(v) :
 		json_object_is_type(v, json_type_array) ? json_object_array_length(v) : 0;
+	a->flags = NULL;
+	if (!spend(cx, n, (long) a->n))
+		return 0;
 	a->flags = a->n ? calloc(a->n, 1) : NULL;
-	return a->n == 0 || a->flags != NULL;
+	if (a->n != 0 && a->flags == NULL)
+		return abort_walk(cx, n, "out of memory");
+	return 1;
 }
 
 /* dst |= src. */
@@ -571,8 +677,16 @@ eval_number(vctx *cx, const js_node *n, json_object *v)
 		return 1;
 	if (wfe_jnum_from_json(&x, v) < 0)
 		return fail(cx, n, NULL, "not a finite number");
-	/* the value's text only for a message: it costs an allocation */
-#define NUMTEXT(num) (short_json(v, a, sizeof(a), 40), wfe_jnum_format((num), b, sizeof(b)), b)
+	/* long division: digits of the value times digits of the divisor */
+	if (n->multiple_of &&
+		!spend(cx, n, (x.ndig / 64 + 1) * (n->multiple_of->ndig / 64 + 1)))
+	{
+		wfe_jnum_free(&x);
+		return 0;
+	}
+	/* the value's text only for a message that is shown: it costs a copy */
+#define NUMTEXT(num) (reporting(cx) ? (short_json(v, a, sizeof(a), 40), \
+									   wfe_jnum_format((num), b, sizeof(b)), b) : "")
 	if (ok && n->minimum && wfe_jnum_cmp(&x, n->minimum) < 0)
 		ok = fail(cx, n, "minimum", "%s is less than the minimum %s", a, NUMTEXT(n->minimum));
 	if (ok && n->xminimum && wfe_jnum_cmp(&x, n->xminimum) <= 0)
@@ -608,9 +722,10 @@ eval_string(vctx *cx, const js_node *n, json_object *v)
 	}
 	if (n->format && format_assertion && wfe_json_format_check(n->format, s, len) == 0)
 	{
-		char		a[96];
+		char		a[96] = "";
 
-		short_json(v, a, sizeof(a), 60);
+		if (reporting(cx))
+			short_json(v, a, sizeof(a), 60);
 		return fail(cx, n, "format", "%s is not a valid %s", a, n->format);
 	}
 	if (n->pattern)
@@ -621,9 +736,10 @@ eval_string(vctx *cx, const js_node *n, json_object *v)
 			return 0;
 		if (r == 0)
 		{
-			char		a[96];
+			char		a[96] = "";
 
-			short_json(v, a, sizeof(a), 60);
+			if (reporting(cx))
+				short_json(v, a, sizeof(a), 60);
 			return fail(cx, n, "pattern", "%s does not match the pattern \"%s\"", a, n->pattern_text);
 		}
 	}
@@ -659,6 +775,8 @@ eval_object(vctx *cx, const js_node *n, json_object *v, js_ann *ann)
 	int			count = json_object_object_length(v);
 	size_t		i;
 
+	if (!spend(cx, n, n->nrequired + n->ndep_required + n->ndep_schemas))
+		return 0;
 	for (int k = 0; k < n->nrequired; k++)
 		if (!json_object_object_get_ex(v, n->required[k], NULL))
 			return fail(cx, n, "required", "missing required property \"%s\"", n->required[k]);
@@ -668,10 +786,14 @@ eval_object(vctx *cx, const js_node *n, json_object *v, js_ann *ann)
 		return fail(cx, n, "maxProperties", "object has %d properties, more than %ld", count, n->max_props);
 	for (int k = 0; k < n->ndep_required; k++)
 		if (json_object_object_get_ex(v, n->dep_required[k].name, NULL))
+		{
+			if (!spend(cx, n, n->dep_required[k].nnames))
+				return 0;
 			for (int d = 0; d < n->dep_required[k].nnames; d++)
 				if (!json_object_object_get_ex(v, n->dep_required[k].names[d], NULL))
 					return fail(cx, n, n->dep_required[k].kw, "property \"%s\" requires property \"%s\"",
 								n->dep_required[k].name, n->dep_required[k].names[d]);
+		}
 	for (int k = 0; k < n->ndep_schemas; k++)
 		if (json_object_object_get_ex(v, n->dep_schemas[k].name, NULL) &&
 			!eval(cx, n->dep_schemas[k].schema, v, ann))
@@ -699,8 +821,11 @@ eval_object(vctx *cx, const js_node *n, json_object *v, js_ann *ann)
 		json_object_object_foreach(v, key, val)
 		{
 			int			matched = 0;
-			const js_prop *p = n->nprops ? find_prop(n, key) : NULL;
+			const js_prop *p;
 
+			if (!spend(cx, n, 1 + n->npattern_props))
+				return 0;
+			p = n->nprops ? find_prop(n, key) : NULL;
 			if (p)
 			{
 				if (!eval_member(cx, p->schema, key, val))
@@ -747,10 +872,20 @@ eval_array(vctx *cx, const js_node *n, json_object *v, js_ann *ann)
 	if (n->max_items >= 0 && len > (size_t) n->max_items)
 		return fail(cx, n, "maxItems", "array has %zu items, more than %ld", len, n->max_items);
 	if (n->unique_items)
-		for (size_t i = 1; i < len; i++)
-			for (size_t j = 0; j < i; j++)
-				if (wfe_json_equal(json_object_array_get_idx(v, j), json_object_array_get_idx(v, i)))
-					return fail(cx, n, "uniqueItems", "items %zu and %zu are equal", j, i);
+	{
+		size_t		i,
+					j;
+
+		switch (js_unique_items(v, &cx->meter, &j, &i))
+		{
+			case 1:
+				return fail(cx, n, "uniqueItems", "items %zu and %zu are equal", j, i);
+			case -1:
+				return stopped(cx, n);
+			case -2:
+				return abort_walk(cx, n, "out of memory");
+		}
+	}
 	for (size_t i = 0; i < len && i < (size_t) n->nprefix_items; i++)
 	{
 		if (!eval_item(cx, n->prefix_items[i], i, json_object_array_get_idx(v, i)))
@@ -804,6 +939,8 @@ eval_unevaluated(vctx *cx, const js_node *n, json_object *v, js_ann *a)
 {
 	size_t		i = 0;
 
+	if (!spend(cx, n, (long) a->n))
+		return 0;
 	if (n->unevaluated_props && json_object_is_type(v, json_type_object))
 	{
 		json_object_object_foreach(v, key, val)
@@ -859,25 +996,35 @@ eval_keywords(vctx *cx, const js_node *n, json_object *v, js_ann *a)
 		size_t		i;
 
 		for (i = 0; i < len; i++)
-			if (wfe_json_equal(json_object_array_get_idx(n->enum_values, i), v))
+			if (equal_at(json_object_array_get_idx(n->enum_values, i), v, 0, &cx->meter))
 				break;
+		if (cx->meter.stop)
+			return stopped(cx, n);
 		if (i == len)
 		{
-			char		a1[96],
-						a2[160];
+			char		a1[96] = "",
+						a2[160] = "";
 
-			short_json(v, a1, sizeof(a1), 60);
-			short_json(n->enum_values, a2, sizeof(a2), 120);
+			if (reporting(cx))
+			{
+				short_json(v, a1, sizeof(a1), 60);
+				short_json(n->enum_values, a2, sizeof(a2), 120);
+			}
 			return fail(cx, n, "enum", "%s is not one of %s", a1, a2);
 		}
 	}
-	if (n->has_const && !wfe_json_equal(n->const_value, v))
+	if (n->has_const && !equal_at(n->const_value, v, 0, &cx->meter))
 	{
-		char		a1[96],
-					a2[96];
+		char		a1[96] = "",
+					a2[96] = "";
 
-		short_json(v, a1, sizeof(a1), 60);
-		short_json(n->const_value, a2, sizeof(a2), 60);
+		if (cx->meter.stop)
+			return stopped(cx, n);
+		if (reporting(cx))
+		{
+			short_json(v, a1, sizeof(a1), 60);
+			short_json(n->const_value, a2, sizeof(a2), 60);
+		}
 		return fail(cx, n, "const", "%s is not %s", a1, a2);
 	}
 	if ((t & JT_NUMBER) && !eval_number(cx, n, v))
@@ -886,7 +1033,8 @@ eval_keywords(vctx *cx, const js_node *n, json_object *v, js_ann *a)
 		return 0;
 	if (n->ref && !eval(cx, n->ref, v, a))
 		return 0;
-	if (n->dynamic_ref && !eval(cx, dynamic_target(cx, n), v, a))
+	if (n->dynamic_ref &&
+		(!spend(cx, n, cx->nscope) || !eval(cx, dynamic_target(cx, n), v, a)))
 		return 0;
 	for (int i = 0; i < n->nall_of; i++)
 		if (!eval(cx, n->all_of[i], v, a))
@@ -900,8 +1048,8 @@ eval_keywords(vctx *cx, const js_node *n, json_object *v, js_ann *a)
 			js_ann		b = {0};
 			int			r;
 
-			if (a && !ann_init(&b, v))
-				return abort_walk(cx, n, "out of memory");
+			if (a && !ann_init(cx, n, &b, v))
+				return 0;
 			r = eval_quiet(cx, n->any_of[i], v, a ? &b : NULL);
 			if (r)
 				ann_merge(a, &b);
@@ -930,8 +1078,11 @@ eval_keywords(vctx *cx, const js_node *n, json_object *v, js_ann *a)
 			js_ann		b = {0};
 			int			r;
 
-			if (a && !ann_init(&b, v))
-				return abort_walk(cx, n, "out of memory");
+			if (a && !ann_init(cx, n, &b, v))
+			{
+				free(keep.flags);
+				return 0;
+			}
 			r = eval_quiet(cx, n->one_of[i], v, a ? &b : NULL);
 			if (cx->aborted)
 			{
@@ -976,8 +1127,8 @@ eval_keywords(vctx *cx, const js_node *n, json_object *v, js_ann *a)
 		js_ann		b = {0};
 		int			r;
 
-		if (a && !ann_init(&b, v))
-			return abort_walk(cx, n, "out of memory");
+		if (a && !ann_init(cx, n, &b, v))
+			return 0;
 		r = eval_quiet(cx, n->if_schema, v, a ? &b : NULL);
 		if (r)
 			ann_merge(a, &b);
@@ -996,6 +1147,21 @@ eval_keywords(vctx *cx, const js_node *n, json_object *v, js_ann *a)
 	return 1;
 }
 
+/*
+ * What applying a subschema to v costs before any keyword: one step, and
+ * one per 64 bytes of a string or of a number's text, which type checks,
+ * lengths and formats read.
+ */
+static long
+value_cost(json_object *v)
+{
+	if (json_object_is_type(v, json_type_string))
+		return 1 + json_object_get_string_len(v) / 64;
+	if (json_object_is_type(v, json_type_double))
+		return 1 + (long) strlen(json_object_get_string(v)) / 64;
+	return 1;
+}
+
 /* Evaluate a node against v; a (may be NULL) collects what it covered. */
 static int
 eval(vctx *cx, const js_node *n, json_object *v, js_ann *ann)
@@ -1005,7 +1171,7 @@ eval(vctx *cx, const js_node *n, json_object *v, js_ann *ann)
 	int			ok,
 				pushed = 0;
 
-	if (cx->aborted)
+	if (cx->aborted || !spend(cx, n, value_cost(v)))
 		return 0;
 	if (n->boolean == 1)
 		return 1;
@@ -1027,11 +1193,12 @@ eval(vctx *cx, const js_node *n, json_object *v, js_ann *ann)
 	}
 	if (n->needs_annotations)
 	{
-		if (!ann_init(&local, v))
-			ok = abort_walk(cx, n, "out of memory");
-		a = &local;
+		if (!ann_init(cx, n, &local, v))
+			a = NULL;
+		else
+			a = &local;
 	}
-	ok = eval_keywords(cx, n, v, a);
+	ok = !cx->aborted && eval_keywords(cx, n, v, a);
 	if (ok && n->needs_annotations)
 	{
 		ok = eval_unevaluated(cx, n, v, &local);
@@ -1050,7 +1217,8 @@ wfe_jschema_check(const wfe_jschema *s, json_object *value, const char *root,
 				  char *msg, size_t msglen)
 {
 	vctx	   *cx = malloc(sizeof(vctx));
-	int			ok;
+	int			ok,
+				rc;
 
 	if (msg && msglen)
 		msg[0] = '\0';
@@ -1067,9 +1235,11 @@ wfe_jschema_check(const wfe_jschema *s, json_object *value, const char *root,
 	cx->msg = msg;
 	cx->msglen = msglen;
 	cx->regex_budget = REGEX_BUDGET;
+	meter_init(&cx->meter);
 	ok = eval(cx, s->root, value, NULL);
+	rc = ok ? WFE_SCHEMA_VALID : cx->meter.stop ? cx->meter.stop : WFE_SCHEMA_VIOLATION;
 	free(cx);
-	return ok ? WFE_SCHEMA_VALID : WFE_SCHEMA_VIOLATION;
+	return rc;
 }
 
 /* ---- compiled schemas cached on their json-c objects ---------------------- */

@@ -30,6 +30,8 @@ struct json_object;
 #define WFE_SCHEMA_VALID		0
 #define WFE_SCHEMA_VIOLATION	(-1)	/* the value does not satisfy the schema */
 #define WFE_SCHEMA_MALFORMED	(-2)	/* the schema itself cannot be used */
+#define WFE_SCHEMA_BUDGET		(-3)	/* the step budget ran out: no answer */
+#define WFE_SCHEMA_INTERRUPTED	(-4)	/* the interrupt hook said stop: no answer */
 
 /*
  * The one nesting bound of JSON documents: parsing (wfe_json_parse) refuses
@@ -40,6 +42,28 @@ struct json_object;
  */
 #define WFE_JSON_MAX_DEPTH		128
 #define WFE_SCHEMA_MAX_EVAL		(8 * WFE_JSON_MAX_DEPTH)
+
+/*
+ * The work one validation may do, in steps: a subschema applied to a value,
+ * a member or item a keyword visits, a value compared (enum, const,
+ * uniqueItems, whose sort counts n*log2(n)), 64 bytes of a string scanned.
+ * Nesting does not bound work (each level of `anyOf: [{$ref}, {$ref}]`
+ * doubles it), so the budget does: a validation that would take more
+ * stops with WFE_SCHEMA_BUDGET.  Pattern matching has a step budget of its
+ * own (regex.h).
+ */
+#define WFE_SCHEMA_STEP_BUDGET	10000000L
+
+/*
+ * Process-wide: the budget of each validation from now on (the server
+ * layer sets it from the GUC wfe.schema_step_budget), and a hook that
+ * validation calls every few thousand steps; a nonzero answer stops it with
+ * WFE_SCHEMA_INTERRUPTED.  The hook must not longjmp: the validator holds
+ * malloc'd memory.  The server answers "a cancel is pending" and raises it
+ * once the core has returned and everything is freed.  NULL: no hook.
+ */
+extern void wfe_jschema_set_step_budget(long steps);
+extern void wfe_jschema_set_interrupt_check(int (*pending) (void));
 
 /* Why a schema was refused. */
 typedef enum wfe_jschema_errkind
@@ -85,6 +109,9 @@ extern const char *wfe_jschema_dialect(const wfe_jschema *s);
  * and the schema keyword, e.g.
  * `$.modelId: expected string, got integer (schema #/properties/modelId/type)`.
  * The path is spelt from `root` ("$" when NULL).  msg may be NULL.
+ * WFE_SCHEMA_BUDGET or WFE_SCHEMA_INTERRUPTED: validation stopped before it
+ * had an answer; msg says where.  Callers that only ask "valid or not" may
+ * treat both as "not shown to be valid".
  */
 extern int	wfe_jschema_check(const wfe_jschema *s, struct json_object *value,
 							  const char *root, char *msg, size_t msglen);

@@ -134,6 +134,25 @@ struct js_node
 	int			needs_annotations;	/* has unevaluated*: track what is evaluated */
 };
 
+/* The steps one validation has left (WFE_SCHEMA_STEP_BUDGET), and why it stopped. */
+typedef struct js_meter
+{
+	long		left;			/* steps still allowed */
+	long		next_check;		/* ask the interrupt hook when left falls to this */
+	int			stop;			/* 0, WFE_SCHEMA_BUDGET or WFE_SCHEMA_INTERRUPTED */
+} js_meter;
+
+/* Spend steps: 1 to go on, 0 when the budget ran out or the hook said stop. */
+extern int	js_meter_spend(js_meter *m, long steps);
+
+/*
+ * uniqueItems in O(n log n) (jsonuniq.c): 0 when the items of arr are
+ * pairwise unequal (wfe_json_equal), 1 with the first equal pair in *j < *i
+ * (smallest i, then smallest j, as a pairwise scan finds it), -1 when the
+ * meter stopped, -2 out of memory.
+ */
+extern int	js_unique_items(json_object *arr, js_meter *m, size_t *j, size_t *i);
+
 struct wfe_jschema
 {
 	wfe_arena	arena;

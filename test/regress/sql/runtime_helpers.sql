@@ -73,6 +73,50 @@ SELECT wfe._validate('[]', '1');
 SELECT wfe._validate(NULL, '1') IS NULL AS null_in_null_out;
 
 --
+-- Bounded work (docs/dsl.md "Bounds"): uniqueItems sorts, a step budget
+-- bounds the rest (54001), and a cancel stops a validation
+--
+-- 40,000 items: pairwise that was 800 million comparisons and 20 s; sorted
+-- it is well inside a statement_timeout of 5 s
+SET statement_timeout = '5s';
+SELECT wfe._validate('{"uniqueItems": true}',
+                     (SELECT jsonb_agg(jsonb_build_object('id', i, 'tag', 't')) FROM generate_series(1, 40000) AS i)) AS distinct_40k;
+SELECT wfe._validate('{"uniqueItems": true}',
+                     (SELECT jsonb_agg(jsonb_build_object('id', i, 'tag', 't')) || '[{"tag": "t", "id": 39999.0}]'
+                        FROM generate_series(1, 40000) AS i)) AS one_repeated;
+RESET statement_timeout;
+-- equal by value: 1 and 1.0, the same members in another order
+SELECT wfe._validate('{"uniqueItems": true}', '[1, 2, 1.0]') AS numbers,
+       wfe._validate('{"uniqueItems": true}', '[{"a": 1, "b": [2]}, {"b": [2.0], "a": 1}]') AS objects,
+       wfe._validate('{"uniqueItems": true}', '[{"a": 1}, {"a": "1"}, [1], "1"]') AS distinct_values;
+-- 28 levels of anyOf over two $refs to the next level, ending in a type
+-- the value fails: 2^28 evaluations from 2 KB of schema
+SELECT jsonb_build_object(
+         '$defs', jsonb_object_agg('d' || i,
+                    CASE WHEN i < 28
+                         THEN jsonb_build_object('anyOf', jsonb_build_array(
+                                jsonb_build_object('$ref', '#/$defs/d' || (i + 1)),
+                                jsonb_build_object('$ref', '#/$defs/d' || (i + 1))))
+                         ELSE '{"type": "string"}' END),
+         '$ref', '#/$defs/d0') AS bomb
+  FROM generate_series(0, 28) AS i \gset
+SELECT length(:'bomb') < 2100 AS about_2kb;
+SELECT wfe._validate(:'bomb', '1');
+\echo :LAST_ERROR_SQLSTATE
+-- a value the first branch of every level accepts is cheap: valid
+SELECT wfe._validate(:'bomb', '"s"') AS first_branches;
+-- the budget is at least 1000 steps
+SET wfe.schema_step_budget = 999;
+\echo :LAST_ERROR_SQLSTATE
+-- with a budget of minutes, statement_timeout stops it
+SET wfe.schema_step_budget = 2000000000;
+SET statement_timeout = '1s';
+SELECT wfe._validate(:'bomb', '1');
+\echo :LAST_ERROR_SQLSTATE
+RESET statement_timeout;
+RESET wfe.schema_step_budget;
+
+--
 -- wfe._bind_input: typed whole values, text interpolation, failures
 --
 SELECT wfe._bind_input(
