@@ -262,7 +262,7 @@ COMMENT ON FUNCTION wfe.cache_invalidate(text, text, text) IS
 'Removes result cache entries by key, contract and/or tenant (of the tenants the caller acts for); returns how many.';
 
 CREATE FUNCTION wfe._operator_target(p_run_id bigint, p_stage text, p_reason text)
-RETURNS wfe.runs
+RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -272,11 +272,11 @@ BEGIN
     END IF;
     PERFORM wfe._admit_name(p_stage, 'stage');
     PERFORM wfe._admit_name(p_reason, 'reason');
-    RETURN wfe._run(p_run_id);
+    PERFORM wfe._run(p_run_id);
 END
 $$;
 COMMENT ON FUNCTION wfe._operator_target(bigint, text, text) IS
-'Checks an operator action''s run, stage and reason (22004, 54000, 22023) and returns the run; 42704 when there is none or it is of a tenant the caller does not act for.';
+'Checks an operator action''s run, stage and reason: 22004, 54000, 22023, and 42704 when there is no such run or it is of a tenant the caller does not act for.';
 REVOKE ALL ON FUNCTION wfe._operator_target(bigint, text, text) FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION wfe.redrive(run_id bigint, stage text, reason text DEFAULT NULL)

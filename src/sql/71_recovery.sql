@@ -13,8 +13,9 @@
 -- every action first checks its arguments against the admission limits and
 -- then finds its run through wfe._run, so an operator acts only on runs of
 -- the tenants it acts for, and another tenant's run is answered exactly as
--- one that does not exist (42704) -- before it is locked or read, so no
--- message, SQLSTATE or lock wait tells the two apart.  An action that
+-- one that does not exist (42704) -- before it is locked, or anything of it
+-- but its tenant read, so no message, SQLSTATE or lock wait tells the two
+-- apart.  An action that
 -- reopens an ended run is admitted against its tenant's max_runs_in_flight
 -- like a submit (wfe._operate, wfe._admit_run).
 
@@ -40,7 +41,7 @@ COMMENT ON FUNCTION wfe._resolve_dead_letters(bigint, text, text) IS
 -- (22004), within the admission limits (54000, 22023), and naming a run of
 -- a tenant the caller acts for (42704, as for no run at all).
 CREATE FUNCTION wfe._operator_target(p_run_id bigint, p_stage text, p_reason text)
-RETURNS wfe.runs
+RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -50,11 +51,11 @@ BEGIN
     END IF;
     PERFORM wfe._admit_name(p_stage, 'stage');
     PERFORM wfe._admit_name(p_reason, 'reason');
-    RETURN wfe._run(p_run_id);
+    PERFORM wfe._run(p_run_id);
 END
 $$;
 COMMENT ON FUNCTION wfe._operator_target(bigint, text, text) IS
-'Checks an operator action''s run, stage and reason (22004, 54000, 22023) and returns the run; 42704 when there is none or it is of a tenant the caller does not act for.';
+'Checks an operator action''s run, stage and reason: 22004, 54000, 22023, and 42704 when there is no such run or it is of a tenant the caller does not act for.';
 
 CREATE FUNCTION wfe.redrive(run_id bigint, stage text, reason text DEFAULT NULL)
 RETURNS void
