@@ -22,7 +22,7 @@
 CREATE FUNCTION wfe._operate(run_id bigint, stage text, operation text, value text, by text, why text)
 RETURNS void AS 'MODULE_PATHNAME', 'wfe_operate' LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION wfe._operate(bigint, text, text, text, text, text) IS
-'An operator''s redrive, skip, fail or redispatch of one stage, through the step core under the run''s lock; 55000 when the core refuses.';
+'An operator''s redrive, skip, fail or redispatch of one stage, through the step core under the run''s lock; 55000 when the core refuses, 53400 when reopening the run would pass its tenant''s max_runs_in_flight.';
 
 -- The stage's open dead letters are resolved by an operator's action.
 CREATE FUNCTION wfe._resolve_dead_letters(p_run_id bigint, p_stage text, p_resolution text)
