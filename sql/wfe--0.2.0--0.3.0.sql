@@ -16,6 +16,58 @@
 -- Settings are read through wfe._setting (11_settings.sql), which loads the
 -- library that defines them: no default is written again in SQL.
 CREATE FUNCTION wfe._load_setting(p_name text)
+
+-- The layout (0.3.0): comments in these bodies name the files' new paths.
+CREATE OR REPLACE FUNCTION wfe._run_handler(p_run_id bigint, p_stage text, p_by text DEFAULT 'wfe.tick')
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    r         wfe.runs;
+    s         wfe.run_stages;
+    v_result  jsonb;
+    v_error   jsonb;
+    v_state   text;
+    v_message text;
+    v_run_as  regrole;
+BEGIN
+    SELECT * INTO r FROM wfe.runs AS x WHERE x.run_id = p_run_id FOR NO KEY UPDATE SKIP LOCKED;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    SELECT * INTO s FROM wfe.run_stages AS st WHERE st.run_id = p_run_id AND st.stage = p_stage FOR UPDATE;
+    IF s.state <> 'queued' OR s.handler IS NULL THEN
+        RETURN false;
+    END IF;
+    UPDATE wfe.run_stages AS st
+       SET state = 'running', claimed_by = p_by, started_at = now(), heartbeat_at = now()
+     WHERE st.run_id = p_run_id AND st.stage = p_stage;
+    PERFORM wfe._event(p_run_id, r.tenant, p_stage, s.attempt, 'stage.claimed',
+                       jsonb_build_object('worker_id', p_by, 'handler', s.handler::text));
+    BEGIN
+        -- a subtransaction: a failing handler undoes only its own writes;
+        -- it runs as the role that registered it (src/pg/handler.c)
+        SELECT c.run_as INTO v_run_as FROM wfe.contracts AS c WHERE c.ref = s.worker;
+        IF v_run_as IS NULL THEN
+            RAISE EXCEPTION 'contract % records no role for its handler to run as', s.worker
+                USING ERRCODE = 'insufficient_privilege',
+                      HINT = 'Register the handler again as a new contract version, as the role it should run as.';
+        END IF;
+        v_result := wfe._invoke_handler(s.handler, v_run_as, s.input);
+        -- a result over the limits fails the attempt like any handler error
+        PERFORM wfe._admit(v_result, 'the handler''s result');
+    EXCEPTION WHEN OTHERS THEN
+        GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE, v_message = MESSAGE_TEXT;
+        v_error := jsonb_build_object('code', 'handler.error', 'sqlstate', v_state, 'message', v_message);
+    END;
+    PERFORM wfe._action_done(p_run_id, p_stage,
+                             CASE WHEN v_error IS NULL THEN coalesce(v_result, '{}') END, v_error);
+    RETURN true;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION wfe.ack_cancel(run_id bigint, stage text, attempt int, fence bigint)
 RETURNS text
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -122,6 +174,54 @@ REVOKE ALL ON FUNCTION wfe._run_keeps_key(text) FROM PUBLIC;
 
 -- The functions that wrote a rule again now call the one place.
 CREATE OR REPLACE FUNCTION wfe._check_tenant_member(p_role regrole, p_tenant text)
+
+#variable_conflict use_column
+DECLARE
+    s wfe.run_stages;
+BEGIN
+    IF ack_cancel.run_id IS NULL OR ack_cancel.stage IS NULL OR ack_cancel.attempt IS NULL
+       OR ack_cancel.fence IS NULL THEN
+        RAISE EXCEPTION 'run_id, stage, attempt and fence must not be null'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    PERFORM wfe._admit_name(ack_cancel.stage, 'stage');
+    SELECT * INTO s FROM wfe.run_stages AS st
+     WHERE st.run_id = ack_cancel.run_id AND st.stage = ack_cancel.stage;
+    IF NOT FOUND THEN
+        RETURN 'unknown';
+    END IF;
+    -- who may call back: the callbacks' rule (src/pg/grants.c)
+    IF NOT wfe._may_call_back(s.queue, s.tenant, s.handler IS NOT NULL, s.run_id, s.stage, 'report for') THEN
+        RETURN 'unknown';
+    END IF;
+    -- the cancelled attempt is the one whose fence the cancel superseded
+    -- (stage.cancelled names it; 0.1.0 grew fences by one)
+    IF s.attempt <> ack_cancel.attempt OR s.state <> 'cancelled'
+       OR NOT EXISTS (SELECT 1 FROM wfe.events AS e
+                       WHERE e.run_id = s.run_id AND e.stage = s.stage AND e.attempt = s.attempt
+                         AND e.type = 'stage.cancelled'
+                         AND coalesce((e.detail ->> 'cancelled_fence')::bigint,
+                                      (e.detail ->> 'fence')::bigint - 1) = ack_cancel.fence)
+    THEN
+        PERFORM wfe._event(s.run_id, s.tenant, s.stage, ack_cancel.attempt, 'callback.stale',
+                           jsonb_build_object('callback', 'ack_cancel', 'fence', ack_cancel.fence));
+        RETURN 'stale';
+    END IF;
+    PERFORM wfe._event(s.run_id, s.tenant, s.stage, s.attempt, 'stage.cancel_acknowledged',
+                       jsonb_build_object('fence', ack_cancel.fence));
+    RETURN 'accepted';
+END
+$$;
+
+
+
+-- Operators act for their tenants only, within the admission limits, and
+-- count reopened runs against max_runs_in_flight (issue 20, items 1, 10,
+-- 12; docs: operations.md "Security model").  The run admission a submit
+-- passes is one function, wfe._admit_run, which wfe._operate calls too;
+-- the operators' functions check their arguments and the run's tenant
+-- through wfe._operator_target, which replaces wfe._require_stage.
+CREATE FUNCTION wfe._admit_run(p_tenant text, p_again text)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -136,6 +236,31 @@ BEGIN
     PERFORM wfe._check_tenant_name(p_tenant);
 END
 $$;
+
+DECLARE
+    v_limit int;
+    v_live  bigint;
+BEGIN
+    SELECT t.max_runs_in_flight INTO v_limit FROM wfe.tenant_limits AS t
+     WHERE t.tenant = p_tenant AND t.max_runs_in_flight IS NOT NULL;
+    IF v_limit IS NULL THEN
+        RETURN;
+    END IF;
+    PERFORM pg_advisory_xact_lock(hashtext('wfe.max_runs_in_flight'), hashtext(p_tenant));
+    SELECT count(*) INTO v_live FROM wfe.runs AS x WHERE x.tenant = p_tenant AND x.finished_at IS NULL;
+    IF v_live >= v_limit THEN
+        RAISE EXCEPTION 'tenant "%" has % runs in flight, its max_runs_in_flight', p_tenant, v_live
+            USING ERRCODE = 'configuration_limit_exceeded',
+                  DETAIL = format('Limit max_runs_in_flight = %s (wfe.tenant_limits).', v_limit),
+                  HINT = format('%s again when a run has finished, or raise the limit with wfe.configure_tenant.',
+                                p_again);
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION wfe._admit_run(text, text) IS
+'Admits one more run of a tenant in flight (a submit, or a redrive or skip_stage reopening a failed run): 53400 at its max_runs_in_flight.';
+REVOKE ALL ON FUNCTION wfe._admit_run(text, text) FROM PUBLIC;
+
 CREATE OR REPLACE FUNCTION wfe.submit(workflow text, context jsonb DEFAULT '{}', idempotency_key text DEFAULT NULL,
                            options jsonb DEFAULT '{}')
 RETURNS TABLE (run_id bigint, accepted boolean)
@@ -156,6 +281,7 @@ DECLARE
     v_bad      text;
     v_limit    int;
     v_live     bigint;
+
 BEGIN
     IF submit.workflow IS NULL THEN
         RAISE EXCEPTION 'workflow must not be null' USING ERRCODE = 'null_value_not_allowed';
@@ -188,6 +314,11 @@ BEGIN
     END IF;
     v_tenant := coalesce(v_opts ->> 'tenant', 'default');
     PERFORM wfe._check_tenant_name(v_tenant);
+
+    IF v_tenant !~ '^[A-Za-z0-9_.-]{1,63}$' THEN
+        RAISE EXCEPTION 'tenant "%" is not valid', v_tenant
+            USING ERRCODE = 'invalid_parameter_value', HINT = 'Tenants match ^[A-Za-z0-9_.-]{1,63}$.';
+    END IF;
     -- a role submits only for the tenants it acts for, the default one too
     IF NOT wfe._tenant_ok(v_tenant) THEN
         RAISE EXCEPTION 'role "%" does not act for tenant "%"', wfe._caller(), v_tenant
@@ -264,6 +395,9 @@ BEGIN
         END IF;
     END IF;
 
+    -- Admission: the tenant's runs in flight (wfe.configure_tenant)
+    PERFORM wfe._admit_run(v_tenant, 'Submit');
+
     INSERT INTO wfe.runs AS x (tenant, workflow, version, definition_id, definition_digest, dsl_version,
                                compiler_version, engine_version, contracts, context, execution_context,
                                idempotency_key, priority, not_before, deadline_at, form)
@@ -278,6 +412,8 @@ BEGIN
             now() + make_interval(secs => v_deadline / 1000.0), d.plan ->> 'form')
     ON CONFLICT (tenant, workflow, idempotency_key)
        WHERE idempotency_key IS NOT NULL AND wfe._run_keeps_key(state)
+
+       WHERE idempotency_key IS NOT NULL AND state NOT IN ('failed', 'cancelled')
        DO NOTHING
     RETURNING x.* INTO r;
     IF NOT FOUND THEN
@@ -311,6 +447,11 @@ BEGIN
     PERFORM wfe._event(r.run_id, r.tenant, NULL, NULL, 'run.submitted',
                        jsonb_build_object('workflow', r.workflow, 'version', r.version,
                                           'digest', r.definition_digest, 'idempotency_key', r.idempotency_key));
+
+    INSERT INTO wfe.events (run_id, tenant, type, detail)
+    VALUES (r.run_id, r.tenant, 'run.submitted',
+            jsonb_build_object('workflow', r.workflow, 'version', r.version,
+                               'digest', r.definition_digest, 'idempotency_key', r.idempotency_key));
     IF r.deadline_at IS NOT NULL THEN
         INSERT INTO wfe.timers (tenant, run_id, kind, due_at)
         VALUES (r.tenant, r.run_id, 'run_deadline', r.deadline_at);
@@ -457,6 +598,49 @@ BEGIN
 END
 $$;
 CREATE OR REPLACE FUNCTION wfe._check_queue_grant(p_role regrole, p_queue text)
+
+COMMENT ON FUNCTION wfe.submit(text, jsonb, text, jsonb) IS
+'Starts a run of the active (or a named approved) version, in the caller''s transaction; an idempotency key returns the earlier run with accepted = false.';
+
+CREATE OR REPLACE FUNCTION wfe.cache_invalidate(key text DEFAULT NULL, contract text DEFAULT NULL,
+                                     tenant text DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    n bigint;
+BEGIN
+    IF key IS NULL AND contract IS NULL AND tenant IS NULL THEN
+        RAISE EXCEPTION 'cache_invalidate needs a key, a contract or a tenant'
+            USING ERRCODE = 'null_value_not_allowed',
+                  HINT = 'wfe.cache_invalidate(tenant => ''t'') removes all of a tenant''s entries.';
+    END IF;
+    PERFORM wfe._admit_name(key, 'key');
+    PERFORM wfe._admit_name(contract, 'contract');
+    PERFORM wfe._admit_name(tenant, 'tenant');
+    IF tenant IS NOT NULL AND NOT wfe._tenant_ok(tenant) THEN
+        RAISE EXCEPTION 'role "%" does not act for tenant "%"', wfe._caller()::regrole, left(tenant, 80)
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = 'An administrator maps roles to tenants with wfe.add_tenant_member(role, tenant).';
+    END IF;
+    DELETE FROM wfe.cache_entries AS e
+     WHERE (key IS NULL OR e.key = key)
+       AND (contract IS NULL OR e.contract = contract)
+       AND (tenant IS NULL OR e.tenant = tenant)
+       AND wfe._tenant_ok(e.tenant);
+    GET DIAGNOSTICS n = ROW_COUNT;
+    RETURN n;
+END
+$$;
+COMMENT ON FUNCTION wfe.cache_invalidate(text, text, text) IS
+'Removes result cache entries by key, contract and/or tenant (of the tenants the caller acts for); returns how many.';
+
+COMMENT ON FUNCTION wfe._operate(bigint, text, text, text, text, text) IS
+'An operator''s redrive, skip, fail or redispatch of one stage, through the step core under the run''s lock; 55000 when the core refuses, 53400 when reopening the run would pass its tenant''s max_runs_in_flight.';
+
+CREATE FUNCTION wfe._operator_target(p_run_id bigint, p_stage text, p_reason text)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -475,6 +659,20 @@ END
 $$;
 CREATE OR REPLACE FUNCTION wfe.configure_queue(queue text, delivery text DEFAULT 'poll', max_in_flight int DEFAULT NULL,
                                     paused boolean DEFAULT false)
+
+    IF p_run_id IS NULL OR p_stage IS NULL THEN
+        RAISE EXCEPTION 'run_id and stage must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    PERFORM wfe._admit_name(p_stage, 'stage');
+    PERFORM wfe._admit_name(p_reason, 'reason');
+    PERFORM wfe._run(p_run_id);
+END
+$$;
+COMMENT ON FUNCTION wfe._operator_target(bigint, text, text) IS
+'Checks an operator action''s run, stage and reason: 22004, 54000, 22023, and 42704 when there is no such run or it is of a tenant the caller does not act for.';
+REVOKE ALL ON FUNCTION wfe._operator_target(bigint, text, text) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION wfe.redrive(run_id bigint, stage text, reason text DEFAULT NULL)
 RETURNS void
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -1151,3 +1349,1280 @@ BEGIN
     RETURN 'accepted';
 END
 $$;
+
+DECLARE
+    v_code text;
+BEGIN
+    PERFORM wfe._operator_target(redrive.run_id, redrive.stage, redrive.reason);
+    -- a binding failure has no attempt to run again: the run's context and
+    -- the results it read do not change, so its input would fail again
+    SELECT st.error ->> 'code' INTO v_code FROM wfe.run_stages AS st
+     WHERE st.run_id = redrive.run_id AND st.stage = redrive.stage AND st.state = 'failed';
+    IF v_code LIKE 'binding.%' THEN
+        RAISE EXCEPTION 'cannot redrive stage "%" of run %: its input could not be bound (%)', redrive.stage,
+                        redrive.run_id, v_code
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = 'The run''s context and results do not change, so binding would fail again: skip_stage completes it by hand, replay starts a new run.';
+    END IF;
+    PERFORM wfe._operate(redrive.run_id, redrive.stage, 'redrive', NULL, session_user, redrive.reason);
+    PERFORM wfe._resolve_dead_letters(redrive.run_id, redrive.stage, 'redriven');
+END
+$$;
+COMMENT ON FUNCTION wfe.redrive(bigint, text, text) IS
+'Runs a failed or timed-out task again: a new attempt with a new fence; a run that ended failed is reopened and goes on from there.';
+
+CREATE OR REPLACE FUNCTION wfe.skip_stage(run_id bigint, stage text, result jsonb DEFAULT '{}', reason text DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM wfe._admit(skip_stage.result, 'the result');
+    PERFORM wfe._operator_target(skip_stage.run_id, skip_stage.stage, skip_stage.reason);
+    PERFORM wfe._operate(skip_stage.run_id, skip_stage.stage, 'skip',
+                         coalesce(skip_stage.result, '{}')::text, session_user, skip_stage.reason);
+    PERFORM wfe._resolve_dead_letters(skip_stage.run_id, skip_stage.stage, 'skipped');
+END
+$$;
+COMMENT ON FUNCTION wfe.skip_stage(bigint, text, jsonb, text) IS
+'Completes a failed or timed-out stage by hand with result (checked like a report; a decision takes {"next": stage}); a failed run is reopened.';
+
+CREATE OR REPLACE FUNCTION wfe.fail_stage(run_id bigint, stage text, reason text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF fail_stage.reason IS NULL THEN
+        RAISE EXCEPTION 'reason must not be null' USING ERRCODE = 'null_value_not_allowed',
+              HINT = 'Say why: the worker sees it in the error, and the event log keeps it.';
+    END IF;
+    PERFORM wfe._operator_target(fail_stage.run_id, fail_stage.stage, fail_stage.reason);
+    PERFORM wfe._operate(fail_stage.run_id, fail_stage.stage, 'fail', fail_stage.reason, session_user,
+                         fail_stage.reason);
+    PERFORM wfe._resolve_dead_letters(fail_stage.run_id, fail_stage.stage, 'failed');
+END
+$$;
+COMMENT ON FUNCTION wfe.fail_stage(bigint, text, text) IS
+'Fails an attempt under way by hand: fenced (a pushed worker is asked to stop), failed without retry, its failure route taken.';
+
+CREATE OR REPLACE FUNCTION wfe.redispatch(run_id bigint, stage text, reason text DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_queue  text;
+    v_broker boolean;
+    v_paused boolean;
+BEGIN
+    PERFORM wfe._operator_target(redispatch.run_id, redispatch.stage, redispatch.reason);
+    SELECT st.queue, q.delivery = 'broker', q.paused INTO v_queue, v_broker, v_paused
+      FROM wfe.run_stages AS st LEFT JOIN wfe.queues AS q ON q.queue = st.queue
+     WHERE st.run_id = redispatch.run_id AND st.stage = redispatch.stage;
+    IF FOUND AND NOT coalesce(v_broker, false) THEN
+        RAISE EXCEPTION 'cannot redispatch stage "%" of run %: queue "%" is a poll queue', redispatch.stage,
+                        redispatch.run_id, coalesce(v_queue, '(none)')
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = 'Poll workers claim queued tasks with wfe.claim_task; nothing is dispatched.';
+    END IF;
+    IF FOUND AND v_paused THEN
+        RAISE EXCEPTION 'cannot redispatch stage "%" of run %: queue "%" is paused', redispatch.stage,
+                        redispatch.run_id, v_queue
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = 'Resume it with wfe.configure_queue(..., paused => false): its tasks are dispatched then.';
+    END IF;
+    PERFORM wfe._operate(redispatch.run_id, redispatch.stage, 'redispatch', NULL, session_user,
+                         redispatch.reason);
+END
+$$;
+COMMENT ON FUNCTION wfe.redispatch(bigint, text, text) IS
+'Sends a queued or dispatched broker attempt again: same attempt, new fence, a new dispatch message (the old one''s accept is stale).';
+
+CREATE OR REPLACE FUNCTION wfe.replay(run_id bigint, reason text DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    r     wfe.runs;
+    v_new bigint;
+BEGIN
+    IF replay.run_id IS NULL THEN
+        RAISE EXCEPTION 'run_id must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    PERFORM wfe._admit_name(replay.reason, 'reason');
+    r := wfe._run(replay.run_id);
+    IF r.finished_at IS NULL THEN
+        RAISE EXCEPTION 'cannot replay run %: it is %', r.run_id, r.state
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = 'Replay a run that has ended; cancel it first (wfe.cancel_run) to replay it now.';
+    END IF;
+    -- the same pinned definition (name@version: even once retired), context,
+    -- tenant, execution context and priority; no idempotency key
+    SELECT s.run_id INTO v_new
+      FROM wfe.submit(r.workflow || '@' || r.version, r.context, NULL,
+                      jsonb_build_object('tenant', r.tenant, 'priority', r.priority)
+                      || CASE WHEN r.execution_context IS NULL THEN '{}'::jsonb
+                              ELSE jsonb_build_object('execution_context', r.execution_context) END) AS s;
+    UPDATE wfe.runs AS x SET replay_of = r.run_id WHERE x.run_id = v_new;
+    PERFORM wfe._event(r.run_id, r.tenant, NULL, NULL, 'run.replayed',
+                       jsonb_build_object('by', session_user, 'reason', replay.reason, 'replay', v_new));
+    PERFORM wfe._event(v_new, r.tenant, NULL, NULL, 'run.replay_of',
+                       jsonb_build_object('by', session_user, 'reason', replay.reason, 'replay_of', r.run_id));
+    PERFORM wfe._resolve_dead_letters(r.run_id, NULL, 'replayed');
+    RETURN v_new;
+END
+$$;
+COMMENT ON FUNCTION wfe.replay(bigint, text) IS
+'Starts a new run of an ended run''s pinned definition with its context, tenant, execution context and priority; the new run''s replay_of names the old one.';
+
+CREATE OR REPLACE FUNCTION wfe.redrive_dead_letters(queue text, since timestamptz DEFAULT '-infinity', reason text DEFAULT NULL)
+RETURNS int
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    c    record;
+    n    int := 0;
+    held int := 0;
+BEGIN
+    IF redrive_dead_letters.queue IS NULL OR redrive_dead_letters.since IS NULL THEN
+        RAISE EXCEPTION 'queue and since must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    PERFORM wfe._admit_name(redrive_dead_letters.queue, 'queue');
+    PERFORM wfe._admit_name(redrive_dead_letters.reason, 'reason');
+    -- the dead letters of the tenants the caller acts for (a queue is
+    -- shared: other tenants' are not seen, as in wfe.dead_letters), in run
+    -- order, so two bulk redrives cannot deadlock; one subtransaction each,
+    -- so a stage that moved on meanwhile is passed over, not fatal, and so
+    -- is one whose run its tenant's max_runs_in_flight keeps closed
+    FOR c IN SELECT DISTINCT d.run_id, d.stage
+               FROM wfe.dead_letters AS d
+               JOIN wfe.run_stages AS st ON st.run_id = d.run_id AND st.stage = d.stage
+              WHERE d.resolved_at IS NULL AND d.at >= redrive_dead_letters.since
+                AND st.queue = redrive_dead_letters.queue AND wfe._tenant_ok(d.tenant)
+              ORDER BY d.run_id, d.stage
+    LOOP
+        BEGIN
+            PERFORM wfe.redrive(c.run_id, c.stage, redrive_dead_letters.reason);
+            n := n + 1;
+        EXCEPTION
+            WHEN object_not_in_prerequisite_state THEN
+                NULL;
+            WHEN configuration_limit_exceeded THEN
+                held := held + 1;
+        END;
+    END LOOP;
+    IF held > 0 THEN
+        RAISE NOTICE 'redrive_dead_letters passed over % stage(s): reopening their runs would pass their tenants'' max_runs_in_flight', held
+            USING HINT = 'Their dead letters stay open: redrive them when runs have finished, or raise the limit with wfe.configure_tenant.';
+    END IF;
+    RETURN n;
+END
+$$;
+COMMENT ON FUNCTION wfe.redrive_dead_letters(text, timestamptz, text) IS
+'Redrives every stage with an open dead letter on queue since a time, of the tenants the caller acts for; returns how many (stages that can no longer be redriven, or whose runs max_runs_in_flight keeps closed, are passed over).';
+
+DROP FUNCTION wfe._require_stage(bigint, text);
+
+-- Final bodies: every function whose text changed in 0.3.0, as src/sql has it.
+-- (Written by the same rule as the sections above: the whole text, copied.)
+
+CREATE OR REPLACE FUNCTION wfe._load_setting(p_name text)
+RETURNS text
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    LOAD 'MODULE_PATHNAME';         -- SECURITY DEFINER: only a superuser may LOAD from $libdir
+    RETURN current_setting(p_name);
+END
+$$;
+
+CREATE OR REPLACE FUNCTION wfe._setting(p_name text)
+RETURNS text
+LANGUAGE sql VOLATILE
+RETURN coalesce(current_setting(p_name, true), wfe._load_setting(p_name));
+
+CREATE OR REPLACE FUNCTION wfe._is_tenant_name(name text)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+RETURN name ~ '^[A-Za-z0-9_.-]{1,63}$';
+
+CREATE OR REPLACE FUNCTION wfe._check_tenant_name(p_tenant text)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF NOT wfe._is_tenant_name(p_tenant) THEN
+        RAISE EXCEPTION 'tenant "%" is not valid', left(p_tenant, 80)
+            USING ERRCODE = 'invalid_parameter_value', HINT = 'Tenants match ^[A-Za-z0-9_.-]{1,63}$.';
+    END IF;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION wfe._is_queue_name(name text)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+RETURN name ~ '^[a-z][a-z0-9_.-]{0,62}$';
+
+CREATE OR REPLACE FUNCTION wfe._check_queue_name(p_queue text)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF NOT wfe._is_queue_name(p_queue) THEN
+        RAISE EXCEPTION 'invalid queue name "%"', left(p_queue, 80)
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'A queue name matches [a-z][a-z0-9_.-]* and has at most 63 characters.';
+    END IF;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION wfe._check_tenant_member(p_role regrole, p_tenant text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF p_role IS NULL OR p_tenant IS NULL THEN
+        RAISE EXCEPTION 'role and tenant must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF p_role = 0 THEN
+        RAISE EXCEPTION 'a tenant cannot be mapped to PUBLIC' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    PERFORM wfe._check_tenant_name(p_tenant);
+END
+$$;
+
+CREATE OR REPLACE FUNCTION wfe._register_contract(p_ref text, p_kind text, p_queue text,
+                                       p_handler regprocedure,
+                                       p_input_schema jsonb, p_output_schema jsonb)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    version_text text;
+    fn           record;
+    old          wfe.contracts;
+    differs      text[];
+    inserted     bigint;
+BEGIN
+    IF p_ref IS NULL THEN
+        RAISE EXCEPTION 'contract reference must not be null'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF p_ref !~ '^[a-z][a-z0-9_.-]*@[1-9][0-9]*$' THEN
+        RAISE EXCEPTION 'invalid contract reference "%"', p_ref
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'A contract reference is name@N: a name matching [a-z][a-z0-9_.-]* and a version number from 1, e.g. cache.lookup@1.';
+    END IF;
+    version_text := split_part(p_ref, '@', 2);
+    IF length(version_text) > 10 OR version_text::numeric > 2147483647 THEN
+        RAISE EXCEPTION 'version of contract reference "%" is out of range', p_ref
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Contract versions are integers from 1 to 2147483647.';
+    END IF;
+
+    IF p_kind = 'worker' THEN
+        IF p_queue IS NULL THEN
+            RAISE EXCEPTION 'worker contract "%" needs a queue', p_ref
+                USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+    ELSIF (p_handler IS NULL) = (p_queue IS NULL) THEN
+        RAISE EXCEPTION 'action contract "%" needs exactly one of handler and queue', p_ref
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'An action either runs in the database (handler => a function (input jsonb) RETURNS jsonb) or is dispatched to workers (queue => a queue name).';
+    END IF;
+
+    PERFORM wfe._check_queue_name(p_queue);
+
+    IF p_handler IS NOT NULL THEN
+        SELECT p.prokind, p.pronargs, p.proargtypes, p.prorettype, p.proretset
+          INTO fn
+          FROM pg_catalog.pg_proc AS p
+         WHERE p.oid = p_handler;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'action handler with OID % does not exist', p_handler::oid
+                USING ERRCODE = 'undefined_function';
+        END IF;
+        IF fn.prokind <> 'f' OR fn.pronargs <> 1
+           OR fn.proargtypes[0] <> 'pg_catalog.jsonb'::regtype
+           OR fn.prorettype <> 'pg_catalog.jsonb'::regtype OR fn.proretset
+        THEN
+            RAISE EXCEPTION 'action handler % must be a function (input jsonb) RETURNS jsonb', p_handler
+                USING ERRCODE = 'invalid_parameter_value',
+                      HINT = 'Declare it as CREATE FUNCTION ... (input jsonb) RETURNS jsonb; wfe runs it with the bound input and stores its result.';
+        END IF;
+        -- it will run as the caller: refuse what the caller could not run itself
+        PERFORM wfe._check_handler(p_handler, wfe._caller());
+    END IF;
+
+    -- NULL schemas mean "no constraint", like the default '{}'.
+    p_input_schema := coalesce(p_input_schema, '{}');
+    p_output_schema := coalesce(p_output_schema, '{}');
+    PERFORM wfe._check_json_schema(p_input_schema, 'input_schema');
+    PERFORM wfe._check_json_schema(p_output_schema, 'output_schema');
+
+    INSERT INTO wfe.contracts AS c
+           (ref, kind, name, version, queue, handler, input_schema, output_schema,
+            created_at, created_by, run_as)
+    VALUES (p_ref, p_kind, split_part(p_ref, '@', 1), version_text::int, p_queue,
+            p_handler, p_input_schema, p_output_schema, now(), session_user,
+            CASE WHEN p_handler IS NOT NULL THEN wfe._caller() END)
+    ON CONFLICT (ref) DO NOTHING;
+    GET DIAGNOSTICS inserted = ROW_COUNT;
+    IF inserted > 0 THEN
+        RETURN;
+    END IF;
+
+    -- The ref exists (perhaps registered concurrently, now committed):
+    -- identical content is a no-op, anything else is refused.
+    SELECT * INTO STRICT old FROM wfe.contracts AS c WHERE c.ref = p_ref;
+    differs := array_remove(ARRAY[
+        CASE WHEN old.kind <> p_kind THEN 'kind' END,
+        CASE WHEN old.queue IS DISTINCT FROM p_queue THEN 'queue' END,
+        CASE WHEN old.handler IS DISTINCT FROM p_handler THEN 'handler' END,
+        CASE WHEN old.input_schema <> p_input_schema THEN 'input_schema' END,
+        CASE WHEN old.output_schema <> p_output_schema THEN 'output_schema' END], NULL);
+    IF cardinality(differs) > 0 THEN
+        RAISE EXCEPTION 'contract "%" is already registered with different content', p_ref
+            USING ERRCODE = 'unique_violation',
+                  DETAIL = format('A registered contract version is immutable; this registration differs in %s.',
+                                  array_to_string(differs, ', ')),
+                  HINT = format('Register the changed contract as a new version, e.g. %s@%s.',
+                                old.name, old.version::bigint + 1);
+    END IF;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION wfe._four_eyes()
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    -- NB: load the library first (a no-op once loaded, e.g. preloaded).  Until
+    -- it is loaded wfe.four_eyes is a placeholder that any role may SET for
+    -- its own session; loading it defines the real, superuser-only setting
+    -- and discards such a value with a warning.
+    LOAD 'MODULE_PATHNAME';
+    RETURN current_setting('wfe.four_eyes')::boolean;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION wfe._stage_clocked(state text)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+RETURN state IN ('queued', 'dispatched', 'running');
+
+CREATE OR REPLACE FUNCTION wfe._stage_handed_out(state text)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+RETURN state IN ('dispatched', 'running');
+
+CREATE OR REPLACE FUNCTION wfe._stage_under_way(state text)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+RETURN state IN ('queued', 'dispatched', 'running', 'retry_scheduled');
+
+CREATE OR REPLACE FUNCTION wfe._run_keeps_key(state text)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+RETURN state NOT IN ('failed', 'cancelled');
+
+CREATE OR REPLACE FUNCTION wfe._notify_ready(p_queue text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    -- NOTIFY dedups identical payloads within a transaction, so a batch of
+    -- releases to one queue costs one notification at commit.
+    IF p_queue IS NOT NULL AND wfe._setting('wfe.notify')::boolean THEN
+        PERFORM pg_notify('wfe_task_ready', p_queue);
+    END IF;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION wfe._dispatch(p_run wfe.runs, p_stage wfe.run_stages)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_id    uuid := wfe._message_id(p_run.run_id, p_stage.stage, p_stage.attempt, p_stage.fence, 'dispatch');
+    v_text  text := coalesce(p_stage.input, '{}')::text;
+    v_bytes int := octet_length(v_text);
+    v_track text := 'small';
+    v_hash  text;
+    v_ref   jsonb;
+BEGIN
+    IF v_bytes > wfe._setting('wfe.track_threshold_bytes')::int THEN
+        v_track := 'large';
+        v_hash := encode(sha256(convert_to(v_text, 'UTF8')), 'hex');
+        v_ref := jsonb_build_object('bucket', 'wfe.payloads', 'key', 'sha256:' || v_hash,
+                                    'sha256', v_hash, 'bytes', v_bytes);
+        INSERT INTO wfe.payloads (key, tenant, bytes, body)
+        VALUES ('sha256:' || v_hash, p_run.tenant, v_bytes, coalesce(p_stage.input, '{}'))
+        ON CONFLICT (key) DO NOTHING;
+    END IF;
+    INSERT INTO wfe.outbox (tenant, run_id, stage, attempt, fence, kind, exchange, routing_key,
+                            message_id, headers, body)
+    VALUES (p_run.tenant, p_run.run_id, p_stage.stage, p_stage.attempt, p_stage.fence, 'dispatch',
+            'wfe.commands', 'run.' || p_stage.queue || '.' || v_track, v_id,
+            jsonb_build_object(
+                'x-wfe-run-id', p_run.run_id::text, 'x-wfe-stage', p_stage.stage,
+                'x-wfe-attempt', p_stage.attempt::text, 'x-wfe-fence', p_stage.fence::text,
+                'x-wfe-digest', p_run.definition_digest, 'x-wfe-contract', p_stage.worker,
+                'x-wfe-tenant', p_run.tenant, 'x-wfe-track', v_track,
+                -- ISO 8601 in UTC, whatever the releasing session's DateStyle and TimeZone
+                'x-wfe-deadline', coalesce(to_char(p_stage.deadline_at AT TIME ZONE 'UTC',
+                                                   'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'), '')),
+            jsonb_build_object(
+                'message_id', v_id, 'correlation_id', p_run.run_id::text,
+                'workflow_name', p_run.workflow, 'workflow_version', p_run.version,
+                'definition_digest', p_run.definition_digest, 'run_id', p_run.run_id,
+                'stage', p_stage.stage, 'attempt', p_stage.attempt, 'fence', p_stage.fence,
+                'worker', p_stage.worker, 'track', v_track,
+                -- what a pushed worker needs to keep the attempt alive
+                'heartbeat_ms', p_stage.heartbeat_ms, 'execution_deadline_ms', p_stage.exec_ms,
+                'headers', jsonb_build_object('content_type', 'application/json',
+                                              'source', 'wfe', 'tenant', p_run.tenant),
+                'idempotency_key', p_run.run_id || ':' || p_stage.stage || ':' || p_stage.attempt,
+                'deadline_at', p_stage.deadline_at,
+                'payload_inline', CASE WHEN v_track = 'small' THEN coalesce(p_stage.input, '{}') END,
+                'payload_ref', v_ref,
+                'created_at', now()));
+    PERFORM wfe._wake(now());               -- the publisher has a message
+END
+$$;
+
+CREATE OR REPLACE FUNCTION wfe._idempotent_run(p_tenant text, p_workflow text, p_key text, p_context jsonb)
+RETURNS bigint
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_run_id  bigint;
+    v_context jsonb;
+BEGIN
+    SELECT x.run_id, x.context INTO v_run_id, v_context
+      FROM wfe.runs AS x
+     WHERE x.tenant = p_tenant AND x.workflow = p_workflow AND x.idempotency_key = p_key
+       AND wfe._run_keeps_key(x.state);
+    IF v_run_id IS NOT NULL AND v_context <> p_context THEN
+        RAISE EXCEPTION 'idempotency key "%" of workflow "%" was already used with a different context',
+                p_key, p_workflow
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = format('Run %s was submitted with this key.', v_run_id),
+                  HINT = 'Use a new key for a different request, or resubmit the same context.';
+    END IF;
+    RETURN v_run_id;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION wfe.submit(workflow text, context jsonb DEFAULT '{}', idempotency_key text DEFAULT NULL,
+                           options jsonb DEFAULT '{}')
+RETURNS TABLE (run_id bigint, accepted boolean)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    d          wfe.definitions;
+    r          wfe.runs;
+    v_context  jsonb := coalesce(submit.context, '{}');
+    v_opts     jsonb := coalesce(submit.options, '{}');
+    v_tenant   text;
+    v_priority int := 0;
+    v_deadline bigint;
+    v_start    timestamptz;
+    v_existing bigint;
+    v_bad      text;
+BEGIN
+    IF submit.workflow IS NULL THEN
+        RAISE EXCEPTION 'workflow must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    -- the admission limits, before anything is built from the arguments
+    PERFORM wfe._admit_name(submit.workflow, 'workflow');
+    PERFORM wfe._admit_name(submit.idempotency_key, 'idempotency_key');
+    PERFORM wfe._admit(v_context, 'context');
+    PERFORM wfe._admit(v_opts, 'options');
+    IF jsonb_typeof(v_context) <> 'object' THEN
+        RAISE EXCEPTION 'context must be a JSON object, not %', jsonb_typeof(v_context)
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF jsonb_typeof(v_opts) <> 'object' THEN
+        RAISE EXCEPTION 'options must be a JSON object, not %', jsonb_typeof(v_opts)
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF jsonb_typeof(v_opts) = 'object' THEN
+        PERFORM wfe._admit_name(k, 'submit option key') FROM jsonb_object_keys(v_opts) AS k;
+        IF jsonb_typeof(v_opts -> 'execution_context') = 'string' THEN
+            PERFORM wfe._admit_name(v_opts ->> 'execution_context', 'execution_context');
+        END IF;
+    END IF;
+    SELECT string_agg(k, ', ') INTO v_bad FROM jsonb_object_keys(v_opts) AS k
+     WHERE k NOT IN ('tenant', 'execution_context', 'run_deadline_ms', 'priority', 'not_before');
+    IF v_bad IS NOT NULL THEN
+        RAISE EXCEPTION 'unknown submit option: %', v_bad
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Options are tenant, execution_context, run_deadline_ms, priority and not_before.';
+    END IF;
+    v_tenant := coalesce(v_opts ->> 'tenant', 'default');
+    PERFORM wfe._check_tenant_name(v_tenant);
+    -- a role submits only for the tenants it acts for, the default one too
+    IF NOT wfe._tenant_ok(v_tenant) THEN
+        RAISE EXCEPTION 'role "%" does not act for tenant "%"', wfe._caller(), v_tenant
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = 'An administrator maps a role to a tenant with wfe.add_tenant_member(role, tenant).';
+    END IF;
+    IF v_opts ? 'priority' THEN
+        IF jsonb_typeof(v_opts -> 'priority') <> 'number'
+           OR (v_opts ->> 'priority')::numeric NOT BETWEEN -1000000 AND 1000000
+           OR (v_opts ->> 'priority')::numeric % 1 <> 0 THEN
+            RAISE EXCEPTION 'priority must be an integer between -1000000 and 1000000, not %', v_opts -> 'priority'
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        v_priority := (v_opts ->> 'priority')::int;
+    END IF;
+    IF v_opts ? 'run_deadline_ms' THEN
+        IF jsonb_typeof(v_opts -> 'run_deadline_ms') <> 'number'
+           OR (v_opts ->> 'run_deadline_ms')::numeric < 1
+           OR (v_opts ->> 'run_deadline_ms')::numeric % 1 <> 0 THEN
+            RAISE EXCEPTION 'run_deadline_ms must be a positive integer, not %', v_opts -> 'run_deadline_ms'
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+    END IF;
+    IF v_opts ? 'not_before' THEN
+        BEGIN
+            v_start := (v_opts ->> 'not_before')::timestamptz;
+        EXCEPTION WHEN invalid_datetime_format OR datetime_field_overflow THEN
+            RAISE EXCEPTION 'not_before must be a timestamp, not %', v_opts -> 'not_before'
+                USING ERRCODE = 'invalid_parameter_value';
+        END;
+    END IF;
+    IF v_opts ? 'execution_context' AND jsonb_typeof(v_opts -> 'execution_context') <> 'string' THEN
+        RAISE EXCEPTION 'execution_context must be a string' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+
+    d := wfe._submittable(submit.workflow);
+    v_deadline := coalesce((v_opts ->> 'run_deadline_ms')::bigint, (d.plan ->> 'run_deadline_ms')::bigint);
+
+    -- The definition's context_schema, checked by the one validator.
+    IF jsonb_typeof(d.plan -> 'context_schema') IN ('object', 'boolean') THEN
+        v_bad := wfe._validate(d.plan -> 'context_schema', v_context);
+        IF v_bad IS NOT NULL THEN
+            RAISE EXCEPTION 'context does not satisfy the context_schema of %@%: %', d.workflow, d.version, v_bad
+                USING ERRCODE = 'invalid_parameter_value',
+                      HINT = 'The message names the context path and the schema keyword it breaks.';
+        END IF;
+    END IF;
+
+    IF submit.idempotency_key IS NOT NULL THEN
+        v_existing := wfe._idempotent_run(v_tenant, d.workflow, submit.idempotency_key, v_context);
+        IF v_existing IS NOT NULL THEN
+            -- an insert, not a counter on the run: no lock on a run in flight
+            PERFORM wfe._event(v_existing, v_tenant, NULL, NULL, 'run.deduplicated',
+                               jsonb_build_object('by', session_user));
+            RETURN QUERY SELECT v_existing, false;
+            RETURN;
+        END IF;
+    END IF;
+
+    -- Admission: the tenant's runs in flight (wfe.configure_tenant)
+    PERFORM wfe._admit_run(v_tenant, 'Submit');
+
+    INSERT INTO wfe.runs AS x (tenant, workflow, version, definition_id, definition_digest, dsl_version,
+                               compiler_version, engine_version, contracts, context, execution_context,
+                               idempotency_key, priority, not_before, deadline_at, form)
+    VALUES (v_tenant, d.workflow, d.version, d.definition_id, d.digest, d.dsl_version, d.compiler_version,
+            (SELECT e.extversion FROM pg_catalog.pg_extension AS e WHERE e.extname = 'wfe'),
+            (SELECT coalesce(jsonb_object_agg(c.ref, jsonb_build_object('kind', c.kind, 'queue', c.queue,
+                                                                         'handler', c.handler::text)), '{}')
+               FROM wfe.contracts AS c
+              WHERE c.ref IN (SELECT jsonb_array_elements_text(d.plan -> 'contracts'))),
+            v_context, coalesce(v_opts ->> 'execution_context', d.plan ->> 'context'),
+            submit.idempotency_key, v_priority, v_start,
+            now() + make_interval(secs => v_deadline / 1000.0), d.plan ->> 'form')
+    ON CONFLICT (tenant, workflow, idempotency_key)
+       WHERE idempotency_key IS NOT NULL AND wfe._run_keeps_key(state)
+       DO NOTHING
+    RETURNING x.* INTO r;
+    IF NOT FOUND THEN
+        -- A concurrent submit with the same key won: answer with its run.
+        -- (Should that run have failed in between, the key is free again:
+        -- the caller's retry starts a new run.)
+        v_existing := wfe._idempotent_run(v_tenant, d.workflow, submit.idempotency_key, v_context);
+        IF v_existing IS NULL THEN
+            RAISE EXCEPTION 'idempotency key "%" was released while this submit ran', submit.idempotency_key
+                USING ERRCODE = 'serialization_failure',
+                      HINT = 'Submit again: the run that held the key has ended failed or cancelled.';
+        END IF;
+        PERFORM wfe._event(v_existing, v_tenant, NULL, NULL, 'run.deduplicated',
+                           jsonb_build_object('by', session_user));
+        RETURN QUERY SELECT v_existing, false;
+        RETURN;
+    END IF;
+
+    INSERT INTO wfe.run_stages (run_id, stage, tenant, ordinal, kind, queue, worker, handler, priority,
+                                awaits, exec_ms, queue_ms, heartbeat_ms)
+    SELECT r.run_id, ps.stage, r.tenant, ps.ordinal, ps.type,
+           CASE WHEN ps.type = 'worker' THEN ps.spec ->> 'queue' ELSE c.queue END,
+           coalesce(ps.spec ->> 'worker', ps.spec ->> 'action'), c.handler, r.priority,
+           coalesce((ps.spec ->> 'awaits')::boolean, true),
+           (ps.spec ->> 'execution_deadline_ms')::int, (ps.spec ->> 'queue_deadline_ms')::int,
+           (ps.spec ->> 'heartbeat_ms')::int
+      FROM wfe.plan_stages AS ps
+      LEFT JOIN wfe.contracts AS c ON c.ref = coalesce(ps.spec ->> 'worker', ps.spec ->> 'action')
+     WHERE ps.definition_id = d.definition_id;
+
+    PERFORM wfe._event(r.run_id, r.tenant, NULL, NULL, 'run.submitted',
+                       jsonb_build_object('workflow', r.workflow, 'version', r.version,
+                                          'digest', r.definition_digest, 'idempotency_key', r.idempotency_key));
+    IF r.deadline_at IS NOT NULL THEN
+        INSERT INTO wfe.timers (tenant, run_id, kind, due_at)
+        VALUES (r.tenant, r.run_id, 'run_deadline', r.deadline_at);
+        PERFORM wfe._wake(r.deadline_at);
+    END IF;
+    IF v_start IS NOT NULL AND v_start > now() THEN
+        INSERT INTO wfe.timers (tenant, run_id, kind, due_at)
+        VALUES (r.tenant, r.run_id, 'not_before', v_start);
+        PERFORM wfe._wake(v_start);
+    ELSE
+        PERFORM wfe._start_run(r.run_id);
+    END IF;
+    RETURN QUERY SELECT r.run_id, true;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION wfe.configure_queue(queue text, delivery text DEFAULT 'poll', max_in_flight int DEFAULT NULL,
+                                    paused boolean DEFAULT false)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_was        text;
+    v_was_paused boolean;
+    c            record;
+BEGIN
+    IF configure_queue.queue IS NULL OR configure_queue.delivery IS NULL OR configure_queue.paused IS NULL THEN
+        RAISE EXCEPTION 'queue, delivery and paused must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    PERFORM wfe._check_queue_name(configure_queue.queue);
+    IF configure_queue.delivery NOT IN ('poll', 'broker') THEN
+        RAISE EXCEPTION 'delivery must be poll or broker, not "%"', configure_queue.delivery
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF configure_queue.max_in_flight IS NOT NULL AND configure_queue.max_in_flight < 1 THEN
+        RAISE EXCEPTION 'max_in_flight must be positive' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    SELECT q.delivery, q.paused INTO v_was, v_was_paused
+      FROM wfe.queues AS q WHERE q.queue = configure_queue.queue FOR UPDATE;
+    INSERT INTO wfe.queues AS q (queue, delivery, max_in_flight, paused)
+    VALUES (configure_queue.queue, configure_queue.delivery, configure_queue.max_in_flight, configure_queue.paused)
+    ON CONFLICT (queue) DO UPDATE
+       SET delivery = excluded.delivery, max_in_flight = excluded.max_in_flight,
+           paused = excluded.paused, updated_at = now();
+    -- Tasks waiting in the old mode follow the queue into the new one: to
+    -- broker (or resumed as broker), queued attempts get their dispatch
+    -- message; to poll, dispatched attempts become claimable (a broker worker
+    -- that still accepts one is answered duplicate once a poll worker has it).
+    -- A paused queue keeps everything as it is until it is resumed.
+    IF configure_queue.paused THEN
+        NULL;                       -- paused: what waits stays queued
+    ELSIF configure_queue.delivery = 'broker'
+          AND (coalesce(v_was, 'poll') = 'poll' OR coalesce(v_was_paused, false)) THEN
+        -- Every queued attempt without a dispatch message still to publish
+        -- is re-dispatched through the engine: a new fence, a new message.
+        -- (One whose earlier message was published -- broker, then poll,
+        -- then broker again -- would otherwise wait for a message that is
+        -- gone.)  No stage row is locked here: the engine locks the run,
+        -- then the stage, and one that moved on meanwhile is passed over.
+        FOR c IN SELECT st.run_id, st.stage FROM wfe.run_stages AS st
+                  WHERE st.queue = configure_queue.queue AND st.state = 'queued' AND st.handler IS NULL
+                    AND NOT EXISTS (SELECT 1 FROM wfe.outbox AS o
+                                     WHERE o.run_id = st.run_id AND o.stage = st.stage
+                                       AND o.attempt = st.attempt AND o.fence = st.fence
+                                       AND o.kind = 'dispatch' AND o.state <> 'published')
+                  ORDER BY st.run_id, st.stage
+        LOOP
+            BEGIN
+                PERFORM wfe._operate(c.run_id, c.stage, 'redispatch', NULL, session_user,
+                                     format('queue %s switched to broker delivery', configure_queue.queue));
+            EXCEPTION WHEN object_not_in_prerequisite_state THEN
+                NULL;
+            END;
+        END LOOP;
+    ELSIF configure_queue.delivery = 'poll' AND (v_was = 'broker' OR coalesce(v_was_paused, false)) THEN
+        UPDATE wfe.run_stages AS st SET state = 'queued'
+         WHERE st.queue = configure_queue.queue AND st.state = 'dispatched';
+        PERFORM wfe._notify_ready(configure_queue.queue);     -- resumed or switched: wake the pollers
+    ELSIF configure_queue.delivery = 'broker' THEN
+        -- the same mode, maybe a raised or lifted max_in_flight: what fits now goes
+        PERFORM wfe._release_held(configure_queue.queue, NULL);
+    ELSE
+        PERFORM wfe._notify_ready(configure_queue.queue);     -- the same for pollers
+    END IF;
+    PERFORM wfe._wake(now());      -- the publisher declares a new broker queue's topology
+END
+$$;
+
+CREATE OR REPLACE FUNCTION wfe._check_queue_grant(p_role regrole, p_queue text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF p_role IS NULL OR p_queue IS NULL THEN
+        RAISE EXCEPTION 'role and queue must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF p_role = 0 THEN
+        RAISE EXCEPTION 'a queue cannot be granted to PUBLIC'
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Grant it to a role, e.g. wfe_worker for every worker, or one login role per worker pool.';
+    END IF;
+    PERFORM wfe._check_queue_name(p_queue);
+END
+$$;
+
+CREATE OR REPLACE FUNCTION wfe.ack_cancel(run_id bigint, stage text, attempt int, fence bigint)
+RETURNS text
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    s wfe.run_stages;
+BEGIN
+    IF ack_cancel.run_id IS NULL OR ack_cancel.stage IS NULL OR ack_cancel.attempt IS NULL
+       OR ack_cancel.fence IS NULL THEN
+        RAISE EXCEPTION 'run_id, stage, attempt and fence must not be null'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    PERFORM wfe._admit_name(ack_cancel.stage, 'stage');
+    SELECT * INTO s FROM wfe.run_stages AS st
+     WHERE st.run_id = ack_cancel.run_id AND st.stage = ack_cancel.stage;
+    IF NOT FOUND THEN
+        RETURN 'unknown';
+    END IF;
+    -- who may call back: the callbacks' rule (src/pg/grants.c)
+    IF NOT wfe._may_call_back(s.queue, s.tenant, s.handler IS NOT NULL, s.run_id, s.stage, 'report for') THEN
+        RETURN 'unknown';
+    END IF;
+    -- the cancelled attempt is the one whose fence the cancel superseded
+    -- (stage.cancelled names it; 0.1.0 grew fences by one)
+    IF s.attempt <> ack_cancel.attempt OR s.state <> 'cancelled'
+       OR NOT EXISTS (SELECT 1 FROM wfe.events AS e
+                       WHERE e.run_id = s.run_id AND e.stage = s.stage AND e.attempt = s.attempt
+                         AND e.type = 'stage.cancelled'
+                         AND coalesce((e.detail ->> 'cancelled_fence')::bigint,
+                                      (e.detail ->> 'fence')::bigint - 1) = ack_cancel.fence)
+    THEN
+        PERFORM wfe._event(s.run_id, s.tenant, s.stage, ack_cancel.attempt, 'callback.stale',
+                           jsonb_build_object('callback', 'ack_cancel', 'fence', ack_cancel.fence));
+        RETURN 'stale';
+    END IF;
+    PERFORM wfe._event(s.run_id, s.tenant, s.stage, s.attempt, 'stage.cancel_acknowledged',
+                       jsonb_build_object('fence', ack_cancel.fence));
+    RETURN 'accepted';
+END
+$$;
+
+CREATE OR REPLACE FUNCTION wfe.cache_invalidate(key text DEFAULT NULL, contract text DEFAULT NULL,
+                                     tenant text DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    n bigint;
+BEGIN
+    IF key IS NULL AND contract IS NULL AND tenant IS NULL THEN
+        RAISE EXCEPTION 'cache_invalidate needs a key, a contract or a tenant'
+            USING ERRCODE = 'null_value_not_allowed',
+                  HINT = 'wfe.cache_invalidate(tenant => ''t'') removes all of a tenant''s entries.';
+    END IF;
+    PERFORM wfe._admit_name(key, 'key');
+    PERFORM wfe._admit_name(contract, 'contract');
+    PERFORM wfe._admit_name(tenant, 'tenant');
+    IF tenant IS NOT NULL AND NOT wfe._tenant_ok(tenant) THEN
+        RAISE EXCEPTION 'role "%" does not act for tenant "%"', wfe._caller()::regrole, left(tenant, 80)
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = 'An administrator maps roles to tenants with wfe.add_tenant_member(role, tenant).';
+    END IF;
+    DELETE FROM wfe.cache_entries AS e
+     WHERE (key IS NULL OR e.key = key)
+       AND (contract IS NULL OR e.contract = contract)
+       AND (tenant IS NULL OR e.tenant = tenant)
+       AND wfe._tenant_ok(e.tenant);
+    GET DIAGNOSTICS n = ROW_COUNT;
+    RETURN n;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION wfe._run_handler(p_run_id bigint, p_stage text, p_by text DEFAULT 'wfe.tick')
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    r         wfe.runs;
+    s         wfe.run_stages;
+    v_result  jsonb;
+    v_error   jsonb;
+    v_state   text;
+    v_message text;
+    v_run_as  regrole;
+BEGIN
+    SELECT * INTO r FROM wfe.runs AS x WHERE x.run_id = p_run_id FOR NO KEY UPDATE SKIP LOCKED;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    SELECT * INTO s FROM wfe.run_stages AS st WHERE st.run_id = p_run_id AND st.stage = p_stage FOR UPDATE;
+    IF s.state <> 'queued' OR s.handler IS NULL THEN
+        RETURN false;
+    END IF;
+    UPDATE wfe.run_stages AS st
+       SET state = 'running', claimed_by = p_by, started_at = now(), heartbeat_at = now()
+     WHERE st.run_id = p_run_id AND st.stage = p_stage;
+    PERFORM wfe._event(p_run_id, r.tenant, p_stage, s.attempt, 'stage.claimed',
+                       jsonb_build_object('worker_id', p_by, 'handler', s.handler::text));
+    BEGIN
+        -- a subtransaction: a failing handler undoes only its own writes;
+        -- it runs as the role that registered it (src/pg/handler.c)
+        SELECT c.run_as INTO v_run_as FROM wfe.contracts AS c WHERE c.ref = s.worker;
+        IF v_run_as IS NULL THEN
+            RAISE EXCEPTION 'contract % records no role for its handler to run as', s.worker
+                USING ERRCODE = 'insufficient_privilege',
+                      HINT = 'Register the handler again as a new contract version, as the role it should run as.';
+        END IF;
+        v_result := wfe._invoke_handler(s.handler, v_run_as, s.input);
+        -- a result over the limits fails the attempt like any handler error
+        PERFORM wfe._admit(v_result, 'the handler''s result');
+    EXCEPTION WHEN OTHERS THEN
+        GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE, v_message = MESSAGE_TEXT;
+        v_error := jsonb_build_object('code', 'handler.error', 'sqlstate', v_state, 'message', v_message);
+    END;
+    PERFORM wfe._action_done(p_run_id, p_stage,
+                             CASE WHEN v_error IS NULL THEN coalesce(v_result, '{}') END, v_error);
+    RETURN true;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION wfe._item_failed(p_run_id bigint, p_stage text, p_what text,
+                                 p_sqlstate text, p_message text, p_timer_id bigint DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_error   jsonb := jsonb_build_object(
+                  'code', 'engine.error', 'what', p_what, 'sqlstate', p_sqlstate,
+                  'message', left(regexp_replace(p_message, '[[:cntrl:]]+', ' ', 'g'), 1000));
+    v_state   text;
+    v_message text;
+    v_other   text;
+BEGIN
+    IF p_sqlstate LIKE '40%' THEN
+        RAISE WARNING 'wfe: % of run % raised % (%): it is tried again in a second', p_what, p_run_id,
+            p_sqlstate, v_error ->> 'message';
+        UPDATE wfe.timers AS t SET due_at = now() + interval '1 second', fired_at = NULL
+         WHERE t.timer_id = p_timer_id;
+        UPDATE wfe.run_stages AS st SET deadline_at = now() + interval '1 second'
+         WHERE p_timer_id IS NULL AND st.run_id = p_run_id AND st.stage = p_stage AND st.deadline_at <= now();
+        UPDATE wfe.run_stages AS st SET ready_at = now() + interval '1 second'
+         WHERE p_timer_id IS NULL AND st.run_id = p_run_id AND st.stage = p_stage AND st.state = 'queued'
+           AND st.handler IS NOT NULL;
+        RETURN;
+    END IF;
+    RAISE WARNING 'wfe: % of run % raised % (%): the run is failed', p_what, p_run_id, p_sqlstate,
+        v_error ->> 'message';
+    BEGIN
+        PERFORM wfe._engine_error(p_run_id, p_stage, v_error);
+    EXCEPTION WHEN OTHERS THEN
+        GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE, v_message = MESSAGE_TEXT;
+        RAISE WARNING 'wfe: failing run % raised % too: it is put off for a minute', p_run_id, v_state;
+        BEGIN
+            UPDATE wfe.run_stages AS st SET deadline_at = now() + interval '1 minute'
+             WHERE st.run_id = p_run_id AND st.stage = p_stage AND st.deadline_at <= now();
+            UPDATE wfe.run_stages AS st SET ready_at = now() + interval '1 minute'
+             WHERE st.run_id = p_run_id AND st.stage = p_stage AND st.state = 'queued'
+               AND st.handler IS NOT NULL;
+        EXCEPTION WHEN OTHERS THEN
+            GET STACKED DIAGNOSTICS v_other = RETURNED_SQLSTATE;
+            RAISE WARNING 'wfe: run % cannot be put off (%)', p_run_id, v_other;
+        END;
+        BEGIN
+            PERFORM wfe._event(r.run_id, r.tenant, p_stage, NULL, 'run.engine_error',
+                               jsonb_build_object('error', v_error, 'failing_run', jsonb_build_object(
+                                   'sqlstate', v_state,
+                                   'message', left(regexp_replace(v_message, '[[:cntrl:]]+', ' ', 'g'), 1000))))
+              FROM wfe.runs AS r WHERE r.run_id = p_run_id;
+        EXCEPTION WHEN OTHERS THEN
+            -- nothing of this run can be written: the log line is all there is
+            GET STACKED DIAGNOSTICS v_other = RETURNED_SQLSTATE;
+            RAISE WARNING 'wfe: the error of run % cannot be recorded (%)', p_run_id, v_other;
+        END;
+    END;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION wfe._worker_round(p_max int)
+RETURNS int
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    t         wfe.timers;
+    c         record;
+    done      int := 0;
+    v_state   text;
+    v_message text;
+BEGIN
+    -- First, while this transaction holds no lock yet (so it may wait for
+    -- the admission locks in their order): the held tasks that an
+    -- admission's missed try kept back (74_admission.sql).
+    BEGIN
+        PERFORM wfe._recheck_admission();
+    EXCEPTION WHEN OTHERS THEN
+        GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE, v_message = MESSAGE_TEXT;
+        RAISE WARNING 'wfe: rechecking held tasks raised % (%)', v_state,
+            left(regexp_replace(v_message, '[[:cntrl:]]+', ' ', 'g'), 1000);
+    END;
+    -- Lock the batch first, then fire it in run order: each firing takes
+    -- its run's lock and keeps it, so two firers (this worker, a manual
+    -- wfe.tick()) firing in due order could each wait for a run the other
+    -- holds -- a deadlock (test/isolation/specs/tick-lock-order.spec).
+    FOR t IN SELECT d.* FROM (SELECT * FROM wfe.timers AS x
+                               WHERE x.fired_at IS NULL AND x.due_at <= now()
+                               ORDER BY x.due_at LIMIT p_max
+                                 FOR UPDATE SKIP LOCKED) AS d
+              ORDER BY d.run_id, d.due_at, d.timer_id
+    LOOP
+        -- each item in a subtransaction of its own: one that raises rolls
+        -- back alone, and the round goes on (delivery.md)
+        BEGIN
+            PERFORM wfe._fire_timer(t);
+        EXCEPTION WHEN OTHERS THEN
+            GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE, v_message = MESSAGE_TEXT;
+            UPDATE wfe.timers AS x SET fired_at = now() WHERE x.timer_id = t.timer_id;
+            PERFORM wfe._item_failed(t.run_id, t.stage, t.kind || ' timer', v_state, v_message, t.timer_id);
+        END;
+        done := done + 1;
+    END LOOP;
+    FOR c IN SELECT st.run_id, st.stage FROM wfe.run_stages AS st
+              WHERE wfe._stage_clocked(st.state) AND st.deadline_at <= now()
+              ORDER BY st.deadline_at LIMIT p_max
+    LOOP
+        BEGIN
+            IF wfe._expire(c.run_id, c.stage) THEN
+                done := done + 1;
+            END IF;
+        EXCEPTION WHEN OTHERS THEN
+            GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE, v_message = MESSAGE_TEXT;
+            PERFORM wfe._item_failed(c.run_id, c.stage, 'deadline', v_state, v_message);
+            done := done + 1;
+        END;
+    END LOOP;
+    RETURN done;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION wfe._next_due_ms()
+RETURNS bigint
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    -- NULL when nothing is due (greatest() would turn that into 0)
+    SELECT CASE WHEN min(due) IS NOT NULL
+                THEN greatest(0, ceil(extract(epoch FROM min(due) - clock_timestamp()) * 1000))::bigint END
+      FROM (SELECT min(t.due_at) AS due FROM wfe.timers AS t WHERE t.fired_at IS NULL
+            UNION ALL
+            SELECT min(st.deadline_at) FROM wfe.run_stages AS st
+             WHERE wfe._stage_clocked(st.state) AND st.deadline_at IS NOT NULL
+            UNION ALL
+            SELECT min(st.ready_at) FROM wfe.run_stages AS st
+             WHERE st.state = 'queued' AND st.handler IS NOT NULL) AS d;
+END;
+
+CREATE OR REPLACE FUNCTION wfe.configure_tenant(tenant text, max_runs_in_flight int DEFAULT NULL,
+                                     max_tasks_in_flight int DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+BEGIN
+    IF configure_tenant.tenant IS NULL THEN
+        RAISE EXCEPTION 'tenant must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    PERFORM wfe._check_tenant_name(configure_tenant.tenant);
+    IF configure_tenant.max_runs_in_flight < 1 OR configure_tenant.max_tasks_in_flight < 1 THEN
+        RAISE EXCEPTION 'max_runs_in_flight and max_tasks_in_flight must be positive or NULL (unlimited)'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    INSERT INTO wfe.tenant_limits AS t (tenant, max_runs_in_flight, max_tasks_in_flight)
+    VALUES (configure_tenant.tenant, configure_tenant.max_runs_in_flight, configure_tenant.max_tasks_in_flight)
+    ON CONFLICT (tenant) DO UPDATE
+       SET max_runs_in_flight = excluded.max_runs_in_flight,
+           max_tasks_in_flight = excluded.max_tasks_in_flight,
+           updated_at = now(), updated_by = session_user;
+    -- A raised or lifted task limit makes room now: the tenant's held broker
+    -- tasks that fit are dispatched, and the pollers of the queues where it
+    -- has queued tasks are woken.  A lowered one holds what comes next; the
+    -- tasks in flight finish.
+    PERFORM wfe._notify_ready(q) FROM wfe._release_held(NULL, configure_tenant.tenant) AS q;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION wfe._admit_run(p_tenant text, p_again text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_limit int;
+    v_live  bigint;
+BEGIN
+    SELECT t.max_runs_in_flight INTO v_limit FROM wfe.tenant_limits AS t
+     WHERE t.tenant = p_tenant AND t.max_runs_in_flight IS NOT NULL;
+    IF v_limit IS NULL THEN
+        RETURN;
+    END IF;
+    PERFORM pg_advisory_xact_lock(hashtext('wfe.max_runs_in_flight'), hashtext(p_tenant));
+    SELECT count(*) INTO v_live FROM wfe.runs AS x WHERE x.tenant = p_tenant AND x.finished_at IS NULL;
+    IF v_live >= v_limit THEN
+        RAISE EXCEPTION 'tenant "%" has % runs in flight, its max_runs_in_flight', p_tenant, v_live
+            USING ERRCODE = 'configuration_limit_exceeded',
+                  DETAIL = format('Limit max_runs_in_flight = %s (wfe.tenant_limits).', v_limit),
+                  HINT = format('%s again when a run has finished, or raise the limit with wfe.configure_tenant.',
+                                p_again);
+    END IF;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION wfe._broker_in_flight(p_queue text)
+RETURNS int
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT count(*)::int FROM wfe.run_stages AS st
+     WHERE st.queue = p_queue
+       AND (wfe._stage_handed_out(st.state)
+            OR (st.state = 'queued'
+                AND EXISTS (SELECT 1 FROM wfe.outbox AS o
+                             WHERE o.run_id = st.run_id AND o.stage = st.stage AND o.attempt = st.attempt
+                               AND o.fence = st.fence AND o.kind = 'dispatch' AND o.state <> 'published')));
+END;
+
+CREATE OR REPLACE FUNCTION wfe._tenant_in_flight(p_tenant text)
+RETURNS int
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT count(*)::int FROM wfe.runs AS r JOIN wfe.run_stages AS st ON st.run_id = r.run_id
+     WHERE r.tenant = p_tenant AND r.finished_at IS NULL
+       AND st.queue IS NOT NULL AND st.handler IS NULL
+       AND (wfe._stage_handed_out(st.state)
+            OR (st.state = 'queued'
+                AND EXISTS (SELECT 1 FROM wfe.outbox AS o
+                             WHERE o.run_id = st.run_id AND o.stage = st.stage AND o.attempt = st.attempt
+                               AND o.fence = st.fence AND o.kind = 'dispatch' AND o.state <> 'published')));
+END;
+
+CREATE OR REPLACE FUNCTION wfe._operator_target(p_run_id bigint, p_stage text, p_reason text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF p_run_id IS NULL OR p_stage IS NULL THEN
+        RAISE EXCEPTION 'run_id and stage must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    PERFORM wfe._admit_name(p_stage, 'stage');
+    PERFORM wfe._admit_name(p_reason, 'reason');
+    PERFORM wfe._run(p_run_id);
+END
+$$;
+
+CREATE OR REPLACE FUNCTION wfe.redrive(run_id bigint, stage text, reason text DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_code text;
+BEGIN
+    PERFORM wfe._operator_target(redrive.run_id, redrive.stage, redrive.reason);
+    -- a binding failure has no attempt to run again: the run's context and
+    -- the results it read do not change, so its input would fail again
+    SELECT st.error ->> 'code' INTO v_code FROM wfe.run_stages AS st
+     WHERE st.run_id = redrive.run_id AND st.stage = redrive.stage AND st.state = 'failed';
+    IF v_code LIKE 'binding.%' THEN
+        RAISE EXCEPTION 'cannot redrive stage "%" of run %: its input could not be bound (%)', redrive.stage,
+                        redrive.run_id, v_code
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = 'The run''s context and results do not change, so binding would fail again: skip_stage completes it by hand, replay starts a new run.';
+    END IF;
+    PERFORM wfe._operate(redrive.run_id, redrive.stage, 'redrive', NULL, session_user, redrive.reason);
+    PERFORM wfe._resolve_dead_letters(redrive.run_id, redrive.stage, 'redriven');
+END
+$$;
+
+CREATE OR REPLACE FUNCTION wfe.skip_stage(run_id bigint, stage text, result jsonb DEFAULT '{}', reason text DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM wfe._admit(skip_stage.result, 'the result');
+    PERFORM wfe._operator_target(skip_stage.run_id, skip_stage.stage, skip_stage.reason);
+    PERFORM wfe._operate(skip_stage.run_id, skip_stage.stage, 'skip',
+                         coalesce(skip_stage.result, '{}')::text, session_user, skip_stage.reason);
+    PERFORM wfe._resolve_dead_letters(skip_stage.run_id, skip_stage.stage, 'skipped');
+END
+$$;
+
+CREATE OR REPLACE FUNCTION wfe.fail_stage(run_id bigint, stage text, reason text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF fail_stage.reason IS NULL THEN
+        RAISE EXCEPTION 'reason must not be null' USING ERRCODE = 'null_value_not_allowed',
+              HINT = 'Say why: the worker sees it in the error, and the event log keeps it.';
+    END IF;
+    PERFORM wfe._operator_target(fail_stage.run_id, fail_stage.stage, fail_stage.reason);
+    PERFORM wfe._operate(fail_stage.run_id, fail_stage.stage, 'fail', fail_stage.reason, session_user,
+                         fail_stage.reason);
+    PERFORM wfe._resolve_dead_letters(fail_stage.run_id, fail_stage.stage, 'failed');
+END
+$$;
+
+CREATE OR REPLACE FUNCTION wfe.redispatch(run_id bigint, stage text, reason text DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_queue  text;
+    v_broker boolean;
+    v_paused boolean;
+BEGIN
+    PERFORM wfe._operator_target(redispatch.run_id, redispatch.stage, redispatch.reason);
+    SELECT st.queue, q.delivery = 'broker', q.paused INTO v_queue, v_broker, v_paused
+      FROM wfe.run_stages AS st LEFT JOIN wfe.queues AS q ON q.queue = st.queue
+     WHERE st.run_id = redispatch.run_id AND st.stage = redispatch.stage;
+    IF FOUND AND NOT coalesce(v_broker, false) THEN
+        RAISE EXCEPTION 'cannot redispatch stage "%" of run %: queue "%" is a poll queue', redispatch.stage,
+                        redispatch.run_id, coalesce(v_queue, '(none)')
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = 'Poll workers claim queued tasks with wfe.claim_task; nothing is dispatched.';
+    END IF;
+    IF FOUND AND v_paused THEN
+        RAISE EXCEPTION 'cannot redispatch stage "%" of run %: queue "%" is paused', redispatch.stage,
+                        redispatch.run_id, v_queue
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = 'Resume it with wfe.configure_queue(..., paused => false): its tasks are dispatched then.';
+    END IF;
+    PERFORM wfe._operate(redispatch.run_id, redispatch.stage, 'redispatch', NULL, session_user,
+                         redispatch.reason);
+END
+$$;
+
+CREATE OR REPLACE FUNCTION wfe.replay(run_id bigint, reason text DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    r     wfe.runs;
+    v_new bigint;
+BEGIN
+    IF replay.run_id IS NULL THEN
+        RAISE EXCEPTION 'run_id must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    PERFORM wfe._admit_name(replay.reason, 'reason');
+    r := wfe._run(replay.run_id);
+    IF r.finished_at IS NULL THEN
+        RAISE EXCEPTION 'cannot replay run %: it is %', r.run_id, r.state
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = 'Replay a run that has ended; cancel it first (wfe.cancel_run) to replay it now.';
+    END IF;
+    -- the same pinned definition (name@version: even once retired), context,
+    -- tenant, execution context and priority; no idempotency key
+    SELECT s.run_id INTO v_new
+      FROM wfe.submit(r.workflow || '@' || r.version, r.context, NULL,
+                      jsonb_build_object('tenant', r.tenant, 'priority', r.priority)
+                      || CASE WHEN r.execution_context IS NULL THEN '{}'::jsonb
+                              ELSE jsonb_build_object('execution_context', r.execution_context) END) AS s;
+    UPDATE wfe.runs AS x SET replay_of = r.run_id WHERE x.run_id = v_new;
+    PERFORM wfe._event(r.run_id, r.tenant, NULL, NULL, 'run.replayed',
+                       jsonb_build_object('by', session_user, 'reason', replay.reason, 'replay', v_new));
+    PERFORM wfe._event(v_new, r.tenant, NULL, NULL, 'run.replay_of',
+                       jsonb_build_object('by', session_user, 'reason', replay.reason, 'replay_of', r.run_id));
+    PERFORM wfe._resolve_dead_letters(r.run_id, NULL, 'replayed');
+    RETURN v_new;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION wfe.redrive_dead_letters(queue text, since timestamptz DEFAULT '-infinity', reason text DEFAULT NULL)
+RETURNS int
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    c    record;
+    n    int := 0;
+    held int := 0;
+BEGIN
+    IF redrive_dead_letters.queue IS NULL OR redrive_dead_letters.since IS NULL THEN
+        RAISE EXCEPTION 'queue and since must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    PERFORM wfe._admit_name(redrive_dead_letters.queue, 'queue');
+    PERFORM wfe._admit_name(redrive_dead_letters.reason, 'reason');
+    -- the dead letters of the tenants the caller acts for (a queue is
+    -- shared: other tenants' are not seen, as in wfe.dead_letters), in run
+    -- order, so two bulk redrives cannot deadlock; one subtransaction each,
+    -- so a stage that moved on meanwhile is passed over, not fatal, and so
+    -- is one whose run its tenant's max_runs_in_flight keeps closed
+    FOR c IN SELECT DISTINCT d.run_id, d.stage
+               FROM wfe.dead_letters AS d
+               JOIN wfe.run_stages AS st ON st.run_id = d.run_id AND st.stage = d.stage
+              WHERE d.resolved_at IS NULL AND d.at >= redrive_dead_letters.since
+                AND st.queue = redrive_dead_letters.queue AND wfe._tenant_ok(d.tenant)
+              ORDER BY d.run_id, d.stage
+    LOOP
+        BEGIN
+            PERFORM wfe.redrive(c.run_id, c.stage, redrive_dead_letters.reason);
+            n := n + 1;
+        EXCEPTION
+            WHEN object_not_in_prerequisite_state THEN
+                NULL;
+            WHEN configuration_limit_exceeded THEN
+                held := held + 1;
+        END;
+    END LOOP;
+    IF held > 0 THEN
+        RAISE NOTICE 'redrive_dead_letters passed over % stage(s): reopening their runs would pass their tenants'' max_runs_in_flight', held
+            USING HINT = 'Their dead letters stay open: redrive them when runs have finished, or raise the limit with wfe.configure_tenant.';
+    END IF;
+    RETURN n;
+END
+$$;
+
+-- End of the final bodies.

@@ -1388,6 +1388,22 @@ wfe_complete_tasks(PG_FUNCTION_ARGS)
  * Operator recovery
  * --------------------------------------------------------------------- */
 
+/*
+ * One more run of tenant in flight (an ended run reopened): the admission a
+ * submit passes, wfe._admit_run (53400 over max_runs_in_flight; again names
+ * what to do again, for its hint).  Taken under the run's lock: the lock
+ * order is the run, then its tenant's run limit.
+ */
+static void
+admit_run(const char *tenant, const char *again)
+{
+	Oid			types[2] = {TEXTOID, TEXTOID};
+	Datum		args[2] = {CStringGetTextDatum(tenant), CStringGetTextDatum(again)};
+
+	if (SPI_execute_with_args("SELECT wfe._admit_run($1, $2)", 2, types, args, NULL, false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "wfe: could not admit a reopened run");
+}
+
 PG_FUNCTION_INFO_V1(wfe_operate);
 
 /*
@@ -1395,7 +1411,13 @@ PG_FUNCTION_INFO_V1(wfe_operate);
  * redrive, skip, fail or redispatch of one stage, through the step core
  * under the run's lock.  value: skip's result (JSON text, checked like a
  * report), fail's reason.  Raises 42704 (no such run or stage), 55000 (the
- * core's answer why not now), 22023 (a skip result the contract refuses).
+ * core's answer why not now), 22023 (a skip result the contract refuses),
+ * 53400 (reopening the run would pass its tenant's max_runs_in_flight).
+ *
+ * NB: the tenant is not checked here.  The operator's functions check it
+ * (and their arguments' sizes) before anything else, through
+ * wfe._operator_target, so that another tenant's run is not even locked;
+ * configure_queue's re-dispatches act on a queue, for every tenant in it.
  */
 Datum
 wfe_operate(PG_FUNCTION_ARGS)
@@ -1460,6 +1482,8 @@ wfe_operate(PG_FUNCTION_ARGS)
 					 errmsg("the result given for stage \"%s\" of run " INT64_FORMAT " is not valid: %s",
 							stage, run_id, problem)));
 	}
+	if (wfe_step_operate_reopens(&current_step, (wfe_operation) op))
+		admit_run(s.run.tenant, op == WFE_OPERATE_REDRIVE ? "Redrive" : "Skip the stage");
 	wfe_step_operate(&current_step, i, (wfe_operation) op, value, by, why);
 	apply(&s, op == WFE_OPERATE_SKIP ? value : NULL);
 	SPI_finish();

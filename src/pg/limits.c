@@ -78,13 +78,15 @@ wfe_admit_name(const char *value, Size len, const char *what)
 		ereport(ERROR,
 				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
 				 errmsg("%s is %zu bytes long, more than wfe.max_name_bytes (%d)",
-						what, len, wfe_max_name_bytes)));
+						what, len, wfe_max_name_bytes),
+				 errhint("Names and reasons go into the event log and the server log: keep them short, and long text outside wfe.")));
 	for (Size k = 0; k < len; k++)
 		if ((unsigned char) value[k] < 0x20 || value[k] == 0x7f)
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("%s must not contain control characters (byte %zu is 0x%02x)",
-							what, k + 1, (unsigned char) value[k])));
+							what, k + 1, (unsigned char) value[k]),
+					 errhint("Names and reasons are written to the event log and the server log as they are: send them on one line, without escapes.")));
 }
 
 /* A text argument as a C string, after wfe_admit_name. */

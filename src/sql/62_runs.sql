@@ -83,8 +83,6 @@ DECLARE
     v_start    timestamptz;
     v_existing bigint;
     v_bad      text;
-    v_limit    int;
-    v_live     bigint;
 BEGIN
     IF submit.workflow IS NULL THEN
         RAISE EXCEPTION 'workflow must not be null' USING ERRCODE = 'null_value_not_allowed';
@@ -176,22 +174,8 @@ BEGIN
         END IF;
     END IF;
 
-    -- Admission: the tenant's runs in flight (wfe.configure_tenant).  One
-    -- submit of a limited tenant at a time counts and inserts, so two cannot
-    -- both take the last slot; the count is a statement of its own after the
-    -- lock, so (under READ COMMITTED) it sees what the previous one committed.
-    SELECT t.max_runs_in_flight INTO v_limit FROM wfe.tenant_limits AS t
-     WHERE t.tenant = v_tenant AND t.max_runs_in_flight IS NOT NULL;
-    IF v_limit IS NOT NULL THEN
-        PERFORM pg_advisory_xact_lock(hashtext('wfe.max_runs_in_flight'), hashtext(v_tenant));
-        SELECT count(*) INTO v_live FROM wfe.runs AS x WHERE x.tenant = v_tenant AND x.finished_at IS NULL;
-        IF v_live >= v_limit THEN
-            RAISE EXCEPTION 'tenant "%" has % runs in flight, its max_runs_in_flight', v_tenant, v_live
-                USING ERRCODE = 'configuration_limit_exceeded',
-                      DETAIL = format('Limit max_runs_in_flight = %s (wfe.tenant_limits).', v_limit),
-                      HINT = 'Submit again when a run has finished, or raise the limit with wfe.configure_tenant.';
-        END IF;
-    END IF;
+    -- Admission: the tenant's runs in flight (wfe.configure_tenant)
+    PERFORM wfe._admit_run(v_tenant, 'Submit');
 
     INSERT INTO wfe.runs AS x (tenant, workflow, version, definition_id, definition_digest, dsl_version,
                                compiler_version, engine_version, contracts, context, execution_context,

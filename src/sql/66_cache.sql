@@ -54,6 +54,9 @@ BEGIN
             USING ERRCODE = 'null_value_not_allowed',
                   HINT = 'wfe.cache_invalidate(tenant => ''t'') removes all of a tenant''s entries.';
     END IF;
+    PERFORM wfe._admit_name(key, 'key');
+    PERFORM wfe._admit_name(contract, 'contract');
+    PERFORM wfe._admit_name(tenant, 'tenant');
     IF tenant IS NOT NULL AND NOT wfe._tenant_ok(tenant) THEN
         RAISE EXCEPTION 'role "%" does not act for tenant "%"', wfe._caller()::regrole, left(tenant, 80)
             USING ERRCODE = 'insufficient_privilege',

@@ -1,6 +1,9 @@
 -- Reading a run: the structured execution report and the timeline (docs: runtime.md).
 
--- The run, or 42704 naming it.
+-- The run, or 42704 naming it.  The one place of the tenant rule for every
+-- function that takes a run id -- the readers' and the operators'
+-- (71_recovery.sql): another tenant's run is one that does not exist, with
+-- the same SQLSTATE and message, read without a lock.
 CREATE FUNCTION wfe._run(p_run_id bigint)
 RETURNS wfe.runs
 LANGUAGE plpgsql STABLE

@@ -8,11 +8,21 @@
 -- redriven or failed-by-hand attempt is answered stale).  Each records an
 -- event with who (session_user) and why; each closes the stage's open dead
 -- letters with its name.
+--
+-- Tenants and limits (docs: operations.md "Security model", "Tenants"):
+-- every action first checks its arguments against the admission limits and
+-- then finds its run through wfe._run, so an operator acts only on runs of
+-- the tenants it acts for, and another tenant's run is answered exactly as
+-- one that does not exist (42704) -- before it is locked, or anything of it
+-- but its tenant read, so no message, SQLSTATE or lock wait tells the two
+-- apart.  An action that
+-- reopens an ended run is admitted against its tenant's max_runs_in_flight
+-- like a submit (wfe._operate, wfe._admit_run).
 
 CREATE FUNCTION wfe._operate(run_id bigint, stage text, operation text, value text, by text, why text)
 RETURNS void AS 'MODULE_PATHNAME', 'wfe_operate' LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION wfe._operate(bigint, text, text, text, text, text) IS
-'An operator''s redrive, skip, fail or redispatch of one stage, through the step core under the run''s lock; 55000 when the core refuses.';
+'An operator''s redrive, skip, fail or redispatch of one stage, through the step core under the run''s lock; 55000 when the core refuses, 53400 when reopening the run would pass its tenant''s max_runs_in_flight.';
 REVOKE ALL ON FUNCTION wfe._operate(bigint, text, text, text, text, text) FROM PUBLIC;
 
 -- The stage's open dead letters are resolved by an operator's action.
@@ -29,8 +39,10 @@ COMMENT ON FUNCTION wfe._resolve_dead_letters(bigint, text, text) IS
 'Closes the open dead letters of a stage (or, stage NULL, of a run) with how an operator resolved them.';
 REVOKE ALL ON FUNCTION wfe._resolve_dead_letters(bigint, text, text) FROM PUBLIC;
 
--- Arguments every action needs.
-CREATE FUNCTION wfe._require_stage(p_run_id bigint, p_stage text)
+-- Arguments every action on a stage needs, checked in this order: present
+-- (22004), within the admission limits (54000, 22023), and naming a run of
+-- a tenant the caller acts for (42704, as for no run at all).
+CREATE FUNCTION wfe._operator_target(p_run_id bigint, p_stage text, p_reason text)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -39,10 +51,14 @@ BEGIN
     IF p_run_id IS NULL OR p_stage IS NULL THEN
         RAISE EXCEPTION 'run_id and stage must not be null' USING ERRCODE = 'null_value_not_allowed';
     END IF;
+    PERFORM wfe._admit_name(p_stage, 'stage');
+    PERFORM wfe._admit_name(p_reason, 'reason');
+    PERFORM wfe._run(p_run_id);
 END
 $$;
-COMMENT ON FUNCTION wfe._require_stage(bigint, text) IS 'Raises 22004 when the run or the stage is NULL.';
-REVOKE ALL ON FUNCTION wfe._require_stage(bigint, text) FROM PUBLIC;
+COMMENT ON FUNCTION wfe._operator_target(bigint, text, text) IS
+'Checks an operator action''s run, stage and reason: 22004, 54000, 22023, and 42704 when there is no such run or it is of a tenant the caller does not act for.';
+REVOKE ALL ON FUNCTION wfe._operator_target(bigint, text, text) FROM PUBLIC;
 
 CREATE FUNCTION wfe.redrive(run_id bigint, stage text, reason text DEFAULT NULL)
 RETURNS void
@@ -52,7 +68,7 @@ AS $$
 DECLARE
     v_code text;
 BEGIN
-    PERFORM wfe._require_stage(redrive.run_id, redrive.stage);
+    PERFORM wfe._operator_target(redrive.run_id, redrive.stage, redrive.reason);
     -- a binding failure has no attempt to run again: the run's context and
     -- the results it read do not change, so its input would fail again
     SELECT st.error ->> 'code' INTO v_code FROM wfe.run_stages AS st
@@ -78,7 +94,8 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    PERFORM wfe._require_stage(skip_stage.run_id, skip_stage.stage);
+    PERFORM wfe._admit(skip_stage.result, 'the result');
+    PERFORM wfe._operator_target(skip_stage.run_id, skip_stage.stage, skip_stage.reason);
     PERFORM wfe._operate(skip_stage.run_id, skip_stage.stage, 'skip',
                          coalesce(skip_stage.result, '{}')::text, session_user, skip_stage.reason);
     PERFORM wfe._resolve_dead_letters(skip_stage.run_id, skip_stage.stage, 'skipped');
@@ -95,11 +112,11 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    PERFORM wfe._require_stage(fail_stage.run_id, fail_stage.stage);
     IF fail_stage.reason IS NULL THEN
         RAISE EXCEPTION 'reason must not be null' USING ERRCODE = 'null_value_not_allowed',
               HINT = 'Say why: the worker sees it in the error, and the event log keeps it.';
     END IF;
+    PERFORM wfe._operator_target(fail_stage.run_id, fail_stage.stage, fail_stage.reason);
     PERFORM wfe._operate(fail_stage.run_id, fail_stage.stage, 'fail', fail_stage.reason, session_user,
                          fail_stage.reason);
     PERFORM wfe._resolve_dead_letters(fail_stage.run_id, fail_stage.stage, 'failed');
@@ -120,7 +137,7 @@ DECLARE
     v_broker boolean;
     v_paused boolean;
 BEGIN
-    PERFORM wfe._require_stage(redispatch.run_id, redispatch.stage);
+    PERFORM wfe._operator_target(redispatch.run_id, redispatch.stage, redispatch.reason);
     SELECT st.queue, q.delivery = 'broker', q.paused INTO v_queue, v_broker, v_paused
       FROM wfe.run_stages AS st LEFT JOIN wfe.queues AS q ON q.queue = st.queue
      WHERE st.run_id = redispatch.run_id AND st.stage = redispatch.stage;
@@ -158,10 +175,8 @@ BEGIN
     IF replay.run_id IS NULL THEN
         RAISE EXCEPTION 'run_id must not be null' USING ERRCODE = 'null_value_not_allowed';
     END IF;
-    SELECT * INTO r FROM wfe.runs AS x WHERE x.run_id = replay.run_id;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'run % does not exist', replay.run_id USING ERRCODE = 'undefined_object';
-    END IF;
+    PERFORM wfe._admit_name(replay.reason, 'reason');
+    r := wfe._run(replay.run_id);
     IF r.finished_at IS NULL THEN
         RAISE EXCEPTION 'cannot replay run %: it is %', r.run_id, r.state
             USING ERRCODE = 'object_not_in_prerequisite_state',
@@ -195,32 +210,45 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE
-    c record;
-    n int := 0;
+    c    record;
+    n    int := 0;
+    held int := 0;
 BEGIN
     IF redrive_dead_letters.queue IS NULL OR redrive_dead_letters.since IS NULL THEN
         RAISE EXCEPTION 'queue and since must not be null' USING ERRCODE = 'null_value_not_allowed';
     END IF;
-    -- in run order, so two bulk redrives cannot deadlock; one subtransaction
-    -- each, so a stage that moved on meanwhile is passed over, not fatal
+    PERFORM wfe._admit_name(redrive_dead_letters.queue, 'queue');
+    PERFORM wfe._admit_name(redrive_dead_letters.reason, 'reason');
+    -- the dead letters of the tenants the caller acts for (a queue is
+    -- shared: other tenants' are not seen, as in wfe.dead_letters), in run
+    -- order, so two bulk redrives cannot deadlock; one subtransaction each,
+    -- so a stage that moved on meanwhile is passed over, not fatal, and so
+    -- is one whose run its tenant's max_runs_in_flight keeps closed
     FOR c IN SELECT DISTINCT d.run_id, d.stage
                FROM wfe.dead_letters AS d
                JOIN wfe.run_stages AS st ON st.run_id = d.run_id AND st.stage = d.stage
               WHERE d.resolved_at IS NULL AND d.at >= redrive_dead_letters.since
-                AND st.queue = redrive_dead_letters.queue
+                AND st.queue = redrive_dead_letters.queue AND wfe._tenant_ok(d.tenant)
               ORDER BY d.run_id, d.stage
     LOOP
         BEGIN
             PERFORM wfe.redrive(c.run_id, c.stage, redrive_dead_letters.reason);
             n := n + 1;
-        EXCEPTION WHEN object_not_in_prerequisite_state THEN
-            NULL;
+        EXCEPTION
+            WHEN object_not_in_prerequisite_state THEN
+                NULL;
+            WHEN configuration_limit_exceeded THEN
+                held := held + 1;
         END;
     END LOOP;
+    IF held > 0 THEN
+        RAISE NOTICE 'redrive_dead_letters passed over % stage(s): reopening their runs would pass their tenants'' max_runs_in_flight', held
+            USING HINT = 'Their dead letters stay open: redrive them when runs have finished, or raise the limit with wfe.configure_tenant.';
+    END IF;
     RETURN n;
 END
 $$;
 COMMENT ON FUNCTION wfe.redrive_dead_letters(text, timestamptz, text) IS
-'Redrives every stage with an open dead letter on queue since a time; returns how many (stages that can no longer be redriven are passed over).';
+'Redrives every stage with an open dead letter on queue since a time, of the tenants the caller acts for; returns how many (stages that can no longer be redriven, or whose runs max_runs_in_flight keeps closed, are passed over).';
 REVOKE ALL ON FUNCTION wfe.redrive_dead_letters(text, timestamptz, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION wfe.redrive_dead_letters(text, timestamptz, text) TO wfe_operator;

@@ -258,6 +258,13 @@ extern const char *wfe_step_operate_problem(wfe_step *st, int stage, wfe_operati
 											const char *value);
 
 /*
+ * Does op (after wfe_step_operate_problem answered NULL) reopen the ended
+ * run, putting it in flight again?  The caller admits that against the
+ * tenant's run limit as it admits a submit.
+ */
+extern int	wfe_step_operate_reopens(const wfe_step *st, wfe_operation op);
+
+/*
  * Act (after wfe_step_operate_problem answered NULL).  value: SKIP's result
  * (JSON text, checked by the caller like a report), FAIL's reason; by and
  * why go in the events.

@@ -345,6 +345,13 @@ unskip_downstream(wfe_step *st, int i)
 			reset(st, k, redo);
 }
 
+int
+wfe_step_operate_reopens(const wfe_step *st, wfe_operation op)
+{
+	/* wfe_step_operate_problem lets only a failed run be reopened, by these two */
+	return (op == WFE_OPERATE_REDRIVE || op == WFE_OPERATE_SKIP) && st->run->finished;
+}
+
 void
 wfe_step_operate(wfe_step *st, int i, wfe_operation what, const char *value, const char *by,
 				 const char *why)
@@ -356,7 +363,7 @@ wfe_step_operate(wfe_step *st, int i, wfe_operation what, const char *value, con
 	{
 		case WFE_OPERATE_REDRIVE:
 		case WFE_OPERATE_SKIP:
-			if (st->run->finished)
+			if (wfe_step_operate_reopens(st, what))
 				again = reopen(st, i, by, why);
 			else
 				unskip_downstream(st, i);

@@ -71,6 +71,10 @@ END
 $$;
 CREATE ROLE rc_operator IN ROLE wfe_operator;
 CREATE ROLE rc_reader IN ROLE wfe_reader;
+CREATE ROLE rc_other IN ROLE wfe_operator;
+-- an operator acts for the tenants it is mapped to (operations.md "Tenants")
+SELECT wfe.add_tenant_member('rc_operator', 'default');
+SELECT wfe.add_tenant_member('rc_other', 'rc-other');
 
 --
 -- redrive: a run that ended failed is reopened and goes on from the stage
@@ -85,6 +89,14 @@ SELECT wfe.redrive(:r, 'nope');
 SELECT wfe.redrive(0, 'work');
 SET ROLE rc_reader;
 SELECT wfe.redrive(:r, 'work');
+RESET ROLE;
+-- an operator of another tenant is told what it is told of no run at all
+-- (42704; test/tap/022_operator_tenants.pl compares the messages too)
+SET ROLE rc_other;
+\set VERBOSITY sqlstate
+SELECT wfe.redrive(:r, 'work');
+SELECT wfe.redrive(0, 'work');
+\set VERBOSITY default
 RESET ROLE;
 SELECT * FROM pg_temp.stages(:r);
 SET ROLE rc_operator;
@@ -232,3 +244,40 @@ SELECT wfe.redrive_dead_letters('rc-flaky');
 SELECT count(*) AS completed FROM wfe.claim_task('rc-flaky', 'w-rc', 3) AS t
  WHERE wfe.complete_task(t.run_id, t.stage, t.attempt, t.fence, '{}') = 'accepted';
 SELECT state, count(*) FROM wfe.runs WHERE workflow = 'recovery-flaky' GROUP BY state;
+
+--
+-- the admission limits hold for every operator argument: nothing is written
+--
+SELECT run_id AS l FROM wfe.submit('recovery-test', '{}') \gset
+SELECT pg_temp.work('rc-work', 'fail');
+SELECT count(*) AS events_before FROM wfe.events WHERE run_id = :l \gset
+SELECT wfe.redrive(:l, 'work', E'disk\ncleaned');
+SELECT wfe.redrive(:l, 'work', repeat('x', 300));
+SELECT wfe.fail_stage(:l, 'work', E'\x1b[31mred');
+SELECT wfe.redispatch(:l, repeat('w', 300));
+SELECT wfe.replay(:l, E'again\r');
+SELECT wfe.redrive_dead_letters(E'rc-work\n');
+SET wfe.max_payload_bytes = 1024;
+SELECT wfe.skip_stage(:l, 'work', jsonb_build_object('size', 1, 'pad', repeat('p', 2000)));
+RESET wfe.max_payload_bytes;
+SELECT wfe.cache_invalidate(key => repeat('k', 300));
+SELECT count(*) - :events_before AS new_events, (SELECT state FROM wfe.runs WHERE run_id = :l) AS run_state
+  FROM wfe.events WHERE run_id = :l;
+
+--
+-- reopening a failed run counts against its tenant's max_runs_in_flight,
+-- as a submit does: refused with 53400 when the tenant has no room
+--
+SELECT run_id AS m1 FROM wfe.submit('recovery-test', '{}', NULL, '{"tenant": "rc-limited"}') \gset
+SELECT pg_temp.work('rc-work', 'fail');
+SELECT run_id AS m2 FROM wfe.submit('recovery-test', '{}', NULL, '{"tenant": "rc-limited"}') \gset
+SELECT wfe.configure_tenant('rc-limited', max_runs_in_flight => 1);
+SELECT x.run_id = :m1 AS first, x.state FROM wfe.runs AS x WHERE x.tenant = 'rc-limited' ORDER BY x.run_id;
+SELECT wfe.redrive(:m1, 'work');
+SELECT wfe.skip_stage(:m1, 'work', '{"size": 1}');
+SELECT wfe.redrive_dead_letters('rc-work');
+SELECT state, finished_at IS NOT NULL AS ended FROM wfe.runs WHERE run_id = :m1;
+SELECT wfe.cancel_run(:m2);
+SELECT wfe.redrive(:m1, 'work', 'room again');
+SELECT state FROM wfe.runs WHERE run_id = :m1;
+SELECT wfe.configure_tenant('rc-limited');
