@@ -12,6 +12,7 @@
 #include "fmgr.h"
 #include "miscadmin.h"
 
+#include "bgw/bgw.h"
 #include "pg/wfe.h"
 
 PG_MODULE_MAGIC;
@@ -29,5 +30,5 @@ _PG_init(void)
 	if (!process_shared_preload_libraries_in_progress)
 		return;
 	wfe_shmem_init();
-	wfe_worker_register();
+	wfe_bgw_register();
 }

@@ -15,6 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/base/utf8.h"
+
 /* Group nesting bound: the parser and the compiler recurse per group. */
 #define RX_MAX_NESTING	128
 
@@ -121,39 +123,21 @@ rx_fail(rx_parser *ps, const unsigned char *at, const char *fmt, const char *arg
 static uint32_t
 rx_decode(const unsigned char *s, size_t n, int *k)
 {
-	uint32_t	c = s[0],
-				min;
-	int			len,
-				i;
+	uint32_t	c;
 
-	if (c < 0x80)
+	/* ASCII without a call: patterns and subjects are mostly ASCII */
+	if (s[0] < 0x80)
 	{
 		*k = 1;
-		return c;
+		return s[0];
 	}
-	if ((c & 0xE0) == 0xC0)
-		len = 2, c &= 0x1F, min = 0x80;
-	else if ((c & 0xF0) == 0xE0)
-		len = 3, c &= 0x0F, min = 0x800;
-	else if ((c & 0xF8) == 0xF0)
-		len = 4, c &= 0x07, min = 0x10000;
-	else
-		goto bad;
-	if ((size_t) len > n)
-		goto bad;
-	for (i = 1; i < len; i++)
+	*k = wfe_utf8_decode(s, n, &c);
+	if (*k == 0)
 	{
-		if ((s[i] & 0xC0) != 0x80)
-			goto bad;
-		c = (c << 6) | (s[i] & 0x3F);
+		*k = 1;
+		return RX_BAD_BYTE + s[0];
 	}
-	if (c < min || c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF))
-		goto bad;
-	*k = len;
 	return c;
-bad:
-	*k = 1;
-	return RX_BAD_BYTE + s[0];
 }
 
 /* ---- classes ---------------------------------------------------------- */
