@@ -2,10 +2,10 @@
  * wfe.c — module entry point: wfe, a durable workflow engine in PostgreSQL.
  *
  * _PG_init only asks each part to set itself up; the parts live in their
- * own files: guc.c (configuration), shmem.c (wakeups), worker.c (the
- * background worker), publisher.c and broker.c (the outbox publisher it
- * runs), compile_fn.c and runtime_fn.c (C behind SQL functions),
- * transitions.c (the legal state transitions).
+ * own folders (docs/architecture.md has the map): src/pg/ the server layer
+ * (guc.c defines the configuration), src/bgw/ the background worker with
+ * its shared memory (shmem.c) and the outbox publisher it runs, src/amqp/
+ * the AMQP client and topology, src/core/ the pure C cores.
  */
 #include "postgres.h"
 

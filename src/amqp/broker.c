@@ -36,42 +36,6 @@ static uint64_t last_tag = 0;
  */
 static bool blocked = false;
 
-/* Describe a failed RPC reply. */
-static void
-reply_error(amqp_rpc_reply_t r, const char *what, char *err, size_t errlen)
-{
-	switch (r.reply_type)
-	{
-		case AMQP_RESPONSE_NORMAL:
-			snprintf(err, errlen, "%s: ok", what);
-			break;
-		case AMQP_RESPONSE_NONE:
-			snprintf(err, errlen, "%s: no reply", what);
-			break;
-		case AMQP_RESPONSE_LIBRARY_EXCEPTION:
-			snprintf(err, errlen, "%s: %s", what, amqp_error_string2(r.library_error));
-			break;
-		case AMQP_RESPONSE_SERVER_EXCEPTION:
-			if (r.reply.id == AMQP_CONNECTION_CLOSE_METHOD)
-			{
-				amqp_connection_close_t *m = r.reply.decoded;
-
-				snprintf(err, errlen, "%s: connection closed by broker: %d %.*s", what,
-						 m->reply_code, (int) m->reply_text.len, (char *) m->reply_text.bytes);
-			}
-			else if (r.reply.id == AMQP_CHANNEL_CLOSE_METHOD)
-			{
-				amqp_channel_close_t *m = r.reply.decoded;
-
-				snprintf(err, errlen, "%s: channel closed by broker: %d %.*s", what,
-						 m->reply_code, (int) m->reply_text.len, (char *) m->reply_text.bytes);
-			}
-			else
-				snprintf(err, errlen, "%s: broker error (method 0x%08x)", what, r.reply.id);
-			break;
-	}
-}
-
 /* Reply code of a channel the broker closed in the last RPC, or 0. */
 static int	channel_closed_code = 0;
 
@@ -86,7 +50,7 @@ rpc_ok(const char *what, char *err, size_t errlen)
 		return true;
 	if (r.reply_type == AMQP_RESPONSE_SERVER_EXCEPTION && r.reply.id == AMQP_CHANNEL_CLOSE_METHOD)
 		channel_closed_code = ((amqp_channel_close_t *) r.reply.decoded)->reply_code;
-	reply_error(r, what, err, errlen);
+	(void) wfe_amqp_reply_error(r, what, err, errlen);
 	return false;
 }
 
@@ -196,7 +160,7 @@ broker_connect(const char *uri, const char *password_file, char *err, size_t err
 	}
 	if (login.reply_type != AMQP_RESPONSE_NORMAL)
 	{
-		reply_error(login, "login", err, errlen);
+		(void) wfe_amqp_reply_error(login, "login", err, errlen);
 		goto fail;
 	}
 	if (!open_channel(err, errlen))
@@ -414,7 +378,7 @@ on_return(BrokerMessage **msgs, int n, amqp_channel_t channel, char *err, size_t
 
 	if (r.reply_type != AMQP_RESPONSE_NORMAL)
 	{
-		reply_error(r, "reading a returned message", err, errlen);
+		(void) wfe_amqp_reply_error(r, "reading a returned message", err, errlen);
 		return false;
 	}
 	if (returned.properties._flags & AMQP_BASIC_MESSAGE_ID_FLAG)
@@ -588,7 +552,7 @@ broker_dlq_get(BrokerDead *dead, char *err, size_t errlen)
 	r = amqp_basic_get(conn, CHANNEL, amqp_cstring_bytes(WFE_QUEUE_DLQ), 0);
 	if (r.reply_type != AMQP_RESPONSE_NORMAL)
 	{
-		reply_error(r, "basic.get wfe.dlq", err, errlen);
+		(void) wfe_amqp_reply_error(r, "basic.get wfe.dlq", err, errlen);
 		return -1;
 	}
 	if (r.reply.id == AMQP_BASIC_GET_EMPTY_METHOD)
@@ -602,7 +566,7 @@ broker_dlq_get(BrokerDead *dead, char *err, size_t errlen)
 	r = amqp_read_message(conn, CHANNEL, &msg, 0);
 	if (r.reply_type != AMQP_RESPONSE_NORMAL)
 	{
-		reply_error(r, "reading a message of wfe.dlq", err, errlen);
+		(void) wfe_amqp_reply_error(r, "reading a message of wfe.dlq", err, errlen);
 		return -1;
 	}
 	if (msg.properties._flags & AMQP_BASIC_MESSAGE_ID_FLAG)

@@ -102,6 +102,44 @@ wfe_topology_queue_of_run_key(const char *key, const char **queue, size_t *len)
 }
 
 /* See topology.h. */
+bool
+wfe_amqp_reply_error(amqp_rpc_reply_t r, const char *what, char *err, size_t errlen)
+{
+	switch (r.reply_type)
+	{
+		case AMQP_RESPONSE_NORMAL:
+			snprintf(err, errlen, "%s: ok", what);
+			return false;
+		case AMQP_RESPONSE_NONE:
+			snprintf(err, errlen, "%s: no reply from the broker", what);
+			return false;
+		case AMQP_RESPONSE_LIBRARY_EXCEPTION:
+			snprintf(err, errlen, "%s: %s", what, amqp_error_string2(r.library_error));
+			return true;
+		case AMQP_RESPONSE_SERVER_EXCEPTION:
+			if (r.reply.id == AMQP_CONNECTION_CLOSE_METHOD)
+			{
+				amqp_connection_close_t *m = r.reply.decoded;
+
+				snprintf(err, errlen, "%s: the broker closed the connection: %u %.*s", what,
+						 m->reply_code, (int) m->reply_text.len, (char *) m->reply_text.bytes);
+				return true;
+			}
+			if (r.reply.id == AMQP_CHANNEL_CLOSE_METHOD)
+			{
+				amqp_channel_close_t *m = r.reply.decoded;
+
+				snprintf(err, errlen, "%s: the broker closed the channel: %u %.*s", what,
+						 m->reply_code, (int) m->reply_text.len, (char *) m->reply_text.bytes);
+				return false;
+			}
+			snprintf(err, errlen, "%s: unexpected reply method 0x%08X", what, r.reply.id);
+			return false;
+	}
+	return false;
+}
+
+/* See topology.h. */
 amqp_table_entry_t
 wfe_amqp_string_entry(const char *key, const char *value)
 {

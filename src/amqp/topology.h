@@ -5,7 +5,9 @@
  * server's SQL (through wfe._routing_key) and wfe-worker agree, and either
  * side may declare first.
  *
- * No PostgreSQL headers: wfe-worker links this file too.
+ * With them, the little AMQP both clients need alike: a reply described
+ * in words, a string table entry.  No PostgreSQL headers: wfe-worker links
+ * this file too.
  */
 #ifndef WFE_TOPOLOGY_H
 #define WFE_TOPOLOGY_H
@@ -73,6 +75,14 @@ extern bool wfe_topology_routing_key(char *buf, const char *kind, const char *qu
  * start in *queue and its length; false when key is not a dispatch key.
  */
 extern bool wfe_topology_queue_of_run_key(const char *key, const char **queue, size_t *len);
+
+/*
+ * Describe an RPC reply that is not AMQP_RESPONSE_NORMAL in *err, prefixed
+ * with `what`; true when the connection is unusable afterwards (a library
+ * error, or the broker closed the connection), false when only the channel
+ * is (or nothing is).
+ */
+extern bool wfe_amqp_reply_error(amqp_rpc_reply_t r, const char *what, char *err, size_t errlen);
 
 /* A string-valued AMQP table entry (arguments, headers, client properties). */
 extern amqp_table_entry_t wfe_amqp_string_entry(const char *key, const char *value);

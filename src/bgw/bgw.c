@@ -1,13 +1,17 @@
 /*
- * worker.c — the wfe background worker: fires timers, runs in-database
+ * bgw.c — the wfe background worker: fires timers, runs in-database
  * actions, publishes the outbox (publisher.c) and removes expired history.
+ * ("bgw" in names, so that "worker" keeps meaning a program that does
+ * tasks; operators still see it as backend_type 'wfe worker'.)
  *
  * Written the way worker_spi, autoprewarm and pg_cron are: a latch loop with
  * WL_EXIT_ON_PM_DEATH, SIGHUP reloads the configuration, SIGTERM ends the
  * loop cleanly, a nonzero restart time brings it back after a crash, and on
- * start it repairs what a crash left half done.  The engine's logic lives in
- * SQL functions (the same ones wfe.tick() uses); this file only decides when
- * to call them, each in a short transaction of its own.
+ * start it repairs what a crash left half done.  It decides nothing about
+ * runs: it calls the SQL entry points wfe.tick() uses too (wfe._worker_round,
+ * wfe._run_next_handler, ...), which hand each due timer or deadline to the
+ * run engine (src/pg/engine.c over the step core), each unit in a short
+ * transaction of its own; this file only decides when.
  */
 #include "postgres.h"
 
@@ -37,7 +41,7 @@ PGDLLEXPORT void wfe_bgw_main(Datum main_arg);
 /* Rounds in a row that found work due but took none (see run_round). */
 static int	empty_due_rounds = 0;
 
-/* Register the worker; called from _PG_init under shared_preload_libraries. */
+/* Register the background worker; called from _PG_init under shared_preload_libraries. */
 void
 wfe_bgw_register(void)
 {

@@ -1,7 +1,8 @@
 /*
  * engine.c — the server layer of the run engine.
  *
- * Every transition of a run comes through here: a worker's callback, a
+ * Every transition of a run comes through here: a worker's callback (its
+ * report about an attempt), a
  * run's start, a timer, an expired deadline, an in-database action's
  * result, a cancel.  This file takes the locks (the run row, then the one
  * stage row a claimer could be taking), hands the step core (core/engine/step.c)
@@ -343,7 +344,7 @@ contract(const char *ref)
 }
 
 /* ---------------------------------------------------------------------
- * One step: the run under its lock, the core's callbacks
+ * One step: the run under its lock, the core's I/O hooks (io_*)
  * --------------------------------------------------------------------- */
 
 typedef struct srv
@@ -1348,7 +1349,7 @@ wfe_complete_tasks(PG_FUNCTION_ARGS)
 				 errmsg("report %s must be an object with numbers run_id, attempt and fence and a string stage",
 						stmt_col(1)),
 				 errdetail("Report %s is %s.", stmt_col(1), stmt_col(8))));
-	/* the callbacks below run statements of their own: copy the batch first */
+	/* the reports below run statements of their own: copy the batch first */
 	run_ids = palloc(sizeof(int64) * (n + 1));
 	stages = palloc(sizeof(char *) * (n + 1));
 	attempts = palloc(sizeof(int) * (n + 1));

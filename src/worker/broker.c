@@ -86,37 +86,10 @@ consumer_tag(int track)
 static bool
 rpc_ok(amqp_rpc_reply_t r, const char *what, char *err, size_t errlen)
 {
-	switch (r.reply_type)
-	{
-		case AMQP_RESPONSE_NORMAL:
-			return true;
-		case AMQP_RESPONSE_NONE:
-			snprintf(err, errlen, "%s: no reply from the broker", what);
-			break;
-		case AMQP_RESPONSE_LIBRARY_EXCEPTION:
-			snprintf(err, errlen, "%s: %s", what, amqp_error_string2(r.library_error));
-			broken = true;
-			break;
-		case AMQP_RESPONSE_SERVER_EXCEPTION:
-			if (r.reply.id == AMQP_CONNECTION_CLOSE_METHOD)
-			{
-				amqp_connection_close_t *m = r.reply.decoded;
-
-				snprintf(err, errlen, "%s: the broker closed the connection: %u %.*s", what,
-						 m->reply_code, (int) m->reply_text.len, (char *) m->reply_text.bytes);
-				broken = true;
-			}
-			else if (r.reply.id == AMQP_CHANNEL_CLOSE_METHOD)
-			{
-				amqp_channel_close_t *m = r.reply.decoded;
-
-				snprintf(err, errlen, "%s: the broker closed the channel: %u %.*s", what,
-						 m->reply_code, (int) m->reply_text.len, (char *) m->reply_text.bytes);
-			}
-			else
-				snprintf(err, errlen, "%s: unexpected reply method 0x%08X", what, r.reply.id);
-			break;
-	}
+	if (r.reply_type == AMQP_RESPONSE_NORMAL)
+		return true;
+	if (wfe_amqp_reply_error(r, what, err, errlen))
+		broken = true;
 	return false;
 }
 

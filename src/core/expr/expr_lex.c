@@ -17,24 +17,12 @@
 #include <string.h>
 
 #include "expr_lex.h"
+#include "core/base/hex.h"
 #include "core/base/utf8.h"
 
 /* ------------------------------------------------------------------------
  * Lexer
  * ------------------------------------------------------------------------ */
-
-/* Value of a hex digit, or -1. */
-static int
-hex_value(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
 
 /* Can c start an identifier?  ASCII letters and underscore. */
 static int
@@ -179,7 +167,7 @@ lex_string(parser *p, token *tok, int raw)
 					for (k = 0; k < digits; k++)
 					{
 						int			h = (i + 2 + k < p->len) ?
-							hex_value(s[i + 2 + k]) : -1;
+							wfe_hex_value(s[i + 2 + k]) : -1;
 
 						if (h < 0)
 						{
@@ -318,13 +306,13 @@ lex_number(parser *p, token *tok)
 		uint64_t	v = 0;
 
 		i += 2;
-		if (i >= p->len || hex_value(s[i]) < 0)
+		if (i >= p->len || wfe_hex_value(s[i]) < 0)
 			return lex_fail(p, start, "invalid hex literal");
-		while (i < p->len && hex_value(s[i]) >= 0)
+		while (i < p->len && wfe_hex_value(s[i]) >= 0)
 		{
-			if (v > (UINT64_MAX - (uint64_t) hex_value(s[i])) / 16)
+			if (v > (UINT64_MAX - (uint64_t) wfe_hex_value(s[i])) / 16)
 				return lex_fail(p, start, "integer literal out of range");
-			v = v * 16 + (uint64_t) hex_value(s[i]);
+			v = v * 16 + (uint64_t) wfe_hex_value(s[i]);
 			i++;
 		}
 		return lex_int_suffix(p, tok, start, i, v);

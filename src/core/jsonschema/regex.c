@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/base/hex.h"
 #include "core/base/utf8.h"
 
 /* Group nesting bound: the parser and the compiler recurse per group. */
@@ -315,19 +316,6 @@ node_new(rx_parser *ps, int type)
 	return ps->nnodes++;
 }
 
-/* Value of a hex digit, or -1. */
-static int
-hexval(int c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
-
 /* Read exactly n hex digits at ps->p; returns the value or -1 (nothing consumed). */
 static long
 read_hex(rx_parser *ps, int n)
@@ -339,7 +327,7 @@ read_hex(rx_parser *ps, int n)
 		return -1;
 	for (i = 0; i < n; i++)
 	{
-		int			h = hexval(ps->p[i]);
+		int			h = wfe_hex_value(ps->p[i]);
 
 		if (h < 0)
 			return -1;
@@ -365,8 +353,8 @@ read_unicode_escape(rx_parser *ps)
 		const unsigned char *q = ps->p + 1;
 
 		v = 0;
-		while (q < ps->end && hexval(*q) >= 0 && v <= 0x10FFFF)
-			v = v * 16 + hexval(*q++);
+		while (q < ps->end && wfe_hex_value(*q) >= 0 && v <= 0x10FFFF)
+			v = v * 16 + wfe_hex_value(*q++);
 		if (q < ps->end && *q == '}' && q > ps->p + 1 && v <= 0x10FFFF)
 		{
 			ps->p = q + 1;

@@ -1,5 +1,5 @@
 /*
- * schema.c — the schema/admission layer: YAML tree to typed model.
+ * admission.c — the admission layer: YAML tree to typed model.
  *
  * Every key is checked against the closed set its position allows, every
  * value against its type and range, and every default is filled in here, so
