@@ -69,11 +69,14 @@ WFE_LIBS     = -lyaml -ljson-c -lcrypto -lm
 CLI          = build/wfe-compile
 CLI_OBJS     = $(patsubst src/%.c,build/cli/%.o,$(CORE_SRCS) $(sort $(wildcard src/cli/*.c)))
 
-# wfe-worker: the reference worker, a client of libpq and librabbitmq.
+# wfe-worker: the reference worker, a client of libpq and librabbitmq.  It
+# shares the PostgreSQL-free parts of the tree with the server: UTF-8 and
+# queue names (src/core/base/) and the AMQP topology (src/amqp/topology.c).
 WORKER       = build/wfe-worker
-WORKER_SRCS := $(sort $(wildcard src/worker/*.c))
-WORKER_OBJS  = $(patsubst src/worker/%.c,build/wfe-worker-obj/%.o,$(WORKER_SRCS))
-WORKER_CPPFLAGS = -I$(shell $(PG_CONFIG) --includedir 2>/dev/null) -DWFE_VERSION='"$(EXTVERSION)"'
+WORKER_SHARED := src/core/base/utf8.c src/core/base/names.c src/amqp/topology.c
+WORKER_SRCS := $(sort $(wildcard src/worker/*.c)) $(WORKER_SHARED)
+WORKER_OBJS  = $(patsubst src/%.c,build/wfe-worker-obj/%.o,$(WORKER_SRCS))
+WORKER_CPPFLAGS = -Isrc -I$(shell $(PG_CONFIG) --includedir 2>/dev/null) -DWFE_VERSION='"$(EXTVERSION)"'
 WORKER_LIBS  = -lpq -lrabbitmq -ljson-c
 
 UNIT_CFLAGS  = $(WFE_CFLAGS) -g -fno-omit-frame-pointer \
@@ -135,7 +138,7 @@ build/cli/%.o: src/%.c $(SRC_HEADERS) wfe.control
 $(WORKER): $(WORKER_OBJS)
 	$(CC) $(WFE_CFLAGS) -o $@ $^ $(WORKER_LIBS)
 
-build/wfe-worker-obj/%.o: src/worker/%.c $(wildcard src/worker/*.h) wfe.control
+build/wfe-worker-obj/%.o: src/%.c $(wildcard src/worker/*.h) $(SRC_HEADERS) wfe.control
 	@mkdir -p $(@D)
 	$(CC) $(WFE_CFLAGS) $(WORKER_CPPFLAGS) -c -o $@ $<
 

@@ -1528,6 +1528,24 @@ COMMENT ON FUNCTION wfe.redrive_dead_letters(text, timestamptz, text) IS
 
 DROP FUNCTION wfe._require_stage(bigint, text);
 
+
+CREATE OR REPLACE FUNCTION wfe._project_event()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    INSERT INTO wfe.outbox (tenant, run_id, stage, attempt, kind, exchange, routing_key, message_id, body)
+    VALUES (NEW.tenant, NEW.run_id, NEW.stage, NEW.attempt, 'event', wfe._exchange('event'), NEW.type,
+            md5('event:' || NEW.event_id)::uuid,
+            jsonb_build_object('event_id', NEW.event_id, 'run_id', NEW.run_id, 'tenant', NEW.tenant,
+                               'stage', NEW.stage, 'attempt', NEW.attempt, 'type', NEW.type,
+                               'at', NEW.at, 'detail', NEW.detail));
+    PERFORM wfe._wake(now());
+    RETURN NULL;
+END
+$$;
+
 -- Final bodies: every function whose text changed in 0.3.0, as src/sql has it.
 -- (Written by the same rule as the sections above: the whole text, copied.)
 
@@ -1737,6 +1755,22 @@ RETURNS boolean
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 RETURN state NOT IN ('failed', 'cancelled');
 
+CREATE OR REPLACE FUNCTION wfe._message_id(p_run_id bigint, p_stage text, p_attempt int, p_fence bigint,
+                                p_kind text)
+RETURNS uuid
+AS 'MODULE_PATHNAME', 'wfe_message_id_sql'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
+CREATE OR REPLACE FUNCTION wfe._exchange(p_kind text)
+RETURNS text
+AS 'MODULE_PATHNAME', 'wfe_exchange_sql'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
+CREATE OR REPLACE FUNCTION wfe._routing_key(p_kind text, p_queue text, p_track text DEFAULT NULL)
+RETURNS text
+AS 'MODULE_PATHNAME', 'wfe_routing_key_sql'
+LANGUAGE C IMMUTABLE PARALLEL SAFE;
+
 CREATE OR REPLACE FUNCTION wfe._notify_ready(p_queue text)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
@@ -1776,7 +1810,7 @@ BEGIN
     INSERT INTO wfe.outbox (tenant, run_id, stage, attempt, fence, kind, exchange, routing_key,
                             message_id, headers, body)
     VALUES (p_run.tenant, p_run.run_id, p_stage.stage, p_stage.attempt, p_stage.fence, 'dispatch',
-            'wfe.commands', 'run.' || p_stage.queue || '.' || v_track, v_id,
+            wfe._exchange('dispatch'), wfe._routing_key('dispatch', p_stage.queue, v_track), v_id,
             jsonb_build_object(
                 'x-wfe-run-id', p_run.run_id::text, 'x-wfe-stage', p_stage.stage,
                 'x-wfe-attempt', p_stage.attempt::text, 'x-wfe-fence', p_stage.fence::text,
@@ -2355,6 +2389,23 @@ BEGIN ATOMIC
             SELECT min(st.ready_at) FROM wfe.run_stages AS st
              WHERE st.state = 'queued' AND st.handler IS NOT NULL) AS d;
 END;
+
+CREATE OR REPLACE FUNCTION wfe._project_event()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    INSERT INTO wfe.outbox (tenant, run_id, stage, attempt, kind, exchange, routing_key, message_id, body)
+    VALUES (NEW.tenant, NEW.run_id, NEW.stage, NEW.attempt, 'event', wfe._exchange('event'), NEW.type,
+            md5('event:' || NEW.event_id)::uuid,
+            jsonb_build_object('event_id', NEW.event_id, 'run_id', NEW.run_id, 'tenant', NEW.tenant,
+                               'stage', NEW.stage, 'attempt', NEW.attempt, 'type', NEW.type,
+                               'at', NEW.at, 'detail', NEW.detail));
+    PERFORM wfe._wake(now());
+    RETURN NULL;
+END
+$$;
 
 CREATE OR REPLACE FUNCTION wfe.configure_tenant(tenant text, max_runs_in_flight int DEFAULT NULL,
                                      max_tasks_in_flight int DEFAULT NULL)

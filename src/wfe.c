@@ -2,17 +2,17 @@
  * wfe.c — module entry point: wfe, a durable workflow engine in PostgreSQL.
  *
  * _PG_init only asks each part to set itself up; the parts live in their
- * own files: guc.c (configuration), shmem.c (wakeups), worker.c (the
- * background worker), publisher.c and broker.c (the outbox publisher it
- * runs), compile_fn.c and runtime_fn.c (C behind SQL functions, and the
- * JSON Schema validator's interrupt hook),
- * transitions.c (the legal state transitions).
+ * own folders (docs/architecture.md has the map): src/pg/ the server layer
+ * (guc.c defines the configuration), src/bgw/ the background worker with
+ * its shared memory (shmem.c) and the outbox publisher it runs, src/amqp/
+ * the AMQP client and topology, src/core/ the pure C cores.
  */
 #include "postgres.h"
 
 #include "fmgr.h"
 #include "miscadmin.h"
 
+#include "bgw/bgw.h"
 #include "pg/wfe.h"
 
 PG_MODULE_MAGIC;
@@ -31,5 +31,5 @@ _PG_init(void)
 	if (!process_shared_preload_libraries_in_progress)
 		return;
 	wfe_shmem_init();
-	wfe_worker_register();
+	wfe_bgw_register();
 }

@@ -19,6 +19,7 @@
 #include <json-c/json.h>
 
 #include "broker.h"
+#include "topology.h"
 
 #define CHANNEL 1
 #define IO_TIMEOUT_S 5
@@ -35,42 +36,6 @@ static uint64_t last_tag = 0;
  */
 static bool blocked = false;
 
-/* Describe a failed RPC reply. */
-static void
-reply_error(amqp_rpc_reply_t r, const char *what, char *err, size_t errlen)
-{
-	switch (r.reply_type)
-	{
-		case AMQP_RESPONSE_NORMAL:
-			snprintf(err, errlen, "%s: ok", what);
-			break;
-		case AMQP_RESPONSE_NONE:
-			snprintf(err, errlen, "%s: no reply", what);
-			break;
-		case AMQP_RESPONSE_LIBRARY_EXCEPTION:
-			snprintf(err, errlen, "%s: %s", what, amqp_error_string2(r.library_error));
-			break;
-		case AMQP_RESPONSE_SERVER_EXCEPTION:
-			if (r.reply.id == AMQP_CONNECTION_CLOSE_METHOD)
-			{
-				amqp_connection_close_t *m = r.reply.decoded;
-
-				snprintf(err, errlen, "%s: connection closed by broker: %d %.*s", what,
-						 m->reply_code, (int) m->reply_text.len, (char *) m->reply_text.bytes);
-			}
-			else if (r.reply.id == AMQP_CHANNEL_CLOSE_METHOD)
-			{
-				amqp_channel_close_t *m = r.reply.decoded;
-
-				snprintf(err, errlen, "%s: channel closed by broker: %d %.*s", what,
-						 m->reply_code, (int) m->reply_text.len, (char *) m->reply_text.bytes);
-			}
-			else
-				snprintf(err, errlen, "%s: broker error (method 0x%08x)", what, r.reply.id);
-			break;
-	}
-}
-
 /* Reply code of a channel the broker closed in the last RPC, or 0. */
 static int	channel_closed_code = 0;
 
@@ -85,7 +50,7 @@ rpc_ok(const char *what, char *err, size_t errlen)
 		return true;
 	if (r.reply_type == AMQP_RESPONSE_SERVER_EXCEPTION && r.reply.id == AMQP_CHANNEL_CLOSE_METHOD)
 		channel_closed_code = ((amqp_channel_close_t *) r.reply.decoded)->reply_code;
-	reply_error(r, what, err, errlen);
+	(void) wfe_amqp_reply_error(r, what, err, errlen);
 	return false;
 }
 
@@ -101,18 +66,6 @@ open_channel(char *err, size_t errlen)
 		return false;
 	last_tag = 0;				/* delivery tags start again on a new channel */
 	return true;
-}
-
-/* A string-valued table entry. */
-static amqp_table_entry_t
-string_entry(const char *key, const char *value)
-{
-	amqp_table_entry_t e;
-
-	e.key = amqp_cstring_bytes(key);
-	e.value.kind = AMQP_FIELD_KIND_UTF8;
-	e.value.value.bytes = amqp_cstring_bytes(value);
-	return e;
 }
 
 /* The password: from the URI, or the first line of the password file. */
@@ -200,14 +153,14 @@ broker_connect(const char *uri, const char *password_file, char *err, size_t err
 		props[0].key = amqp_cstring_bytes("capabilities");
 		props[0].value.kind = AMQP_FIELD_KIND_TABLE;
 		props[0].value.value.table = caps_table;
-		props[1] = string_entry("product", "wfe publisher");
+		props[1] = wfe_amqp_string_entry("product", "wfe publisher");
 		login = amqp_login_with_properties(conn, info.vhost, 0, AMQP_DEFAULT_FRAME_SIZE, 0,
 										   &props_table, AMQP_SASL_METHOD_PLAIN,
 										   info.user, password);
 	}
 	if (login.reply_type != AMQP_RESPONSE_NORMAL)
 	{
-		reply_error(login, "login", err, errlen);
+		(void) wfe_amqp_reply_error(login, "login", err, errlen);
 		goto fail;
 	}
 	if (!open_channel(err, errlen))
@@ -292,37 +245,12 @@ broker_is_connected(void)
 	return conn != NULL;
 }
 
-/* Declare a durable topic exchange. */
-static bool
-declare_exchange(const char *name, char *err, size_t errlen)
-{
-	amqp_exchange_declare(conn, CHANNEL, amqp_cstring_bytes(name), amqp_cstring_bytes("topic"),
-						  0, 1, 0, 0, amqp_empty_table);
-	return rpc_ok(name, err, errlen);
-}
-
-/* Declare a durable queue with arguments and bind it. */
-static bool
-declare_bound_queue(const char *name, amqp_table_t args, const char *exchange,
-					const char *routing_key, char *err, size_t errlen)
-{
-	amqp_queue_declare(conn, CHANNEL, amqp_cstring_bytes(name), 0, 1, 0, 0, args);
-	if (!rpc_ok(name, err, errlen))
-		return false;
-	amqp_queue_bind(conn, CHANNEL, amqp_cstring_bytes(name), amqp_cstring_bytes(exchange),
-					amqp_cstring_bytes(routing_key), amqp_empty_table);
-	return rpc_ok(name, err, errlen);
-}
-
+/* See broker.h. */
 bool
 broker_declare_base(char *err, size_t errlen)
 {
-	return declare_exchange("wfe.commands", err, errlen) &&
-		declare_exchange("wfe.retry", err, errlen) &&
-		declare_exchange("wfe.events", err, errlen) &&
-		declare_bound_queue("wfe.dlq", amqp_empty_table, "wfe.commands", "dead", err, errlen);
+	return wfe_topology_declare_base(conn, CHANNEL, rpc_ok, err, errlen);
 }
-
 
 /*
  * The broker refused a declaration that disagrees with an existing queue
@@ -343,55 +271,22 @@ recover_channel(void)
 	return true;
 }
 
+/* See broker.h. */
 int
 broker_declare_queue(const char *queue, int retry_ttl_ms, char *err, size_t errlen)
 {
 	int			result = 1;
 
-	static const char *const tracks[] = {"small", "large"};
-
-	for (int t = 0; t < 2; t++)
-	{
-		char		main_name[160],
-					retry_name[160],
-					run_key[160],
-					retry_key[160];
-		amqp_table_entry_t main_args[2],
-					retry_args[3];
-		amqp_table_t table;
-
-		snprintf(main_name, sizeof(main_name), "wfe.%s.%s", queue, tracks[t]);
-		snprintf(retry_name, sizeof(retry_name), "wfe.%s.retry.%s", queue, tracks[t]);
-		snprintf(run_key, sizeof(run_key), "run.%s.%s", queue, tracks[t]);
-		snprintf(retry_key, sizeof(retry_key), "retry.%s.%s", queue, tracks[t]);
-
-		/* rejected messages dead-letter into the retry queue ... */
-		main_args[0] = string_entry("x-dead-letter-exchange", "wfe.retry");
-		main_args[1] = string_entry("x-dead-letter-routing-key", retry_key);
-		table.num_entries = 2;
-		table.entries = main_args;
-		if (!declare_bound_queue(main_name, table, "wfe.commands", run_key, err, errlen))
-		{
-			if (!recover_channel())
-				return 0;
-			result = -1;
-		}
-
-		/* ... which holds them for the TTL and dead-letters them back */
-		retry_args[0].key = amqp_cstring_bytes("x-message-ttl");
-		retry_args[0].value.kind = AMQP_FIELD_KIND_I32;
-		retry_args[0].value.value.i32 = retry_ttl_ms;
-		retry_args[1] = string_entry("x-dead-letter-exchange", "wfe.commands");
-		retry_args[2] = string_entry("x-dead-letter-routing-key", run_key);
-		table.num_entries = 3;
-		table.entries = retry_args;
-		if (!declare_bound_queue(retry_name, table, "wfe.retry", retry_key, err, errlen))
-		{
-			if (!recover_channel())
-				return 0;
-			result = -1;
-		}
-	}
+	for (wfe_track t = 0; t < WFE_TRACKS; t++)
+		for (int retry = 0; retry <= 1; retry++)
+			if (!wfe_topology_declare_queue(conn, CHANNEL, queue, t, retry, retry_ttl_ms,
+											rpc_ok, err, errlen))
+			{
+				/* one queue that disagrees must not stop the others */
+				if (!recover_channel())
+					return 0;
+				result = -1;
+			}
 	return result;
 }
 
@@ -411,7 +306,7 @@ broker_publish(BrokerMessage *msg, char *err, size_t errlen)
 		{
 			json_object_object_foreach(headers, key, value)
 			{
-				entries[n++] = string_entry(key, json_object_get_string(value) ? json_object_get_string(value) : "");
+				entries[n++] = wfe_amqp_string_entry(key, json_object_get_string(value) ? json_object_get_string(value) : "");
 			}
 		}
 	}
@@ -483,7 +378,7 @@ on_return(BrokerMessage **msgs, int n, amqp_channel_t channel, char *err, size_t
 
 	if (r.reply_type != AMQP_RESPONSE_NORMAL)
 	{
-		reply_error(r, "reading a returned message", err, errlen);
+		(void) wfe_amqp_reply_error(r, "reading a returned message", err, errlen);
 		return false;
 	}
 	if (returned.properties._flags & AMQP_BASIC_MESSAGE_ID_FLAG)
@@ -654,10 +549,10 @@ broker_dlq_get(BrokerDead *dead, char *err, size_t errlen)
 		snprintf(err, errlen, "not connected");
 		return -1;
 	}
-	r = amqp_basic_get(conn, CHANNEL, amqp_cstring_bytes("wfe.dlq"), 0);
+	r = amqp_basic_get(conn, CHANNEL, amqp_cstring_bytes(WFE_QUEUE_DLQ), 0);
 	if (r.reply_type != AMQP_RESPONSE_NORMAL)
 	{
-		reply_error(r, "basic.get wfe.dlq", err, errlen);
+		(void) wfe_amqp_reply_error(r, "basic.get wfe.dlq", err, errlen);
 		return -1;
 	}
 	if (r.reply.id == AMQP_BASIC_GET_EMPTY_METHOD)
@@ -671,7 +566,7 @@ broker_dlq_get(BrokerDead *dead, char *err, size_t errlen)
 	r = amqp_read_message(conn, CHANNEL, &msg, 0);
 	if (r.reply_type != AMQP_RESPONSE_NORMAL)
 	{
-		reply_error(r, "reading a message of wfe.dlq", err, errlen);
+		(void) wfe_amqp_reply_error(r, "reading a message of wfe.dlq", err, errlen);
 		return -1;
 	}
 	if (msg.properties._flags & AMQP_BASIC_MESSAGE_ID_FLAG)

@@ -1,13 +1,17 @@
 /*
- * worker.c — the wfe background worker: fires timers, runs in-database
+ * bgw.c — the wfe background worker: fires timers, runs in-database
  * actions, publishes the outbox (publisher.c) and removes expired history.
+ * ("bgw" in names, so that "worker" keeps meaning a program that does
+ * tasks; operators still see it as backend_type 'wfe worker'.)
  *
  * Written the way worker_spi, autoprewarm and pg_cron are: a latch loop with
  * WL_EXIT_ON_PM_DEATH, SIGHUP reloads the configuration, SIGTERM ends the
  * loop cleanly, a nonzero restart time brings it back after a crash, and on
- * start it repairs what a crash left half done.  The engine's logic lives in
- * SQL functions (the same ones wfe.tick() uses); this file only decides when
- * to call them, each in a short transaction of its own.
+ * start it repairs what a crash left half done.  It decides nothing about
+ * runs: it calls the SQL entry points wfe.tick() uses too (wfe._worker_round,
+ * wfe._run_next_handler, ...), which hand each due timer or deadline to the
+ * run engine (src/pg/engine.c over the step core), each unit in a short
+ * transaction of its own; this file only decides when.
  */
 #include "postgres.h"
 
@@ -27,9 +31,9 @@
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
-#include "pg/wfe.h"
+#include "bgw.h"
 
-PGDLLEXPORT void wfe_worker_main(Datum main_arg);
+PGDLLEXPORT void wfe_bgw_main(Datum main_arg);
 
 /* How often retention runs, at most. */
 #define RETENTION_INTERVAL_MS (60 * 1000)
@@ -37,9 +41,9 @@ PGDLLEXPORT void wfe_worker_main(Datum main_arg);
 /* Rounds in a row that found work due but took none (see run_round). */
 static int	empty_due_rounds = 0;
 
-/* Register the worker; called from _PG_init under shared_preload_libraries. */
+/* Register the background worker; called from _PG_init under shared_preload_libraries. */
 void
-wfe_worker_register(void)
+wfe_bgw_register(void)
 {
 	BackgroundWorker worker;
 
@@ -48,7 +52,7 @@ wfe_worker_register(void)
 	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
 	worker.bgw_restart_time = 5;
 	snprintf(worker.bgw_library_name, BGW_MAXLEN, "wfe");
-	snprintf(worker.bgw_function_name, BGW_MAXLEN, "wfe_worker_main");
+	snprintf(worker.bgw_function_name, BGW_MAXLEN, "wfe_bgw_main");
 	snprintf(worker.bgw_name, BGW_MAXLEN, "wfe worker");
 	snprintf(worker.bgw_type, BGW_MAXLEN, "wfe worker");
 	RegisterBackgroundWorker(&worker);
@@ -56,11 +60,11 @@ wfe_worker_register(void)
 
 /* Forget our latch when we exit, so no backend sets a dead one. */
 static void
-wfe_worker_detach(int code, Datum arg)
+bgw_detach(int code, Datum arg)
 {
 	SpinLockAcquire(&wfe_shared->mutex);
-	wfe_shared->worker_latch = NULL;
-	wfe_shared->worker_pid = 0;
+	wfe_shared->bgw_latch = NULL;
+	wfe_shared->bgw_pid = 0;
 	wfe_shared->sleeping_until = 0;
 	SpinLockRelease(&wfe_shared->mutex);
 }
@@ -150,12 +154,12 @@ static void
 attach_to_shared(void)
 {
 	SpinLockAcquire(&wfe_shared->mutex);
-	wfe_shared->worker_latch = MyLatch;
-	wfe_shared->worker_pid = MyProcPid;
+	wfe_shared->bgw_latch = MyLatch;
+	wfe_shared->bgw_pid = MyProcPid;
 	wfe_shared->started_at = GetCurrentTimestamp();
 	wfe_shared->sleeping_until = DT_NOEND;
 	SpinLockRelease(&wfe_shared->mutex);
-	before_shmem_exit(wfe_worker_detach, (Datum) 0);
+	before_shmem_exit(bgw_detach, (Datum) 0);
 }
 
 /* Tell backends until when we sleep (0: we are awake and will look). */
@@ -189,11 +193,11 @@ run_round(long *sleep_ms)
 	 */
 	set_sleeping_until(DT_NOEND);
 
-	snprintf(sql, sizeof(sql), "SELECT wfe._worker_round(%d)::pg_catalog.int8", wfe_worker_batch);
+	snprintf(sql, sizeof(sql), "SELECT wfe._worker_round(%d)::pg_catalog.int8", wfe_bgw_batch);
 	fired = run_unit("wfe worker: firing timers and deadlines", sql);
 
 	/* in-database actions: one transaction per attempt */
-	while (actions < wfe_worker_batch && !ShutdownRequestPending &&
+	while (actions < wfe_bgw_batch && !ShutdownRequestPending &&
 		   run_unit("wfe worker: running an in-database action",
 					"SELECT wfe._run_next_handler('wfe worker')::pg_catalog.int4::pg_catalog.int8") > 0)
 		actions++;
@@ -229,12 +233,12 @@ run_round(long *sleep_ms)
 		empty_due_rounds = 0;
 	if (publish_wait_ms >= 0 && publish_wait_ms < *sleep_ms)
 		*sleep_ms = publish_wait_ms;	/* reconnect or retry backoff */
-	return fired >= wfe_worker_batch || actions >= wfe_worker_batch || publish_more;
+	return fired >= wfe_bgw_batch || actions >= wfe_bgw_batch || publish_more;
 }
 
 /* The background worker's entry point. */
 void
-wfe_worker_main(Datum main_arg)
+wfe_bgw_main(Datum main_arg)
 {
 	MemoryContext loop_context;
 	TimestampTz last_retention = 0;
@@ -292,7 +296,7 @@ wfe_worker_main(Datum main_arg)
 				char		sql[128];
 
 				snprintf(sql, sizeof(sql), "SELECT wfe._retention(%d, %d)::pg_catalog.int8",
-						 wfe_retention_s, wfe_worker_batch);
+						 wfe_retention_s, wfe_bgw_batch);
 				if (run_unit("wfe worker: removing expired history", sql) >= 0)
 					last_retention = now;
 			}

@@ -35,7 +35,8 @@
 #include "utils/timestamp.h"
 
 #include "amqp/broker.h"
-#include "pg/wfe.h"
+#include "amqp/topology.h"
+#include "bgw.h"
 
 /* How long to wait for the confirms of one window. */
 #define CONFIRM_TIMEOUT_MS 5000
@@ -125,15 +126,16 @@ forget_queue(const char *queue)
 		}
 }
 
-/* The queue a dispatch routing key names: run.<queue>.<track>. */
+/* The queue a dispatch routing key names (palloc'd), or NULL. */
 static char *
 queue_of(const char *routing_key)
 {
-	const char *dot = strrchr(routing_key, '.');
+	const char *queue;
+	size_t		len;
 
-	if (strncmp(routing_key, "run.", 4) != 0 || dot == NULL || dot <= routing_key + 4)
+	if (!wfe_topology_queue_of_run_key(routing_key, &queue, &len))
 		return NULL;
-	return pnstrdup(routing_key + 4, dot - routing_key - 4);
+	return pnstrdup(queue, len);
 }
 
 /* Connect (respecting the backoff) and declare the base topology. */

@@ -35,7 +35,7 @@
 #include "storage/spin.h"
 #include "utils/memutils.h"
 
-#include "pg/wfe.h"
+#include "bgw.h"
 
 /* The queues this transaction released tasks to (deduplicated). */
 static List *released = NIL;

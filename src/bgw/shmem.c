@@ -22,7 +22,7 @@
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
 
-#include "pg/wfe.h"
+#include "bgw.h"
 
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
@@ -94,9 +94,9 @@ wfe_xact_callback(XactEvent event, void *arg)
 
 	SpinLockAcquire(&wfe_shared->mutex);
 	/* wake only a sleeper that would otherwise oversleep this work */
-	if (wfe_shared->worker_latch != NULL && due < wfe_shared->sleeping_until)
+	if (wfe_shared->bgw_latch != NULL && due < wfe_shared->sleeping_until)
 	{
-		latch = wfe_shared->worker_latch;
+		latch = wfe_shared->bgw_latch;
 		wfe_shared->sleeping_until = due;
 		wfe_shared->wake_requested_at = GetCurrentTimestamp();
 		wfe_shared->wakeups_sent++;
@@ -159,8 +159,8 @@ wfe_worker_status(PG_FUNCTION_ARGS)
 	SpinLockRelease(&wfe_shared->mutex);
 
 	memset(nulls, false, sizeof(nulls));
-	values[0] = Int32GetDatum(copy.worker_pid);
-	nulls[0] = copy.worker_pid == 0;
+	values[0] = Int32GetDatum(copy.bgw_pid);
+	nulls[0] = copy.bgw_pid == 0;
 	values[1] = TimestampTzGetDatum(copy.started_at);
 	nulls[1] = copy.started_at == 0;
 	values[2] = TimestampTzGetDatum(copy.sleeping_until);

@@ -25,6 +25,7 @@
 #include "core/lang/compile.h"
 #include "core/engine/step.h"
 #include "spi_stmt.h"
+#include "bgw/bgw.h"
 #include "wfe.h"
 
 static stmt q_lock_key = STMT(

@@ -9,16 +9,16 @@
 #include "postgres.h"
 
 #include "access/htup_details.h"
-#include "common/md5.h"
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "funcapi.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
-#include "utils/uuid.h"
 
+#include "deadline.h"
 #include "spi_stmt.h"
+#include "bgw/bgw.h"
 #include "wfe.h"
 
 /*
@@ -30,8 +30,7 @@
 	"WITH claimed AS (" \
 	"  UPDATE wfe.run_stages AS st" \
 	"     SET state = 'running', claimed_by = $2, started_at = now(), heartbeat_at = now(), lease_ms = $4," \
-	"         deadline_at = now() + make_interval(secs => least(coalesce($4, st.exec_ms)," \
-	"                                             coalesce(st.heartbeat_ms, 2147483647)) / 1000.0)" \
+	"         deadline_at = now() + " WFE_SQL_WINDOW("$4") \
 	"   WHERE st.ctid = ANY (ARRAY(" \
 	"           SELECT p.ctid FROM wfe.run_stages AS p" \
 	"            WHERE p.queue = $1 AND p.state = 'queued'" \
@@ -166,25 +165,6 @@ tenant_array(const tenant_room *t)
 PG_FUNCTION_INFO_V1(wfe_claim_task);
 
 /*
- * The deterministic id of a message about an attempt: wfe._message_id's
- * md5(run:stage:attempt:fence:kind) as a uuid, computed here rather than
- * through the SQL function (which the claim would otherwise call per row,
- * rebuilding its body each time).
- */
-static Datum
-message_id(int64 run_id, const char *stage, int attempt, int64 fence, const char *kind)
-{
-	char	   *text = psprintf(INT64_FORMAT ":%s:%d:" INT64_FORMAT ":%s", run_id, stage, attempt,
-								fence, kind);
-	pg_uuid_t  *uuid = palloc(sizeof(pg_uuid_t));
-	const char *errstr = NULL;
-
-	if (!pg_md5_binary(text, strlen(text), uuid->data, &errstr))
-		elog(ERROR, "wfe: md5 failed: %s", errstr ? errstr : "?");
-	return UUIDPGetDatum(uuid);
-}
-
-/*
  * wfe.claim_task(queue, worker_id, max_tasks, lease_ms) RETURNS SETOF wfe.task
  *
  * Up to max_tasks ready tasks of a poll queue, highest priority then
@@ -279,7 +259,7 @@ wfe_claim_task(PG_FUNCTION_ARGS)
 				bool		nulls[13];
 
 				heap_deform_tuple(SPI_tuptable->vals[k], SPI_tuptable->tupdesc, values, nulls);
-				values[11] = message_id(DatumGetInt64(values[0]), TextDatumGetCString(values[1]),
+				values[11] = wfe_message_id(DatumGetInt64(values[0]), TextDatumGetCString(values[1]),
 										DatumGetInt32(values[2]), DatumGetInt64(values[3]), "dispatch");
 				nulls[11] = false;
 				/* the worker must be awake when the execution deadline passes */

@@ -1,7 +1,8 @@
 /*
  * engine.c — the server layer of the run engine.
  *
- * Every transition of a run comes through here: a worker's callback, a
+ * Every transition of a run comes through here: a worker's callback (its
+ * report about an attempt), a
  * run's start, a timer, an expired deadline, an in-database action's
  * result, a cancel.  This file takes the locks (the run row, then the one
  * stage row a claimer could be taking), hands the step core (core/engine/step.c)
@@ -28,7 +29,9 @@
 #include "core/lang/compile.h"
 #include "core/engine/runplan.h"
 #include "core/engine/step.h"
+#include "deadline.h"
 #include "spi_stmt.h"
+#include "bgw/bgw.h"
 #include "wfe.h"
 
 static stmt q_lock_run = STMT(
@@ -154,7 +157,7 @@ static stmt q_cancel = STMT(
 static stmt q_cancel_message = STMT(
 	"INSERT INTO wfe.outbox (tenant, run_id, stage, attempt, fence, kind, exchange, routing_key,"
 	"                        message_id, body)"
-	" SELECT $3, $1, $2, $4, $5, 'cancel', 'wfe.commands', 'cancel.' || q.queue,"
+	" SELECT $3, $1, $2, $4, $5, 'cancel', wfe._exchange('cancel'), wfe._routing_key('cancel', q.queue),"
 	"        wfe._message_id($1, $2, $4, $5, 'cancel'),"
 	"        jsonb_build_object('run_id', $1, 'stage', $2, 'attempt', $4, 'fence', $8, 'reason', $6)"
 	"   FROM wfe.queues AS q WHERE q.queue = $7 AND q.delivery = 'broker'", 8, I8, TX, TX, I4, I8, TX, TX, I8);
@@ -169,8 +172,7 @@ static stmt q_outputs_write = STMT(
 static stmt q_accept = STMT(
 	"UPDATE wfe.run_stages AS st"
 	"   SET state = 'running', claimed_by = $3, started_at = now(), heartbeat_at = now(), lease_ms = NULL,"
-	"       deadline_at = now() + make_interval(secs => least(st.exec_ms,"
-	"                                 coalesce(st.heartbeat_ms, 2147483647)) / 1000.0)"
+	"       deadline_at = now() + " WFE_SQL_WINDOW("NULL::int")
 	" WHERE st.run_id = $1 AND st.stage = $2 RETURNING st.deadline_at", 3, I8, TX, TX);
 /*
  * A heartbeat renews what the claim granted: the heartbeat window and the
@@ -183,9 +185,7 @@ static stmt q_heartbeat = STMT(
 	"   SET heartbeat_at = now(),"
 	"       deadline_at = CASE WHEN st.heartbeat_ms IS NULL AND st.lease_ms IS NULL THEN st.deadline_at"
 	"                          ELSE greatest(st.deadline_at,"
-	"                                 least(st.started_at + make_interval(secs => st.exec_ms / 1000.0),"
-	"                                       now() + make_interval(secs => least(coalesce(st.lease_ms, 2147483647),"
-	"                                                   coalesce(st.heartbeat_ms, 2147483647)) / 1000.0))) END"
+	"                                 least(" WFE_SQL_EXEC_END ", now() + " WFE_SQL_WINDOW("st.lease_ms") ")) END"
 	" WHERE st.run_id = $1 AND st.stage = $2", 2, I8, TX);
 static stmt q_intent = STMT(
 	"UPDATE wfe.runs AS x SET intent = $2, reason = $3 WHERE x.run_id = $1", 3, I8, TX, TX);
@@ -210,7 +210,7 @@ static stmt q_expiring = STMT(
 	"       CASE WHEN st.state IN ('queued', 'dispatched') THEN 'queue'"
 	"            WHEN st.heartbeat_ms IS NOT NULL"
 	"                 AND st.heartbeat_at + make_interval(secs => st.heartbeat_ms / 1000.0) <= now()"
-	"                 AND st.started_at + make_interval(secs => st.exec_ms / 1000.0) > now() THEN 'heartbeat'"
+	"                 AND " WFE_SQL_EXEC_END " > now() THEN 'heartbeat'"
 	"            ELSE 'execution' END"
 	"  FROM wfe.run_stages AS st WHERE st.run_id = $1 AND st.stage = $2"
 	"   AND st.state IN ('queued', 'dispatched', 'running') AND st.deadline_at <= now()"
@@ -277,8 +277,14 @@ run_plan(int64 definition_id)
 		if (SPI_processed != 1)
 			elog(ERROR, "wfe: definition %lld does not exist", (long long) definition_id);
 		rp = wfe_run_plan_build(definition_id, stmt_col(1), err, sizeof(err));
+		/* e.g. a plan stored by a wfe whose plans this one does not read */
 		if (rp == NULL)
-			elog(ERROR, "wfe: %s", err);
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("the stored plan of definition %lld cannot be run", (long long) definition_id),
+					 errdetail("%s", err),
+					 errhint("Create the workflow again under a new version with wfe.create_definition, "
+							 "and submit runs to that one.")));
 		e = hash_search(plan_cache, &definition_id, HASH_ENTER, &found);
 		e->rp = rp;
 	}
@@ -338,7 +344,7 @@ contract(const char *ref)
 }
 
 /* ---------------------------------------------------------------------
- * One step: the run under its lock, the core's callbacks
+ * One step: the run under its lock, the core's I/O hooks (io_*)
  * --------------------------------------------------------------------- */
 
 typedef struct srv
@@ -1350,7 +1356,7 @@ wfe_complete_tasks(PG_FUNCTION_ARGS)
 				 errmsg("report %s must be an object with numbers run_id, attempt and fence and a string stage",
 						stmt_col(1)),
 				 errdetail("Report %s is %s.", stmt_col(1), stmt_col(8))));
-	/* the callbacks below run statements of their own: copy the batch first */
+	/* the reports below run statements of their own: copy the batch first */
 	run_ids = palloc(sizeof(int64) * (n + 1));
 	stages = palloc(sizeof(char *) * (n + 1));
 	attempts = palloc(sizeof(int) * (n + 1));
@@ -1368,17 +1374,28 @@ wfe_complete_tasks(PG_FUNCTION_ARGS)
 		fences[k] = pg_strtoint64(SPI_getvalue(t, d, 6));
 		results[k] = SPI_getvalue(t, d, 7);
 	}
+	/*
+	 * Each report in a memory context of its own, freed after it: a nested
+	 * SPI connection, because SPI returns to its procedure context after
+	 * every statement, so a context we switched to would not stay current.
+	 * Up to 1000 reports would otherwise keep every step's allocations
+	 * until the call ends.
+	 */
 	for (uint64 k = 0; k < n; k++)
 	{
-		const char *outcome = callback(run_ids[k], stages[k], attempts[k], fences[k],
-									   WFE_CB_COMPLETE, results[k], true, NULL);
+		const char *outcome;
 		Datum		values[3];
 		bool		nulls[3] = {false, false, false};
 
+		SPI_connect();
+		outcome = callback(run_ids[k], stages[k], attempts[k], fences[k],
+						   WFE_CB_COMPLETE, results[k], true, NULL);
 		values[0] = Int64GetDatum(run_ids[k]);
 		values[1] = CStringGetTextDatum(stages[k]);
 		values[2] = CStringGetTextDatum(outcome);
+		/* the tuplestore copies the row: then this report's memory can go */
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+		SPI_finish();
 	}
 	SPI_finish();
 	return (Datum) 0;
@@ -1449,7 +1466,10 @@ wfe_operate(PG_FUNCTION_ARGS)
 		if (strcmp(what, names[k]) == 0)
 			op = k;
 	if (op < 0)
-		elog(ERROR, "wfe: unknown operation \"%s\"", what);
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("unknown operation \"%s\"", what),
+				 errhint("The operations are redrive, skip, fail and redispatch.")));
 
 	SPI_connect();
 	if (!begin(&s, run_id, LOCK_WAIT))

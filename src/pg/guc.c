@@ -8,6 +8,7 @@
 #include "miscadmin.h"
 #include "utils/guc.h"
 
+#include "bgw/bgw.h"
 #include "wfe.h"
 #include "core/jsonschema/jsonschema.h"
 
@@ -20,7 +21,7 @@ bool		wfe_schema_format_assertion = false;
 char	   *wfe_database = NULL;
 int			wfe_poll_interval_ms = 1000;
 int			wfe_retention_s = 7 * 24 * 3600;
-int			wfe_worker_batch = 100;
+int			wfe_bgw_batch = 100;
 bool		wfe_notify = true;
 char	   *wfe_amqp_uri = NULL;
 char	   *wfe_amqp_password_file = NULL;
@@ -136,7 +137,7 @@ wfe_guc_init(void)
 	DefineCustomIntVariable("wfe.worker_batch",
 							"Most timers, deadlines or actions the background worker handles per transaction or round.",
 							NULL,
-							&wfe_worker_batch,
+							&wfe_bgw_batch,
 							100, 1, 10000,
 							PGC_SIGHUP, 0,
 							NULL, NULL, NULL);

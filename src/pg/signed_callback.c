@@ -1,5 +1,5 @@
 /*
- * callback.c — signed callbacks through an HTTP gateway (operations.md
+ * signed_callback.c — signed callbacks through an HTTP gateway (operations.md
  * "Signed callbacks").
  *
  * wfe.callback(body, signature) is a worker's report that arrives as the

@@ -55,8 +55,12 @@ guard_state(FunctionCallInfo fcinfo, const wfe_transition *table, const char *wh
 	attno = state_attno(desc);
 	olddatum = heap_getattr(trigdata->tg_trigtuple, attno, desc, &oldnull);
 	newdatum = heap_getattr(trigdata->tg_newtuple, attno, desc, &newnull);
+	/* BEFORE triggers run before the NOT NULL constraint: say it here */
 	if (oldnull || newnull)
-		elog(ERROR, "%s state must not be null", what);
+		ereport(ERROR,
+				(errcode(ERRCODE_NOT_NULL_VIOLATION),
+				 errmsg("%s state must not be null", what),
+				 errhint("See wfe.%s_transitions() for the states a %s may move to.", what, what)));
 	from = TextDatumGetCString(olddatum);
 	to = TextDatumGetCString(newdatum);
 	if (!wfe_transition_legal(table, from, to))

@@ -20,17 +20,33 @@ COMMENT ON FUNCTION wfe._event(bigint, text, text, int, text, jsonb) IS
 'Appends one row to the event log.';
 REVOKE ALL ON FUNCTION wfe._event(bigint, text, text, int, text, jsonb) FROM PUBLIC;
 
--- The deterministic identity of a message about one attempt.
+-- The deterministic identity of a message about one attempt, and where an
+-- outbox message goes: the rules are written once, in C (src/pg/message.c,
+-- src/amqp/topology.c), which the publisher, the claim and wfe-worker share.
 CREATE FUNCTION wfe._message_id(p_run_id bigint, p_stage text, p_attempt int, p_fence bigint,
                                 p_kind text)
 RETURNS uuid
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
-RETURN md5(p_run_id::text || ':' || p_stage || ':' || p_attempt::text || ':'
-           || p_fence::text || ':' || p_kind)::uuid;
+AS 'MODULE_PATHNAME', 'wfe_message_id_sql'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
 COMMENT ON FUNCTION wfe._message_id(bigint, text, int, bigint, text) IS
 'Deterministic message id of (run, stage, attempt, fence, kind): a republished message keeps its id, so consumers deduplicate.';
 REVOKE ALL ON FUNCTION wfe._message_id(bigint, text, int, bigint, text) FROM PUBLIC;
+
+CREATE FUNCTION wfe._exchange(p_kind text)
+RETURNS text
+AS 'MODULE_PATHNAME', 'wfe_exchange_sql'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+COMMENT ON FUNCTION wfe._exchange(text) IS
+'The exchange an outbox message of kind dispatch, cancel (wfe.commands) or event (wfe.events) goes to. Internal.';
+REVOKE ALL ON FUNCTION wfe._exchange(text) FROM PUBLIC;
+
+CREATE FUNCTION wfe._routing_key(p_kind text, p_queue text, p_track text DEFAULT NULL)
+RETURNS text
+AS 'MODULE_PATHNAME', 'wfe_routing_key_sql'
+LANGUAGE C IMMUTABLE PARALLEL SAFE;
+COMMENT ON FUNCTION wfe._routing_key(text, text, text) IS
+'The routing key of a dispatch (run.<queue>.<track>) or a cancel (cancel.<queue>) of a queue. Internal.';
+REVOKE ALL ON FUNCTION wfe._routing_key(text, text, text) FROM PUBLIC;
 
 -- Should a release wake poll workers of this queue?
 CREATE FUNCTION wfe._notify_ready(p_queue text)
@@ -78,7 +94,7 @@ BEGIN
     INSERT INTO wfe.outbox (tenant, run_id, stage, attempt, fence, kind, exchange, routing_key,
                             message_id, headers, body)
     VALUES (p_run.tenant, p_run.run_id, p_stage.stage, p_stage.attempt, p_stage.fence, 'dispatch',
-            'wfe.commands', 'run.' || p_stage.queue || '.' || v_track, v_id,
+            wfe._exchange('dispatch'), wfe._routing_key('dispatch', p_stage.queue, v_track), v_id,
             jsonb_build_object(
                 'x-wfe-run-id', p_run.run_id::text, 'x-wfe-stage', p_stage.stage,
                 'x-wfe-attempt', p_stage.attempt::text, 'x-wfe-fence', p_stage.fence::text,

@@ -31,6 +31,7 @@
 #include <amqp_tcp_socket.h>
 #endif
 
+#include "amqp/topology.h"
 #include "util.h"
 #include "worker.h"
 
@@ -54,8 +55,6 @@ static bool consuming = false;
 static char *cancel_queue = NULL;
 static Delivery *first = NULL,
 		   *last = NULL;
-
-static const char *const tracks[] = {"small", "large"};
 
 /* A delivery's properties, copied out of librabbitmq's buffers. */
 typedef struct Props
@@ -87,37 +86,10 @@ consumer_tag(int track)
 static bool
 rpc_ok(amqp_rpc_reply_t r, const char *what, char *err, size_t errlen)
 {
-	switch (r.reply_type)
-	{
-		case AMQP_RESPONSE_NORMAL:
-			return true;
-		case AMQP_RESPONSE_NONE:
-			snprintf(err, errlen, "%s: no reply from the broker", what);
-			break;
-		case AMQP_RESPONSE_LIBRARY_EXCEPTION:
-			snprintf(err, errlen, "%s: %s", what, amqp_error_string2(r.library_error));
-			broken = true;
-			break;
-		case AMQP_RESPONSE_SERVER_EXCEPTION:
-			if (r.reply.id == AMQP_CONNECTION_CLOSE_METHOD)
-			{
-				amqp_connection_close_t *m = r.reply.decoded;
-
-				snprintf(err, errlen, "%s: the broker closed the connection: %u %.*s", what,
-						 m->reply_code, (int) m->reply_text.len, (char *) m->reply_text.bytes);
-				broken = true;
-			}
-			else if (r.reply.id == AMQP_CHANNEL_CLOSE_METHOD)
-			{
-				amqp_channel_close_t *m = r.reply.decoded;
-
-				snprintf(err, errlen, "%s: the broker closed the channel: %u %.*s", what,
-						 m->reply_code, (int) m->reply_text.len, (char *) m->reply_text.bytes);
-			}
-			else
-				snprintf(err, errlen, "%s: unexpected reply method 0x%08X", what, r.reply.id);
-			break;
-	}
+	if (r.reply_type == AMQP_RESPONSE_NORMAL)
+		return true;
+	if (wfe_amqp_reply_error(r, what, err, errlen))
+		broken = true;
 	return false;
 }
 
@@ -193,85 +165,21 @@ broker_disconnect(void)
 		delivery_free(d);
 }
 
-/* Declare a durable topic exchange (--declare). */
-static bool
-declare_exchange(const char *name, char *err, size_t errlen)
-{
-	amqp_exchange_declare(conn, CONSUME_CHANNEL, amqp_cstring_bytes(name), amqp_cstring_bytes("topic"),
-						  0, 1, 0, 0, amqp_empty_table);
-	return last_rpc_ok(name, err, errlen);
-}
-
-/* Declare a durable queue with arguments and bind it (--declare). */
-static bool
-declare_bound_queue(const char *name, amqp_table_t args, const char *exchange,
-					const char *routing_key, char *err, size_t errlen)
-{
-	amqp_queue_declare(conn, CONSUME_CHANNEL, amqp_cstring_bytes(name), 0, 1, 0, 0, args);
-	if (!last_rpc_ok(name, err, errlen))
-		return false;
-	amqp_queue_bind(conn, CONSUME_CHANNEL, amqp_cstring_bytes(name), amqp_cstring_bytes(exchange),
-					amqp_cstring_bytes(routing_key), amqp_empty_table);
-	return last_rpc_ok(name, err, errlen);
-}
-
-/* A string-valued table entry. */
-static amqp_table_entry_t
-string_entry(const char *key, const char *value)
-{
-	amqp_table_entry_t e;
-
-	e.key = amqp_cstring_bytes(key);
-	e.value.kind = AMQP_FIELD_KIND_UTF8;
-	e.value.value.bytes = amqp_cstring_bytes(value);
-	return e;
-}
-
 /*
- * Declare the topology of delivery.md for our queue, exactly as the wfe
- * publisher does (same kinds, flags and argument types), so that either
- * may declare first.
+ * Declare the topology of delivery.md for our queue (--declare), exactly as
+ * the wfe publisher does (topology.c serves both), so that either may
+ * declare first.
  */
 static bool
 declare_topology(char *err, size_t errlen)
 {
-	if (!declare_exchange("wfe.commands", err, errlen) ||
-		!declare_exchange("wfe.retry", err, errlen) ||
-		!declare_exchange("wfe.events", err, errlen) ||
-		!declare_bound_queue("wfe.dlq", amqp_empty_table, "wfe.commands", "dead", err, errlen))
+	if (!wfe_topology_declare_base(conn, CONSUME_CHANNEL, last_rpc_ok, err, errlen))
 		return false;
-	for (int t = 0; t < 2; t++)
-	{
-		char		main_name[200],
-					retry_name[200],
-					run_key[200],
-					retry_key[200];
-		amqp_table_entry_t main_args[2],
-					retry_args[3];
-		amqp_table_t table;
-
-		snprintf(main_name, sizeof(main_name), "wfe.%s.%s", opts.queue, tracks[t]);
-		snprintf(retry_name, sizeof(retry_name), "wfe.%s.retry.%s", opts.queue, tracks[t]);
-		snprintf(run_key, sizeof(run_key), "run.%s.%s", opts.queue, tracks[t]);
-		snprintf(retry_key, sizeof(retry_key), "retry.%s.%s", opts.queue, tracks[t]);
-
-		main_args[0] = string_entry("x-dead-letter-exchange", "wfe.retry");
-		main_args[1] = string_entry("x-dead-letter-routing-key", retry_key);
-		table.num_entries = 2;
-		table.entries = main_args;
-		if (!declare_bound_queue(main_name, table, "wfe.commands", run_key, err, errlen))
-			return false;
-
-		retry_args[0].key = amqp_cstring_bytes("x-message-ttl");
-		retry_args[0].value.kind = AMQP_FIELD_KIND_I32;
-		retry_args[0].value.value.i32 = opts.retry_ttl_ms;
-		retry_args[1] = string_entry("x-dead-letter-exchange", "wfe.commands");
-		retry_args[2] = string_entry("x-dead-letter-routing-key", run_key);
-		table.num_entries = 3;
-		table.entries = retry_args;
-		if (!declare_bound_queue(retry_name, table, "wfe.retry", retry_key, err, errlen))
-			return false;
-	}
+	for (wfe_track t = 0; t < WFE_TRACKS; t++)
+		for (int retry = 0; retry <= 1; retry++)
+			if (!wfe_topology_declare_queue(conn, CONSUME_CHANNEL, opts.queue, t, retry,
+											opts.retry_ttl_ms, last_rpc_ok, err, errlen))
+				return false;
 	return true;
 }
 
@@ -280,7 +188,7 @@ static bool
 consume_cancellations(char *err, size_t errlen)
 {
 	amqp_queue_declare_ok_t *ok;
-	char		key[200];
+	char		key[WFE_TOPOLOGY_NAME_MAX];
 
 	/* a channel of its own: channel 1's prefetch limit must not hold these back */
 	amqp_channel_open(conn, CANCEL_CHANNEL);
@@ -290,9 +198,9 @@ consume_cancellations(char *err, size_t errlen)
 	if (!last_rpc_ok("declaring the cancellation queue", err, errlen))
 		return false;
 	cancel_queue = xstrndup(ok->queue.bytes, ok->queue.len);
-	snprintf(key, sizeof(key), "cancel.%s", opts.queue);
+	(void) wfe_topology_cancel_key(key, opts.queue);	/* the name fits: main.c checked it */
 	amqp_queue_bind(conn, CANCEL_CHANNEL, amqp_cstring_bytes(cancel_queue),
-					amqp_cstring_bytes("wfe.commands"), amqp_cstring_bytes(key), amqp_empty_table);
+					amqp_cstring_bytes(WFE_EXCHANGE_COMMANDS), amqp_cstring_bytes(key), amqp_empty_table);
 	if (!last_rpc_ok("binding the cancellation queue to wfe.commands", err, errlen))
 		return false;
 	amqp_basic_consume(conn, CANCEL_CHANNEL, amqp_cstring_bytes(cancel_queue),
@@ -358,7 +266,7 @@ broker_connect(char *err, size_t errlen)
 	caps_entry.value.value.boolean = 1;
 	caps.num_entries = 1;
 	caps.entries = &caps_entry;
-	props_entries[0] = string_entry("connection_name", name);
+	props_entries[0] = wfe_amqp_string_entry("connection_name", name);
 	props_entries[1].key = amqp_cstring_bytes("capabilities");
 	props_entries[1].value.kind = AMQP_FIELD_KIND_TABLE;
 	props_entries[1].value.value.table = caps;
@@ -405,13 +313,13 @@ broker_set_consuming(bool on, char *err, size_t errlen)
 {
 	if (conn == NULL || on == consuming)
 		return true;
-	for (int t = 0; t < 2; t++)
+	for (wfe_track t = 0; t < WFE_TRACKS; t++)
 	{
-		char		queue[200];
+		char		queue[WFE_TOPOLOGY_NAME_MAX];
 
 		if (on)
 		{
-			snprintf(queue, sizeof(queue), "wfe.%s.%s", opts.queue, tracks[t]);
+			(void) wfe_topology_queue(queue, opts.queue, t);
 			amqp_basic_consume(conn, CONSUME_CHANNEL, amqp_cstring_bytes(queue),
 							   amqp_cstring_bytes(consumer_tag(t)), 0, 0, 0, amqp_empty_table);
 			if (!last_rpc_ok(queue, err, errlen))
@@ -832,14 +740,14 @@ broker_dead_letter(Delivery *d, const char *reason, char *err, size_t errlen)
 	entries = xmalloc(sizeof(amqp_table_entry_t) * (n + 2));
 	if (n > 0)
 		memcpy(entries, props.headers.entries, sizeof(amqp_table_entry_t) * n);
-	entries[n++] = string_entry("x-wfe-dead-reason", reason);
-	entries[n++] = string_entry("x-wfe-dead-by", opts.worker_id);
+	entries[n++] = wfe_amqp_string_entry("x-wfe-dead-reason", reason);
+	entries[n++] = wfe_amqp_string_entry("x-wfe-dead-by", opts.worker_id);
 	props.headers.entries = entries;
 	props.headers.num_entries = n;
 	props._flags |= AMQP_BASIC_HEADERS_FLAG;
 
-	rc = amqp_basic_publish(conn, PUBLISH_CHANNEL, amqp_cstring_bytes("wfe.commands"),
-							amqp_cstring_bytes("dead"), 0, 0, &props, body);
+	rc = amqp_basic_publish(conn, PUBLISH_CHANNEL, amqp_cstring_bytes(WFE_EXCHANGE_COMMANDS),
+							amqp_cstring_bytes(WFE_KEY_DEAD), 0, 0, &props, body);
 	free(entries);
 	if (rc != AMQP_STATUS_OK)
 	{

@@ -19,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/base/names.h"
 #include "loop.h"
 #include "util.h"
 #include "worker.h"
@@ -312,6 +313,9 @@ parse_options(int argc, char **argv)
 		usage_error("unexpected argument \"%s\"", argv[optind]);
 	if (opts.queue == NULL || opts.queue[0] == '\0')
 		usage_error("%s", "--queue is required");
+	if (!wfe_queue_name_valid(opts.queue))
+		usage_error("invalid --queue \"%s\" (queue names match " WFE_QUEUE_NAME_PATTERN ")",
+					opts.queue);
 	if (opts.command == NULL || opts.command[0] == '\0')
 		usage_error("%s", "--command is required");
 	if (opts.amqp_uri == NULL)

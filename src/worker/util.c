@@ -12,6 +12,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/base/utf8.h"
+
 LogLevel	log_min_level = LOG_INFO;
 
 /*
@@ -146,50 +148,6 @@ buf_append(Buf *b, const char *data, size_t len)
 	b->data[b->len] = '\0';
 }
 
-/*
- * Length of the valid UTF-8 sequence at s (at most n bytes), or 0 when it
- * is invalid or truncated.  Overlong forms and surrogates are invalid.
- */
-static size_t
-utf8_seq_len(const unsigned char *s, size_t n)
-{
-	unsigned char c = s[0];
-	size_t		len;
-	uint32_t	cp;
-
-	if (c < 0x80)
-		return 1;
-	if (c >= 0xC2 && c <= 0xDF)
-	{
-		len = 2;
-		cp = c & 0x1F;
-	}
-	else if (c >= 0xE0 && c <= 0xEF)
-	{
-		len = 3;
-		cp = c & 0x0F;
-	}
-	else if (c >= 0xF0 && c <= 0xF4)
-	{
-		len = 4;
-		cp = c & 0x07;
-	}
-	else
-		return 0;
-	if (len > n)
-		return 0;
-	for (size_t i = 1; i < len; i++)
-	{
-		if ((s[i] & 0xC0) != 0x80)
-			return 0;
-		cp = (cp << 6) | (s[i] & 0x3F);
-	}
-	if ((len == 3 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) ||
-		(len == 4 && (cp < 0x10000 || cp > 0x10FFFF)))
-		return 0;
-	return len;
-}
-
 /* See util.h. */
 char *
 utf8_clean(const char *data, size_t len, bool from_tail)
@@ -205,7 +163,7 @@ utf8_clean(const char *data, size_t len, bool from_tail)
 			i++;
 	while (i < len)
 	{
-		size_t		n = s[i] ? utf8_seq_len(s + i, len - i) : 0;
+		size_t		n = s[i] ? (size_t) wfe_utf8_decode(s + i, len - i, NULL) : 0;
 
 		if (n == 0)
 		{

@@ -27,6 +27,7 @@
 #include <json-c/json.h>
 
 #include "core/lang/compile.h"
+#include "core/base/utf8.h"
 #include "core/jsonschema/jsonschema.h"
 #include "core/jsonschema/regex.h"
 

@@ -2,8 +2,8 @@
  * step_harness.h — an in-memory server for the step core (core/engine/step.h),
  * shared by test/unit/test_step.c and test/fuzz/fuzz_step.c.
  *
- * One run's rows live in arrays: they are "the database".  The wfe_step_io
- * callbacks read them the way engine.c's io_* functions read wfe.run_stages,
+ * One run's rows live in arrays: they are "the database".  The I/O hooks
+ * (wfe_step_io) read them the way engine.c's io_* functions read wfe.run_stages,
  * and sh_apply() writes every effect the core returns exactly as engine.c's
  * apply() does: the same attempt and fence arithmetic, results, errors,
  * skip reasons, branches, arrivals, timers, dead letters, cancel messages,
@@ -355,7 +355,7 @@ sh_plan(const char *yaml, int64_t definition_id)
 }
 
 /* ---------------------------------------------------------------------
- * The io callbacks: the database as engine.c reads it
+ * The I/O hooks: the database as engine.c reads it
  * --------------------------------------------------------------------- */
 
 static void

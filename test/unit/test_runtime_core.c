@@ -17,6 +17,7 @@
 #include "core/engine/cachekey.h"
 #include "core/lang/compile.h"
 #include "core/expr/expr.h"
+#include "core/base/utf8.h"
 #include "core/jsonschema/jsonschema.h"
 
 static int	tests_run;

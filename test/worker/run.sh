@@ -208,6 +208,13 @@ test_usage() {
 	"$WORKER" --queue q --command cat --mode push >/dev/null 2>&1
 	s=$?
 	check "a bad --mode is a usage error (exit 2)" eq 2 "$s"
+	# the queue names AMQP queues and routing keys: the server's rule applies
+	"$WORKER" --queue 'Bad Queue' --command cat >/dev/null 2>&1
+	s=$?
+	check "a --queue that is not a queue name is a usage error (exit 2)" eq 2 "$s"
+	"$WORKER" --queue "q$(printf 'x%.0s' $(seq 63))" --command cat >/dev/null 2>&1
+	s=$?
+	check "a --queue of 64 bytes is a usage error (exit 2)" eq 2 "$s"
 }
 
 test_poll_basic() {

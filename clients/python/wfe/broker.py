@@ -26,6 +26,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import psycopg
 
+from . import _topology as topology
 from . import calls
 from ._attempts import Attempt
 from ._links import Backoff, Link, first_line
@@ -35,9 +36,6 @@ from .task import Task
 from .worker import Worker
 
 log = logging.getLogger("wfe")
-
-TRACKS = ("small", "large")
-
 
 def death_count(headers: Optional[Dict[str, Any]]) -> int:
     """The largest count among a message's x-death entries (0 without any)."""
@@ -109,31 +107,19 @@ class BrokerLoop:
         cancels = self.conn.channel()  # its own channel: the work prefetch never holds it back
         private = cancels.queue_declare("", exclusive=True, auto_delete=True).method.queue
         for q in self.queues:
-            cancels.queue_bind(private, "wfe.commands", routing_key=f"cancel.{q}")
+            cancels.queue_bind(private, topology.COMMANDS, routing_key=topology.cancel_key(q))
         cancels.basic_consume(private, self._on_cancel, auto_ack=True)
 
     def _consume(self) -> None:
         """Start the consumers of both tracks of every queue."""
-        self.tags = [self.work.basic_consume(f"wfe.{q}.{t}", self._on_message(q), auto_ack=False)
-                     for q in self.queues for t in TRACKS]
+        self.tags = [self.work.basic_consume(topology.queue(q, t), self._on_message(q), auto_ack=False)
+                     for q in self.queues for t in topology.TRACKS]
         self.db_down = False
-        log.info("broker: consuming %s", ", ".join(f"wfe.{q}.{t}" for q in self.queues for t in TRACKS))
+        log.info("broker: consuming %s", ", ".join(topology.queue(q, t) for q in self.queues for t in topology.TRACKS))
 
     def _declare(self, ch: Any) -> None:
         """The topology, as the wfe publisher declares it (docs/delivery.md, RabbitMQ topology)."""
-        for ex in ("wfe.commands", "wfe.retry", "wfe.events"):
-            ch.exchange_declare(ex, exchange_type="topic", durable=True)
-        ch.queue_declare("wfe.dlq", durable=True)
-        ch.queue_bind("wfe.dlq", "wfe.commands", routing_key="dead")
-        for q in self.queues:
-            for t in TRACKS:
-                ch.queue_declare(f"wfe.{q}.{t}", durable=True, arguments={
-                    "x-dead-letter-exchange": "wfe.retry", "x-dead-letter-routing-key": f"retry.{q}.{t}"})
-                ch.queue_bind(f"wfe.{q}.{t}", "wfe.commands", routing_key=f"run.{q}.{t}")
-                ch.queue_declare(f"wfe.{q}.retry.{t}", durable=True, arguments={
-                    "x-message-ttl": self.retry_ttl_ms, "x-dead-letter-exchange": "wfe.commands",
-                    "x-dead-letter-routing-key": f"run.{q}.{t}"})
-                ch.queue_bind(f"wfe.{q}.retry.{t}", "wfe.retry", routing_key=f"retry.{q}.{t}")
+        topology.declare(ch, self.queues, self.retry_ttl_ms)
         ch.close()
 
     def _close(self) -> None:
@@ -256,7 +242,7 @@ class BrokerLoop:
         out = self.pika.BasicProperties(headers=headers, message_id=props.message_id,
                                         correlation_id=props.correlation_id, content_type=props.content_type,
                                         delivery_mode=2, timestamp=props.timestamp)
-        self.dead.basic_publish("wfe.commands", "dead", body, properties=out)
+        self.dead.basic_publish(topology.COMMANDS, topology.DEAD, body, properties=out)
         ch.basic_ack(method.delivery_tag)
         log.warning("broker: dead-lettered a message from %s (%s)", method.routing_key, reason)
 

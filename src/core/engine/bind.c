@@ -15,6 +15,7 @@
 #include <json-c/json.h>
 
 #include "bind.h"
+#include "core/base/utf8.h"
 #include "core/lang/compile.h"
 #include "core/expr/expr.h"
 #include "core/jsonschema/jsonschema.h"
@@ -101,8 +102,7 @@ quote_len(const char *body, size_t len)
 	{
 		n = BIND_REF_MAX;
 		/* do not cut a UTF-8 sequence: back up over continuation bytes */
-		while (n > 0 && ((unsigned char) body[n] & 0xC0) == 0x80)
-			n--;
+		n = wfe_utf8_cut(body, n);
 	}
 	return (int) n;
 }

@@ -6,18 +6,7 @@
 
 #include <string.h>
 
-/* The value of one hex digit, or -1. */
-static int
-hex_digit(char ch)
-{
-	if (ch >= '0' && ch <= '9')
-		return ch - '0';
-	if (ch >= 'a' && ch <= 'f')
-		return ch - 'a' + 10;
-	if (ch >= 'A' && ch <= 'F')
-		return ch - 'A' + 10;
-	return -1;
-}
+#include "core/base/hex.h"
 
 /* Does item (len bytes) start with prefix? */
 static int
@@ -55,8 +44,8 @@ parse_item(const char *item, size_t len, wfe_signature *sig)
 			return 0;
 		for (int k = 0; k < WFE_SIG_DIGEST_BYTES; k++)
 		{
-			int			hi = hex_digit(hex[2 * k]),
-						lo = hex_digit(hex[2 * k + 1]);
+			int			hi = wfe_hex_value(hex[2 * k]),
+						lo = wfe_hex_value(hex[2 * k + 1]);
 
 			if (hi < 0 || lo < 0)
 				return 0;

@@ -4,7 +4,7 @@
  * constant-time comparison of HMAC-SHA256 digests.
  *
  * Plain C: no PostgreSQL headers (the HMAC itself is the server's,
- * callback.c), so the parser of this attacker-controlled text is unit
+ * signed_callback.c), so the parser of this attacker-controlled text is unit
  * tested under ASan/UBSan.
  */
 #ifndef WFE_SIGNATURE_H

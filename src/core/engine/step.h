@@ -9,13 +9,14 @@
  * write.  Routing, decisions, forks and joins, skips, the tasks form's
  * dependents, intents, finalisers and backoff live here and nowhere else.
  *
- * The core reads stage rows through the wfe_step_io callbacks as it needs
- * them (a linear step reads two rows, not the run), and keeps its copies up
- * to date as it decides, so later decisions see earlier ones.  It has no
+ * The core reads stage rows through the server's I/O hooks (wfe_step_io)
+ * as it needs them (a linear step reads two rows, not the run), and keeps
+ * its copies up to date as it decides, so later decisions see earlier ones.  It has no
  * PostgreSQL headers: the unit tests and the fuzzer drive it with rows in
  * memory.  Everything it allocates lives in the step's arena, and the few
  * json-c objects it parses are released by wfe_step_end (or, should the
- * server's callback raise, by the next wfe_step_begin).
+ * server's hook raise, by the next wfe_step_begin).  (A "callback" is
+ * something else: a worker's report about an attempt, wfe_callback below.)
  */
 #ifndef WFE_STEP_H
 #define WFE_STEP_H
@@ -69,7 +70,7 @@ typedef struct wfe_run
 	int			finished;
 } wfe_run;
 
-/* What the core may ask the server for; every callback may raise. */
+/* The I/O hooks: what the core may ask the server for; every hook may raise. */
 typedef struct wfe_step_io
 {
 	void	   *arg;
@@ -199,7 +200,7 @@ extern void wfe_step_heartbeat(wfe_step *st, int stage);
 /* the attempt a stage waited on under its cache key ended; input: the stage's bound input */
 extern void wfe_step_cache_ready(wfe_step *st, int stage, const char *input);
 
-/* The callback gate: which callback is this, and what it reports. */
+/* The callback gate: which report of a worker is this (a callback), and what it reports. */
 typedef enum wfe_callback
 {
 	WFE_CB_ACCEPT,

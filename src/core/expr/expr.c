@@ -11,56 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/base/utf8.h"
 #include "expr_internal.h"
-
-/*
- * Replace every byte that is not part of a well-formed UTF-8 sequence with
- * '?'.  Messages quote source text and are cut at a fixed size; the cut can
- * split a character, and PostgreSQL rejects invalid UTF-8 in messages.
- */
-static void
-sanitize_utf8(char *s)
-{
-	unsigned char *p = (unsigned char *) s;
-
-	while (*p)
-	{
-		int			need;
-		int			i;
-		unsigned int cp;
-
-		if (p[0] < 0x80)
-		{
-			p++;
-			continue;
-		}
-		if (p[0] >= 0xC2 && p[0] <= 0xDF)
-			need = 1, cp = p[0] & 0x1F;
-		else if (p[0] >= 0xE0 && p[0] <= 0xEF)
-			need = 2, cp = p[0] & 0x0F;
-		else if (p[0] >= 0xF0 && p[0] <= 0xF4)
-			need = 3, cp = p[0] & 0x07;
-		else
-		{
-			*p++ = '?';
-			continue;
-		}
-		for (i = 1; i <= need; i++)
-		{
-			if ((p[i] & 0xC0) != 0x80)
-				break;
-			cp = (cp << 6) | (p[i] & 0x3F);
-		}
-		if (i <= need ||
-			(need == 2 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) ||
-			(need == 3 && (cp < 0x10000 || cp > 0x10FFFF)))
-		{
-			*p++ = '?';
-			continue;
-		}
-		p += need + 1;
-	}
-}
 
 /* Fill *err (if given) with a code, an offset and a formatted message. */
 void
@@ -76,7 +28,7 @@ wfe_expr_set_error(wfe_expr_error *err, const char *code, int offset,
 	va_start(ap, fmt);
 	vsnprintf(err->message, sizeof(err->message), fmt, ap);
 	va_end(ap);
-	sanitize_utf8(err->message);
+	wfe_utf8_sanitize(err->message);
 }
 
 /* Copy caller limits, substituting the documented default for unset (<= 0). */
@@ -167,8 +119,7 @@ wfe_expr_span_text(const wfe_expr *e, const expr_node *n, char *buf,
 		return 0;
 	len = bufsize - 4;
 	/* don't cut inside a UTF-8 sequence */
-	while (len > 0 && ((unsigned char) e->source[n->start + len] & 0xC0) == 0x80)
-		len--;
+	len = wfe_utf8_cut(e->source + n->start, len);
 	memcpy(buf, e->source + n->start, len);
 	memcpy(buf + len, "...", 4);
 	return (int) len + 3;

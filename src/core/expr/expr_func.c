@@ -16,20 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/base/utf8.h"
 #include "expr_internal.h"
-
-/* Number of code points in UTF-8 text (it is valid: it came from the lexer or JSON). */
-static int64_t
-code_points(const char *s, size_t len)
-{
-	int64_t		n = 0;
-	size_t		i;
-
-	for (i = 0; i < len; i++)
-		if (((unsigned char) s[i] & 0xC0) != 0x80)
-			n++;
-	return n;
-}
 
 /* Charge for scanning strings: one step per 64 bytes of each operand. */
 static int
@@ -331,7 +319,7 @@ size_of(eval_context *cx, const expr_node *n, const cel_value *a, cel_value *out
 		case CEL_STRING:
 			if (eval_charge(cx, (long) (a->v.s.len / 64), n->offset) < 0)
 				return -1;
-			out->v.i = code_points(a->v.s.ptr, a->v.s.len);
+			out->v.i = (int64_t) wfe_utf8_chars(a->v.s.ptr, a->v.s.len);
 			return 0;
 		case CEL_LIST:
 			out->v.i = (int64_t) cel_list_size(a);

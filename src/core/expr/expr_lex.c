@@ -17,88 +17,12 @@
 #include <string.h>
 
 #include "expr_lex.h"
+#include "core/base/hex.h"
+#include "core/base/utf8.h"
 
 /* ------------------------------------------------------------------------
  * Lexer
  * ------------------------------------------------------------------------ */
-
-/*
- * Length of the well-formed UTF-8 sequence at s (at most `avail` bytes), or
- * 0 if it is not well formed: no overlongs, surrogates or code points above
- * U+10FFFF.
- */
-static int
-utf8_sequence_length(const unsigned char *s, size_t avail)
-{
-	int			need;
-	unsigned int cp;
-	int			i;
-
-	if (s[0] < 0x80)
-		return 1;
-	if (s[0] >= 0xC2 && s[0] <= 0xDF)
-		need = 1, cp = s[0] & 0x1F;
-	else if (s[0] >= 0xE0 && s[0] <= 0xEF)
-		need = 2, cp = s[0] & 0x0F;
-	else if (s[0] >= 0xF0 && s[0] <= 0xF4)
-		need = 3, cp = s[0] & 0x07;
-	else
-		return 0;
-	if ((size_t) need >= avail)
-		return 0;
-	for (i = 1; i <= need; i++)
-	{
-		if ((s[i] & 0xC0) != 0x80)
-			return 0;
-		cp = (cp << 6) | (s[i] & 0x3F);
-	}
-	if ((need == 2 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) ||
-		(need == 3 && (cp < 0x10000 || cp > 0x10FFFF)))
-		return 0;
-	return need + 1;
-}
-
-/* Append code point cp to buf as UTF-8; returns bytes written. */
-static int
-utf8_encode(unsigned int cp, char *buf)
-{
-	if (cp < 0x80)
-	{
-		buf[0] = (char) cp;
-		return 1;
-	}
-	if (cp < 0x800)
-	{
-		buf[0] = (char) (0xC0 | (cp >> 6));
-		buf[1] = (char) (0x80 | (cp & 0x3F));
-		return 2;
-	}
-	if (cp < 0x10000)
-	{
-		buf[0] = (char) (0xE0 | (cp >> 12));
-		buf[1] = (char) (0x80 | ((cp >> 6) & 0x3F));
-		buf[2] = (char) (0x80 | (cp & 0x3F));
-		return 3;
-	}
-	buf[0] = (char) (0xF0 | (cp >> 18));
-	buf[1] = (char) (0x80 | ((cp >> 12) & 0x3F));
-	buf[2] = (char) (0x80 | ((cp >> 6) & 0x3F));
-	buf[3] = (char) (0x80 | (cp & 0x3F));
-	return 4;
-}
-
-/* Value of a hex digit, or -1. */
-static int
-hex_value(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
 
 /* Can c start an identifier?  ASCII letters and underscore. */
 static int
@@ -174,7 +98,7 @@ lex_string(parser *p, token *tok, int raw)
 		}
 		if (s[i] != '\\' || raw)
 		{
-			seq = utf8_sequence_length((const unsigned char *) s + i, p->len - i);
+			seq = wfe_utf8_decode((const unsigned char *) s + i, p->len - i, NULL);
 			if (seq == 0)
 			{
 				free(buf);
@@ -243,7 +167,7 @@ lex_string(parser *p, token *tok, int raw)
 					for (k = 0; k < digits; k++)
 					{
 						int			h = (i + 2 + k < p->len) ?
-							hex_value(s[i + 2 + k]) : -1;
+							wfe_hex_value(s[i + 2 + k]) : -1;
 
 						if (h < 0)
 						{
@@ -292,7 +216,7 @@ lex_string(parser *p, token *tok, int raw)
 			free(buf);
 			return lex_fail(p, i, "escape is not a valid Unicode code point");
 		}
-		out += (size_t) utf8_encode(cp, buf + out);
+		out += (size_t) wfe_utf8_encode(cp, buf + out);
 	}
 	buf[out] = '\0';
 	tok->text = buf;
@@ -382,13 +306,13 @@ lex_number(parser *p, token *tok)
 		uint64_t	v = 0;
 
 		i += 2;
-		if (i >= p->len || hex_value(s[i]) < 0)
+		if (i >= p->len || wfe_hex_value(s[i]) < 0)
 			return lex_fail(p, start, "invalid hex literal");
-		while (i < p->len && hex_value(s[i]) >= 0)
+		while (i < p->len && wfe_hex_value(s[i]) >= 0)
 		{
-			if (v > (UINT64_MAX - (uint64_t) hex_value(s[i])) / 16)
+			if (v > (UINT64_MAX - (uint64_t) wfe_hex_value(s[i])) / 16)
 				return lex_fail(p, start, "integer literal out of range");
-			v = v * 16 + (uint64_t) hex_value(s[i]);
+			v = v * 16 + (uint64_t) wfe_hex_value(s[i]);
 			i++;
 		}
 		return lex_int_suffix(p, tok, start, i, v);
@@ -659,8 +583,8 @@ lex_token(parser *p, token *tok)
 			default:
 				if (c == '\0')
 					tok->kind = lex_fail(p, i, "unexpected NUL byte");
-				else if (utf8_sequence_length((const unsigned char *) s + i,
-											  p->len - i) == 0)
+				else if (wfe_utf8_decode((const unsigned char *) s + i,
+										  p->len - i, NULL) == 0)
 					tok->kind = lex_fail(p, i, "invalid UTF-8");
 				else
 					tok->kind = lex_fail(p, i, "unexpected character");
@@ -809,7 +733,7 @@ expr_check_source(const char *src, size_t len, size_t max_bytes,
 	}
 	while (i < len)
 	{
-		int			n = utf8_sequence_length((const unsigned char *) src + i, len - i);
+		int			n = wfe_utf8_decode((const unsigned char *) src + i, len - i, NULL);
 
 		if (n == 0)
 		{

@@ -33,6 +33,7 @@
 
 #include <json-c/json.h>
 
+#include "core/base/utf8.h"
 #include "core/lang/compile.h"
 #include "jsonformat.h"
 #include "jsonschema_internal.h"
@@ -250,53 +251,6 @@ path_push_index(schema_path *p, size_t i)
 		p->len = strlen(p->buf);
 }
 
-/* Make a message valid UTF-8; see jsonschema.h. */
-void
-wfe_utf8_sanitize(char *s)
-{
-	unsigned char *p = (unsigned char *) s;
-
-	while (*p)
-	{
-		int			need,
-					i;
-		unsigned int cp;
-
-		if (p[0] < 0x80)
-		{
-			p++;
-			continue;
-		}
-		if (p[0] >= 0xC2 && p[0] <= 0xDF)
-			need = 1, cp = p[0] & 0x1F;
-		else if (p[0] >= 0xE0 && p[0] <= 0xEF)
-			need = 2, cp = p[0] & 0x0F;
-		else if (p[0] >= 0xF0 && p[0] <= 0xF4)
-			need = 3, cp = p[0] & 0x07;
-		else
-		{
-			*p++ = '?';
-			continue;
-		}
-		/* stops at the NUL too: it is not a continuation byte */
-		for (i = 1; i <= need; i++)
-		{
-			if ((p[i] & 0xC0) != 0x80)
-				break;
-			cp = (cp << 6) | (p[i] & 0x3F);
-		}
-		/* truncated, overlong, surrogate or beyond U+10FFFF */
-		if (i <= need ||
-			(need == 2 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) ||
-			(need == 3 && (cp < 0x10000 || cp > 0x10FFFF)))
-		{
-			*p++ = '?';
-			continue;
-		}
-		p += need + 1;
-	}
-}
-
 /* ---- values --------------------------------------------------------------- */
 
 /* Is the value a JSON number? */
@@ -465,25 +419,12 @@ short_json(json_object *v, char *buf, size_t buflen, size_t max)
 	if (len > max)
 	{
 		/* do not cut a UTF-8 sequence in half */
-		while (max > 0 && ((unsigned char) text[max] & 0xC0) == 0x80)
-			max--;
+		max = wfe_utf8_cut(text, max);
 		snprintf(buf, buflen, "%.*s...", (int) max, text);
 	}
 	else
 		snprintf(buf, buflen, "%s", text);
 	free(text);
-}
-
-/* Length of a UTF-8 string in code points. */
-static size_t
-utf8_length(const char *s, size_t n)
-{
-	size_t		count = 0;
-
-	for (size_t i = 0; i < n; i++)
-		if (((unsigned char) s[i] & 0xC0) != 0x80)
-			count++;
-	return count;
 }
 
 /* ---- the walk ------------------------------------------------------------- */
@@ -711,7 +652,7 @@ eval_string(vctx *cx, const js_node *n, json_object *v)
 
 	if (n->min_length >= 0 || n->max_length >= 0)
 	{
-		size_t		chars = utf8_length(s, len);
+		size_t		chars = wfe_utf8_chars(s, len);
 
 		if (n->min_length >= 0 && chars < (size_t) n->min_length)
 			return fail(cx, n, "minLength", "string of %zu characters is shorter than %ld",

@@ -157,11 +157,4 @@ extern const char *wfe_json_type_name(struct json_object *value);
 extern int	wfe_json_path_push_key(char *buf, size_t cap, const char *key);
 extern int	wfe_json_path_push_index(char *buf, size_t cap, size_t index);
 
-/*
- * Replace every byte that is not part of well-formed UTF-8 with '?', in
- * place.  Messages quote JSON text and are cut at fixed sizes; a cut can
- * split a character, and PostgreSQL must not be handed invalid UTF-8.
- */
-extern void wfe_utf8_sanitize(char *s);
-
 #endif							/* WFE_JSONSCHEMA_H */

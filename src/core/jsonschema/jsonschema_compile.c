@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/base/utf8.h"
 #include "jsonschema_internal.h"
 
 /* Base URI of a document without $id: relative references resolve below it. */

@@ -15,6 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/base/hex.h"
+#include "core/base/utf8.h"
+
 /* Group nesting bound: the parser and the compiler recurse per group. */
 #define RX_MAX_NESTING	128
 
@@ -121,39 +124,21 @@ rx_fail(rx_parser *ps, const unsigned char *at, const char *fmt, const char *arg
 static uint32_t
 rx_decode(const unsigned char *s, size_t n, int *k)
 {
-	uint32_t	c = s[0],
-				min;
-	int			len,
-				i;
+	uint32_t	c;
 
-	if (c < 0x80)
+	/* ASCII without a call: patterns and subjects are mostly ASCII */
+	if (s[0] < 0x80)
 	{
 		*k = 1;
-		return c;
+		return s[0];
 	}
-	if ((c & 0xE0) == 0xC0)
-		len = 2, c &= 0x1F, min = 0x80;
-	else if ((c & 0xF0) == 0xE0)
-		len = 3, c &= 0x0F, min = 0x800;
-	else if ((c & 0xF8) == 0xF0)
-		len = 4, c &= 0x07, min = 0x10000;
-	else
-		goto bad;
-	if ((size_t) len > n)
-		goto bad;
-	for (i = 1; i < len; i++)
+	*k = wfe_utf8_decode(s, n, &c);
+	if (*k == 0)
 	{
-		if ((s[i] & 0xC0) != 0x80)
-			goto bad;
-		c = (c << 6) | (s[i] & 0x3F);
+		*k = 1;
+		return RX_BAD_BYTE + s[0];
 	}
-	if (c < min || c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF))
-		goto bad;
-	*k = len;
 	return c;
-bad:
-	*k = 1;
-	return RX_BAD_BYTE + s[0];
 }
 
 /* ---- classes ---------------------------------------------------------- */
@@ -331,19 +316,6 @@ node_new(rx_parser *ps, int type)
 	return ps->nnodes++;
 }
 
-/* Value of a hex digit, or -1. */
-static int
-hexval(int c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
-
 /* Read exactly n hex digits at ps->p; returns the value or -1 (nothing consumed). */
 static long
 read_hex(rx_parser *ps, int n)
@@ -355,7 +327,7 @@ read_hex(rx_parser *ps, int n)
 		return -1;
 	for (i = 0; i < n; i++)
 	{
-		int			h = hexval(ps->p[i]);
+		int			h = wfe_hex_value(ps->p[i]);
 
 		if (h < 0)
 			return -1;
@@ -381,8 +353,8 @@ read_unicode_escape(rx_parser *ps)
 		const unsigned char *q = ps->p + 1;
 
 		v = 0;
-		while (q < ps->end && hexval(*q) >= 0 && v <= 0x10FFFF)
-			v = v * 16 + hexval(*q++);
+		while (q < ps->end && wfe_hex_value(*q) >= 0 && v <= 0x10FFFF)
+			v = v * 16 + wfe_hex_value(*q++);
 		if (q < ps->end && *q == '}' && q > ps->p + 1 && v <= 0x10FFFF)
 		{
 			ps->p = q + 1;

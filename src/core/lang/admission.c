@@ -1,5 +1,5 @@
 /*
- * schema.c — the schema/admission layer: YAML tree to typed model.
+ * admission.c — the admission layer: YAML tree to typed model.
  *
  * Every key is checked against the closed set its position allows, every
  * value against its type and range, and every default is filled in here, so
@@ -15,6 +15,7 @@
 
 #include <json-c/json.h>
 
+#include "core/base/names.h"
 #include "core/jsonschema/jsonschema.h"
 #include "model.h"
 
@@ -570,10 +571,14 @@ valid_workflow_name(const char *s)
 	return is_identifier(s, "_.-", 62);
 }
 
-static int
-valid_queue(const char *s)
+/* A stage's queue, if named, must be a valid queue name. */
+static void
+check_queue(wfe_model *m, const wfe_stage *s)
 {
-	return is_identifier(s, "_.-", 62);
+	if (s->queue.name && !wfe_queue_name_valid(s->queue.name))
+		wfe_diag(m->diags, "schema.value", s->queue.path, s->queue.line, s->queue.column,
+				 "queue '%s' is not valid: queue names match " WFE_QUEUE_NAME_PATTERN,
+				 s->queue.name);
 }
 
 static int
@@ -726,10 +731,7 @@ read_stage(wfe_model *m, wfe_stage *s, const wfe_ynode *map)
 		check_keys(m, map, s->path, worker_keys, worker_required, "a worker stage");
 		s->ref = get_contract_ref(m, map, "worker", s->path);
 		s->queue = get_name_ref(m, map, "queue", s->path);
-		if (s->queue.name && !valid_queue(s->queue.name))
-			wfe_diag(m->diags, "schema.value", s->queue.path, s->queue.line, s->queue.column,
-					 "queue '%s' is not valid: queue names match ^[a-z][a-z0-9_.-]{0,62}$",
-					 s->queue.name);
+		check_queue(m, s);
 		read_executor_settings(m, s, map);
 	}
 	else if (strcmp(type, "decision") == 0)
@@ -902,10 +904,7 @@ read_task(wfe_model *m, wfe_stage *s, const wfe_ynode *map)
 				   has_worker ? worker_task_required : id_only, "a worker task");
 		s->ref = get_contract_ref(m, map, "worker", s->path);
 		s->queue = get_name_ref(m, map, "queue", s->path);
-		if (s->queue.name && !valid_queue(s->queue.name))
-			wfe_diag(m->diags, "schema.value", s->queue.path, s->queue.line, s->queue.column,
-					 "queue '%s' is not valid: queue names match ^[a-z][a-z0-9_.-]{0,62}$",
-					 s->queue.name);
+		check_queue(m, s);
 	}
 	read_executor_settings(m, s, map);
 	s->description = get_string(m, map, "description", s->path);

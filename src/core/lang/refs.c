@@ -7,6 +7,7 @@
  */
 #include <string.h>
 
+#include "core/base/utf8.h"
 #include "core/expr/expr.h"
 #include "model.h"
 
@@ -55,18 +56,6 @@ on_stage_ref(void *arg, const char *stage, int offset)
 	check_stage_ref((ref_ctx *) arg, stage);
 }
 
-/* Number of UTF-8 characters in the first n bytes of s. */
-static int
-utf8_chars(const char *s, size_t n)
-{
-	int			c = 0;
-
-	for (size_t i = 0; i < n; i++)
-		if (((unsigned char) s[i] & 0xC0) != 0x80)
-			c++;
-	return c;
-}
-
 /*
  * Where byte `offset` of an expression is in the YAML source, when the
  * expression is a scalar written on one line, plain or quoted, with nothing
@@ -106,7 +95,7 @@ expr_position(const wfe_model *m, const char *expr, int offset, int line,
 	if (len - i - (size_t) quoted < n || memcmp(s + i + quoted, expr, n) != 0 ||
 		(quoted && (i + 1 + n >= len || s[i + 1 + n] != s[i])))
 		return;
-	*column += quoted + utf8_chars(expr, (size_t) offset);
+	*column += quoted + (int) wfe_utf8_chars(expr, (size_t) offset);
 }
 
 /* Report an expression error at the position of the problem in the source. */

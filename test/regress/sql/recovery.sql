@@ -281,3 +281,44 @@ SELECT wfe.cancel_run(:m2);
 SELECT wfe.redrive(:m1, 'work', 'room again');
 SELECT state FROM wfe.runs WHERE run_id = :m1;
 SELECT wfe.configure_tenant('rc-limited');
+
+-- Errors a superuser can reach below the public functions are specific
+-- SQLSTATEs with a hint, never XX000: an unknown operation of wfe._operate
+-- (22023), and a stored plan the run engine cannot read, e.g. one changed
+-- by hand or stored by a wfe whose plans this one does not read (55000; no
+-- run is left behind).
+--
+SELECT run_id AS op FROM wfe.submit('recovery-test', '{}') \gset
+SELECT wfe._operate(:op, 'work', 'reboot', NULL, session_user, 'no such thing');
+\echo :LAST_ERROR_SQLSTATE
+SELECT wfe.create_definition($yaml$
+name: recovery-unreadable
+version: "1.0.0"
+entry: work
+stages:
+  - name: work
+    type: worker
+    queue: rc-work
+    worker: rc.work@1
+    on_success: completed
+    on_failure: failed
+$yaml$) LIKE 'sha256:%' AS created;
+SELECT wfe.approve('recovery-unreadable', '1.0.0');
+SELECT wfe.activate('recovery-unreadable', '1.0.0');
+ALTER TABLE wfe.definitions DISABLE TRIGGER definitions_guard;
+UPDATE wfe.definitions SET plan = '{"form": "stages"}' WHERE workflow = 'recovery-unreadable';
+ALTER TABLE wfe.definitions ENABLE TRIGGER definitions_guard;
+-- (the definition's id depends on the tests before: it is masked)
+DO $$
+DECLARE
+    v_state text; v_msg text; v_detail text; v_hint text;
+BEGIN
+    PERFORM wfe.submit('recovery-unreadable', '{}');
+EXCEPTION WHEN OTHERS THEN
+    GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE, v_msg = MESSAGE_TEXT,
+                            v_detail = PG_EXCEPTION_DETAIL, v_hint = PG_EXCEPTION_HINT;
+    RAISE NOTICE E'%: %\nDETAIL: %\nHINT: %', v_state, regexp_replace(v_msg, '[0-9]+', 'N'),
+                 regexp_replace(v_detail, '[0-9]+', 'N'), v_hint;
+END
+$$;
+SELECT count(*) AS runs_left FROM wfe.runs WHERE workflow = 'recovery-unreadable';

@@ -222,3 +222,22 @@ SELECT count(*) FILTER (WHERE (wfe._bind_input('{"u": "x${context.count}", "o": 
        count(*) FILTER (WHERE wfe._eval_decision(:'seed004', :'root') ->> 'next' = 'review') AS decided,
        count(*) FILTER (WHERE wfe._validate(:'model_schema', '{"modelId": 1}') IS NOT NULL) AS violations
   FROM generate_series(1, 2000);
+
+--
+-- What names a message (src/pg/message.c over src/amqp/topology.c): the id
+-- is md5(run:stage:attempt:fence:kind) as a uuid, as 0.1.0 and 0.2.0 wrote
+-- it in SQL (a message republished across an upgrade keeps its id); the
+-- exchange and routing key of each kind; an unknown kind or track is 22023.
+--
+SELECT wfe._message_id(42, 'charge', 3, 7, 'dispatch') = md5('42:charge:3:7:dispatch')::uuid AS same_id,
+       wfe._message_id(42, 'charge', 3, 7, 'cancel') = md5('42:charge:3:7:cancel')::uuid AS same_cancel_id,
+       wfe._message_id(42, NULL, 3, 7, 'dispatch') IS NULL AS null_in_null_out;
+SELECT wfe._exchange('dispatch') AS dispatch, wfe._exchange('cancel') AS cancel, wfe._exchange('event') AS event;
+SELECT wfe._routing_key('dispatch', 'pay.ments', 'small') AS small, wfe._routing_key('dispatch', 'pay.ments', 'large') AS large,
+       wfe._routing_key('cancel', 'pay.ments') AS cancel, wfe._routing_key('cancel', NULL) IS NULL AS no_queue;
+SELECT wfe._exchange('gossip');
+\echo :LAST_ERROR_SQLSTATE
+SELECT wfe._routing_key('dispatch', 'payments', 'medium');
+\echo :LAST_ERROR_SQLSTATE
+SELECT wfe._routing_key('event', 'payments');
+\echo :LAST_ERROR_SQLSTATE

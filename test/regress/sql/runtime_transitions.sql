@@ -410,3 +410,14 @@ SELECT wfe._stage_row_ok('worker', 'queued', 1, 2, NULL, NULL) AS ok,
        wfe._stage_row_ok('worker', 'skipped', 0, 0, NULL, 'run_aborted') AS ok_skipped,
        wfe._stage_row_ok('worker', 'queued', 1, 2, 'completed', 'nope') AS bad_reason;
 \set VERBOSITY default
+
+--
+-- A NULL state is refused by the state guards with 23502 (not XX000: the
+-- guard runs before the NOT NULL constraint), the row unchanged.
+--
+UPDATE wfe.runs SET state = NULL WHERE run_id = :r1;
+\echo :LAST_ERROR_SQLSTATE
+UPDATE wfe.run_stages SET state = NULL WHERE run_id = :r1 AND stage = 'solo';
+\echo :LAST_ERROR_SQLSTATE
+SELECT r.state AS run_state, s.state AS stage_state
+  FROM wfe.runs AS r JOIN wfe.run_stages AS s USING (run_id) WHERE r.run_id = :r1 AND s.stage = 'solo';
