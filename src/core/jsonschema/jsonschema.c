@@ -34,7 +34,7 @@
 #include <json-c/json.h>
 
 #include "core/base/utf8.h"
-#include "core/lang/compile.h"
+#include "core/base/json.h"
 #include "jsonformat.h"
 #include "jsonschema_internal.h"
 

@@ -24,6 +24,8 @@
 
 #include <stddef.h>
 
+#include "core/base/json.h"
+
 struct json_object;
 
 /* Results of validation. */
@@ -34,13 +36,12 @@ struct json_object;
 #define WFE_SCHEMA_INTERRUPTED	(-4)	/* the interrupt hook said stop: no answer */
 
 /*
- * The one nesting bound of JSON documents: parsing (wfe_json_parse) refuses
- * deeper ones, so every value the validator sees is within it and gets an
- * answer.  Validation nests at most WFE_SCHEMA_MAX_EVAL subschema
- * evaluations (a $ref cycle that never descends into the value ends there,
- * as a violation).
+ * WFE_JSON_MAX_DEPTH (base/json.h) is the one nesting bound of JSON
+ * documents: parsing (wfe_json_parse) refuses deeper ones, so every value
+ * the validator sees is within it and gets an answer.  Validation nests at
+ * most WFE_SCHEMA_MAX_EVAL subschema evaluations (a $ref cycle that never
+ * descends into the value ends there, as a violation).
  */
-#define WFE_JSON_MAX_DEPTH		128
 #define WFE_SCHEMA_MAX_EVAL		(8 * WFE_JSON_MAX_DEPTH)
 
 /*

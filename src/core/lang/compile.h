@@ -10,11 +10,7 @@
 
 #include <stddef.h>
 
-/*
- * json-c's type, by its struct tag: the extension cannot include json-c's
- * headers next to PostgreSQL's, which declare a SQL function json_object.
- */
-struct json_object;
+#include "core/base/json.h"
 
 #define WFE_DSL_VERSION "1"
 #ifndef WFE_COMPILER_VERSION
@@ -67,20 +63,5 @@ extern void wfe_compile_result_free(wfe_compile_result *res);
 
 /* Mermaid flowchart of a compiled plan (malloc'd), or NULL if not a plan. */
 extern char *wfe_plan_mermaid(struct json_object *plan);
-
-/* Parse JSON text (nesting up to 128 deep); NULL if it is not JSON. */
-extern struct json_object *wfe_json_parse(const char *text);
-
-/* Is it a JSON array? */
-extern int	wfe_json_is_array(struct json_object *obj);
-
-/* Drop a reference (NULL is fine). */
-extern void wfe_json_free(struct json_object *obj);
-
-/* Canonical JSON: sorted keys, no white space, shortest numbers (malloc'd). */
-extern char *wfe_canonical_json(struct json_object *obj);
-
-/* A SHA-256 as wfe spells digests: "sha256:" and 64 lowercase hex digits, into out[72]. */
-extern void wfe_digest_text(const unsigned char hash[32], char out[72]);
 
 #endif							/* WFE_COMPILE_H */

@@ -1,5 +1,6 @@
 /*
- * canon.c — canonical JSON: the bytes a plan's digest is taken over.
+ * json.c — the JSON every core shares: parsing (big integers kept exact)
+ * and canonical JSON, the bytes a plan's digest is taken over.
  *
  * Object keys sorted bytewise, no insignificant white space, integers as
  * integers, other numbers in the shortest form that reads back to the same
@@ -13,7 +14,7 @@
 
 #include <json-c/json.h>
 
-#include "compile.h"
+#include "json.h"
 
 typedef struct sbuf
 {
@@ -240,4 +241,145 @@ wfe_digest_text(const unsigned char hash[32], char out[72])
 		out[7 + 2 * i + 1] = hex[hash[i] & 15];
 	}
 	out[71] = '\0';
+}
+
+/*
+ * Does the integer literal s[0..n) (an optional '-' and digits) fit json-c's
+ * integers (int64, or uint64 when positive)?  json-c saturates others.
+ */
+static int
+integer_fits(const char *s, size_t n)
+{
+	int			neg = s[0] == '-';
+	const char *d = s + neg;
+	size_t		nd = n - (size_t) neg;
+	const char *limit = neg ? "9223372036854775808" : "18446744073709551615";
+	size_t		nl = strlen(limit);
+
+	while (nd > 1 && d[0] == '0')
+		d++, nd--;
+	return nd < nl || (nd == nl && memcmp(d, limit, nl) <= 0);
+}
+
+/*
+ * The text with "e0" after every integer literal json-c cannot hold, or
+ * NULL when there is none (the common case).  json-c reads such a literal
+ * as a double and keeps its text, so exact comparisons (jsonnum.h) still
+ * see the integer the user wrote; jsonb reads "Ne0" as N again.
+ */
+static char *
+widen_big_integers(const char *text)
+{
+	size_t		len = strlen(text),
+				extra = 0,
+				o = 0;
+	char	   *out = NULL;
+	int			pass;
+
+	for (pass = 0; pass < 2; pass++)
+	{
+		int			in_string = 0;
+
+		for (size_t i = 0; i < len;)
+		{
+			char		c = text[i];
+
+			if (in_string)
+			{
+				if (c == '\\' && i + 1 < len)
+				{
+					if (out)
+						out[o++] = text[i];
+					i++;
+				}
+				else if (c == '"')
+					in_string = 0;
+				if (out)
+					out[o++] = text[i];
+				i++;
+				continue;
+			}
+			if (c == '"')
+				in_string = 1;
+			if (c == '-' || (c >= '0' && c <= '9'))
+			{
+				size_t		start = i,
+							end;
+				int			integral;
+
+				i += c == '-';
+				while (i < len && text[i] >= '0' && text[i] <= '9')
+					i++;
+				integral = !(i < len && (text[i] == '.' || text[i] == 'e' || text[i] == 'E'));
+				while (i < len && ((text[i] >= '0' && text[i] <= '9') || text[i] == '.' ||
+								   text[i] == 'e' || text[i] == 'E' || text[i] == '+' || text[i] == '-'))
+					i++;
+				end = i;
+				if (out)
+				{
+					memcpy(out + o, text + start, end - start);
+					o += end - start;
+				}
+				if (integral && end - start >= 19 && !integer_fits(text + start, end - start))
+				{
+					if (out)
+					{
+						out[o++] = 'e';
+						out[o++] = '0';
+					}
+					else
+						extra += 2;
+				}
+				continue;
+			}
+			if (out)
+				out[o++] = c;
+			i++;
+		}
+		if (pass == 0)
+		{
+			if (extra == 0)
+				return NULL;
+			out = malloc(len + extra + 1);
+			if (out == NULL)
+				abort();
+		}
+	}
+	out[o] = '\0';
+	return out;
+}
+
+struct json_object *
+wfe_json_parse(const char *text)
+{
+	json_tokener *tok = json_tokener_new_ex(WFE_JSON_MAX_DEPTH);
+	json_object *obj;
+	char	   *widened = widen_big_integers(text);
+
+	if (tok == NULL)
+		abort();
+	if (widened)
+		text = widened;
+	/* the terminating NUL ends a bare scalar ("1", "true") json-c would wait on */
+	obj = json_tokener_parse_ex(tok, text, (int) strlen(text) + 1);
+	if (json_tokener_get_error(tok) != json_tokener_success)
+	{
+		json_object_put(obj);
+		obj = NULL;
+	}
+	json_tokener_free(tok);
+	free(widened);
+	return obj;
+}
+
+int
+wfe_json_is_array(struct json_object *obj)
+{
+	return obj != NULL && json_object_is_type(obj, json_type_array);
+}
+
+void
+wfe_json_free(struct json_object *obj)
+{
+	json_object_put(obj);
 }
