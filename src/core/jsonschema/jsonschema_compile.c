@@ -936,8 +936,9 @@ compile_entry(cctx *cx, js_entry *e)
 				compile_type(cx, e, n, val);
 			else if (strcmp(key, "enum") == 0)
 			{
-				if (!json_object_is_type(val, json_type_array) || json_object_array_length(val) == 0)
-					cfail(cx, WFE_JSE_VALUE, e->ptr, key, "\"enum\" must be a non-empty array of values, not %s",
+				/* [] is valid (2020-12 says SHOULD be non-empty): nothing satisfies it */
+				if (!json_object_is_type(val, json_type_array))
+					cfail(cx, WFE_JSE_VALUE, e->ptr, key, "\"enum\" must be an array of values, not %s",
 						  json_object_to_json_string_ext(val, JSON_C_TO_STRING_PLAIN));
 				n->enum_values = val;
 			}
