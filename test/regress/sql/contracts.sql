@@ -250,12 +250,14 @@ SELECT wfe._validate(input_schema, '{}') AS absent,
        wfe._validate(input_schema, '{"mode":"x"}') AS present
   FROM wfe.contracts WHERE ref = 'contracts.never@1';
 -- the table still refuses what is no schema at all
+\set VERBOSITY terse
 INSERT INTO wfe.contracts (ref, kind, name, version, queue, input_schema)
 VALUES ('contracts.raw@1', 'worker', 'contracts.raw', 1, 'contracts', '[]');
 \echo :LAST_ERROR_SQLSTATE
 INSERT INTO wfe.contracts (ref, kind, name, version, queue, output_schema)
 VALUES ('contracts.raw@1', 'worker', 'contracts.raw', 1, 'contracts', '"true"');
 \echo :LAST_ERROR_SQLSTATE
+\set VERBOSITY default
 
 --
 -- Registered contracts are immutable, whoever asks
