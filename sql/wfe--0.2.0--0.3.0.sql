@@ -1546,6 +1546,17 @@ BEGIN
 END
 $$;
 
+-- 0.3.0: a boolean schema (true: anything, false: nothing) is a contract
+-- schema too, as JSON Schema and the validator say (issue 28).  Existing
+-- rows are objects, which the new constraints accept.
+ALTER TABLE wfe.contracts
+    DROP CONSTRAINT contracts_input_schema,
+    ADD CONSTRAINT contracts_input_schema
+        CHECK (jsonb_typeof(input_schema) IN ('object', 'boolean')),
+    DROP CONSTRAINT contracts_output_schema,
+    ADD CONSTRAINT contracts_output_schema
+        CHECK (jsonb_typeof(output_schema) IN ('object', 'boolean'));
+
 -- Final bodies: every function whose text changed in 0.3.0, as src/sql has it.
 -- (Written by the same rule as the sections above: the whole text, copied.)
 

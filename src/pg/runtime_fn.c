@@ -302,7 +302,7 @@ wfe_bind_input_sql(PG_FUNCTION_ARGS)
 	tmpl_text = json_arg_text(fcinfo, 0, "template", JSON_OBJECT);
 	root_text = json_arg_text(fcinfo, 1, "root", JSON_OBJECT);
 	if (!PG_ARGISNULL(2))
-		schema_text = json_arg_text(fcinfo, 2, "input_schema", JSON_OBJECT);
+		schema_text = json_arg_text(fcinfo, 2, "input_schema", JSON_ANY);
 
 	/* from here to the frees nothing may raise */
 	memset(&err, 0, sizeof(err));

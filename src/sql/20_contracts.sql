@@ -16,9 +16,11 @@ CREATE TABLE wfe.contracts (
     queue         wfe.queue_name,
     handler       regprocedure,
     input_schema  jsonb NOT NULL DEFAULT '{}'
-                  CONSTRAINT contracts_input_schema CHECK (jsonb_typeof(input_schema) = 'object'),
+                  CONSTRAINT contracts_input_schema
+                  CHECK (jsonb_typeof(input_schema) IN ('object', 'boolean')),
     output_schema jsonb NOT NULL DEFAULT '{}'
-                  CONSTRAINT contracts_output_schema CHECK (jsonb_typeof(output_schema) = 'object'),
+                  CONSTRAINT contracts_output_schema
+                  CHECK (jsonb_typeof(output_schema) IN ('object', 'boolean')),
     created_at    timestamptz NOT NULL DEFAULT now(),
     created_by    name NOT NULL DEFAULT session_user,
     run_as        regrole,

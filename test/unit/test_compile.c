@@ -380,6 +380,22 @@ test_contracts(void)
 	   "queue mismatch and input type both reported");
 	wfe_compile_result_free(r);
 	json_object_put(reg);
+
+	/* boolean input schemas: true accepts any input, false none */
+	for (int b = 0; b < 2; b++)
+	{
+		char		contracts[200];
+
+		snprintf(contracts, sizeof(contracts),
+				 "[{\"ref\":\"w.run@1\",\"kind\":\"worker\",\"queue\":\"q\",\"handler\":false,"
+				 "\"input_schema\":%s,\"output_schema\":true}]", b ? "true" : "false");
+		reg = json_tokener_parse(contracts);
+		r = compile_with(good, strlen(good), reg);
+		ok(b ? r->ok : !r->ok && has_code(r, "contract.input_type"),
+		   "input_schema %s: %s", b ? "true" : "false", b ? "accepted" : "contract.input_type");
+		wfe_compile_result_free(r);
+		json_object_put(reg);
+	}
 }
 
 /* The result JSON is what wfe.compile returns. */
@@ -501,7 +517,7 @@ test_context_schema(void)
 		"schema.value", "/context_schema/properties/id/pattern", "backreference", 6},
 		{"context_schema:\n  $ref: \"https://example.com/s.json\"\n",
 		"schema.value", "/context_schema/$ref", "remote reference", 5},
-		{"context_schema: [1]\n", "schema.type", "/context_schema", "must be a mapping", 4},
+		{"context_schema: [1]\n", "schema.type", "/context_schema", "must be a mapping or a boolean", 4},
 	};
 	char		src[1024];
 
@@ -534,6 +550,27 @@ test_context_schema(void)
 		wfe_compile_result *r = compile(src);
 
 		ok(r->ok, "context_schema with the standard's keywords compiles");
+		wfe_compile_result_free(r);
+	}
+	/* boolean schemas: true (any context) and false (none), kept in the plan */
+	for (int b = 0; b < 2; b++)
+	{
+		wfe_compile_result *r;
+		json_object *cs = NULL;
+
+		snprintf(src, sizeof(src), "%scontext_schema: %s\n%s", head, b ? "true" : "false", tail);
+		r = compile(src);
+		if (r->ok)
+			json_object_object_get_ex(r->plan, "context_schema", &cs);
+		ok(r->ok && json_object_is_type(cs, json_type_boolean) && json_object_get_boolean(cs) == b,
+		   "context_schema: %s compiles into the plan", b ? "true" : "false");
+		wfe_compile_result_free(r);
+	}
+	snprintf(src, sizeof(src), "%scontext_schema: \"true\"\n%s", head, tail);
+	{
+		wfe_compile_result *r = compile(src);
+
+		ok(!r->ok && find_code(r, "schema.type"), "context_schema: \"true\" (a string) is schema.type");
 		wfe_compile_result_free(r);
 	}
 }

@@ -177,6 +177,23 @@ test_refusals(void)
 	check("{\"$schema\": \"http://json-schema.org/draft-07/schema#\", \"definitions\": {\"s\": {\"type\": \"string\"}},"
 		  " \"properties\": {\"a\": {\"$ref\": \"#/definitions/s\", \"minimun\": 3, \"maxLength\": 1}}}",
 		  "{\"a\": \"long\"}", NULL);
+	/*
+	 * An unknown keyword a "$ref" points into holds referenced subschemas
+	 * (as "$defs" does): accepted.  One nothing refers to is still refused,
+	 * and so is one only a reference of another resource ("$id") names.
+	 */
+	check("{\"x~y\": {\"type\": \"integer\"}, \"a/b\": {\"c\": {\"minimum\": 2}},"
+		  " \"properties\": {\"t\": {\"$ref\": \"#/x~0y\"}, \"s\": {\"$ref\": \"#/a~1b/c\"}}}",
+		  "{\"t\": 1, \"s\": 3}", NULL);
+	check("{\"x~y\": {\"type\": \"integer\"}, \"properties\": {\"t\": {\"$ref\": \"#/x~0y\"}}}",
+		  "{\"t\": \"1\"}", "$.t: expected integer, got string (schema #/x~0y/type)");
+	check("{\"pct%\": {\"type\": \"integer\"}, \"properties\": {\"t\": {\"$ref\": \"#/pct%25\"}}}",
+		  "{\"t\": 1}", NULL);
+	refused("{\"held\": {\"type\": \"integer\"}, \"minimun\": 0, \"properties\": {\"t\": {\"$ref\": \"#/held\"}}}",
+			WFE_JSE_UNKNOWN_KEYWORD, "/minimun", "unsupported JSON Schema keyword \"minimun\"");
+	refused("{\"held\": {\"type\": \"integer\"}, \"$defs\": {\"r\": {\"$id\": \"https://example.com/r\","
+			" \"held\": {}, \"$ref\": \"#/held\"}}}",
+			WFE_JSE_UNKNOWN_KEYWORD, "/held", "unsupported JSON Schema keyword \"held\"");
 }
 
 /* A $ref cycle that never descends is bounded; deep values are answered. */

@@ -122,6 +122,45 @@ static const match_case MATCHES[] = {
 	{"^(\\([0-9]{3}\\))?[0-9]{3}-[0-9]{4}$", "(888)555-1212 ext. 532", 0},
 	{"^[0-9]{4}-[0-9]{2}-[0-9]{2}T", "2024-01-31T10:00:00Z", 1},
 	{"a+", "xxaxx", 1}, {"^\\p$", "p", 1},
+	/* Unicode properties: general categories, short and long names */
+	{"^\\p{L}+$", "h\xc3\xa9llo\xce\xb1\xe6\x97\xa5", 1}, {"^\\p{L}$", "1", 0},
+	{"^\\p{Letter}+$", "\xd0\x96x", 1}, {"^\\p{Lu}$", "A", 1}, {"^\\p{Lu}$", "a", 0},
+	{"^\\p{Ll}$", "\xc3\xa9", 1}, {"^\\p{Lt}$", "\xc7\x85", 1}, {"^\\p{Lm}$", "\xca\xb0", 1},
+	{"^\\p{Lo}$", "\xe6\x97\xa5", 1}, {"^\\p{Lo}$", "a", 0},
+	{"^\\p{Uppercase_Letter}$", "\xce\x91", 1}, {"^\\p{LC}$", "\xc7\x85", 1},
+	{"^\\p{M}$", "\xcc\x81", 1}, {"^\\p{Mn}$", "\xcc\x81", 1}, {"^\\p{Mc}$", "\xe0\xa4\x83", 1},
+	{"^\\p{Me}$", "\xe2\x83\x9d", 1}, {"^\\p{N}+$", "1\xd9\xa3\xe2\x85\xa0\xc2\xbd", 1},
+	{"^\\p{Nd}+$", "09\xd9\xa3\xe0\xa5\xa7", 1}, {"^\\p{Nd}$", "\xc2\xbd", 0},
+	{"^\\p{Nl}$", "\xe2\x85\xa0", 1}, {"^\\p{No}$", "\xc2\xbd", 1}, {"^\\p{digit}$", "7", 1},
+	{"^\\p{P}+$", "!-()\xc2\xab_", 1}, {"^\\p{Pd}$", "-", 1}, {"^\\p{Ps}$", "(", 1},
+	{"^\\p{Pe}$", ")", 1}, {"^\\p{Pc}$", "_", 1}, {"^\\p{Pi}$", "\xc2\xab", 1},
+	{"^\\p{Pf}$", "\xc2\xbb", 1}, {"^\\p{Po}$", "!", 1}, {"^\\p{S}+$", "+$^\xc2\xa9", 1},
+	{"^\\p{Sm}$", "+", 1}, {"^\\p{Sc}$", "\xe2\x82\xac", 1}, {"^\\p{Sk}$", "^", 1},
+	{"^\\p{So}$", "\xc2\xa9", 1}, {"^\\p{Z}$", " ", 1}, {"^\\p{Zs}$", "\xc2\xa0", 1},
+	{"^\\p{Zl}$", "\xe2\x80\xa8", 1}, {"^\\p{Zp}$", "\xe2\x80\xa9", 1}, {"^\\p{Z}$", "\t", 0},
+	{"^\\p{C}$", "\x01", 1}, {"^\\p{Cc}$", "\x7f", 1}, {"^\\p{Cf}$", "\xc2\xad", 1},
+	{"^\\p{Co}$", "\xee\x80\x80", 1}, {"^\\p{Cn}$", "\xcd\xb8", 1}, {"^\\p{Cn}$", "a", 0},
+	{"^\\p{gc=Lu}$", "Q", 1}, {"^\\p{General_Category=Decimal_Number}$", "5", 1},
+	/* scripts: Script=, sc=, Script_Extensions=, and RE2's lone names */
+	{"^\\p{Script=Latin}+$", "abc\xc3\xa9", 1}, {"^\\p{sc=Latn}$", "\xce\xb1", 0},
+	{"^\\p{Script=Greek}+$", "\xce\xb1\xce\xb2", 1}, {"^\\p{Greek}$", "\xce\xa9", 1},
+	{"^\\p{Cyrillic}+$", "\xd0\x96\xd0\xb8", 1}, {"^\\p{Han}+$", "\xe6\x97\xa5\xe6\x9c\xac", 1},
+	{"^\\p{Arabic}$", "\xd8\xb9", 1}, {"^\\p{Hebrew}$", "\xd7\x90", 1},
+	{"^\\p{Hiragana}$", "\xe3\x81\x82", 1}, {"^\\p{Katakana}$", "\xe3\x82\xa2", 1},
+	{"^\\p{Hangul}$", "\xed\x95\x9c", 1}, {"^\\p{Thai}$", "\xe0\xb8\x81", 1},
+	{"^\\p{Devanagari}$", "\xe0\xa4\x95", 1}, {"^\\p{Script=Common}$", "1", 1},
+	{"^\\p{Script=Devanagari}$", "\xe0\xa5\xa4", 0}, {"^\\p{scx=Deva}$", "\xe0\xa5\xa4", 1},
+	{"^\\p{Script_Extensions=Bengali}$", "\xe0\xa5\xa4", 1},
+	/* binary properties */
+	{"^\\p{Any}$", "\xf4\x8f\xbf\xbf", 1}, {"^\\p{ASCII}+$", "az~", 1},
+	{"^\\p{ASCII}$", "\xc3\xa9", 0}, {"^\\p{Assigned}$", "a", 1}, {"^\\p{Assigned}$", "\xcd\xb8", 0},
+	/* \P, and properties in classes, negated classes and ranges */
+	{"^\\P{L}+$", "12 !", 1}, {"^\\P{L}$", "\xc3\xa9", 0}, {"^\\P{L}$", "\xff", 1},
+	{"^[\\p{L}\\p{Nd}]+$", "ab12\xce\xb1", 1}, {"^[\\p{L}\\p{Nd}]+$", "a-b", 0},
+	{"^[^\\p{L}]$", "1", 1}, {"^[^\\p{L}]$", "a", 0}, {"^[\\P{L}]$", "a", 0},
+	{"^[\\P{L}]$", "1", 1}, {"^[^\\P{L}]$", "a", 1}, {"^[\\p{Greek}a-c]+$", "ab\xce\xb1", 1},
+	{"^[\\p{Lu}-]+$", "A-B", 1}, {"^\\p{L}{3}$", "\xce\xb1" "bc", 1}, {"^\\p{L}{3}$", "ab", 0},
+	{"\\p{Lu}", "abcD", 1}, {"\\p{Lu}", "abcd", 0}, {"^\\p{Katakana_Or_Hiragana}$", "\xe3\x82\xa2", 0},
 };
 
 /* Patterns refused at compile time, with a word the message must contain. */
@@ -132,7 +171,11 @@ static const struct
 } REFUSED[] = {
 	{"(a)\\1", "backreference"}, {"(?<n>a)\\k<n>", "backreference"},
 	{"a(?=b)", "lookahead"}, {"a(?!b)", "lookahead"}, {"(?<=a)b", "lookbehind"},
-	{"(?<!a)b", "lookbehind"}, {"\\p{L}", "property"}, {"(ab", "unterminated group"},
+	{"(?<!a)b", "lookbehind"}, {"\\p{Foo}", "unknown Unicode property"},
+	{"\\p{latin}", "unknown Unicode property"}, {"\\p{Script=L}", "unknown Unicode property"},
+	{"\\p{Block=Basic_Latin}", "unknown Unicode property"}, {"\\p{Lu", "unterminated"},
+	{"[\\P{}]", "unknown Unicode property"}, {"\\p{gc=Latin}", "unknown Unicode property"},
+	{"(ab", "unterminated group"},
 	{"ab)", "unmatched )"}, {"[ab", "unterminated character class"},
 	{"*a", "nothing to repeat"}, {"a**", "nothing to repeat"}, {"a{2}{3}", "nothing to repeat"},
 	{"^*", "nothing to repeat"}, {"\\b+", "nothing to repeat"}, {"{2}", "nothing to repeat"},
@@ -242,6 +285,32 @@ test_linear_and_budget(void)
 		m = 15000;
 		re = wfe_regex_compile(p, m, NULL, 0);
 		ok(re && wfe_regex_search(re, p, m, NULL) == 1, "a 15000-character literal matches itself");
+		wfe_regex_free(re);
+		free(p);
+	}
+	/* property classes: linear, and bounded in what they copy */
+	{
+		size_t		m = 200 * 7 + 2;
+		char	   *p = malloc(m + 1);
+
+		memset(s, 'a', n);
+		re = wfe_regex_compile("^(\\p{L}|\\p{Lu})+$", 17, NULL, 0);
+		t0 = clock();
+		rc = wfe_regex_search(re, s, n, NULL);
+		secs = (double) (clock() - t0) / CLOCKS_PER_SEC;
+		ok(rc == 1 && secs < 2.0, "^(\\p{L}|\\p{Lu})+$ over 100000 a's: %d in %.3fs", rc, secs);
+		wfe_regex_free(re);
+		p[0] = '[';
+		for (size_t i = 0; i < 200; i++)
+			memcpy(p + 1 + 7 * i, "\\P{Cn}", 7);
+		p[m - 1] = ']';
+		re = wfe_regex_compile(p, m, NULL, 0);
+		ok(re == NULL, "200 copies of \\P{Cn} in one class are refused as too large");
+		wfe_regex_free(re);
+		for (size_t i = 0; i < 200; i++)
+			memcpy(p + 7 * i, "\\P{Cn}", 7);
+		re = wfe_regex_compile(p, 1400, NULL, 0);
+		ok(re != NULL, "200 \\P{Cn} outside classes borrow their table");
 		wfe_regex_free(re);
 		free(p);
 	}

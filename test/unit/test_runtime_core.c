@@ -364,7 +364,10 @@ test_schema_malformed(void)
 				 "a property schema that is not an object");
 	check_schema("{\"required\": [1]}", "{}", WFE_SCHEMA_MALFORMED, NULL, "required not names");
 	check_schema("{\"required\": \"a\"}", "{}", WFE_SCHEMA_MALFORMED, NULL, "required not an array");
-	check_schema("{\"enum\": []}", "1", WFE_SCHEMA_MALFORMED, NULL, "empty enum");
+	check_schema("{\"enum\": []}", "1", WFE_SCHEMA_VIOLATION, "$: 1 is not one of [] (schema #/enum)",
+				 "an empty enum is satisfied by nothing");
+	check_schema("{\"enum\": []}", "null", WFE_SCHEMA_VIOLATION, NULL, "not even null");
+	check_schema("{\"enum\": {}}", "1", WFE_SCHEMA_MALFORMED, NULL, "enum not an array");
 	check_schema("{\"items\": [{}]}", "[]", WFE_SCHEMA_MALFORMED, NULL, "tuple items");
 	check_schema("[]", "1", WFE_SCHEMA_MALFORMED, NULL, "a schema that is an array");
 

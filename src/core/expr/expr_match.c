@@ -8,8 +8,8 @@
  * on the common core (literals, ., classes, \d \w \s, anchors, groups,
  * alternation, greedy and lazy quantifiers); where RE2 means something the
  * engine would read differently, the pattern is translated (\A, \z, \a,
- * \x{...}) or refused with a diagnostic (POSIX classes [[:alpha:]],
- * Unicode classes \pL, \Q...\E, \C, other letter escapes), so a pattern
+ * \x{...}, \pL, \p{^Greek}) or refused with a diagnostic (POSIX classes
+ * [[:alpha:]], \Q...\E, \C, other letter escapes), so a pattern
  * never silently means something else.  Flags ((?i)), backreferences and
  * lookaround are refused by the engine itself.  docs/dsl.md lists this.
  *
@@ -127,11 +127,54 @@ translate_re2(const char *pat, size_t len, char *out, size_t *outlen,
 					out[o++] = 'x';
 					i += 2;
 					continue;
+				case 'p':
+				case 'P':
+
+					/*
+					 * RE2's Unicode classes \pL, \p{Greek} and \p{^Greek}
+					 * (negated) are the engine's \p{L}, \p{Greek} and
+					 * \P{Greek}; the engine checks the name.
+					 */
+					if (i + 2 < len && pat[i + 2] == '{')
+					{
+						const char *close = memchr(pat + i + 3, '}', len - i - 3);
+						size_t		from = i + 3;
+						int			negate = 0;
+
+						if (close == NULL)
+						{
+							snprintf(why, whylen, "unterminated \\%c{ at offset %zu", c, i);
+							return -1;
+						}
+						if (from < len && pat[from] == '^')
+							negate = 1, from++;
+						out[o++] = '\\';
+						out[o++] = negate ? (c == 'p' ? 'P' : 'p') : c;
+						out[o++] = '{';
+						memcpy(out + o, pat + from, (size_t) (close - pat) - from);
+						o += (size_t) (close - pat) - from;
+						out[o++] = '}';
+						i = (size_t) (close - pat) + 1;
+						continue;
+					}
+					if (i + 2 < len && ((pat[i + 2] >= 'A' && pat[i + 2] <= 'Z') ||
+										(pat[i + 2] >= 'a' && pat[i + 2] <= 'z')))
+					{
+						out[o++] = '\\';
+						out[o++] = c;
+						out[o++] = '{';
+						out[o++] = pat[i + 2];
+						out[o++] = '}';
+						i += 3;
+						continue;
+					}
+					snprintf(why, whylen, "\\%c at offset %zu must name a Unicode class (\\pL, \\p{Greek})",
+							 c, i);
+					return -1;
 				default:
 					snprintf(why, whylen,
 							 "\\%c at offset %zu is not supported in matches() patterns (%s)",
 							 c, i,
-							 c == 'p' || c == 'P' ? "Unicode classes are not available" :
 							 c == 'Q' || c == 'E' ? "quote the characters with \\ instead" :
 							 "not an RE2 escape wfe implements");
 					return -1;

@@ -61,6 +61,11 @@ typedef struct cctx
 	js_anchor_def *anchors;
 	js_work    *work;
 	json_object *root_json;
+	/* the root resource's "#/..." references, percent-decoded (see referenced) */
+	const char **local_refs;
+	int			nlocal_refs,
+				caplocal_refs;
+	int			local_refs_done;
 	wfe_regex **regexes;		/* owned by the doc; freed with it */
 	int			nregexes,
 				capregexes;
@@ -635,6 +640,73 @@ resolve_ref(cctx *cx, js_entry *e, const char *kw, const char *ref, js_anchor_de
 	}
 }
 
+/* Collect the "#/..." $ref values of j and below, not inside other resources. */
+static void
+collect_local_refs(cctx *cx, json_object *j, int top)
+{
+	if (json_object_is_type(j, json_type_array))
+	{
+		for (size_t i = 0; i < json_object_array_length(j); i++)
+			collect_local_refs(cx, json_object_array_get_idx(j, i), 0);
+		return;
+	}
+	if (!json_object_is_type(j, json_type_object))
+		return;
+	/* below another $id, "#/..." is relative to that resource */
+	if (!top && json_object_object_get_ex(j, "$id", NULL))
+		return;
+	{
+		json_object_object_foreach(j, key, val)
+		{
+			if (strcmp(key, "$ref") == 0 && json_object_is_type(val, json_type_string) &&
+				strncmp(json_object_get_string(val), "#/", 2) == 0)
+			{
+				if (cx->nlocal_refs == cx->caplocal_refs)
+				{
+					int			cap = cx->caplocal_refs ? cx->caplocal_refs * 2 : 8;
+					const char **r = wfe_arena_alloc(cx->a, (size_t) cap * sizeof(*r));
+
+					if (cx->nlocal_refs)
+						memcpy(r, cx->local_refs, (size_t) cx->nlocal_refs * sizeof(*r));
+					cx->local_refs = r;
+					cx->caplocal_refs = cap;
+				}
+				cx->local_refs[cx->nlocal_refs++] = percent_decode(cx, json_object_get_string(val));
+			}
+			else
+				collect_local_refs(cx, val, 0);
+		}
+	}
+}
+
+/*
+ * Does a "$ref" of the root resource point at, or below, the keyword `key`
+ * of the subschema e?  Then the keyword is not a misspelling that checks
+ * nothing but a place that holds referenced subschemas (as "$defs" does),
+ * and the strict-keyword rule lets it be.
+ */
+static int
+referenced(cctx *cx, js_entry *e, const char *key)
+{
+	const char *kp;
+	size_t		n;
+
+	if (e->res == NULL || e->res->json != cx->root_json)
+		return 0;
+	if (!cx->local_refs_done)
+	{
+		collect_local_refs(cx, cx->root_json, 1);
+		cx->local_refs_done = 1;
+	}
+	kp = ptr_push(cx, e->ptr, key);
+	n = strlen(kp);
+	for (int i = 0; i < cx->nlocal_refs; i++)
+		if (strncmp(cx->local_refs[i], kp, n) == 0 &&
+			(cx->local_refs[i][n] == '\0' || cx->local_refs[i][n] == '/'))
+			return 1;
+	return 0;
+}
+
 /* Keywords accepted and ignored. */
 static const char *const ANNOTATION_KW[] = {
 	"title", "description", "default", "examples", "$comment", "deprecated", "readOnly",
@@ -927,6 +999,8 @@ compile_entry(cctx *cx, js_entry *e)
 						n->format = json_object_get_string(val);
 					continue;
 				}
+				if (referenced(cx, e, key))
+					continue;
 				cfail(cx, WFE_JSE_UNKNOWN_KEYWORD, e->ptr, key,
 					  "unsupported JSON Schema keyword \"%s\"%s", key,
 					  e->dialect == JS_DRAFT2020 && (strcmp(key, "additionalItems") == 0) ?
@@ -937,8 +1011,9 @@ compile_entry(cctx *cx, js_entry *e)
 				compile_type(cx, e, n, val);
 			else if (strcmp(key, "enum") == 0)
 			{
-				if (!json_object_is_type(val, json_type_array) || json_object_array_length(val) == 0)
-					cfail(cx, WFE_JSE_VALUE, e->ptr, key, "\"enum\" must be a non-empty array of values, not %s",
+				/* [] is valid (2020-12 says SHOULD be non-empty): nothing satisfies it */
+				if (!json_object_is_type(val, json_type_array))
+					cfail(cx, WFE_JSE_VALUE, e->ptr, key, "\"enum\" must be an array of values, not %s",
 						  json_object_to_json_string_ext(val, JSON_C_TO_STRING_PLAIN));
 				n->enum_values = val;
 			}

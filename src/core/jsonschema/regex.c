@@ -9,6 +9,7 @@
  * VM without captures), so no input makes it backtrack.
  */
 #include "regex.h"
+#include "uniprop.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -21,20 +22,24 @@
 /* Group nesting bound: the parser and the compiler recurse per group. */
 #define RX_MAX_NESTING	128
 
+/*
+ * Bound on the ranges all bracket classes of one pattern copy: a \p{...}
+ * inside brackets copies its table (hundreds of ranges), so this bounds the
+ * memory a long pattern of them takes.  A \p{...} alone borrows its table.
+ */
+#define RX_MAX_RANGES	100000
+
 /* Code points above Unicode stand for bytes that are not UTF-8 (0x110000+b). */
 #define RX_BAD_BYTE		0x110000u
 #define RX_MAX_CP		(RX_BAD_BYTE + 0xFFu)
 #define RX_NONE			UINT32_MAX	/* "no character": before the start, after the end */
 
-typedef struct rx_range
-{
-	uint32_t	lo,
-				hi;
-} rx_range;
+typedef wfe_uc_range rx_range;
 
 typedef struct rx_class
 {
-	rx_range   *r;
+	rx_range   *r;				/* owned ranges (NULL when borrowing a table) */
+	const rx_range *table;		/* or a Unicode property table, not owned */
 	int			n,
 				cap;
 	int			negated;
@@ -95,6 +100,10 @@ typedef struct rx_parser
 	size_t		errlen;
 	int			failed;
 	int			depth;
+	long		nranges;		/* ranges copied into classes so far */
+	/* the table of the last \p{...} / \P{...} parse_escape read */
+	const rx_range *prop;
+	int			nprop;
 	/* compiler */
 	rx_inst    *prog;
 	int			nprog,
@@ -147,6 +156,14 @@ rx_decode(const unsigned char *s, size_t n, int *k)
 static void
 cls_add(rx_parser *ps, rx_class *cl, uint32_t lo, uint32_t hi)
 {
+	if (++ps->nranges > RX_MAX_RANGES)
+	{
+		char		b[16];
+
+		snprintf(b, sizeof(b), "%d", RX_MAX_RANGES);
+		rx_fail(ps, ps->p, "character classes too large (more than %s ranges)", b);
+		return;
+	}
 	if (cl->n == cl->cap)
 	{
 		int			cap = cl->cap ? cl->cap * 2 : 8;
@@ -202,6 +219,7 @@ cls_normalize(rx_class *cl)
 static int
 cls_match(const rx_class *cl, uint32_t c)
 {
+	const rx_range *r = cl->table ? cl->table : cl->r;
 	int			lo = 0,
 				hi = cl->n - 1,
 				in = 0;
@@ -210,9 +228,9 @@ cls_match(const rx_class *cl, uint32_t c)
 	{
 		int			mid = (lo + hi) / 2;
 
-		if (c < cl->r[mid].lo)
+		if (c < r[mid].lo)
 			hi = mid - 1;
-		else if (c > cl->r[mid].hi)
+		else if (c > r[mid].hi)
 			lo = mid + 1;
 		else
 		{
@@ -232,7 +250,10 @@ static const rx_range RX_SPACE[] = {
 	{0xFEFF, 0xFEFF}
 };
 
-/* Add the ranges of \d \w \s (letter lower case) or their complement (upper). */
+/*
+ * Add the ranges of \d \w \s \p{...} (letter lower case) or their
+ * complement (upper); for p/P, the table parse_escape last read.
+ */
 static void
 cls_add_escape(rx_parser *ps, rx_class *cl, char letter)
 {
@@ -242,7 +263,9 @@ cls_add_escape(rx_parser *ps, rx_class *cl, char letter)
 	uint32_t	next = 0;
 	char		l = (char) (letter | 0x20);
 
-	if (l == 'd')
+	if (l == 'p')
+		r = ps->prop, n = ps->nprop;
+	else if (l == 'd')
 		r = RX_DIGIT, n = 1;
 	else if (l == 'w')
 		r = RX_WORD, n = 4;
@@ -261,7 +284,8 @@ cls_add_escape(rx_parser *ps, rx_class *cl, char letter)
 			cls_add(ps, cl, next, r[i].lo - 1);
 		next = r[i].hi + 1;
 	}
-	cls_add(ps, cl, next, RX_MAX_CP);
+	if (next <= RX_MAX_CP)
+		cls_add(ps, cl, next, RX_MAX_CP);
 }
 
 /* A new empty class; returns its index, or -1. */
@@ -379,8 +403,9 @@ read_unicode_escape(rx_parser *ps)
 
 /*
  * Parse the escape after a backslash (ps->p just past it).  Returns a code
- * point, or sets *cls_letter to d/D/w/W/s/S, or *assertion to 'b'/'B'
- * (outside classes only), returning RX_NONE.
+ * point, or sets *cls_letter to d/D/w/W/s/S, or to p/P with the property's
+ * table in ps->prop, or *assertion to 'b'/'B' (outside classes only),
+ * returning RX_NONE.
  */
 static uint32_t
 parse_escape(rx_parser *ps, int in_class, char *cls_letter, char *assertion)
@@ -462,7 +487,28 @@ parse_escape(rx_parser *ps, int in_class, char *cls_letter, char *assertion)
 		case 'P':
 			if (ps->p < ps->end && *ps->p == '{')
 			{
-				rx_fail(ps, at, "Unicode property escapes (\\p{...}) are not supported%s", NULL);
+				const unsigned char *name = ps->p + 1,
+						   *close = memchr(name, '}', (size_t) (ps->end - name));
+				char		shown[64];
+
+				if (close == NULL)
+				{
+					rx_fail(ps, at, "unterminated \\%s{...} property escape", c == 'p' ? "p" : "P");
+					return RX_NONE;
+				}
+				ps->prop = wfe_uniprop_lookup((const char *) name, (size_t) (close - name),
+											  &ps->nprop);
+				if (ps->prop == NULL)
+				{
+					snprintf(shown, sizeof(shown), "%.*s",
+							 (int) (close - name < 40 ? close - name : 40), (const char *) name);
+					rx_fail(ps, at, "unknown Unicode property \"%s\" (general categories "
+							"such as L, Lu, Nd or Letter, scripts as Script=Greek, "
+							"and Any, ASCII, Assigned are supported)", shown);
+					return RX_NONE;
+				}
+				ps->p = close + 1;
+				*cls_letter = (char) c;
 				return RX_NONE;
 			}
 			return c;
@@ -590,7 +636,10 @@ parse_class(rx_parser *ps)
 	return node;
 }
 
-/* A class node for a top-level \d \D \w \W \s \S. */
+/*
+ * A class node for a top-level \d \D \w \W \s \S, or \p{...} \P{...}
+ * (which borrows its property's table: no copy, however many there are).
+ */
 static int
 escape_class_node(rx_parser *ps, char letter)
 {
@@ -599,8 +648,16 @@ escape_class_node(rx_parser *ps, char letter)
 
 	if (ci < 0)
 		return -1;
-	cls_add_escape(ps, &ps->classes[ci], (char) (letter | 0x20));
-	cls_normalize(&ps->classes[ci]);
+	if ((letter | 0x20) == 'p')
+	{
+		ps->classes[ci].table = ps->prop;
+		ps->classes[ci].n = ps->nprop;
+	}
+	else
+	{
+		cls_add_escape(ps, &ps->classes[ci], (char) (letter | 0x20));
+		cls_normalize(&ps->classes[ci]);
+	}
 	ps->classes[ci].negated = (letter & 0x20) == 0;
 	node = node_new(ps, N_CLASS);
 	if (node >= 0)

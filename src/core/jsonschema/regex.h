@@ -4,7 +4,9 @@
  *
  * Supported: literals; `.`; classes `[...]`, `[^...]` with ranges; the
  * escapes \d \D \w \W \s \S \b \B \t \n \r \v \f \0 \cX \xHH \uHHHH \u{H...}
- * and escaped syntax characters; anchors ^ and $ (no multiline flag: they
+ * and escaped syntax characters; the Unicode property escapes \p{...} and
+ * \P{...} (General_Category, Script, Script_Extensions; uniprop.h), alone
+ * or inside classes; anchors ^ and $ (no multiline flag: they
  * match only at the ends of the string); groups `(...)`, `(?:...)`,
  * `(?<name>...)` (nothing is captured: only whether the string matches is
  * asked); alternation `|`; the quantifiers ? * + {n} {n,} {n,m} and their

@@ -517,21 +517,30 @@ ynode_at_pointer(const wfe_ynode *n, const char *ptr)
 	return n;
 }
 
+/* Is n a boolean schema (true: anything, false: nothing)? */
+static int
+is_boolean_schema(const wfe_ynode *n)
+{
+	return n->kind == WFE_Y_SCALAR && n->type == WFE_YS_BOOL;
+}
+
 /*
  * context_schema: compiled by the one JSON Schema validator, so a schema
- * the definition accepts is one submit can check.
+ * the definition accepts is one submit can check.  Returns whether it is
+ * a schema (a mapping or a boolean).
  */
-static void
+static int
 check_json_schema(wfe_model *m, const wfe_ynode *n, const char *path)
 {
 	json_object *schema;
 	wfe_jschema *compiled;
 	wfe_jschema_error err;
 
-	if (n->kind != WFE_Y_MAP)
+	if (n->kind != WFE_Y_MAP && !is_boolean_schema(n))
 	{
-		report(m, "schema.type", n, path, "a schema must be a mapping, not %s", wfe_ynode_describe(n));
-		return;
+		report(m, "schema.type", n, path, "a schema must be a mapping or a boolean, not %s",
+			   wfe_ynode_describe(n));
+		return 0;
 	}
 	schema = wfe_ynode_to_json(n);
 	compiled = wfe_jschema_compile(schema, &err);
@@ -541,6 +550,7 @@ check_json_schema(wfe_model *m, const wfe_ynode *n, const char *path)
 			   "context_schema%s%s: %s", err.pointer[0] ? " at " : "", err.pointer, err.message);
 	wfe_jschema_free(compiled);
 	json_object_put(schema);
+	return 1;
 }
 
 /* A string matching `valid`, reported as schema.value otherwise. */
@@ -1010,8 +1020,7 @@ read_header(wfe_model *m, const wfe_ynode *root)
 								"context names match ^[a-z][a-z0-9_.-]{0,62}$");
 	if ((n = wfe_ymap_get(root, "context_schema")) != NULL)
 	{
-		check_json_schema(m, n, "/context_schema");
-		if (n->kind == WFE_Y_MAP)
+		if (check_json_schema(m, n, "/context_schema"))
 			m->context_schema = n;
 	}
 	read_defaults(m, root);

@@ -120,8 +120,19 @@ check_input(wfe_model *m, const wfe_stage *s, json_object *contract)
 			   *props = NULL,
 			   *required = NULL;
 
-	if (!json_object_object_get_ex(contract, "input_schema", &schema) ||
-		!json_object_is_type(schema, json_type_object))
+	if (!json_object_object_get_ex(contract, "input_schema", &schema))
+		return;
+	/* the boolean schema false: no input can ever bind */
+	if (json_object_is_type(schema, json_type_boolean) && !json_object_get_boolean(schema))
+	{
+		wfe_diag(m->diags, "contract.input_type", s->input ? s->input_path : s->ref.path,
+				 s->input ? s->input->line : s->ref.line,
+				 s->input ? s->input->column : s->ref.column,
+				 "stage '%s' can never run: the input_schema of %s is false, which no input satisfies",
+				 s->name, s->ref.name);
+		return;
+	}
+	if (!json_object_is_type(schema, json_type_object))
 		return;
 	json_object_object_get_ex(schema, "properties", &props);
 	json_object_object_get_ex(schema, "required", &required);

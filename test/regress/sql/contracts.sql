@@ -207,8 +207,6 @@ SELECT wfe.register_worker('contracts.schema@1', 'contracts', '{"maxLength":-1}'
 \echo :LAST_ERROR_SQLSTATE
 SELECT wfe.register_worker('contracts.schema@1', 'contracts', '{"multipleOf":0}');
 \echo :LAST_ERROR_SQLSTATE
-SELECT wfe.register_worker('contracts.schema@1', 'contracts', '{"enum":[]}');
-\echo :LAST_ERROR_SQLSTATE
 SELECT wfe.register_worker('contracts.schema@1', 'contracts', '{"enum":"a"}');
 \echo :LAST_ERROR_SQLSTATE
 SELECT wfe.register_worker('contracts.schema@1', 'contracts', '{"description":{"text":"no"}}');
@@ -236,6 +234,30 @@ SELECT wfe._validate(output_schema, '{"n":4,"m":0}') AS valid,
        wfe._validate(output_schema, '{"n":3,"m":0}') AS odd,
        wfe._validate(output_schema, '{"n":4}') AS dependency
   FROM wfe.contracts WHERE ref = 'contracts.rich@1';
+
+-- boolean schemas at the top (true: anything, false: nothing), and an
+-- empty enum, which nothing satisfies
+SELECT wfe.register_worker('contracts.boolean@1', 'contracts', 'true', 'false');
+SELECT wfe.register_worker('contracts.boolean@1', 'contracts', 'true', 'false');
+SELECT wfe.register_worker('contracts.never@1', 'contracts', '{"properties":{"mode":{"enum":[]}}}');
+SELECT ref, input_schema, output_schema FROM wfe.contracts
+ WHERE ref IN ('contracts.boolean@1', 'contracts.never@1') ORDER BY ref;
+SELECT wfe._validate(input_schema, '{"any":[1]}') AS anything,
+       wfe._validate(output_schema, '{}') AS nothing,
+       wfe._validate(output_schema, 'null') AS not_even_null
+  FROM wfe.contracts WHERE ref = 'contracts.boolean@1';
+SELECT wfe._validate(input_schema, '{}') AS absent,
+       wfe._validate(input_schema, '{"mode":"x"}') AS present
+  FROM wfe.contracts WHERE ref = 'contracts.never@1';
+-- the table still refuses what is no schema at all
+\set VERBOSITY terse
+INSERT INTO wfe.contracts (ref, kind, name, version, queue, input_schema)
+VALUES ('contracts.raw@1', 'worker', 'contracts.raw', 1, 'contracts', '[]');
+\echo :LAST_ERROR_SQLSTATE
+INSERT INTO wfe.contracts (ref, kind, name, version, queue, output_schema)
+VALUES ('contracts.raw@1', 'worker', 'contracts.raw', 1, 'contracts', '"true"');
+\echo :LAST_ERROR_SQLSTATE
+\set VERBOSITY default
 
 --
 -- Registered contracts are immutable, whoever asks
