@@ -343,9 +343,12 @@ CREATE TRIGGER poison BEFORE UPDATE ON wfe.run_stages FOR EACH ROW EXECUTE FUNCT
 CREATE TRIGGER poison BEFORE INSERT ON wfe.events FOR EACH ROW EXECUTE FUNCTION public.poison_events();
 SQL
 my $start = "jsonb_build_object('not_before', now() + interval '1 second')";
-my $p = sql("SELECT run_id FROM wfe.submit('tb-clock', '{}', 'p', $start)");
-my $q = sql("SELECT run_id FROM wfe.submit('tb-clock', '{}', 'q', $start)");
-sql("INSERT INTO public.poisoned VALUES ($p, 'release'), ($q, 'events')");
+# Each run is poisoned in the transaction that submits it: on a loaded
+# machine a second statement could come after its start timer fired.
+my $p = sql("WITH s AS (SELECT run_id FROM wfe.submit('tb-clock', '{}', 'p', $start)) "
+	  . "INSERT INTO public.poisoned SELECT run_id, 'release' FROM s RETURNING run_id");
+my $q = sql("WITH s AS (SELECT run_id FROM wfe.submit('tb-clock', '{}', 'q', $start)) "
+	  . "INSERT INTO public.poisoned SELECT run_id, 'events' FROM s RETURNING run_id");
 my $g_start = sql("SELECT run_id FROM wfe.submit('tb-clock', '{}', 'g-start', $start || jsonb_build_object('tenant', 'other'))");
 my $g_deadline = sql("SELECT run_id FROM wfe.submit('tb-clock', '{}', 'g-deadline', jsonb_build_object('tenant', 'other', 'run_deadline_ms', 2000))");
 my $g_queue = sql("SELECT run_id FROM wfe.submit('tb-clock', '{}', 'g-queue', jsonb_build_object('tenant', 'other'))");
