@@ -202,17 +202,38 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     n int;
+    c record;
 BEGIN
     -- outbox rows a publisher claimed but never marked: publish them again
     -- (their message ids are deterministic, so consumers deduplicate)
     UPDATE wfe.outbox AS o SET state = 'pending', claimed_by = NULL, claimed_at = NULL
      WHERE o.state = 'claimed' AND o.claimed_by LIKE 'wfe worker%';
     GET DIAGNOSTICS n = ROW_COUNT;
+    -- in-database attempts left running: a handler runs in the transaction
+    -- that marks its attempt running and records its end, so one committed
+    -- as running was left by a runner that stopped between the two (0.2.0's
+    -- stale caches did that).  Its execution deadline is brought to now:
+    -- the round that follows times it out through the engine, and its
+    -- retry policy decides.  A run another transaction holds is left alone.
+    FOR c IN SELECT st.run_id, st.stage, st.tenant, st.attempt, st.claimed_by FROM wfe.run_stages AS st
+              WHERE st.state = 'running' AND st.handler IS NOT NULL
+              ORDER BY st.run_id, st.stage
+    LOOP
+        PERFORM FROM wfe.runs AS r WHERE r.run_id = c.run_id FOR NO KEY UPDATE SKIP LOCKED;
+        CONTINUE WHEN NOT FOUND;
+        UPDATE wfe.run_stages AS st SET deadline_at = now()
+         WHERE st.run_id = c.run_id AND st.stage = c.stage AND st.state = 'running' AND st.handler IS NOT NULL;
+        CONTINUE WHEN NOT FOUND;
+        PERFORM wfe._event(c.run_id, c.tenant, c.stage, c.attempt, 'stage.interrupted',
+                           jsonb_build_object('claimed_by', c.claimed_by, 'by', 'wfe._repair'));
+        PERFORM wfe._wake(now());
+        n := n + 1;
+    END LOOP;
     RETURN n;
 END
 $$;
 COMMENT ON FUNCTION wfe._repair() IS
-'Repair after a crash: outbox rows left claimed go back to pending.  (Transitions are single transactions, so nothing else can be half done.)';
+'Repair after a crash: outbox rows left claimed go back to pending; in-database attempts left running are timed out now (retried per policy).  Transitions are single transactions, so nothing else can be half done.';
 
 -- Remove finished runs older than the retention, in small batches, with
 -- their stages, outputs, timers and events, and published outbox rows.
