@@ -13,7 +13,7 @@ CREATE TABLE wfe.tenant_members (
     role       regrole NOT NULL,
     tenant     text NOT NULL
                CONSTRAINT tenant_members_tenant_format CHECK (tenant ~ '^[A-Za-z0-9_.-]{1,63}$'),
-    granted_by name NOT NULL DEFAULT session_user,
+    granted_by name NOT NULL DEFAULT wfe._identity(),
     granted_at timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (role, tenant)
 );

@@ -10,7 +10,7 @@ CREATE TABLE wfe.queue_grants (
     queue      text NOT NULL
                CONSTRAINT queue_grants_queue_format CHECK (queue ~ '^[a-z][a-z0-9_.-]{0,62}$'),
     role       regrole NOT NULL,
-    granted_by name NOT NULL DEFAULT session_user,
+    granted_by name NOT NULL DEFAULT wfe._identity(),
     granted_at timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (queue, role)
 );

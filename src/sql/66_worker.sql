@@ -9,9 +9,10 @@ COMMENT ON FUNCTION wfe._wake(timestamptz) IS
 'Asks for the background worker to be awake by due, once this transaction commits (no-op without the worker).';
 
 -- An item of a round raised (src/sql: _worker_round, _run_next_handler):
--- the round goes on without it.  A deadlock or a serialization failure
--- (SQLSTATE class 40) is the moment's, not the run's: the item is put off
--- a second and tried again.  For anything else its run is failed through the engine
+-- the round goes on without it.  A deadlock, a serialization failure
+-- (SQLSTATE class 40) or a lock wait past the worker's lock_timeout
+-- (55P03: a transaction holds the run, a stage or a lock too long) is the
+-- moment's, not the run's: the item is put off a second and tried again.  For anything else its run is failed through the engine
 -- (run.engine_error, finalisers run); should even that raise, the error is
 -- recorded as an event and the item put off for a minute, so one poisoned
 -- run never holds up the others' clocks.  The run is named in the log once
@@ -30,7 +31,7 @@ DECLARE
     v_message text;
     v_other   text;
 BEGIN
-    IF p_sqlstate LIKE '40%' THEN
+    IF p_sqlstate LIKE '40%' OR p_sqlstate = '55P03' THEN
         RAISE WARNING 'wfe: % of run % raised % (%): it is tried again in a second', p_what, p_run_id,
             p_sqlstate, v_error ->> 'message';
         UPDATE wfe.timers AS t SET due_at = now() + interval '1 second', fired_at = NULL
@@ -75,7 +76,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION wfe._item_failed(bigint, text, text, text, text, bigint) IS
-'An item of a worker round (a timer: p_timer_id) raised: put it off a second for a deadlock or serialization failure, else fail its run (run.engine_error), or record the error and put the item off; logs the run id.';
+'An item of a worker round (a timer: p_timer_id) raised: put it off a second for a deadlock, serialization failure or lock timeout, else fail its run (run.engine_error), or record the error and put the item off; logs the run id.';
 
 -- Fire due timers and time out expired attempts: one bounded round.
 CREATE FUNCTION wfe._worker_round(p_max int)
@@ -116,8 +117,14 @@ BEGIN
             PERFORM wfe._fire_timer(t);
         EXCEPTION WHEN OTHERS THEN
             GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE, v_message = MESSAGE_TEXT;
-            UPDATE wfe.timers AS x SET fired_at = now() WHERE x.timer_id = t.timer_id;
-            PERFORM wfe._item_failed(t.run_id, t.stage, t.kind || ' timer', v_state, v_message, t.timer_id);
+            -- putting it off can wait on the same run (a foreign key check):
+            -- should that time out too, the timer stays due for the next round
+            BEGIN
+                UPDATE wfe.timers AS x SET fired_at = now() WHERE x.timer_id = t.timer_id;
+                PERFORM wfe._item_failed(t.run_id, t.stage, t.kind || ' timer', v_state, v_message, t.timer_id);
+            EXCEPTION WHEN lock_not_available THEN
+                RAISE WARNING 'wfe: % timer of run % waits for a lock: it is tried again next round', t.kind, t.run_id;
+            END;
         END;
         done := done + 1;
     END LOOP;
@@ -131,7 +138,11 @@ BEGIN
             END IF;
         EXCEPTION WHEN OTHERS THEN
             GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE, v_message = MESSAGE_TEXT;
-            PERFORM wfe._item_failed(c.run_id, c.stage, 'deadline', v_state, v_message);
+            BEGIN
+                PERFORM wfe._item_failed(c.run_id, c.stage, 'deadline', v_state, v_message);
+            EXCEPTION WHEN lock_not_available THEN
+                RAISE WARNING 'wfe: the deadline of run % waits for a lock: it is tried again next round', c.run_id;
+            END;
             done := done + 1;
         END;
     END LOOP;
