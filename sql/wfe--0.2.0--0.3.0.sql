@@ -1557,8 +1557,116 @@ ALTER TABLE wfe.contracts
     ADD CONSTRAINT contracts_output_schema
         CHECK (jsonb_typeof(output_schema) IN ('object', 'boolean'));
 
+-- ---------------------------------------------------------------------
+-- Every attempt that can be running carries a clock (issue 20, item 13):
+-- an in-database action's attempt gets its execution deadline when it
+-- starts, and _repair times out those a stopped runner left running.
+-- Attempts 0.2.0 left running with no deadline get one here.
+-- ---------------------------------------------------------------------
+COMMENT ON FUNCTION wfe._run_handler(bigint, text, text) IS
+'Runs a queued in-database action''s handler in a subtransaction; an error fails the attempt (retried per policy).';
+
+COMMENT ON FUNCTION wfe._repair() IS
+'Repair after a crash: outbox rows left claimed go back to pending; in-database attempts left running are timed out now (retried per policy).  Transitions are single transactions, so nothing else can be half done.';
+
+UPDATE wfe.run_stages AS st
+   SET deadline_at = coalesce(st.started_at, now()) + make_interval(secs => coalesce(st.exec_ms, 0) / 1000.0)
+ WHERE st.state = 'running' AND st.handler IS NOT NULL AND st.deadline_at IS NULL;
+
+-- ---------------------------------------------------------------------
+-- A handler acts as its registrant (issue 20, item 5): wfe._caller() and
+-- the new wfe._identity() answer the registrant inside a handler, and
+-- every identity wfe records or compares (created_by, approved_by, the
+-- four-eyes rule, events' "by", resolved_by, granted_by, updated_by) is
+-- wfe._identity() instead of session_user.
+-- ---------------------------------------------------------------------
+COMMENT ON FUNCTION wfe._caller() IS
+'The role acting in this session, SET ROLE included (inside SECURITY DEFINER functions current_user is the owner); inside a handler, its registrant.';
+CREATE FUNCTION wfe._identity()
+RETURNS name AS 'MODULE_PATHNAME', 'wfe_identity' LANGUAGE C STABLE;
+COMMENT ON FUNCTION wfe._identity() IS
+'Who wfe records and the four-eyes rule compares: session_user; inside a handler, its registrant.';
+REVOKE ALL ON FUNCTION wfe._identity() FROM PUBLIC;
+
+ALTER TABLE wfe.tenant_members ALTER COLUMN granted_by SET DEFAULT wfe._identity();
+ALTER TABLE wfe.contracts ALTER COLUMN created_by SET DEFAULT wfe._identity();
+ALTER TABLE wfe.definitions ALTER COLUMN created_by SET DEFAULT wfe._identity();
+ALTER TABLE wfe.queue_grants ALTER COLUMN granted_by SET DEFAULT wfe._identity();
+ALTER TABLE wfe.tenant_limits ALTER COLUMN updated_by SET DEFAULT wfe._identity();
+COMMENT ON COLUMN wfe.contracts.created_by IS 'Who registered the contract (wfe._identity(): session_user, or a handler''s registrant)';
+COMMENT ON COLUMN wfe.definitions.created_by IS 'Who created the version (wfe._identity(): session_user, or a handler''s registrant)';
+COMMENT ON COLUMN wfe.definitions.approved_by IS 'Who approved the version (wfe._identity(): session_user, or a handler''s registrant)';
+
+COMMENT ON FUNCTION wfe._register_contract(text, text, text, regprocedure, jsonb, jsonb) IS
+'Validates and stores a contract; identical re-registration is a no-op, different content raises 23505.';
+
+COMMENT ON FUNCTION wfe.create_definition(text) IS
+'Compiles a YAML definition and stores it as a new immutable draft version with its plan tables; returns the digest. The same name, version and digest again is a no-op; the same name and version with another digest raises 23505; an invalid definition raises 22023 with the diagnostics as JSON in DETAIL.';
+
+COMMENT ON FUNCTION wfe.approve(text, text) IS
+'Approves a draft definition version (draft -> approved). With wfe.four_eyes on, not by the role that created it.';
+
+COMMENT ON FUNCTION wfe.activate(text, text) IS
+'Makes an approved or retired definition version the active one of its workflow; the previously active version is retired for new runs. Activating an earlier version is the rollback.';
+
+COMMENT ON FUNCTION wfe.submit(text, jsonb, text, jsonb) IS
+'Starts a run of the active (or a named approved) version, in the caller''s transaction; an idempotency key returns the earlier run with accepted = false.';
+
+COMMENT ON FUNCTION wfe.cancel_run(bigint, text) IS
+'Cancels a run: in-flight attempts are fenced and asked to stop, unstarted stages skipped, finalisers run; answers accepted, late or unknown.';
+
+COMMENT ON FUNCTION wfe.configure_queue(text, text, int, boolean) IS
+'Sets a queue''s delivery mode (poll: claim_task; broker: RabbitMQ dispatches), in-flight limit and pause.';
+
+COMMENT ON FUNCTION wfe.configure_tenant(text, int, int) IS
+'Sets a tenant''s limits: runs in flight (submit refuses more with 53400) and tasks in flight (held queued, released when room appears); NULL is unlimited.';
+
+COMMENT ON FUNCTION wfe.redrive(bigint, text, text) IS
+'Runs a failed or timed-out task again: a new attempt with a new fence; a run that ended failed is reopened and goes on from there.';
+
+COMMENT ON FUNCTION wfe.skip_stage(bigint, text, jsonb, text) IS
+'Completes a failed or timed-out stage by hand with result (checked like a report; a decision takes {"next": stage}); a failed run is reopened.';
+
+COMMENT ON FUNCTION wfe.fail_stage(bigint, text, text) IS
+'Fails an attempt under way by hand: fenced (a pushed worker is asked to stop), failed without retry, its failure route taken.';
+
+COMMENT ON FUNCTION wfe.redispatch(bigint, text, text) IS
+'Sends a queued or dispatched broker attempt again: same attempt, new fence, a new dispatch message (the old one''s accept is stale).';
+
+COMMENT ON FUNCTION wfe.replay(bigint, text) IS
+'Starts a new run of an ended run''s pinned definition with its context, tenant, execution context and priority; the new run''s replay_of names the old one.';
+
+-- ---------------------------------------------------------------------
+-- No login can freeze the worker or a tenant's admissions (issue 20, item
+-- 3): wfe's admission and cache locks are taken with wfe._lock (C,
+-- src/pg/locks.c: advisory lock tags no SQL function can name) instead of
+-- pg_advisory_xact_lock(hashtext(...)); the worker's lock waits are
+-- bounded (lock_timeout), and an item whose wait timed out (55P03) is put
+-- off a second like a deadlock.  wfe.submit's new text is above.
+-- ---------------------------------------------------------------------
+CREATE FUNCTION wfe._lock(space text, key text, try boolean)
+RETURNS boolean AS 'MODULE_PATHNAME', 'wfe_lock_sql' LANGUAGE C VOLATILE STRICT;
+COMMENT ON FUNCTION wfe._lock(text, text, boolean) IS
+'Takes wfe''s transaction lock (space, key), which no login can take: waits (bounded by lock_timeout), or with try only takes it if free; returns whether it was taken.';
+REVOKE EXECUTE ON FUNCTION wfe._lock(text, text, boolean) FROM PUBLIC;
+
+COMMENT ON FUNCTION wfe._lock_tenant(text) IS
+'Takes a tenant''s max_tasks_in_flight lock, waiting only in lock order (tenants by name before any queue); out of order it only tries, and a miss is rechecked later.';
+
+COMMENT ON FUNCTION wfe._lock_queue(text) IS
+'Takes a broker queue''s max_in_flight lock, waiting only in lock order (queues by name, after the tenants); out of order it only tries, and a miss is rechecked later.  From then on tenant locks are only tried.';
+
+COMMENT ON FUNCTION wfe._item_failed(bigint, text, text, text, text, bigint) IS
+'An item of a worker round (a timer: p_timer_id) raised: put it off a second for a deadlock, serialization failure or lock timeout, else fail its run (run.engine_error), or record the error and put the item off; logs the run id.';
+
+COMMENT ON FUNCTION wfe._worker_round(int) IS
+'Releases what missed admission tries held back, fires up to p_max due timers and times out up to p_max expired attempts; returns how many timers and attempts.';
+
 -- Final bodies: every function whose text changed in 0.3.0, as src/sql has it.
 -- (Written by the same rule as the sections above: the whole text, copied.)
+
+CREATE OR REPLACE FUNCTION wfe._identity()
+RETURNS name AS 'MODULE_PATHNAME', 'wfe_identity' LANGUAGE C STABLE;
 
 CREATE OR REPLACE FUNCTION wfe._load_setting(p_name text)
 RETURNS text
@@ -1703,7 +1811,7 @@ BEGIN
            (ref, kind, name, version, queue, handler, input_schema, output_schema,
             created_at, created_by, run_as)
     VALUES (p_ref, p_kind, split_part(p_ref, '@', 1), version_text::int, p_queue,
-            p_handler, p_input_schema, p_output_schema, now(), session_user,
+            p_handler, p_input_schema, p_output_schema, now(), wfe._identity(),
             CASE WHEN p_handler IS NOT NULL THEN wfe._caller() END)
     ON CONFLICT (ref) DO NOTHING;
     GET DIAGNOSTICS inserted = ROW_COUNT;
@@ -1731,6 +1839,72 @@ BEGIN
 END
 $$;
 
+CREATE OR REPLACE FUNCTION wfe._lock(space text, key text, try boolean)
+RETURNS boolean AS 'MODULE_PATHNAME', 'wfe_lock_sql' LANGUAGE C VOLATILE STRICT;
+
+CREATE OR REPLACE FUNCTION wfe.create_definition(source text)
+RETURNS text
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_result jsonb;
+    v_plan   jsonb;
+    v_digest text;
+    n        int;
+    new_id   bigint;
+    stored   text;
+BEGIN
+    IF $1 IS NULL THEN
+        RAISE EXCEPTION 'workflow definition source must not be null'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+
+    v_result := wfe._compile($1, wfe._contracts_json());
+    IF NOT coalesce((v_result ->> 'ok')::boolean, false) THEN
+        n := jsonb_array_length(v_result -> 'diagnostics');
+        RAISE EXCEPTION 'workflow definition is invalid: % %', n,
+                CASE WHEN n = 1 THEN 'diagnostic' ELSE 'diagnostics' END
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = (v_result -> 'diagnostics')::text,
+                  HINT = 'wfe.compile(source) returns the same diagnostics without raising.';
+    END IF;
+    v_plan := v_result -> 'plan';
+    v_digest := v_result ->> 'digest';
+
+    -- ON CONFLICT waits for a concurrent creator of the same version, so of
+    -- two sessions creating it at once exactly one inserts.  No conflict
+    -- target: the digest names the workflow and version, so a clash on
+    -- either unique key is the same definition, and both keys must arbitrate
+    -- (a non-arbiter unique index would raise instead of waiting).
+    INSERT INTO wfe.definitions AS d
+           (workflow, version, digest, state, source, plan, dsl_version,
+            compiler_version, created_at, created_by)
+    VALUES (v_plan ->> 'name', v_plan ->> 'version', v_digest, 'draft', $1, v_plan,
+            v_plan ->> 'dsl_version', v_plan ->> 'compiler_version', now(), wfe._identity())
+    ON CONFLICT DO NOTHING
+    RETURNING d.definition_id INTO new_id;
+
+    IF new_id IS NULL THEN
+        SELECT d.digest INTO STRICT stored
+          FROM wfe.definitions AS d
+         WHERE d.workflow = v_plan ->> 'name' AND d.version = v_plan ->> 'version';
+        IF stored = v_digest THEN
+            RETURN v_digest;    -- the same definition again: nothing to do
+        END IF;
+        RAISE EXCEPTION 'workflow definition "%@%" already exists with a different digest',
+                v_plan ->> 'name', v_plan ->> 'version'
+            USING ERRCODE = 'unique_violation',
+                  DETAIL = format('The stored version has digest %s; this source compiles to %s.',
+                                  stored, v_digest),
+                  HINT = 'A stored definition version is immutable: give the changed definition a new version.';
+    END IF;
+
+    PERFORM wfe._store_plan(new_id, v_plan);
+    RETURN v_digest;
+END
+$$;
+
 CREATE OR REPLACE FUNCTION wfe._four_eyes()
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE
@@ -1743,6 +1917,106 @@ BEGIN
     -- and discards such a value with a warning.
     LOAD 'MODULE_PATHNAME';
     RETURN current_setting('wfe.four_eyes')::boolean;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION wfe.approve(workflow text, version text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    d wfe.definitions;
+BEGIN
+    IF $1 IS NULL OR $2 IS NULL THEN
+        RAISE EXCEPTION 'workflow and version must not be null'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+
+    -- The row lock makes a concurrent second approval wait and then see
+    -- the approved state.
+    SELECT * INTO d
+      FROM wfe.definitions AS x
+     WHERE x.workflow = $1 AND x.version = $2
+       FOR NO KEY UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'workflow definition "%@%" does not exist', $1, $2
+            USING ERRCODE = 'undefined_object';
+    END IF;
+    IF d.state <> 'draft' THEN
+        RAISE EXCEPTION 'workflow definition "%@%" is %, not draft', $1, $2, d.state
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = 'Only a draft can be approved.';
+    END IF;
+    IF wfe._four_eyes() AND d.created_by = wfe._identity() THEN
+        RAISE EXCEPTION 'role "%" created workflow definition "%@%" and may not approve it',
+                wfe._identity(), $1, $2
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = 'wfe.four_eyes is on: another role must approve it.';
+    END IF;
+
+    UPDATE wfe.definitions AS x
+       SET state = 'approved', approved_at = now(), approved_by = wfe._identity()
+     WHERE x.definition_id = d.definition_id;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION wfe.activate(workflow text, version text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    d wfe.definitions;
+BEGIN
+    IF $1 IS NULL OR $2 IS NULL THEN
+        RAISE EXCEPTION 'workflow and version must not be null'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+
+    -- NB: lock every version of the workflow, in definition_id order, before
+    -- looking at states.  Two activations of the same workflow therefore run
+    -- one after the other, and the second sees (READ COMMITTED: in its next
+    -- statement's snapshot) the version the first activated; in REPEATABLE
+    -- READ or SERIALIZABLE the second fails with a serialization error.
+    -- NO KEY UPDATE: submits take a key-share lock on the version they pin
+    -- (the runs foreign key), which must not wait for an activation.
+    PERFORM FROM wfe.definitions AS x
+      WHERE x.workflow = $1
+      ORDER BY x.definition_id
+        FOR NO KEY UPDATE;
+
+    SELECT * INTO d
+      FROM wfe.definitions AS x
+     WHERE x.workflow = $1 AND x.version = $2;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'workflow definition "%@%" does not exist', $1, $2
+            USING ERRCODE = 'undefined_object';
+    END IF;
+    IF d.state = 'draft' THEN
+        RAISE EXCEPTION 'workflow definition "%@%" is draft, not approved', $1, $2
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = 'Approve it first with wfe.approve().';
+    ELSIF d.state = 'active' THEN
+        RAISE EXCEPTION 'workflow definition "%@%" is already active', $1, $2
+            USING ERRCODE = 'object_not_in_prerequisite_state';
+    END IF;
+    IF wfe._four_eyes() AND d.created_by = wfe._identity() THEN
+        RAISE EXCEPTION 'role "%" created workflow definition "%@%" and may not activate it',
+                wfe._identity(), $1, $2
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = 'wfe.four_eyes is on: another role must activate it.';
+    END IF;
+
+    -- The previous active version stops serving new runs; its runs drain on
+    -- their pinned plan.  Retire first: at most one version is active.
+    UPDATE wfe.definitions AS x
+       SET state = 'retired', retired_at = now()
+     WHERE x.workflow = $1 AND x.state = 'active';
+
+    UPDATE wfe.definitions AS x
+       SET state = 'active', activated_at = now(), retired_at = NULL
+     WHERE x.definition_id = d.definition_id;
 END
 $$;
 
@@ -1976,7 +2250,7 @@ BEGIN
         IF v_existing IS NOT NULL THEN
             -- an insert, not a counter on the run: no lock on a run in flight
             PERFORM wfe._event(v_existing, v_tenant, NULL, NULL, 'run.deduplicated',
-                               jsonb_build_object('by', session_user));
+                               jsonb_build_object('by', wfe._identity()));
             RETURN QUERY SELECT v_existing, false;
             RETURN;
         END IF;
@@ -2012,7 +2286,7 @@ BEGIN
                       HINT = 'Submit again: the run that held the key has ended failed or cancelled.';
         END IF;
         PERFORM wfe._event(v_existing, v_tenant, NULL, NULL, 'run.deduplicated',
-                           jsonb_build_object('by', session_user));
+                           jsonb_build_object('by', wfe._identity()));
         RETURN QUERY SELECT v_existing, false;
         RETURN;
     END IF;
@@ -2045,6 +2319,42 @@ BEGIN
         PERFORM wfe._start_run(r.run_id);
     END IF;
     RETURN QUERY SELECT r.run_id, true;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION wfe.cancel_run(run_id bigint, reason text DEFAULT NULL)
+RETURNS text
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    r wfe.runs;
+BEGIN
+    IF cancel_run.run_id IS NULL THEN
+        RAISE EXCEPTION 'run_id must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    PERFORM wfe._admit_name(cancel_run.reason, 'reason');
+    -- another tenant's run is answered as one that does not exist (and not locked)
+    IF NOT coalesce((SELECT wfe._tenant_ok(x.tenant) FROM wfe.runs AS x WHERE x.run_id = cancel_run.run_id), false) THEN
+        RETURN 'unknown';
+    END IF;
+    SELECT * INTO r FROM wfe.runs AS x WHERE x.run_id = cancel_run.run_id FOR NO KEY UPDATE;
+    IF NOT FOUND THEN
+        RETURN 'unknown';
+    END IF;
+    IF r.intent IS NOT NULL THEN
+        PERFORM wfe._event(r.run_id, r.tenant, NULL, NULL, 'callback.late',
+                           jsonb_build_object('callback', 'cancel_run', 'by', wfe._identity()));
+        RETURN 'late';
+    END IF;
+    PERFORM wfe._event(r.run_id, r.tenant, NULL, NULL, 'run.cancel_requested',
+                       jsonb_build_object('by', wfe._identity(), 'reason', cancel_run.reason));
+    PERFORM wfe._cancel(r.run_id, coalesce(cancel_run.reason, 'cancelled by ' || wfe._identity()));
+    -- nothing is left to do about its dead letters
+    UPDATE wfe.dead_letters AS d SET resolved_at = now(), resolved_by = wfe._identity(), resolution = 'cancelled'
+     WHERE d.run_id = r.run_id AND d.resolved_at IS NULL;
+    RETURN 'accepted';
 END
 $$;
 
@@ -2102,7 +2412,7 @@ BEGIN
                   ORDER BY st.run_id, st.stage
         LOOP
             BEGIN
-                PERFORM wfe._operate(c.run_id, c.stage, 'redispatch', NULL, session_user,
+                PERFORM wfe._operate(c.run_id, c.stage, 'redispatch', NULL, wfe._identity(),
                                      format('queue %s switched to broker delivery', configure_queue.queue));
             EXCEPTION WHEN object_not_in_prerequisite_state THEN
                 NULL;
@@ -2238,8 +2548,11 @@ BEGIN
     IF s.state <> 'queued' OR s.handler IS NULL THEN
         RETURN false;
     END IF;
+    -- the attempt carries its execution deadline like a worker's: should
+    -- its running state ever outlive this transaction, the clock ends it
     UPDATE wfe.run_stages AS st
-       SET state = 'running', claimed_by = p_by, started_at = now(), heartbeat_at = now()
+       SET state = 'running', claimed_by = p_by, started_at = now(), heartbeat_at = now(),
+           deadline_at = now() + make_interval(secs => st.exec_ms / 1000.0)
      WHERE st.run_id = p_run_id AND st.stage = p_stage;
     PERFORM wfe._event(p_run_id, r.tenant, p_stage, s.attempt, 'stage.claimed',
                        jsonb_build_object('worker_id', p_by, 'handler', s.handler::text));
@@ -2279,7 +2592,7 @@ DECLARE
     v_message text;
     v_other   text;
 BEGIN
-    IF p_sqlstate LIKE '40%' THEN
+    IF p_sqlstate LIKE '40%' OR p_sqlstate = '55P03' THEN
         RAISE WARNING 'wfe: % of run % raised % (%): it is tried again in a second', p_what, p_run_id,
             p_sqlstate, v_error ->> 'message';
         UPDATE wfe.timers AS t SET due_at = now() + interval '1 second', fired_at = NULL
@@ -2361,8 +2674,14 @@ BEGIN
             PERFORM wfe._fire_timer(t);
         EXCEPTION WHEN OTHERS THEN
             GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE, v_message = MESSAGE_TEXT;
-            UPDATE wfe.timers AS x SET fired_at = now() WHERE x.timer_id = t.timer_id;
-            PERFORM wfe._item_failed(t.run_id, t.stage, t.kind || ' timer', v_state, v_message, t.timer_id);
+            -- putting it off can wait on the same run (a foreign key check):
+            -- should that time out too, the timer stays due for the next round
+            BEGIN
+                UPDATE wfe.timers AS x SET fired_at = now() WHERE x.timer_id = t.timer_id;
+                PERFORM wfe._item_failed(t.run_id, t.stage, t.kind || ' timer', v_state, v_message, t.timer_id);
+            EXCEPTION WHEN lock_not_available THEN
+                RAISE WARNING 'wfe: % timer of run % waits for a lock: it is tried again next round', t.kind, t.run_id;
+            END;
         END;
         done := done + 1;
     END LOOP;
@@ -2376,7 +2695,11 @@ BEGIN
             END IF;
         EXCEPTION WHEN OTHERS THEN
             GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE, v_message = MESSAGE_TEXT;
-            PERFORM wfe._item_failed(c.run_id, c.stage, 'deadline', v_state, v_message);
+            BEGIN
+                PERFORM wfe._item_failed(c.run_id, c.stage, 'deadline', v_state, v_message);
+            EXCEPTION WHEN lock_not_available THEN
+                RAISE WARNING 'wfe: the deadline of run % waits for a lock: it is tried again next round', c.run_id;
+            END;
             done := done + 1;
         END;
     END LOOP;
@@ -2400,6 +2723,44 @@ BEGIN ATOMIC
             SELECT min(st.ready_at) FROM wfe.run_stages AS st
              WHERE st.state = 'queued' AND st.handler IS NOT NULL) AS d;
 END;
+
+CREATE OR REPLACE FUNCTION wfe._repair()
+RETURNS int
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    n int;
+    c record;
+BEGIN
+    -- outbox rows a publisher claimed but never marked: publish them again
+    -- (their message ids are deterministic, so consumers deduplicate)
+    UPDATE wfe.outbox AS o SET state = 'pending', claimed_by = NULL, claimed_at = NULL
+     WHERE o.state = 'claimed' AND o.claimed_by LIKE 'wfe worker%';
+    GET DIAGNOSTICS n = ROW_COUNT;
+    -- in-database attempts left running: a handler runs in the transaction
+    -- that marks its attempt running and records its end, so one committed
+    -- as running was left by a runner that stopped between the two (0.2.0's
+    -- stale caches did that).  Its execution deadline is brought to now:
+    -- the round that follows times it out through the engine, and its
+    -- retry policy decides.  A run another transaction holds is left alone.
+    FOR c IN SELECT st.run_id, st.stage, st.tenant, st.attempt, st.claimed_by FROM wfe.run_stages AS st
+              WHERE st.state = 'running' AND st.handler IS NOT NULL
+              ORDER BY st.run_id, st.stage
+    LOOP
+        PERFORM FROM wfe.runs AS r WHERE r.run_id = c.run_id FOR NO KEY UPDATE SKIP LOCKED;
+        CONTINUE WHEN NOT FOUND;
+        UPDATE wfe.run_stages AS st SET deadline_at = now()
+         WHERE st.run_id = c.run_id AND st.stage = c.stage AND st.state = 'running' AND st.handler IS NOT NULL;
+        CONTINUE WHEN NOT FOUND;
+        PERFORM wfe._event(c.run_id, c.tenant, c.stage, c.attempt, 'stage.interrupted',
+                           jsonb_build_object('claimed_by', c.claimed_by, 'by', 'wfe._repair'));
+        PERFORM wfe._wake(now());
+        n := n + 1;
+    END LOOP;
+    RETURN n;
+END
+$$;
 
 CREATE OR REPLACE FUNCTION wfe._project_event()
 RETURNS trigger
@@ -2439,7 +2800,7 @@ BEGIN
     ON CONFLICT (tenant) DO UPDATE
        SET max_runs_in_flight = excluded.max_runs_in_flight,
            max_tasks_in_flight = excluded.max_tasks_in_flight,
-           updated_at = now(), updated_by = session_user;
+           updated_at = now(), updated_by = wfe._identity();
     -- A raised or lifted task limit makes room now: the tenant's held broker
     -- tasks that fit are dispatched, and the pollers of the queues where it
     -- has queued tasks are woken.  A lowered one holds what comes next; the
@@ -2462,7 +2823,7 @@ BEGIN
     IF v_limit IS NULL THEN
         RETURN;
     END IF;
-    PERFORM pg_advisory_xact_lock(hashtext('wfe.max_runs_in_flight'), hashtext(p_tenant));
+    PERFORM wfe._lock('wfe.max_runs_in_flight', p_tenant, false);
     SELECT count(*) INTO v_live FROM wfe.runs AS x WHERE x.tenant = p_tenant AND x.finished_at IS NULL;
     IF v_live >= v_limit THEN
         RAISE EXCEPTION 'tenant "%" has % runs in flight, its max_runs_in_flight', p_tenant, v_live
@@ -2471,6 +2832,50 @@ BEGIN
                   HINT = format('%s again when a run has finished, or raise the limit with wfe.configure_tenant.',
                                 p_again);
     END IF;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION wfe._lock_tenant(p_tenant text)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_max text := coalesce(current_setting('wfe_admission.tenant', true), '');
+BEGIN
+    IF coalesce(current_setting('wfe_admission.queue', true), '') <> ''
+       OR (v_max <> '' AND p_tenant COLLATE "C" <= v_max COLLATE "C") THEN
+        -- out of order (or already held: a held lock is granted again at once)
+        IF wfe._lock('wfe.max_tasks_in_flight', p_tenant, true) THEN
+            RETURN true;
+        END IF;
+        PERFORM wfe._recheck_later(NULL, p_tenant);
+        RETURN false;
+    END IF;
+    PERFORM wfe._lock('wfe.max_tasks_in_flight', p_tenant, false);
+    PERFORM set_config('wfe_admission.tenant', p_tenant, true);
+    RETURN true;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION wfe._lock_queue(p_queue text)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_max text := coalesce(current_setting('wfe_admission.queue', true), '');
+BEGIN
+    IF v_max <> '' AND p_queue COLLATE "C" <= v_max COLLATE "C" THEN
+        IF wfe._lock('wfe.max_in_flight', p_queue, true) THEN
+            RETURN true;
+        END IF;
+        PERFORM wfe._recheck_later(p_queue, NULL);
+        RETURN false;
+    END IF;
+    PERFORM wfe._lock('wfe.max_in_flight', p_queue, false);
+    PERFORM set_config('wfe_admission.queue', p_queue, true);
+    RETURN true;
 END
 $$;
 
@@ -2501,6 +2906,16 @@ BEGIN ATOMIC
                 AND EXISTS (SELECT 1 FROM wfe.outbox AS o
                              WHERE o.run_id = st.run_id AND o.stage = st.stage AND o.attempt = st.attempt
                                AND o.fence = st.fence AND o.kind = 'dispatch' AND o.state <> 'published')));
+END;
+
+CREATE OR REPLACE FUNCTION wfe._resolve_dead_letters(p_run_id bigint, p_stage text, p_resolution text)
+RETURNS void
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    UPDATE wfe.dead_letters AS d
+       SET resolved_at = now(), resolved_by = wfe._identity(), resolution = p_resolution
+     WHERE d.run_id = p_run_id AND (p_stage IS NULL OR d.stage = p_stage) AND d.resolved_at IS NULL;
 END;
 
 CREATE OR REPLACE FUNCTION wfe._operator_target(p_run_id bigint, p_stage text, p_reason text)
@@ -2537,7 +2952,7 @@ BEGIN
             USING ERRCODE = 'object_not_in_prerequisite_state',
                   HINT = 'The run''s context and results do not change, so binding would fail again: skip_stage completes it by hand, replay starts a new run.';
     END IF;
-    PERFORM wfe._operate(redrive.run_id, redrive.stage, 'redrive', NULL, session_user, redrive.reason);
+    PERFORM wfe._operate(redrive.run_id, redrive.stage, 'redrive', NULL, wfe._identity(), redrive.reason);
     PERFORM wfe._resolve_dead_letters(redrive.run_id, redrive.stage, 'redriven');
 END
 $$;
@@ -2551,7 +2966,7 @@ BEGIN
     PERFORM wfe._admit(skip_stage.result, 'the result');
     PERFORM wfe._operator_target(skip_stage.run_id, skip_stage.stage, skip_stage.reason);
     PERFORM wfe._operate(skip_stage.run_id, skip_stage.stage, 'skip',
-                         coalesce(skip_stage.result, '{}')::text, session_user, skip_stage.reason);
+                         coalesce(skip_stage.result, '{}')::text, wfe._identity(), skip_stage.reason);
     PERFORM wfe._resolve_dead_letters(skip_stage.run_id, skip_stage.stage, 'skipped');
 END
 $$;
@@ -2567,7 +2982,7 @@ BEGIN
               HINT = 'Say why: the worker sees it in the error, and the event log keeps it.';
     END IF;
     PERFORM wfe._operator_target(fail_stage.run_id, fail_stage.stage, fail_stage.reason);
-    PERFORM wfe._operate(fail_stage.run_id, fail_stage.stage, 'fail', fail_stage.reason, session_user,
+    PERFORM wfe._operate(fail_stage.run_id, fail_stage.stage, 'fail', fail_stage.reason, wfe._identity(),
                          fail_stage.reason);
     PERFORM wfe._resolve_dead_letters(fail_stage.run_id, fail_stage.stage, 'failed');
 END
@@ -2599,7 +3014,7 @@ BEGIN
             USING ERRCODE = 'object_not_in_prerequisite_state',
                   HINT = 'Resume it with wfe.configure_queue(..., paused => false): its tasks are dispatched then.';
     END IF;
-    PERFORM wfe._operate(redispatch.run_id, redispatch.stage, 'redispatch', NULL, session_user,
+    PERFORM wfe._operate(redispatch.run_id, redispatch.stage, 'redispatch', NULL, wfe._identity(),
                          redispatch.reason);
 END
 $$;
@@ -2633,9 +3048,9 @@ BEGIN
                               ELSE jsonb_build_object('execution_context', r.execution_context) END) AS s;
     UPDATE wfe.runs AS x SET replay_of = r.run_id WHERE x.run_id = v_new;
     PERFORM wfe._event(r.run_id, r.tenant, NULL, NULL, 'run.replayed',
-                       jsonb_build_object('by', session_user, 'reason', replay.reason, 'replay', v_new));
+                       jsonb_build_object('by', wfe._identity(), 'reason', replay.reason, 'replay', v_new));
     PERFORM wfe._event(v_new, r.tenant, NULL, NULL, 'run.replay_of',
-                       jsonb_build_object('by', session_user, 'reason', replay.reason, 'replay_of', r.run_id));
+                       jsonb_build_object('by', wfe._identity(), 'reason', replay.reason, 'replay_of', r.run_id));
     PERFORM wfe._resolve_dead_letters(r.run_id, NULL, 'replayed');
     RETURN v_new;
 END
@@ -2686,5 +3101,49 @@ BEGIN
     RETURN n;
 END
 $$;
+
+-- ... and every function comment that changed.
+COMMENT ON FUNCTION wfe._caller() IS
+'The role acting in this session, SET ROLE included (inside SECURITY DEFINER functions current_user is the owner); inside a handler, its registrant.';
+COMMENT ON FUNCTION wfe._identity() IS
+'Who wfe records and the four-eyes rule compares: session_user; inside a handler, its registrant.';
+COMMENT ON FUNCTION wfe._load_setting(text) IS
+'Loads the wfe library (which defines its settings, with their defaults), then returns the setting''s value.';
+COMMENT ON FUNCTION wfe._setting(text) IS
+'The value of a setting the wfe library defines (wfe.notify, wfe.track_threshold_bytes, ...), its default included: loads the library when the setting is not defined yet.';
+COMMENT ON FUNCTION wfe._is_tenant_name(text) IS
+'The rule of tenant names: 1 to 63 ASCII letters, digits, "_", "." or "-".';
+COMMENT ON FUNCTION wfe._check_tenant_name(text) IS
+'Raises 22023 (with the rule as a hint) unless the argument is a tenant name; NULL passes.';
+COMMENT ON FUNCTION wfe._is_queue_name(text) IS
+'The rule of queue names: a lower-case ASCII letter, then up to 62 lower-case letters, digits, "_", "." or "-".';
+COMMENT ON FUNCTION wfe._check_queue_name(text) IS
+'Raises 22023 (with the rule as a hint) unless the argument is a queue name; NULL passes.';
+COMMENT ON FUNCTION wfe._lock(text, text, boolean) IS
+'Takes wfe''s transaction lock (space, key), which no login can take: waits (bounded by lock_timeout), or with try only takes it if free; returns whether it was taken.';
+COMMENT ON FUNCTION wfe._stage_clocked(text) IS
+'Queued, dispatched or running: a stage''s attempt is live, its queue, execution or heartbeat deadline runs.';
+COMMENT ON FUNCTION wfe._stage_handed_out(text) IS
+'Dispatched or running: a worker holds the attempt, or its dispatch message was published (it counts against in-flight limits).';
+COMMENT ON FUNCTION wfe._stage_under_way(text) IS
+'Queued, dispatched, running or retry_scheduled: an attempt of the stage is under way or due.';
+COMMENT ON FUNCTION wfe._run_keeps_key(text) IS
+'Any run state but failed and cancelled: the run keeps its idempotency key (a failed or cancelled run frees it).';
+COMMENT ON FUNCTION wfe._exchange(text) IS
+'The exchange an outbox message of kind dispatch, cancel (wfe.commands) or event (wfe.events) goes to. Internal.';
+COMMENT ON FUNCTION wfe._routing_key(text, text, text) IS
+'The routing key of a dispatch (run.<queue>.<track>) or a cancel (cancel.<queue>) of a queue. Internal.';
+COMMENT ON FUNCTION wfe._item_failed(bigint, text, text, text, text, bigint) IS
+'An item of a worker round (a timer: p_timer_id) raised: put it off a second for a deadlock, serialization failure or lock timeout, else fail its run (run.engine_error), or record the error and put the item off; logs the run id.';
+COMMENT ON FUNCTION wfe._repair() IS
+'Repair after a crash: outbox rows left claimed go back to pending; in-database attempts left running are timed out now (retried per policy).  Transitions are single transactions, so nothing else can be half done.';
+COMMENT ON FUNCTION wfe._admit_run(text, text) IS
+'Admits one more run of a tenant in flight (a submit, or a redrive or skip_stage reopening a failed run): 53400 at its max_runs_in_flight.';
+COMMENT ON FUNCTION wfe._operate(bigint, text, text, text, text, text) IS
+'An operator''s redrive, skip, fail or redispatch of one stage, through the step core under the run''s lock; 55000 when the core refuses, 53400 when reopening the run would pass its tenant''s max_runs_in_flight.';
+COMMENT ON FUNCTION wfe._operator_target(bigint, text, text) IS
+'Checks an operator action''s run, stage and reason: 22004, 54000, 22023, and 42704 when there is no such run or it is of a tenant the caller does not act for.';
+COMMENT ON FUNCTION wfe.redrive_dead_letters(text, timestamptz, text) IS
+'Redrives every stage with an open dead letter on queue since a time, of the tenants the caller acts for; returns how many (stages that can no longer be redriven, or whose runs max_runs_in_flight keeps closed, are passed over).';
 
 -- End of the final bodies.
