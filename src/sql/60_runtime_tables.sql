@@ -128,7 +128,8 @@ COMMENT ON TABLE wfe.run_stages IS
 COMMENT ON COLUMN wfe.run_stages.attempt IS 'Current attempt, from 1; 0 until released';
 COMMENT ON COLUMN wfe.run_stages.lease_ms IS
 'The lease_ms the running attempt was claimed with (NULL: none); each heartbeat renews it, within the execution deadline';
-COMMENT ON COLUMN wfe.run_stages.fence IS 'Fencing token of the current attempt; grows with every new attempt and every fencing';
+COMMENT ON COLUMN wfe.run_stages.fence IS
+'Fencing token of the current attempt; grows with every new attempt and every fencing.  Not readable by wfe_reader or wfe_operator: only the claim and the envelope carry fences';
 COMMENT ON COLUMN wfe.run_stages.outcome IS 'What the current attempt reported (completed or failed), for duplicate/conflict answers';
 COMMENT ON COLUMN wfe.run_stages.branch IS 'The fork branch this stage runs in, for joins';
 COMMENT ON COLUMN wfe.run_stages.cache_key IS
@@ -184,8 +185,11 @@ CREATE TABLE wfe.events (
     attempt  int,
     type     text NOT NULL,
     at       timestamptz NOT NULL DEFAULT now(),
-    detail   jsonb
+    detail   jsonb,
+    fence    bigint
 );
+COMMENT ON COLUMN wfe.events.fence IS
+'The fence the event is about (an attempt released, cancelled, reported about); kept out of detail, and not readable by wfe_reader or wfe_operator: only the claim and the envelope carry fences';
 COMMENT ON TABLE wfe.events IS
 'Event log: every accepted transition (run.submitted, stage.released, stage.claimed, stage.completed, ...) and every rejected callback (callback.stale, callback.late, ...).';
 CREATE INDEX events_run ON wfe.events (run_id, event_id);

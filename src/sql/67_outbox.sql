@@ -2,15 +2,22 @@
 -- external relays, large-payload tracks, queue settings, cancellation
 -- acknowledgements and the event projection (docs: delivery.md).
 
--- Inputs over wfe.track_threshold_bytes, stored once by their SHA-256.
+-- Inputs over wfe.track_threshold_bytes, stored once per stage by their
+-- SHA-256.  A payload belongs to the stage that dispatched it: fetched only
+-- by a holder of that stage's attempt (wfe.fetch_payload), and deleted with
+-- its run (retention).
 CREATE TABLE wfe.payloads (
-    key        text PRIMARY KEY CONSTRAINT payloads_key CHECK (key ~ '^sha256:[0-9a-f]{64}$'),
+    key        text NOT NULL CONSTRAINT payloads_key CHECK (key ~ '^sha256:[0-9a-f]{64}$'),
     tenant     text NOT NULL,
     bytes      int NOT NULL,
     body       jsonb NOT NULL,
-    created_at timestamptz NOT NULL DEFAULT now()
+    created_at timestamptz NOT NULL DEFAULT now(),
+    run_id     bigint NOT NULL REFERENCES wfe.runs ON DELETE CASCADE,
+    stage      text NOT NULL,
+    CONSTRAINT payloads_pkey PRIMARY KEY (run_id, stage, key)
 );
-COMMENT ON TABLE wfe.payloads IS 'Large inputs (the large track), stored once under sha256:<hex> of their JSON text';
+COMMENT ON TABLE wfe.payloads IS
+'Large inputs (the large track) of the stages that dispatched them, under sha256:<hex> of their JSON text; deleted with their runs';
 
 -- One publisher per database: whoever holds the lease publishes; its token
 -- grows with every new holder and is checked when rows are marked, so a
@@ -173,12 +180,28 @@ END;
 COMMENT ON FUNCTION wfe._broker_queues() IS 'Queues in broker delivery mode.';
 
 -- External relays (no preload): claim and acknowledge outbox rows.
+--
+-- A relay is a role like any other: it sees and acknowledges the outbox rows
+-- of the tenants it acts for (wfe.my_tenants(): the tenants it is mapped
+-- to, every tenant for a superuser or wfe_admin), and no other.  This is
+-- that rule, for outbox_claim and outbox_ack both; p_tenants is
+-- wfe.my_tenants(), read once per call.
+CREATE FUNCTION wfe._relay_sees(p_tenant text, p_tenants text[])
+RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+RETURN p_tenants IS NULL OR p_tenant OPERATOR(pg_catalog.=) ANY (p_tenants);
+COMMENT ON FUNCTION wfe._relay_sees(text, text[]) IS
+'Whether an external relay acting for p_tenants (wfe.my_tenants(); NULL: every tenant) may claim and acknowledge an outbox row of p_tenant.';
+
 CREATE FUNCTION wfe.outbox_claim(max int, relay text)
 RETURNS SETOF wfe.outbox
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
+DECLARE
+    v_tenants text[] := wfe.my_tenants();
 BEGIN
     IF outbox_claim.max IS NULL OR outbox_claim.max < 1 OR outbox_claim.relay IS NULL
        OR outbox_claim.relay = '' THEN
@@ -189,9 +212,10 @@ BEGIN
     RETURN QUERY
     WITH picked AS (
         SELECT o.id FROM wfe.outbox AS o
-         WHERE (o.state = 'pending' AND o.available_at <= now())
-            OR (o.state = 'claimed' AND o.claimed_at < now() - interval '5 minutes'
-                AND o.claimed_by NOT LIKE 'wfe worker%')
+         WHERE ((o.state = 'pending' AND o.available_at <= now())
+                OR (o.state = 'claimed' AND o.claimed_at < now() - interval '5 minutes'
+                    AND o.claimed_by NOT LIKE 'wfe worker%'))
+           AND wfe._relay_sees(o.tenant, v_tenants)
          ORDER BY o.id LIMIT outbox_claim.max
            FOR UPDATE SKIP LOCKED
     )
@@ -202,7 +226,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION wfe.outbox_claim(int, text) IS
-'External relay: claims up to max pending outbox rows (SKIP LOCKED, id order); acknowledge them with wfe.outbox_ack.';
+'External relay: claims up to max pending outbox rows of the tenants the caller acts for (SKIP LOCKED, id order); acknowledge them with wfe.outbox_ack.';
 
 CREATE FUNCTION wfe.outbox_ack(ids bigint[], relay text)
 RETURNS int
@@ -210,16 +234,28 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
+DECLARE
+    v_tenants text[] := wfe.my_tenants();
 BEGIN
     IF outbox_ack.ids IS NULL OR outbox_ack.relay IS NULL THEN
         RAISE EXCEPTION 'ids and relay must not be null' USING ERRCODE = 'null_value_not_allowed';
     END IF;
-    RETURN wfe._mark_published(outbox_ack.ids, outbox_ack.relay);
+    -- another tenant's row is one this relay does not hold: not marked, not counted
+    RETURN wfe._mark_published(ARRAY(SELECT o.id FROM wfe.outbox AS o
+                                      WHERE o.id = ANY (outbox_ack.ids)
+                                        AND wfe._relay_sees(o.tenant, v_tenants)),
+                               outbox_ack.relay);
 END
 $$;
 COMMENT ON FUNCTION wfe.outbox_ack(bigint[], text) IS
-'External relay: marks the rows it claimed and published as published; returns how many (rows it no longer holds are not counted).';
+'External relay: marks the rows it claimed and published as published; returns how many (rows it no longer holds, or of tenants it does not act for, are not counted).';
 
+-- A large-track envelope's input.  The reference names the attempt that
+-- dispatched it (_dispatch), and only a caller who holds that attempt --
+-- who may serve its queue and knows its fence, while it is queued,
+-- dispatched or running -- gets the payload: a hash guessed from a
+-- document is no way into another queue's or tenant's inputs.  Whatever
+-- the caller cannot show is answered as a payload that does not exist.
 CREATE FUNCTION wfe.fetch_payload(ref jsonb)
 RETURNS jsonb
 LANGUAGE plpgsql STABLE STRICT SECURITY DEFINER
@@ -227,25 +263,34 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE
+    s wfe.run_stages;
     p wfe.payloads;
 BEGIN
     IF ref ->> 'key' IS NULL OR ref ->> 'sha256' IS NULL
        OR ref ->> 'key' IS DISTINCT FROM 'sha256:' || (ref ->> 'sha256') THEN
         RAISE EXCEPTION 'payload reference is malformed or its hash does not match its key'
             USING ERRCODE = 'invalid_parameter_value',
-                  DETAIL = format('key %s, sha256 %s', ref ->> 'key', ref ->> 'sha256');
+                  DETAIL = format('key %s, sha256 %s', left(ref ->> 'key', 80), left(ref ->> 'sha256', 80));
     END IF;
-    -- the key (a SHA-256) is only learnt from an envelope; and only a role
-    -- that serves some queue may ask
-    IF NOT (SELECT r.rolsuper FROM pg_catalog.pg_roles AS r WHERE r.oid = wfe._caller())
-       AND NOT pg_catalog.pg_has_role(wfe._caller(), 'wfe_admin', 'USAGE')
-       AND NOT EXISTS (SELECT 1 FROM wfe.queue_grants AS g
-                        WHERE pg_catalog.pg_has_role(wfe._caller(), g.role, 'USAGE')) THEN
-        RAISE EXCEPTION 'role "%" serves no queue and may not fetch payloads', wfe._caller()
-            USING ERRCODE = 'insufficient_privilege',
-                  HINT = 'An administrator grants a queue with wfe.grant_queue(role, queue).';
+    IF coalesce(jsonb_typeof(ref -> 'run_id') = 'number' AND jsonb_typeof(ref -> 'stage') = 'string'
+                AND jsonb_typeof(ref -> 'attempt') = 'number'
+                AND (ref ->> 'run_id') ~ '^[0-9]{1,18}$' AND (ref ->> 'attempt') ~ '^[0-9]{1,9}$'
+                AND (ref ->> 'fence') ~ '^-?[0-9]{1,18}$', false) IS NOT TRUE THEN
+        RAISE EXCEPTION 'payload reference names no attempt'
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Pass the payload_ref of a dispatch message as it is: it carries run_id, stage, attempt and fence (messages published before wfe 0.3.0 do not; their attempts are retried with new ones).';
     END IF;
-    SELECT * INTO p FROM wfe.payloads AS x WHERE x.key = ref ->> 'key';
+    SELECT * INTO s FROM wfe.run_stages AS st
+     WHERE st.run_id = (ref ->> 'run_id')::bigint AND st.stage = ref ->> 'stage';
+    -- who may fetch: the callbacks' rule (src/pg/grants.c), then the attempt itself
+    IF NOT FOUND
+       OR NOT wfe._may_call_back(s.queue, s.tenant, s.handler IS NOT NULL, s.run_id, s.stage, 'fetch payloads of')
+       OR s.attempt <> (ref ->> 'attempt')::int OR s.fence <> (ref ->> 'fence')::bigint
+       OR s.state NOT IN ('queued', 'dispatched', 'running') THEN
+        RAISE EXCEPTION 'payload % does not exist', ref ->> 'key' USING ERRCODE = 'undefined_object';
+    END IF;
+    SELECT * INTO p FROM wfe.payloads AS x
+     WHERE x.run_id = s.run_id AND x.stage = s.stage AND x.key = ref ->> 'key';
     IF NOT FOUND THEN
         RAISE EXCEPTION 'payload % does not exist', ref ->> 'key' USING ERRCODE = 'undefined_object';
     END IF;
@@ -257,7 +302,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION wfe.fetch_payload(jsonb) IS
-'The input a large-track envelope refers to, after checking its SHA-256 against the reference.';
+'The input a large-track envelope refers to, for a holder of the attempt the reference names, after checking its SHA-256 against the reference.';
 
 CREATE FUNCTION wfe.ack_cancel(run_id bigint, stage text, attempt int, fence bigint)
 RETURNS text
@@ -284,20 +329,18 @@ BEGIN
         RETURN 'unknown';
     END IF;
     -- the cancelled attempt is the one whose fence the cancel superseded
-    -- (stage.cancelled names it; 0.1.0 grew fences by one)
+    -- (stage.cancelled names it in its fence column)
     IF s.attempt <> ack_cancel.attempt OR s.state <> 'cancelled'
        OR NOT EXISTS (SELECT 1 FROM wfe.events AS e
                        WHERE e.run_id = s.run_id AND e.stage = s.stage AND e.attempt = s.attempt
-                         AND e.type = 'stage.cancelled'
-                         AND coalesce((e.detail ->> 'cancelled_fence')::bigint,
-                                      (e.detail ->> 'fence')::bigint - 1) = ack_cancel.fence)
+                         AND e.type = 'stage.cancelled' AND e.fence = ack_cancel.fence)
     THEN
         PERFORM wfe._event(s.run_id, s.tenant, s.stage, ack_cancel.attempt, 'callback.stale',
-                           jsonb_build_object('callback', 'ack_cancel', 'fence', ack_cancel.fence));
+                           jsonb_build_object('callback', 'ack_cancel'), ack_cancel.fence);
         RETURN 'stale';
     END IF;
     PERFORM wfe._event(s.run_id, s.tenant, s.stage, s.attempt, 'stage.cancel_acknowledged',
-                       jsonb_build_object('fence', ack_cancel.fence));
+                       NULL, ack_cancel.fence);
     RETURN 'accepted';
 END
 $$;

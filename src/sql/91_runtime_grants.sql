@@ -32,9 +32,26 @@ GRANT EXECUTE ON FUNCTION
     wfe.run_transitions()
     TO wfe_reader, wfe_operator;
 
-GRANT SELECT ON wfe.runs, wfe.run_stages, wfe.events, wfe.outputs, wfe.timers, wfe.outbox,
-                wfe.dead_letters, wfe.queues
+GRANT SELECT ON wfe.runs, wfe.outputs, wfe.dead_letters, wfe.queues
     TO wfe_reader, wfe_operator;
+-- Fences are capabilities: only the claim and the envelope carry them
+-- (operations.md "Security model").  The readers' roles may select every
+-- column of these tables but the ones holding fences: the fence columns,
+-- and the outbox's headers and body (a dispatch's envelope).
+GRANT SELECT (run_id, stage, tenant, ordinal, kind, state, attempt, queue, worker, handler, priority,
+              awaits, branch, input, result, error, outcome, skip_reason, exec_ms, queue_ms,
+              heartbeat_ms, ready_at, claimed_by, started_at, heartbeat_at, deadline_at, finished_at,
+              lease_ms, cache_key, cache)
+    ON wfe.run_stages TO wfe_reader, wfe_operator;
+GRANT SELECT (event_id, run_id, tenant, stage, attempt, type, at, detail)
+    ON wfe.events TO wfe_reader, wfe_operator;
+GRANT SELECT (timer_id, tenant, run_id, stage, attempt, kind, due_at, fired_at)
+    ON wfe.timers TO wfe_reader, wfe_operator;
+GRANT SELECT (id, tenant, run_id, stage, attempt, kind, exchange, routing_key, message_id, state,
+              attempts, last_error, available_at, claimed_by, claimed_at, created_at, published_at)
+    ON wfe.outbox TO wfe_reader, wfe_operator;
+-- Unauthenticated signed callbacks are nobody's tenant's: the operators see them.
+GRANT SELECT ON wfe.unauthenticated_callbacks TO wfe_admin, wfe_operator;
 
 GRANT EXECUTE ON FUNCTION
     wfe.fetch_payload(jsonb),
