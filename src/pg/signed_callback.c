@@ -35,6 +35,7 @@
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "lib/stringinfo.h"
+#include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/json.h"
 #include "utils/jsonb.h"
@@ -98,8 +99,8 @@ static stmt q_refused = STMT(
  * that the operators and wfe_admin read, never into a tenant's events.
  */
 static stmt q_unauthenticated = STMT(
-	"INSERT INTO wfe.unauthenticated_callbacks (run_id, stage, attempt, detail, fence)"
-	" VALUES ($1, $2, $3, $5::jsonb, $6)", 6, I8, TX, I4, TX, TX, I8);
+	"INSERT INTO wfe.unauthenticated_callbacks (run_id, stage, attempt, detail, fence, caller)"
+	" VALUES ($1, $2, $3, $5::jsonb, $6, $7)", 7, I8, TX, I4, TX, TX, I8, TX);
 
 /* Raise 22023 about the body's field key. */
 static void pg_attribute_noreturn()
@@ -276,7 +277,7 @@ static const char *
 refuse(const char *word, const char *reason, const signed_call *c, const char *key_id)
 {
 	StringInfoData detail;
-	Datum		v[6];
+	Datum		v[7];
 
 	initStringInfo(&detail);
 	appendStringInfoChar(&detail, '{');
@@ -291,6 +292,7 @@ refuse(const char *word, const char *reason, const signed_call *c, const char *k
 	v[3] = CStringGetTextDatum(psprintf("callback.%s", word));
 	v[4] = CStringGetTextDatum(detail.data);
 	v[5] = Int64GetDatum(c->fence);
+	v[6] = CStringGetTextDatum(GetUserNameFromId(GetOuterUserId(), false));	/* who sent it */
 	stmt_run(strcmp(word, "unauthenticated") == 0 ? &q_unauthenticated : &q_refused, v, NULL);
 	return word;
 }

@@ -35,7 +35,7 @@ COMMENT ON TABLE wfe.callback_ids IS
 CREATE TABLE wfe.unauthenticated_callbacks (
     id       bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     at       timestamptz NOT NULL DEFAULT now(),
-    caller   name NOT NULL DEFAULT session_user,
+    caller   name,                  -- the role that called (SET ROLE included); NULL: recorded before 0.3.0
     run_id   bigint,
     stage    text,
     attempt  int,
@@ -56,3 +56,6 @@ COMMENT ON FUNCTION wfe.callback(text, text) IS
 
 -- The keys are configuration: a dump carries them (and so their secrets).
 SELECT pg_catalog.pg_extension_config_dump('wfe.callback_keys', '');
+-- What was refused is history, like the events.
+SELECT pg_catalog.pg_extension_config_dump('wfe.unauthenticated_callbacks', '');
+SELECT pg_catalog.pg_extension_config_dump('wfe.unauthenticated_callbacks_id_seq', '');
