@@ -1697,6 +1697,15 @@ WITH settings AS (
     UNION SELECT q.queue, CASE WHEN q.delivery = 'broker' THEN 'small' ELSE 'poll' END FROM wfe.queues AS q
 ), queues AS (
     SELECT t.queue FROM tracks AS t GROUP BY t.queue
+), counters(metric, labelled, help) AS (
+    VALUES ('wfe_runs_finished_total', true, 'Runs that finished, per workflow and final state.'),
+           ('wfe_stage_attempts_total', true,
+            'Attempts that ended, per workflow, stage and outcome (completed, failed, timed_out, cancelled).'),
+           ('wfe_cache_hits_total', false,
+            'Cached stages released with a result from the cache (hit) or from the attempt in flight under their key (coalesced).'),
+           ('wfe_cache_misses_total', false, 'Cached stages released with no result under their key, so run.'),
+           ('wfe_idempotent_submits_total', true,
+            'Submits with an idempotency key: result created (a new run) or deduplicated (the existing run).')
 )
 SELECT 'wfe_runs' AS metric, jsonb_build_object('workflow', r.workflow, 'state', r.state) AS labels,
        count(*)::double precision AS value, 'gauge' AS kind,
@@ -1705,16 +1714,12 @@ SELECT 'wfe_runs' AS metric, jsonb_build_object('workflow', r.workflow, 'state',
  WHERE r.finished_at IS NULL
  GROUP BY r.workflow, r.state
 UNION ALL
-SELECT c.metric, c.labels, sum(c.value)::double precision, 'counter',
-       CASE c.metric
-       WHEN 'wfe_runs_finished_total' THEN 'Runs that finished, per workflow and final state.'
-       WHEN 'wfe_stage_attempts_total' THEN 'Attempts that ended, per workflow, stage and outcome (completed, failed, timed_out, cancelled).'
-       WHEN 'wfe_cache_hits_total' THEN 'Cached stages released with a result from the cache (hit) or from the attempt in flight under their key (coalesced).'
-       WHEN 'wfe_cache_misses_total' THEN 'Cached stages released with no result under their key, so run.'
-       WHEN 'wfe_idempotent_submits_total' THEN 'Submits with an idempotency key: result created (a new run) or deduplicated (the existing run).'
-       END
-  FROM wfe.metric_counters AS c
- GROUP BY c.metric, c.labels
+SELECT k.metric, coalesce(c.labels, '{}'), coalesce(sum(c.value), 0)::double precision, 'counter', k.help
+  FROM counters AS k
+  LEFT JOIN wfe.metric_counters AS c ON c.metric = k.metric
+ GROUP BY k.metric, c.labels, k.labelled, k.help
+ -- a counter without labels is there at 0 before it first counts
+HAVING c.labels IS NOT NULL OR NOT k.labelled
 UNION ALL
 SELECT 'wfe_queue_depth', jsonb_build_object('queue', t.queue, 'track', t.track),
        coalesce(l.depth, 0)::double precision, 'gauge',

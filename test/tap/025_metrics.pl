@@ -10,6 +10,8 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use HTTP::Tiny;
+use IPC::Run;
 
 my $node = PostgreSQL::Test::Cluster->new('wfe_metrics');
 $node->init;
@@ -105,7 +107,7 @@ my %want_a = (
 	wfe_outbox_pending => { '{}' => 0 },
 	wfe_timers_due => { '{}' => 0 },
 	wfe_dead_letters => {},
-	wfe_cache_hits_total => {});
+	wfe_cache_hits_total => { '{}' => 0 });
 my %want_b = (
 	wfe_runs => { '{"state": "running", "workflow": "flow-b"}' => 2 },
 	wfe_runs_finished_total => {},
@@ -159,5 +161,69 @@ sql(q{SELECT wfe.submit('flow-a', '{}', 'bulk-' || i, '{"tenant": "A"}') FROM ge
 is(series('reader_A', 'wfe_idempotent_submits_total')->{'{"result": "created"}'}, 603, 'the counter counts 603 keyed runs');
 cmp_ok(sql(q{SELECT count(*) FROM wfe.metric_counters WHERE metric = 'wfe_idempotent_submits_total'}), '<', 300,
 	'... in fewer rows than it counted (folded)');
+
+# Prometheus for real: Debian's prometheus-postgres-exporter with the
+# shipped query file, on loopback, as a login with wfe_reader mapped to
+# both tenants, then as one without wfe_reader.
+my $exporter = '/usr/bin/prometheus-postgres-exporter';
+ok(-x $exporter, "$exporter is installed (test/harness/deps.sh)");
+my $queries = "$ENV{WFE_TOP}/packaging/prometheus/wfe-queries.yaml";
+$queries = 'packaging/prometheus/wfe-queries.yaml' unless -r $queries;
+sql(q{CREATE ROLE exporter LOGIN IN ROLE wfe_reader;
+      SELECT wfe.add_tenant_member('exporter', 'A'); SELECT wfe.add_tenant_member('exporter', 'B');});
+
+# export(ROLE): the exporter's /metrics body as ROLE, and its log
+sub export
+{
+	my ($role) = @_;
+	my $port = PostgreSQL::Test::Cluster::get_free_port();
+	my $log = "$PostgreSQL::Test::Utils::tmp_check/exporter_$role.log";
+	local $ENV{DATA_SOURCE_NAME} =
+	  'host=' . $node->host . ' port=' . $node->port . " user=$role dbname=postgres sslmode=disable";
+	my $h = IPC::Run::start([ $exporter, "--web.listen-address=127.0.0.1:$port",
+		"--extend.query-path=$queries", '--disable-default-metrics', '--disable-settings-metrics' ],
+		'<', \undef, '>&', $log);
+	my ($body, $http) = ('', HTTP::Tiny->new(timeout => 10));
+	for (1 .. 100)
+	{
+		my $r = $http->get("http://127.0.0.1:$port/metrics");
+		if ($r->{success}) { $body = $r->{content}; last; }
+		select(undef, undef, undef, 0.1);
+	}
+	$h->kill_kill;
+	return ($body, slurp_file($log));
+}
+
+my ($body, $log) = export('exporter');
+my %scraped;
+for my $line (grep { /^wfe_/ } split /\n/, $body)
+{
+	my ($name, $labels, $value) = $line =~ /^(\w+)(?:\{(.*)\})?\s+(\S+)$/ or next;
+	my %l = ($labels // '') =~ /(\w+)="([^"]*)"/g;
+	delete $l{server};    # the exporter's own label
+	$scraped{ $name . '{' . join(',', map { "$_=$l{$_}" } sort keys %l) . '}' } = $value;
+}
+my $want = sql(q{SELECT string_agg(metric || '{' || coalesce((SELECT string_agg(k || '=' || v, ',' ORDER BY k)
+                                                         FROM jsonb_each_text(labels) AS e(k, v)), '') || '}=' || value, E'\n')
+                   FROM wfe.metrics});
+my %want = map { split /=(?=[^=]*$)/ } split /\n/, $want;
+# ages grow between the scrape and the query after it: within 60 s, not above
+for my $k (grep { /_seconds\{/ } keys %want)
+{
+	my $age = delete $scraped{$k};
+	ok(defined $age && $age <= $want{$k} && $age > $want{$k} - 60, "$k: $want{$k} s, scraped ${\($age // 'nothing')}");
+	delete $want{$k};
+}
+is_deeply(\%scraped, \%want, 'the exporter serves every other series of wfe.metrics, by name, labels and value')
+  or diag("scraped:\n$body\nexporter log:\n$log");
+is($scraped{'wfe_runs{state=running,workflow=flow-a}'}, 602, 'e.g. wfe_runs of flow-a: 602 running');
+is($scraped{'wfe_queue_depth{queue=qb,track=poll}'}, 1, "... and B's queue: 1 queued, through the exporter's tenants");
+like($body, qr/^# TYPE wfe_runs_finished_total counter$/m, 'counters are typed counter');
+like($body, qr/^# TYPE wfe_queue_depth gauge$/m, 'gauges are typed gauge');
+
+# without wfe_reader: no wfe series, and the exporter's log says why
+($body, $log) = export('nobody');
+unlike($body, qr/^wfe_/m, 'a role without wfe_reader exports no wfe series');
+like($log, qr/permission denied for schema wfe/, '... and the exporter logs "permission denied for schema wfe"');
 
 done_testing();
