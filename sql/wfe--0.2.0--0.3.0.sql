@@ -1697,6 +1697,13 @@ WITH settings AS (
     UNION SELECT q.queue, CASE WHEN q.delivery = 'broker' THEN 'small' ELSE 'poll' END FROM wfe.queues AS q
 ), queues AS (
     SELECT t.queue FROM tracks AS t GROUP BY t.queue
+), dead AS (
+    -- an in-database action's stage has no queue: ''
+    SELECT coalesce(st.queue, '') AS queue, count(*) AS dead
+      FROM wfe.dead_letters AS d
+      JOIN wfe.run_stages AS st ON st.run_id = d.run_id AND st.stage = d.stage
+     WHERE d.resolved_at IS NULL
+     GROUP BY 1
 ), counters(metric, labelled, help) AS (
     VALUES ('wfe_runs_finished_total', true, 'Runs that finished, per workflow and final state.'),
            ('wfe_stage_attempts_total', true,
@@ -1748,12 +1755,10 @@ SELECT 'wfe_outbox_oldest_pending_seconds', '{}',
   FROM wfe.outbox AS o
  WHERE o.state = 'pending'
 UNION ALL
-SELECT 'wfe_dead_letters', jsonb_build_object('queue', coalesce(st.queue, '')), count(*)::double precision, 'gauge',
+SELECT 'wfe_dead_letters', jsonb_build_object('queue', n.queue), coalesce(d.dead, 0)::double precision, 'gauge',
        'Open (unresolved) dead letters, per queue of their stage.'
-  FROM wfe.dead_letters AS d
-  JOIN wfe.run_stages AS st ON st.run_id = d.run_id AND st.stage = d.stage
- WHERE d.resolved_at IS NULL
- GROUP BY st.queue
+  FROM (SELECT q.queue FROM queues AS q UNION SELECT d.queue FROM dead AS d) AS n
+  LEFT JOIN dead AS d ON d.queue = n.queue
 UNION ALL
 SELECT 'wfe_timers_due', '{}', count(*)::double precision, 'gauge',
        'Timers due and not fired yet (more than a few: the background worker or wfe.tick is behind).'
@@ -2934,5 +2939,41 @@ BEGIN
     RETURN NULL;
 END
 $$;
+
+-- ... and every function comment that changed.
+COMMENT ON FUNCTION wfe._load_setting(text) IS
+'Loads the wfe library (which defines its settings, with their defaults), then returns the setting''s value.';
+COMMENT ON FUNCTION wfe._setting(text) IS
+'The value of a setting the wfe library defines (wfe.notify, wfe.track_threshold_bytes, ...), its default included: loads the library when the setting is not defined yet.';
+COMMENT ON FUNCTION wfe._is_tenant_name(text) IS
+'The rule of tenant names: 1 to 63 ASCII letters, digits, "_", "." or "-".';
+COMMENT ON FUNCTION wfe._check_tenant_name(text) IS
+'Raises 22023 (with the rule as a hint) unless the argument is a tenant name; NULL passes.';
+COMMENT ON FUNCTION wfe._is_queue_name(text) IS
+'The rule of queue names: a lower-case ASCII letter, then up to 62 lower-case letters, digits, "_", "." or "-".';
+COMMENT ON FUNCTION wfe._check_queue_name(text) IS
+'Raises 22023 (with the rule as a hint) unless the argument is a queue name; NULL passes.';
+COMMENT ON FUNCTION wfe._stage_clocked(text) IS
+'Queued, dispatched or running: a stage''s attempt is live, its queue, execution or heartbeat deadline runs.';
+COMMENT ON FUNCTION wfe._stage_handed_out(text) IS
+'Dispatched or running: a worker holds the attempt, or its dispatch message was published (it counts against in-flight limits).';
+COMMENT ON FUNCTION wfe._stage_under_way(text) IS
+'Queued, dispatched, running or retry_scheduled: an attempt of the stage is under way or due.';
+COMMENT ON FUNCTION wfe._run_keeps_key(text) IS
+'Any run state but failed and cancelled: the run keeps its idempotency key (a failed or cancelled run frees it).';
+COMMENT ON FUNCTION wfe._exchange(text) IS
+'The exchange an outbox message of kind dispatch, cancel (wfe.commands) or event (wfe.events) goes to. Internal.';
+COMMENT ON FUNCTION wfe._routing_key(text, text, text) IS
+'The routing key of a dispatch (run.<queue>.<track>) or a cancel (cancel.<queue>) of a queue. Internal.';
+COMMENT ON FUNCTION wfe._admit_run(text, text) IS
+'Admits one more run of a tenant in flight (a submit, or a redrive or skip_stage reopening a failed run): 53400 at its max_runs_in_flight.';
+COMMENT ON FUNCTION wfe._operate(bigint, text, text, text, text, text) IS
+'An operator''s redrive, skip, fail or redispatch of one stage, through the step core under the run''s lock; 55000 when the core refuses, 53400 when reopening the run would pass its tenant''s max_runs_in_flight.';
+COMMENT ON FUNCTION wfe._operator_target(bigint, text, text) IS
+'Checks an operator action''s run, stage and reason: 22004, 54000, 22023, and 42704 when there is no such run or it is of a tenant the caller does not act for.';
+COMMENT ON FUNCTION wfe.redrive_dead_letters(text, timestamptz, text) IS
+'Redrives every stage with an open dead letter on queue since a time, of the tenants the caller acts for; returns how many (stages that can no longer be redriven, or whose runs max_runs_in_flight keeps closed, are passed over).';
+COMMENT ON FUNCTION wfe._metrics_count() IS
+'Trigger: adds 1 to the counter TG_ARGV[0] of wfe.metrics for the row''s tenant, with the labels the row gives; folds the counter rows every 256th.';
 
 -- End of the final bodies.

@@ -136,6 +136,13 @@ WITH settings AS (
     UNION SELECT q.queue, CASE WHEN q.delivery = 'broker' THEN 'small' ELSE 'poll' END FROM wfe.queues AS q
 ), queues AS (
     SELECT t.queue FROM tracks AS t GROUP BY t.queue
+), dead AS (
+    -- an in-database action's stage has no queue: ''
+    SELECT coalesce(st.queue, '') AS queue, count(*) AS dead
+      FROM wfe.dead_letters AS d
+      JOIN wfe.run_stages AS st ON st.run_id = d.run_id AND st.stage = d.stage
+     WHERE d.resolved_at IS NULL
+     GROUP BY 1
 ), counters(metric, labelled, help) AS (
     VALUES ('wfe_runs_finished_total', true, 'Runs that finished, per workflow and final state.'),
            ('wfe_stage_attempts_total', true,
@@ -187,12 +194,10 @@ SELECT 'wfe_outbox_oldest_pending_seconds', '{}',
   FROM wfe.outbox AS o
  WHERE o.state = 'pending'
 UNION ALL
-SELECT 'wfe_dead_letters', jsonb_build_object('queue', coalesce(st.queue, '')), count(*)::double precision, 'gauge',
+SELECT 'wfe_dead_letters', jsonb_build_object('queue', n.queue), coalesce(d.dead, 0)::double precision, 'gauge',
        'Open (unresolved) dead letters, per queue of their stage.'
-  FROM wfe.dead_letters AS d
-  JOIN wfe.run_stages AS st ON st.run_id = d.run_id AND st.stage = d.stage
- WHERE d.resolved_at IS NULL
- GROUP BY st.queue
+  FROM (SELECT q.queue FROM queues AS q UNION SELECT d.queue FROM dead AS d) AS n
+  LEFT JOIN dead AS d ON d.queue = n.queue
 UNION ALL
 SELECT 'wfe_timers_due', '{}', count(*)::double precision, 'gauge',
        'Timers due and not fired yet (more than a few: the background worker or wfe.tick is behind).'

@@ -10,9 +10,12 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use Cwd qw(abs_path);
+use File::Basename qw(dirname);
 use HTTP::Tiny;
 use IPC::Run;
 
+my $top = abs_path(dirname(__FILE__) . '/../..');
 my $node = PostgreSQL::Test::Cluster->new('wfe_metrics');
 $node->init;
 $node->start;
@@ -106,7 +109,7 @@ my %want_a = (
 	wfe_tasks_in_flight => { '{"queue": "qa"}' => 0, '{"queue": "qidle"}' => 0 },
 	wfe_outbox_pending => { '{}' => 0 },
 	wfe_timers_due => { '{}' => 0 },
-	wfe_dead_letters => {},
+	wfe_dead_letters => { '{"queue": "qa"}' => 0, '{"queue": "qidle"}' => 0 },
 	wfe_cache_hits_total => { '{}' => 0 });
 my %want_b = (
 	wfe_runs => { '{"state": "running", "workflow": "flow-b"}' => 2 },
@@ -167,8 +170,7 @@ cmp_ok(sql(q{SELECT count(*) FROM wfe.metric_counters WHERE metric = 'wfe_idempo
 # both tenants, then as one without wfe_reader.
 my $exporter = '/usr/bin/prometheus-postgres-exporter';
 ok(-x $exporter, "$exporter is installed (test/harness/deps.sh)");
-my $queries = "$ENV{WFE_TOP}/packaging/prometheus/wfe-queries.yaml";
-$queries = 'packaging/prometheus/wfe-queries.yaml' unless -r $queries;
+my $queries = "$top/packaging/prometheus/wfe-queries.yaml";
 sql(q{CREATE ROLE exporter LOGIN IN ROLE wfe_reader;
       SELECT wfe.add_tenant_member('exporter', 'A'); SELECT wfe.add_tenant_member('exporter', 'B');});
 
@@ -225,5 +227,21 @@ like($body, qr/^# TYPE wfe_queue_depth gauge$/m, 'gauges are typed gauge');
 ($body, $log) = export('nobody');
 unlike($body, qr/^wfe_/m, 'a role without wfe_reader exports no wfe series');
 like($log, qr/permission denied for schema wfe/, '... and the exporter logs "permission denied for schema wfe"');
+
+# the Grafana dashboard and the alert rules name only series the exporter serves
+my %names = map { /^(\w+)/ ? ($1 => 1) : () } grep { /^wfe_/ } split /\n/, (export('exporter'))[0];
+for my $file ('packaging/grafana/wfe-dashboard.json', 'packaging/prometheus/wfe-alerts.yaml')
+{
+	my $text = slurp_file("$top/$file");
+	my %used = map { $_ => 1 } $text =~ /\b(wfe_[a-z_]+)\b/g;
+	my @unknown = grep { !$names{$_} } sort keys %used;
+	ok(%used && !@unknown, "$file names " . scalar(keys %used) . ' series, all served') or diag("unknown: @unknown");
+}
+
+# the KEDA scaler's query (docs/operations.md "Monitoring"), as the exporter's role
+my ($keda) = slurp_file("$top/docs/operations.md") =~ /<!-- keda -->\s*```sql\n(.*?)```/s;
+ok($keda, 'docs/operations.md has the KEDA query');
+($st, $out) = login('exporter', $keda =~ s/'payments'/'qb'/r);
+is("$st|$out", '|2', "the KEDA query: qb's work (1 queued, 1 in flight) is 2");
 
 done_testing();
