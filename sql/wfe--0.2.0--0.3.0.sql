@@ -1557,6 +1557,22 @@ ALTER TABLE wfe.contracts
     ADD CONSTRAINT contracts_output_schema
         CHECK (jsonb_typeof(output_schema) IN ('object', 'boolean'));
 
+-- Workers learn a queue's delivery mode (issue 26, 63_queues.sql).
+-- A queue's delivery mode, for the workers that serve it (the clients'
+-- mode="auto"): wfe_worker cannot read wfe.queues, and a worker started in
+-- the wrong mode would wait for tasks that never come its way.
+CREATE FUNCTION wfe.queue_delivery(queue text)
+RETURNS text
+LANGUAGE sql STABLE STRICT SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT coalesce((SELECT q.delivery FROM wfe.queues AS q WHERE q.queue::text = $1), 'poll');
+END;
+COMMENT ON FUNCTION wfe.queue_delivery(text) IS
+'The delivery mode of a queue: broker, or poll (also for a queue never configured).';
+REVOKE ALL ON FUNCTION wfe.queue_delivery(text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION wfe.queue_delivery(text) TO wfe_worker, wfe_reader, wfe_operator, wfe_admin;
+
 -- Final bodies: every function whose text changed in 0.3.0, as src/sql has it.
 -- (Written by the same rule as the sections above: the whole text, copied.)
 
