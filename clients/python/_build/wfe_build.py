@@ -38,7 +38,7 @@ def _project() -> Dict[str, Any]:
 def _version() -> str:
     """wfe.__version__, read from wfe/__init__.py (the one place the version is written)."""
     with open(os.path.join(ROOT, PACKAGE, "__init__.py"), encoding="utf-8") as f:
-        found = re.search(r'^__version__ = "([^"]+)"$', f.read(), re.M)
+        found = re.search(r'^__version__ = "([^"]+)"', f.read(), re.M)
     if not found:
         raise RuntimeError(f"{PACKAGE}/__init__.py has no __version__ = \"...\" line")
     return found.group(1)

@@ -16,6 +16,7 @@ both delivery modes.
 from __future__ import annotations
 
 import concurrent.futures
+import importlib.util
 import logging
 import os
 import signal
@@ -247,11 +248,10 @@ class Worker:
                              "give mode=\"auto\" or the queue's mode")
         resolved = {q: served[q] for q in plan}
         if "broker" in resolved.values():
-            try:
-                import pika  # noqa: F401  (checked here: a missing pika is one error at start, not a dead loop)
-            except ImportError:
+            # checked here: a missing pika is one error at start, not a loop that dies later
+            if importlib.util.find_spec("pika") is None:
                 raise ValueError(f"cannot serve the broker queue(s) {', '.join(q for q, m in resolved.items() if m == 'broker')}: "
-                                 "broker mode needs pika (pip install 'wfe[broker]', or Debian's python3-pika)") from None
+                                 "broker mode needs pika (pip install 'wfe[broker]', or Debian's python3-pika)")
         return resolved
 
     def _install_signals(self) -> None:
