@@ -437,8 +437,18 @@ queue_counts() {
 		awk -v q="$1" '$1 == q {print $2, $3}'
 }
 
+# rmq_exposed: the addresses our RabbitMQ node (AMQP, Erlang distribution,
+# epmd) listens on that are not loopback; empty when it keeps to loopback.
+rmq_exposed() {
+	ss -ltnH "( sport = :$RMQ_PORT or sport = :$((RMQ_PORT + 1)) or sport = :$RMQ_EPMD_PORT )" |
+		awk '{print $4}' | grep -vE '^(127\.0\.0\.1|\[::1\]):' || true
+}
+
 test_broker() {
 	local db=wt_broker r body big
+	if command -v ss >/dev/null; then
+		check "the test's RabbitMQ node listens on loopback only (AMQP, distribution, epmd)" eq "" "$(rmq_exposed)"
+	fi
 	setup_db $db broker
 	EXEC_LOG="$WORKDIR/executions.broker"
 	worker_bg broker.log --queue q_one --mode broker --declare --retry-ttl-ms 200 --max-redeliveries 2 \
