@@ -35,6 +35,9 @@
 
 PGDLLEXPORT void wfe_bgw_main(Datum main_arg);
 
+/* How long the worker waits for a lock at most (lock_timeout). */
+#define WORKER_LOCK_TIMEOUT "1s"
+
 /* How often retention runs, at most. */
 #define RETENTION_INTERVAL_MS (60 * 1000)
 
@@ -255,6 +258,15 @@ wfe_bgw_main(Datum main_arg)
 	 * creates can capture our SQL (which is schema-qualified as well).
 	 */
 	SetConfigOption("search_path", "pg_catalog, pg_temp", PGC_SUSET, PGC_S_OVERRIDE);
+
+	/*
+	 * Never wait unbounded: a transaction that holds a run, a stage or one
+	 * of wfe's locks for long would otherwise stop every tenant's clocks.
+	 * An item whose wait times out (55P03) is put off a second and tried
+	 * again (wfe._item_failed); the round goes on.  Above any user setting,
+	 * so not even a handler's SET lowers it.
+	 */
+	SetConfigOption("lock_timeout", WORKER_LOCK_TIMEOUT, PGC_SUSET, PGC_S_OVERRIDE);
 	pgstat_report_appname("wfe worker");
 	attach_to_shared();
 	ereport(LOG, (errmsg("wfe worker started for database \"%s\"", wfe_database)));

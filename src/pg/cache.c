@@ -7,7 +7,8 @@
  * stages that wait on it.
  *
  * One key at a time.  A release's read of a key and the end of an attempt
- * run under it both take a transaction advisory lock on the key first and
+ * run under it both take a transaction lock on the key first (a wfe lock,
+ * locks.c, which no login can take or hold) and
  * read in statements of their own after it, so each sees what the lock's
  * previous holder committed.  Hence a release sees either the stored entry
  * or the attempt still in flight (and waits on it rather than running the
@@ -28,9 +29,6 @@
 #include "bgw/bgw.h"
 #include "wfe.h"
 
-static stmt q_lock_key = STMT(
-	"SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('wfe.cache'), pg_catalog.hashtext($1))",
-	1, TX);
 /* expired is a clean miss: it is not read at all */
 static stmt q_entry = STMT(
 	"SELECT e.result::text, e.result_digest,"
@@ -99,13 +97,11 @@ wfe_cache_schemas_digest(const char *in, const char *out)
 	return json_digest(both);
 }
 
-/* Take key's lock: it is this transaction's until commit. */
+/* Take key's lock (a wfe lock, which no login can take: locks.c); it is this transaction's until commit. */
 static void
 lock_key(const char *key)
 {
-	Datum		v[1] = {CStringGetTextDatum(key)};
-
-	stmt_run(&q_lock_key, v, NULL);
+	(void) wfe_lock("wfe.cache", key, false);
 }
 
 /*

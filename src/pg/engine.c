@@ -6,7 +6,8 @@
  * run's start, a timer, an expired deadline, an in-database action's
  * result, a cancel.  This file takes the locks (the run row, then the one
  * stage row a claimer could be taking), hands the step core (core/engine/step.c)
- * the run plan (cached per backend: plans never change) and the rows it
+ * the run plan (cached per backend: plans never change, but the extension
+ * may be dropped and created again -- see "Staleness") and the rows it
  * asks for, and writes the effects the core returns with prepared
  * statements.  It decides nothing about routing itself.
  */
@@ -14,6 +15,7 @@
 
 #include "access/htup_details.h"
 #include "access/xact.h"
+#include "catalog/namespace.h"
 #include "commands/async.h"
 #include "common/pg_prng.h"
 #include "executor/spi.h"
@@ -22,7 +24,9 @@
 #include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/hsearch.h"
+#include "utils/inval.h"
 #include "utils/jsonb.h"
+#include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
@@ -231,7 +235,8 @@ static stmt q_reports = STMT(
 	" ORDER BY x.ok, 3, 4, x.n", 1, JSONBOID);
 
 /* ---------------------------------------------------------------------
- * Caches: run plans by definition, contracts by ref (both immutable)
+ * Caches: run plans by definition, contracts by ref (both immutable,
+ * within one life of the extension)
  * --------------------------------------------------------------------- */
 
 typedef struct plan_entry
@@ -252,6 +257,81 @@ typedef struct contract_entry
 static HTAB *plan_cache;
 static HTAB *contract_cache;
 
+/*
+ * Staleness.  The caches hold what wfe.definitions and wfe.contracts said,
+ * and both are immutable -- until DROP EXTENSION wfe; CREATE EXTENSION wfe
+ * starts them (and their ids) again, and a backend that lived through it
+ * (the background worker, a pooled connection) would apply another
+ * extension's plans to runs of the new one.  Dropping a table sends a
+ * relcache invalidation for it to every backend at commit; one for either
+ * table (or for every relation, after a sinval overflow) marks the caches
+ * stale, and the next step empties them before it looks anything up
+ * (caches_check).  An invalidation callback may not read catalogs, nor
+ * free what a step in progress points to: hence the flag, and the tables'
+ * OIDs remembered when the caches were (re)started.
+ */
+static Oid	cached_relids[2];	/* wfe.definitions, wfe.contracts */
+static bool caches_stale = true;
+
+/* Relcache callback: mark the caches stale when one of their tables changes. */
+static void
+caches_invalidate(Datum arg, Oid relid)
+{
+	if (!OidIsValid(relid) || relid == cached_relids[0] || relid == cached_relids[1])
+		caches_stale = true;
+}
+
+/* At the start of a step: empty stale caches, and note the tables they now follow. */
+static void
+caches_check(void)
+{
+	static bool registered = false;
+	HASH_SEQ_STATUS seq;
+	Oid			nsp;
+
+	if (!registered)
+	{
+		CacheRegisterRelcacheCallback(caches_invalidate, (Datum) 0);
+		registered = true;
+	}
+	if (!caches_stale)
+		return;
+	caches_stale = false;
+	if (plan_cache != NULL)
+	{
+		plan_entry *e;
+
+		hash_seq_init(&seq, plan_cache);
+		while ((e = hash_seq_search(&seq)) != NULL)
+			wfe_run_plan_free(e->rp);
+		hash_destroy(plan_cache);
+		plan_cache = NULL;
+	}
+	if (contract_cache != NULL)
+	{
+		contract_entry *e;
+
+		hash_seq_init(&seq, contract_cache);
+		while ((e = hash_seq_search(&seq)) != NULL)
+		{
+			if (e->input_schema)
+				wfe_json_free(e->input_schema);
+			if (e->output_schema)
+				wfe_json_free(e->output_schema);
+			if (e->implementation)
+				pfree(e->implementation);
+			if (e->schemas)
+				pfree(e->schemas);
+		}
+		hash_destroy(contract_cache);
+		contract_cache = NULL;
+	}
+	/* looked up after the reset: an invalidation they bring marks us stale again */
+	nsp = get_namespace_oid("wfe", true);
+	cached_relids[0] = OidIsValid(nsp) ? get_relname_relid("definitions", nsp) : InvalidOid;
+	cached_relids[1] = OidIsValid(nsp) ? get_relname_relid("contracts", nsp) : InvalidOid;
+}
+
 /* The run plan of a definition, built on first use. */
 static const wfe_run_plan *
 run_plan(int64 definition_id)
@@ -259,6 +339,7 @@ run_plan(int64 definition_id)
 	plan_entry *e;
 	bool		found;
 
+	caches_check();
 	if (plan_cache == NULL)
 	{
 		HASHCTL		ctl = {.keysize = sizeof(int64),.entrysize = sizeof(plan_entry)};

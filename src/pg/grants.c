@@ -5,7 +5,8 @@
  * queue was granted (wfe.grant_queue) to a role whose privileges it has;
  * superusers and members of wfe_admin always may.  The callers are SECURITY DEFINER functions, so
  * the role asking is not GetUserId() (that is the extension's owner) but
- * GetOuterUserId(): the session's role, SET ROLE included.
+ * wfe_caller_role(): the session's role, SET ROLE included -- or, inside an
+ * in-database action's handler, its registrant (handler.c).
  *
  * Claims and reports are the hot path, so the grants are cached per
  * backend: queue name -> the roles it is granted to.  Any change to
@@ -120,7 +121,7 @@ grants_load(const char *queue)
 bool
 wfe_may_serve_queue(const char *queue)
 {
-	Oid			caller = GetOuterUserId();
+	Oid			caller = wfe_caller_role();
 	grant_entry *e = NULL;
 
 	Oid			admin = get_role_oid("wfe_admin", true);
@@ -173,7 +174,7 @@ wfe_require_queue(const char *queue, const char *what)
 		ereport(ERROR,
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
 				 errmsg("role \"%s\" may not %s queue \"%s\"",
-						GetUserNameFromId(GetOuterUserId(), false), what, queue),
+						GetUserNameFromId(wfe_caller_role(), false), what, queue),
 				 errhint("An administrator grants a queue with wfe.grant_queue(role, queue).")));
 }
 
@@ -218,7 +219,6 @@ wfe_may_call_back_sql(PG_FUNCTION_ARGS)
 }
 
 PG_FUNCTION_INFO_V1(wfe_queue_grants_changed);
-PG_FUNCTION_INFO_V1(wfe_caller);
 
 /* Statement trigger on wfe.queue_grants: every backend drops its cache at our commit. */
 Datum
@@ -230,11 +230,4 @@ wfe_queue_grants_changed(PG_FUNCTION_ARGS)
 		elog(ERROR, "wfe._queue_grants_changed: not called as a trigger");
 	CacheInvalidateRelcacheByRelid(RelationGetRelid(td->tg_relation));
 	return PointerGetDatum(NULL);
-}
-
-/* wfe._caller() RETURNS regrole: the role acting in this session (SET ROLE included). */
-Datum
-wfe_caller(PG_FUNCTION_ARGS)
-{
-	PG_RETURN_OID(GetOuterUserId());
 }

@@ -8,6 +8,15 @@
  * rule for which functions may be handlers is checked in one place,
  * handler_problem(): at registration, and again before every call, since a
  * function's owner or schema can change after it was registered.
+ *
+ * Inside the call the handler is its registrant for wfe too: wfe asks who is
+ * calling here (wfe_caller_role, wfe._caller(), wfe._identity()), never
+ * GetOuterUserId() or session_user directly -- in the background worker
+ * those are the bootstrap superuser, and a handler would read and act for
+ * every tenant and approve its registrant's own versions.  So tenant
+ * membership, queue grants, superuser and wfe_admin checks, the four-eyes
+ * rule and the identities wfe records all see the registrant, and a handler
+ * can do exactly what its registrant can.
  */
 #include "postgres.h"
 
@@ -20,6 +29,8 @@
 #include "utils/builtins.h"
 #include "utils/regproc.h"
 #include "utils/syscache.h"
+
+#include "wfe.h"
 
 /* Why fn may not run as role's handler, or NULL when it may. */
 static char *
@@ -49,8 +60,40 @@ handler_problem(Oid fn, Oid role)
 	return problem;
 }
 
+/* The registrant of the handler running now (innermost), or InvalidOid. */
+static Oid	running_as = InvalidOid;
+
+/* The role acting: a running handler's registrant, else the session's role (SET ROLE included). */
+Oid
+wfe_caller_role(void)
+{
+	return OidIsValid(running_as) ? running_as : GetOuterUserId();
+}
+
+PG_FUNCTION_INFO_V1(wfe_caller);
+PG_FUNCTION_INFO_V1(wfe_identity);
 PG_FUNCTION_INFO_V1(wfe_check_handler);
 PG_FUNCTION_INFO_V1(wfe_invoke_handler);
+
+/* wfe._caller() RETURNS regrole: the role acting (wfe_caller_role). */
+Datum
+wfe_caller(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_OID(wfe_caller_role());
+}
+
+/*
+ * wfe._identity() RETURNS name: who wfe records and the four-eyes rule
+ * compares -- a running handler's registrant, else session_user (which SET
+ * ROLE does not change; a handler cannot SET ROLE, being restricted).
+ */
+Datum
+wfe_identity(PG_FUNCTION_ARGS)
+{
+	Oid			who = OidIsValid(running_as) ? running_as : GetSessionUserId();
+
+	PG_RETURN_DATUM(DirectFunctionCall1(namein, CStringGetDatum(GetUserNameFromId(who, false))));
+}
 
 /* wfe._check_handler(handler, role): raise 42501 unless handler may run as role. */
 Datum
@@ -70,7 +113,8 @@ wfe_check_handler(PG_FUNCTION_ARGS)
 /*
  * wfe._invoke_handler(handler, role, input) RETURNS jsonb: call the handler
  * as role.  An error leaves the caller's subtransaction, whose abort
- * restores the user id and security context.
+ * restores the user id and security context; running_as is restored here
+ * (a handler may run wfe.tick(), and so other handlers, inside it).
  */
 Datum
 wfe_invoke_handler(PG_FUNCTION_ARGS)
@@ -79,6 +123,7 @@ wfe_invoke_handler(PG_FUNCTION_ARGS)
 	Oid			role = PG_GETARG_OID(1);
 	Oid			save_user;
 	int			save_sec;
+	Oid			save_running_as = running_as;
 	FmgrInfo	flinfo;
 	LOCAL_FCINFO(call, 1);
 	Datum		result;
@@ -92,7 +137,16 @@ wfe_invoke_handler(PG_FUNCTION_ARGS)
 	GetUserIdAndSecContext(&save_user, &save_sec);
 	SetUserIdAndSecContext(role, save_sec | SECURITY_LOCAL_USERID_CHANGE |
 						   SECURITY_RESTRICTED_OPERATION);
-	result = FunctionCallInvoke(call);
+	running_as = role;
+	PG_TRY();
+	{
+		result = FunctionCallInvoke(call);
+	}
+	PG_FINALLY();
+	{
+		running_as = save_running_as;
+	}
+	PG_END_TRY();
 	SetUserIdAndSecContext(save_user, save_sec);
 
 	if (call->isnull)

@@ -37,6 +37,12 @@ extern char *wfe_cache_schemas_digest(const char *input_schema, const char *outp
 extern void wfe_cache_lookup(const char *tenant, const char *contract, const char *implementation,
 							 const char *schemas, const char *input, struct wfe_cache_entry *e);
 extern const char *wfe_cache_leader(const char *tenant, const char *key, int64 run_id);
+
+/* Who is calling: a running handler's registrant, else the session's role (handler.c). */
+extern Oid	wfe_caller_role(void);
+
+/* wfe's own transaction locks, which no login can take (locks.c). */
+extern bool wfe_lock(const char *space, const char *key, bool try);
 extern void wfe_cache_store(const char *tenant, const char *key, const char *contract,
 							int64 ttl_ms, int64 run_id, const char *stage, int attempt,
 							const char *result);

@@ -23,10 +23,13 @@
 --  * functions that write raise 22004 on a NULL argument instead of being
 --    STRICT (a STRICT void function silently does nothing); pure readers are
 --    STRICT;
---  * identities recorded by wfe (created_by, approved_by) are session_user:
---    inside a SECURITY DEFINER function current_user is the owner, and
---    session_user cannot be changed with SET ROLE, so the four-eyes rule
---    cannot be sidestepped that way.
+--  * identities recorded by wfe (created_by, approved_by, "by") are
+--    wfe._identity(): session_user -- inside a SECURITY DEFINER function
+--    current_user is the owner, and session_user cannot be changed with SET
+--    ROLE, so the four-eyes rule cannot be sidestepped that way -- or,
+--    inside an in-database action's handler, the role that registered it
+--    (never the background worker's superuser).  The role acting is
+--    wfe._caller() (SET ROLE included), the same way.
 
 -- Refuse a schema someone else prepared (docs: operations.md "Security
 -- model"): objects planted in it -- an operator, a function, a type --

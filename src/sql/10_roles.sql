@@ -43,9 +43,20 @@ GRANT USAGE ON SCHEMA wfe
 -- Who is calling: the role the session acts as, SET ROLE included.  Inside
 -- a SECURITY DEFINER function current_user is the owner, so wfe asks C
 -- (GetOuterUserId) when it needs the caller, e.g. as whom a handler runs.
+-- Inside an in-database action's handler both functions answer the role
+-- that registered it, not the background worker's superuser
+-- (src/pg/handler.c): a handler can do exactly what its registrant can.
 CREATE FUNCTION wfe._caller()
 RETURNS regrole AS 'MODULE_PATHNAME', 'wfe_caller' LANGUAGE C STABLE;
 COMMENT ON FUNCTION wfe._caller() IS
-'The role acting in this session, SET ROLE included (inside SECURITY DEFINER functions current_user is the owner).';
+'The role acting in this session, SET ROLE included (inside SECURITY DEFINER functions current_user is the owner); inside a handler, its registrant.';
 REVOKE ALL ON FUNCTION wfe._caller() FROM PUBLIC;
+
+-- Who wfe records (created_by, approved_by, "by") and the four-eyes rule
+-- compares: session_user, which SET ROLE does not change.
+CREATE FUNCTION wfe._identity()
+RETURNS name AS 'MODULE_PATHNAME', 'wfe_identity' LANGUAGE C STABLE;
+COMMENT ON FUNCTION wfe._identity() IS
+'Who wfe records and the four-eyes rule compares: session_user; inside a handler, its registrant.';
+REVOKE ALL ON FUNCTION wfe._identity() FROM PUBLIC;
 

@@ -12,7 +12,7 @@
 CREATE TABLE wfe.tenant_members (
     role       regrole NOT NULL,
     tenant     wfe.tenant_name NOT NULL,
-    granted_by name NOT NULL DEFAULT session_user,
+    granted_by name NOT NULL DEFAULT wfe._identity(),
     granted_at timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (role, tenant)
 );

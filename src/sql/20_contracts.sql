@@ -22,7 +22,7 @@ CREATE TABLE wfe.contracts (
                   CONSTRAINT contracts_output_schema
                   CHECK (jsonb_typeof(output_schema) IN ('object', 'boolean')),
     created_at    timestamptz NOT NULL DEFAULT now(),
-    created_by    name NOT NULL DEFAULT session_user,
+    created_by    name NOT NULL DEFAULT wfe._identity(),
     run_as        regrole,
     CONSTRAINT contracts_ref_parts CHECK (ref = name || '@' || version::text),
     -- a worker has a queue; an action has exactly one of handler and queue
@@ -57,7 +57,7 @@ COMMENT ON FUNCTION wfe._invoke_handler(regprocedure, regrole, jsonb) IS
 REVOKE ALL ON FUNCTION wfe._invoke_handler(regprocedure, regrole, jsonb) FROM PUBLIC;
 COMMENT ON COLUMN wfe.contracts.input_schema IS 'JSON-Schema subset the bound input must satisfy';
 COMMENT ON COLUMN wfe.contracts.output_schema IS 'JSON-Schema subset a result must satisfy';
-COMMENT ON COLUMN wfe.contracts.created_by IS 'session_user that registered the contract';
+COMMENT ON COLUMN wfe.contracts.created_by IS 'Who registered the contract (wfe._identity(): session_user, or a handler''s registrant)';
 
 CREATE TRIGGER contracts_immutable
     BEFORE UPDATE OR DELETE OR TRUNCATE ON wfe.contracts
@@ -150,7 +150,7 @@ BEGIN
            (ref, kind, name, version, queue, handler, input_schema, output_schema,
             created_at, created_by, run_as)
     VALUES (p_ref, p_kind, split_part(p_ref, '@', 1), version_text::int, p_queue,
-            p_handler, p_input_schema, p_output_schema, now(), session_user,
+            p_handler, p_input_schema, p_output_schema, now(), wfe._identity(),
             CASE WHEN p_handler IS NOT NULL THEN wfe._caller() END)
     ON CONFLICT (ref) DO NOTHING;
     GET DIAGNOSTICS inserted = ROW_COUNT;

@@ -60,3 +60,12 @@ COMMENT ON FUNCTION wfe._eval_decision(jsonb, jsonb) IS
 'Evaluates decision branches [{"when": EXPR, "next": STAGE}, ...] in order over {"context","stages","outputs","run"}: {"ok": true, "next": STAGE, "branch": i} for the first true one, or {"ok": false, "code": "expr.eval", "error": "...", "branch": i|null}. Internal.';
 REVOKE ALL ON FUNCTION wfe._eval_decision(jsonb, jsonb) FROM PUBLIC;
 
+
+-- wfe's own transaction locks (src/pg/locks.c): advisory lock tags in a
+-- space no SQL function can name, so no login can take, hold or wait for
+-- them (docs: operations.md "Security model").  Granted to nobody.
+CREATE FUNCTION wfe._lock(space text, key text, try boolean)
+RETURNS boolean AS 'MODULE_PATHNAME', 'wfe_lock_sql' LANGUAGE C VOLATILE STRICT;
+COMMENT ON FUNCTION wfe._lock(text, text, boolean) IS
+'Takes wfe''s transaction lock (space, key), which no login can take: waits (bounded by lock_timeout), or with try only takes it if free; returns whether it was taken.';
+REVOKE EXECUTE ON FUNCTION wfe._lock(text, text, boolean) FROM PUBLIC;

@@ -23,7 +23,7 @@ CREATE TABLE wfe.definitions (
     dsl_version      text NOT NULL,
     compiler_version text NOT NULL,
     created_at       timestamptz NOT NULL DEFAULT now(),
-    created_by       name NOT NULL DEFAULT session_user,
+    created_by       name NOT NULL DEFAULT wfe._identity(),
     approved_at      timestamptz,
     approved_by      name,
     activated_at     timestamptz,
@@ -50,8 +50,8 @@ COMMENT ON COLUMN wfe.definitions.digest IS 'sha256: + hex SHA-256 of the canoni
 COMMENT ON COLUMN wfe.definitions.state IS 'draft, approved, active (serves new runs; one per workflow) or retired';
 COMMENT ON COLUMN wfe.definitions.source IS 'YAML source as first created (a later identical-digest source is not stored)';
 COMMENT ON COLUMN wfe.definitions.plan IS 'Compiled canonical plan';
-COMMENT ON COLUMN wfe.definitions.created_by IS 'session_user that created the version';
-COMMENT ON COLUMN wfe.definitions.approved_by IS 'session_user that approved the version';
+COMMENT ON COLUMN wfe.definitions.created_by IS 'Who created the version (wfe._identity(): session_user, or a handler''s registrant)';
+COMMENT ON COLUMN wfe.definitions.approved_by IS 'Who approved the version (wfe._identity(): session_user, or a handler''s registrant)';
 COMMENT ON COLUMN wfe.definitions.activated_at IS 'Last time the version became active';
 COMMENT ON COLUMN wfe.definitions.retired_at IS 'Time the version was retired; NULL unless state is retired';
 
@@ -284,7 +284,7 @@ BEGIN
            (workflow, version, digest, state, source, plan, dsl_version,
             compiler_version, created_at, created_by)
     VALUES (v_plan ->> 'name', v_plan ->> 'version', v_digest, 'draft', $1, v_plan,
-            v_plan ->> 'dsl_version', v_plan ->> 'compiler_version', now(), session_user)
+            v_plan ->> 'dsl_version', v_plan ->> 'compiler_version', now(), wfe._identity())
     ON CONFLICT DO NOTHING
     RETURNING d.definition_id INTO new_id;
 

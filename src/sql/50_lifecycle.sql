@@ -2,7 +2,7 @@
 -- the reviewer's picture.
 --
 -- With wfe.four_eyes on, a role may neither approve nor activate a version
--- it created (identities are session_user, see 00_schema.sql).  The setting
+-- it created (identities are wfe._identity(), see 00_schema.sql).  The setting
 -- is only a safeguard if ordinary roles cannot turn it off for their own
 -- session: the library defines it as a superuser-only GUC.
 
@@ -55,15 +55,15 @@ BEGIN
             USING ERRCODE = 'object_not_in_prerequisite_state',
                   HINT = 'Only a draft can be approved.';
     END IF;
-    IF wfe._four_eyes() AND d.created_by = session_user THEN
+    IF wfe._four_eyes() AND d.created_by = wfe._identity() THEN
         RAISE EXCEPTION 'role "%" created workflow definition "%@%" and may not approve it',
-                session_user, $1, $2
+                wfe._identity(), $1, $2
             USING ERRCODE = 'insufficient_privilege',
                   HINT = 'wfe.four_eyes is on: another role must approve it.';
     END IF;
 
     UPDATE wfe.definitions AS x
-       SET state = 'approved', approved_at = now(), approved_by = session_user
+       SET state = 'approved', approved_at = now(), approved_by = wfe._identity()
      WHERE x.definition_id = d.definition_id;
 END
 $$;
@@ -114,9 +114,9 @@ BEGIN
         RAISE EXCEPTION 'workflow definition "%@%" is already active', $1, $2
             USING ERRCODE = 'object_not_in_prerequisite_state';
     END IF;
-    IF wfe._four_eyes() AND d.created_by = session_user THEN
+    IF wfe._four_eyes() AND d.created_by = wfe._identity() THEN
         RAISE EXCEPTION 'role "%" created workflow definition "%@%" and may not activate it',
-                session_user, $1, $2
+                wfe._identity(), $1, $2
             USING ERRCODE = 'insufficient_privilege',
                   HINT = 'wfe.four_eyes is on: another role must activate it.';
     END IF;

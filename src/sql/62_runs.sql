@@ -168,7 +168,7 @@ BEGIN
         IF v_existing IS NOT NULL THEN
             -- an insert, not a counter on the run: no lock on a run in flight
             PERFORM wfe._event(v_existing, v_tenant, NULL, NULL, 'run.deduplicated',
-                               jsonb_build_object('by', session_user));
+                               jsonb_build_object('by', wfe._identity()));
             RETURN QUERY SELECT v_existing, false;
             RETURN;
         END IF;
@@ -204,7 +204,7 @@ BEGIN
                       HINT = 'Submit again: the run that held the key has ended failed or cancelled.';
         END IF;
         PERFORM wfe._event(v_existing, v_tenant, NULL, NULL, 'run.deduplicated',
-                           jsonb_build_object('by', session_user));
+                           jsonb_build_object('by', wfe._identity()));
         RETURN QUERY SELECT v_existing, false;
         RETURN;
     END IF;
@@ -267,14 +267,14 @@ BEGIN
     END IF;
     IF r.intent IS NOT NULL THEN
         PERFORM wfe._event(r.run_id, r.tenant, NULL, NULL, 'callback.late',
-                           jsonb_build_object('callback', 'cancel_run', 'by', session_user));
+                           jsonb_build_object('callback', 'cancel_run', 'by', wfe._identity()));
         RETURN 'late';
     END IF;
     PERFORM wfe._event(r.run_id, r.tenant, NULL, NULL, 'run.cancel_requested',
-                       jsonb_build_object('by', session_user, 'reason', cancel_run.reason));
-    PERFORM wfe._cancel(r.run_id, coalesce(cancel_run.reason, 'cancelled by ' || session_user));
+                       jsonb_build_object('by', wfe._identity(), 'reason', cancel_run.reason));
+    PERFORM wfe._cancel(r.run_id, coalesce(cancel_run.reason, 'cancelled by ' || wfe._identity()));
     -- nothing is left to do about its dead letters
-    UPDATE wfe.dead_letters AS d SET resolved_at = now(), resolved_by = session_user, resolution = 'cancelled'
+    UPDATE wfe.dead_letters AS d SET resolved_at = now(), resolved_by = wfe._identity(), resolution = 'cancelled'
      WHERE d.run_id = r.run_id AND d.resolved_at IS NULL;
     RETURN 'accepted';
 END

@@ -69,7 +69,7 @@ BEGIN
                   ORDER BY st.run_id, st.stage
         LOOP
             BEGIN
-                PERFORM wfe._operate(c.run_id, c.stage, 'redispatch', NULL, session_user,
+                PERFORM wfe._operate(c.run_id, c.stage, 'redispatch', NULL, wfe._identity(),
                                      format('queue %s switched to broker delivery', configure_queue.queue));
             EXCEPTION WHEN object_not_in_prerequisite_state THEN
                 NULL;

@@ -9,7 +9,7 @@
 CREATE TABLE wfe.queue_grants (
     queue      wfe.queue_name NOT NULL,
     role       regrole NOT NULL,
-    granted_by name NOT NULL DEFAULT session_user,
+    granted_by name NOT NULL DEFAULT wfe._identity(),
     granted_at timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (queue, role)
 );

@@ -47,8 +47,11 @@ BEGIN
     IF s.state <> 'queued' OR s.handler IS NULL THEN
         RETURN false;
     END IF;
+    -- the attempt carries its execution deadline like a worker's: should
+    -- its running state ever outlive this transaction, the clock ends it
     UPDATE wfe.run_stages AS st
-       SET state = 'running', claimed_by = p_by, started_at = now(), heartbeat_at = now()
+       SET state = 'running', claimed_by = p_by, started_at = now(), heartbeat_at = now(),
+           deadline_at = now() + make_interval(secs => st.exec_ms / 1000.0)
      WHERE st.run_id = p_run_id AND st.stage = p_stage;
     PERFORM wfe._event(p_run_id, r.tenant, p_stage, s.attempt, 'stage.claimed',
                        jsonb_build_object('worker_id', p_by, 'handler', s.handler::text));

@@ -10,9 +10,10 @@ COMMENT ON FUNCTION wfe._wake(timestamptz) IS
 REVOKE ALL ON FUNCTION wfe._wake(timestamptz) FROM PUBLIC;
 
 -- An item of a round raised (src/sql: _worker_round, _run_next_handler):
--- the round goes on without it.  A deadlock or a serialization failure
--- (SQLSTATE class 40) is the moment's, not the run's: the item is put off
--- a second and tried again.  For anything else its run is failed through the engine
+-- the round goes on without it.  A deadlock, a serialization failure
+-- (SQLSTATE class 40) or a lock wait past the worker's lock_timeout
+-- (55P03: a transaction holds the run, a stage or a lock too long) is the
+-- moment's, not the run's: the item is put off a second and tried again.  For anything else its run is failed through the engine
 -- (run.engine_error, finalisers run); should even that raise, the error is
 -- recorded as an event and the item put off for a minute, so one poisoned
 -- run never holds up the others' clocks.  The run is named in the log once
@@ -31,7 +32,7 @@ DECLARE
     v_message text;
     v_other   text;
 BEGIN
-    IF p_sqlstate LIKE '40%' THEN
+    IF p_sqlstate LIKE '40%' OR p_sqlstate = '55P03' THEN
         RAISE WARNING 'wfe: % of run % raised % (%): it is tried again in a second', p_what, p_run_id,
             p_sqlstate, v_error ->> 'message';
         UPDATE wfe.timers AS t SET due_at = now() + interval '1 second', fired_at = NULL
@@ -75,7 +76,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION wfe._item_failed(bigint, text, text, text, text, bigint) IS
-'An item of a worker round (a timer: p_timer_id) raised: put it off a second for a deadlock or serialization failure, else fail its run (run.engine_error), or record the error and put the item off; logs the run id.';
+'An item of a worker round (a timer: p_timer_id) raised: put it off a second for a deadlock, serialization failure or lock timeout, else fail its run (run.engine_error), or record the error and put the item off; logs the run id.';
 REVOKE ALL ON FUNCTION wfe._item_failed(bigint, text, text, text, text, bigint) FROM PUBLIC;
 
 -- Fire due timers and time out expired attempts: one bounded round.
@@ -117,8 +118,14 @@ BEGIN
             PERFORM wfe._fire_timer(t);
         EXCEPTION WHEN OTHERS THEN
             GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE, v_message = MESSAGE_TEXT;
-            UPDATE wfe.timers AS x SET fired_at = now() WHERE x.timer_id = t.timer_id;
-            PERFORM wfe._item_failed(t.run_id, t.stage, t.kind || ' timer', v_state, v_message, t.timer_id);
+            -- putting it off can wait on the same run (a foreign key check):
+            -- should that time out too, the timer stays due for the next round
+            BEGIN
+                UPDATE wfe.timers AS x SET fired_at = now() WHERE x.timer_id = t.timer_id;
+                PERFORM wfe._item_failed(t.run_id, t.stage, t.kind || ' timer', v_state, v_message, t.timer_id);
+            EXCEPTION WHEN lock_not_available THEN
+                RAISE WARNING 'wfe: % timer of run % waits for a lock: it is tried again next round', t.kind, t.run_id;
+            END;
         END;
         done := done + 1;
     END LOOP;
@@ -132,7 +139,11 @@ BEGIN
             END IF;
         EXCEPTION WHEN OTHERS THEN
             GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE, v_message = MESSAGE_TEXT;
-            PERFORM wfe._item_failed(c.run_id, c.stage, 'deadline', v_state, v_message);
+            BEGIN
+                PERFORM wfe._item_failed(c.run_id, c.stage, 'deadline', v_state, v_message);
+            EXCEPTION WHEN lock_not_available THEN
+                RAISE WARNING 'wfe: the deadline of run % waits for a lock: it is tried again next round', c.run_id;
+            END;
             done := done + 1;
         END;
     END LOOP;
@@ -206,17 +217,38 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     n int;
+    c record;
 BEGIN
     -- outbox rows a publisher claimed but never marked: publish them again
     -- (their message ids are deterministic, so consumers deduplicate)
     UPDATE wfe.outbox AS o SET state = 'pending', claimed_by = NULL, claimed_at = NULL
      WHERE o.state = 'claimed' AND o.claimed_by LIKE 'wfe worker%';
     GET DIAGNOSTICS n = ROW_COUNT;
+    -- in-database attempts left running: a handler runs in the transaction
+    -- that marks its attempt running and records its end, so one committed
+    -- as running was left by a runner that stopped between the two (0.2.0's
+    -- stale caches did that).  Its execution deadline is brought to now:
+    -- the round that follows times it out through the engine, and its
+    -- retry policy decides.  A run another transaction holds is left alone.
+    FOR c IN SELECT st.run_id, st.stage, st.tenant, st.attempt, st.claimed_by FROM wfe.run_stages AS st
+              WHERE st.state = 'running' AND st.handler IS NOT NULL
+              ORDER BY st.run_id, st.stage
+    LOOP
+        PERFORM FROM wfe.runs AS r WHERE r.run_id = c.run_id FOR NO KEY UPDATE SKIP LOCKED;
+        CONTINUE WHEN NOT FOUND;
+        UPDATE wfe.run_stages AS st SET deadline_at = now()
+         WHERE st.run_id = c.run_id AND st.stage = c.stage AND st.state = 'running' AND st.handler IS NOT NULL;
+        CONTINUE WHEN NOT FOUND;
+        PERFORM wfe._event(c.run_id, c.tenant, c.stage, c.attempt, 'stage.interrupted',
+                           jsonb_build_object('claimed_by', c.claimed_by, 'by', 'wfe._repair'));
+        PERFORM wfe._wake(now());
+        n := n + 1;
+    END LOOP;
     RETURN n;
 END
 $$;
 COMMENT ON FUNCTION wfe._repair() IS
-'Repair after a crash: outbox rows left claimed go back to pending.  (Transitions are single transactions, so nothing else can be half done.)';
+'Repair after a crash: outbox rows left claimed go back to pending; in-database attempts left running are timed out now (retried per policy).  Transitions are single transactions, so nothing else can be half done.';
 REVOKE ALL ON FUNCTION wfe._repair() FROM PUBLIC;
 
 -- Remove finished runs older than the retention, in small batches, with

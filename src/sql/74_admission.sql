@@ -8,7 +8,7 @@ CREATE TABLE wfe.tenant_limits (
     max_runs_in_flight int CONSTRAINT tenant_limits_runs CHECK (max_runs_in_flight > 0),
     max_tasks_in_flight int CONSTRAINT tenant_limits_tasks CHECK (max_tasks_in_flight > 0),
     updated_at         timestamptz NOT NULL DEFAULT now(),
-    updated_by         text NOT NULL DEFAULT session_user
+    updated_by         text NOT NULL DEFAULT wfe._identity()
 );
 COMMENT ON TABLE wfe.tenant_limits IS
 'Per-tenant limits: runs in flight (refused at submit, 53400) and tasks in flight (held queued at the claim and the dispatch).  NULL: unlimited.';
@@ -37,7 +37,7 @@ BEGIN
     ON CONFLICT (tenant) DO UPDATE
        SET max_runs_in_flight = excluded.max_runs_in_flight,
            max_tasks_in_flight = excluded.max_tasks_in_flight,
-           updated_at = now(), updated_by = session_user;
+           updated_at = now(), updated_by = wfe._identity();
     -- A raised or lifted task limit makes room now: the tenant's held broker
     -- tasks that fit are dispatched, and the pollers of the queues where it
     -- has queued tasks are woken.  A lowered one holds what comes next; the
@@ -72,7 +72,7 @@ BEGIN
     IF v_limit IS NULL THEN
         RETURN;
     END IF;
-    PERFORM pg_advisory_xact_lock(hashtext('wfe.max_runs_in_flight'), hashtext(p_tenant));
+    PERFORM wfe._lock('wfe.max_runs_in_flight', p_tenant, false);
     SELECT count(*) INTO v_live FROM wfe.runs AS x WHERE x.tenant = p_tenant AND x.finished_at IS NULL;
     IF v_live >= v_limit THEN
         RAISE EXCEPTION 'tenant "%" has % runs in flight, its max_runs_in_flight', p_tenant, v_live
@@ -96,8 +96,8 @@ REVOKE ALL ON FUNCTION wfe._admit_run(text, text) FROM PUBLIC;
 -- a broker release writes no dispatch message (held), and when a task ends
 -- the engine dispatches the held ones that now fit (wfe._release_held).
 --
--- Each limit has a transaction advisory lock (key: the limit's name and the
--- queue or tenant), taken before the count, which is a statement of its own
+-- Each limit has a transaction lock (wfe._lock: the limit's name and the
+-- queue or tenant; a lock no login can take, src/pg/locks.c), taken before the count, which is a statement of its own
 -- after it, so two admissions cannot both take the last slot.  Lock order,
 -- after the run locks and the wfe.queues row (configure_queue, a poll
 -- claim): tenant locks in name order (C collation), then queue locks in name
@@ -172,13 +172,13 @@ BEGIN
     IF coalesce(current_setting('wfe_admission.queue', true), '') <> ''
        OR (v_max <> '' AND p_tenant COLLATE "C" <= v_max COLLATE "C") THEN
         -- out of order (or already held: a held lock is granted again at once)
-        IF pg_try_advisory_xact_lock(hashtext('wfe.max_tasks_in_flight'), hashtext(p_tenant)) THEN
+        IF wfe._lock('wfe.max_tasks_in_flight', p_tenant, true) THEN
             RETURN true;
         END IF;
         PERFORM wfe._recheck_later(NULL, p_tenant);
         RETURN false;
     END IF;
-    PERFORM pg_advisory_xact_lock(hashtext('wfe.max_tasks_in_flight'), hashtext(p_tenant));
+    PERFORM wfe._lock('wfe.max_tasks_in_flight', p_tenant, false);
     PERFORM set_config('wfe_admission.tenant', p_tenant, true);
     RETURN true;
 END
@@ -197,13 +197,13 @@ DECLARE
     v_max text := coalesce(current_setting('wfe_admission.queue', true), '');
 BEGIN
     IF v_max <> '' AND p_queue COLLATE "C" <= v_max COLLATE "C" THEN
-        IF pg_try_advisory_xact_lock(hashtext('wfe.max_in_flight'), hashtext(p_queue)) THEN
+        IF wfe._lock('wfe.max_in_flight', p_queue, true) THEN
             RETURN true;
         END IF;
         PERFORM wfe._recheck_later(p_queue, NULL);
         RETURN false;
     END IF;
-    PERFORM pg_advisory_xact_lock(hashtext('wfe.max_in_flight'), hashtext(p_queue));
+    PERFORM wfe._lock('wfe.max_in_flight', p_queue, false);
     PERFORM set_config('wfe_admission.queue', p_queue, true);
     RETURN true;
 END

@@ -6,7 +6,7 @@
 -- decides whether the action may act now (55000 says why not) and what it
 -- moves, and the same fences as every callback hold (a late report of a
 -- redriven or failed-by-hand attempt is answered stale).  Each records an
--- event with who (session_user) and why; each closes the stage's open dead
+-- event with who (wfe._identity()) and why; each closes the stage's open dead
 -- letters with its name.
 --
 -- Tenants and limits (docs: operations.md "Security model", "Tenants"):
@@ -32,7 +32,7 @@ LANGUAGE sql VOLATILE
 SET search_path = pg_catalog, pg_temp
 BEGIN ATOMIC
     UPDATE wfe.dead_letters AS d
-       SET resolved_at = now(), resolved_by = session_user, resolution = p_resolution
+       SET resolved_at = now(), resolved_by = wfe._identity(), resolution = p_resolution
      WHERE d.run_id = p_run_id AND (p_stage IS NULL OR d.stage = p_stage) AND d.resolved_at IS NULL;
 END;
 COMMENT ON FUNCTION wfe._resolve_dead_letters(bigint, text, text) IS
@@ -79,7 +79,7 @@ BEGIN
             USING ERRCODE = 'object_not_in_prerequisite_state',
                   HINT = 'The run''s context and results do not change, so binding would fail again: skip_stage completes it by hand, replay starts a new run.';
     END IF;
-    PERFORM wfe._operate(redrive.run_id, redrive.stage, 'redrive', NULL, session_user, redrive.reason);
+    PERFORM wfe._operate(redrive.run_id, redrive.stage, 'redrive', NULL, wfe._identity(), redrive.reason);
     PERFORM wfe._resolve_dead_letters(redrive.run_id, redrive.stage, 'redriven');
 END
 $$;
@@ -97,7 +97,7 @@ BEGIN
     PERFORM wfe._admit(skip_stage.result, 'the result');
     PERFORM wfe._operator_target(skip_stage.run_id, skip_stage.stage, skip_stage.reason);
     PERFORM wfe._operate(skip_stage.run_id, skip_stage.stage, 'skip',
-                         coalesce(skip_stage.result, '{}')::text, session_user, skip_stage.reason);
+                         coalesce(skip_stage.result, '{}')::text, wfe._identity(), skip_stage.reason);
     PERFORM wfe._resolve_dead_letters(skip_stage.run_id, skip_stage.stage, 'skipped');
 END
 $$;
@@ -117,7 +117,7 @@ BEGIN
               HINT = 'Say why: the worker sees it in the error, and the event log keeps it.';
     END IF;
     PERFORM wfe._operator_target(fail_stage.run_id, fail_stage.stage, fail_stage.reason);
-    PERFORM wfe._operate(fail_stage.run_id, fail_stage.stage, 'fail', fail_stage.reason, session_user,
+    PERFORM wfe._operate(fail_stage.run_id, fail_stage.stage, 'fail', fail_stage.reason, wfe._identity(),
                          fail_stage.reason);
     PERFORM wfe._resolve_dead_letters(fail_stage.run_id, fail_stage.stage, 'failed');
 END
@@ -153,7 +153,7 @@ BEGIN
             USING ERRCODE = 'object_not_in_prerequisite_state',
                   HINT = 'Resume it with wfe.configure_queue(..., paused => false): its tasks are dispatched then.';
     END IF;
-    PERFORM wfe._operate(redispatch.run_id, redispatch.stage, 'redispatch', NULL, session_user,
+    PERFORM wfe._operate(redispatch.run_id, redispatch.stage, 'redispatch', NULL, wfe._identity(),
                          redispatch.reason);
 END
 $$;
@@ -191,9 +191,9 @@ BEGIN
                               ELSE jsonb_build_object('execution_context', r.execution_context) END) AS s;
     UPDATE wfe.runs AS x SET replay_of = r.run_id WHERE x.run_id = v_new;
     PERFORM wfe._event(r.run_id, r.tenant, NULL, NULL, 'run.replayed',
-                       jsonb_build_object('by', session_user, 'reason', replay.reason, 'replay', v_new));
+                       jsonb_build_object('by', wfe._identity(), 'reason', replay.reason, 'replay', v_new));
     PERFORM wfe._event(v_new, r.tenant, NULL, NULL, 'run.replay_of',
-                       jsonb_build_object('by', session_user, 'reason', replay.reason, 'replay_of', r.run_id));
+                       jsonb_build_object('by', wfe._identity(), 'reason', replay.reason, 'replay_of', r.run_id));
     PERFORM wfe._resolve_dead_letters(r.run_id, NULL, 'replayed');
     RETURN v_new;
 END

@@ -186,7 +186,8 @@ $y$);
 SELECT wfe.approve('tap-slow', '1.0.0');
 SELECT wfe.activate('tap-slow', '1.0.0');
 SQL
-my $slow = sql("SELECT string_agg(run_id::text, ',') FROM wfe.submit('tap-slow'), generate_series(1, 3)");
+# (LATERAL, with i in its arguments: a submit per row, not one for all three)
+my $slow = sql("SELECT string_agg(s.run_id::text, ',') FROM generate_series(1, 3) AS i, LATERAL wfe.submit('tap-slow', jsonb_build_object('i', i)) AS s");
 my $locked = sql("SELECT run_id FROM wfe.submit('tap-act', '{\"v\": 7}')");
 my $holder = $node->background_psql('postgres');
 $holder->query_safe("BEGIN;\nSELECT 1 FROM wfe.runs WHERE run_id = $locked FOR UPDATE;");

@@ -13,7 +13,15 @@
 #      granted, in-database actions, guessed fences;
 #   5. CREATE EXTENSION refuses a schema someone else prepared;
 #   6. admission limits at the door;
-#   7. pg_dump carries the runtime tables, as the docs say.
+#   7. pg_dump carries the runtime tables, as the docs say;
+#   8. a handler acts as its registrant for wfe too: stripped of wfe_admin
+#      and mapped to one tenant, it cannot read another tenant's runs,
+#      submit into it, or approve its registrant's own version under
+#      four eyes (the background worker's superuser identity is not lent);
+#   9. no login can freeze the worker or a tenant's admissions: a login
+#      with no wfe role and a reader hold the advisory keys wfe's locks used
+#      to have, and cannot take wfe's own; timers still fire and submits go
+#      through; a transaction holding a run keeps only that run waiting.
 use strict;
 use warnings;
 
@@ -176,6 +184,158 @@ like(sql("SELECT error ->> 'message' FROM wfe.run_stages WHERE run_id = $r_swap"
 	qr/owned by role "mallory", not by its registrant "adm"/, '1b: the attempt names the reason');
 is(sql(q{SELECT count(*) FROM public.side_effects WHERE what LIKE 'swapped%'}), '0', '1b: the swapped body never ran');
 is(superusers(), $superusers, '1: nobody became a superuser');
+
+# ---------------------------------------------------------------------
+# 8. A handler acts as its registrant for wfe too
+# ---------------------------------------------------------------------
+# reg5 logs in for real: an admin (to register its handler), an author, an
+# approver, a submitter and a reader, mapped to tenant tE.  Its handler
+# tries, from inside the background worker: to read tenant tA's runs, to
+# submit into tA, to approve the version reg5 created (four eyes on); and
+# what reg5 may do: read and submit in tE, create a version (as reg5).
+sql(<<'SQL');
+CREATE ROLE reg5 LOGIN IN ROLE wfe_admin, wfe_author, wfe_approver, wfe_submitter, wfe_reader;
+SELECT wfe.add_tenant_member('reg5', 'tE');
+CREATE SCHEMA reg5_s AUTHORIZATION reg5;
+SQL
+# as_login(ROLE, SQL): run SQL logged in as ROLE; (psql's exit code, stdout, stderr).
+sub as_login
+{
+	my ($role, $q) = @_;
+	my ($out, $err) = ('', '');
+	my $rc = $node->psql($db, "\\set VERBOSITY verbose\n$q", stdout => \$out, stderr => \$err, on_error_stop => 1,
+		connstr => $node->connstr($db) . " user=$role");
+	return ($rc, $out, $err);
+}
+my ($rc5, $out5, $err5) = as_login('reg5', <<'SQL');
+-- each try in a block of its own: a refusal is recorded, not raised
+CREATE FUNCTION reg5_s.h5(input jsonb) RETURNS jsonb LANGUAGE plpgsql AS $$
+DECLARE
+    out jsonb := '{}';
+    v text;
+    n bigint;
+BEGIN
+    out := out || jsonb_build_object('tenants', wfe.my_tenants());
+    SELECT count(*) INTO n FROM wfe.runs AS r WHERE r.tenant = 'tA';
+    out := out || jsonb_build_object('read_tA', n);
+    SELECT count(*) INTO n FROM wfe.runs AS r WHERE r.tenant = 'tE';
+    out := out || jsonb_build_object('read_tE', n > 0);
+    BEGIN
+        PERFORM wfe.submit('h5-target', '{}', NULL, '{"tenant": "tA"}');
+        out := out || '{"submit_tA": "done"}';
+    EXCEPTION WHEN OTHERS THEN
+        GET STACKED DIAGNOSTICS v = RETURNED_SQLSTATE;
+        out := out || jsonb_build_object('submit_tA', v);
+    END;
+    BEGIN
+        PERFORM wfe.submit('h5-target', '{}', 'h5-tE', '{"tenant": "tE"}');
+        out := out || '{"submit_tE": "done"}';
+    EXCEPTION WHEN OTHERS THEN
+        GET STACKED DIAGNOSTICS v = RETURNED_SQLSTATE;
+        out := out || jsonb_build_object('submit_tE', v);
+    END;
+    BEGIN
+        PERFORM wfe.approve('h5-own', '1.0.0');
+        out := out || '{"approve_own": "done"}';
+    EXCEPTION WHEN OTHERS THEN
+        GET STACKED DIAGNOSTICS v = MESSAGE_TEXT;
+        out := out || jsonb_build_object('approve_own', v);
+    END;
+    BEGIN
+        PERFORM wfe.create_definition($y$
+name: h5-made
+version: "1.0.0"
+entry: act
+stages:
+  - name: act
+    type: action
+    action: tb.h5@1
+    on_success: completed
+    on_failure: failed
+$y$);
+        out := out || '{"create": "done"}';
+    EXCEPTION WHEN OTHERS THEN
+        GET STACKED DIAGNOSTICS v = RETURNED_SQLSTATE;
+        out := out || jsonb_build_object('create', v);
+    END;
+    RETURN out;
+END $$;
+SELECT wfe.register_action('tb.h5@1', handler => 'reg5_s.h5(jsonb)');
+SELECT wfe.create_definition($y$
+name: h5-own
+version: "1.0.0"
+entry: act
+stages:
+  - name: act
+    type: action
+    action: tb.h5@1
+    on_success: completed
+    on_failure: failed
+$y$);
+SQL
+is($rc5, 0, '8: reg5 registers its handler and creates a version, logged in as itself') or diag($err5);
+sql(<<'SQL');
+SELECT wfe.register_worker('tb.sit@1', 'tb-sit');
+SELECT wfe.create_definition($y$
+name: h5-target
+version: "1.0.0"
+entry: sit
+stages:
+  - name: sit
+    type: worker
+    queue: tb-sit
+    worker: tb.sit@1
+    on_success: completed
+    on_failure: failed
+$y$);
+SELECT wfe.approve('h5-target', '1.0.0'), wfe.activate('h5-target', '1.0.0');
+-- the workflow that runs reg5's handler, approved by someone else
+SELECT wfe.create_definition($y$
+name: h5-flow
+version: "1.0.0"
+entry: act
+stages:
+  - name: act
+    type: action
+    action: tb.h5@1
+    on_success: completed
+    on_failure: failed
+$y$);
+SELECT wfe.approve('h5-flow', '1.0.0'), wfe.activate('h5-flow', '1.0.0');
+SELECT wfe.submit('h5-target', '{}', 'in-tA', '{"tenant": "tA"}');
+SELECT wfe.submit('h5-target', '{}', 'in-tE', '{"tenant": "tE"}');
+SQL
+is(sql(q{SELECT string_agg(tenant, ',' ORDER BY tenant) FROM wfe.runs WHERE workflow = 'h5-target'}), 'tA,tE',
+	'8: one run in tenant tA, one in tE');
+# stripped of wfe_admin (which acts for every tenant), four eyes on (the
+# worker takes the setting in at its next round), then its handler runs
+sql('REVOKE wfe_admin FROM reg5; ALTER SYSTEM SET wfe.four_eyes = on; SELECT pg_reload_conf()');
+sleep 1;
+my $h5_before = sql(q{SELECT string_agg(tenant || ':' || workflow, ',' ORDER BY run_id) FROM wfe.runs WHERE tenant = 'tA'});
+my ($rc_run, $r_h5) = as_login('reg5', q{SELECT run_id FROM wfe.submit('h5-flow', '{}', NULL, '{"tenant": "tE"}')});
+is($rc_run, 0, '8: reg5 submits the run of its handler in its tenant');
+ok($node->poll_query_until($db, "SELECT state = 'completed' FROM wfe.runs WHERE run_id = $r_h5"), '8: the handler ran');
+my $res = sql("SELECT result FROM wfe.run_stages WHERE run_id = $r_h5");
+note("8: the handler saw $res");
+is(sql("SELECT result ->> 'tenants' FROM wfe.run_stages WHERE run_id = $r_h5"), '["tE"]',
+	'8: inside its handler, reg5 acts for its own tenant only (wfe.my_tenants)');
+is(sql("SELECT result ->> 'read_tA' FROM wfe.run_stages WHERE run_id = $r_h5"), '0', '8: tenant tA\'s runs are not readable');
+is(sql("SELECT result ->> 'read_tE' FROM wfe.run_stages WHERE run_id = $r_h5"), 'true', '8: ... its own tenant\'s are');
+is(sql("SELECT result ->> 'submit_tA' FROM wfe.run_stages WHERE run_id = $r_h5"), '42501', '8: a submit into tA is refused (42501)');
+is(sql("SELECT result ->> 'submit_tE' FROM wfe.run_stages WHERE run_id = $r_h5"), 'done', '8: ... into tE goes through');
+like(sql("SELECT result ->> 'approve_own' FROM wfe.run_stages WHERE run_id = $r_h5"),
+	qr/^role "reg5" created workflow definition "h5-own\@1\.0\.0" and may not approve it$/,
+	'8: approving reg5\'s own version under four eyes is refused, naming reg5');
+is(sql("SELECT result ->> 'create' FROM wfe.run_stages WHERE run_id = $r_h5"), 'done', '8: creating a version goes through');
+is(sql(q{SELECT state || ' ' || coalesce(approved_by, '-') FROM wfe.definitions WHERE workflow = 'h5-own'}), 'draft -',
+	'8: nothing changed: reg5\'s own version is still a draft, approved by nobody');
+is(sql(q{SELECT string_agg(tenant || ':' || workflow, ',' ORDER BY run_id) FROM wfe.runs WHERE tenant = 'tA'}), $h5_before,
+	'8: nothing changed: tenant tA has the same runs');
+is(sql(q{SELECT created_by FROM wfe.definitions WHERE workflow = 'h5-made'}), 'reg5',
+	'8: the version the handler created is recorded as created by reg5, not by the worker\'s superuser');
+is(sql(q{SELECT count(*) FROM wfe.runs WHERE tenant = 'tE' AND idempotency_key = 'h5-tE'}), '1',
+	'8: the run the handler submitted is in tE');
+sql('ALTER SYSTEM RESET wfe.four_eyes; SELECT pg_reload_conf()');
 
 # ---------------------------------------------------------------------
 # 4. Workers cannot forge results
@@ -343,9 +503,12 @@ CREATE TRIGGER poison BEFORE UPDATE ON wfe.run_stages FOR EACH ROW EXECUTE FUNCT
 CREATE TRIGGER poison BEFORE INSERT ON wfe.events FOR EACH ROW EXECUTE FUNCTION public.poison_events();
 SQL
 my $start = "jsonb_build_object('not_before', now() + interval '1 second')";
-my $p = sql("SELECT run_id FROM wfe.submit('tb-clock', '{}', 'p', $start)");
-my $q = sql("SELECT run_id FROM wfe.submit('tb-clock', '{}', 'q', $start)");
-sql("INSERT INTO public.poisoned VALUES ($p, 'release'), ($q, 'events')");
+# Each run is poisoned in the transaction that submits it: on a loaded
+# machine a second statement could come after its start timer fired.
+my $p = sql("WITH s AS (SELECT run_id FROM wfe.submit('tb-clock', '{}', 'p', $start)) "
+	  . "INSERT INTO public.poisoned SELECT run_id, 'release' FROM s RETURNING run_id");
+my $q = sql("WITH s AS (SELECT run_id FROM wfe.submit('tb-clock', '{}', 'q', $start)) "
+	  . "INSERT INTO public.poisoned SELECT run_id, 'events' FROM s RETURNING run_id");
 my $g_start = sql("SELECT run_id FROM wfe.submit('tb-clock', '{}', 'g-start', $start || jsonb_build_object('tenant', 'other'))");
 my $g_deadline = sql("SELECT run_id FROM wfe.submit('tb-clock', '{}', 'g-deadline', jsonb_build_object('tenant', 'other', 'run_deadline_ms', 2000))");
 my $g_queue = sql("SELECT run_id FROM wfe.submit('tb-clock', '{}', 'g-queue', jsonb_build_object('tenant', 'other'))");
@@ -512,6 +675,84 @@ like($dump, qr/^COPY wfe\.runs .*dump-me-7/ms, '7: a dump carries run contexts')
 like($dump, qr/^COPY wfe\.queue_grants /m, '7: and the queue grants');
 my $ops = slurp_file(dirname(__FILE__) . '/../../docs/operations.md');
 like($ops, qr/a dump carries run contexts and results/, '7: docs/operations.md says so plainly');
+
+# ---------------------------------------------------------------------
+# 9. No login can freeze the worker or a tenant's admissions
+# ---------------------------------------------------------------------
+sql(<<'SQL');
+CREATE ROLE nobody9 LOGIN;
+CREATE ROLE reader9 LOGIN IN ROLE wfe_reader;
+SELECT wfe.add_tenant_member('reader9', 't9');
+SELECT wfe.configure_tenant('t9', 1000, 1000);
+CREATE FUNCTION public.tb_cached(input jsonb) RETURNS jsonb LANGUAGE sql AS $$ SELECT '{"v": 1}'::jsonb $$;
+SELECT wfe.register_action('tb.cached@1', handler => 'public.tb_cached(jsonb)');
+SELECT wfe.create_definition($y$
+name: tb-cached
+version: "1.0.0"
+entry: act
+stages:
+  - name: act
+    type: action
+    action: tb.cached@1
+    cache: {ttl_ms: 600000}
+    on_success: completed
+    on_failure: failed
+$y$);
+SELECT wfe.approve('tb-cached', '1.0.0'), wfe.activate('tb-cached', '1.0.0');
+SQL
+my $r9 = sql(q{SELECT run_id FROM wfe.submit('tb-cached', '{}', NULL, '{"tenant": "t9"}')});
+ok($node->poll_query_until($db, "SELECT state = 'completed' FROM wfe.runs WHERE run_id = $r9"), '9: a cached action ran');
+
+# the attackers log in for real; the reader reads the cache key
+my $reader9 = $node->background_psql($db, extra_params => [ '-U', 'reader9' ]);
+my $nobody9 = $node->background_psql($db, extra_params => [ '-U', 'nobody9' ]);
+my $key9 = $reader9->query_safe("SELECT cache_key FROM wfe.run_stages WHERE run_id = $r9");
+like($key9, qr/^sha256:[0-9a-f]{64}$/, '9: a reader of tenant t9 reads its cache key');
+$reader9->query_safe("SELECT pg_advisory_lock(hashtext('wfe.cache'), hashtext('$key9'))");
+$nobody9->query_safe(q{SELECT pg_advisory_lock(hashtext('wfe.max_runs_in_flight'), hashtext('t9')),
+                              pg_advisory_lock(hashtext('wfe.max_tasks_in_flight'), hashtext('t9'))});
+is(sql(q{SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 2 AND granted}), '3',
+	'9: they hold the advisory keys wfe\'s locks were taken with');
+# wfe's own locks: not for them
+my ($rc9, $out9, $err9) = as_login('reader9', qq{SELECT wfe._lock('wfe.cache', '$key9', false)});
+like($err9, qr/ERROR:\s+42501: permission denied for function _lock/, '9: a reader may not take wfe\'s lock (42501)');
+($rc9, $out9, $err9) = as_login('nobody9', q{SELECT wfe._lock('wfe.max_runs_in_flight', 't9', false)});
+like($err9, qr/ERROR:\s+42501: permission denied for schema wfe/, '9: nor may a login with no wfe role');
+($rc9, $out9, $err9) = as_login('reader9', q{SELECT 1 FROM wfe.tenant_limits FOR UPDATE});
+like($err9, qr/ERROR:\s+42501: permission denied for table tenant_limits/, '9: a reader may not lock wfe\'s rows either');
+
+# with those held: timers fire (a delayed start whose stage reads the
+# cache, another tenant's delayed start), submits of t9 go through
+my $t0 = time();
+my $r9a = sql(q{SELECT run_id FROM wfe.submit('tb-cached', '{}', NULL, jsonb_build_object('tenant', 't9', 'not_before', now() + interval '500 milliseconds'))});
+my $r9b = sql(q{SELECT run_id FROM wfe.submit('tb-cached', '{}', NULL, jsonb_build_object('tenant', 'o9', 'not_before', now() + interval '500 milliseconds'))});
+ok($node->poll_query_until($db, "SELECT count(*) = 2 FROM wfe.runs WHERE run_id IN ($r9a, $r9b) AND state = 'completed'"),
+	'9: both delayed starts fired and their runs completed');
+cmp_ok(time() - $t0, '<', 15, '9: ... promptly, with the old keys held');
+is(sql("SELECT cache FROM wfe.run_stages WHERE run_id = $r9a"), 'hit', '9: ... t9\'s from the cache, under the key the reader holds');
+($rc9, $out9, $err9) = as_login('postgres', q{SET statement_timeout = '5s'; SELECT count(*) FROM wfe.submit('tb-forge', '{}', NULL, '{"tenant": "t9"}')});
+is("$rc9 $out9", '0 1', '9: a submit of tenant t9 is not blocked by a login holding its old key') or diag($err9);
+
+# a transaction holding a run keeps only that run waiting: the worker's
+# lock waits end after lock_timeout, and the item is tried again
+my $holder = $node->background_psql($db);
+my $r9c = $holder->query_safe(q{SELECT run_id FROM wfe.submit('tb-cached', '{}', NULL, jsonb_build_object('tenant', 't9', 'not_before', now() + interval '1 second'))});
+$holder->query_safe("BEGIN; SELECT 1 FROM wfe.runs WHERE run_id = $r9c FOR UPDATE");
+my $r9d = sql(q{SELECT run_id FROM wfe.submit('tb-cached', '{}', NULL, jsonb_build_object('tenant', 'o9', 'not_before', now() + interval '2 seconds'))});
+$t0 = time();
+ok($node->poll_query_until($db, "SELECT state = 'completed' FROM wfe.runs WHERE run_id = $r9d"),
+	'9: another run\'s delayed start fires while a transaction holds a run whose timer is due');
+cmp_ok(time() - $t0, '<', 15, '9: ... promptly');
+is(sql("SELECT state || ' ' || (SELECT fired_at IS NULL FROM wfe.timers WHERE run_id = $r9c) FROM wfe.run_stages WHERE run_id = $r9c"),
+	'waiting true', '9: the held run, its timer due, waits unharmed');
+$holder->query_safe('COMMIT');
+ok($node->poll_query_until($db, "SELECT state = 'completed' FROM wfe.runs WHERE run_id = $r9c"),
+	'9: once released, its delayed start fires and it completes');
+like(slurp_file($node->logfile), qr/wfe: not_before timer of run $r9c raised 55P03 .*tried again in a second/,
+	'9: the worker put its timer off (55P03), it did not fail the run');
+$holder->quit;
+$reader9->quit;
+$nobody9->quit;
 
 $rabbit->stop;
 done_testing();
