@@ -65,7 +65,7 @@ def test_a_queue_in_the_other_mode_is_one_clear_error(db: psycopg.Connection, wo
     flow = Flow(db, mode="broker")
     proc = workers.start(flow.env(MODE="poll"))
     assert proc.wait(30) != 0
-    assert f"cannot serve {flow.queue} is a broker queue, not poll" in workers.log(), workers.log()
+    assert f"cannot serve {flow.queue} (a broker queue) in poll mode" in workers.log(), workers.log()
     assert wfe.queue_delivery(db, flow.queue) == "broker"
     assert wfe.queue_delivery(db, "pyq-never-configured") == "poll"
 

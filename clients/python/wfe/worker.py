@@ -242,7 +242,7 @@ class Worker:
             except psycopg.OperationalError as exc:
                 link.broke(exc)
         link.drop()
-        wrong = [f"{q} is a {served[q]} queue, not {m}" for q, m in plan.items() if m != "auto" and m != served[q]]
+        wrong = [f"{q} (a {served[q]} queue) in {m} mode" for q, m in plan.items() if m != "auto" and m != served[q]]
         if wrong:
             raise ValueError(f"cannot serve {'; '.join(wrong)} (wfe.configure_queue sets a queue's mode): "
                              "give mode=\"auto\" or the queue's mode")
