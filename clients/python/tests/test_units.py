@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -89,3 +90,10 @@ def test_results_are_encoded_and_measured_before_reporting() -> None:
         deep = [deep]
     with pytest.raises(_result.ResultRefused, match="nested"):
         _result.encode(deep, 100, 64)
+
+
+def test_the_version_is_the_extensions() -> None:
+    import re
+    from conftest import TOP
+    control = open(os.path.join(TOP, "wfe.control")).read()
+    assert wfe.__version__ == re.search(r"default_version = '([^']+)'", control).group(1)

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import logging
 
-from .calls import (Submitted, accept_task, ack_cancel, cancel_run, claim_task, complete_task, complete_tasks,
-                    fail_task, fetch_payload, heartbeat, queue_delivery, report, run_timeline, submit)
-from .definitions import activate, approve, configure_queue, create_definition, register_worker
+from .calls import (Submitted, accept_task, ack_cancel, activate, approve, cancel_run, claim_task, complete_task,
+                    complete_tasks, configure_queue, create_definition, fail_task, fetch_payload, heartbeat,
+                    queue_delivery, register_worker, report, run_timeline, submit)
 from .errors import (DataCorrupted, InvalidArgument, InvalidDefinition, LimitExceeded, NullArgument,
                      PermissionDenied, RetrySubmit, UnknownObject, WfeError, WrongState)
 from .outcome import Outcome
