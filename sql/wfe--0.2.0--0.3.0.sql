@@ -2910,6 +2910,727 @@ $$;
 COMMENT ON FUNCTION wfe._worker_round(int) IS
 'Releases what missed admission tries held back, fires up to p_max due timers and times out up to p_max expired attempts; returns how many timers and attempts.';
 
+-- 0.3.0, issue 20 (tenant-proof relays, fences kept from readers, payloads
+-- bound to their attempts, unauthenticated callbacks apart).
+
+-- Fences leave the events' details for a column of their own, which the
+-- readers' roles cannot select.  Events written before: the fence they
+-- name moves to the column (stage.cancelled's is the fence of the attempt
+-- asked to stop: cancelled_fence, or 0.1.0's fence - 1).
+ALTER TABLE wfe.events ADD COLUMN fence bigint;
+COMMENT ON COLUMN wfe.events.fence IS
+'The fence the event is about (an attempt released, cancelled, reported about); kept out of detail, and not readable by wfe_reader or wfe_operator: only the claim and the envelope carry fences';
+UPDATE wfe.events AS e
+   SET fence = CASE WHEN e.type = 'stage.cancelled'
+                    THEN coalesce((e.detail ->> 'cancelled_fence')::bigint, (e.detail ->> 'fence')::bigint - 1)
+                    ELSE (e.detail ->> 'fence')::bigint END,
+       detail = e.detail - 'fence' - 'cancelled_fence' - 'current_fence'
+ WHERE e.detail ?| ARRAY['fence', 'cancelled_fence', 'current_fence'];
+COMMENT ON COLUMN wfe.run_stages.fence IS
+'Fencing token of the current attempt; grows with every new attempt and every fencing.  Not readable by wfe_reader or wfe_operator: only the claim and the envelope carry fences';
+
+DROP FUNCTION wfe._event(bigint, text, text, int, text, jsonb);
+CREATE FUNCTION wfe._event(p_run_id bigint, p_tenant text, p_stage text, p_attempt int,
+                           p_type text, p_detail jsonb DEFAULT NULL, p_fence bigint DEFAULT NULL)
+RETURNS void
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    INSERT INTO wfe.events (run_id, tenant, stage, attempt, type, detail, fence)
+    VALUES (p_run_id, p_tenant, p_stage, p_attempt, p_type, p_detail, p_fence);
+END;
+COMMENT ON FUNCTION wfe._event(bigint, text, text, int, text, jsonb, bigint) IS
+'Appends one row to the event log (p_fence: the fence it is about, kept out of the detail).';
+REVOKE ALL ON FUNCTION wfe._event(bigint, text, text, int, text, jsonb, bigint) FROM PUBLIC;
+
+-- The readers' roles select every column but those holding fences.
+REVOKE SELECT ON wfe.run_stages, wfe.events, wfe.timers, wfe.outbox FROM wfe_reader, wfe_operator;
+GRANT SELECT (run_id, stage, tenant, ordinal, kind, state, attempt, queue, worker, handler, priority,
+              awaits, branch, input, result, error, outcome, skip_reason, exec_ms, queue_ms,
+              heartbeat_ms, ready_at, claimed_by, started_at, heartbeat_at, deadline_at, finished_at,
+              lease_ms, cache_key, cache)
+    ON wfe.run_stages TO wfe_reader, wfe_operator;
+GRANT SELECT (event_id, run_id, tenant, stage, attempt, type, at, detail)
+    ON wfe.events TO wfe_reader, wfe_operator;
+GRANT SELECT (timer_id, tenant, run_id, stage, attempt, kind, due_at, fired_at)
+    ON wfe.timers TO wfe_reader, wfe_operator;
+GRANT SELECT (id, tenant, run_id, stage, attempt, kind, exchange, routing_key, message_id, state,
+              attempts, last_error, available_at, claimed_by, claimed_at, created_at, published_at)
+    ON wfe.outbox TO wfe_reader, wfe_operator;
+
+CREATE OR REPLACE VIEW wfe.dashboard_stuck WITH (security_invoker = true) AS
+SELECT x.problem, x.run_id, x.stage, x.attempt,
+       wfe.human_ms(extract(epoch FROM now() - x.since) * 1000) AS age,
+       CASE WHEN length(x.detail) > 36 THEN left(x.detail, 35) || '…' ELSE x.detail END AS detail
+  FROM (
+    -- a run with nothing under way and nothing due: no attempt can move it
+    SELECT 'no live attempt' AS problem, r.run_id, NULL::text AS stage, NULL::int AS attempt,
+           coalesce((SELECT max(st.finished_at) FROM wfe.run_stages AS st WHERE st.run_id = r.run_id),
+                    r.submitted_at) AS since,
+           r.workflow || ' ' || r.state AS detail
+      FROM wfe.runs AS r
+     WHERE r.finished_at IS NULL
+       AND NOT EXISTS (SELECT 1 FROM wfe.run_stages AS st WHERE st.run_id = r.run_id
+                          AND st.state IN ('queued', 'dispatched', 'running', 'retry_scheduled'))
+       -- a cached stage waiting on the attempt in flight under its key moves when that one ends
+       AND NOT EXISTS (SELECT 1 FROM wfe.run_stages AS st
+                         JOIN wfe.run_stages AS l ON l.cache_key = st.cache_key AND l.tenant = st.tenant
+                        WHERE st.run_id = r.run_id AND st.state = 'waiting' AND st.cache = 'waiting'
+                          AND l.state IN ('queued', 'dispatched', 'running', 'retry_scheduled'))
+       AND NOT EXISTS (SELECT 1 FROM wfe.timers AS t WHERE t.run_id = r.run_id AND t.fired_at IS NULL)
+    UNION ALL
+    -- the clocks should have fired (the background worker is down or behind)
+    SELECT 'past deadline', st.run_id, st.stage, st.attempt, st.deadline_at, st.state || ' on ' || st.queue
+      FROM wfe.run_stages AS st
+     WHERE st.state IN ('queued', 'dispatched', 'running') AND st.deadline_at < now() - interval '5 seconds'
+    UNION ALL
+    SELECT 'timer overdue', t.run_id, t.stage, t.attempt, t.due_at, t.kind
+      FROM wfe.timers AS t
+     WHERE t.fired_at IS NULL AND t.due_at < now() - interval '5 seconds'
+    UNION ALL
+    -- waiting on a queue that does not release
+    SELECT CASE WHEN q.paused THEN 'queue paused' ELSE 'queue full' END,
+           st.run_id, st.stage, st.attempt, st.ready_at,
+           st.queue || CASE WHEN q.paused THEN '' ELSE ' at max_in_flight ' || q.max_in_flight END
+      FROM wfe.run_stages AS st
+      JOIN wfe.queues AS q ON q.queue = st.queue
+     WHERE st.state = 'queued'
+       AND (q.paused OR st.queue IN (SELECT s2.queue FROM wfe.run_stages AS s2
+                                      WHERE s2.queue = q.queue AND s2.state IN ('dispatched', 'running')
+                                      GROUP BY s2.queue HAVING count(*) >= q.max_in_flight))
+    UNION ALL
+    -- waiting on a tenant at its max_tasks_in_flight (broker: held; poll: not claimed)
+    SELECT 'tenant full', st.run_id, st.stage, st.attempt, st.ready_at,
+           l.tenant || ' at max_tasks_in_flight ' || l.max_tasks_in_flight
+      FROM wfe.tenant_limits AS l
+      JOIN wfe.runs AS r ON r.tenant = l.tenant AND r.finished_at IS NULL
+      JOIN wfe.run_stages AS st ON st.run_id = r.run_id
+     WHERE l.max_tasks_in_flight IS NOT NULL
+       AND st.state = 'queued' AND st.queue IS NOT NULL AND st.handler IS NULL
+       -- (by attempt: the view runs as its reader, who may not see fences)
+       AND NOT EXISTS (SELECT 1 FROM wfe.outbox AS o
+                        WHERE o.run_id = st.run_id AND o.stage = st.stage AND o.attempt = st.attempt
+                          AND o.kind = 'dispatch' AND o.state <> 'published')
+       AND (SELECT count(*) FROM wfe.runs AS r2 JOIN wfe.run_stages AS s2 ON s2.run_id = r2.run_id
+             WHERE r2.tenant = l.tenant AND r2.finished_at IS NULL AND s2.queue IS NOT NULL
+               AND s2.handler IS NULL AND s2.state IN ('dispatched', 'running')) >= l.max_tasks_in_flight
+    UNION ALL
+    -- a dispatch the broker has not taken for a minute
+    SELECT 'dispatch unpublished', o.run_id, o.stage, o.attempt, o.created_at,
+           coalesce(o.last_error, o.routing_key)
+      FROM wfe.outbox AS o
+     WHERE o.kind = 'dispatch' AND o.state <> 'published' AND o.created_at < now() - interval '1 minute'
+    UNION ALL
+    SELECT 'dead letter', d.run_id, d.stage, d.attempt, d.at, d.reason
+      FROM wfe.dead_letters AS d
+     WHERE d.resolved_at IS NULL
+  ) AS x
+ ORDER BY x.since, x.run_id, x.stage;
+COMMENT ON VIEW wfe.dashboard_stuck IS
+'Work that does not move: runs with no live attempt and no due timer, attempts past their deadline, overdue timers, tasks on a paused or full queue or of a full tenant, dispatches unpublished for a minute, open dead letters.';
+
+-- Unauthenticated signed callbacks: a table apart from the tenants' events;
+-- those 0.2.0 recorded as events move there.
+CREATE TABLE wfe.unauthenticated_callbacks (
+    id       bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    at       timestamptz NOT NULL DEFAULT now(),
+    caller   name,                  -- the role that called (SET ROLE included); NULL: recorded before 0.3.0
+    run_id   bigint,
+    stage    text,
+    attempt  int,
+    detail   jsonb NOT NULL,
+    fence    bigint
+);
+CREATE INDEX unauthenticated_callbacks_at ON wfe.unauthenticated_callbacks (at);
+COMMENT ON TABLE wfe.unauthenticated_callbacks IS
+'Signed callbacks whose signature did not authenticate them (wfe.callback answered unauthenticated): the login that sent them, what they claimed (run, stage, attempt; callback, callback_id, key_id, timestamp and why in detail). Readable by wfe_operator and wfe_admin, never a tenant''s event.';
+SELECT pg_catalog.pg_extension_config_dump('wfe.unauthenticated_callbacks', '');
+SELECT pg_catalog.pg_extension_config_dump('wfe.unauthenticated_callbacks_id_seq', '');
+GRANT SELECT ON wfe.unauthenticated_callbacks TO wfe_admin, wfe_operator;
+WITH moved AS (
+    DELETE FROM wfe.events AS e WHERE e.type = 'callback.unauthenticated'
+    RETURNING e.at, e.run_id, e.stage, e.attempt, e.detail, e.fence
+)
+INSERT INTO wfe.unauthenticated_callbacks (at, caller, run_id, stage, attempt, detail, fence)
+SELECT m.at, NULL, m.run_id, m.stage, m.attempt, m.detail, m.fence FROM moved AS m ORDER BY m.at;
+COMMENT ON FUNCTION wfe.callback(text, text) IS
+'A worker''s report signed by its gateway: the gate''s outcome word when authentic; otherwise unauthenticated (recorded in wfe.unauthenticated_callbacks), expired or replayed (recorded as events of the run).';
+
+-- Payloads belong to the stage that dispatched them.  References published
+-- by 0.2.0 name no attempt and cannot be fetched any more (their attempts
+-- time out and are retried with new messages), so their rows go.
+ALTER TABLE wfe.payloads DROP CONSTRAINT payloads_pkey;
+DELETE FROM wfe.payloads;
+ALTER TABLE wfe.payloads
+    ADD COLUMN run_id bigint NOT NULL REFERENCES wfe.runs ON DELETE CASCADE,
+    ADD COLUMN stage text NOT NULL,
+    ADD CONSTRAINT payloads_pkey PRIMARY KEY (run_id, stage, key);
+COMMENT ON TABLE wfe.payloads IS
+'Large inputs (the large track) of the stages that dispatched them, under sha256:<hex> of their JSON text; deleted with their runs';
+
+CREATE OR REPLACE FUNCTION wfe._dispatch(p_run wfe.runs, p_stage wfe.run_stages)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_id    uuid := wfe._message_id(p_run.run_id, p_stage.stage, p_stage.attempt, p_stage.fence, 'dispatch');
+    v_text  text := coalesce(p_stage.input, '{}')::text;
+    v_bytes int := octet_length(v_text);
+    v_track text := 'small';
+    v_hash  text;
+    v_ref   jsonb;
+BEGIN
+    IF v_bytes > coalesce(current_setting('wfe.track_threshold_bytes', true)::int, 524288) THEN
+        v_track := 'large';
+        v_hash := encode(sha256(convert_to(v_text, 'UTF8')), 'hex');
+        -- the reference names the attempt: only its holder may fetch it (wfe.fetch_payload)
+        v_ref := jsonb_build_object('bucket', 'wfe.payloads', 'key', 'sha256:' || v_hash,
+                                    'sha256', v_hash, 'bytes', v_bytes,
+                                    'run_id', p_run.run_id, 'stage', p_stage.stage,
+                                    'attempt', p_stage.attempt, 'fence', p_stage.fence);
+        INSERT INTO wfe.payloads (key, tenant, bytes, body, run_id, stage)
+        VALUES ('sha256:' || v_hash, p_run.tenant, v_bytes, coalesce(p_stage.input, '{}'),
+                p_run.run_id, p_stage.stage)
+        ON CONFLICT (run_id, stage, key) DO NOTHING;
+    END IF;
+    INSERT INTO wfe.outbox (tenant, run_id, stage, attempt, fence, kind, exchange, routing_key,
+                            message_id, headers, body)
+    VALUES (p_run.tenant, p_run.run_id, p_stage.stage, p_stage.attempt, p_stage.fence, 'dispatch',
+            'wfe.commands', 'run.' || p_stage.queue || '.' || v_track, v_id,
+            jsonb_build_object(
+                'x-wfe-run-id', p_run.run_id::text, 'x-wfe-stage', p_stage.stage,
+                'x-wfe-attempt', p_stage.attempt::text, 'x-wfe-fence', p_stage.fence::text,
+                'x-wfe-digest', p_run.definition_digest, 'x-wfe-contract', p_stage.worker,
+                'x-wfe-tenant', p_run.tenant, 'x-wfe-track', v_track,
+                -- ISO 8601 in UTC, whatever the releasing session's DateStyle and TimeZone
+                'x-wfe-deadline', coalesce(to_char(p_stage.deadline_at AT TIME ZONE 'UTC',
+                                                   'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'), '')),
+            jsonb_build_object(
+                'message_id', v_id, 'correlation_id', p_run.run_id::text,
+                'workflow_name', p_run.workflow, 'workflow_version', p_run.version,
+                'definition_digest', p_run.definition_digest, 'run_id', p_run.run_id,
+                'stage', p_stage.stage, 'attempt', p_stage.attempt, 'fence', p_stage.fence,
+                'worker', p_stage.worker, 'track', v_track,
+                -- what a pushed worker needs to keep the attempt alive
+                'heartbeat_ms', p_stage.heartbeat_ms, 'execution_deadline_ms', p_stage.exec_ms,
+                'headers', jsonb_build_object('content_type', 'application/json',
+                                              'source', 'wfe', 'tenant', p_run.tenant),
+                'idempotency_key', p_run.run_id || ':' || p_stage.stage || ':' || p_stage.attempt,
+                'deadline_at', p_stage.deadline_at,
+                'payload_inline', CASE WHEN v_track = 'small' THEN coalesce(p_stage.input, '{}') END,
+                'payload_ref', v_ref,
+                'created_at', now()));
+    PERFORM wfe._wake(now());               -- the publisher has a message
+END
+$$;
+COMMENT ON FUNCTION wfe._dispatch(wfe.runs, wfe.run_stages) IS
+'Writes the dispatch message of a released attempt to the outbox (broker-mode queues), by reference on the large track.';
+
+CREATE OR REPLACE FUNCTION wfe.fetch_payload(ref jsonb)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE STRICT SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    s wfe.run_stages;
+    p wfe.payloads;
+BEGIN
+    IF ref ->> 'key' IS NULL OR ref ->> 'sha256' IS NULL
+       OR ref ->> 'key' IS DISTINCT FROM 'sha256:' || (ref ->> 'sha256') THEN
+        RAISE EXCEPTION 'payload reference is malformed or its hash does not match its key'
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = format('key %s, sha256 %s', left(ref ->> 'key', 80), left(ref ->> 'sha256', 80));
+    END IF;
+    IF coalesce(jsonb_typeof(ref -> 'run_id') = 'number' AND jsonb_typeof(ref -> 'stage') = 'string'
+                AND jsonb_typeof(ref -> 'attempt') = 'number'
+                AND (ref ->> 'run_id') ~ '^[0-9]{1,18}$' AND (ref ->> 'attempt') ~ '^[0-9]{1,9}$'
+                AND (ref ->> 'fence') ~ '^-?[0-9]{1,18}$', false) IS NOT TRUE THEN
+        RAISE EXCEPTION 'payload reference names no attempt'
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Pass the payload_ref of a dispatch message as it is: it carries run_id, stage, attempt and fence (messages published before wfe 0.3.0 do not; their attempts are retried with new ones).';
+    END IF;
+    SELECT * INTO s FROM wfe.run_stages AS st
+     WHERE st.run_id = (ref ->> 'run_id')::bigint AND st.stage = ref ->> 'stage';
+    -- who may fetch: the callbacks' rule (src/pg/grants.c), then the attempt itself
+    IF NOT FOUND
+       OR NOT wfe._may_call_back(s.queue, s.tenant, s.handler IS NOT NULL, s.run_id, s.stage, 'fetch payloads of')
+       OR s.attempt <> (ref ->> 'attempt')::int OR s.fence <> (ref ->> 'fence')::bigint
+       OR s.state NOT IN ('queued', 'dispatched', 'running') THEN
+        RAISE EXCEPTION 'payload % does not exist', ref ->> 'key' USING ERRCODE = 'undefined_object';
+    END IF;
+    SELECT * INTO p FROM wfe.payloads AS x
+     WHERE x.run_id = s.run_id AND x.stage = s.stage AND x.key = ref ->> 'key';
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'payload % does not exist', ref ->> 'key' USING ERRCODE = 'undefined_object';
+    END IF;
+    -- verify the content against its name: a tampered row is refused
+    IF 'sha256:' || encode(sha256(convert_to(p.body::text, 'UTF8')), 'hex') <> p.key THEN
+        RAISE EXCEPTION 'payload % failed its SHA-256 check', p.key USING ERRCODE = 'data_corrupted';
+    END IF;
+    RETURN p.body;
+END
+$$;
+COMMENT ON FUNCTION wfe.fetch_payload(jsonb) IS
+'The input a large-track envelope refers to, for a holder of the attempt the reference names, after checking its SHA-256 against the reference.';
+
+-- An external relay claims and acknowledges only the rows of its tenants.
+CREATE FUNCTION wfe._relay_sees(p_tenant text, p_tenants text[])
+RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+RETURN p_tenants IS NULL OR p_tenant OPERATOR(pg_catalog.=) ANY (p_tenants);
+COMMENT ON FUNCTION wfe._relay_sees(text, text[]) IS
+'Whether an external relay acting for p_tenants (wfe.my_tenants(); NULL: every tenant) may claim and acknowledge an outbox row of p_tenant.';
+REVOKE ALL ON FUNCTION wfe._relay_sees(text, text[]) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION wfe.outbox_claim(max int, relay text)
+RETURNS SETOF wfe.outbox
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_tenants text[] := wfe.my_tenants();
+BEGIN
+    IF outbox_claim.max IS NULL OR outbox_claim.max < 1 OR outbox_claim.relay IS NULL
+       OR outbox_claim.relay = '' THEN
+        RAISE EXCEPTION 'max must be positive and relay must name the relay'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    -- rows a relay claimed and never acknowledged for 5 minutes are claimable again
+    RETURN QUERY
+    WITH picked AS (
+        SELECT o.id FROM wfe.outbox AS o
+         WHERE ((o.state = 'pending' AND o.available_at <= now())
+                OR (o.state = 'claimed' AND o.claimed_at < now() - interval '5 minutes'
+                    AND o.claimed_by NOT LIKE 'wfe worker%'))
+           AND wfe._relay_sees(o.tenant, v_tenants)
+         ORDER BY o.id LIMIT outbox_claim.max
+           FOR UPDATE SKIP LOCKED
+    )
+    UPDATE wfe.outbox AS o
+       SET state = 'claimed', claimed_by = outbox_claim.relay, claimed_at = now(), attempts = o.attempts + 1
+      FROM picked WHERE o.id = picked.id
+    RETURNING o.*;
+END
+$$;
+COMMENT ON FUNCTION wfe.outbox_claim(int, text) IS
+'External relay: claims up to max pending outbox rows of the tenants the caller acts for (SKIP LOCKED, id order); acknowledge them with wfe.outbox_ack.';
+
+CREATE OR REPLACE FUNCTION wfe.outbox_ack(ids bigint[], relay text)
+RETURNS int
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_tenants text[] := wfe.my_tenants();
+BEGIN
+    IF outbox_ack.ids IS NULL OR outbox_ack.relay IS NULL THEN
+        RAISE EXCEPTION 'ids and relay must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    -- another tenant's row is one this relay does not hold: not marked, not counted
+    RETURN wfe._mark_published(ARRAY(SELECT o.id FROM wfe.outbox AS o
+                                      WHERE o.id = ANY (outbox_ack.ids)
+                                        AND wfe._relay_sees(o.tenant, v_tenants)),
+                               outbox_ack.relay);
+END
+$$;
+COMMENT ON FUNCTION wfe.outbox_ack(bigint[], text) IS
+'External relay: marks the rows it claimed and published as published; returns how many (rows it no longer holds, or of tenants it does not act for, are not counted).';
+
+-- The fence a cancel acknowledgement names is the stage.cancelled event's
+-- fence column; a dead dispatch's event names its fence there too.
+CREATE OR REPLACE FUNCTION wfe.ack_cancel(run_id bigint, stage text, attempt int, fence bigint)
+RETURNS text
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    s wfe.run_stages;
+BEGIN
+    IF ack_cancel.run_id IS NULL OR ack_cancel.stage IS NULL OR ack_cancel.attempt IS NULL
+       OR ack_cancel.fence IS NULL THEN
+        RAISE EXCEPTION 'run_id, stage, attempt and fence must not be null'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    PERFORM wfe._admit_name(ack_cancel.stage, 'stage');
+    SELECT * INTO s FROM wfe.run_stages AS st
+     WHERE st.run_id = ack_cancel.run_id AND st.stage = ack_cancel.stage;
+    IF NOT FOUND THEN
+        RETURN 'unknown';
+    END IF;
+    -- who may call back: the callbacks' rule (src/pg/grants.c)
+    IF NOT wfe._may_call_back(s.queue, s.tenant, s.handler IS NOT NULL, s.run_id, s.stage, 'report for') THEN
+        RETURN 'unknown';
+    END IF;
+    -- the cancelled attempt is the one whose fence the cancel superseded
+    -- (stage.cancelled names it in its fence column)
+    IF s.attempt <> ack_cancel.attempt OR s.state <> 'cancelled'
+       OR NOT EXISTS (SELECT 1 FROM wfe.events AS e
+                       WHERE e.run_id = s.run_id AND e.stage = s.stage AND e.attempt = s.attempt
+                         AND e.type = 'stage.cancelled' AND e.fence = ack_cancel.fence)
+    THEN
+        PERFORM wfe._event(s.run_id, s.tenant, s.stage, ack_cancel.attempt, 'callback.stale',
+                           jsonb_build_object('callback', 'ack_cancel'), ack_cancel.fence);
+        RETURN 'stale';
+    END IF;
+    PERFORM wfe._event(s.run_id, s.tenant, s.stage, s.attempt, 'stage.cancel_acknowledged',
+                       NULL, ack_cancel.fence);
+    RETURN 'accepted';
+END
+$$;
+COMMENT ON FUNCTION wfe.ack_cancel(bigint, text, int, bigint) IS
+'Records a worker''s acknowledgement of a cooperative cancellation request.';
+
+CREATE OR REPLACE FUNCTION wfe._broker_dead_letter(p_message_id text, p_routing_key text, p_headers jsonb, p_body text)
+RETURNS text
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_env     jsonb;
+    v_run     bigint;
+    v_stage   text;
+    v_attempt int;
+    v_fence   bigint;
+    v_tenant  text;
+    v_deaths  int;
+    v_error   jsonb;
+    v_outcome text;
+    v_dead    bigint;
+BEGIN
+    -- the attempt's identity: its x-wfe-* headers, else its envelope
+    BEGIN
+        v_env := p_body::jsonb;
+    EXCEPTION WHEN invalid_text_representation THEN
+        v_env := NULL;
+    END;
+    BEGIN
+        v_run := coalesce(p_headers ->> 'x-wfe-run-id', v_env ->> 'run_id')::bigint;
+        v_stage := coalesce(p_headers ->> 'x-wfe-stage', v_env ->> 'stage');
+        v_attempt := coalesce(p_headers ->> 'x-wfe-attempt', v_env ->> 'attempt')::int;
+        v_fence := coalesce(p_headers ->> 'x-wfe-fence', v_env ->> 'fence')::bigint;
+    EXCEPTION WHEN invalid_text_representation OR numeric_value_out_of_range THEN
+        v_run := NULL;
+    END;
+    IF v_run IS NULL OR v_stage IS NULL OR v_attempt IS NULL OR v_fence IS NULL THEN
+        RAISE WARNING 'wfe: a message in wfe.dlq names no wfe attempt (message_id %, routing key %): dropped',
+              coalesce(p_message_id, '(none)'), p_routing_key;
+        RETURN 'foreign';
+    END IF;
+    SELECT r.tenant INTO v_tenant FROM wfe.runs AS r WHERE r.run_id = v_run;
+    IF NOT FOUND THEN
+        RETURN 'unknown';           -- its run is gone (retention): nothing waits for it
+    END IF;
+    IF EXISTS (SELECT 1 FROM wfe.dead_letters AS d
+                WHERE d.run_id = v_run AND d.stage = v_stage AND d.attempt = v_attempt
+                  AND d.reason = 'broker.redeliveries' AND d.error ->> 'fence' = v_fence::text) THEN
+        RETURN 'duplicate';
+    END IF;
+    SELECT coalesce(sum((x ->> 'count')::int), 0) INTO v_deaths
+      FROM jsonb_array_elements(CASE WHEN jsonb_typeof(p_headers -> 'x-death') = 'array'
+                                     THEN p_headers -> 'x-death' ELSE '[]' END) AS x
+     WHERE x ->> 'reason' = 'rejected';
+    v_error := jsonb_build_object(
+        'code', 'broker.redeliveries',
+        'message', format('RabbitMQ dead-lettered the dispatch of attempt %s after %s rejected deliveries',
+                          v_attempt, v_deaths),
+        'fence', v_fence, 'message_id', p_message_id, 'x_death', p_headers -> 'x-death');
+    PERFORM wfe._event(v_run, v_tenant, v_stage, v_attempt, 'stage.dead_lettered',
+                       jsonb_build_object('message_id', p_message_id,
+                                          'rejected', v_deaths, 'routing_key', p_routing_key),
+                       v_fence);
+    -- the gate decides: the current attempt fails (retried or failed per its
+    -- policy); one superseded meanwhile is stale, one of an ended run late.
+    -- Only a running attempt is reported, and nobody accepted this one: wfe
+    -- takes it first, as the holder of its envelope (a duplicate if a worker
+    -- had accepted it before rejecting it)
+    BEGIN
+        PERFORM wfe.accept_task(v_run, v_stage, v_attempt, v_fence, 'wfe.dlq');
+    EXCEPTION WHEN object_not_in_prerequisite_state THEN
+        NULL;       -- its queue is a poll queue now: the gate below answers for the attempt
+    END;
+    v_outcome := wfe.fail_task(v_run, v_stage, v_attempt, v_fence, v_error, true);
+    -- retries exhausted: the engine wrote its dead letter just now; it is this one
+    UPDATE wfe.dead_letters AS d SET reason = 'broker.redeliveries', error = v_error
+     WHERE d.run_id = v_run AND d.stage = v_stage AND d.attempt = v_attempt
+       AND d.reason = 'retries exhausted' AND d.at = now()
+    RETURNING d.dead_letter_id INTO v_dead;
+    IF v_dead IS NULL THEN
+        -- retried, or superseded: recorded, and closed at once
+        INSERT INTO wfe.dead_letters (tenant, run_id, stage, attempt, reason, error,
+                                      resolved_at, resolved_by, resolution)
+        VALUES (v_tenant, v_run, v_stage, v_attempt, 'broker.redeliveries', v_error, now(), 'wfe',
+                CASE WHEN v_outcome = 'accepted' THEN 'retried' ELSE 'superseded' END);
+    END IF;
+    RETURN v_outcome;
+END
+$$;
+COMMENT ON FUNCTION wfe._broker_dead_letter(text, text, jsonb, text) IS
+'A dispatch RabbitMQ dead-lettered (wfe.dlq): recorded in wfe.dead_letters (reason broker.redeliveries, the x-death history) and its attempt failed through the gate, per the stage''s retry policy.';
+
+-- Retention removes old unauthenticated callbacks too.
+CREATE OR REPLACE FUNCTION wfe._retention(p_retention_s int, p_batch int)
+RETURNS int
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_cutoff timestamptz := now() - make_interval(secs => p_retention_s);
+    v_runs   bigint[];
+    n        int := 0;
+BEGIN
+    SELECT array_agg(x.run_id) INTO v_runs
+      FROM (SELECT r.run_id FROM wfe.runs AS r
+             WHERE r.finished_at < v_cutoff
+             ORDER BY r.finished_at LIMIT p_batch
+               FOR UPDATE SKIP LOCKED) AS x;
+    IF v_runs IS NOT NULL THEN
+        DELETE FROM wfe.events AS e WHERE e.run_id = ANY (v_runs);
+        DELETE FROM wfe.outbox AS o WHERE o.run_id = ANY (v_runs) AND o.state = 'published';
+        DELETE FROM wfe.runs AS r WHERE r.run_id = ANY (v_runs);     -- cascades to stages, outputs, timers, payloads
+        n := cardinality(v_runs);
+    END IF;
+    DELETE FROM wfe.outbox AS o
+     WHERE o.id IN (SELECT o2.id FROM wfe.outbox AS o2
+                     WHERE o2.state = 'published' AND o2.published_at < v_cutoff
+                     LIMIT p_batch);
+    -- expired result cache entries (a read treats them as a miss already)
+    DELETE FROM wfe.cache_entries AS c
+     WHERE c.key IN (SELECT c2.key FROM wfe.cache_entries AS c2
+                      WHERE c2.expires_at < now() LIMIT p_batch);
+    -- unauthenticated signed callbacks: nobody's, kept for the retention
+    DELETE FROM wfe.unauthenticated_callbacks AS u
+     WHERE u.id IN (SELECT u2.id FROM wfe.unauthenticated_callbacks AS u2
+                     WHERE u2.at < v_cutoff LIMIT p_batch);
+    -- callbacks about runs that never existed (or are gone)
+    DELETE FROM wfe.events AS e
+     WHERE e.event_id IN (SELECT e2.event_id FROM wfe.events AS e2
+                           WHERE e2.type IN ('callback.unknown', 'callback.unauthenticated', 'callback.expired', 'callback.replayed')
+                             AND e2.at < v_cutoff
+                             AND NOT EXISTS (SELECT 1 FROM wfe.runs AS r WHERE r.run_id = e2.run_id)
+                           LIMIT p_batch);
+    RETURN n;
+END
+$$;
+COMMENT ON FUNCTION wfe._retention(int, int) IS
+'Deletes up to p_batch finished runs older than the retention (and their history and large payloads), old published outbox rows, old unauthenticated callbacks and expired result cache entries.';
+
+-- 0.3.0: wfe.metrics, the Prometheus data model (issue 27); all new, as
+-- src/sql/83_metrics.sql has it.  The counters start at 0 here: what
+-- happened before the update was not counted.
+-- (spec: operations.md "Metrics and traces").
+--
+-- wfe.metrics is the Prometheus data model as a view: one row per series.
+-- Gauges are read from live work only, through the partial indexes of
+-- unfinished runs, live stages, pending outbox rows, unfired timers and
+-- open dead letters, so a scrape costs the same at 1M finished runs as at
+-- 1,000 (docs/benchmarks.md).  Counters cannot be counted from history
+-- (retention deletes it, and counting it is the scan a scrape must not
+-- do): triggers add a row of +1 to wfe.metric_counters as each thing
+-- happens, and the view sums them.  Those rows are only ever inserted, so
+-- two transactions never wait on each other for a counter; every 256th
+-- insert folds the rows nobody has locked into one row per series, so
+-- the table stays a few rows per series.
+
+CREATE TABLE wfe.metric_counters (
+    id     bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    tenant text NOT NULL,
+    metric text NOT NULL,
+    labels jsonb NOT NULL,
+    value  bigint NOT NULL
+);
+COMMENT ON TABLE wfe.metric_counters IS
+'The counters of wfe.metrics, as rows to sum per tenant, metric and labels: +1 rows written by triggers, folded now and then.';
+GRANT SELECT ON wfe.metric_counters TO wfe_reader, wfe_operator;
+ALTER TABLE wfe.metric_counters ENABLE ROW LEVEL SECURITY;
+ALTER TABLE wfe.metric_counters FORCE ROW LEVEL SECURITY;
+CREATE POLICY tenant_read ON wfe.metric_counters FOR SELECT
+    USING (coalesce(tenant OPERATOR(pg_catalog.=) ANY ((SELECT wfe.my_tenants())::pg_catalog.text[]), true));
+
+-- Open dead letters (wfe_dead_letters, the dashboards), without reading resolved ones.
+CREATE INDEX dead_letters_open ON wfe.dead_letters (run_id, stage) WHERE resolved_at IS NULL;
+
+-- Trigger: count what just happened, as TG_ARGV[0] names it.
+CREATE FUNCTION wfe._metrics_count()
+RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_labels jsonb;
+    v_id     bigint;
+BEGIN
+    CASE TG_ARGV[0]
+    WHEN 'wfe_runs_finished_total' THEN
+        v_labels := jsonb_build_object('workflow', NEW.workflow, 'state', NEW.state);
+    WHEN 'wfe_idempotent_submits_total' THEN
+        -- a keyed run created, or a submit answered with the run its key named
+        v_labels := jsonb_build_object('result', CASE WHEN TG_TABLE_NAME = 'runs' THEN 'created' ELSE 'deduplicated' END);
+    WHEN 'wfe_stage_attempts_total' THEN
+        -- an attempt ended: retry_scheduled is an attempt that failed
+        v_labels := jsonb_build_object(
+            'workflow', (SELECT r.workflow FROM wfe.runs AS r WHERE r.run_id = NEW.run_id),
+            'stage', NEW.stage,
+            'outcome', CASE WHEN NEW.state = 'retry_scheduled' THEN 'failed' ELSE NEW.state END);
+    WHEN 'wfe_cache_hits_total', 'wfe_cache_misses_total' THEN
+        v_labels := '{}';
+    END CASE;
+    INSERT INTO wfe.metric_counters (tenant, metric, labels, value)
+    VALUES (NEW.tenant, TG_ARGV[0], v_labels, 1)
+    RETURNING id INTO v_id;
+    IF v_id % 256 = 0 THEN
+        -- fold: SKIP LOCKED leaves rows another fold holds (so two never
+        -- wait on each other) and the rows inserted since the snapshot
+        WITH gone AS (
+            DELETE FROM wfe.metric_counters AS c
+             WHERE c.id IN (SELECT x.id FROM wfe.metric_counters AS x FOR UPDATE SKIP LOCKED)
+            RETURNING c.tenant, c.metric, c.labels, c.value
+        )
+        INSERT INTO wfe.metric_counters (tenant, metric, labels, value)
+        SELECT g.tenant, g.metric, g.labels, sum(g.value) FROM gone AS g GROUP BY 1, 2, 3;
+    END IF;
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION wfe._metrics_count() IS
+'Trigger: adds 1 to the counter TG_ARGV[0] of wfe.metrics for the row''s tenant, with the labels the row gives; folds the counter rows every 256th.';
+REVOKE ALL ON FUNCTION wfe._metrics_count() FROM PUBLIC;
+
+-- The WHEN clauses are evaluated without calling the function: a row that
+-- counts nothing costs a comparison.
+CREATE TRIGGER metrics_run_finished
+    AFTER UPDATE ON wfe.runs
+    FOR EACH ROW WHEN (OLD.finished_at IS NULL AND NEW.finished_at IS NOT NULL)
+    EXECUTE FUNCTION wfe._metrics_count('wfe_runs_finished_total');
+CREATE TRIGGER metrics_run_finished_at_submit
+    AFTER INSERT ON wfe.runs
+    FOR EACH ROW WHEN (NEW.finished_at IS NOT NULL)
+    EXECUTE FUNCTION wfe._metrics_count('wfe_runs_finished_total');
+CREATE TRIGGER metrics_keyed_run
+    AFTER INSERT ON wfe.runs
+    FOR EACH ROW WHEN (NEW.idempotency_key IS NOT NULL)
+    EXECUTE FUNCTION wfe._metrics_count('wfe_idempotent_submits_total');
+CREATE TRIGGER metrics_deduplicated
+    AFTER INSERT ON wfe.events
+    FOR EACH ROW WHEN (NEW.type = 'run.deduplicated')
+    EXECUTE FUNCTION wfe._metrics_count('wfe_idempotent_submits_total');
+-- an attempt ends when its stage leaves a clocked state (wfe._stage_clocked)
+CREATE TRIGGER metrics_attempt_ended
+    AFTER UPDATE OF state ON wfe.run_stages
+    FOR EACH ROW WHEN (OLD.state IN ('queued', 'dispatched', 'running')
+                       AND NEW.state IN ('completed', 'failed', 'retry_scheduled', 'timed_out', 'cancelled'))
+    EXECUTE FUNCTION wfe._metrics_count('wfe_stage_attempts_total');
+CREATE TRIGGER metrics_cache_hit
+    AFTER UPDATE OF cache ON wfe.run_stages
+    FOR EACH ROW WHEN (NEW.cache IN ('hit', 'coalesced') AND OLD.cache IS DISTINCT FROM NEW.cache)
+    EXECUTE FUNCTION wfe._metrics_count('wfe_cache_hits_total');
+CREATE TRIGGER metrics_cache_miss
+    AFTER UPDATE OF cache ON wfe.run_stages
+    FOR EACH ROW WHEN (NEW.cache = 'miss' AND OLD.cache IS DISTINCT FROM NEW.cache)
+    EXECUTE FUNCTION wfe._metrics_count('wfe_cache_misses_total');
+
+-- One row per series, in the Prometheus data model.  NB: security_invoker,
+-- like the dashboards: the reader's row-level security decides whose work
+-- it sums, and the state lists and the track threshold's default are
+-- written out (see 80_dashboards.sql).
+CREATE VIEW wfe.metrics WITH (security_invoker = true) AS
+WITH settings AS (
+    SELECT coalesce(current_setting('wfe.track_threshold_bytes', true)::int, 524288) AS threshold
+), live AS (
+    SELECT st.queue,
+           CASE WHEN q.delivery = 'broker' THEN
+                CASE WHEN octet_length(coalesce(st.input, '{}')::text) > s.threshold THEN 'large' ELSE 'small' END
+                ELSE 'poll' END AS track,
+           count(*) FILTER (WHERE st.state = 'queued') AS depth,
+           min(st.ready_at) FILTER (WHERE st.state = 'queued') AS oldest_ready,
+           count(*) FILTER (WHERE st.state IN ('dispatched', 'running')) AS in_flight
+      FROM wfe.run_stages AS st
+      LEFT JOIN wfe.queues AS q ON q.queue = st.queue
+     CROSS JOIN settings AS s
+     WHERE st.state IN ('queued', 'dispatched', 'running') AND st.queue IS NOT NULL    -- wfe._stage_clocked
+     GROUP BY 1, 2
+), tracks AS (
+    -- every configured queue has its series, 0 when idle (KEDA scales to zero on it)
+    SELECT l.queue, l.track FROM live AS l
+    UNION SELECT q.queue, CASE WHEN q.delivery = 'broker' THEN 'small' ELSE 'poll' END FROM wfe.queues AS q
+), queues AS (
+    SELECT t.queue FROM tracks AS t GROUP BY t.queue
+), dead AS (
+    -- an in-database action's stage has no queue: ''
+    SELECT coalesce(st.queue, '') AS queue, count(*) AS dead
+      FROM wfe.dead_letters AS d
+      JOIN wfe.run_stages AS st ON st.run_id = d.run_id AND st.stage = d.stage
+     WHERE d.resolved_at IS NULL
+     GROUP BY 1
+), counters(metric, labelled, help) AS (
+    VALUES ('wfe_runs_finished_total', true, 'Runs that finished, per workflow and final state.'),
+           ('wfe_stage_attempts_total', true,
+            'Attempts that ended, per workflow, stage and outcome (completed, failed, timed_out, cancelled).'),
+           ('wfe_cache_hits_total', false,
+            'Cached stages released with a result from the cache (hit) or from the attempt in flight under their key (coalesced).'),
+           ('wfe_cache_misses_total', false, 'Cached stages released with no result under their key, so run.'),
+           ('wfe_idempotent_submits_total', true,
+            'Submits with an idempotency key: result created (a new run) or deduplicated (the existing run).')
+)
+SELECT 'wfe_runs' AS metric, jsonb_build_object('workflow', r.workflow, 'state', r.state) AS labels,
+       count(*)::double precision AS value, 'gauge' AS kind,
+       'Runs in flight, per workflow and state.' AS help
+  FROM wfe.runs AS r
+ WHERE r.finished_at IS NULL
+ GROUP BY r.workflow, r.state
+UNION ALL
+SELECT k.metric, coalesce(c.labels, '{}'), coalesce(sum(c.value), 0)::double precision, 'counter', k.help
+  FROM counters AS k
+  LEFT JOIN wfe.metric_counters AS c ON c.metric = k.metric
+ GROUP BY k.metric, c.labels, k.labelled, k.help
+ -- a counter without labels is there at 0 before it first counts
+HAVING c.labels IS NOT NULL OR NOT k.labelled
+UNION ALL
+SELECT 'wfe_queue_depth', jsonb_build_object('queue', t.queue, 'track', t.track),
+       coalesce(l.depth, 0)::double precision, 'gauge',
+       'Tasks queued (ready, not yet handed out), per queue and track (poll, or the broker''s small and large).'
+  FROM tracks AS t
+  LEFT JOIN live AS l ON l.queue = t.queue AND l.track = t.track
+UNION ALL
+SELECT 'wfe_queue_oldest_ready_seconds', jsonb_build_object('queue', q.queue),
+       coalesce(extract(epoch FROM now() - (SELECT min(l.oldest_ready) FROM live AS l WHERE l.queue = q.queue)), 0)::double precision,
+       'gauge', 'Age of the oldest queued task of the queue, in seconds (0: none queued).'
+  FROM queues AS q
+UNION ALL
+SELECT 'wfe_tasks_in_flight', jsonb_build_object('queue', q.queue),
+       coalesce((SELECT sum(l.in_flight) FROM live AS l WHERE l.queue = q.queue), 0)::double precision,
+       'gauge', 'Tasks dispatched or running, per queue.'
+  FROM queues AS q
+UNION ALL
+SELECT 'wfe_outbox_pending', '{}', count(*)::double precision, 'gauge',
+       'Outbox messages not yet published.'
+  FROM wfe.outbox AS o
+ WHERE o.state = 'pending'
+UNION ALL
+SELECT 'wfe_outbox_oldest_pending_seconds', '{}',
+       coalesce(extract(epoch FROM now() - min(o.created_at)), 0)::double precision, 'gauge',
+       'Age of the oldest pending outbox message, in seconds (0: none pending).'
+  FROM wfe.outbox AS o
+ WHERE o.state = 'pending'
+UNION ALL
+SELECT 'wfe_dead_letters', jsonb_build_object('queue', n.queue), coalesce(d.dead, 0)::double precision, 'gauge',
+       'Open (unresolved) dead letters, per queue of their stage.'
+  FROM (SELECT q.queue FROM queues AS q UNION SELECT d.queue FROM dead AS d) AS n
+  LEFT JOIN dead AS d ON d.queue = n.queue
+UNION ALL
+SELECT 'wfe_timers_due', '{}', count(*)::double precision, 'gauge',
+       'Timers due and not fired yet (more than a few: the background worker or wfe.tick is behind).'
+  FROM wfe.timers AS t
+ WHERE t.fired_at IS NULL AND t.due_at <= now();
+COMMENT ON VIEW wfe.metrics IS
+'The Prometheus data model, one row per series: metric name, labels, value, kind (gauge or counter), help; under the reader''s row-level security.';
+GRANT SELECT ON wfe.metrics TO wfe_reader, wfe_operator;
+
 -- ---------------------------------------------------------------------
 -- Workers learn a queue's delivery mode (issue 26, 63_queues.sql).
 -- A queue's delivery mode, for the workers that serve it (the clients'
@@ -3305,6 +4026,16 @@ RETURNS boolean
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 RETURN state NOT IN ('failed', 'cancelled');
 
+CREATE OR REPLACE FUNCTION wfe._event(p_run_id bigint, p_tenant text, p_stage text, p_attempt int,
+                           p_type text, p_detail jsonb DEFAULT NULL, p_fence bigint DEFAULT NULL)
+RETURNS void
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    INSERT INTO wfe.events (run_id, tenant, stage, attempt, type, detail, fence)
+    VALUES (p_run_id, p_tenant, p_stage, p_attempt, p_type, p_detail, p_fence);
+END;
+
 CREATE OR REPLACE FUNCTION wfe._message_id(p_run_id bigint, p_stage text, p_attempt int, p_fence bigint,
                                 p_kind text)
 RETURNS uuid
@@ -3351,11 +4082,15 @@ BEGIN
     IF v_bytes > wfe._setting('wfe.track_threshold_bytes')::int THEN
         v_track := 'large';
         v_hash := encode(sha256(convert_to(v_text, 'UTF8')), 'hex');
+        -- the reference names the attempt: only its holder may fetch it (wfe.fetch_payload)
         v_ref := jsonb_build_object('bucket', 'wfe.payloads', 'key', 'sha256:' || v_hash,
-                                    'sha256', v_hash, 'bytes', v_bytes);
-        INSERT INTO wfe.payloads (key, tenant, bytes, body)
-        VALUES ('sha256:' || v_hash, p_run.tenant, v_bytes, coalesce(p_stage.input, '{}'))
-        ON CONFLICT (key) DO NOTHING;
+                                    'sha256', v_hash, 'bytes', v_bytes,
+                                    'run_id', p_run.run_id, 'stage', p_stage.stage,
+                                    'attempt', p_stage.attempt, 'fence', p_stage.fence);
+        INSERT INTO wfe.payloads (key, tenant, bytes, body, run_id, stage)
+        VALUES ('sha256:' || v_hash, p_run.tenant, v_bytes, coalesce(p_stage.input, '{}'),
+                p_run.run_id, p_stage.stage)
+        ON CONFLICT (run_id, stage, key) DO NOTHING;
     END IF;
     INSERT INTO wfe.outbox (tenant, run_id, stage, attempt, fence, kind, exchange, routing_key,
                             message_id, headers, body)
@@ -3740,20 +4475,18 @@ BEGIN
         RETURN 'unknown';
     END IF;
     -- the cancelled attempt is the one whose fence the cancel superseded
-    -- (stage.cancelled names it; 0.1.0 grew fences by one)
+    -- (stage.cancelled names it in its fence column)
     IF s.attempt <> ack_cancel.attempt OR s.state <> 'cancelled'
        OR NOT EXISTS (SELECT 1 FROM wfe.events AS e
                        WHERE e.run_id = s.run_id AND e.stage = s.stage AND e.attempt = s.attempt
-                         AND e.type = 'stage.cancelled'
-                         AND coalesce((e.detail ->> 'cancelled_fence')::bigint,
-                                      (e.detail ->> 'fence')::bigint - 1) = ack_cancel.fence)
+                         AND e.type = 'stage.cancelled' AND e.fence = ack_cancel.fence)
     THEN
         PERFORM wfe._event(s.run_id, s.tenant, s.stage, ack_cancel.attempt, 'callback.stale',
-                           jsonb_build_object('callback', 'ack_cancel', 'fence', ack_cancel.fence));
+                           jsonb_build_object('callback', 'ack_cancel'), ack_cancel.fence);
         RETURN 'stale';
     END IF;
     PERFORM wfe._event(s.run_id, s.tenant, s.stage, s.attempt, 'stage.cancel_acknowledged',
-                       jsonb_build_object('fence', ack_cancel.fence));
+                       NULL, ack_cancel.fence);
     RETURN 'accepted';
 END
 $$;
@@ -4027,6 +4760,108 @@ BEGIN
 END
 $$;
 
+CREATE OR REPLACE FUNCTION wfe._retention(p_retention_s int, p_batch int)
+RETURNS int
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_cutoff timestamptz := now() - make_interval(secs => p_retention_s);
+    v_runs   bigint[];
+    n        int := 0;
+BEGIN
+    SELECT array_agg(x.run_id) INTO v_runs
+      FROM (SELECT r.run_id FROM wfe.runs AS r
+             WHERE r.finished_at < v_cutoff
+             ORDER BY r.finished_at LIMIT p_batch
+               FOR UPDATE SKIP LOCKED) AS x;
+    IF v_runs IS NOT NULL THEN
+        DELETE FROM wfe.events AS e WHERE e.run_id = ANY (v_runs);
+        DELETE FROM wfe.outbox AS o WHERE o.run_id = ANY (v_runs) AND o.state = 'published';
+        DELETE FROM wfe.runs AS r WHERE r.run_id = ANY (v_runs);     -- cascades to stages, outputs, timers, payloads
+        n := cardinality(v_runs);
+    END IF;
+    DELETE FROM wfe.outbox AS o
+     WHERE o.id IN (SELECT o2.id FROM wfe.outbox AS o2
+                     WHERE o2.state = 'published' AND o2.published_at < v_cutoff
+                     LIMIT p_batch);
+    -- expired result cache entries (a read treats them as a miss already)
+    DELETE FROM wfe.cache_entries AS c
+     WHERE c.key IN (SELECT c2.key FROM wfe.cache_entries AS c2
+                      WHERE c2.expires_at < now() LIMIT p_batch);
+    -- unauthenticated signed callbacks: nobody's, kept for the retention
+    DELETE FROM wfe.unauthenticated_callbacks AS u
+     WHERE u.id IN (SELECT u2.id FROM wfe.unauthenticated_callbacks AS u2
+                     WHERE u2.at < v_cutoff LIMIT p_batch);
+    -- callbacks about runs that never existed (or are gone)
+    DELETE FROM wfe.events AS e
+     WHERE e.event_id IN (SELECT e2.event_id FROM wfe.events AS e2
+                           WHERE e2.type IN ('callback.unknown', 'callback.unauthenticated', 'callback.expired', 'callback.replayed')
+                             AND e2.at < v_cutoff
+                             AND NOT EXISTS (SELECT 1 FROM wfe.runs AS r WHERE r.run_id = e2.run_id)
+                           LIMIT p_batch);
+    RETURN n;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION wfe._relay_sees(p_tenant text, p_tenants text[])
+RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+RETURN p_tenants IS NULL OR p_tenant OPERATOR(pg_catalog.=) ANY (p_tenants);
+
+CREATE OR REPLACE FUNCTION wfe.outbox_claim(max int, relay text)
+RETURNS SETOF wfe.outbox
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_tenants text[] := wfe.my_tenants();
+BEGIN
+    IF outbox_claim.max IS NULL OR outbox_claim.max < 1 OR outbox_claim.relay IS NULL
+       OR outbox_claim.relay = '' THEN
+        RAISE EXCEPTION 'max must be positive and relay must name the relay'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    -- rows a relay claimed and never acknowledged for 5 minutes are claimable again
+    RETURN QUERY
+    WITH picked AS (
+        SELECT o.id FROM wfe.outbox AS o
+         WHERE ((o.state = 'pending' AND o.available_at <= now())
+                OR (o.state = 'claimed' AND o.claimed_at < now() - interval '5 minutes'
+                    AND o.claimed_by NOT LIKE 'wfe worker%'))
+           AND wfe._relay_sees(o.tenant, v_tenants)
+         ORDER BY o.id LIMIT outbox_claim.max
+           FOR UPDATE SKIP LOCKED
+    )
+    UPDATE wfe.outbox AS o
+       SET state = 'claimed', claimed_by = outbox_claim.relay, claimed_at = now(), attempts = o.attempts + 1
+      FROM picked WHERE o.id = picked.id
+    RETURNING o.*;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION wfe.outbox_ack(ids bigint[], relay text)
+RETURNS int
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_tenants text[] := wfe.my_tenants();
+BEGIN
+    IF outbox_ack.ids IS NULL OR outbox_ack.relay IS NULL THEN
+        RAISE EXCEPTION 'ids and relay must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    -- another tenant's row is one this relay does not hold: not marked, not counted
+    RETURN wfe._mark_published(ARRAY(SELECT o.id FROM wfe.outbox AS o
+                                      WHERE o.id = ANY (outbox_ack.ids)
+                                        AND wfe._relay_sees(o.tenant, v_tenants)),
+                               outbox_ack.relay);
+END
+$$;
+
 CREATE OR REPLACE FUNCTION wfe._project_event()
 RETURNS trigger
 LANGUAGE plpgsql
@@ -4041,6 +4876,52 @@ BEGIN
                                'at', NEW.at, 'detail', NEW.detail));
     PERFORM wfe._wake(now());
     RETURN NULL;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION wfe.fetch_payload(ref jsonb)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE STRICT SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    s wfe.run_stages;
+    p wfe.payloads;
+BEGIN
+    IF ref ->> 'key' IS NULL OR ref ->> 'sha256' IS NULL
+       OR ref ->> 'key' IS DISTINCT FROM 'sha256:' || (ref ->> 'sha256') THEN
+        RAISE EXCEPTION 'payload reference is malformed or its hash does not match its key'
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = format('key %s, sha256 %s', left(ref ->> 'key', 80), left(ref ->> 'sha256', 80));
+    END IF;
+    IF coalesce(jsonb_typeof(ref -> 'run_id') = 'number' AND jsonb_typeof(ref -> 'stage') = 'string'
+                AND jsonb_typeof(ref -> 'attempt') = 'number'
+                AND (ref ->> 'run_id') ~ '^[0-9]{1,18}$' AND (ref ->> 'attempt') ~ '^[0-9]{1,9}$'
+                AND (ref ->> 'fence') ~ '^-?[0-9]{1,18}$', false) IS NOT TRUE THEN
+        RAISE EXCEPTION 'payload reference names no attempt'
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Pass the payload_ref of a dispatch message as it is: it carries run_id, stage, attempt and fence (messages published before wfe 0.3.0 do not; their attempts are retried with new ones).';
+    END IF;
+    SELECT * INTO s FROM wfe.run_stages AS st
+     WHERE st.run_id = (ref ->> 'run_id')::bigint AND st.stage = ref ->> 'stage';
+    -- who may fetch: the callbacks' rule (src/pg/grants.c), then the attempt itself
+    IF NOT FOUND
+       OR NOT wfe._may_call_back(s.queue, s.tenant, s.handler IS NOT NULL, s.run_id, s.stage, 'fetch payloads of')
+       OR s.attempt <> (ref ->> 'attempt')::int OR s.fence <> (ref ->> 'fence')::bigint
+       OR s.state NOT IN ('queued', 'dispatched', 'running') THEN
+        RAISE EXCEPTION 'payload % does not exist', ref ->> 'key' USING ERRCODE = 'undefined_object';
+    END IF;
+    SELECT * INTO p FROM wfe.payloads AS x
+     WHERE x.run_id = s.run_id AND x.stage = s.stage AND x.key = ref ->> 'key';
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'payload % does not exist', ref ->> 'key' USING ERRCODE = 'undefined_object';
+    END IF;
+    -- verify the content against its name: a tampered row is refused
+    IF 'sha256:' || encode(sha256(convert_to(p.body::text, 'UTF8')), 'hex') <> p.key THEN
+        RAISE EXCEPTION 'payload % failed its SHA-256 check', p.key USING ERRCODE = 'data_corrupted';
+    END IF;
+    RETURN p.body;
 END
 $$;
 
@@ -4367,6 +5248,133 @@ BEGIN
 END
 $$;
 
+CREATE OR REPLACE FUNCTION wfe._broker_dead_letter(p_message_id text, p_routing_key text, p_headers jsonb, p_body text)
+RETURNS text
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_env     jsonb;
+    v_run     bigint;
+    v_stage   text;
+    v_attempt int;
+    v_fence   bigint;
+    v_tenant  text;
+    v_deaths  int;
+    v_error   jsonb;
+    v_outcome text;
+    v_dead    bigint;
+BEGIN
+    -- the attempt's identity: its x-wfe-* headers, else its envelope
+    BEGIN
+        v_env := p_body::jsonb;
+    EXCEPTION WHEN invalid_text_representation THEN
+        v_env := NULL;
+    END;
+    BEGIN
+        v_run := coalesce(p_headers ->> 'x-wfe-run-id', v_env ->> 'run_id')::bigint;
+        v_stage := coalesce(p_headers ->> 'x-wfe-stage', v_env ->> 'stage');
+        v_attempt := coalesce(p_headers ->> 'x-wfe-attempt', v_env ->> 'attempt')::int;
+        v_fence := coalesce(p_headers ->> 'x-wfe-fence', v_env ->> 'fence')::bigint;
+    EXCEPTION WHEN invalid_text_representation OR numeric_value_out_of_range THEN
+        v_run := NULL;
+    END;
+    IF v_run IS NULL OR v_stage IS NULL OR v_attempt IS NULL OR v_fence IS NULL THEN
+        RAISE WARNING 'wfe: a message in wfe.dlq names no wfe attempt (message_id %, routing key %): dropped',
+              coalesce(p_message_id, '(none)'), p_routing_key;
+        RETURN 'foreign';
+    END IF;
+    SELECT r.tenant INTO v_tenant FROM wfe.runs AS r WHERE r.run_id = v_run;
+    IF NOT FOUND THEN
+        RETURN 'unknown';           -- its run is gone (retention): nothing waits for it
+    END IF;
+    IF EXISTS (SELECT 1 FROM wfe.dead_letters AS d
+                WHERE d.run_id = v_run AND d.stage = v_stage AND d.attempt = v_attempt
+                  AND d.reason = 'broker.redeliveries' AND d.error ->> 'fence' = v_fence::text) THEN
+        RETURN 'duplicate';
+    END IF;
+    SELECT coalesce(sum((x ->> 'count')::int), 0) INTO v_deaths
+      FROM jsonb_array_elements(CASE WHEN jsonb_typeof(p_headers -> 'x-death') = 'array'
+                                     THEN p_headers -> 'x-death' ELSE '[]' END) AS x
+     WHERE x ->> 'reason' = 'rejected';
+    v_error := jsonb_build_object(
+        'code', 'broker.redeliveries',
+        'message', format('RabbitMQ dead-lettered the dispatch of attempt %s after %s rejected deliveries',
+                          v_attempt, v_deaths),
+        'fence', v_fence, 'message_id', p_message_id, 'x_death', p_headers -> 'x-death');
+    PERFORM wfe._event(v_run, v_tenant, v_stage, v_attempt, 'stage.dead_lettered',
+                       jsonb_build_object('message_id', p_message_id,
+                                          'rejected', v_deaths, 'routing_key', p_routing_key),
+                       v_fence);
+    -- the gate decides: the current attempt fails (retried or failed per its
+    -- policy); one superseded meanwhile is stale, one of an ended run late.
+    -- Only a running attempt is reported, and nobody accepted this one: wfe
+    -- takes it first, as the holder of its envelope (a duplicate if a worker
+    -- had accepted it before rejecting it)
+    BEGIN
+        PERFORM wfe.accept_task(v_run, v_stage, v_attempt, v_fence, 'wfe.dlq');
+    EXCEPTION WHEN object_not_in_prerequisite_state THEN
+        NULL;       -- its queue is a poll queue now: the gate below answers for the attempt
+    END;
+    v_outcome := wfe.fail_task(v_run, v_stage, v_attempt, v_fence, v_error, true);
+    -- retries exhausted: the engine wrote its dead letter just now; it is this one
+    UPDATE wfe.dead_letters AS d SET reason = 'broker.redeliveries', error = v_error
+     WHERE d.run_id = v_run AND d.stage = v_stage AND d.attempt = v_attempt
+       AND d.reason = 'retries exhausted' AND d.at = now()
+    RETURNING d.dead_letter_id INTO v_dead;
+    IF v_dead IS NULL THEN
+        -- retried, or superseded: recorded, and closed at once
+        INSERT INTO wfe.dead_letters (tenant, run_id, stage, attempt, reason, error,
+                                      resolved_at, resolved_by, resolution)
+        VALUES (v_tenant, v_run, v_stage, v_attempt, 'broker.redeliveries', v_error, now(), 'wfe',
+                CASE WHEN v_outcome = 'accepted' THEN 'retried' ELSE 'superseded' END);
+    END IF;
+    RETURN v_outcome;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION wfe._metrics_count()
+RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_labels jsonb;
+    v_id     bigint;
+BEGIN
+    CASE TG_ARGV[0]
+    WHEN 'wfe_runs_finished_total' THEN
+        v_labels := jsonb_build_object('workflow', NEW.workflow, 'state', NEW.state);
+    WHEN 'wfe_idempotent_submits_total' THEN
+        -- a keyed run created, or a submit answered with the run its key named
+        v_labels := jsonb_build_object('result', CASE WHEN TG_TABLE_NAME = 'runs' THEN 'created' ELSE 'deduplicated' END);
+    WHEN 'wfe_stage_attempts_total' THEN
+        -- an attempt ended: retry_scheduled is an attempt that failed
+        v_labels := jsonb_build_object(
+            'workflow', (SELECT r.workflow FROM wfe.runs AS r WHERE r.run_id = NEW.run_id),
+            'stage', NEW.stage,
+            'outcome', CASE WHEN NEW.state = 'retry_scheduled' THEN 'failed' ELSE NEW.state END);
+    WHEN 'wfe_cache_hits_total', 'wfe_cache_misses_total' THEN
+        v_labels := '{}';
+    END CASE;
+    INSERT INTO wfe.metric_counters (tenant, metric, labels, value)
+    VALUES (NEW.tenant, TG_ARGV[0], v_labels, 1)
+    RETURNING id INTO v_id;
+    IF v_id % 256 = 0 THEN
+        -- fold: SKIP LOCKED leaves rows another fold holds (so two never
+        -- wait on each other) and the rows inserted since the snapshot
+        WITH gone AS (
+            DELETE FROM wfe.metric_counters AS c
+             WHERE c.id IN (SELECT x.id FROM wfe.metric_counters AS x FOR UPDATE SKIP LOCKED)
+            RETURNING c.tenant, c.metric, c.labels, c.value
+        )
+        INSERT INTO wfe.metric_counters (tenant, metric, labels, value)
+        SELECT g.tenant, g.metric, g.labels, sum(g.value) FROM gone AS g GROUP BY 1, 2, 3;
+    END IF;
+    RETURN NULL;
+END
+$$;
+
 -- ... and every function comment that changed.
 COMMENT ON FUNCTION wfe._caller() IS
 'The role acting in this session, SET ROLE included (inside SECURITY DEFINER functions current_user is the owner); inside a handler, its registrant.';
@@ -4394,6 +5402,8 @@ COMMENT ON FUNCTION wfe._stage_under_way(text) IS
 'Queued, dispatched, running or retry_scheduled: an attempt of the stage is under way or due.';
 COMMENT ON FUNCTION wfe._run_keeps_key(text) IS
 'Any run state but failed and cancelled: the run keeps its idempotency key (a failed or cancelled run frees it).';
+COMMENT ON FUNCTION wfe._event(bigint, text, text, int, text, jsonb, bigint) IS
+'Appends one row to the event log (p_fence: the fence it is about, kept out of the detail).';
 COMMENT ON FUNCTION wfe._exchange(text) IS
 'The exchange an outbox message of kind dispatch, cancel (wfe.commands) or event (wfe.events) goes to. Internal.';
 COMMENT ON FUNCTION wfe._routing_key(text, text, text) IS
@@ -4402,13 +5412,27 @@ COMMENT ON FUNCTION wfe._item_failed(bigint, text, text, text, text, bigint) IS
 'An item of a worker round (a timer: p_timer_id) raised: put it off a second for a deadlock, serialization failure or lock timeout, else fail its run (run.engine_error), or record the error and put the item off; logs the run id.';
 COMMENT ON FUNCTION wfe._repair() IS
 'Repair after a crash: outbox rows left claimed go back to pending; in-database attempts left running are timed out now (retried per policy).  Transitions are single transactions, so nothing else can be half done.';
+COMMENT ON FUNCTION wfe._retention(int, int) IS
+'Deletes up to p_batch finished runs older than the retention (and their history and large payloads), old published outbox rows, old unauthenticated callbacks and expired result cache entries.';
+COMMENT ON FUNCTION wfe._relay_sees(text, text[]) IS
+'Whether an external relay acting for p_tenants (wfe.my_tenants(); NULL: every tenant) may claim and acknowledge an outbox row of p_tenant.';
+COMMENT ON FUNCTION wfe.outbox_claim(int, text) IS
+'External relay: claims up to max pending outbox rows of the tenants the caller acts for (SKIP LOCKED, id order); acknowledge them with wfe.outbox_ack.';
+COMMENT ON FUNCTION wfe.outbox_ack(bigint[], text) IS
+'External relay: marks the rows it claimed and published as published; returns how many (rows it no longer holds, or of tenants it does not act for, are not counted).';
+COMMENT ON FUNCTION wfe.fetch_payload(jsonb) IS
+'The input a large-track envelope refers to, for a holder of the attempt the reference names, after checking its SHA-256 against the reference.';
 COMMENT ON FUNCTION wfe._admit_run(text, text) IS
 'Admits one more run of a tenant in flight (a submit, or a redrive or skip_stage reopening a failed run): 53400 at its max_runs_in_flight.';
+COMMENT ON FUNCTION wfe.callback(text, text) IS
+'A worker''s report signed by its gateway: the gate''s outcome word when authentic; otherwise unauthenticated (recorded in wfe.unauthenticated_callbacks), expired or replayed (recorded as events of the run).';
 COMMENT ON FUNCTION wfe._operate(bigint, text, text, text, text, text) IS
 'An operator''s redrive, skip, fail or redispatch of one stage, through the step core under the run''s lock; 55000 when the core refuses, 53400 when reopening the run would pass its tenant''s max_runs_in_flight.';
 COMMENT ON FUNCTION wfe._operator_target(bigint, text, text) IS
 'Checks an operator action''s run, stage and reason: 22004, 54000, 22023, and 42704 when there is no such run or it is of a tenant the caller does not act for.';
 COMMENT ON FUNCTION wfe.redrive_dead_letters(text, timestamptz, text) IS
 'Redrives every stage with an open dead letter on queue since a time, of the tenants the caller acts for; returns how many (stages that can no longer be redriven, or whose runs max_runs_in_flight keeps closed, are passed over).';
+COMMENT ON FUNCTION wfe._metrics_count() IS
+'Trigger: adds 1 to the counter TG_ARGV[0] of wfe.metrics for the row''s tenant, with the labels the row gives; folds the counter rows every 256th.';
 
 -- End of the final bodies.

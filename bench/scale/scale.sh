@@ -57,7 +57,7 @@ SCALE_GOAL=1.5            # claim p99 at scale ÷ fresh, at most
 SEED003_STAGES=12         # seed 003's average workflow
 SEED003_GOAL=900          # steps/s, sustained
 SCALE_PGOPTIONS="-c statement_timeout=60s"
-DASH_VIEWS="dashboard_runs dashboard_queues dashboard_outbox dashboard_stages dashboard_tenants idempotency dashboard_stuck dashboard_cache"
+DASH_VIEWS="dashboard_runs dashboard_queues dashboard_outbox dashboard_stages dashboard_tenants idempotency dashboard_stuck dashboard_cache metrics"
 DASH_READS=5              # reads per view; the median is reported
 RETENTION_BATCH=1000      # runs per wfe._retention call in the retention figure
 

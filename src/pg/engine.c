@@ -87,10 +87,11 @@ static stmt q_output = STMT(
 3, I8, TX, TX);
 /* a step's events, in order, in one statement */
 static stmt q_events = STMT(
-	"INSERT INTO wfe.events (run_id, tenant, stage, attempt, type, detail)"
-	" SELECT $1, $2, e.stage, e.attempt, e.type, e.detail::jsonb"
-	"   FROM unnest($3::text[], $4::int[], $5::text[], $6::text[]) WITH ORDINALITY AS e(stage, attempt, type, detail, n)"
-	"  ORDER BY e.n", 6, I8, TX, TEXTARRAYOID, INT4ARRAYOID, TEXTARRAYOID, TEXTARRAYOID);
+	"INSERT INTO wfe.events (run_id, tenant, stage, attempt, type, detail, fence)"
+	" SELECT $1, $2, e.stage, e.attempt, e.type, e.detail::jsonb, e.fence"
+	"   FROM unnest($3::text[], $4::int[], $5::text[], $6::text[], $7::int8[])"
+	"        WITH ORDINALITY AS e(stage, attempt, type, detail, fence, n)"
+	"  ORDER BY e.n", 7, I8, TX, TEXTARRAYOID, INT4ARRAYOID, TEXTARRAYOID, TEXTARRAYOID, INT8ARRAYOID);
 static stmt q_enqueue = STMT(
 	"UPDATE wfe.run_stages AS st"
 	"   SET state = 'queued', attempt = CASE WHEN $3 THEN st.attempt + 1 ELSE st.attempt END,"
@@ -218,6 +219,19 @@ static stmt q_expiring = STMT(
 	"  FROM wfe.run_stages AS st WHERE st.run_id = $1 AND st.stage = $2"
 	"   AND st.state IN ('queued', 'dispatched', 'running') AND st.deadline_at <= now()"
 	"   FOR UPDATE", 2, I8, TX);
+
+/*
+ * Who may call back about a stage is decided before any lock is taken
+ * (callback()), from what never changes on its row: its tenant, queue and
+ * handler, set when the run was submitted.  So the row is read without a
+ * lock, and a caller who may not call back neither waits on another
+ * tenant's run (an existence oracle) nor holds it while others wait.  The
+ * queue's delivery mode comes with it: accept_task is for broker queues.
+ */
+static stmt q_gate = STMT(
+	"SELECT st.tenant, st.queue, st.handler IS NOT NULL, coalesce(q.delivery, 'poll') = 'broker'"
+	"  FROM wfe.run_stages AS st LEFT JOIN wfe.queues AS q ON q.queue = st.queue"
+	" WHERE st.run_id = $1 AND st.stage = $2", 2, I8, TX);
 
 /* a batch of reports, checked, in run_id then stage order (invalid ones first) */
 static stmt q_reports = STMT(
@@ -629,10 +643,14 @@ typedef struct event_batch
 	Datum	   *type;
 	Datum	   *detail;
 	bool	   *detail_null;
+	Datum	   *fence;
+	bool	   *fence_null;
 } event_batch;
 
+/* Add an event to the batch; fence_null: it is about no fence (wfe.events.fence NULL). */
 static void
-add_event(event_batch *b, const char *stage, int attempt, const char *type, const char *detail)
+add_event(event_batch *b, const char *stage, int attempt, const char *type, const char *detail,
+		  int64 fence, bool fence_null)
 {
 	if (b->n == b->cap)
 	{
@@ -645,6 +663,8 @@ add_event(event_batch *b, const char *stage, int attempt, const char *type, cons
 		GROW(type, Datum);
 		GROW(detail, Datum);
 		GROW(detail_null, bool);
+		GROW(fence, Datum);
+		GROW(fence_null, bool);
 #undef GROW
 	}
 	b->stage_null[b->n] = stage == NULL;
@@ -654,6 +674,8 @@ add_event(event_batch *b, const char *stage, int attempt, const char *type, cons
 	b->type[b->n] = CStringGetTextDatum(type);
 	b->detail_null[b->n] = detail == NULL;
 	b->detail[b->n] = detail ? CStringGetTextDatum(detail) : (Datum) 0;
+	b->fence_null[b->n] = fence_null;
+	b->fence[b->n] = Int64GetDatum(fence);
 	b->n++;
 }
 
@@ -665,6 +687,9 @@ array_of(Datum *elems, bool *nulls, int n, Oid type)
 
 	if (type == INT4OID)
 		return PointerGetDatum(construct_md_array(elems, nulls, 1, dims, lbs, INT4OID, 4, true, TYPALIGN_INT));
+	if (type == INT8OID)
+		return PointerGetDatum(construct_md_array(elems, nulls, 1, dims, lbs, INT8OID, 8, FLOAT8PASSBYVAL,
+												  TYPALIGN_DOUBLE));
 	return PointerGetDatum(construct_md_array(elems, nulls, 1, dims, lbs, TEXTOID, -1, false, TYPALIGN_INT));
 }
 
@@ -672,7 +697,7 @@ array_of(Datum *elems, bool *nulls, int n, Oid type)
 static void
 write_events(srv *s, event_batch *b)
 {
-	Datum		v[6];
+	Datum		v[7];
 
 	if (b->n == 0)
 		return;
@@ -682,17 +707,18 @@ write_events(srv *s, event_batch *b)
 	v[3] = array_of(b->attempt, b->attempt_null, b->n, INT4OID);
 	v[4] = array_of(b->type, NULL, b->n, TEXTOID);
 	v[5] = array_of(b->detail, b->detail_null, b->n, TEXTOID);
+	v[6] = array_of(b->fence, b->fence_null, b->n, INT8OID);
 	stmt_run(&q_events, v, NULL);
 }
 
 /* Write one event row. */
 static void
-write_event(srv *s, const char *stage, int attempt, const char *type, const char *detail)
+write_event(srv *s, const char *stage, int attempt, const char *type, const char *detail, int64 fence)
 {
 	event_batch b;
 
 	memset(&b, 0, sizeof(b));
-	add_event(&b, stage, attempt, type, detail);
+	add_event(&b, stage, attempt, type, detail, fence, false);
 	write_events(s, &b);
 }
 
@@ -815,7 +841,7 @@ apply(srv *s, const char *reported)
 		switch (op->kind)
 		{
 			case WFE_OP_EVENT:
-				add_event(&events, stage, op->attempt, op->text, op->json);
+				add_event(&events, stage, op->attempt, op->text, op->json, op->fence, !op->flag);
 				break;
 			case WFE_OP_ENQUEUE:
 				v[2] = BoolGetDatum(op->flag);
@@ -1000,21 +1026,22 @@ apply(srv *s, const char *reported)
  * Callbacks
  * --------------------------------------------------------------------- */
 
-/* Record a callback about a run or stage that does not exist. */
+/*
+ * Record a callback about a run or stage that does not exist, or one the
+ * caller may not make: under no tenant (''), so that no tenant's reader
+ * sees what a stranger sent, and answer unknown.
+ */
 static const char *
-unknown(int64 run_id, const char *tenant, const char *stage, int attempt, int64 fence,
-		wfe_callback cb)
+unknown(int64 run_id, const char *stage, int attempt, int64 fence, wfe_callback cb)
 {
 	static const char *const names[] = {"accept_task", "heartbeat", "complete_task", "fail_task"};
 	srv			s;
-	char	   *detail = psprintf("{\"callback\": \"%s\", \"fence\": " INT64_FORMAT
-								  ", \"current_attempt\": null, \"current_fence\": null}",
-								  names[cb], fence);
+	char	   *detail = psprintf("{\"callback\": \"%s\", \"current_attempt\": null}", names[cb]);
 
 	memset(&s, 0, sizeof(s));
 	s.run_id = run_id;
-	s.run.tenant = tenant;
-	write_event(&s, stage, attempt, "callback.unknown", detail);
+	s.run.tenant = "";
+	write_event(&s, stage, attempt, "callback.unknown", detail, fence);
 	return "unknown";
 }
 
@@ -1031,14 +1058,35 @@ callback(int64 run_id, const char *stage, int attempt, int64 fence, wfe_callback
 	wfe_row    *row;
 	const char *outcome;
 	int			same = 0;
+	bool		poll;
+
+	/*
+	 * The gate's first half, before any lock (q_gate).  Stage rows are
+	 * created with their run, so no row means no such run or stage; and a
+	 * report nobody can attribute to a tenant is recorded under none
+	 * (tenant ''), where no tenant's reader sees it.
+	 */
+	{
+		Datum		g[2] = {Int64GetDatum(run_id), CStringGetTextDatum(stage)};
+		char	   *queue;
+
+		stmt_run(&q_gate, g, NULL);
+		if (SPI_processed != 1)
+			return unknown(run_id, stage, attempt, fence, cb);
+		queue = stmt_col(2);
+		if (!wfe_may_call_back(queue, stmt_col(1), stmt_bool(3), run_id, stage,
+							   cb == WFE_CB_ACCEPT ? "accept tasks of" : "report for"))
+			return unknown(run_id, stage, attempt, fence, cb);
+		poll = queue != NULL && !stmt_bool(4);
+	}
 
 	if (!begin(&s, run_id, LOCK_WAIT))
-		return unknown(run_id, "", stage, attempt, fence, cb);
+		return unknown(run_id, stage, attempt, fence, cb);
 	i = wfe_run_plan_find(s.rp, stage);
 	if (i < 0)
 	{
 		wfe_step_end(&current_step);
-		return unknown(run_id, s.run.tenant, stage, attempt, fence, cb);
+		return unknown(run_id, stage, attempt, fence, cb);
 	}
 	row = wfe_step_row(&current_step, i);
 	if (row->exists && (row->state == WFE_QUEUED || row->state == WFE_DISPATCHED))
@@ -1051,13 +1099,7 @@ callback(int64 run_id, const char *stage, int attempt, int64 fence, wfe_callback
 	if (!row->exists)
 	{
 		wfe_step_end(&current_step);
-		return unknown(run_id, s.run.tenant, stage, attempt, fence, cb);
-	}
-	if (!wfe_may_call_back(row->queue, s.run.tenant, row->has_handler, run_id, stage,
-						   cb == WFE_CB_ACCEPT ? "accept tasks of" : "report for"))
-	{
-		wfe_step_end(&current_step);
-		return unknown(run_id, "", stage, attempt, fence, cb);
+		return unknown(run_id, stage, attempt, fence, cb);
 	}
 	if ((cb == WFE_CB_COMPLETE || cb == WFE_CB_FAIL) && row->outcome ==
 		(cb == WFE_CB_COMPLETE ? WFE_COMPLETED : WFE_FAILED))
@@ -1069,6 +1111,17 @@ callback(int64 run_id, const char *stage, int attempt, int64 fence, wfe_callback
 		same = SPI_processed == 1 && stmt_bool(1);
 	}
 	outcome = wfe_step_gate(&current_step, i, cb, attempt, fence, same);
+	/*
+	 * accept_task starts what a broker dispatched.  A poll queue's tasks are
+	 * taken by claim_task alone, which keeps the queue's max_in_flight and its
+	 * tenants' limits; accept_task would start them past both.
+	 */
+	if (outcome == NULL && cb == WFE_CB_ACCEPT && poll)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("queue \"%s\" is in poll delivery mode: accept_task cannot start its tasks", row->queue),
+				 errhint("A poll queue's tasks are taken with wfe.claim_task; wfe.accept_task starts "
+						 "the dispatched tasks of broker queues.")));
 	if (outcome == NULL)
 	{
 		outcome = "accepted";

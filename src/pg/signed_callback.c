@@ -26,8 +26,10 @@
  *      (wfe_complete_task, ...): the same admission limits, queue grant,
  *      fenced gate and outcome words.
  *
- * Refusals 2-4 are recorded as callback.unauthenticated / .expired /
- * .replayed events and change nothing else.
+ * Refusals 3-4 are recorded as callback.expired / .replayed events of the
+ * run; refusal 2 in wfe.unauthenticated_callbacks, since nothing in an
+ * unauthenticated body is anyone's word (a tenant's reader must not see a
+ * stranger's text among its run's events).  Nothing else changes.
  */
 #include "postgres.h"
 
@@ -37,6 +39,7 @@
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "lib/stringinfo.h"
+#include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/json.h"
 #include "utils/jsonb.h"
@@ -94,9 +97,16 @@ static stmt q_forget = STMT(
 	"   WHERE c2.signed_at < $1"
 	"   ORDER BY c2.signed_at LIMIT 2 FOR UPDATE SKIP LOCKED))", 1, TIMESTAMPTZOID);
 static stmt q_refused = STMT(
-	"INSERT INTO wfe.events (run_id, tenant, stage, attempt, type, detail)"
-	" SELECT $1, coalesce((SELECT r.tenant FROM wfe.runs AS r WHERE r.run_id = $1), ''), $2, $3, $4, $5::jsonb",
-	5, I8, TX, I4, TX, TX);
+	"INSERT INTO wfe.events (run_id, tenant, stage, attempt, type, detail, fence)"
+	" SELECT $1, coalesce((SELECT r.tenant FROM wfe.runs AS r WHERE r.run_id = $1), ''), $2, $3, $4, $5::jsonb, $6",
+	6, I8, TX, I4, TX, TX, I8);
+/*
+ * An unauthenticated body is anyone's text: it goes to a table of its own
+ * that the operators and wfe_admin read, never into a tenant's events.
+ */
+static stmt q_unauthenticated = STMT(
+	"INSERT INTO wfe.unauthenticated_callbacks (run_id, stage, attempt, detail, fence, caller)"
+	" VALUES ($1, $2, $3, $5::jsonb, $6, $7)", 7, I8, TX, I4, TX, TX, I8, TX);
 
 /* Raise 22023 about the body's field key. */
 static void pg_attribute_noreturn()
@@ -264,12 +274,16 @@ detail_string(StringInfo buf, const char *key, const char *value)
 		escape_json(buf, value);
 }
 
-/* Record a refused callback (type callback.WORD) and answer WORD. */
+/*
+ * Record a refused callback and answer WORD: an authentic one (expired,
+ * replayed) as an event of its run (type callback.WORD), an
+ * unauthenticated one in wfe.unauthenticated_callbacks.
+ */
 static const char *
 refuse(const char *word, const char *reason, const signed_call *c, const char *key_id)
 {
 	StringInfoData detail;
-	Datum		v[5];
+	Datum		v[7];
 
 	initStringInfo(&detail);
 	appendStringInfoChar(&detail, '{');
@@ -277,14 +291,15 @@ refuse(const char *word, const char *reason, const signed_call *c, const char *k
 	detail_string(&detail, "callback_id", c->callback_id);
 	detail_string(&detail, "key_id", key_id);
 	detail_string(&detail, "reason", reason);
-	appendStringInfo(&detail, ", \"timestamp\": " INT64_FORMAT ", \"fence\": " INT64_FORMAT "}",
-					 c->timestamp, c->fence);
+	appendStringInfo(&detail, ", \"timestamp\": " INT64_FORMAT "}", c->timestamp);
 	v[0] = Int64GetDatum(c->run_id);
 	v[1] = CStringGetTextDatum(c->stage);
 	v[2] = Int32GetDatum(c->attempt);
 	v[3] = CStringGetTextDatum(psprintf("callback.%s", word));
 	v[4] = CStringGetTextDatum(detail.data);
-	stmt_run(&q_refused, v, NULL);
+	v[5] = Int64GetDatum(c->fence);
+	v[6] = CStringGetTextDatum(GetUserNameFromId(GetOuterUserId(), false));	/* who sent it */
+	stmt_run(strcmp(word, "unauthenticated") == 0 ? &q_unauthenticated : &q_refused, v, NULL);
 	return word;
 }
 

@@ -168,11 +168,20 @@ CREATE TABLE wfe.run_stages (
 );
 COMMENT ON TABLE wfe.run_stages IS
 'One row per stage (or task, or finaliser) of each run: state, current attempt and fence, bound input, result.';
-GRANT SELECT ON wfe.run_stages TO wfe_reader, wfe_operator;
+-- Fences are capabilities: only the claim and the envelope carry them
+-- (operations.md "Security model").  The readers' roles select every column
+-- but the ones holding fences: the fence columns, and the outbox's headers
+-- and body (a dispatch's envelope).
+GRANT SELECT (run_id, stage, tenant, ordinal, kind, state, attempt, queue, worker, handler, priority,
+              awaits, branch, input, result, error, outcome, skip_reason, exec_ms, queue_ms,
+              heartbeat_ms, ready_at, claimed_by, started_at, heartbeat_at, deadline_at, finished_at,
+              lease_ms, cache_key, cache)
+    ON wfe.run_stages TO wfe_reader, wfe_operator;
 COMMENT ON COLUMN wfe.run_stages.attempt IS 'Current attempt, from 1; 0 until released';
 COMMENT ON COLUMN wfe.run_stages.lease_ms IS
 'The lease_ms the running attempt was claimed with (NULL: none); each heartbeat renews it, within the execution deadline';
-COMMENT ON COLUMN wfe.run_stages.fence IS 'Fencing token of the current attempt; grows with every new attempt and every fencing';
+COMMENT ON COLUMN wfe.run_stages.fence IS
+'Fencing token of the current attempt; grows with every new attempt and every fencing.  Not readable by wfe_reader or wfe_operator: only the claim and the envelope carry fences';
 COMMENT ON COLUMN wfe.run_stages.outcome IS 'What the current attempt reported (completed or failed), for duplicate/conflict answers';
 COMMENT ON COLUMN wfe.run_stages.branch IS 'The fork branch this stage runs in, for joins';
 COMMENT ON COLUMN wfe.run_stages.cache_key IS
@@ -229,11 +238,16 @@ CREATE TABLE wfe.events (
     attempt  int,
     type     text NOT NULL,
     at       timestamptz NOT NULL DEFAULT now(),
-    detail   jsonb
+    detail   jsonb,
+    fence    bigint
 );
+COMMENT ON COLUMN wfe.events.fence IS
+'The fence the event is about (an attempt released, cancelled, reported about); kept out of detail, and not readable by wfe_reader or wfe_operator: only the claim and the envelope carry fences';
 COMMENT ON TABLE wfe.events IS
 'Event log: every accepted transition (run.submitted, stage.released, stage.claimed, stage.completed, ...) and every rejected callback (callback.stale, callback.late, ...).';
-GRANT SELECT ON wfe.events TO wfe_reader, wfe_operator;
+-- every column but the fence (see wfe.run_stages)
+GRANT SELECT (event_id, run_id, tenant, stage, attempt, type, at, detail)
+    ON wfe.events TO wfe_reader, wfe_operator;
 CREATE INDEX events_run ON wfe.events (run_id, event_id);
 -- callbacks about runs that do not exist (and refused signed callbacks,
 -- whose run_id nobody vouches for) belong to no run that retention
@@ -267,7 +281,10 @@ CREATE TABLE wfe.outbox (
     published_at timestamptz
 );
 COMMENT ON TABLE wfe.outbox IS 'Messages to publish, written in the transaction of the transition that caused them';
-GRANT SELECT ON wfe.outbox TO wfe_reader, wfe_operator;
+-- every column but the fence, the headers and the body (see wfe.run_stages)
+GRANT SELECT (id, tenant, run_id, stage, attempt, kind, exchange, routing_key, message_id, state,
+              attempts, last_error, available_at, claimed_by, claimed_at, created_at, published_at)
+    ON wfe.outbox TO wfe_reader, wfe_operator;
 CREATE INDEX outbox_pending ON wfe.outbox (available_at, id) WHERE state = 'pending';
 CREATE INDEX outbox_claimed ON wfe.outbox (claimed_by) WHERE state = 'claimed';
 -- a run's messages: retention, and a resumed queue's undispatched tasks
@@ -290,7 +307,9 @@ CREATE TABLE wfe.timers (
     fired_at timestamptz
 );
 COMMENT ON TABLE wfe.timers IS 'Durable timers: retry delays, delayed starts (not_before), run deadlines, a cached stage''s wake-up when the attempt it waited on ended (cache_ready)';
-GRANT SELECT ON wfe.timers TO wfe_reader, wfe_operator;
+-- every column but the fence (see wfe.run_stages)
+GRANT SELECT (timer_id, tenant, run_id, stage, attempt, kind, due_at, fired_at)
+    ON wfe.timers TO wfe_reader, wfe_operator;
 CREATE INDEX timers_due ON wfe.timers (due_at) WHERE fired_at IS NULL;
 CREATE INDEX timers_run ON wfe.timers (run_id);
 

@@ -6,19 +6,20 @@
 -- engine's entry points.  Lock order everywhere: the run row first
 -- (FOR NO KEY UPDATE), then its stage rows.
 
--- Append one event.
+-- Append one event.  A fence it is about goes in p_fence, never in the
+-- detail: readers see the detail, and a fence is a capability.
 CREATE FUNCTION wfe._event(p_run_id bigint, p_tenant text, p_stage text, p_attempt int,
-                           p_type text, p_detail jsonb DEFAULT NULL)
+                           p_type text, p_detail jsonb DEFAULT NULL, p_fence bigint DEFAULT NULL)
 RETURNS void
 LANGUAGE sql VOLATILE
 SET search_path = pg_catalog, pg_temp
 BEGIN ATOMIC
-    INSERT INTO wfe.events (run_id, tenant, stage, attempt, type, detail)
-    VALUES (p_run_id, p_tenant, p_stage, p_attempt, p_type, p_detail);
+    INSERT INTO wfe.events (run_id, tenant, stage, attempt, type, detail, fence)
+    VALUES (p_run_id, p_tenant, p_stage, p_attempt, p_type, p_detail, p_fence);
 END;
-COMMENT ON FUNCTION wfe._event(bigint, text, text, int, text, jsonb) IS
-'Appends one row to the event log.';
-REVOKE ALL ON FUNCTION wfe._event(bigint, text, text, int, text, jsonb) FROM PUBLIC;
+COMMENT ON FUNCTION wfe._event(bigint, text, text, int, text, jsonb, bigint) IS
+'Appends one row to the event log (p_fence: the fence it is about, kept out of the detail).';
+REVOKE ALL ON FUNCTION wfe._event(bigint, text, text, int, text, jsonb, bigint) FROM PUBLIC;
 
 -- The deterministic identity of a message about one attempt, and where an
 -- outbox message goes: the rules are written once, in C (src/pg/message.c,
@@ -85,11 +86,15 @@ BEGIN
     IF v_bytes > wfe._setting('wfe.track_threshold_bytes')::int THEN
         v_track := 'large';
         v_hash := encode(sha256(convert_to(v_text, 'UTF8')), 'hex');
+        -- the reference names the attempt: only its holder may fetch it (wfe.fetch_payload)
         v_ref := jsonb_build_object('bucket', 'wfe.payloads', 'key', 'sha256:' || v_hash,
-                                    'sha256', v_hash, 'bytes', v_bytes);
-        INSERT INTO wfe.payloads (key, tenant, bytes, body)
-        VALUES ('sha256:' || v_hash, p_run.tenant, v_bytes, coalesce(p_stage.input, '{}'))
-        ON CONFLICT (key) DO NOTHING;
+                                    'sha256', v_hash, 'bytes', v_bytes,
+                                    'run_id', p_run.run_id, 'stage', p_stage.stage,
+                                    'attempt', p_stage.attempt, 'fence', p_stage.fence);
+        INSERT INTO wfe.payloads (key, tenant, bytes, body, run_id, stage)
+        VALUES ('sha256:' || v_hash, p_run.tenant, v_bytes, coalesce(p_stage.input, '{}'),
+                p_run.run_id, p_stage.stage)
+        ON CONFLICT (run_id, stage, key) DO NOTHING;
     END IF;
     INSERT INTO wfe.outbox (tenant, run_id, stage, attempt, fence, kind, exchange, routing_key,
                             message_id, headers, body)

@@ -98,20 +98,18 @@ BEGIN
         RETURN 'unknown';
     END IF;
     -- the cancelled attempt is the one whose fence the cancel superseded
-    -- (stage.cancelled names it; 0.1.0 grew fences by one)
+    -- (stage.cancelled names it in its fence column)
     IF s.attempt <> ack_cancel.attempt OR s.state <> 'cancelled'
        OR NOT EXISTS (SELECT 1 FROM wfe.events AS e
                        WHERE e.run_id = s.run_id AND e.stage = s.stage AND e.attempt = s.attempt
-                         AND e.type = 'stage.cancelled'
-                         AND coalesce((e.detail ->> 'cancelled_fence')::bigint,
-                                      (e.detail ->> 'fence')::bigint - 1) = ack_cancel.fence)
+                         AND e.type = 'stage.cancelled' AND e.fence = ack_cancel.fence)
     THEN
         PERFORM wfe._event(s.run_id, s.tenant, s.stage, ack_cancel.attempt, 'callback.stale',
-                           jsonb_build_object('callback', 'ack_cancel', 'fence', ack_cancel.fence));
+                           jsonb_build_object('callback', 'ack_cancel'), ack_cancel.fence);
         RETURN 'stale';
     END IF;
     PERFORM wfe._event(s.run_id, s.tenant, s.stage, s.attempt, 'stage.cancel_acknowledged',
-                       jsonb_build_object('fence', ack_cancel.fence));
+                       NULL, ack_cancel.fence);
     RETURN 'accepted';
 END
 $$;

@@ -252,7 +252,8 @@ COMMENT ON FUNCTION wfe._repair() IS
 REVOKE ALL ON FUNCTION wfe._repair() FROM PUBLIC;
 
 -- Remove finished runs older than the retention, in small batches, with
--- their stages, outputs, timers and events, and published outbox rows.
+-- their stages, outputs, timers, payloads and events, and published outbox
+-- rows.
 CREATE FUNCTION wfe._retention(p_retention_s int, p_batch int)
 RETURNS int
 LANGUAGE plpgsql VOLATILE
@@ -271,7 +272,7 @@ BEGIN
     IF v_runs IS NOT NULL THEN
         DELETE FROM wfe.events AS e WHERE e.run_id = ANY (v_runs);
         DELETE FROM wfe.outbox AS o WHERE o.run_id = ANY (v_runs) AND o.state = 'published';
-        DELETE FROM wfe.runs AS r WHERE r.run_id = ANY (v_runs);     -- cascades to stages, outputs, timers
+        DELETE FROM wfe.runs AS r WHERE r.run_id = ANY (v_runs);     -- cascades to stages, outputs, timers, payloads
         n := cardinality(v_runs);
     END IF;
     DELETE FROM wfe.outbox AS o
@@ -282,6 +283,10 @@ BEGIN
     DELETE FROM wfe.cache_entries AS c
      WHERE c.key IN (SELECT c2.key FROM wfe.cache_entries AS c2
                       WHERE c2.expires_at < now() LIMIT p_batch);
+    -- unauthenticated signed callbacks: nobody's, kept for the retention
+    DELETE FROM wfe.unauthenticated_callbacks AS u
+     WHERE u.id IN (SELECT u2.id FROM wfe.unauthenticated_callbacks AS u2
+                     WHERE u2.at < v_cutoff LIMIT p_batch);
     -- callbacks about runs that never existed (or are gone)
     DELETE FROM wfe.events AS e
      WHERE e.event_id IN (SELECT e2.event_id FROM wfe.events AS e2
@@ -293,7 +298,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION wfe._retention(int, int) IS
-'Deletes up to p_batch finished runs older than the retention (and their history), old published outbox rows and expired result cache entries.';
+'Deletes up to p_batch finished runs older than the retention (and their history and large payloads), old published outbox rows, old unauthenticated callbacks and expired result cache entries.';
 REVOKE ALL ON FUNCTION wfe._retention(int, int) FROM PUBLIC;
 
 CREATE FUNCTION wfe.worker_status(OUT pid int, OUT started_at timestamptz, OUT sleeping_until timestamptz,

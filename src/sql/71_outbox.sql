@@ -158,12 +158,28 @@ COMMENT ON FUNCTION wfe._outbox_mark(text, bigint, bigint[], bigint[], text, big
 REVOKE ALL ON FUNCTION wfe._outbox_mark(text, bigint, bigint[], bigint[], text, bigint[]) FROM PUBLIC;
 
 -- External relays (no preload): claim and acknowledge outbox rows.
+-- A relay is a role like any other: it sees and acknowledges the outbox rows
+-- of the tenants it acts for (wfe.my_tenants(): the tenants it is mapped
+-- to, every tenant for a superuser or wfe_admin), and no other.  This is
+-- that rule, for outbox_claim and outbox_ack both; p_tenants is
+-- wfe.my_tenants(), read once per call.
+CREATE FUNCTION wfe._relay_sees(p_tenant text, p_tenants text[])
+RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+RETURN p_tenants IS NULL OR p_tenant OPERATOR(pg_catalog.=) ANY (p_tenants);
+COMMENT ON FUNCTION wfe._relay_sees(text, text[]) IS
+'Whether an external relay acting for p_tenants (wfe.my_tenants(); NULL: every tenant) may claim and acknowledge an outbox row of p_tenant.';
+REVOKE ALL ON FUNCTION wfe._relay_sees(text, text[]) FROM PUBLIC;
+
 CREATE FUNCTION wfe.outbox_claim(max int, relay text)
 RETURNS SETOF wfe.outbox
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
+DECLARE
+    v_tenants text[] := wfe.my_tenants();
 BEGIN
     IF outbox_claim.max IS NULL OR outbox_claim.max < 1 OR outbox_claim.relay IS NULL
        OR outbox_claim.relay = '' THEN
@@ -174,9 +190,10 @@ BEGIN
     RETURN QUERY
     WITH picked AS (
         SELECT o.id FROM wfe.outbox AS o
-         WHERE (o.state = 'pending' AND o.available_at <= now())
-            OR (o.state = 'claimed' AND o.claimed_at < now() - interval '5 minutes'
-                AND o.claimed_by NOT LIKE 'wfe worker%')
+         WHERE ((o.state = 'pending' AND o.available_at <= now())
+                OR (o.state = 'claimed' AND o.claimed_at < now() - interval '5 minutes'
+                    AND o.claimed_by NOT LIKE 'wfe worker%'))
+           AND wfe._relay_sees(o.tenant, v_tenants)
          ORDER BY o.id LIMIT outbox_claim.max
            FOR UPDATE SKIP LOCKED
     )
@@ -187,7 +204,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION wfe.outbox_claim(int, text) IS
-'External relay: claims up to max pending outbox rows (SKIP LOCKED, id order); acknowledge them with wfe.outbox_ack.';
+'External relay: claims up to max pending outbox rows of the tenants the caller acts for (SKIP LOCKED, id order); acknowledge them with wfe.outbox_ack.';
 REVOKE ALL ON FUNCTION wfe.outbox_claim(int, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION wfe.outbox_claim(int, text) TO wfe_admin, wfe_operator;
 
@@ -197,15 +214,21 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
+DECLARE
+    v_tenants text[] := wfe.my_tenants();
 BEGIN
     IF outbox_ack.ids IS NULL OR outbox_ack.relay IS NULL THEN
         RAISE EXCEPTION 'ids and relay must not be null' USING ERRCODE = 'null_value_not_allowed';
     END IF;
-    RETURN wfe._mark_published(outbox_ack.ids, outbox_ack.relay);
+    -- another tenant's row is one this relay does not hold: not marked, not counted
+    RETURN wfe._mark_published(ARRAY(SELECT o.id FROM wfe.outbox AS o
+                                      WHERE o.id = ANY (outbox_ack.ids)
+                                        AND wfe._relay_sees(o.tenant, v_tenants)),
+                               outbox_ack.relay);
 END
 $$;
 COMMENT ON FUNCTION wfe.outbox_ack(bigint[], text) IS
-'External relay: marks the rows it claimed and published as published; returns how many (rows it no longer holds are not counted).';
+'External relay: marks the rows it claimed and published as published; returns how many (rows it no longer holds, or of tenants it does not act for, are not counted).';
 REVOKE ALL ON FUNCTION wfe.outbox_ack(bigint[], text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION wfe.outbox_ack(bigint[], text) TO wfe_admin, wfe_operator;
 

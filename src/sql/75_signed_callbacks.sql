@@ -29,15 +29,38 @@ CREATE INDEX callback_ids_signed_at ON wfe.callback_ids (signed_at);
 COMMENT ON TABLE wfe.callback_ids IS
 'callback_ids of accepted signed callbacks within wfe.callback_tolerance_s of their timestamp: a second body with one answers replayed.';
 
+-- Bodies whose signature did not authenticate them: anyone's text, kept
+-- apart from every tenant's events (a tenant's reader must not see what a
+-- stranger wrote about its run ids).  The operators and wfe_admin read
+-- them; retention removes them (wfe._retention).
+CREATE TABLE wfe.unauthenticated_callbacks (
+    id       bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    at       timestamptz NOT NULL DEFAULT now(),
+    caller   name,                  -- the role that called (SET ROLE included); NULL: recorded before 0.3.0
+    run_id   bigint,
+    stage    text,
+    attempt  int,
+    detail   jsonb NOT NULL,
+    fence    bigint
+);
+CREATE INDEX unauthenticated_callbacks_at ON wfe.unauthenticated_callbacks (at);
+COMMENT ON TABLE wfe.unauthenticated_callbacks IS
+'Signed callbacks whose signature did not authenticate them (wfe.callback answered unauthenticated): the login that sent them, what they claimed (run, stage, attempt; callback, callback_id, key_id, timestamp and why in detail). Readable by wfe_operator and wfe_admin, never a tenant''s event.';
+-- nobody's tenant's: the operators see them
+GRANT SELECT ON wfe.unauthenticated_callbacks TO wfe_admin, wfe_operator;
+
 CREATE FUNCTION wfe.callback(body text, signature text)
 RETURNS text
 AS 'MODULE_PATHNAME', 'wfe_callback'
 LANGUAGE C VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION wfe.callback(text, text) IS
-'A worker''s report signed by its gateway: the gate''s outcome word when authentic; unauthenticated, expired or replayed otherwise (each recorded as an event).';
+'A worker''s report signed by its gateway: the gate''s outcome word when authentic; otherwise unauthenticated (recorded in wfe.unauthenticated_callbacks), expired or replayed (recorded as events of the run).';
 REVOKE ALL ON FUNCTION wfe.callback(text, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION wfe.callback(text, text) TO wfe_worker;
 
 -- The keys are configuration: a dump carries them (and so their secrets).
 SELECT pg_catalog.pg_extension_config_dump('wfe.callback_keys', '');
+-- What was refused is history, like the events.
+SELECT pg_catalog.pg_extension_config_dump('wfe.unauthenticated_callbacks', '');
+SELECT pg_catalog.pg_extension_config_dump('wfe.unauthenticated_callbacks_id_seq', '');

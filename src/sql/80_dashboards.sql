@@ -295,9 +295,10 @@ SELECT x.problem, x.run_id, x.stage, x.attempt,
       JOIN wfe.run_stages AS st ON st.run_id = r.run_id
      WHERE l.max_tasks_in_flight IS NOT NULL
        AND st.state = 'queued' AND st.queue IS NOT NULL AND st.handler IS NULL
+       -- (by attempt: the view runs as its reader, who may not see fences)
        AND NOT EXISTS (SELECT 1 FROM wfe.outbox AS o
                         WHERE o.run_id = st.run_id AND o.stage = st.stage AND o.attempt = st.attempt
-                          AND o.fence = st.fence AND o.kind = 'dispatch' AND o.state <> 'published')
+                          AND o.kind = 'dispatch' AND o.state <> 'published')
        AND (SELECT count(*) FROM wfe.runs AS r2 JOIN wfe.run_stages AS s2 ON s2.run_id = r2.run_id
              WHERE r2.tenant = l.tenant AND r2.finished_at IS NULL AND s2.queue IS NOT NULL
                AND s2.handler IS NULL AND s2.state IN ('dispatched', 'running')) >= l.max_tasks_in_flight

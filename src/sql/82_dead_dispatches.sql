@@ -63,14 +63,19 @@ BEGIN
                           v_attempt, v_deaths),
         'fence', v_fence, 'message_id', p_message_id, 'x_death', p_headers -> 'x-death');
     PERFORM wfe._event(v_run, v_tenant, v_stage, v_attempt, 'stage.dead_lettered',
-                       jsonb_build_object('message_id', p_message_id, 'fence', v_fence,
-                                          'rejected', v_deaths, 'routing_key', p_routing_key));
+                       jsonb_build_object('message_id', p_message_id,
+                                          'rejected', v_deaths, 'routing_key', p_routing_key),
+                       v_fence);
     -- the gate decides: the current attempt fails (retried or failed per its
     -- policy); one superseded meanwhile is stale, one of an ended run late.
     -- Only a running attempt is reported, and nobody accepted this one: wfe
     -- takes it first, as the holder of its envelope (a duplicate if a worker
     -- had accepted it before rejecting it)
-    PERFORM wfe.accept_task(v_run, v_stage, v_attempt, v_fence, 'wfe.dlq');
+    BEGIN
+        PERFORM wfe.accept_task(v_run, v_stage, v_attempt, v_fence, 'wfe.dlq');
+    EXCEPTION WHEN object_not_in_prerequisite_state THEN
+        NULL;       -- its queue is a poll queue now: the gate below answers for the attempt
+    END;
     v_outcome := wfe.fail_task(v_run, v_stage, v_attempt, v_fence, v_error, true);
     -- retries exhausted: the engine wrote its dead letter just now; it is this one
     UPDATE wfe.dead_letters AS d SET reason = 'broker.redeliveries', error = v_error

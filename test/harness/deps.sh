@@ -27,6 +27,7 @@ PACKAGES=(
 	python3-pip                 # its test installs it with pip install --no-index
 	json-schema-test-suite      # JSON Schema conformance (test/unit/test_jsonschema_suite.c)
 	openssl                     # TAP 019: the documented gateway signing example
+	prometheus-postgres-exporter  # TAP 025: the shipped query file, scraped
 )
 
 # is_installed PACKAGE: true when dpkg has the package fully installed.

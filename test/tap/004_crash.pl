@@ -224,12 +224,12 @@ UNION ALL
 SELECT format('run %s stage %s attempt %s: %s dispatch rows for one release', e.run_id, e.stage, e.attempt,
               (SELECT count(*) FROM wfe.outbox AS o
                 WHERE o.kind = 'dispatch' AND o.run_id = e.run_id AND o.stage = e.stage
-                  AND o.attempt = e.attempt AND o.fence = (e.detail ->> 'fence')::bigint))
+                  AND o.attempt = e.attempt AND o.fence = e.fence))
   FROM wfe.events AS e
  WHERE e.type IN ('stage.released', 'stage.retried') AND e.detail ->> 'queue' = 'tap-crash-b'
    AND (SELECT count(*) FROM wfe.outbox AS o
          WHERE o.kind = 'dispatch' AND o.run_id = e.run_id AND o.stage = e.stage
-           AND o.attempt = e.attempt AND o.fence = (e.detail ->> 'fence')::bigint) <> 1
+           AND o.attempt = e.attempt AND o.fence = e.fence) <> 1
 UNION ALL
 SELECT format('outbox %s: a dispatch of run %s stage %s attempt %s without its release', o.id, o.run_id,
               o.stage, o.attempt)

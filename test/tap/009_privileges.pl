@@ -6,7 +6,7 @@
 # role (a member of it, nothing else) and one login role that is a member
 # of none.  Then:
 #
-# - the doc: the two tables of the "Privilege matrix" subsection are parsed
+# - the doc: the three tables of the "Privilege matrix" subsection are parsed
 #   out of docs/operations.md (found from this file's path).  Their columns
 #   are the seven roles and "none"; a cell is ✓ or blank;
 # - functions: every public function of schema wfe (a name not starting
@@ -15,7 +15,10 @@
 #   role is its cell.  A new function without a row fails the test; the
 #   failure prints the rows the catalog has, ready to paste.  No login role
 #   may execute an internal function (wfe._*);
-# - tables and views: the same with has_table_privilege(..., 'SELECT'); no
+# - tables and views: the same with has_any_column_privilege(..., 'SELECT')
+#   (SELECT on the table or some of its columns); and the third table,
+#   "column", lists every column withheld from a role that may select
+#   others of its table, its cells has_column_privilege; no
 #   login role may INSERT, UPDATE, DELETE or TRUNCATE any of them (but
 #   wfe_admin INSERT, UPDATE and DELETE wfe.callback_keys), or use a
 #   sequence, or CREATE in the schema;
@@ -50,7 +53,7 @@ my $top = abs_path(dirname(__FILE__) . '/../..');
 my $doc_path = "$top/docs/operations.md";
 
 #
-# The two tables of the "Privilege matrix" subsection.
+# The three tables of the "Privilege matrix" subsection.
 #
 
 # parse_matrix(TEXT): { function => { row => [cells], dup => [...] }, table => ... }
@@ -78,8 +81,8 @@ sub parse_matrix
 		my $header = shift @rows;
 		shift @rows;    # |---|:-:|...
 		my $kind = $header->[0];
-		die "a table in the privilege matrix starts with \"$kind\", not function or table\n"
-		  unless $kind eq 'function' || $kind eq 'table';
+		die "a table in the privilege matrix starts with \"$kind\", not function, table or column\n"
+		  unless $kind eq 'function' || $kind eq 'table' || $kind eq 'column';
 		my @cols = map { s/`//gr } @{$header}[ 1 .. $#$header ];
 		die "the $kind table's columns are (@cols), not (@COLUMNS)\n"
 		  unless "@cols" eq "@COLUMNS";
@@ -96,7 +99,7 @@ sub parse_matrix
 		}
 		$tables{$kind} = \%t;
 	}
-	die "the privilege matrix has no $_ table\n" for grep { !$tables{$_} } qw(function table);
+	die "the privilege matrix has no $_ table\n" for grep { !$tables{$_} } qw(function table column);
 	return \%tables;
 }
 
@@ -131,11 +134,25 @@ sub catalog_rows
 	         FROM pg_proc AS p CROSS JOIN (VALUES $login_values) AS l(ord, login)
 	        WHERE p.pronamespace = 'wfe'::regnamespace AND p.proname !~ '^_'
 	        GROUP BY p.oid ORDER BY 1}
-	  : qq{SELECT c.oid::regclass::text,
-	              string_agg(CASE WHEN has_table_privilege(l.login, c.oid, 'SELECT') THEN 'x' ELSE '.' END, '' ORDER BY l.ord)
+	  : $kind eq 'table'
+	  # SELECT on the table, or on some of its columns (the column table
+	  # then names the columns withheld)
+	  ? qq{SELECT c.oid::regclass::text,
+	              string_agg(CASE WHEN has_any_column_privilege(l.login, c.oid, 'SELECT') THEN 'x' ELSE '.' END, '' ORDER BY l.ord)
 	         FROM pg_class AS c CROSS JOIN (VALUES $login_values) AS l(ord, login)
 	        WHERE c.relnamespace = 'wfe'::regnamespace AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
-	        GROUP BY c.oid ORDER BY 1};
+	        GROUP BY c.oid ORDER BY 1}
+	  # every column withheld from a role that may select others of its table
+	  : qq{SELECT c.oid::regclass::text || '.' || quote_ident(a.attname),
+	              string_agg(CASE WHEN has_column_privilege(l.login, c.oid, a.attnum, 'SELECT') THEN 'x' ELSE '.' END, '' ORDER BY l.ord)
+	         FROM pg_class AS c
+	         JOIN pg_attribute AS a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+	        CROSS JOIN (VALUES $login_values) AS l(ord, login)
+	        WHERE c.relnamespace = 'wfe'::regnamespace AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
+	        GROUP BY c.oid, a.attname
+	       HAVING bool_or(has_any_column_privilege(l.login, c.oid, 'SELECT')
+	                      AND NOT has_column_privilege(l.login, c.oid, a.attnum, 'SELECT'))
+	        ORDER BY 1};
 	# search_path without wfe, so that every name comes out qualified
 	my $out = $node->safe_psql('postgres', "SET search_path = pg_catalog;\n$sql");
 	return { map { split /\|/ } split /\n/, $out };
@@ -186,6 +203,7 @@ sub check_kind
 
 check_kind('function', 'EXECUTE');
 check_kind('table', 'SELECT');
+check_kind('column', 'SELECT');
 
 my $logins_in = join(', ', map { "'$LOGIN{$_}'" } @COLUMNS);
 is( $node->safe_psql(

@@ -301,8 +301,11 @@ ok($m, 'an input over wfe.track_threshold_bytes (1024) arrived on wfe.tapq.large
 $s = check_dispatch('large track', $m, $big, 'a', 'large', $t0, $t1);
 my $ref = $m->{body}{payload_ref};
 ok(!defined $m->{body}{payload_inline}, 'large track: payload_inline is null');
-is_deeply([ sort keys %{ $ref || {} } ], [qw(bucket bytes key sha256)],
-	'payload_ref has bucket, key, sha256 and bytes');
+is_deeply([ sort keys %{ $ref || {} } ], [qw(attempt bucket bytes fence key run_id sha256 stage)],
+	'payload_ref has bucket, key, sha256 and bytes, and names its attempt (run_id, stage, attempt, fence)');
+is("$ref->{run_id} $ref->{stage} $ref->{attempt} $ref->{fence}",
+	sql(qq{SELECT run_id || ' ' || stage || ' ' || attempt || ' ' || fence FROM wfe.run_stages WHERE run_id = $big AND stage = 'a'}),
+	'payload_ref names the attempt dispatched');
 is($ref->{bucket}, 'wfe.payloads', 'payload_ref bucket is wfe.payloads');
 is( $ref->{sha256},
 	sql(qq{SELECT encode(sha256(convert_to(input::text, 'UTF8')), 'hex') FROM wfe.run_stages

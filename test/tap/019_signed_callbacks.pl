@@ -2,8 +2,9 @@
 # login reports a worker's result with wfe.callback(body, signature).
 #
 # Each attack is performed as written, and each refusal is asserted with
-# its answer, its event and "nothing changed" (the stage row, the
-# remembered callback_ids):
+# its answer, its record (an event of the run; an unauthenticated body in
+# wfe.unauthenticated_callbacks, never among the events) and "nothing
+# changed" (the stage row, the remembered callback_ids):
 #
 #   - authentic bodies: a heartbeat, then a completion, signed by
 #     scripts/wfe-sign-callback, are accepted and the run moves on; a fail
@@ -185,9 +186,18 @@ my $stage_q = sub {
 	  . " FROM wfe.run_stages WHERE run_id = $run AND stage = '$stage'";
 };
 my $ids_q = 'SELECT count(*) || coalesce(string_agg(callback_id, \',\' ORDER BY callback_id), \'\') FROM wfe.callback_ids';
+# the newest refusal: an event, or an unauthenticated callback (kept apart
+# from the tenants' events, in wfe.unauthenticated_callbacks)
 my $last_event = sub {
-	return sql(q{SELECT type || ' ' || coalesce(run_id::text, '-') || ' ' || coalesce(detail->>'reason', '-')
-	              FROM wfe.events ORDER BY event_id DESC LIMIT 1});
+	return sql(q{SELECT x.t FROM (
+	               SELECT e.at, e.event_id AS id, 0 AS k,
+	                      e.type || ' ' || coalesce(e.run_id::text, '-') || ' ' || coalesce(e.detail->>'reason', '-') AS t
+	                 FROM wfe.events AS e
+	               UNION ALL
+	               SELECT u.at, u.id, 1, 'callback.unauthenticated ' || coalesce(u.run_id::text, '-') || ' '
+	                      || coalesce(u.detail->>'reason', '-')
+	                 FROM wfe.unauthenticated_callbacks AS u) AS x
+	              ORDER BY x.at DESC, x.k DESC, x.id DESC LIMIT 1});
 };
 
 # A run, its first task claimed by the gateway's worker (through its own login).
@@ -238,9 +248,11 @@ refused('a malformed signature', 'gw', $body[2], 'key_id=gw1,v1=xyz',
 	'unauthenticated', "callback.unauthenticated $run malformed signature");
 refused('a signature header with no v1', 'gw', $body[2], 'key_id=gw1',
 	'unauthenticated', "callback.unauthenticated $run malformed signature");
-is(sql(qq{SELECT detail->>'key_id' || ' ' || (detail->>'callback_id') FROM wfe.events
-           WHERE type = 'callback.unauthenticated' AND detail->>'reason' = 'unknown key'}),
-	"gw9 $body[0]", 'the event names the key and the callback_id');
+is(sql(qq{SELECT detail->>'key_id' || ' ' || (detail->>'callback_id') || ' ' || caller
+           FROM wfe.unauthenticated_callbacks WHERE detail->>'reason' = 'unknown key'}),
+	"gw9 $body[0] gw", 'the record names the key, the callback_id and the login that sent it');
+is(sql(q{SELECT count(*) FROM wfe.events WHERE type = 'callback.unauthenticated'}), '0',
+	'no unauthenticated body is among the events, which the tenants\' readers see');
 
 # -- Expired --------------------------------------------------------------
 my $now = int(sql('SELECT floor(extract(epoch FROM now()))::bigint'));
@@ -477,12 +489,13 @@ $node->poll_query_until('postgres', q{SELECT current_setting('wfe.callback_toler
 	my @ghost = body('heartbeat', 987654, 'a', 1, 1);
 	my ($st, $out, $e) = callback('gw', $ghost[2], sign('gw1', @ghost, 'wrong'));
 	is($out, 'unauthenticated', 'a forged body about a run that does not exist: unauthenticated');
-	is(sql(q{SELECT tenant || '|' || type FROM wfe.events WHERE run_id = 987654}), '|callback.unauthenticated',
-		'recorded, with no tenant (there is no run)');
-	sql(q{UPDATE wfe.events SET at = now() - interval '30 days' WHERE run_id = 987654 OR type = 'callback.expired'});
+	is(sql(q{SELECT count(*) FROM wfe.unauthenticated_callbacks WHERE run_id = 987654}), '1',
+		'recorded in wfe.unauthenticated_callbacks');
+	sql(q{UPDATE wfe.events SET at = now() - interval '30 days' WHERE type = 'callback.expired'});
+	sql(q{UPDATE wfe.unauthenticated_callbacks SET at = now() - interval '30 days'});
 	sql('SELECT wfe._retention(86400, 100)');
-	is(sql('SELECT count(*) FROM wfe.events WHERE run_id = 987654'), '0',
-		'retention removed the old refusal about no run');
+	is(sql('SELECT count(*) FROM wfe.unauthenticated_callbacks'), '0',
+		'retention removed the old unauthenticated callbacks');
 	is(sql(qq{SELECT count(*) FROM wfe.events WHERE type = 'callback.expired' AND run_id = $run}), '2',
 		'refusals about an existing run stay while the run does');
 }

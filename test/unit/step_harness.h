@@ -81,6 +81,8 @@ typedef struct sh_event
 	int			attempt;
 	char	   *type;
 	char	   *detail;
+	int			fenced;			/* the event is about fence (wfe.events.fence) */
+	long long	fence;
 } sh_event;
 
 typedef struct sh_timer
@@ -682,6 +684,8 @@ sh_record_event(sh *h, int stage, int attempt, const char *type, const char *det
 	e->attempt = attempt;
 	e->type = sh_strdup(type ? type : "(null)");
 	e->detail = sh_strdup(detail);
+	e->fenced = 0;
+	e->fence = 0;
 	if (getenv("SH_TRACE"))		/* to read a fuzzer's crash: SH_TRACE=1 build/fuzz/fuzz_step crash-... */
 		fprintf(stderr, "  event %s %s attempt %d %s\n", stage >= 0 ? sh_sname(h, stage) : "-",
 				type ? type : "(null)", attempt, detail ? detail : "");
@@ -863,6 +867,11 @@ sh_apply(sh *h, const char *reported)
 		{
 			case WFE_OP_EVENT:
 				sh_record_event(h, i, op->attempt, op->text, op->json);
+				h->events[h->nevents - 1].fenced = op->flag;
+				h->events[h->nevents - 1].fence = op->fence;
+				/* fences are capabilities: the detail, which readers see, never has one */
+				if (op->json && strstr(op->json, "fence\"") != NULL)
+					sh_violate(h, "event %s carries a fence in its detail: %s", op->text, op->json);
 				break;
 			case WFE_OP_ENQUEUE:
 				sh_move(h, i, WFE_QUEUED, "enqueue");
@@ -1610,6 +1619,16 @@ sh_count_events_since(const sh *h, int from, const char *type, int stage)
 	for (int k = from; k < h->nevents; k++)
 		n += strcmp(h->events[k].type, type) == 0 && (stage == -2 || h->events[k].stage == stage);
 	return n;
+}
+
+/* The fence of the last step's first such event; -1 when it is about none. */
+SH_FN long long
+sh_event_fence(const sh *h, const char *type, int stage)
+{
+	for (int k = h->mark; k < h->nevents; k++)
+		if (strcmp(h->events[k].type, type) == 0 && (stage == -2 || h->events[k].stage == stage))
+			return h->events[k].fenced ? h->events[k].fence : -1;
+	return -1;
 }
 
 /* The detail of the last step's first such event, or NULL. */

@@ -1451,7 +1451,9 @@ test_intent_failed(void)
 	   "intent: cancelled stages are fenced");
 	expect_str(sh_json_get(h.rows[q].error, "code"), "run.failed", "intent: the cancel error is run.failed");
 	expect_json(sh_event_detail(&h, "stage.cancelled", q),
-				"{\"was\": \"running\", \"fence\": 8589934592, \"cancelled_fence\": 4294967296, \"cancel_requested\": true}", "intent: event stage.cancelled");
+				"{\"was\": \"running\", \"cancel_requested\": true}", "intent: event stage.cancelled");
+	ok(sh_event_fence(&h, "stage.cancelled", q) == F(1),
+	   "intent: stage.cancelled is about the fence of the attempt asked to stop (apart from its detail)");
 	expect_skipped(&h, "j", "run_aborted", "intent failed");
 	expect_skipped(&h, "after", "run_aborted", "intent failed");
 	ok(h.timers[nt - 1].fired, "intent: t's pending retry timer is retired");
@@ -2094,8 +2096,10 @@ test_redrive(void)
 				"{\"by\": \"ops\", \"reason\": \"input fixed upstream\", \"stage\": \"a\"}",
 				"redrive: run.redriven says who, why and from where");
 	expect_json(sh_event_detail(&h, "stage.redriven", a),
-				"{\"by\": \"ops\", \"reason\": \"input fixed upstream\", \"was\": \"failed\", \"fence\": 4294967296}",
+				"{\"by\": \"ops\", \"reason\": \"input fixed upstream\", \"was\": \"failed\"}",
 				"redrive: stage.redriven says who, why and what the stage was");
+	ok(sh_event_fence(&h, "stage.redriven", a) == 4294967296LL,
+	   "redrive: stage.redriven is about the stage's fence (apart from its detail)");
 	op = sh_find_op(&h, WFE_OP_ENQUEUE, a);
 	ok(op && op->flag == 1 && op->attempt == 2 && op->fence == F(2), "redrive: a new attempt (2), a new fence (2)");
 	expect_state(&h, "a", WFE_QUEUED, "redrive");

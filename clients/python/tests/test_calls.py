@@ -59,7 +59,10 @@ def test_sqlstates_become_exceptions(db: psycopg.Connection) -> None:
         wfe.submit(db, flow.workflow, {"spec": {}}, options={"no_such_option": 1})
     with pytest.raises(wfe.UnknownObject):
         wfe.report(db, -1)
-    with pytest.raises(wfe.UnknownObject):
+    with pytest.raises(wfe.UnknownObject):  # a reference names the attempt that dispatched it
+        wfe.fetch_payload(db, {"key": "sha256:" + "0" * 64, "sha256": "0" * 64,
+                               "run_id": 987654321, "stage": "s", "attempt": 1, "fence": 1})
+    with pytest.raises(wfe.InvalidArgument):  # ... and one that names none is malformed
         wfe.fetch_payload(db, {"key": "sha256:" + "0" * 64, "sha256": "0" * 64})
 
 

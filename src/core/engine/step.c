@@ -197,6 +197,21 @@ step_event(wfe_step *st, int stage, int attempt, const char *type, json_object *
 	op->json = step_json_text(st, detail);
 }
 
+/*
+ * An event about one fence (the attempt released, cancelled, reported
+ * about).  A fence is a capability: it travels apart from the detail,
+ * which every reader of the run sees (the server stores it in a column
+ * readers cannot select).
+ */
+void
+step_event_fenced(wfe_step *st, int stage, int attempt, const char *type, json_object *detail,
+				  int64_t fence)
+{
+	step_event(st, stage, attempt, type, detail);
+	st->ops[st->nops - 1].flag = 1;
+	st->ops[st->nops - 1].fence = fence;
+}
+
 const char *
 step_intent_name(int intent)
 {
@@ -456,10 +471,10 @@ step_enqueue(wfe_step *st, int i, const char *input, int new_attempt, const char
 	op->attempt = r->attempt;
 	op->fence = r->fence;
 	json_object_object_add(detail, "queue", step_jstr(r->queue));
-	json_object_object_add(detail, "fence", json_object_new_int64(r->fence));
 	if (r->cache_key != NULL)
 		json_object_object_add(detail, "cache_key", step_jstr(r->cache_key));
-	step_event(st, i, r->attempt, r->attempt == 1 ? "stage.released" : "stage.retried", detail);
+	step_event_fenced(st, i, r->attempt, r->attempt == 1 ? "stage.released" : "stage.retried", detail,
+					  r->fence);
 }
 
 /* Resolve a decision, fork or join at release. */
@@ -863,10 +878,9 @@ set_intent(wfe_step *st, wfe_run_state intent, const char *reason)
 		op->fence = r->fence;
 		detail = json_object_new_object();
 		json_object_object_add(detail, "was", step_jstr(wfe_state_name(was)));
-		json_object_object_add(detail, "fence", json_object_new_int64(r->fence));
-		json_object_object_add(detail, "cancelled_fence", json_object_new_int64(op->prev_fence));
 		json_object_object_add(detail, "cancel_requested", json_object_new_boolean(op->flag));
-		step_event(st, i, r->attempt, "stage.cancelled", detail);
+		/* the fence of the attempt asked to stop: its ack_cancel names it */
+		step_event_fenced(st, i, r->attempt, "stage.cancelled", detail, op->prev_fence);
 		step_cache_leader_ended(st, i);
 	}
 	for (int i = 0; i < rp->nstages; i++)
@@ -1275,10 +1289,9 @@ refuse(wfe_step *st, int i, wfe_callback cb, int attempt, int64_t fence, const c
 	json_object *detail = json_object_new_object();
 
 	json_object_object_add(detail, "callback", step_jstr(callback_names[cb]));
-	json_object_object_add(detail, "fence", json_object_new_int64(fence));
 	json_object_object_add(detail, "current_attempt", json_object_new_int(r->attempt));
-	json_object_object_add(detail, "current_fence", json_object_new_int64(r->fence));
-	step_event(st, i, attempt, wfe_arena_printf(&st->arena, "callback.%s", outcome), detail);
+	/* the fence reported; the current one stays on the stage row */
+	step_event_fenced(st, i, attempt, wfe_arena_printf(&st->arena, "callback.%s", outcome), detail, fence);
 	return outcome;
 }
 

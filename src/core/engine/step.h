@@ -103,7 +103,8 @@ typedef struct wfe_step_io
 /* The effects, in the order the server writes them. */
 typedef enum wfe_op_kind
 {
-	WFE_OP_EVENT,				/* event row: stage (-1 none), attempt (0 none), text type, json detail */
+	WFE_OP_EVENT,				/* event row: stage (-1 none), attempt (0 none), text type, json detail;
+								 * flag: fence is the fence it is about (kept out of the detail) */
 	WFE_OP_ENQUEUE,				/* queued; flag: new attempt; json: input (NULL keeps it); text: a cache miss's key */
 	WFE_OP_RESOLVE,				/* decision/fork/join resolved: state, json result, json2 error, branch (or WFE_KEEP_BRANCH) */
 	WFE_OP_BIND_FAILED,			/* failed at release: json error */

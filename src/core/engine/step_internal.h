@@ -20,6 +20,8 @@ extern json_object *step_jstr(const char *s);
 extern json_object *step_jname(wfe_step *st, int i);
 extern json_object *step_jparse(const char *text);
 extern void step_event(wfe_step *st, int stage, int attempt, const char *type, json_object *detail);
+extern void step_event_fenced(wfe_step *st, int stage, int attempt, const char *type, json_object *detail,
+							  int64_t fence);
 extern const char *step_intent_name(int intent);
 
 /* Releasing, routing, ending attempts (step.c) */

@@ -20,8 +20,7 @@ operator_event(wfe_step *st, int i, const char *type, const char *by, const char
 	json_object_object_add(detail, "by", step_jstr(by));
 	json_object_object_add(detail, "reason", step_jstr(why));
 	json_object_object_add(detail, "was", step_jstr(wfe_state_name(r->state)));
-	json_object_object_add(detail, "fence", json_object_new_int64(r->fence));
-	step_event(st, i, r->attempt, type, detail);
+	step_event_fenced(st, i, r->attempt, type, detail, r->fence);
 }
 
 /* A task (it has a queue or a handler), not a decision, fork or join. */

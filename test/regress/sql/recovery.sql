@@ -47,10 +47,11 @@ $$;
 CREATE FUNCTION pg_temp.events(p_run bigint, p_from bigint DEFAULT 0)
 RETURNS TABLE (type text, stage text, attempt int, detail jsonb)
 LANGUAGE sql AS $$
--- fences are random below their generation: show the generation
+-- fences are random below their generation: show the generation of the
+-- fence an event is about (its fence column; never in its detail)
 SELECT e.type, e.stage, e.attempt,
-       (e.detail - 'deadline_at' - 'fence' - 'cancelled_fence')
-       || CASE WHEN e.detail ? 'fence' THEN jsonb_build_object('fence_gen', (e.detail ->> 'fence')::bigint >> 32) ELSE '{}' END
+       (e.detail - 'deadline_at')
+       || CASE WHEN e.fence IS NOT NULL THEN jsonb_build_object('fence_gen', e.fence >> 32) ELSE '{}' END
   FROM wfe.events AS e WHERE e.run_id = p_run AND e.event_id > p_from ORDER BY e.event_id
 $$;
 -- claim one task of a queue and fail it (not retryable), or complete it
@@ -107,7 +108,7 @@ SELECT * FROM pg_temp.stages(:r);
 SELECT * FROM pg_temp.events(:r, :mark);
 SELECT resolution, resolved_by FROM wfe.dead_letters WHERE run_id = :r;
 -- the first attempt reports late: stale; the new one completes, the run too
-SELECT wfe.complete_task(:r, 'work', 1, (SELECT (e.detail ->> 'fence')::bigint FROM wfe.events AS e
+SELECT wfe.complete_task(:r, 'work', 1, (SELECT e.fence FROM wfe.events AS e
                                          WHERE e.run_id = :r AND e.stage = 'work' AND e.type = 'stage.released'),
                          '{"size": 9}');
 SELECT pg_temp.work('rc-work', 'complete', '{"size": 5}');

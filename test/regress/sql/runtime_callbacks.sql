@@ -202,10 +202,18 @@ SELECT * FROM pg_temp.call('heartbeat', :run, 'second', 1, :s1);
 -- the new attempt's identity
 SELECT attempt AS a2, fence AS f2 FROM wfe.run_stages WHERE run_id = :run AND stage = 'second' \gset
 
--- accept_task moves a queued attempt to running (the push handshake)
+-- accept_task starts what a broker dispatched: it cannot start a task of a
+-- poll queue (55000), whose tasks claim_task alone hands out
+SELECT * FROM pg_temp.call('accept', :run, 'second', :a2, :f2);
+SELECT state, claimed_by FROM wfe.run_stages WHERE run_id = :run AND stage = 'second';
+-- on a broker queue (re-dispatched: a new fence), accept_task moves a queued
+-- attempt to running (the push handshake)
+SELECT wfe.configure_queue('rt-cb-work', 'broker');
+SELECT attempt AS a2, fence AS f2 FROM wfe.run_stages WHERE run_id = :run AND stage = 'second' \gset
 SELECT * FROM pg_temp.call('accept', :run, 'second', :a2, :f2);
 SELECT state, claimed_by FROM wfe.run_stages WHERE run_id = :run AND stage = 'second';
 SELECT * FROM pg_temp.call('accept', :run, 'second', :a2, :f2);
+SELECT wfe.configure_queue('rt-cb-work', 'poll');
 -- nothing left to claim: the attempt is running already
 SELECT count(*) AS claimable FROM wfe.claim_task('rt-cb-work', 'w-2');
 

@@ -107,6 +107,8 @@ SELECT * FROM pg_temp.lease(:r, 'beat');
 SELECT wfe.complete_task(:r, 'beat', :b_attempt, :b_fence, '{}');
 SELECT state FROM wfe.runs WHERE run_id = :r;
 -- accept_task (the broker handshake) grants no lease: its heartbeats renew only heartbeat_ms
+-- (a broker queue's task: accept_task cannot start a poll queue's)
+SELECT wfe.configure_queue('rt-ls-beat', 'broker');
 SELECT attempt AS a_attempt, fence AS a_fence FROM wfe.run_stages WHERE run_id = :l AND stage = 'beat' \gset
 SELECT wfe.accept_task(:l, 'beat', :a_attempt, :a_fence, 'w-ls');
 SELECT pg_temp.age(:l, 'beat', interval '2 s');

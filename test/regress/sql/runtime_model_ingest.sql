@@ -211,13 +211,13 @@ SELECT task.stage, wfe.fail_task(task.run_id, task.stage, task.attempt, task.fen
 SELECT * FROM pg_temp.run(:bf);
 SELECT * FROM pg_temp.stages(:bf);
 -- the sibling is fenced and asked to stop (recorded, and a cancel message)
--- (a new fence, the next generation; the event and the cancel message name
--- the fence of the attempt asked to stop)
+-- (a new fence, the next generation; the event -- in its fence column, never
+-- its detail -- and the cancel message name the fence of the attempt asked
+-- to stop)
 SELECT stage, attempt, fence >> 32 AS fence_gen, fence > :tm_fence AS new_fence
   FROM wfe.run_stages WHERE run_id = :bf AND stage = 'technical-metadata';
-SELECT e.stage, e.attempt, e.detail - 'fence' - 'cancelled_fence' AS detail,
-       (e.detail ->> 'fence')::bigint = s.fence AS new_fence, (e.detail ->> 'cancelled_fence')::bigint = :tm_fence AS cancelled_fence
-  FROM wfe.events AS e JOIN wfe.run_stages AS s USING (run_id, stage)
+SELECT e.stage, e.attempt, e.detail, e.fence = :tm_fence AS cancelled_fence
+  FROM wfe.events AS e
  WHERE e.run_id = :bf AND e.type = 'stage.cancelled';
 SELECT o.kind, o.stage, o.attempt, o.fence >> 32 AS fence_gen, o.fence = s.fence AS new_fence, o.routing_key,
        o.body - 'reason' - 'run_id' - 'fence' AS body, (o.body ->> 'fence')::bigint = :tm_fence AS body_fence

@@ -65,12 +65,20 @@ SELECT wfe.configure_queue('rt-q-jobs', 'broker');
 SELECT count(*) FROM wfe.submit('rt-q-flow', jsonb_build_object('v', repeat('x', 2000)));
 RESET wfe.track_threshold_bytes;
 SELECT routing_key, jsonb_typeof(body -> 'payload_inline') = 'null' AS by_reference,
-       (body -> 'payload_ref') ?& array['bucket', 'key', 'sha256', 'bytes'] AS ref_shape
+       (body -> 'payload_ref') ?& array['bucket', 'key', 'sha256', 'bytes', 'run_id', 'stage', 'attempt', 'fence'] AS ref_shape
   FROM wfe.outbox WHERE routing_key = 'run.rt-q-jobs.large';
 SELECT length(wfe.fetch_payload(body -> 'payload_ref') ->> 'v') AS fetched
   FROM wfe.outbox WHERE routing_key = 'run.rt-q-jobs.large';
 SELECT pg_temp.try($q$SELECT wfe.fetch_payload('{"key": "sha256:00", "sha256": "11"}')$q$);
 SELECT pg_temp.try($q$SELECT wfe.fetch_payload(jsonb_build_object('key', 'sha256:' || repeat('0', 64), 'sha256', repeat('0', 64)))$q$);
+-- the reference names its attempt (wfe 0.3.0): a payload that attempt did
+-- not dispatch does not exist for it, nor does another attempt's
+SELECT pg_temp.try(format('SELECT wfe.fetch_payload(%L)',
+                          (body -> 'payload_ref') || jsonb_build_object('key', 'sha256:' || repeat('0', 64), 'sha256', repeat('0', 64))))
+  FROM wfe.outbox WHERE routing_key = 'run.rt-q-jobs.large';
+SELECT pg_temp.try(format('SELECT wfe.fetch_payload(%L)',
+                          jsonb_set(body -> 'payload_ref', '{fence}', to_jsonb((body #>> '{payload_ref,fence}')::bigint + 1))))
+  FROM wfe.outbox WHERE routing_key = 'run.rt-q-jobs.large';
 UPDATE wfe.payloads SET body = '{"v": "tampered"}';
 SELECT pg_temp.try(format('SELECT wfe.fetch_payload(%L)', body -> 'payload_ref'))
   FROM wfe.outbox WHERE routing_key = 'run.rt-q-jobs.large';

@@ -38,6 +38,8 @@ SELECT r.workflow, r.version, r.tenant, r.state, r.intent, r.reason FROM wfe.run
 $$;
 -- Report a stage's current attempt; one nobody claimed yet is accepted
 -- first, as its worker would (only a running attempt can be reported).
+-- accept_task starts only a broker queue's tasks: the queue is one for the
+-- handshake (re-dispatching the attempt: a new fence), then poll again.
 CREATE FUNCTION pg_temp.finish(p_run bigint, p_stage text, p_how text)
 RETURNS text LANGUAGE plpgsql AS $$
 DECLARE
@@ -45,7 +47,10 @@ DECLARE
 BEGIN
     SELECT * INTO s FROM wfe.run_stages AS x WHERE x.run_id = p_run AND x.stage = p_stage;
     IF s.state IN ('queued', 'dispatched') THEN
+        PERFORM wfe.configure_queue(s.queue, 'broker');
+        SELECT * INTO s FROM wfe.run_stages AS x WHERE x.run_id = p_run AND x.stage = p_stage;
         PERFORM wfe.accept_task(p_run, p_stage, s.attempt, s.fence, 'w-sb');
+        PERFORM wfe.configure_queue(s.queue, 'poll');
     END IF;
     RETURN CASE p_how
              WHEN 'complete' THEN wfe.complete_task(p_run, p_stage, s.attempt, s.fence, '{}')

@@ -244,7 +244,7 @@ SELECT task.stage, task.attempt, task.fence FROM wfe.claim_task('rt-tk-fetch', '
 SELECT * FROM pg_temp.fail('restore');
 SELECT * FROM pg_temp.run(:hard);
 SELECT * FROM pg_temp.tasks(:hard);
-SELECT stage, fence >> 32 AS fence_gen, detail -> 'was' AS was, detail -> 'cancel_requested' AS cancel_requested
+SELECT stage, s.fence >> 32 AS fence_gen, detail -> 'was' AS was, detail -> 'cancel_requested' AS cancel_requested
   FROM wfe.run_stages AS s JOIN wfe.events AS e USING (run_id, stage)
  WHERE run_id = :hard AND e.type = 'stage.cancelled' ORDER BY stage;
 SELECT wfe.complete_task(:hard, :'fetch_stage', :fetch_attempt, :fetch_fence, '{"app_config": {}}');

@@ -77,9 +77,26 @@ RETURNS text LANGUAGE sql AS $$
 SELECT wfe.fail_task(p_run, p_stage, s.attempt, s.fence, '{"code": "test"}', p_retryable)
   FROM pg_temp.cur(p_run, p_stage) AS s
 $$;
+-- accept_task starts only a broker queue's tasks (a poll queue's are
+-- claim_task's): the handshake is made with the stage's queue in broker
+-- mode, and the queue is a poll queue again afterwards (a queued attempt
+-- switched to broker is re-dispatched: cur() reads its new fence).
 CREATE FUNCTION pg_temp.accept(p_run bigint, p_stage text)
-RETURNS text LANGUAGE sql AS $$
-SELECT wfe.accept_task(p_run, p_stage, s.attempt, s.fence, 'w-tr') FROM pg_temp.cur(p_run, p_stage) AS s
+RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+    q text := (SELECT s.queue FROM pg_temp.cur(p_run, p_stage) AS s);
+    poll boolean := NOT EXISTS (SELECT 1 FROM wfe.queues AS x WHERE x.queue = q AND x.delivery = 'broker');
+    answer text;
+BEGIN
+    IF poll THEN
+        PERFORM wfe.configure_queue(q, 'broker');
+    END IF;
+    SELECT wfe.accept_task(p_run, p_stage, s.attempt, s.fence, 'w-tr') INTO answer FROM pg_temp.cur(p_run, p_stage) AS s;
+    IF poll THEN
+        PERFORM wfe.configure_queue(q, 'poll');
+    END IF;
+    RETURN answer;
+END
 $$;
 -- What a broker publisher does once it has published the dispatch message.
 CREATE FUNCTION pg_temp.published(p_run bigint, p_stage text)

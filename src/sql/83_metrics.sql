@@ -1,0 +1,208 @@
+-- Prometheus metrics (docs: operations.md "Monitoring"; spec: operations.md
+-- "Metrics and traces").
+--
+-- wfe.metrics is the Prometheus data model as a view: one row per series.
+-- Gauges are read from live work only, through the partial indexes of
+-- unfinished runs, live stages, pending outbox rows, unfired timers and
+-- open dead letters, so a scrape costs the same at 1M finished runs as at
+-- 1,000 (docs/benchmarks.md).  Counters cannot be counted from history
+-- (retention deletes it, and counting it is the scan a scrape must not
+-- do): triggers add a row of +1 to wfe.metric_counters as each thing
+-- happens, and the view sums them.  Those rows are only ever inserted, so
+-- two transactions never wait on each other for a counter; every 256th
+-- insert folds the rows nobody has locked into one row per series, so
+-- the table stays a few rows per series.
+
+CREATE TABLE wfe.metric_counters (
+    id     bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    tenant text NOT NULL,
+    metric text NOT NULL,
+    labels jsonb NOT NULL,
+    value  bigint NOT NULL
+);
+COMMENT ON TABLE wfe.metric_counters IS
+'The counters of wfe.metrics, as rows to sum per tenant, metric and labels: +1 rows written by triggers, folded now and then.';
+GRANT SELECT ON wfe.metric_counters TO wfe_reader, wfe_operator;
+ALTER TABLE wfe.metric_counters ENABLE ROW LEVEL SECURITY;
+ALTER TABLE wfe.metric_counters FORCE ROW LEVEL SECURITY;
+CREATE POLICY tenant_read ON wfe.metric_counters FOR SELECT
+    USING (coalesce(tenant OPERATOR(pg_catalog.=) ANY ((SELECT wfe.my_tenants())::pg_catalog.text[]), true));
+
+-- Open dead letters (wfe_dead_letters, the dashboards), without reading resolved ones.
+CREATE INDEX dead_letters_open ON wfe.dead_letters (run_id, stage) WHERE resolved_at IS NULL;
+
+-- Trigger: count what just happened, as TG_ARGV[0] names it.
+CREATE FUNCTION wfe._metrics_count()
+RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_labels jsonb;
+    v_id     bigint;
+BEGIN
+    CASE TG_ARGV[0]
+    WHEN 'wfe_runs_finished_total' THEN
+        v_labels := jsonb_build_object('workflow', NEW.workflow, 'state', NEW.state);
+    WHEN 'wfe_idempotent_submits_total' THEN
+        -- a keyed run created, or a submit answered with the run its key named
+        v_labels := jsonb_build_object('result', CASE WHEN TG_TABLE_NAME = 'runs' THEN 'created' ELSE 'deduplicated' END);
+    WHEN 'wfe_stage_attempts_total' THEN
+        -- an attempt ended: retry_scheduled is an attempt that failed
+        v_labels := jsonb_build_object(
+            'workflow', (SELECT r.workflow FROM wfe.runs AS r WHERE r.run_id = NEW.run_id),
+            'stage', NEW.stage,
+            'outcome', CASE WHEN NEW.state = 'retry_scheduled' THEN 'failed' ELSE NEW.state END);
+    WHEN 'wfe_cache_hits_total', 'wfe_cache_misses_total' THEN
+        v_labels := '{}';
+    END CASE;
+    INSERT INTO wfe.metric_counters (tenant, metric, labels, value)
+    VALUES (NEW.tenant, TG_ARGV[0], v_labels, 1)
+    RETURNING id INTO v_id;
+    IF v_id % 256 = 0 THEN
+        -- fold: SKIP LOCKED leaves rows another fold holds (so two never
+        -- wait on each other) and the rows inserted since the snapshot
+        WITH gone AS (
+            DELETE FROM wfe.metric_counters AS c
+             WHERE c.id IN (SELECT x.id FROM wfe.metric_counters AS x FOR UPDATE SKIP LOCKED)
+            RETURNING c.tenant, c.metric, c.labels, c.value
+        )
+        INSERT INTO wfe.metric_counters (tenant, metric, labels, value)
+        SELECT g.tenant, g.metric, g.labels, sum(g.value) FROM gone AS g GROUP BY 1, 2, 3;
+    END IF;
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION wfe._metrics_count() IS
+'Trigger: adds 1 to the counter TG_ARGV[0] of wfe.metrics for the row''s tenant, with the labels the row gives; folds the counter rows every 256th.';
+REVOKE ALL ON FUNCTION wfe._metrics_count() FROM PUBLIC;
+
+-- The WHEN clauses are evaluated without calling the function: a row that
+-- counts nothing costs a comparison.
+CREATE TRIGGER metrics_run_finished
+    AFTER UPDATE ON wfe.runs
+    FOR EACH ROW WHEN (OLD.finished_at IS NULL AND NEW.finished_at IS NOT NULL)
+    EXECUTE FUNCTION wfe._metrics_count('wfe_runs_finished_total');
+CREATE TRIGGER metrics_run_finished_at_submit
+    AFTER INSERT ON wfe.runs
+    FOR EACH ROW WHEN (NEW.finished_at IS NOT NULL)
+    EXECUTE FUNCTION wfe._metrics_count('wfe_runs_finished_total');
+CREATE TRIGGER metrics_keyed_run
+    AFTER INSERT ON wfe.runs
+    FOR EACH ROW WHEN (NEW.idempotency_key IS NOT NULL)
+    EXECUTE FUNCTION wfe._metrics_count('wfe_idempotent_submits_total');
+CREATE TRIGGER metrics_deduplicated
+    AFTER INSERT ON wfe.events
+    FOR EACH ROW WHEN (NEW.type = 'run.deduplicated')
+    EXECUTE FUNCTION wfe._metrics_count('wfe_idempotent_submits_total');
+-- an attempt ends when its stage leaves a clocked state (wfe._stage_clocked)
+CREATE TRIGGER metrics_attempt_ended
+    AFTER UPDATE OF state ON wfe.run_stages
+    FOR EACH ROW WHEN (OLD.state IN ('queued', 'dispatched', 'running')
+                       AND NEW.state IN ('completed', 'failed', 'retry_scheduled', 'timed_out', 'cancelled'))
+    EXECUTE FUNCTION wfe._metrics_count('wfe_stage_attempts_total');
+CREATE TRIGGER metrics_cache_hit
+    AFTER UPDATE OF cache ON wfe.run_stages
+    FOR EACH ROW WHEN (NEW.cache IN ('hit', 'coalesced') AND OLD.cache IS DISTINCT FROM NEW.cache)
+    EXECUTE FUNCTION wfe._metrics_count('wfe_cache_hits_total');
+CREATE TRIGGER metrics_cache_miss
+    AFTER UPDATE OF cache ON wfe.run_stages
+    FOR EACH ROW WHEN (NEW.cache = 'miss' AND OLD.cache IS DISTINCT FROM NEW.cache)
+    EXECUTE FUNCTION wfe._metrics_count('wfe_cache_misses_total');
+
+-- One row per series, in the Prometheus data model.  NB: security_invoker,
+-- like the dashboards: the reader's row-level security decides whose work
+-- it sums, and the state lists and the track threshold's default are
+-- written out (see 80_dashboards.sql).
+CREATE VIEW wfe.metrics WITH (security_invoker = true) AS
+WITH settings AS (
+    SELECT coalesce(current_setting('wfe.track_threshold_bytes', true)::int, 524288) AS threshold
+), live AS (
+    SELECT st.queue,
+           CASE WHEN q.delivery = 'broker' THEN
+                CASE WHEN octet_length(coalesce(st.input, '{}')::text) > s.threshold THEN 'large' ELSE 'small' END
+                ELSE 'poll' END AS track,
+           count(*) FILTER (WHERE st.state = 'queued') AS depth,
+           min(st.ready_at) FILTER (WHERE st.state = 'queued') AS oldest_ready,
+           count(*) FILTER (WHERE st.state IN ('dispatched', 'running')) AS in_flight
+      FROM wfe.run_stages AS st
+      LEFT JOIN wfe.queues AS q ON q.queue = st.queue
+     CROSS JOIN settings AS s
+     WHERE st.state IN ('queued', 'dispatched', 'running') AND st.queue IS NOT NULL    -- wfe._stage_clocked
+     GROUP BY 1, 2
+), tracks AS (
+    -- every configured queue has its series, 0 when idle (KEDA scales to zero on it)
+    SELECT l.queue, l.track FROM live AS l
+    UNION SELECT q.queue, CASE WHEN q.delivery = 'broker' THEN 'small' ELSE 'poll' END FROM wfe.queues AS q
+), queues AS (
+    SELECT t.queue FROM tracks AS t GROUP BY t.queue
+), dead AS (
+    -- an in-database action's stage has no queue: ''
+    SELECT coalesce(st.queue, '') AS queue, count(*) AS dead
+      FROM wfe.dead_letters AS d
+      JOIN wfe.run_stages AS st ON st.run_id = d.run_id AND st.stage = d.stage
+     WHERE d.resolved_at IS NULL
+     GROUP BY 1
+), counters(metric, labelled, help) AS (
+    VALUES ('wfe_runs_finished_total', true, 'Runs that finished, per workflow and final state.'),
+           ('wfe_stage_attempts_total', true,
+            'Attempts that ended, per workflow, stage and outcome (completed, failed, timed_out, cancelled).'),
+           ('wfe_cache_hits_total', false,
+            'Cached stages released with a result from the cache (hit) or from the attempt in flight under their key (coalesced).'),
+           ('wfe_cache_misses_total', false, 'Cached stages released with no result under their key, so run.'),
+           ('wfe_idempotent_submits_total', true,
+            'Submits with an idempotency key: result created (a new run) or deduplicated (the existing run).')
+)
+SELECT 'wfe_runs' AS metric, jsonb_build_object('workflow', r.workflow, 'state', r.state) AS labels,
+       count(*)::double precision AS value, 'gauge' AS kind,
+       'Runs in flight, per workflow and state.' AS help
+  FROM wfe.runs AS r
+ WHERE r.finished_at IS NULL
+ GROUP BY r.workflow, r.state
+UNION ALL
+SELECT k.metric, coalesce(c.labels, '{}'), coalesce(sum(c.value), 0)::double precision, 'counter', k.help
+  FROM counters AS k
+  LEFT JOIN wfe.metric_counters AS c ON c.metric = k.metric
+ GROUP BY k.metric, c.labels, k.labelled, k.help
+ -- a counter without labels is there at 0 before it first counts
+HAVING c.labels IS NOT NULL OR NOT k.labelled
+UNION ALL
+SELECT 'wfe_queue_depth', jsonb_build_object('queue', t.queue, 'track', t.track),
+       coalesce(l.depth, 0)::double precision, 'gauge',
+       'Tasks queued (ready, not yet handed out), per queue and track (poll, or the broker''s small and large).'
+  FROM tracks AS t
+  LEFT JOIN live AS l ON l.queue = t.queue AND l.track = t.track
+UNION ALL
+SELECT 'wfe_queue_oldest_ready_seconds', jsonb_build_object('queue', q.queue),
+       coalesce(extract(epoch FROM now() - (SELECT min(l.oldest_ready) FROM live AS l WHERE l.queue = q.queue)), 0)::double precision,
+       'gauge', 'Age of the oldest queued task of the queue, in seconds (0: none queued).'
+  FROM queues AS q
+UNION ALL
+SELECT 'wfe_tasks_in_flight', jsonb_build_object('queue', q.queue),
+       coalesce((SELECT sum(l.in_flight) FROM live AS l WHERE l.queue = q.queue), 0)::double precision,
+       'gauge', 'Tasks dispatched or running, per queue.'
+  FROM queues AS q
+UNION ALL
+SELECT 'wfe_outbox_pending', '{}', count(*)::double precision, 'gauge',
+       'Outbox messages not yet published.'
+  FROM wfe.outbox AS o
+ WHERE o.state = 'pending'
+UNION ALL
+SELECT 'wfe_outbox_oldest_pending_seconds', '{}',
+       coalesce(extract(epoch FROM now() - min(o.created_at)), 0)::double precision, 'gauge',
+       'Age of the oldest pending outbox message, in seconds (0: none pending).'
+  FROM wfe.outbox AS o
+ WHERE o.state = 'pending'
+UNION ALL
+SELECT 'wfe_dead_letters', jsonb_build_object('queue', n.queue), coalesce(d.dead, 0)::double precision, 'gauge',
+       'Open (unresolved) dead letters, per queue of their stage.'
+  FROM (SELECT q.queue FROM queues AS q UNION SELECT d.queue FROM dead AS d) AS n
+  LEFT JOIN dead AS d ON d.queue = n.queue
+UNION ALL
+SELECT 'wfe_timers_due', '{}', count(*)::double precision, 'gauge',
+       'Timers due and not fired yet (more than a few: the background worker or wfe.tick is behind).'
+  FROM wfe.timers AS t
+ WHERE t.fired_at IS NULL AND t.due_at <= now();
+COMMENT ON VIEW wfe.metrics IS
+'The Prometheus data model, one row per series: metric name, labels, value, kind (gauge or counter), help; under the reader''s row-level security.';
+GRANT SELECT ON wfe.metrics TO wfe_reader, wfe_operator;
