@@ -485,15 +485,19 @@ test_broker() {
 	r=$(submit $db wt-one '{"mode": "size", "secs": 0}')
 	big=$(q $db "
 		WITH o AS (SELECT id, body FROM wfe.outbox WHERE run_id = $r AND kind = 'dispatch'),
-		     p AS (INSERT INTO wfe.payloads (key, tenant, bytes, body)
+		     p AS (INSERT INTO wfe.payloads (key, tenant, bytes, body, run_id, stage)
 		           SELECT 'sha256:' || encode(sha256(convert_to((o.body -> 'payload_inline')::text, 'UTF8')), 'hex'),
-		                  'default', octet_length((o.body -> 'payload_inline')::text), o.body -> 'payload_inline'
+		                  'default', octet_length((o.body -> 'payload_inline')::text), o.body -> 'payload_inline',
+		                  $r, o.body ->> 'stage'
 		             FROM o
 		           RETURNING key, bytes),
 		     m AS (UPDATE wfe.outbox SET state = 'published' FROM o WHERE outbox.id = o.id)
 		SELECT jsonb_set(jsonb_set(o.body, '{payload_inline}', 'null'), '{payload_ref}',
 		                 jsonb_build_object('bucket', 'wfe.payloads', 'key', p.key,
-		                                    'sha256', substr(p.key, 8), 'bytes', p.bytes)) || '{\"track\": \"large\"}'
+		                                    'sha256', substr(p.key, 8), 'bytes', p.bytes,
+		                                    'run_id', o.body -> 'run_id', 'stage', o.body -> 'stage',
+		                                    'attempt', o.body -> 'attempt', 'fence', o.body -> 'fence'))
+		       || '{\"track\": \"large\"}'
 		  FROM o, p")
 	amqp-publish -u "$(amqp_uri)" -e wfe.commands -r run.q_one.large -p -b "$big"
 	check "a large-track input is fetched with wfe.fetch_payload" \
