@@ -3631,6 +3631,23 @@ COMMENT ON VIEW wfe.metrics IS
 'The Prometheus data model, one row per series: metric name, labels, value, kind (gauge or counter), help; under the reader''s row-level security.';
 GRANT SELECT ON wfe.metrics TO wfe_reader, wfe_operator;
 
+-- ---------------------------------------------------------------------
+-- Workers learn a queue's delivery mode (issue 26, 63_queues.sql).
+-- A queue's delivery mode, for the workers that serve it (the clients'
+-- mode="auto"): wfe_worker cannot read wfe.queues, and a worker started in
+-- the wrong mode would wait for tasks that never come its way.
+CREATE FUNCTION wfe.queue_delivery(queue text)
+RETURNS text
+LANGUAGE sql STABLE STRICT SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT coalesce((SELECT q.delivery FROM wfe.queues AS q WHERE q.queue::text = $1), 'poll');
+END;
+COMMENT ON FUNCTION wfe.queue_delivery(text) IS
+'The delivery mode of a queue: broker, or poll (also for a queue never configured).';
+REVOKE ALL ON FUNCTION wfe.queue_delivery(text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION wfe.queue_delivery(text) TO wfe_worker, wfe_reader, wfe_operator, wfe_admin;
+
 -- Final bodies: every function whose text changed in 0.3.0, as src/sql has it.
 -- (Written by the same rule as the sections above: the whole text, copied.)
 
@@ -4414,6 +4431,14 @@ BEGIN
     PERFORM wfe._wake(now());      -- the publisher declares a new broker queue's topology
 END
 $$;
+
+CREATE OR REPLACE FUNCTION wfe.queue_delivery(queue text)
+RETURNS text
+LANGUAGE sql STABLE STRICT SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT coalesce((SELECT q.delivery FROM wfe.queues AS q WHERE q.queue::text = $1), 'poll');
+END;
 
 CREATE OR REPLACE FUNCTION wfe._check_queue_grant(p_role regrole, p_queue text)
 RETURNS void
@@ -5391,6 +5416,8 @@ COMMENT ON FUNCTION wfe._exchange(text) IS
 'The exchange an outbox message of kind dispatch, cancel (wfe.commands) or event (wfe.events) goes to. Internal.';
 COMMENT ON FUNCTION wfe._routing_key(text, text, text) IS
 'The routing key of a dispatch (run.<queue>.<track>) or a cancel (cancel.<queue>) of a queue. Internal.';
+COMMENT ON FUNCTION wfe.queue_delivery(text) IS
+'The delivery mode of a queue: broker, or poll (also for a queue never configured).';
 COMMENT ON FUNCTION wfe._item_failed(bigint, text, text, text, text, bigint) IS
 'An item of a worker round (a timer: p_timer_id) raised: put it off a second for a deadlock, serialization failure or lock timeout, else fail its run (run.engine_error), or record the error and put the item off; logs the run id.';
 COMMENT ON FUNCTION wfe._repair() IS

@@ -182,8 +182,7 @@ static stmt q_accept = STMT(
 /*
  * A heartbeat renews what the claim granted: the heartbeat window and the
  * claim's lease_ms, each from now, never past the execution deadline and
- * never earlier than the deadline already set (a lease longer than the
- * stage's execution deadline keeps its end).
+ * never earlier than the deadline already set.
  */
 static stmt q_heartbeat = STMT(
 	"UPDATE wfe.run_stages AS st"

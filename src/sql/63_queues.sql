@@ -93,6 +93,21 @@ COMMENT ON FUNCTION wfe.configure_queue(text, text, int, boolean) IS
 REVOKE ALL ON FUNCTION wfe.configure_queue(text, text, int, boolean) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION wfe.configure_queue(text, text, int, boolean) TO wfe_admin;
 
+-- A queue's delivery mode, for the workers that serve it (the clients'
+-- mode="auto"): wfe_worker cannot read wfe.queues, and a worker started in
+-- the wrong mode would wait for tasks that never come its way.
+CREATE FUNCTION wfe.queue_delivery(queue text)
+RETURNS text
+LANGUAGE sql STABLE STRICT SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT coalesce((SELECT q.delivery FROM wfe.queues AS q WHERE q.queue::text = $1), 'poll');
+END;
+COMMENT ON FUNCTION wfe.queue_delivery(text) IS
+'The delivery mode of a queue: broker, or poll (also for a queue never configured).';
+REVOKE ALL ON FUNCTION wfe.queue_delivery(text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION wfe.queue_delivery(text) TO wfe_worker, wfe_reader, wfe_operator, wfe_admin;
+
 -- Pause or resume a queue and keep its other settings: the operator's lever
 -- (configure_queue, which sets the mode and the limit too, is wfe_admin's).
 -- Resuming does what configure_queue does on a resume: dispatch or notify.

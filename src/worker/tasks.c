@@ -315,6 +315,20 @@ service_running(Slot *s, int64_t now)
 		command_signal(c, SIGKILL);
 		c->killed = true;
 	}
+
+	/*
+	 * Asked to stop, the shell is gone but what it started still holds the
+	 * pipes: it ignored SIGTERM, and the shell's exit would otherwise leave it
+	 * running after the task is reported.  Its process group gets SIGKILL (the
+	 * group id cannot be reused while members are left).
+	 */
+	if (c->term_at > 0 && !c->killed && c->exited && (c->out_fd >= 0 || c->err_fd >= 0))
+	{
+		wlog(LOG_WARNING, "run %" PRId64 " stage %s attempt %d: the command's processes outlived it, ignoring SIGTERM: SIGKILL",
+			 s->task.run_id, s->task.stage, s->task.attempt);
+		kill(-c->pid, SIGKILL);
+		c->killed = true;
+	}
 	if (!c->exited && s->stop == STOP_NONE && now >= s->next_heartbeat && db_connected())
 		heartbeat(s, now);
 

@@ -5,6 +5,10 @@
 RMQ_DIR=""
 RMQ_PORT=""
 RMQ_EPMD_PORT=""
+# Erlang distribution (the node's and rabbitmqctl's) listens on loopback
+# only; ERL_EPMD_ADDRESS does the same for epmd.  Without these the node's
+# distribution port and epmd listen on every interface.
+RMQ_LOOPBACK='-kernel inet_dist_use_interface {127,0,0,1}'
 
 # free_port FROM: the first port from FROM nothing listens on.
 free_port() {
@@ -27,6 +31,8 @@ rmq_env() {
 		RABBITMQ_DIST_PORT="$((RMQ_PORT + 1))" \
 		ERL_EPMD_PORT="$RMQ_EPMD_PORT" \
 		ERL_EPMD_ADDRESS=127.0.0.1 \
+		RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS="$RMQ_LOOPBACK" \
+		RABBITMQ_CTL_ERL_ARGS="$RMQ_LOOPBACK" \
 		RABBITMQ_MNESIA_BASE="$RMQ_DIR/mnesia" \
 		RABBITMQ_LOG_BASE="$RMQ_DIR/log" \
 		RABBITMQ_ENABLED_PLUGINS_FILE="$RMQ_DIR/enabled_plugins" \

@@ -334,6 +334,35 @@ test_poll_shutdown() {
 		eq "0 worker.shutdown" "$STOPPED $(stage_of $db "$r" "error->>'code'")"
 }
 
+# never a silent stall (issue 26): a huge stdout fails its attempt and the
+# worker goes on; a command that ignores SIGTERM is killed, reported, gone
+test_poll_stalls() {
+	local db=wt_poll huge next stub pid
+	huge=$(submit $db wt-one '{"mode": "huge", "secs": 0}')
+	next=$(submit $db wt-one '{"mode": "echo", "secs": 0}')
+	worker poll.log --queue q_one --command "$TASK" --dsn "$(dsn $db)" --once --concurrency 1 \
+		--max-output-bytes 1048576
+	check "20 MB on stdout past --max-output-bytes fails with command.bad_output" \
+		eq "command.bad_output|the command wrote more than 1048576 bytes to stdout (--max-output-bytes)" \
+		"$(stage_of $db "$huge" "error->>'code', error->>'message'")"
+	check "the worker goes on to the next task" eq completed "$(stage_of $db "$next" state)"
+
+	stub=$(submit $db wt-one '{"mode": "stubborn", "secs": 0}')
+	worker_bg poll.log --queue q_one --command "$TASK" --dsn "$(dsn $db)" --grace-ms 300
+	wait_for 5 'test -s "$EXEC_LOG.pid.$stub"'
+	pid=$(cat "$EXEC_LOG.pid.$stub")
+	stop_worker "$WPID"
+	check "a command ignoring SIGTERM is killed (SIGKILL) and reported worker.shutdown, exit 0" \
+		eq "0 worker.shutdown" "$STOPPED $(stage_of $db "$stub" "error->>'code'")"
+	check "the worker said so" grep -q "ignor.*SIGTERM: SIGKILL" "$WORKDIR/poll.log"
+	check "nothing of the command is left running" gone "$pid"
+}
+
+# gone PID: the process has ended (a zombie left for an init that does not reap counts as ended).
+gone() {
+	[ ! -e "/proc/$1" ] || [ "$(sed 's/^.*) \(.\).*/\1/' "/proc/$1/stat" 2>/dev/null)" = Z ]
+}
+
 test_poll_concurrency() {
 	local db=wt_poll start took
 	# nothing left over from earlier tests (retries) may compete
@@ -408,8 +437,18 @@ queue_counts() {
 		awk -v q="$1" '$1 == q {print $2, $3}'
 }
 
+# rmq_exposed: the addresses our RabbitMQ node (AMQP, Erlang distribution,
+# epmd) listens on that are not loopback; empty when it keeps to loopback.
+rmq_exposed() {
+	ss -ltnH "( sport = :$RMQ_PORT or sport = :$((RMQ_PORT + 1)) or sport = :$RMQ_EPMD_PORT )" |
+		awk '{print $4}' | grep -vE '^(127\.0\.0\.1|\[::1\]):' || true
+}
+
 test_broker() {
 	local db=wt_broker r body big
+	if command -v ss >/dev/null; then
+		check "the test's RabbitMQ node listens on loopback only (AMQP, distribution, epmd)" eq "" "$(rmq_exposed)"
+	fi
 	setup_db $db broker
 	EXEC_LOG="$WORKDIR/executions.broker"
 	worker_bg broker.log --queue q_one --mode broker --declare --retry-ttl-ms 200 --max-redeliveries 2 \
@@ -507,6 +546,7 @@ main() {
 	test_poll_wakeup
 	test_poll_heartbeat_and_cancel
 	test_poll_shutdown
+	test_poll_stalls
 	test_poll_concurrency
 	test_poll_reconnect
 	test_poll_privileges

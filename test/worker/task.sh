@@ -34,6 +34,13 @@ case $mode in
 		echo "{\"slept\": $secs}"
 		;;
 	size) printf '{"bytes": %d}\n' "$(printf '%s' "$in" | wc -c)" ;;
+	huge) head -c 20000000 /dev/zero | tr '\0' x ;;  # 20 MB on stdout, no end of line
+	stubborn)
+		# ignores SIGTERM, and so do its children (an ignored signal is inherited)
+		trap '' TERM
+		[ -n "$WFE_TEST_LOG" ] && echo $$ >"$WFE_TEST_LOG.pid.$WFE_RUN_ID"
+		while :; do sleep 1; done
+		;;
 	*) echo "unknown mode '$mode'" >&2; exit 9 ;;
 esac
 status=$?

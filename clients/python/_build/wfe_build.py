@@ -22,14 +22,26 @@ PACKAGE = "wfe"
 
 
 def _project() -> Dict[str, Any]:
-    """The [project] table of pyproject.toml."""
+    """The [project] table of pyproject.toml, its dynamic version filled in from the package."""
     with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
         raw = f.read()
     try:
         import tomllib  # Python 3.11+
+        project = tomllib.loads(raw.decode("utf-8"))["project"]
     except ImportError:  # pragma: no cover - older Pythons
-        return _parse_project(raw.decode("utf-8"))
-    return tomllib.loads(raw.decode("utf-8"))["project"]
+        project = _parse_project(raw.decode("utf-8"))
+    if "version" not in project:
+        project["version"] = _version()
+    return project
+
+
+def _version() -> str:
+    """wfe.__version__, read from wfe/__init__.py (the one place the version is written)."""
+    with open(os.path.join(ROOT, PACKAGE, "__init__.py"), encoding="utf-8") as f:
+        found = re.search(r'^__version__ = "([^"]+)"', f.read(), re.M)
+    if not found:
+        raise RuntimeError(f"{PACKAGE}/__init__.py has no __version__ = \"...\" line")
+    return found.group(1)
 
 
 def _parse_project(text: str) -> Dict[str, Any]:

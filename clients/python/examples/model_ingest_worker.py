@@ -10,11 +10,11 @@ def cache_lookup(task):  # model ids ending in an even digit are cached
 @app.handler("semantic.analyse@4", queue="analysis")
 @app.handler("metadata.extract@2", queue="metadata")
 def derive(task):
-    return {"by": task.worker, "model": task.input["modelId"]}
+    return {"by": task.contract, "model": task.input["modelId"]}
 
 @app.handler("catalogue.publish@2", queue="actions")
 @app.handler("audit.run-terminal@1", queue="actions")
 def record(task):
     return {"ok": True}
 
-app.run(mode=os.environ.get("WFE_MODE", "poll"))
+app.run()  # each queue in the mode wfe.configure_queue gave it

@@ -2,8 +2,8 @@
 
 The first review of a high-value payment fails (wfe retries it after a
 backoff); the configuration fetch fails for good (a non-critical task: the
-run goes on); everything else succeeds.  WFE_DSN and WFE_MODE (poll, broker)
-configure it; WFE_ONCE=1 makes it exit when nothing is left to do.
+run goes on); everything else succeeds.  WFE_DSN
+configures it; WFE_ONCE=1 makes it exit when nothing is left to do.
 """
 import os
 
@@ -43,4 +43,4 @@ def restore_session(task: wfe.Task) -> dict:
 
 
 if __name__ == "__main__":
-    app.run(mode=os.environ.get("WFE_MODE", "poll"), once=os.environ.get("WFE_ONCE") == "1")
+    app.run(once=os.environ.get("WFE_ONCE") == "1")  # each queue in its configured mode

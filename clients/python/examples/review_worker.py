@@ -10,4 +10,4 @@ def review(task: wfe.Task) -> dict:
         raise wfe.Fail("review.bad_input", "no amount", retryable=False)
     return {"approved": task.input["amount"] < 100000}
 
-app.run()  # poll mode; app.run(mode="broker") consumes RabbitMQ
+app.run()  # each queue in its configured mode: poll, or broker (RabbitMQ)

@@ -18,8 +18,11 @@ Submitters::
 """
 from __future__ import annotations
 
-from .calls import (Submitted, accept_task, ack_cancel, cancel_run, claim_task, complete_task, complete_tasks,
-                    fail_task, fetch_payload, heartbeat, report, run_timeline, submit)
+import logging
+
+from .calls import (Submitted, accept_task, ack_cancel, activate, approve, cancel_run, claim_task, complete_task,
+                    complete_tasks, configure_queue, create_definition, fail_task, fetch_payload, heartbeat,
+                    queue_delivery, register_worker, report, run_timeline, submit)
 from .errors import (DataCorrupted, InvalidArgument, InvalidDefinition, LimitExceeded, NullArgument,
                      PermissionDenied, RetrySubmit, UnknownObject, WfeError, WrongState)
 from .outcome import Outcome
@@ -28,13 +31,17 @@ from .runs import RunTimeout, wait_for_run
 from .task import Fail, Task
 from .worker import Worker
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"  # written only here (pyproject.toml reads it); equal to wfe.control's default_version
+
+# a library logs to its logger and lets the application decide where it goes
+logging.getLogger("wfe").addHandler(logging.NullHandler())
 
 __all__ = [
     "Worker", "Task", "Fail", "Outcome", "Submitted", "RunTimeout",
     "submit", "cancel_run", "report", "run_timeline", "wait_for_run",
     "claim_task", "accept_task", "heartbeat", "complete_task", "fail_task", "complete_tasks",
-    "fetch_payload", "ack_cancel",
+    "fetch_payload", "ack_cancel", "queue_delivery",
+    "register_worker", "create_definition", "approve", "activate", "configure_queue",
     "redrive", "skip_stage", "fail_stage", "redispatch", "replay", "redrive_dead_letters",
     "WfeError", "NullArgument", "InvalidArgument", "InvalidDefinition", "UnknownObject", "WrongState",
     "LimitExceeded", "PermissionDenied", "RetrySubmit", "DataCorrupted",

@@ -5,7 +5,10 @@ completions that queue up meanwhile into one wfe.complete_tasks call; the
 Heartbeater renews every running attempt's lease on another, so a long
 report never delays a heartbeat.  Both reconnect with a backoff, and resend
 what they had in hand: callbacks are idempotent (a report that reached the
-server answers duplicate when repeated).
+server answers duplicate when repeated).  Each thread is supervised: one
+that fails for any other reason calls broken(exc, where), which stops the
+worker -- a worker that can no longer report or heartbeat must not go on
+claiming tasks it would run for nothing.
 """
 from __future__ import annotations
 
@@ -39,6 +42,7 @@ class Attempt:
         self.on_settled = on_settled
         self.started = time.monotonic()
         self.cancel_requested = False
+        self.failure = ""  # "code: message" of a failed attempt, for the log line
         self._lock = threading.Lock()
         self._settled = False
 
@@ -55,6 +59,20 @@ class Attempt:
         return self._settled
 
 
+Broken = Callable[[BaseException, str], None]
+"""Called (once) when a thread's machinery fails: the exception and which thread."""
+
+
+def supervised(loop: Callable[[], None], where: str, broken: Broken) -> Callable[[], None]:
+    """loop, with any exception it raises handed to broken instead of silently ending the thread."""
+    def run() -> None:
+        try:
+            loop()
+        except BaseException as exc:
+            broken(exc, where)
+    return run
+
+
 Report = Tuple[Attempt, str, Any, bool, "concurrent.futures.Future[Outcome]"]
 """(attempt, kind 'complete'|'fail'|'ack_cancel', result or error, retryable, future)."""
 
@@ -62,12 +80,13 @@ Report = Tuple[Attempt, str, Any, bool, "concurrent.futures.Future[Outcome]"]
 class Reporter:
     """A thread that sends reports, completions in batches; each report's Outcome comes back in a Future."""
 
-    def __init__(self, conninfo: str, batch: bool, give_up: threading.Event) -> None:
+    def __init__(self, conninfo: str, batch: bool, give_up: threading.Event, broken: Broken) -> None:
         self.link = Link(conninfo, "reports", give_up)
         self.batch = batch
         self.give_up = give_up  # set: stop retrying while PostgreSQL is unreachable
         self.q: "queue.Queue[Optional[Report]]" = queue.Queue()
-        self.thread = threading.Thread(target=self._loop, name="wfe-reporter", daemon=True)
+        self.thread = threading.Thread(target=supervised(self._loop, "the reporter", broken), name="wfe-reporter",
+                                       daemon=True)
         self.thread.start()
 
     def send(self, attempt: Attempt, kind: str, payload: Any = None,
@@ -160,7 +179,7 @@ class Reporter:
 class Heartbeater:
     """A thread that heartbeats each running attempt at its own rhythm, on its own connection."""
 
-    def __init__(self, conninfo: str, stop: threading.Event) -> None:
+    def __init__(self, conninfo: str, stop: threading.Event, broken: Broken) -> None:
         self.link = Link(conninfo, "heartbeats", stop)
         self.stop = stop
         self.lock = threading.Lock()
@@ -168,7 +187,8 @@ class Heartbeater:
         self.due: List[Tuple[float, int, Attempt, float]] = []  # (when, seq, attempt, interval)
         self.seq = itertools.count()
         self.lost: Callable[[Attempt, Outcome], None] = lambda a, o: None
-        self.thread = threading.Thread(target=self._loop, name="wfe-heartbeats", daemon=True)
+        self.thread = threading.Thread(target=supervised(self._loop, "the heartbeats", broken), name="wfe-heartbeats",
+                                       daemon=True)
         self.thread.start()
 
     def add(self, attempt: Attempt, interval: float) -> None:

@@ -54,7 +54,7 @@ def task_from_envelope(body: bytes, queue: str) -> Task:
     except (KeyError, TypeError, ValueError) as exc:
         raise ValueError(f"the envelope lacks run_id, stage, attempt or fence: {exc}") from None
     return Task(run_id=run_id, stage=stage, attempt=attempt, fence=fence, queue=queue,
-                worker=str(env.get("worker") or ""), input=env.get("payload_inline"),
+                contract=str(env.get("worker") or ""), input=env.get("payload_inline"),
                 payload_ref=env.get("payload_ref"), tenant=str((env.get("headers") or {}).get("tenant", "default")),
                 heartbeat_ms=env.get("heartbeat_ms"), execution_deadline_ms=env.get("execution_deadline_ms"),
                 definition_digest=env.get("definition_digest"), message_id=env.get("message_id"), mode="broker")
@@ -67,8 +67,10 @@ class BrokerLoop:
         import pika  # only broker mode needs it
         self.pika = pika
         quiet = logging.getLogger("pika")
-        if quiet.level == logging.NOTSET:  # pika logs every connection step at INFO
-            quiet.setLevel(logging.WARNING)
+        if quiet.level == logging.NOTSET:
+            # pika logs every connection step at INFO and a traceback on each failed reconnect;
+            # the loop says what a user can act on (below).  Set pika's level to see its own.
+            quiet.setLevel(logging.CRITICAL)
         self.w, self.queues, self.once = worker, queues, once
         self.db = Link(worker.conninfo, "accept", worker.hard_stop)
         self.backoff = Backoff()
@@ -135,6 +137,7 @@ class BrokerLoop:
     def run(self) -> None:
         """Until the worker stops and its handlers are settled (or, with once, nothing is left)."""
         pika = self.pika
+        failures = 0  # reconnects in a row
         try:
             while True:
                 if self.w.stopping.is_set() and (self.conn is None or self.w.busy() == 0):
@@ -153,11 +156,16 @@ class BrokerLoop:
                     if (self.once and self.w.busy() == 0 and time.monotonic() - self.last_delivery > 2.0):
                         return
                 except (pika.exceptions.AMQPError, OSError, psycopg.OperationalError) as exc:
-                    log.warning("broker: %s: %s; reconnecting", type(exc).__name__, exc)
                     self._close()
                     if self.w.stopping.is_set():
                         return
-                    self.w.stopping.wait(self.backoff.delay())
+                    failures += 1
+                    delay = self.backoff.delay()
+                    log.warning("broker: %s: %s; reconnecting (attempt %d, next in %.1f s)", type(exc).__name__,
+                                first_line(exc) if str(exc) else "connection lost", failures, delay)
+                    self.w.stopping.wait(delay)
+                    continue
+                failures = 0
         finally:
             self._close()
             self.db.drop()

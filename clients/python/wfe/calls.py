@@ -8,16 +8,22 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import json
+import logging
+import time
+import uuid
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 import psycopg
 from psycopg.types.json import Jsonb
 
 from .errors import translated
+from ._result import JsonText
 from .outcome import Outcome
 from .task import JSON, Task
 
 Executor = Union[psycopg.Connection, psycopg.Cursor]
+log = logging.getLogger("wfe")
 Ids = Tuple[int, str, int, int]
 
 
@@ -42,12 +48,31 @@ def _ids(task: Union[Task, Ids]) -> Ids:
     return task.ids if isinstance(task, Task) else tuple(task)  # type: ignore[return-value]
 
 
-def submit(db: Executor, workflow: str, context: Optional[Mapping[str, Any]] = None, *,
+def submit(db: Union[Executor, str], workflow: str, context: Optional[Mapping[str, Any]] = None, *,
            idempotency_key: Optional[str] = None, tenant: Optional[str] = None,
            priority: Optional[int] = None, run_deadline_ms: Optional[int] = None,
            not_before: Optional[datetime.datetime] = None, execution_context: Optional[str] = None,
-           options: Optional[Mapping[str, Any]] = None) -> Submitted:
-    """wfe.submit in the caller's transaction: a rollback leaves nothing behind."""
+           options: Optional[Mapping[str, Any]] = None, retry: bool = False,
+           retry_for: float = 60.0) -> Submitted:
+    """wfe.submit in the caller's transaction: a rollback leaves nothing behind.
+
+    db may also be a conninfo string: the submit then runs in a transaction of its own.  With
+    retry=True (conninfo only) a submit that met a lost connection, a server restart or a
+    concurrent submit of the same key (RetrySubmit) is tried again, with a backoff, for up to
+    retry_for seconds, always with the same idempotency key (a new one is made when none is
+    given): a try that committed before its answer was lost answers accepted=False with the
+    same run_id, so the run exists once.
+    """
+    kw = dict(idempotency_key=idempotency_key, tenant=tenant, priority=priority, run_deadline_ms=run_deadline_ms,
+              not_before=not_before, execution_context=execution_context, options=options)
+    if isinstance(db, str):
+        if retry:
+            return _submit_retrying(db, workflow, context, retry_for, **kw)
+        with psycopg.connect(db) as conn:
+            return submit(conn, workflow, context, **kw)  # type: ignore[arg-type]
+    if retry:
+        raise TypeError("submit(retry=True) takes a conninfo string: a transaction that failed cannot be "
+                        "retried from inside it (each try needs a connection and a transaction of its own)")
     opts: Dict[str, Any] = dict(options or {})
     for key, value in (("tenant", tenant), ("priority", priority), ("run_deadline_ms", run_deadline_ms),
                        ("execution_context", execution_context),
@@ -59,6 +84,29 @@ def submit(db: Executor, workflow: str, context: Optional[Mapping[str, Any]] = N
                          (workflow, Jsonb(dict(context or {})), idempotency_key, Jsonb(opts))).fetchone()
     assert row is not None
     return Submitted(int(row[0]), bool(row[1]))
+
+
+def _submit_retrying(conninfo: str, workflow: str, context: Optional[Mapping[str, Any]], retry_for: float,
+                     **kw: Any) -> Submitted:
+    """submit in a connection and transaction of its own, tried again until retry_for has passed."""
+    from ._links import Backoff, first_line
+    from .errors import RetrySubmit
+    kw["idempotency_key"] = kw.get("idempotency_key") or f"wfe-submit-{uuid.uuid4()}"
+    backoff = Backoff(0.2, 5.0)
+    give_up = time.monotonic() + retry_for
+    tries = 0
+    while True:
+        tries += 1
+        try:
+            with psycopg.connect(conninfo, connect_timeout=10) as conn:
+                return submit(conn, workflow, context, **kw)
+        except (psycopg.OperationalError, RetrySubmit) as exc:
+            delay = backoff.delay()
+            if time.monotonic() + delay > give_up:
+                raise
+            log.warning("submit %s (key %s): %s; trying again in %.1f s (try %d)", workflow,
+                        kw["idempotency_key"], first_line(exc), delay, tries + 1)
+            time.sleep(delay)
 
 
 def cancel_run(db: Executor, run_id: int, reason: Optional[str] = None) -> Outcome:
@@ -89,7 +137,7 @@ def claim_task(db: Executor, queue: str, worker_id: str, max_tasks: int = 1,
     with translated():
         rows = db.execute(f"SELECT {_TASK_COLUMNS} FROM wfe.claim_task(%s, %s, %s, %s)",
                           (queue, worker_id, max_tasks, lease_ms)).fetchall()
-    return [Task(run_id=r[0], stage=r[1], attempt=r[2], fence=r[3], queue=r[4], worker=r[5], input=r[6],
+    return [Task(run_id=r[0], stage=r[1], attempt=r[2], fence=r[3], queue=r[4], contract=r[5], input=r[6],
                  payload_ref=r[7], deadline_at=r[8], heartbeat_ms=r[9], definition_digest=r[10],
                  message_id=r[11], tenant=r[12], mode="poll") for r in rows]
 
@@ -104,17 +152,28 @@ def heartbeat(db: Executor, task: Union[Task, Ids]) -> Outcome:
     return Outcome(_one(db, "SELECT wfe.heartbeat(%s, %s, %s, %s)", _ids(task)))
 
 
+def _text(value: JSON) -> str:
+    """value as JSON text: as it is when it is JsonText already (encoded by the worker), else encoded."""
+    return value if isinstance(value, JsonText) else json.dumps(value)
+
+
+def _jsonb(value: JSON) -> Jsonb:
+    """A jsonb parameter of value, JsonText passed through without a second encoding."""
+    return Jsonb(value, dumps=_text)
+
+
 def complete_task(db: Executor, task: Union[Task, Ids], result: JSON = None) -> Outcome:
-    """wfe.complete_task with a JSON result (None counts as {})."""
+    """wfe.complete_task with a JSON result (None counts as {}; JsonText is sent as it is)."""
     return Outcome(_one(db, "SELECT wfe.complete_task(%s, %s, %s, %s, %s)",
-                        (*_ids(task), Jsonb({} if result is None else result))))
+                        (*_ids(task), _jsonb({} if result is None else result))))
 
 
 def fail_task(db: Executor, task: Union[Task, Ids], error: Optional[Mapping[str, Any]] = None,
               retryable: bool = True) -> Outcome:
     """wfe.fail_task; retryable=False fails the stage at once."""
     return Outcome(_one(db, "SELECT wfe.fail_task(%s, %s, %s, %s, %s, %s)",
-                        (*_ids(task), Jsonb(dict(error or {})), retryable)))
+                        (*_ids(task), _jsonb(error if isinstance(error, JsonText) else dict(error or {})),
+                         retryable)))
 
 
 def complete_tasks(db: Executor, reports: Iterable[Tuple[Union[Task, Ids], JSON]]) -> Dict[Tuple[int, str], Outcome]:
@@ -122,12 +181,13 @@ def complete_tasks(db: Executor, reports: Iterable[Tuple[Union[Task, Ids], JSON]
     body = []
     for task, result in reports:
         run_id, stage, attempt, fence = _ids(task)
-        body.append({"run_id": run_id, "stage": stage, "attempt": attempt, "fence": fence,
-                     "result": {} if result is None else result})
+        head = json.dumps({"run_id": run_id, "stage": stage, "attempt": attempt, "fence": fence})
+        body.append(head[:-1] + ',"result":' + _text({} if result is None else result) + "}")
     if not body:
         return {}
     with translated():
-        rows = db.execute("SELECT run_id, stage, outcome FROM wfe.complete_tasks(%s)", (Jsonb(body),)).fetchall()
+        rows = db.execute("SELECT run_id, stage, outcome FROM wfe.complete_tasks(%s)",
+                          (_jsonb(JsonText("[" + ",".join(body) + "]")),)).fetchall()
     return {(int(r[0]), r[1]): Outcome(r[2]) for r in rows}
 
 
@@ -141,8 +201,43 @@ def ack_cancel(db: Executor, task: Union[Task, Ids]) -> Outcome:
     return Outcome(_one(db, "SELECT wfe.ack_cancel(%s, %s, %s, %s)", _ids(task)))
 
 
+def queue_delivery(db: Executor, queue: str) -> str:
+    """wfe.queue_delivery: the queue's delivery mode, ``poll`` or ``broker`` (poll when never configured)."""
+    return str(_one(db, "SELECT wfe.queue_delivery(%s)", (queue,)))
+
+
 def setting(db: Executor, name: str) -> Optional[str]:
     """A setting as the server has it, in its base unit (ms, bytes) and without the unit; None when unknown."""
     with translated():
         row = db.execute("SELECT setting FROM pg_catalog.pg_settings WHERE name = %s", (name,)).fetchone()
     return row[0] if row else None
+
+
+# --- definitions, contracts and queues (the setup psql does, from Python) -----------------------
+
+def register_worker(db: Executor, ref: str, queue: str, *, input_schema: Optional[Mapping[str, Any]] = None,
+                    output_schema: Optional[Mapping[str, Any]] = None) -> None:
+    """wfe.register_worker: the worker contract ref (``name@N``) served on queue, with its JSON Schemas."""
+    _one(db, "SELECT wfe.register_worker(%s, %s, %s, %s)",
+         (ref, queue, Jsonb(dict(input_schema or {})), Jsonb(dict(output_schema or {}))))
+
+
+def create_definition(db: Executor, source: str) -> str:
+    """wfe.create_definition: store a workflow's YAML source (as a draft); its digest (``sha256:...``)."""
+    return str(_one(db, "SELECT wfe.create_definition(%s)", (source,)))
+
+
+def approve(db: Executor, workflow: str, version: str) -> None:
+    """wfe.approve: approve a stored version of workflow."""
+    _one(db, "SELECT wfe.approve(%s, %s)", (workflow, version))
+
+
+def activate(db: Executor, workflow: str, version: str) -> None:
+    """wfe.activate: make an approved version the one new runs of workflow use."""
+    _one(db, "SELECT wfe.activate(%s, %s)", (workflow, version))
+
+
+def configure_queue(db: Executor, queue: str, delivery: str = "poll", *, max_in_flight: Optional[int] = None,
+                    paused: bool = False) -> None:
+    """wfe.configure_queue: a queue's delivery mode (poll or broker), in-flight limit and pause."""
+    _one(db, "SELECT wfe.configure_queue(%s, %s, %s, %s)", (queue, delivery, max_in_flight, paused))

@@ -4,6 +4,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import threading
+import warnings
 import uuid
 from typing import Any, Dict, Optional
 
@@ -20,7 +21,7 @@ class Task:
     attempt: int
     fence: int
     queue: str
-    worker: str
+    contract: str
     """The contract ref of the worker or queued action, e.g. ``thumbnail.render@3``."""
     input: JSON
     tenant: str = "default"
@@ -49,7 +50,18 @@ class Task:
     @property
     def contract_name(self) -> str:
         """The contract's name without its version (``thumbnail.render``)."""
-        return self.worker.split("@", 1)[0]
+        return self.contract.split("@", 1)[0]
+
+    @property
+    def worker(self) -> str:
+        """Deprecated alias of contract (it holds a contract ref, not a worker); removed in 0.4.0."""
+        warnings.warn("Task.worker is deprecated: use Task.contract", DeprecationWarning, stacklevel=2)
+        return self.contract
+
+    @worker.setter
+    def worker(self, value: str) -> None:
+        warnings.warn("Task.worker is deprecated: use Task.contract", DeprecationWarning, stacklevel=2)
+        self.contract = value
 
 
 class Fail(Exception):

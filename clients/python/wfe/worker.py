@@ -16,6 +16,7 @@ both delivery modes.
 from __future__ import annotations
 
 import concurrent.futures
+import importlib.util
 import logging
 import os
 import signal
@@ -27,7 +28,9 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Uni
 
 import psycopg
 
+from . import _result
 from ._attempts import Attempt, Heartbeater, Reporter
+from ._links import Link
 from .errors import WfeError
 from .outcome import Outcome
 from .task import JSON, Fail, Task
@@ -36,6 +39,7 @@ log = logging.getLogger("wfe")
 
 Handler = Callable[[Task], JSON]
 MODES = ("poll", "broker")
+CHOICES = MODES + ("auto",)  # auto: the queue's delivery mode as wfe.configure_queue set it
 
 
 class Worker:
@@ -89,6 +93,9 @@ class Worker:
         self.reporter: Optional[Reporter] = None
         self.heartbeats: Optional[Heartbeater] = None
         self.counts: Dict[str, int] = {}
+        self.errors: List[BaseException] = []  # what broke the worker's machinery; run() raises the first
+        self.max_result_bytes = 64 * 1024 * 1024  # the server's wfe.max_payload_bytes, read by run()
+        self.max_result_depth = 64  # the server's wfe.max_json_depth
 
     # --- the registry --------------------------------------------------------
 
@@ -106,8 +113,8 @@ class Worker:
         """Register fn for contract (see handler)."""
         if contract in self._handlers:
             raise ValueError(f"a handler for {contract} is registered already")
-        if mode is not None and mode not in MODES:
-            raise ValueError(f"mode must be poll or broker, not {mode!r}")
+        if mode is not None and mode not in CHOICES:
+            raise ValueError(f"mode must be auto, poll or broker, not {mode!r}")
         self._handlers[contract] = fn
         if queue is not None:
             if self._queues.get(queue) not in (None, mode) and mode is not None:
@@ -116,7 +123,7 @@ class Worker:
 
     def handler_for(self, task: Task) -> Optional[Handler]:
         """The handler of the task's contract: its exact ref first, then its name."""
-        return self._handlers.get(task.worker) or self._handlers.get(task.contract_name)
+        return self._handlers.get(task.contract) or self._handlers.get(task.contract_name)
 
     # --- running -------------------------------------------------------------
 
@@ -131,22 +138,24 @@ class Worker:
         plan = self._plan(queues, mode)
         if not self._handlers:
             raise ValueError("no handler is registered")
+        plan = self._resolve(plan)
         self._install_signals()
         from . import poll, broker  # the loops import this module
-        self.reporter = Reporter(self.conninfo, self.batch_reports, self.hard_stop)
-        self.heartbeats = Heartbeater(self.conninfo, self.hard_stop)
+        self.reporter = Reporter(self.conninfo, self.batch_reports, self.hard_stop, self.broken)
+        self.heartbeats = Heartbeater(self.conninfo, self.hard_stop, self.broken)
         self.heartbeats.lost = self._lost
+        self._read_limits()
         loops: List[threading.Thread] = []
-        errors: List[BaseException] = []
 
-        def guard(fn: Callable[[], None]) -> Callable[[], None]:
+        def guard(fn: Callable[[], None], name: str) -> Callable[[], None]:
             def run_it() -> None:
                 try:
                     fn()
-                except BaseException as exc:  # a loop that cannot go on stops the worker
-                    errors.append(exc)
-                    log.error("%s", "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
+                except (KeyboardInterrupt, SystemExit) as exc:
+                    self.errors.append(exc)
                     self.stop()
+                except BaseException as exc:  # a loop that cannot go on stops the worker
+                    self.broken(exc, name)
             return run_it
 
         poll_queues = [q for q, m in plan.items() if m == "poll"]
@@ -154,10 +163,10 @@ class Worker:
         log.info("wfe worker %s: %s, concurrency %d", self.worker_id,
                  ", ".join(f"{q} ({m})" for q, m in plan.items()), self.concurrency)
         if poll_queues:
-            loops.append(threading.Thread(target=guard(lambda: poll.PollLoop(self, poll_queues, once).run()),
+            loops.append(threading.Thread(target=guard(lambda: poll.PollLoop(self, poll_queues, once).run(), "the poll loop"),
                                           name="wfe-poll", daemon=True))
         if broker_queues:
-            loops.append(threading.Thread(target=guard(lambda: broker.BrokerLoop(self, broker_queues, once).run()),
+            loops.append(threading.Thread(target=guard(lambda: broker.BrokerLoop(self, broker_queues, once).run(), "the broker loop"),
                                           name="wfe-broker", daemon=True))
         for t in loops:
             t.start()
@@ -165,8 +174,33 @@ class Worker:
             for t in loops:
                 t.join(0.2)
         self._shutdown(loops)
-        if errors and not isinstance(errors[0], (KeyboardInterrupt, SystemExit)):
-            raise errors[0]
+        if self.errors and not isinstance(self.errors[0], (KeyboardInterrupt, SystemExit)):
+            raise self.errors[0]
+
+    def broken(self, exc: BaseException, where: str) -> None:
+        """Part of the worker's own machinery failed (where: e.g. "the reporter"): stop at once, claim
+        nothing more, and let run() raise exc -- a worker that cannot report must not keep claiming."""
+        self.errors.append(exc)
+        log.critical("wfe worker %s: %s failed, stopping: %s: %s", self.worker_id, where, type(exc).__name__, exc)
+        log.debug("%s", "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
+        self.stopping.set()
+        self.hard_stop.set()  # no grace: the running tasks' reports could not be sent anyway
+        self.wake()
+
+    def _read_limits(self) -> None:
+        """The server's result limits (wfe.max_payload_bytes, wfe.max_json_depth), checked before reporting."""
+        from . import calls
+        assert self.reporter is not None
+        try:
+            db = self.reporter.link.get()
+            size, depth = calls.setting(db, "wfe.max_payload_bytes"), calls.setting(db, "wfe.max_json_depth")
+        except psycopg.Error as exc:  # PostgreSQL away at start: the defaults; the server still has the last word
+            log.debug("result limits: %s", exc)
+            return
+        if size:
+            self.max_result_bytes = int(size)
+        if depth:
+            self.max_result_depth = int(depth)
 
     def stop(self) -> None:
         """Take no new tasks; running handlers get grace_s to finish.  A second call ends the grace."""
@@ -190,11 +224,35 @@ class Worker:
         plan = {}
         for q in names:
             m = mode.get(q) if isinstance(mode, Mapping) else mode
-            m = m or self._queues.get(q) or "poll"
-            if m not in MODES:
-                raise ValueError(f"mode must be poll or broker, not {m!r}")
+            m = m or self._queues.get(q) or "auto"
+            if m not in CHOICES:
+                raise ValueError(f"mode must be auto, poll or broker, not {m!r}")
             plan[q] = m
         return plan
+
+    def _resolve(self, plan: Dict[str, str]) -> Dict[str, str]:
+        """The plan with each queue's mode as the server has it (wfe.queue_delivery): "auto" takes it, a
+        mode given that differs is one clear error (a poll worker on a broker queue would wait forever)."""
+        from . import calls
+        link = Link(self.conninfo, "queues", self.stopping)
+        while True:  # PostgreSQL may come up after the worker: wait for it, as every loop does
+            try:
+                served = {q: calls.queue_delivery(link.get(), q) for q in plan}
+                break
+            except psycopg.OperationalError as exc:
+                link.broke(exc)
+        link.drop()
+        wrong = [f"{q} (a {served[q]} queue) in {m} mode" for q, m in plan.items() if m != "auto" and m != served[q]]
+        if wrong:
+            raise ValueError(f"cannot serve {'; '.join(wrong)} (wfe.configure_queue sets a queue's mode): "
+                             "give mode=\"auto\" or the queue's mode")
+        resolved = {q: served[q] for q in plan}
+        if "broker" in resolved.values():
+            # checked here: a missing pika is one error at start, not a loop that dies later
+            if importlib.util.find_spec("pika") is None:
+                raise ValueError(f"cannot serve the broker queue(s) {', '.join(q for q, m in resolved.items() if m == 'broker')}: "
+                                 "broker mode needs pika (pip install 'wfe[broker]', or Debian's python3-pika)")
+        return resolved
 
     def _install_signals(self) -> None:
         """SIGTERM and SIGINT stop the worker (a second one ends the grace period); main thread only."""
@@ -227,7 +285,7 @@ class Worker:
             self._running[task.ids] = attempt
         assert self.heartbeats is not None
         self.heartbeats.add(attempt, self._beat_interval(task))
-        threading.Thread(target=self._execute, args=(attempt,), name=f"wfe-task-{task.run_id}-{task.stage}",
+        threading.Thread(target=self._supervised, args=(attempt,), name=f"wfe-task-{task.run_id}-{task.stage}",
                          daemon=True).start()
         return attempt
 
@@ -243,32 +301,57 @@ class Worker:
         windows = [w for w in (task.heartbeat_ms, self.lease_ms if task.mode == "poll" else None) if w]
         return max(0.05, min(windows) / 3000.0) if windows else 30.0
 
+    def _supervised(self, attempt: Attempt) -> None:
+        """The handler's thread: _execute, and a failure outside the handler breaks the worker."""
+        try:
+            self._execute(attempt)
+        except BaseException as exc:
+            self.broken(exc, f"the thread of run {attempt.task.run_id} stage {attempt.task.stage}")
+
     def _execute(self, attempt: Attempt) -> None:
-        """The handler's thread: run it, then report (unless the attempt was lost meanwhile)."""
+        """Run the handler, make its result JSON text here (a bad one fails the attempt with
+        result.refused), then report (unless the attempt was lost meanwhile)."""
         task = attempt.task
         fn = self.handler_for(task)
         kind, payload, retryable = "complete", None, True
         try:
             if fn is None:
-                raise Fail("worker.no_handler", f"this worker has no handler for {task.worker}")
+                raise Fail("worker.no_handler", f"this worker has no handler for {task.contract}")
             if task.input is None and task.payload_ref is not None:
                 try:
                     task.input = self._fetch(task)
                 except (WfeError, psycopg.Error) as exc:
                     raise Fail("payload.unavailable", f"the input could not be fetched: {exc}") from exc
             payload = fn(task)
+            payload = _result.encode(payload, self.max_result_bytes, self.max_result_depth)
+        except _result.ResultRefused as exc:
+            kind, payload, retryable = "fail", {"code": "result.refused", "message": str(exc)}, True
         except Fail as exc:
             kind, payload, retryable = "fail", exc.error(), exc.retryable
-        except Exception as exc:
+        except BaseException as exc:  # SystemExit from a handler fails its attempt, not the worker
             kind, retryable = "fail", True
-            payload = {"code": type(exc).__name__, "message": str(exc)[:2000],
-                       "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-4000:]}
+            trace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+            payload = {"code": type(exc).__name__, "message": str(exc)[:2000], "traceback": trace[-4000:]}
+            log.debug("run %s stage %s attempt %s: the handler raised:\n%s", task.run_id, task.stage,
+                      task.attempt, trace)
+        if kind == "fail":
+            attempt.failure = f"{payload.get('code')}: {payload.get('message')}"
+            payload = self._error_text(payload)
         if attempt.cancel_requested:
             self._settle(attempt, "ack_cancel")
         elif task.stopped.is_set():
             self._settle(attempt, None)  # the attempt is not ours any more: nothing to report
         else:
             self._settle(attempt, kind, payload, retryable)
+
+    @staticmethod
+    def _error_text(error: Dict[str, object]) -> _result.JsonText:
+        """The error as JSON text; details that are not JSON are dropped (code and message stay)."""
+        try:
+            return _result.encode(error, 1024 * 1024, 64)
+        except _result.ResultRefused:
+            return _result.encode({"code": str(error.get("code")), "message": str(error.get("message"))[:2000]},
+                                  1024 * 1024, 64)
 
     def _fetch(self, task: Task) -> JSON:
         """A large input, by reference (wfe.fetch_payload), on the reporter's connection."""
@@ -310,6 +393,7 @@ class Worker:
                         task.run_id, task.stage, task.attempt, exc)
         except (WfeError, psycopg.Error) as exc:
             if kind == "complete":
+                attempt.failure = f"result.refused: {exc}"
                 self._send(attempt, "fail", {"code": "result.refused", "message": str(exc)[:2000]}, True)
                 return
             log.warning("run %s stage %s attempt %s: %s refused: %s", task.run_id, task.stage, task.attempt, kind, exc)
@@ -323,6 +407,9 @@ class Worker:
         if outcome is not None and outcome not in (Outcome.ACCEPTED, Outcome.DUPLICATE):
             log.warning("run %s stage %s attempt %s: %s answered %s", task.run_id, task.stage, task.attempt,
                         word, outcome.value)
+        elif kind == "fail":  # what failed and why, on the line a user reads (the traceback is at DEBUG)
+            log.warning("run %s stage %s attempt %s: failed in %.0f ms: %s%s", task.run_id, task.stage,
+                        task.attempt, took, attempt.failure, f" ({outcome.value})" if outcome else "")
         else:
             log.info("run %s stage %s attempt %s: %s in %.0f ms%s", task.run_id, task.stage, task.attempt, word,
                      took, f" ({outcome.value})" if outcome else "")

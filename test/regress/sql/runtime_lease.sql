@@ -85,9 +85,11 @@ SELECT state, lease_ms, date_trunc('milliseconds', deadline_at - started_at) AS 
   FROM wfe.run_stages WHERE run_id = :r AND stage = 'first';
 SELECT wfe.complete_task(:r, 'first', :r_attempt, :r_fence, '{}');
 
--- a lease longer than the execution deadline keeps its end: a heartbeat never shortens it
+-- a lease longer than the execution deadline (20 s > 8 s) is cut to it, at the claim and at each heartbeat
 SELECT run_id AS l FROM wfe.submit('lease-test', '{}') \gset
-SELECT t.attempt, t.fence FROM wfe.claim_task('rt-ls-work', 'w-ls', lease_ms => 20000) AS t \gset l_
+SELECT t.attempt, t.fence, t.deadline_at - now() <= interval '8 s' AS claim_cut
+  FROM wfe.claim_task('rt-ls-work', 'w-ls', lease_ms => 20000) AS t \gset l_
+SELECT :'l_claim_cut' AS claim_cut;
 SELECT pg_temp.age(:l, 'first', interval '1 s');
 SELECT wfe.heartbeat(:l, 'first', :l_attempt, :l_fence);
 SELECT lease_ms, date_trunc('milliseconds', deadline_at - started_at) AS lease_end

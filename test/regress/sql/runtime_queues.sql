@@ -103,3 +103,11 @@ SELECT wfe.ack_cancel(:cancel_run, 'a', 1, :cancel_fence) AS ack;
 SELECT wfe.ack_cancel(:cancel_run, 'a', 1, 7) AS wrong_fence;
 SELECT wfe.ack_cancel(:cancel_run, 'nope', 1, 1) AS unknown_stage;
 SELECT type FROM wfe.events WHERE run_id = :cancel_run AND type LIKE '%cancel%' ORDER BY event_id;
+
+-- a queue's delivery mode as a worker learns it (wfe_worker cannot read
+-- wfe.queues): broker, poll, poll for a queue never configured, NULL for NULL
+SET ROLE wfe_worker;
+SELECT wfe.queue_delivery('rt-q-jobs') AS jobs, wfe.queue_delivery('rt-q-never') AS never,
+       wfe.queue_delivery(NULL) IS NULL AS null_in_null_out;
+SELECT pg_temp.try($q$SELECT count(*) FROM wfe.queues$q$);
+RESET ROLE;

@@ -2,7 +2,9 @@
 
 Configured by environment: WFE_DSN, QUEUES, MODE (poll|broker), CONTRACTS (comma-separated),
 CONCURRENCY, LEASE_MS (empty: none), GRACE_S, ONCE, WORKER_ID, EXEC_LOG, WFE_AMQP_URL, HEARTBEAT_S,
-POLL_INTERVAL_S.
+POLL_INTERVAL_S, BREAK_REPORTER (1: every report raises in the reporter's thread, as a bug there would).
+spec: sleep, slow_attempts, fail_attempts, retryable, raise, not_json (return a set), big_mb (return a
+string of that many MB).
 """
 import logging
 import os
@@ -41,11 +43,20 @@ def behave(task: wfe.Task) -> dict:
         if spec.get("raise"):
             raise RuntimeError("boom")
         note(task, "end")
-        return {"spec": spec, "attempt": task.attempt, "worker": task.worker, "size": len(str(task.input))}
+        if spec.get("not_json"):
+            return {"ids": {1, 2}}  # type: ignore[dict-item]
+        if spec.get("big_mb"):
+            return {"blob": "x" * (int(spec["big_mb"]) * 1024 * 1024)}
+        return {"spec": spec, "attempt": task.attempt, "worker": task.contract, "size": len(str(task.input))}
     finally:
         with lock:
             running[0] -= 1
 
+
+if env("BREAK_REPORTER"):
+    def broken(*args: object, **kw: object) -> None:
+        raise RuntimeError("the reporter is broken on purpose")
+    wfe.calls.complete_task = wfe.calls.complete_tasks = wfe.calls.fail_task = broken  # type: ignore[assignment]
 
 app = wfe.Worker(env("WFE_DSN", ""), worker_id=env("WORKER_ID"), concurrency=int(env("CONCURRENCY", "4")),
                  lease_ms=int(env("LEASE_MS")) if env("LEASE_MS") else None, grace_s=float(env("GRACE_S", "10")),
@@ -53,4 +64,4 @@ app = wfe.Worker(env("WFE_DSN", ""), worker_id=env("WORKER_ID"), concurrency=int
                  poll_interval_s=float(env("POLL_INTERVAL_S", "5")))
 for contract in env("CONTRACTS", "").split(","):
     app.register(contract, behave)
-app.run(env("QUEUES", "").split(","), mode=env("MODE", "poll"), once=bool(env("ONCE")))
+app.run(env("QUEUES", "").split(","), mode=env("MODE") or None, once=bool(env("ONCE")))
