@@ -307,76 +307,8 @@ SELECT n.tenant,
 COMMENT ON VIEW wfe.dashboard_tenants IS
 'Per tenant: runs in flight and tasks queued and in flight, against the tenant''s limits (wfe.configure_tenant).';
 GRANT SELECT ON wfe.dashboard_tenants TO wfe_reader, wfe_operator;
-CREATE VIEW wfe.dashboard_stuck WITH (security_invoker = true) AS
-SELECT x.problem, x.run_id, x.stage, x.attempt,
-       wfe.human_ms(extract(epoch FROM now() - x.since) * 1000) AS age,
-       CASE WHEN length(x.detail) > 36 THEN left(x.detail, 35) || '…' ELSE x.detail END AS detail
-  FROM (
-    -- a run with nothing under way and nothing due: no attempt can move it
-    SELECT 'no live attempt' AS problem, r.run_id, NULL::text AS stage, NULL::int AS attempt,
-           coalesce((SELECT max(st.finished_at) FROM wfe.run_stages AS st WHERE st.run_id = r.run_id),
-                    r.submitted_at) AS since,
-           r.workflow || ' ' || r.state AS detail
-      FROM wfe.runs AS r
-     WHERE r.finished_at IS NULL
-       AND NOT EXISTS (SELECT 1 FROM wfe.run_stages AS st WHERE st.run_id = r.run_id
-                          AND st.state IN ('queued', 'dispatched', 'running', 'retry_scheduled'))
-       -- a cached stage waiting on the attempt in flight under its key moves when that one ends
-       AND NOT EXISTS (SELECT 1 FROM wfe.run_stages AS st
-                         JOIN wfe.run_stages AS l ON l.cache_key = st.cache_key AND l.tenant = st.tenant
-                        WHERE st.run_id = r.run_id AND st.state = 'waiting' AND st.cache = 'waiting'
-                          AND l.state IN ('queued', 'dispatched', 'running', 'retry_scheduled'))
-       AND NOT EXISTS (SELECT 1 FROM wfe.timers AS t WHERE t.run_id = r.run_id AND t.fired_at IS NULL)
-    UNION ALL
-    -- the clocks should have fired (the background worker is down or behind)
-    SELECT 'past deadline', st.run_id, st.stage, st.attempt, st.deadline_at, st.state || ' on ' || st.queue
-      FROM wfe.run_stages AS st
-     WHERE st.state IN ('queued', 'dispatched', 'running') AND st.deadline_at < now() - interval '5 seconds'
-    UNION ALL
-    SELECT 'timer overdue', t.run_id, t.stage, t.attempt, t.due_at, t.kind
-      FROM wfe.timers AS t
-     WHERE t.fired_at IS NULL AND t.due_at < now() - interval '5 seconds'
-    UNION ALL
-    -- waiting on a queue that does not release
-    SELECT CASE WHEN q.paused THEN 'queue paused' ELSE 'queue full' END,
-           st.run_id, st.stage, st.attempt, st.ready_at,
-           st.queue || CASE WHEN q.paused THEN '' ELSE ' at max_in_flight ' || q.max_in_flight END
-      FROM wfe.run_stages AS st
-      JOIN wfe.queues AS q ON q.queue = st.queue
-     WHERE st.state = 'queued'
-       AND (q.paused OR st.queue IN (SELECT s2.queue FROM wfe.run_stages AS s2
-                                      WHERE s2.queue = q.queue AND s2.state IN ('dispatched', 'running')
-                                      GROUP BY s2.queue HAVING count(*) >= q.max_in_flight))
-    UNION ALL
-    -- waiting on a tenant at its max_tasks_in_flight (broker: held; poll: not claimed)
-    SELECT 'tenant full', st.run_id, st.stage, st.attempt, st.ready_at,
-           l.tenant || ' at max_tasks_in_flight ' || l.max_tasks_in_flight
-      FROM wfe.tenant_limits AS l
-      JOIN wfe.runs AS r ON r.tenant = l.tenant AND r.finished_at IS NULL
-      JOIN wfe.run_stages AS st ON st.run_id = r.run_id
-     WHERE l.max_tasks_in_flight IS NOT NULL
-       AND st.state = 'queued' AND st.queue IS NOT NULL AND st.handler IS NULL
-       AND NOT EXISTS (SELECT 1 FROM wfe.outbox AS o
-                        WHERE o.run_id = st.run_id AND o.stage = st.stage AND o.attempt = st.attempt
-                          AND o.fence = st.fence AND o.kind = 'dispatch' AND o.state <> 'published')
-       AND (SELECT count(*) FROM wfe.runs AS r2 JOIN wfe.run_stages AS s2 ON s2.run_id = r2.run_id
-             WHERE r2.tenant = l.tenant AND r2.finished_at IS NULL AND s2.queue IS NOT NULL
-               AND s2.handler IS NULL AND s2.state IN ('dispatched', 'running')) >= l.max_tasks_in_flight
-    UNION ALL
-    -- a dispatch the broker has not taken for a minute
-    SELECT 'dispatch unpublished', o.run_id, o.stage, o.attempt, o.created_at,
-           coalesce(o.last_error, o.routing_key)
-      FROM wfe.outbox AS o
-     WHERE o.kind = 'dispatch' AND o.state <> 'published' AND o.created_at < now() - interval '1 minute'
-    UNION ALL
-    SELECT 'dead letter', d.run_id, d.stage, d.attempt, d.at, d.reason
-      FROM wfe.dead_letters AS d
-     WHERE d.resolved_at IS NULL
-  ) AS x
- ORDER BY x.since, x.run_id, x.stage;
-COMMENT ON VIEW wfe.dashboard_stuck IS
-'Work that does not move: runs with no live attempt and no due timer, attempts past their deadline, overdue timers, tasks on a paused or full queue or of a full tenant, dispatches unpublished for a minute, open dead letters.';
-GRANT SELECT ON wfe.dashboard_stuck TO wfe_reader, wfe_operator;
+-- wfe.dashboard_stuck comes back below, with the fences section, in its
+-- 0.3.0 form (it matches dispatches by attempt: readers see no fences).
 
 -- 0.3.0's layout moved the C files into folders (src/pg/...): two function
 -- bodies name them in comments.
@@ -655,7 +587,7 @@ GRANT SELECT (id, tenant, run_id, stage, attempt, kind, exchange, routing_key, m
               attempts, last_error, available_at, claimed_by, claimed_at, created_at, published_at)
     ON wfe.outbox TO wfe_reader, wfe_operator;
 
-CREATE OR REPLACE VIEW wfe.dashboard_stuck WITH (security_invoker = true) AS
+CREATE VIEW wfe.dashboard_stuck WITH (security_invoker = true) AS
 SELECT x.problem, x.run_id, x.stage, x.attempt,
        wfe.human_ms(extract(epoch FROM now() - x.since) * 1000) AS age,
        CASE WHEN length(x.detail) > 36 THEN left(x.detail, 35) || '…' ELSE x.detail END AS detail
@@ -725,6 +657,7 @@ SELECT x.problem, x.run_id, x.stage, x.attempt,
  ORDER BY x.since, x.run_id, x.stage;
 COMMENT ON VIEW wfe.dashboard_stuck IS
 'Work that does not move: runs with no live attempt and no due timer, attempts past their deadline, overdue timers, tasks on a paused or full queue or of a full tenant, dispatches unpublished for a minute, open dead letters.';
+GRANT SELECT ON wfe.dashboard_stuck TO wfe_reader, wfe_operator;
 
 -- Unauthenticated signed callbacks: a table apart from the tenants' events;
 -- those 0.2.0 recorded as events move there.
