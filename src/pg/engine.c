@@ -193,6 +193,30 @@ static stmt q_heartbeat = STMT(
 	" WHERE st.run_id = $1 AND st.stage = $2", 2, I8, TX);
 static stmt q_intent = STMT(
 	"UPDATE wfe.runs AS x SET intent = $2, reason = $3 WHERE x.run_id = $1", 3, I8, TX, TX);
+/* a wait or a sleep released: running with no worker, and its timer (wait_timeout, sleep) */
+static stmt q_park = STMT(
+	"UPDATE wfe.run_stages AS st"
+	"   SET state = 'running', attempt = $3, fence = $4, input = coalesce($5::jsonb, st.input),"
+	"       outcome = NULL, error = NULL, result = NULL, claimed_by = NULL, heartbeat_at = NULL, lease_ms = NULL,"
+	"       deadline_at = NULL, finished_at = NULL, ready_at = now(), started_at = now()"
+	" WHERE st.run_id = $1 AND st.stage = $2", 5, I8, TX, I4, I8, TX);
+static stmt q_park_timer = STMT(
+	"INSERT INTO wfe.timers (tenant, run_id, stage, attempt, fence, kind, due_at)"
+	" VALUES ($3, $1, $2, $4, $5, $6, now() + make_interval(secs => $7 / 1e6))", 7, I8, TX, TX, I4, I8, TX, I8);
+static stmt q_signal_taken = STMT(
+	"UPDATE wfe.signals AS g SET stage = $2, taken_at = now() WHERE g.signal_id = $3", 3, I8, TX, I8);
+/* the oldest signal buffered for this run under a name, past the ones this step took */
+static stmt q_buffered = STMT(
+	"SELECT g.signal_id, g.payload::text FROM wfe.signals AS g"
+	" WHERE g.run_id = $1 AND g.signal = $2 AND g.taken_at IS NULL AND g.signal_id > $3"
+	" ORDER BY g.signal_id LIMIT 1", 3, I8, TX, I8);
+static stmt q_signal_keep = STMT(
+	"INSERT INTO wfe.signals (tenant, run_id, signal, payload, idempotency_key, sent_by, stage, taken_at)"
+	" VALUES ($2, $1, $3, $4::jsonb, $5, $6, $7, CASE WHEN $7 IS NOT NULL THEN now() END)", 7, I8, TX, TX, TX, TX, TX, TX);
+static stmt q_sleep_due = STMT(
+	"SELECT to_jsonb(t.due_at)::text FROM wfe.timers AS t"
+	" WHERE t.run_id = $1 AND t.stage = $2 AND t.kind = 'sleep' AND t.attempt = $3 AND t.fence = $4"
+	" ORDER BY t.timer_id DESC LIMIT 1", 4, I8, TX, I4, I8);
 /* the run's pending timers can only do nothing now (but a task the run
  * does not wait for goes on after a completed intent) */
 static stmt q_retire_timers = STMT(
@@ -562,6 +586,37 @@ io_cache_leader(void *arg, const char *key)
 	return wfe_cache_leader(s->run.tenant, key, s->run_id);
 }
 
+static const char *
+io_buffered_signal(void *arg, const char *signal, int64_t after, int64_t *id)
+{
+	srv		   *s = arg;
+	Datum		v[3] = {Int64GetDatum(s->run_id), CStringGetTextDatum(signal), Int64GetDatum(after)};
+
+	stmt_run(&q_buffered, v, NULL);
+	if (SPI_processed != 1)
+		return NULL;
+	*id = pg_strtoint64(stmt_col(1));
+	return stmt_col(2);
+}
+
+/* Now, as microseconds since the Unix epoch (the step core's clock). */
+static int64_t
+io_now_us(void *arg)
+{
+	return (int64_t) GetCurrentTransactionStartTimestamp() +
+		(int64_t) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * USECS_PER_DAY;
+}
+
+static const char *
+io_stage_input(void *arg, int i)
+{
+	srv		   *s = arg;
+	Datum		v[2] = {Int64GetDatum(s->run_id), CStringGetTextDatum(s->rp->stages[i].name)};
+
+	stmt_run(&q_stage_input, v, NULL);
+	return SPI_processed == 1 ? stmt_col(1) : NULL;
+}
+
 static double
 io_random(void *arg)
 {
@@ -625,7 +680,8 @@ begin(srv *s, int64 run_id, run_lock how)
 		.arg = s,.load = io_load,.result = io_result,.context = io_context,
 		.output = io_output,
 		.input_schema = io_input_schema,.random = io_random,.fence_bits = io_fence_bits,
-		.output_schema = io_output_schema,.cache_entry = io_cache_entry,.cache_leader = io_cache_leader
+		.output_schema = io_output_schema,.cache_entry = io_cache_entry,.cache_leader = io_cache_leader,
+		.buffered_signal = io_buffered_signal,.now_us = io_now_us,.stage_input = io_stage_input
 	};
 	wfe_step_begin(&current_step, s->rp, &s->run, &s->io);
 	return true;
@@ -867,7 +923,7 @@ apply(srv *s, const char *reported)
 				stmt_run(&q_bind_failed, v, n);
 				break;
 			case WFE_OP_COMPLETE:
-				v[2] = CStringGetTextDatum(reported ? reported : "{}");
+				v[2] = CStringGetTextDatum(op->json ? op->json : reported ? reported : "{}");
 				stmt_run(&q_complete, v, n);
 				break;
 			case WFE_OP_RETRY:
@@ -993,6 +1049,27 @@ apply(srv *s, const char *reported)
 				v[2] = stmt_text_or_null(op->json, &n[2]);
 				stmt_run(&q_reset, v, n);
 				break;
+			case WFE_OP_PARK:
+				v[2] = Int32GetDatum(op->attempt);
+				v[3] = Int64GetDatum(op->fence);
+				v[4] = stmt_text_or_null(op->json, &n[4]);
+				stmt_run(&q_park, v, n);
+				if (op->delay_us >= 0 && op->text != NULL)
+				{
+					v[2] = CStringGetTextDatum(s->run.tenant);
+					v[3] = Int32GetDatum(op->attempt);
+					v[4] = Int64GetDatum(op->fence);
+					v[5] = CStringGetTextDatum(op->text);
+					v[6] = Int64GetDatum(op->delay_us);
+					n[4] = ' ';
+					stmt_run(&q_park_timer, v, n);
+					wfe_wake_at(GetCurrentTimestamp() + op->delay_us);
+				}
+				break;
+			case WFE_OP_SIGNAL_TAKEN:
+				v[2] = Int64GetDatum(op->delay_us);
+				stmt_run(&q_signal_taken, v, n);
+				break;
 			case WFE_OP_FENCE:
 				{
 					char	   *queue;
@@ -1083,7 +1160,8 @@ callback(int64 run_id, const char *stage, int attempt, int64 fence, wfe_callback
 	if (!begin(&s, run_id, LOCK_WAIT))
 		return unknown(run_id, stage, attempt, fence, cb);
 	i = wfe_run_plan_find(s.rp, stage);
-	if (i < 0)
+	/* a wait or a sleep has no worker: only a signal or its timer ends it */
+	if (i < 0 || s.rp->stages[i].kind == WFE_K_WAIT || s.rp->stages[i].kind == WFE_K_SLEEP)
 	{
 		wfe_step_end(&current_step);
 		return unknown(run_id, stage, attempt, fence, cb);
@@ -1313,6 +1391,24 @@ wfe_timer_fired(PG_FUNCTION_ARGS)
 				wfe_step_cache_ready(&current_step, i, SPI_processed == 1 ? stmt_col(1) : NULL);
 			}
 		}
+		else if ((strcmp(kind, "wait_timeout") == 0 || strcmp(kind, "sleep") == 0) &&
+				 !PG_ARGISNULL(2) && !PG_ARGISNULL(3) && !PG_ARGISNULL(4))
+		{
+			char	   *stage = text_to_cstring(PG_GETARG_TEXT_PP(2));
+			int			i = wfe_run_plan_find(s.rp, stage);
+
+			if (i >= 0 && kind[0] == 'w')
+				wfe_step_wait_timeout(&current_step, i, PG_GETARG_INT32(3), PG_GETARG_INT64(4));
+			else if (i >= 0)
+			{
+				Datum		v[4] = {Int64GetDatum(s.run_id), CStringGetTextDatum(stage),
+				PG_GETARG_DATUM(3), PG_GETARG_DATUM(4)};
+
+				stmt_run(&q_sleep_due, v, NULL);
+				wfe_step_sleep_due(&current_step, i, PG_GETARG_INT32(3), PG_GETARG_INT64(4),
+								   SPI_processed == 1 ? stmt_col(1) : "null");
+			}
+		}
 		else if (strcmp(kind, "run_deadline") == 0)
 		{
 			Datum		v[1] = {Int64GetDatum(s.run_id)};
@@ -1432,6 +1528,54 @@ wfe_cancel(PG_FUNCTION_ARGS)
 	}
 	SPI_finish();
 	PG_RETURN_VOID();
+}
+
+PG_FUNCTION_INFO_V1(wfe_signal);
+
+/*
+ * wfe._signal(run_id, signal, payload, idempotency_key, by): a signal
+ * wfe.signal checked (grant, tenant, plan, payload, duplicates) under the
+ * run's lock.  The step core answers: accepted (a released wait took it
+ * and the run moved on), buffered or late; an accepted or buffered signal
+ * is kept in wfe.signals.
+ */
+Datum
+wfe_signal(PG_FUNCTION_ARGS)
+{
+	srv			s;
+	const char *outcome = "unknown";
+	text	   *result;
+
+	SPI_connect();
+	if (begin(&s, PG_GETARG_INT64(0), LOCK_WAIT))
+	{
+		char	   *signal = text_to_cstring(PG_GETARG_TEXT_PP(1));
+		char	   *payload = jsonb_arg(fcinfo, 2, "{}", NULL);
+		char	   *key = PG_ARGISNULL(3) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(3));
+		char	   *by = NameStr(*PG_GETARG_NAME(4));
+		int			taken = -1;
+		char		n[8] = "       ";
+		Datum		v[7];
+
+		outcome = wfe_step_signal(&current_step, signal, payload, key, by, &taken);
+		outcome = pstrdup(outcome);
+		apply(&s, payload);
+		if (strcmp(outcome, "late") != 0)
+		{
+			v[0] = Int64GetDatum(s.run_id);
+			v[1] = CStringGetTextDatum(s.run.tenant);
+			v[2] = CStringGetTextDatum(signal);
+			v[3] = CStringGetTextDatum(payload);
+			v[4] = stmt_text_or_null(key, &n[4]);
+			v[5] = CStringGetTextDatum(by);
+			v[6] = stmt_text_or_null(taken >= 0 ? s.rp->stages[taken].name : NULL, &n[6]);
+			stmt_run(&q_signal_keep, v, n);
+		}
+	}
+	result = cstring_to_text(outcome);
+	result = (text *) SPI_datumTransfer(PointerGetDatum(result), false, -1);
+	SPI_finish();
+	PG_RETURN_TEXT_P(result);
 }
 
 /* ---------------------------------------------------------------------

@@ -10,7 +10,7 @@ CREATE TABLE wfe.contracts (
                   CONSTRAINT contracts_ref_format
                   CHECK (ref ~ '^[a-z][a-z0-9_.-]*@[1-9][0-9]*$'),
     kind          text NOT NULL
-                  CONSTRAINT contracts_kind CHECK (kind IN ('worker', 'action')),
+                  CONSTRAINT contracts_kind CHECK (kind IN ('worker', 'action', 'signal')),
     name          text NOT NULL,
     version       int NOT NULL CONSTRAINT contracts_version CHECK (version >= 1),
     queue         wfe.queue_name,
@@ -25,10 +25,11 @@ CREATE TABLE wfe.contracts (
     created_by    name NOT NULL DEFAULT wfe._identity(),
     run_as        regrole,
     CONSTRAINT contracts_ref_parts CHECK (ref = name || '@' || version::text),
-    -- a worker has a queue; an action has exactly one of handler and queue
+    -- a worker has a queue; an action has exactly one of handler and queue; a signal neither
     CONSTRAINT contracts_executor CHECK (
         CASE kind
             WHEN 'worker' THEN queue IS NOT NULL AND handler IS NULL
+            WHEN 'signal' THEN queue IS NULL AND handler IS NULL
             ELSE (queue IS NULL) <> (handler IS NULL)
         END),
     -- only handlers run as someone (NULL for one registered under 0.1.0 by a role since dropped)
@@ -36,10 +37,10 @@ CREATE TABLE wfe.contracts (
 );
 
 COMMENT ON TABLE wfe.contracts IS
-'Registered action and worker contracts (name@N). Rows are immutable: register a new version instead.';
+'Registered action, worker and signal contracts (name@N). Rows are immutable: register a new version instead.';
 GRANT SELECT ON wfe.contracts TO wfe_admin, wfe_author, wfe_approver, wfe_operator, wfe_reader;
 COMMENT ON COLUMN wfe.contracts.ref IS 'Contract reference name@N, as definitions name it';
-COMMENT ON COLUMN wfe.contracts.kind IS 'worker (runs outside the database, claimed from a queue) or action';
+COMMENT ON COLUMN wfe.contracts.kind IS 'worker (runs outside the database, claimed from a queue), action, or signal (what a wait stage waits for: wfe.signal)';
 COMMENT ON COLUMN wfe.contracts.queue IS 'Queue the worker or queued action is dispatched to; NULL for an in-database action';
 COMMENT ON COLUMN wfe.contracts.handler IS 'In-database action: a function (input jsonb) RETURNS jsonb; NULL otherwise';
 COMMENT ON COLUMN wfe.contracts.run_as IS 'In-database action: the role its handler runs as -- the role that registered it (SET ROLE included)';
@@ -56,7 +57,7 @@ COMMENT ON FUNCTION wfe._invoke_handler(regprocedure, regrole, jsonb) IS
 'Calls handler(input) as run_as, under SECURITY_RESTRICTED_OPERATION, after checking it still may.';
 REVOKE ALL ON FUNCTION wfe._invoke_handler(regprocedure, regrole, jsonb) FROM PUBLIC;
 COMMENT ON COLUMN wfe.contracts.input_schema IS 'JSON-Schema subset the bound input must satisfy';
-COMMENT ON COLUMN wfe.contracts.output_schema IS 'JSON-Schema subset a result must satisfy';
+COMMENT ON COLUMN wfe.contracts.output_schema IS 'JSON-Schema subset a result must satisfy; a signal''s payload schema (its payload is the wait''s result)';
 COMMENT ON COLUMN wfe.contracts.created_by IS 'Who registered the contract (wfe._identity(): session_user, or a handler''s registrant)';
 
 CREATE TRIGGER contracts_immutable
@@ -111,7 +112,7 @@ BEGIN
             RAISE EXCEPTION 'worker contract "%" needs a queue', p_ref
                 USING ERRCODE = 'null_value_not_allowed';
         END IF;
-    ELSIF (p_handler IS NULL) = (p_queue IS NULL) THEN
+    ELSIF p_kind = 'action' AND (p_handler IS NULL) = (p_queue IS NULL) THEN
         RAISE EXCEPTION 'action contract "%" needs exactly one of handler and queue', p_ref
             USING ERRCODE = 'invalid_parameter_value',
                   HINT = 'An action either runs in the database (handler => a function (input jsonb) RETURNS jsonb) or is dispatched to workers (queue => a queue name).';

@@ -124,7 +124,7 @@ CREATE TABLE wfe.plan_stages (
     stage         text NOT NULL,
     type          text NOT NULL
                   CONSTRAINT plan_stages_type
-                  CHECK (type IN ('action', 'worker', 'decision', 'fork', 'join', 'finaliser')),
+                  CHECK (type IN ('action', 'worker', 'decision', 'fork', 'join', 'finaliser', 'wait', 'sleep')),
     spec          jsonb NOT NULL,
     PRIMARY KEY (definition_id, stage),
     CONSTRAINT plan_stages_ordinal_key UNIQUE (definition_id, ordinal)
@@ -145,7 +145,7 @@ CREATE TABLE wfe.plan_edges (
     kind          text NOT NULL
                   CONSTRAINT plan_edges_kind
                   CHECK (kind IN ('success', 'failure', 'branch', 'evaluation_error',
-                                  'fork', 'join', 'depends_on')),
+                                  'fork', 'join', 'depends_on', 'timeout')),
     ordinal       int NOT NULL CONSTRAINT plan_edges_ordinal CHECK (ordinal >= 1),
     condition     text,
     to_terminal   boolean NOT NULL,
@@ -160,7 +160,7 @@ COMMENT ON TABLE wfe.plan_edges IS
 'Edges of a stored plan, one per reference in every edge namespace; immutable.';
 GRANT SELECT ON wfe.plan_edges TO wfe_admin, wfe_author, wfe_approver, wfe_operator, wfe_reader;
 COMMENT ON COLUMN wfe.plan_edges.kind IS
-'success (on_success), failure (on_failure), branch (decision next), evaluation_error (on_evaluation_error), fork (fork -> branch), join (required stage -> join), depends_on (dependency -> task)';
+'success (on_success), failure (on_failure), branch (decision next), evaluation_error (on_evaluation_error), timeout (a wait''s on_timeout), fork (fork -> branch), join (required stage -> join), depends_on (dependency -> task)';
 COMMENT ON COLUMN wfe.plan_edges.ordinal IS '1-based position in its list (branches, required, depends_on); 1 for single references';
 COMMENT ON COLUMN wfe.plan_edges.condition IS 'The branch''s when expression (branch edges only)';
 COMMENT ON COLUMN wfe.plan_edges.to_terminal IS 'to_stage is a terminal outcome (completed, failed, ...) rather than a stage';
@@ -218,6 +218,9 @@ BEGIN
         UNION ALL
         SELECT st.name, st.spec ->> 'on_evaluation_error', 'evaluation_error', 1, NULL
           FROM st WHERE st.spec ->> 'on_evaluation_error' IS NOT NULL
+        UNION ALL
+        SELECT st.name, st.spec ->> 'on_timeout', 'timeout', 1, NULL
+          FROM st WHERE st.spec ->> 'on_timeout' IS NOT NULL
         UNION ALL
         SELECT st.name, b.value #>> '{}', 'fork', b.ordinality, NULL
           FROM st, jsonb_array_elements(CASE WHEN st.type = 'fork'

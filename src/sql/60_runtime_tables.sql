@@ -302,11 +302,12 @@ CREATE TABLE wfe.timers (
     stage    text,
     attempt  int,
     fence    bigint,
-    kind     text NOT NULL CONSTRAINT timers_kind CHECK (kind IN ('retry', 'not_before', 'run_deadline', 'cache_ready')),
+    kind     text NOT NULL CONSTRAINT timers_kind CHECK (kind IN ('retry', 'not_before', 'run_deadline', 'cache_ready',
+                                                                  'wait_timeout', 'sleep')),
     due_at   timestamptz NOT NULL,
     fired_at timestamptz
 );
-COMMENT ON TABLE wfe.timers IS 'Durable timers: retry delays, delayed starts (not_before), run deadlines, a cached stage''s wake-up when the attempt it waited on ended (cache_ready)';
+COMMENT ON TABLE wfe.timers IS 'Durable timers: retry delays, delayed starts (not_before), run deadlines, a cached stage''s wake-up when the attempt it waited on ended (cache_ready), a wait''s timeout (wait_timeout), a sleep''s end (sleep)';
 -- every column but the fence (see wfe.run_stages)
 GRANT SELECT (timer_id, tenant, run_id, stage, attempt, kind, due_at, fired_at)
     ON wfe.timers TO wfe_reader, wfe_operator;

@@ -213,7 +213,7 @@ BEGIN
                                 awaits, exec_ms, queue_ms, heartbeat_ms)
     SELECT r.run_id, ps.stage, r.tenant, ps.ordinal, ps.type,
            CASE WHEN ps.type = 'worker' THEN ps.spec ->> 'queue' ELSE c.queue END,
-           coalesce(ps.spec ->> 'worker', ps.spec ->> 'action'), c.handler, r.priority,
+           coalesce(ps.spec ->> 'worker', ps.spec ->> 'action', ps.spec ->> 'signal'), c.handler, r.priority,
            coalesce((ps.spec ->> 'awaits')::boolean, true),
            (ps.spec ->> 'execution_deadline_ms')::int, (ps.spec ->> 'queue_deadline_ms')::int,
            (ps.spec ->> 'heartbeat_ms')::int

@@ -303,6 +303,7 @@ build_reach(wfe_run_plan *rp)
 		add_edge(succ, nsucc, cap, a, s->on_success);
 		add_edge(succ, nsucc, cap, a, s->on_failure);
 		add_edge(succ, nsucc, cap, a, s->on_evaluation_error);
+		add_edge(succ, nsucc, cap, a, s->on_timeout);
 		for (int k = 0; k < s->nbranches; k++)
 			add_edge(succ, nsucc, cap, a, s->next[k]);
 		for (int k = 0; k < s->ntargets; k++)
@@ -364,7 +365,26 @@ read_stage(wfe_run_plan *rp, int i, json_object *o)
 	list = json_object_object_get(o, "cache");
 	s->cache_ttl_ms = json_object_is_type(list, json_type_object)
 		? (int64_t) num_member(list, "ttl_ms", -1) : -1;
-	s->contract = str_member(o, "worker") ? str_member(o, "worker") : str_member(o, "action");
+	s->contract = str_member(o, "worker") ? str_member(o, "worker") :
+		str_member(o, "action") ? str_member(o, "action") : str_member(o, "signal");
+	s->on_timeout = s->on_failure;
+	s->timeout_ms = -1;
+	s->sleep_ms = -1;
+	if (s->kind == WFE_K_WAIT)
+	{
+		if (str_member(o, "on_timeout"))
+			s->on_timeout = target_of(rp, str_member(o, "on_timeout"));
+		s->timeout_ms = (int64_t) num_member(o, "timeout_ms", -1);
+		s->retry.max_attempts = 1;
+	}
+	if (s->kind == WFE_K_SLEEP)
+	{
+		/* a sleep that cannot bind its time and has no failure route fails the run */
+		if (s->on_failure == WFE_TO_NONE)
+			s->on_failure = s->on_timeout = WFE_TO_FAILED;
+		s->sleep_ms = (int64_t) num_member(o, "duration_ms", -1);
+		s->retry.max_attempts = 1;
+	}
 
 	if (s->kind == WFE_K_DECISION && (list = arr_member(o, "branches")) != NULL)
 	{
@@ -450,6 +470,18 @@ read_stage(wfe_run_plan *rp, int i, json_object *o)
 			if (!scan_template(&sc, input, 0))
 				sc.roots = 0;
 		}
+		else if (s->kind == WFE_K_SLEEP && str_member(o, "until"))
+		{
+			/* `until` binds like an input {"until": ...}; the plan object owns it */
+			json_object *input = json_object_new_object();
+
+			json_object_object_add(input, "until", json_object_new_string(str_member(o, "until")));
+			json_object_object_add(o, "wfe_until_input", input);
+			s->input = input;
+			s->input_text = wfe_canonical_json(input);
+			if (!scan_template(&sc, input, 0))
+				sc.roots = 0;
+		}
 		for (int k = 0; k < s->nbranches; k++)
 		{
 			wfe_expr_error err;
@@ -512,7 +544,9 @@ wfe_run_plan_build(int64_t definition_id, const char *plan_json, char *err, int 
 			strcmp(type, "worker") == 0 ? WFE_K_WORKER :
 			strcmp(type, "decision") == 0 ? WFE_K_DECISION :
 			strcmp(type, "fork") == 0 ? WFE_K_FORK :
-			strcmp(type, "join") == 0 ? WFE_K_JOIN : WFE_K_ACTION;
+			strcmp(type, "join") == 0 ? WFE_K_JOIN :
+			strcmp(type, "wait") == 0 ? WFE_K_WAIT :
+			strcmp(type, "sleep") == 0 ? WFE_K_SLEEP : WFE_K_ACTION;
 	}
 	for (int i = 0; i < rp->nstages; i++)
 		read_stage(rp, i, i < nst ? json_object_array_get_idx(stages, i)

@@ -27,7 +27,9 @@ typedef enum wfe_kind
 	WFE_K_DECISION,
 	WFE_K_FORK,
 	WFE_K_JOIN,
-	WFE_K_FINALISER
+	WFE_K_FINALISER,
+	WFE_K_WAIT,					/* running, no worker, until its signal or timeout */
+	WFE_K_SLEEP					/* running, no worker, until its timer */
 } wfe_kind;
 
 /* A route's target: a stage index (>= 0), no route, or a terminal intent. */
@@ -83,6 +85,7 @@ typedef struct wfe_rp_stage
 	int			on_success;
 	int			on_failure;
 	int			on_evaluation_error;
+	int			on_timeout;		/* a wait's timeout route; on_failure for every other kind */
 	const char *on_success_name;	/* the plan's words, for event details */
 	const char *on_failure_name;
 	const char *on_evaluation_error_name;
@@ -100,10 +103,14 @@ typedef struct wfe_rp_stage
 	int			fork;			/* join: the fork whose branches it joins, or -1 */
 	unsigned	acceptable;		/* join: bit per wfe_state that counts as success */
 
+	/* wait and sleep */
+	int64_t		timeout_ms;		/* wait: -1 waits for ever */
+	int64_t		sleep_ms;		/* sleep: -1 when it sleeps until a bound time */
+
 	/* executing stages */
-	const char *contract;		/* worker or action ref */
+	const char *contract;		/* worker or action ref; a wait's signal ref */
 	wfe_retry	retry;
-	struct json_object *input;	/* template; NULL for decisions, forks, joins */
+	struct json_object *input;	/* template; NULL for decisions, forks, joins, waits; a sleep's {"until"} */
 	char	   *input_text;		/* the template as canonical JSON text */
 	unsigned	input_refs;		/* WFE_REF_* the template interpolates */
 	int			nstage_refs;	/* stages.X the template reads, -1: all */

@@ -22,6 +22,7 @@ static const char *const run_names[WFE_NRUN_STATES] = {
  */
 const wfe_transition wfe_stage_transition_table[] = {
 	{"waiting", "queued", "released: its predecessors are done"},
+	{"waiting", "running", "a wait or a sleep released: running with no worker"},
 	{"waiting", "completed", "a decision, fork or join resolved, or a cache hit, at release"},
 	{"waiting", "failed", "input binding failed, or a join was not satisfied"},
 	{"waiting", "skipped", "branch not taken, dependency failed, context gated, missing input, run aborted"},
@@ -37,12 +38,15 @@ const wfe_transition wfe_stage_transition_table[] = {
 	{"running", "completed", "the worker completed the attempt"},
 	{"running", "failed", "the attempt failed with no retry left"},
 	{"running", "retry_scheduled", "the attempt failed and a retry is due later"},
-	{"running", "timed_out", "execution or heartbeat deadline passed"},
+	{"running", "timed_out", "execution or heartbeat deadline passed, or a wait's timeout"},
 	{"running", "cancelled", "run intent set or run cancelled: the attempt is fenced"},
 	{"retry_scheduled", "queued", "the retry timer fired: new attempt, new fence"},
 	{"retry_scheduled", "cancelled", "run intent set or run cancelled"},
 	{"timed_out", "retry_scheduled", "the timed-out attempt is retried later"},
 	{"timed_out", "queued", "operator re-drive"},
+	{"timed_out", "running", "operator re-drive of a wait or a sleep"},
+	{"failed", "running", "operator re-drive of a wait or a sleep"},
+	{"cancelled", "running", "operator re-drive of a wait or a sleep"},
 	{"failed", "queued", "operator re-drive"},
 	{"cancelled", "queued", "operator re-drive"},
 	{"failed", "completed", "operator skip: completed by hand"},
@@ -112,7 +116,7 @@ wfe_transition_legal(const wfe_transition *table, const char *from, const char *
 }
 
 static const char *const kind_names[] = {
-	"action", "worker", "decision", "fork", "join", "finaliser", NULL
+	"action", "worker", "decision", "fork", "join", "finaliser", "wait", "sleep", NULL
 };
 
 static const char *const skip_reasons[] = {

@@ -98,6 +98,16 @@ typedef struct wfe_step_io
 	 */
 	void		(*cache_entry) (void *arg, int stage, const char *input, wfe_cache_entry *e);
 	const char *(*cache_leader) (void *arg, const char *key);
+	/*
+	 * Signals (runtime.md "Signals"): the payload (JSON text) of the oldest
+	 * signal of this run named `signal` kept buffered with an id above
+	 * `after`, its id in *id; or NULL.  And the time now, in microseconds
+	 * since the Unix epoch (a sleep's `until` is measured against it).
+	 */
+	const char *(*buffered_signal) (void *arg, const char *signal, int64_t after, int64_t *id);
+	int64_t		(*now_us) (void *arg);
+	/* the bound input (JSON text) stored in stage i's row, or NULL */
+	const char *(*stage_input) (void *arg, int stage);
 } wfe_step_io;
 
 /* The effects, in the order the server writes them. */
@@ -108,7 +118,7 @@ typedef enum wfe_op_kind
 	WFE_OP_ENQUEUE,				/* queued; flag: new attempt; json: input (NULL keeps it); text: a cache miss's key */
 	WFE_OP_RESOLVE,				/* decision/fork/join resolved: state, json result, json2 error, branch (or WFE_KEEP_BRANCH) */
 	WFE_OP_BIND_FAILED,			/* failed at release: json error */
-	WFE_OP_COMPLETE,			/* the attempt completed with the reported result */
+	WFE_OP_COMPLETE,			/* the attempt completed with json: its result (a report's, a signal's payload, a sleep's) */
 	WFE_OP_RETRY,				/* retry_scheduled, json error; a timer after delay_us */
 	WFE_OP_FAIL,				/* state (failed or timed_out), json error; flag: dead letter */
 	WFE_OP_TIME_OUT,			/* timed_out, fenced */
@@ -130,7 +140,11 @@ typedef enum wfe_op_kind
 	WFE_OP_CACHE_HIT,			/* completed from an entry: text key, json result, json2 input, flag: coalesced */
 	WFE_OP_CACHE_WAIT,			/* waits on the attempt in flight under text key; json: input */
 	WFE_OP_CACHE_STORE,			/* store the accepted result under text key */
-	WFE_OP_CACHE_WAKE			/* the attempt in flight under text key ended: its waiters go on */
+	WFE_OP_CACHE_WAKE,			/* the attempt in flight under text key ended: its waiters go on */
+	/* waits and sleeps */
+	WFE_OP_PARK,				/* running with no worker (a wait, a sleep): new attempt, fence;
+								 * delay_us >= 0: a timer (text: its kind) after it; json: input */
+	WFE_OP_SIGNAL_TAKEN			/* the buffered signal delay_us (its id) was taken by this wait */
 } wfe_op_kind;
 
 /* wfe_op.branch of a RESOLVE that leaves the row's branch as it is */
@@ -168,6 +182,7 @@ typedef struct wfe_step
 	int			nheld;
 	int			capheld;
 	int			depth;			/* recursion guard */
+	int64_t		signal_after;	/* buffered signals this step took have ids up to this */
 } wfe_step;
 
 /* Start a step (releases what an interrupted earlier step still held). */
@@ -200,6 +215,21 @@ extern void wfe_step_accepted(wfe_step *st, int stage, const char *worker_id);
 extern void wfe_step_heartbeat(wfe_step *st, int stage);
 /* the attempt a stage waited on under its cache key ended; input: the stage's bound input */
 extern void wfe_step_cache_ready(wfe_step *st, int stage, const char *input);
+
+/*
+ * A signal for this run (wfe.signal, its payload valid): answers
+ * "accepted" (a released wait on it took it: *taken is that stage),
+ * "buffered" (a wait on it may yet be released: the server keeps it) or
+ * "late" (the run has an intent, or every wait on it is past); appends the
+ * signal.received event (key and by: its idempotency key and sender).
+ */
+extern const char *wfe_step_signal(wfe_step *st, const char *signal, const char *payload,
+								   const char *key, const char *by, int *taken);
+/* a wait's timeout timer fired (for that attempt and fence) */
+extern void wfe_step_wait_timeout(wfe_step *st, int stage, int attempt, int64_t fence);
+/* a sleep's timer fired (for that attempt and fence); due_json: its due time, a JSON string */
+extern void wfe_step_sleep_due(wfe_step *st, int stage, int attempt, int64_t fence,
+							   const char *due_json);
 
 /* The callback gate: which report of a worker is this (a callback), and what it reports. */
 typedef enum wfe_callback

@@ -31,6 +31,7 @@ extern void step_resolve(wfe_step *st, int i, wfe_state state, json_object *resu
 extern void step_skip_unreachable(wfe_step *st, int decision, int next);
 extern void step_route(wfe_step *st, int from, int target, int branch, wfe_state outcome);
 extern void step_activate(wfe_step *st, int i, int branch, wfe_state outcome);
+extern void step_park(wfe_step *st, int i, const char *input);
 extern void step_attempt_failed(wfe_step *st, int i, const char *error, const char *code, int retryable, wfe_state final_state);
 
 /* How a stage completed: what its completion stores and whom it wakes. */

@@ -23,6 +23,21 @@ operator_event(wfe_step *st, int i, const char *type, const char *by, const char
 	step_event_fenced(st, i, r->attempt, type, detail, r->fence);
 }
 
+/*
+ * A new attempt of stage i, its input already bound in its row: a task is
+ * queued, a wait waits again (with a new timeout), a sleep sleeps again.
+ */
+static void
+new_attempt(wfe_step *st, int i)
+{
+	wfe_kind	kind = st->rp->stages[i].kind;
+
+	if (kind == WFE_K_WAIT || kind == WFE_K_SLEEP)
+		step_park(st, i, st->io->stage_input ? st->io->stage_input(st->io->arg, i) : NULL);
+	else
+		step_enqueue(st, i, NULL, 1, NULL);
+}
+
 /* A task (it has a queue or a handler), not a decision, fork or join. */
 static int
 is_task(wfe_step *st, int i)
@@ -47,7 +62,8 @@ ended_the_run(wfe_step *st, int k)
 		return 0;
 	if (st->rp->tasks_form)
 		return s->critical && r->awaits;
-	return (s->kind == WFE_K_DECISION ? s->on_evaluation_error : s->on_failure) == WFE_TO_FAILED;
+	return (s->kind == WFE_K_DECISION ? s->on_evaluation_error :
+			r->state == WFE_TIMED_OUT ? s->on_timeout : s->on_failure) == WFE_TO_FAILED;
 }
 
 /*
@@ -309,7 +325,7 @@ reopen(wfe_step *st, int i, const char *by, const char *why)
 			step_enqueue(st, k, NULL, 1, key);	/* its bound input is in its row: it runs itself */
 		}
 		else if (redo[k] == 1 && k != i)
-			step_enqueue(st, k, NULL, 1, NULL);
+			new_attempt(st, k);
 	for (int k = 0; k < rp->first_finaliser; k++)
 		if (redo[k] == RELEASE_AGAIN)
 			reset(st, k, redo);	/* waiting again now, so the action on i sees it live */
@@ -369,7 +385,7 @@ wfe_step_operate(wfe_step *st, int i, wfe_operation what, const char *value, con
 			operator_event(st, i, what == WFE_OPERATE_REDRIVE ? "stage.redriven" : "stage.skipped_by_operator",
 						   by, why);
 			if (what == WFE_OPERATE_REDRIVE)
-				step_enqueue(st, i, NULL, 1, NULL);
+				new_attempt(st, i);
 			else if (st->rp->stages[i].kind == WFE_K_DECISION)
 			{
 				/* decided by hand: the branch the operator named, as if its clause held */

@@ -8,6 +8,7 @@
 #define WFE_EXPR_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <json-c/json.h>
 
 /* Bounds applied while parsing and evaluating (dsl.md, "Expressions"). */
@@ -128,5 +129,12 @@ extern size_t wfe_interp_close(const char *s, size_t len, size_t from);
 /* Resolve against the same root object as wfe_expr_eval; *out is borrowed. */
 extern wfe_path_status wfe_path_resolve(const wfe_path *p, json_object *root,
 										json_object **out);
+
+/*
+ * Parse an RFC 3339 timestamp (CEL's timestamp() accepts the same): 0 with
+ * seconds since the epoch and nanoseconds; -1 with a reason in why.
+ */
+extern int	wfe_timestamp_parse(const char *s, size_t len, int64_t *sec, int32_t *nsec,
+								char *why, size_t whylen);
 
 #endif							/* WFE_EXPR_H */

@@ -104,6 +104,12 @@ digits(const char *s, size_t len, size_t at, int n, int *out)
  * reason in why.
  */
 int
+wfe_timestamp_parse(const char *s, size_t len, int64_t *sec, int32_t *nsec, char *why, size_t whylen)
+{
+	return cel_parse_timestamp(s, len, sec, nsec, why, whylen);
+}
+
+int
 cel_parse_timestamp(const char *s, size_t len, int64_t *sec, int32_t *nsec,
 					char *why, size_t whylen)
 {

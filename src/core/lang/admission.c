@@ -71,6 +71,16 @@ static const char *const join_keys[] = {
 static const char *const join_required[] = {
 	"name", "type", "required", "on_success", "on_failure", NULL
 };
+static const char *const wait_keys[] = {
+	"name", "type", "signal", "on_success", "on_failure", "timeout_ms", "on_timeout", NULL
+};
+static const char *const wait_required[] = {
+	"name", "type", "signal", "on_success", "on_failure", NULL
+};
+static const char *const sleep_keys[] = {
+	"name", "type", "duration_ms", "until", "on_success", "on_failure", NULL
+};
+static const char *const sleep_required[] = {"name", "type", "on_success", NULL};
 static const char *const branch_keys[] = {"when", "next", NULL};
 static const char *const task_keys[] = {
 	"id", "worker", "queue", "action", "description", "depends_on", "critical",
@@ -702,6 +712,34 @@ read_decision(wfe_model *m, wfe_stage *s, const wfe_ynode *map)
 	}
 }
 
+/*
+ * A sleep's time: exactly one of duration_ms (a duration like a deadline's)
+ * and until (a string binding to an RFC 3339 timestamp when released).
+ */
+static void
+read_sleep(wfe_model *m, wfe_stage *s, const wfe_ynode *map)
+{
+	const wfe_ynode *d = wfe_ymap_get(map, "duration_ms");
+	const wfe_ynode *u = wfe_ymap_get(map, "until");
+
+	s->duration_ms = WFE_NONE;
+	s->until_path = key_path(m, s->path, "until");
+	if ((d == NULL) == (u == NULL))
+	{
+		report(m, d ? "schema.value" : "schema.required", d ? d : map, s->path,
+			   "sleep '%s' needs exactly one of duration_ms and until", s->name ? s->name : "?");
+		return;
+	}
+	if (d != NULL)
+		get_ms(m, map, "duration_ms", s->path, &s->duration_ms, 0);
+	else if (u->kind != WFE_Y_SCALAR || u->type != WFE_YS_STRING)
+		report(m, "schema.type", u, s->until_path,
+			   "until must be a string (an RFC 3339 timestamp or a ${...} binding to one), not %s",
+			   wfe_ynode_describe(u));
+	else
+		s->until = u;
+}
+
 /* One stage of the stages form. */
 static void
 read_stage(wfe_model *m, wfe_stage *s, const wfe_ynode *map)
@@ -782,10 +820,25 @@ read_stage(wfe_model *m, wfe_stage *s, const wfe_ynode *map)
 			s->nacceptable = 1;
 		}
 	}
+	else if (strcmp(type, "wait") == 0)
+	{
+		s->type = WFE_ST_WAIT;
+		check_keys(m, map, s->path, wait_keys, wait_required, "a wait stage");
+		s->ref = get_contract_ref(m, map, "signal", s->path);
+		s->timeout_ms = WFE_NONE;
+		get_ms(m, map, "timeout_ms", s->path, &s->timeout_ms, 1);
+		s->on_timeout = get_name_ref(m, map, "on_timeout", s->path);
+	}
+	else if (strcmp(type, "sleep") == 0)
+	{
+		s->type = WFE_ST_SLEEP;
+		check_keys(m, map, s->path, sleep_keys, sleep_required, "a sleep stage");
+		read_sleep(m, s, map);
+	}
 	else
 	{
 		report(m, "schema.value", tn, key_path(m, s->path, "type"),
-			   "stage type '%s' is not one of action, worker, decision, fork, join", type);
+			   "stage type '%s' is not one of action, worker, decision, fork, join, wait, sleep", type);
 		s->type = WFE_ST_INVALID;
 		return;
 	}

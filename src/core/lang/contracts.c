@@ -1,6 +1,6 @@
 /*
  * contracts.c — the contracts layer: every action, worker and finaliser
- * names a registered contract of the right kind, a worker's queue is its
+ * names a registered contract of the right kind (a wait: a signal), a worker's queue is its
  * contract's queue, and what a stage's input statically binds can satisfy the
  * contract's input schema.  Runs only when a registry is given (always in
  * the database; with --contracts FILE in the CLI).
@@ -211,6 +211,26 @@ check_stage(wfe_model *m, const wfe_stage *s)
 	check_input(m, s, c);
 }
 
+/* A wait's signal against the registry: registered, and a signal. */
+static void
+check_wait(wfe_model *m, const wfe_stage *s)
+{
+	json_object *c;
+	const char *kind;
+
+	if (s->ref.name == NULL)
+		return;
+	c = find_contract(m, s->ref.name);
+	kind = string_member(c, "kind");
+	if (c == NULL)
+		wfe_diag(m->diags, "contract.unknown", s->ref.path, s->ref.line, s->ref.column,
+				 "no signal '%s' is registered", s->ref.name);
+	else if (kind == NULL || strcmp(kind, "signal") != 0)
+		wfe_diag(m->diags, "contract.disallowed", s->ref.path, s->ref.line, s->ref.column,
+				 "'%s' is registered as %s %s, not as a signal",
+				 s->ref.name, kind && kind[0] == 'a' ? "an" : "a", kind ? kind : "?");
+}
+
 void
 wfe_contracts_check(wfe_model *m)
 {
@@ -220,6 +240,8 @@ wfe_contracts_check(wfe_model *m)
 	for (int i = 0; i < m->nstages; i++)
 		if (m->stages[i].type == WFE_ST_ACTION || m->stages[i].type == WFE_ST_WORKER)
 			check_stage(m, &m->stages[i]);
+		else if (m->stages[i].type == WFE_ST_WAIT)
+			check_wait(m, &m->stages[i]);
 	for (int i = 0; i < m->nfinalisers; i++)
 	{
 		const wfe_name_ref *f = &m->finalisers[i];

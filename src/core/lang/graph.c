@@ -2,7 +2,7 @@
  * graph.c — the graph layer: names, routes, reachability, cycles, decision
  * fallbacks, fork/join shape (stages form) and dependencies (tasks form).
  *
- * Every edge namespace counts: on_success, on_failure, decision next and
+ * Every edge namespace counts: on_success, on_failure, on_timeout, decision next and
  * on_evaluation_error, and fork branches.  A failure route that loops back
  * is as much a cycle as a success route that does.
  */
@@ -154,6 +154,15 @@ stage_edges(wfe_model *m, const wfe_stage *s, int *out, int report)
 		case WFE_ST_JOIN:
 			ADD_ROUTE(&s->on_success, 1);
 			ADD_ROUTE(&s->on_failure, 1);
+			break;
+		case WFE_ST_WAIT:
+			ADD_ROUTE(&s->on_success, 1);
+			ADD_ROUTE(&s->on_failure, 1);
+			ADD_ROUTE(&s->on_timeout, 1);
+			break;
+		case WFE_ST_SLEEP:
+			ADD_ROUTE(&s->on_success, 1);
+			ADD_ROUTE(&s->on_failure, 1);	/* optional: absent adds nothing */
 			break;
 		case WFE_ST_DECISION:
 			for (int i = 0; i < s->nbranches; i++)

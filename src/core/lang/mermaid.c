@@ -168,6 +168,35 @@ declare_stage(mbuf *b, json_object *s, size_t i)
 	}
 	else if (strcmp(type, "decision") == 0)
 		out(b, "  s%zu{\"%s\"}\n", i, name);
+	else if (strcmp(type, "wait") == 0)
+	{
+		/* a hexagon: the run waits on the world */
+		char	   *ref = label(get_str(s, "signal"));
+		json_object *t = json_object_object_get(s, "timeout_ms");
+
+		if (t && json_object_is_type(t, json_type_int))
+			out(b, "  s%zu{{\"%s<br/><i>wait for %s, %lld ms</i>\"}}\n", i, name, ref,
+				(long long) json_object_get_int64(t));
+		else
+			out(b, "  s%zu{{\"%s<br/><i>wait for %s</i>\"}}\n", i, name, ref);
+		free(ref);
+	}
+	else if (strcmp(type, "sleep") == 0)
+	{
+		/* a circle: a timer */
+		json_object *d = json_object_object_get(s, "duration_ms");
+
+		if (d && json_object_is_type(d, json_type_int))
+			out(b, "  s%zu((\"%s<br/><i>sleep %lld ms</i>\"))\n", i, name,
+				(long long) json_object_get_int64(d));
+		else
+		{
+			char	   *until = label(get_str(s, "until"));
+
+			out(b, "  s%zu((\"%s<br/><i>sleep until %s</i>\"))\n", i, name, until);
+			free(until);
+		}
+	}
 	else if (strcmp(type, "fork") == 0)
 		out(b, "  s%zu[[\"fork: %s\"]]\n", i, name);
 	else if (strcmp(type, "join") == 0)
@@ -221,6 +250,8 @@ stage_edges(mbuf *b, json_object *stages, json_object *s, size_t i, int finalise
 	edge(b, stages, from, get_str(s, "on_success"), "solid", NULL, finalised);
 	edge(b, stages, from, get_str(s, "on_failure"), "dotted",
 		 strcmp(type, "join") == 0 ? "join failure" : "failure", finalised);
+	if (strcmp(type, "wait") == 0 && json_object_is_type(json_object_object_get(s, "timeout_ms"), json_type_int))
+		edge(b, stages, from, get_str(s, "on_timeout"), "dotted", "timeout", finalised);
 }
 
 /* Edges of a task in the tasks form: dependency -> task. */

@@ -26,7 +26,9 @@ typedef enum wfe_stage_type
 	WFE_ST_WORKER,
 	WFE_ST_DECISION,
 	WFE_ST_FORK,
-	WFE_ST_JOIN
+	WFE_ST_JOIN,
+	WFE_ST_WAIT,				/* waits for a registered signal */
+	WFE_ST_SLEEP				/* a durable timer */
 } wfe_stage_type;
 
 /* A name written somewhere in the source: a route target, a dependency... */
@@ -79,11 +81,17 @@ typedef struct wfe_stage
 	int			index;
 	wfe_stage_type type;
 
-	wfe_name_ref ref;			/* action or worker contract ref */
+	wfe_name_ref ref;			/* action, worker or (wait) signal contract ref */
 	wfe_name_ref queue;			/* worker queue */
 	wfe_name_ref on_success;
 	wfe_name_ref on_failure;
 	wfe_name_ref on_evaluation_error;
+	wfe_name_ref on_timeout;	/* wait: where a timeout goes (default on_failure) */
+
+	long long	timeout_ms;		/* wait: WFE_NONE waits for ever */
+	long long	duration_ms;	/* sleep: WFE_NONE when `until` is given */
+	const wfe_ynode *until;		/* sleep: the `until` string, or NULL */
+	const char *until_path;
 
 	wfe_branch *branches;		/* decision */
 	int			nbranches;

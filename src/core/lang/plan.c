@@ -98,6 +98,10 @@ type_name(wfe_stage_type t)
 			return "fork";
 		case WFE_ST_JOIN:
 			return "join";
+		case WFE_ST_WAIT:
+			return "wait";
+		case WFE_ST_SLEEP:
+			return "sleep";
 		case WFE_ST_INVALID:
 			break;
 	}
@@ -147,6 +151,21 @@ stage_json(const wfe_stage *s)
 			json_object_object_add(o, "required", names_json(s->targets, s->ntargets));
 			json_object_object_add(o, "acceptable_terminal_states",
 								   words_json(s->acceptable, s->nacceptable));
+			json_object_object_add(o, "on_success", str_json(s->on_success.name));
+			json_object_object_add(o, "on_failure", str_json(s->on_failure.name));
+			break;
+		case WFE_ST_WAIT:
+			/* the timeout route is written out: on_failure's when not given */
+			json_object_object_add(o, "signal", str_json(s->ref.name));
+			json_object_object_add(o, "timeout_ms", ms_json(s->timeout_ms));
+			json_object_object_add(o, "on_success", str_json(s->on_success.name));
+			json_object_object_add(o, "on_failure", str_json(s->on_failure.name));
+			json_object_object_add(o, "on_timeout",
+								   str_json(s->on_timeout.name ? s->on_timeout.name : s->on_failure.name));
+			break;
+		case WFE_ST_SLEEP:
+			json_object_object_add(o, "duration_ms", ms_json(s->duration_ms));
+			json_object_object_add(o, "until", str_json(s->until ? s->until->text : NULL));
 			json_object_object_add(o, "on_success", str_json(s->on_success.name));
 			json_object_object_add(o, "on_failure", str_json(s->on_failure.name));
 			break;

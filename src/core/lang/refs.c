@@ -34,7 +34,8 @@ check_stage_ref(ref_ctx *ctx, const char *name)
 				 "reference to stage '%s', which does not exist", name);
 		return;
 	}
-	if (m->stages[t].type != WFE_ST_ACTION && m->stages[t].type != WFE_ST_WORKER)
+	if (m->stages[t].type != WFE_ST_ACTION && m->stages[t].type != WFE_ST_WORKER &&
+		m->stages[t].type != WFE_ST_WAIT && m->stages[t].type != WFE_ST_SLEEP)
 	{
 		wfe_diag(m->diags, "graph.ref_not_in_lineage", ctx->path, ctx->line, ctx->column,
 				 "stage '%s' is a %s and has no result to read", name,
@@ -279,5 +280,7 @@ wfe_refs_check(wfe_model *m)
 			check_decision(m, i);
 		if (s->input != NULL && s->name != NULL)
 			scan_input(m, i, s->input, s->input_path);
+		if (s->until != NULL && s->name != NULL)
+			scan_input(m, i, s->until, s->until_path);
 	}
 }
