@@ -92,7 +92,17 @@ typedef struct sh_timer
 	int64_t		fence;
 	int64_t		delay_us;
 	int			fired;
+	char		kind;			/* 0 retry, 'w' a wait's timeout, 's' a sleep's end */
 } sh_timer;
+
+/* A signal kept for the run (wfe.signals): buffered, or taken by a wait. */
+typedef struct sh_signal
+{
+	char	   *name;
+	char	   *payload;
+	int64_t		id;
+	int			taken_by;		/* the wait that took it, or -1 while buffered */
+} sh_signal;
 
 typedef struct sh_output
 {
@@ -168,6 +178,10 @@ struct sh
 	const char *foreign_leader;	/* a key another run has an attempt in flight under */
 	int			nwakes,
 				capwakes;
+	sh_signal  *signals;		/* wfe.signals */
+	int			nsignals,
+				capsignals;
+	int64_t		now_us;			/* what io->now_us returns */
 	sh_op	   *ops;			/* the last step's ops */
 	int			nops,
 				capops;
@@ -332,6 +346,30 @@ sh_fake_sha256(const unsigned char *data, size_t len, unsigned char out[32])
 		out[i % 32] = (unsigned char) (out[i % 32] * 31 + data[i]);
 }
 
+/* The oldest buffered signal named name with an id above after (q_buffered). */
+static const char *
+sh_io_buffered_signal(void *arg, const char *name, int64_t after, int64_t *id)
+{
+	sh		   *h = arg;
+
+	for (int k = 0; k < h->nsignals; k++)
+		if (h->signals[k].taken_by < 0 && h->signals[k].id > after &&
+			strcmp(h->signals[k].name, name) == 0)
+		{
+			*id = h->signals[k].id;
+			return h->signals[k].payload;
+		}
+	return NULL;
+}
+
+static int64_t
+sh_io_now_us(void *arg)
+{
+	return ((sh *) arg)->now_us;
+}
+
+static const char *sh_io_stage_input(void *arg, int i);
+
 SH_FN wfe_run_plan *
 sh_plan(const char *yaml, int64_t definition_id)
 {
@@ -417,6 +455,12 @@ sh_io_output(void *arg, const char *task, const char *key)
 		if (h->outputs[k].task == t && strcmp(h->outputs[k].key, key) == 0)
 			return h->outputs[k].value;
 	return NULL;
+}
+
+static const char *
+sh_io_stage_input(void *arg, int i)
+{
+	return ((sh *) arg)->rows[i].input;
 }
 
 static struct json_object *
@@ -645,6 +689,12 @@ sh_free(sh *h)
 	}
 	free(h->events);
 	free(h->timers);
+	for (int k = 0; k < h->nsignals; k++)
+	{
+		free(h->signals[k].name);
+		free(h->signals[k].payload);
+	}
+	free(h->signals);
 	for (int k = 0; k < h->noutputs; k++)
 	{
 		free(h->outputs[k].key);
@@ -917,7 +967,7 @@ sh_apply(sh *h, const char *reported)
 			case WFE_OP_COMPLETE:
 				sh_move(h, i, WFE_COMPLETED, "complete");
 				r->outcome = WFE_COMPLETED;
-				sh_set_result(h, i, reported ? reported : "{}");
+				sh_set_result(h, i, op->json ? op->json : reported ? reported : "{}");
 				sh_set(h, &r->error, NULL);
 				break;
 			case WFE_OP_RETRY:
@@ -1004,6 +1054,36 @@ sh_apply(sh *h, const char *reported)
 				sh_set(h, &r->claimed_by, op->text ? op->text : "");
 				break;
 			case WFE_OP_HEARTBEAT:
+				break;
+			case WFE_OP_PARK:
+				sh_move(h, i, WFE_RUNNING, "park");
+				sh_set_attempt(h, i, op->attempt, "park");
+				sh_new_fence(h, i, r->fence, op->fence, "park");
+				if (op->json)
+					sh_set(h, &r->input, op->json);
+				r->outcome = 0;
+				sh_set(h, &r->error, NULL);
+				if (r->queue != NULL)
+					sh_violate(h, "%s: parked with a queue", sh_sname(h, i));
+				if (op->delay_us >= 0 && op->text != NULL)
+				{
+					sh_timer   *t = SH_PUSH(h->timers, h->ntimers, h->captimers);
+
+					t->stage = i;
+					t->attempt = op->attempt;
+					t->fence = op->fence;
+					t->delay_us = op->delay_us;
+					t->kind = op->text[0] == 'w' ? 'w' : 's';
+				}
+				break;
+			case WFE_OP_SIGNAL_TAKEN:
+				for (int k = 0; k < h->nsignals; k++)
+					if (h->signals[k].id == op->delay_us)
+					{
+						if (h->signals[k].taken_by >= 0)
+							sh_violate(h, "%s: signal %lld taken twice", sh_sname(h, i), (long long) op->delay_us);
+						h->signals[k].taken_by = i;
+					}
 				break;
 			case WFE_OP_INTENT:
 				if (h->run.intent >= 0)
@@ -1232,6 +1312,9 @@ sh_begin(sh *h)
 	h->io.output_schema = sh_io_output_schema;
 	h->io.cache_entry = sh_io_cache_entry;
 	h->io.cache_leader = sh_io_cache_leader;
+	h->io.buffered_signal = sh_io_buffered_signal;
+	h->io.now_us = sh_io_now_us;
+	h->io.stage_input = sh_io_stage_input;
 	wfe_step_begin(&h->st, h->rp, &h->view, &h->io);
 }
 
@@ -1405,11 +1488,52 @@ sh_fire_wakes(sh *h)
 SH_FN int
 sh_fire_timer(sh *h, int k)
 {
+	sh_timer   *t;
+	char		what[96];
+
 	if (k < 0 || k >= h->ntimers || h->timers[k].fired)
 		return 0;
-	h->timers[k].fired = 1;
-	sh_retry_due(h, h->timers[k].stage, h->timers[k].attempt, h->timers[k].fence);
+	t = &h->timers[k];
+	t->fired = 1;
+	if (t->kind == 0)
+	{
+		sh_retry_due(h, t->stage, t->attempt, t->fence);
+		return 1;
+	}
+	snprintf(what, sizeof(what), "%s timer of %s", t->kind == 'w' ? "wait_timeout" : "sleep",
+			 sh_sname(h, t->stage));
+	sh_begin(h);
+	if (t->kind == 'w')
+		wfe_step_wait_timeout(&h->st, t->stage, t->attempt, t->fence);
+	else
+		wfe_step_sleep_due(&h->st, t->stage, t->attempt, t->fence, "\"2030-01-01T00:00:00+00:00\"");
+	sh_end(h, NULL, what);
 	return 1;
+}
+
+/*
+ * wfe.signal after its checks (grant, tenant, plan, payload, duplicates):
+ * the core's answer, and the signal kept when accepted or buffered.
+ */
+SH_FN const char *
+sh_send_signal(sh *h, const char *name, const char *payload)
+{
+	const char *outcome;
+	int			taken = -1;
+
+	sh_begin(h);
+	outcome = wfe_step_signal(&h->st, name, payload, NULL, "tester", &taken);
+	sh_end(h, payload, "signal");
+	if (strcmp(outcome, "late") != 0)
+	{
+		sh_signal  *g = SH_PUSH(h->signals, h->nsignals, h->capsignals);
+
+		g->name = strdup(name);
+		g->payload = strdup(payload);
+		g->id = h->nsignals;
+		g->taken_by = taken;
+	}
+	return outcome;
 }
 
 /* Fire stage i's pending retry timer; 0 if it has none. */

@@ -580,6 +580,30 @@ static const char *CACHE_TWICE =
 "    on_success: completed\n"
 "    on_failure: failed\n";
 
+/*
+ * Waits and sleeps: approve waits for a signal (timeout to `rejected`),
+ * check decides on its payload, pause sleeps, again waits on the same
+ * signal with no timeout, rejected sleeps until a bound time.
+ */
+static const char *WAITS =
+"name: waits\n"
+"version: \"1.0.0\"\n"
+"entry: approve\n"
+"stages:\n"
+"  - {name: approve, type: wait, signal: approval@1, timeout_ms: 60000,\n"
+"     on_success: check, on_failure: failed, on_timeout: rejected}\n"
+"  - name: check\n"
+"    type: decision\n"
+"    branches:\n"
+"      - {when: 'stages[\"approve\"].result.approved', next: pause}\n"
+"      - {when: 'true', next: rejected}\n"
+"    on_evaluation_error: failed\n"
+"  - {name: pause, type: sleep, duration_ms: 5000, on_success: again}\n"
+"  - {name: again, type: wait, signal: approval@1, on_success: completed, on_failure: failed}\n"
+"  - {name: rejected, type: sleep, until: '${context.until}', on_success: failed}\n";
+
+static wfe_run_plan *rp_waits;
+
 static wfe_run_plan *rp_cache_twin,
 		   *rp_cache_twice;
 
@@ -2612,6 +2636,142 @@ test_cache_same_step(void)
 	}
 }
 
+
+/* Waits: signal after release, before release (buffered, oldest first), late. */
+static void
+test_wait_signals(void)
+{
+	sh			h;
+	const sh_op *op;
+
+	run_open(&h, rp_waits, "{\"until\": \"2000-01-01T00:00:00Z\"}", NULL);
+	sh_start(&h);
+	expect_state(&h, "approve", WFE_RUNNING, "wait: released, it is running with no worker");
+	op = sh_find_op(&h, WFE_OP_PARK, X(&h, "approve"));
+	ok(op && op->delay_us == 60000000LL && op->text && strcmp(op->text, "wait_timeout") == 0,
+	   "wait: its timeout is a wait_timeout timer of 60 s");
+	ok(events_last(&h, "stage.waiting", "approve") == 1, "wait: event stage.waiting");
+	ok(h.rows[X(&h, "approve")].queue == NULL, "wait: no queue, so no claim returns it");
+
+	expect_str(sh_send_signal(&h, "approval@1", "{\"approved\": true, \"by\": \"ann\"}"), "accepted",
+			   "signal after release: accepted");
+	expect_state(&h, "approve", WFE_COMPLETED, "signal after release: the wait completed");
+	expect_str(sh_json_get(h.rows[X(&h, "approve")].result, "by"), "ann",
+			   "signal after release: the payload is the wait's result");
+	expect_state(&h, "check", WFE_COMPLETED, "signal after release: the decision read the payload");
+	expect_state(&h, "pause", WFE_RUNNING, "signal after release: the run moved on to the sleep");
+	ok(events_last(&h, "signal.received", "approve") == 1, "signal after release: event signal.received");
+
+	/* the next wait is not released: signals are buffered, then taken oldest first */
+	expect_str(sh_send_signal(&h, "approval@1", "{\"approved\": true, \"by\": \"bob\"}"), "buffered",
+			   "signal before release: buffered");
+	expect_str(sh_send_signal(&h, "approval@1", "{\"approved\": true, \"by\": \"cid\"}"), "buffered",
+			   "a second signal before release: buffered");
+	ok(sh_fire_timer(&h, h.ntimers - 1) == 1, "sleep: its timer fires");
+	expect_state(&h, "pause", WFE_COMPLETED, "sleep: completed when due");
+	expect_str(sh_json_get(h.rows[X(&h, "pause")].result, "slept_until"), "2030-01-01T00:00:00+00:00",
+			   "sleep: result slept_until");
+	expect_state(&h, "again", WFE_COMPLETED, "release: the wait took a buffered signal at once");
+	expect_str(sh_json_get(h.rows[X(&h, "again")].result, "by"), "bob", "release: the oldest one");
+	ok(h.signals[1].taken_by == X(&h, "again") && h.signals[2].taken_by == -1,
+	   "release: exactly one buffered signal consumed");
+	ok(h.run.finished && h.run.state == WFE_RUN_COMPLETED, "waits: the run completed");
+	expect_str(sh_send_signal(&h, "approval@1", "{\"approved\": true}"), "late", "signal after the end: late");
+	run_close(&h, "wait signals");
+}
+
+/* A wait's timeout: timed_out, on_timeout; a later signal is late; the stale timer does nothing. */
+static void
+test_wait_timeout(void)
+{
+	sh			h;
+	int			k;
+
+	run_open(&h, rp_waits, "{\"until\": \"2000-01-01T00:00:00Z\"}", NULL);
+	h.now_us = 1700000000LL * 1000000;
+	sh_start(&h);
+	k = h.ntimers - 1;
+	ok(sh_fire_timer(&h, k) == 1, "timeout: the wait_timeout timer fires");
+	expect_state(&h, "approve", WFE_TIMED_OUT, "timeout: the wait is timed_out");
+	expect_ops(&h, WFE_OP_FAIL, "approve", 1, "timeout: failed as timed_out");
+	ok(h.ndead == 0, "timeout: no dead letter (the author routed it)");
+	expect_state(&h, "rejected", WFE_COMPLETED, "timeout: on_timeout taken; an until in the past completes at once");
+	expect_str(sh_json_get(h.rows[X(&h, "rejected")].result, "slept_until"), "2000-01-01T00:00:00Z",
+			   "timeout: slept_until is the bound until");
+	ok(h.run.intent == WFE_RUN_FAILED, "timeout: the rejection route ends the run failed");
+	expect_str(sh_send_signal(&h, "approval@1", "{\"approved\": true}"), "late", "signal after the timeout: late");
+	run_close(&h, "wait timeout");
+
+	/* a signal racing the timeout: the signal wins, the timer is stale */
+	run_open(&h, rp_waits, "{}", NULL);
+	sh_start(&h);
+	k = h.ntimers - 1;
+	expect_str(sh_send_signal(&h, "approval@1", "{\"approved\": false}"), "accepted", "race: the signal first");
+	h.timers[k].fired = 0;
+	sh_fire_timer(&h, k);
+	ok(h.nops == 0, "race: the timeout that fires after it does nothing");
+	expect_state(&h, "approve", WFE_COMPLETED, "race: exactly one won");
+	run_close(&h, "wait timeout race");
+}
+
+/* A sleep until a future time waits for its timer; one that does not bind fails with binding.type. */
+static void
+test_sleep_until(void)
+{
+	sh			h;
+	const sh_op *op;
+
+	run_open(&h, rp_waits, "{\"until\": \"2023-11-14T22:13:30Z\"}", NULL);
+	h.now_us = 1700000000LL * 1000000;	/* 2023-11-14T22:13:20Z */
+	sh_start(&h);
+	sh_fire_timer(&h, h.ntimers - 1);
+	op = sh_find_op(&h, WFE_OP_PARK, X(&h, "rejected"));
+	ok(op && op->delay_us == 10000000LL && op->text && strcmp(op->text, "sleep") == 0,
+	   "sleep until: a sleep timer 10 s ahead");
+	expect_state(&h, "rejected", WFE_RUNNING, "sleep until: running until its timer");
+	run_close(&h, "sleep until");
+
+	run_open(&h, rp_waits, "{\"until\": \"tomorrow\"}", NULL);
+	sh_start(&h);
+	sh_fire_timer(&h, h.ntimers - 1);
+	expect_state(&h, "rejected", WFE_FAILED, "sleep until: not a timestamp fails the stage");
+	expect_str(sh_json_get(h.rows[X(&h, "rejected")].error, "code"), "binding.type", "sleep until: binding.type");
+	ok(h.run.intent == WFE_RUN_FAILED, "sleep until: no failure route fails the run");
+	run_close(&h, "sleep until unbound");
+}
+
+/* Cancellation ends a wait; operators redrive a timed-out wait (a new timeout) and skip one. */
+static void
+test_wait_cancel_operate(void)
+{
+	sh			h;
+	const char *no;
+	int			a;
+
+	run_open(&h, rp_waits, "{}", NULL);
+	sh_start(&h);
+	expect_str(sh_cancel(&h, "stop"), "accepted", "cancel: accepted");
+	expect_state(&h, "approve", WFE_CANCELLED, "cancel: the wait is cancelled");
+	ok(h.ncancels == 0, "cancel: no cancel message (nobody holds a wait)");
+	expect_str(sh_send_signal(&h, "approval@1", "{\"approved\": true}"), "late", "cancel: a signal after it is late");
+	ok(h.run.finished && h.run.state == WFE_RUN_CANCELLED, "cancel: the run is cancelled");
+	run_close(&h, "wait cancel");
+
+	/* a wait that timed out to `failed`: redrive waits again */
+	run_open(&h, rp_waits, "{\"until\": \"x\"}", NULL);
+	sh_start(&h);
+	a = X(&h, "approve");
+	sh_fire_timer(&h, h.ntimers - 1);
+	expect_state(&h, "rejected", WFE_FAILED, "redrive: the run failed after the timeout");
+	no = sh_operate(&h, a, WFE_OPERATE_REDRIVE, NULL, "ops", "ask again");
+	expect_str(no, NULL, "redrive: a timed-out wait may be redriven");
+	expect_state(&h, "approve", WFE_RUNNING, "redrive: it waits again");
+	ok(h.rows[a].attempt == 2 && h.timers[h.ntimers - 1].kind == 'w' && h.timers[h.ntimers - 1].attempt == 2,
+	   "redrive: attempt 2 with a timeout of its own");
+	expect_str(sh_send_signal(&h, "approval@1", "{\"approved\": false}"), "accepted", "redrive: a signal is taken");
+	run_close(&h, "wait redrive");
+}
+
 int
 main(void)
 {
@@ -2625,7 +2785,7 @@ main(void)
 		{&rp_tasks_context, TASKS_CONTEXT}, {&rp_tasks_produces, TASKS_PRODUCES}, {&rp_escape, ESCAPE},
 		{&rp_tasks_edge, TASKS_EDGE}, {&rp_tasks_bind, TASKS_BIND}, {&rp_cached, CACHED},
 		{&rp_cached_tail, CACHED_TAIL}, {&rp_two_joins, TWO_JOINS},
-		{&rp_cache_twin, CACHE_TWIN}, {&rp_cache_twice, CACHE_TWICE},
+		{&rp_cache_twin, CACHE_TWIN}, {&rp_cache_twice, CACHE_TWICE}, {&rp_waits, WAITS},
 	};
 
 	for (size_t k = 0; k < sizeof(plans) / sizeof(plans[0]); k++)
@@ -2669,6 +2829,10 @@ main(void)
 	test_redispatch();
 	test_cache();
 	test_cache_same_step();
+	test_wait_signals();
+	test_wait_timeout();
+	test_sleep_until();
+	test_wait_cancel_operate();
 
 	for (size_t k = 0; k < sizeof(plans) / sizeof(plans[0]); k++)
 		wfe_run_plan_free(*plans[k].rp);
