@@ -5,6 +5,7 @@
  * contract's input schema.  Runs only when a registry is given (always in
  * the database; with --contracts FILE in the CLI).
  */
+#include <ctype.h>
 #include <string.h>
 
 #include "model.h"
@@ -211,6 +212,78 @@ check_stage(wfe_model *m, const wfe_stage *s)
 	check_input(m, s, c);
 }
 
+/*
+ * A decision reads a wait's result: the signal's payload.  Each
+ * stages["W"].result.F (or stages.W.result.F) in a `when`, W a wait, must
+ * name a field the payload can have: one of the schema's properties when
+ * it allows no others (additionalProperties: false).
+ */
+static void
+check_payload_reads(wfe_model *m, const wfe_stage *d, const wfe_branch *b)
+{
+	const char *p = b->when;
+
+	while (p && (p = strstr(p, "stages")) != NULL)
+	{
+		const char *q = p + 6;
+		const char *name;
+		size_t		nlen;
+		int			w;
+		json_object *c,
+				   *schema,
+				   *props,
+				   *extra;
+		char		field[128];
+		size_t		flen = 0;
+
+		p = q;
+		if (*q == '.')
+		{
+			name = ++q;
+			while (*q && (isalnum((unsigned char) *q) || *q == '_'))
+				q++;
+			nlen = (size_t) (q - name);
+		}
+		else if (q[0] == '[' && (q[1] == '"' || q[1] == '\''))
+		{
+			char		quote = q[1];
+
+			name = q + 2;
+			q = strchr(name, quote);
+			if (q == NULL || q[1] != ']')
+				continue;
+			nlen = (size_t) (q - name);
+			q += 2;
+		}
+		else
+			continue;
+		if (strncmp(q, ".result.", 8) != 0)
+			continue;
+		q += 8;
+		while (q[flen] && (isalnum((unsigned char) q[flen]) || q[flen] == '_') && flen < sizeof(field) - 1)
+			flen++;
+		memcpy(field, q, flen);
+		field[flen] = '\0';
+		w = -1;
+		for (int i = 0; i < m->nstages; i++)
+			if (m->stages[i].name && strlen(m->stages[i].name) == nlen &&
+				strncmp(m->stages[i].name, name, nlen) == 0)
+				w = i;
+		if (flen == 0 || w < 0 || m->stages[w].type != WFE_ST_WAIT || m->stages[w].ref.name == NULL ||
+			(c = find_contract(m, m->stages[w].ref.name)) == NULL ||
+			!json_object_object_get_ex(c, "output_schema", &schema) ||
+			!json_object_object_get_ex(schema, "properties", &props) ||
+			!json_object_is_type(props, json_type_object) ||
+			!json_object_object_get_ex(schema, "additionalProperties", &extra) ||
+			!json_object_is_type(extra, json_type_boolean) || json_object_get_boolean(extra) ||
+			json_object_object_get_ex(props, field, NULL))
+			continue;
+		wfe_diag(m->diags, "contract.result_type", b->when_path, b->when_line, b->when_column,
+				 "decision '%s' reads %s.%s of wait '%s', but the payload of %s has no field '%s'",
+				 d->name, "result", field, m->stages[w].name, m->stages[w].ref.name, field);
+	}
+}
+
 /* A wait's signal against the registry: registered, and a signal. */
 static void
 check_wait(wfe_model *m, const wfe_stage *s)
@@ -242,6 +315,9 @@ wfe_contracts_check(wfe_model *m)
 			check_stage(m, &m->stages[i]);
 		else if (m->stages[i].type == WFE_ST_WAIT)
 			check_wait(m, &m->stages[i]);
+		else if (m->stages[i].type == WFE_ST_DECISION)
+			for (int k = 0; k < m->stages[i].nbranches; k++)
+				check_payload_reads(m, &m->stages[i], &m->stages[i].branches[k]);
 	for (int i = 0; i < m->nfinalisers; i++)
 	{
 		const wfe_name_ref *f = &m->finalisers[i];

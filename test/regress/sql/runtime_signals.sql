@@ -60,6 +60,26 @@ stages:
     on_success: completed
     on_failure: failed
 $yaml$);
+-- a decision reading the wait's result is checked against the signal's payload schema
+SELECT * FROM pg_temp.diags($yaml$
+name: sig-typed
+version: "1.0.0"
+entry: w
+stages:
+  - name: w
+    type: wait
+    signal: rt-sig.approval@1
+    on_success: d
+    on_failure: failed
+  - name: d
+    type: decision
+    branches:
+      - when: 'stages["w"].result.aproved == true && stages.w.result.by == "ann"'
+        next: completed
+      - when: "true"
+        next: failed
+    on_evaluation_error: failed
+$yaml$);
 -- a timeout route that loops back is a cycle like any other
 SELECT * FROM pg_temp.diags($yaml$
 name: sig-cycle

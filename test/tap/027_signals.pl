@@ -1,0 +1,121 @@
+# Who may signal a run, and what a refused signal leaves behind (runtime.md
+# "Signals"; issue 21).
+#
+# Tenants A and B.  A run of tenant A waits for sig.approval@1.  Real
+# logins attack it:
+#
+# - a member of A without grant_signal: 42501, nothing changed;
+# - a member of B holding the grant: `unknown`, exactly the answer for a run
+#   that does not exist, and nothing changed;
+# - a member of A holding the grant, with a payload its schema refuses, a
+#   payload over wfe.max_payload_bytes, one deeper than wfe.max_json_depth,
+#   and a signal the plan never waits for: 22023 / 54000, nothing kept;
+# - then its valid signal is accepted and the run moves on; after
+#   revoke_signal the same login is refused again (42501).
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $node = PostgreSQL::Test::Cluster->new('wfe_signals');
+$node->init;
+$node->start;
+sub sql { return $node->safe_psql('postgres', $_[0]); }
+
+# login(ROLE, SQL): run SQL as login ROLE; (SQLSTATE or '', stdout, message)
+sub login
+{
+	my ($role, $q) = @_;
+	my ($out, $err) = ('', '');
+	$node->psql('postgres', "\\set VERBOSITY verbose\n$q", stdout => \$out, stderr => \$err,
+		on_error_stop => 1, extra_params => [ '-U', $role ]);
+	my ($state) = $err =~ /ERROR:\s+([0-9A-Z]{5}):/;
+	my ($msg) = $err =~ /ERROR:\s+[0-9A-Z]{5}:\s+(.*)/;
+	return ($state // '', $out, $msg // '');
+}
+
+sql('CREATE EXTENSION wfe');
+sql(q{SELECT wfe.register_signal('sig.approval@1',
+  '{"type": "object", "required": ["approved"], "properties": {"approved": {"type": "boolean"}}}')});
+sql(q{SELECT wfe.register_signal('sig.other@1')});
+sql(q{SELECT wfe.create_definition($y$
+name: review
+version: "1.0.0"
+entry: approve
+stages:
+  - name: approve
+    type: wait
+    signal: sig.approval@1
+    timeout_ms: 86400000
+    on_success: completed
+    on_failure: failed
+$y$);
+SELECT wfe.approve('review', '1.0.0');
+SELECT wfe.activate('review', '1.0.0');});
+sql(q{CREATE ROLE nogrant_a LOGIN IN ROLE wfe_submitter;
+CREATE ROLE sender_a LOGIN IN ROLE wfe_submitter;
+CREATE ROLE sender_b LOGIN IN ROLE wfe_submitter;
+SELECT wfe.add_tenant_member('nogrant_a', 'A');
+SELECT wfe.add_tenant_member('sender_a', 'A');
+SELECT wfe.add_tenant_member('sender_b', 'B');
+SELECT wfe.grant_signal('sender_a', 'sig.approval@1');
+SELECT wfe.grant_signal('sender_a', 'sig.other@1');
+SELECT wfe.grant_signal('sender_b', 'sig.approval@1');});
+
+my $run = sql(q{SELECT run_id FROM wfe.submit('review', '{}', 'order-1', '{"tenant": "A"}')});
+is(sql("SELECT state FROM wfe.run_stages WHERE run_id = $run"), 'running', 'the wait is released');
+my $missing = 987654321;
+
+# Everything of tenant A, as text.
+my $snapshot = join(" || '#' || ",
+	map { "coalesce((SELECT string_agg(x::text, ',' ORDER BY x::text) FROM wfe.$_ AS x WHERE x.tenant = 'A'), '')" }
+	  qw(runs run_stages events timers signals));
+my $before = sql("SELECT $snapshot");
+my $valid = q{'{"approved": true}'};
+
+my ($st, $o, $msg) = login('nogrant_a', "SELECT wfe.signal($run, 'sig.approval\@1', $valid)");
+is($st, '42501', 'a member of A without grant_signal: 42501');
+like($msg, qr/permission denied to send signal "sig.approval\@1"/, '... naming the signal');
+is(sql("SELECT $snapshot"), $before, '... and nothing of A changed');
+
+my @a = login('sender_b', "SELECT wfe.signal($run, 'sig.approval\@1', $valid)");
+my @m = login('sender_b', "SELECT wfe.signal($missing, 'sig.approval\@1', $valid)");
+is("$a[0]|$a[1]", '|unknown', "a granted member of B signalling A's run: unknown");
+is("$a[0]|$a[1]|$a[2]", "$m[0]|$m[1]|$m[2]", '... exactly as for a run that does not exist');
+is(sql("SELECT $snapshot"), $before, '... and nothing of A changed');
+
+sql(q{ALTER ROLE sender_a SET wfe.max_payload_bytes = 1024});
+my @bad = (
+	[ 'a payload its schema refuses', q{'{"approved": "yes"}'}, '22023', qr/\$\.approved: expected boolean/ ],
+	[ 'a payload over wfe.max_payload_bytes', q{jsonb_build_object('approved', true, 'pad', repeat('x', 4000))},
+		'54000', qr/more than wfe\.max_payload_bytes/ ],
+	[ 'a payload deeper than wfe.max_json_depth', q{(repeat('[', 200) || repeat(']', 200))::jsonb},
+		'54000', qr/wfe\.max_json_depth/ ],
+	[ 'a signal the plan never waits for', q{'{}'}, '22023', qr/does not wait for signal "sig\.other\@1"/, 'sig.other@1' ]);
+for my $b (@bad)
+{
+	my ($name, $payload, $want, $re, $sig) = @$b;
+	$sig //= 'sig.approval@1';
+	($st, $o, $msg) = login('sender_a', "SELECT wfe.signal($run, '$sig', $payload)");
+	is($st, $want, "sender_a, $name: $want");
+	like($msg, $re, '... saying why');
+	is(sql("SELECT $snapshot"), $before, '... and nothing of A changed (nothing kept)');
+}
+
+($st, $o) = login('sender_a', "SELECT wfe.signal($run, 'sig.approval\@1', $valid, 'k1')");
+is("$st|$o", '|accepted', 'sender_a, a valid signal: accepted');
+is(sql("SELECT state FROM wfe.runs WHERE run_id = $run"), 'completed', '... and the run completed');
+is(sql("SELECT sent_by || ' ' || stage FROM wfe.signals WHERE run_id = $run"), 'sender_a approve',
+	'... the signal is kept, taken by the wait, with its sender');
+($st, $o) = login('sender_a', "SELECT wfe.signal($run, 'sig.approval\@1', $valid, 'k1')");
+is("$st|$o", '|duplicate', 'the same again: duplicate');
+
+sql(q{SELECT wfe.revoke_signal('sender_a', 'sig.approval@1')});
+($st) = login('sender_a', "SELECT wfe.signal($run, 'sig.approval\@1', $valid, 'k2')");
+is($st, '42501', 'after revoke_signal: 42501');
+($st, undef, $msg) = login('sender_a', q{SELECT wfe.grant_signal('sender_a', 'sig.approval@1')});
+is($st, '42501', 'a sender cannot grant itself a signal');
+
+done_testing();
