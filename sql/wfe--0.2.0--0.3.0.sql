@@ -994,14 +994,14 @@ ALTER TABLE wfe.timers ADD CONSTRAINT timers_kind CHECK (kind IN ('retry', 'not_
 COMMENT ON TABLE wfe.timers IS 'Durable timers: retry delays, delayed starts (not_before), run deadlines, a cached stage''s wake-up when the attempt it waited on ended (cache_ready), a wait''s timeout (wait_timeout), a sleep''s end (sleep)';
 
 CREATE TABLE wfe.signal_grants (
-    ref        text NOT NULL REFERENCES wfe.contracts (ref),
+    ref        text NOT NULL,
     role       regrole NOT NULL,
     granted_by name NOT NULL DEFAULT wfe._identity(),
     granted_at timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (ref, role)
 );
 COMMENT ON TABLE wfe.signal_grants IS
-'Which roles may send each signal (wfe.grant_signal, wfe.revoke_signal); superusers and wfe_admin always may.';
+'Which roles may send each signal (wfe.grant_signal, wfe.revoke_signal; ref a registered signal when granted); superusers and wfe_admin always may.';
 GRANT SELECT ON wfe.signal_grants TO wfe_admin, wfe_operator, wfe_reader;
 SELECT pg_catalog.pg_extension_config_dump('wfe.signal_grants', '');
 
@@ -1222,6 +1222,41 @@ COMMENT ON FUNCTION wfe.find_run(text, text, text) IS
 'The run of workflow submitted with idempotency_key (the business key a caller knows), within the tenants the caller acts for; NULL when none.';
 REVOKE ALL ON FUNCTION wfe.find_run(text, text, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION wfe.find_run(text, text, text) TO wfe_submitter, wfe_worker, wfe_operator, wfe_reader;
+
+-- Waits per workflow, stage and signal: runs waiting now, the oldest wait,
+-- signals buffered for a wait not yet released, waits timed out in the
+-- last hour (runtime.md "Signals, waits and sleeps").
+CREATE VIEW wfe.dashboard_waits WITH (security_invoker = true) AS
+WITH live AS (
+    SELECT r.run_id, r.workflow FROM wfe.runs AS r
+     WHERE r.finished_at IS NULL OR r.finished_at >= now() - interval '1 hour'
+), waits AS (
+    SELECT l.workflow, s.stage, s.worker AS signal, s.state, s.started_at, s.finished_at
+      FROM live AS l JOIN wfe.run_stages AS s ON s.run_id = l.run_id
+     WHERE s.kind = 'wait'
+), buffered AS (
+    SELECT l.workflow, g.signal, count(*) AS n
+      FROM live AS l JOIN wfe.signals AS g ON g.run_id = l.run_id
+     WHERE g.taken_at IS NULL
+     GROUP BY l.workflow, g.signal
+), per AS (
+    SELECT w.workflow, w.stage, w.signal,
+           count(*) FILTER (WHERE w.state = 'running') AS waiting,
+           min(w.started_at) FILTER (WHERE w.state = 'running') AS oldest,
+           count(*) FILTER (WHERE w.state = 'timed_out' AND w.finished_at >= now() - interval '1 hour') AS timed_out
+      FROM waits AS w
+     GROUP BY w.workflow, w.stage, w.signal
+)
+SELECT p.workflow, p.stage, p.signal, p.waiting,
+       wfe.human_ms(extract(epoch FROM now() - p.oldest) * 1000) AS oldest_wait,
+       coalesce(b.n, 0) AS buffered, p.timed_out AS timed_out_1h
+  FROM per AS p
+  LEFT JOIN buffered AS b ON b.workflow = p.workflow AND b.signal = p.signal
+ WHERE p.waiting > 0 OR b.n > 0 OR p.timed_out > 0
+ ORDER BY p.workflow, p.stage;
+COMMENT ON VIEW wfe.dashboard_waits IS
+'Wait stages per workflow, stage and signal: runs waiting now, the oldest wait''s age, signals buffered for the workflow''s runs, waits timed out in the last hour.';
+GRANT SELECT ON wfe.dashboard_waits TO wfe_reader, wfe_operator;
 
 -- Final bodies: every function whose text changed in 0.3.0, as src/sql has it.
 -- (Written by the same rule as the sections above: the whole text, copied.)

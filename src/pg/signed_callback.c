@@ -24,7 +24,9 @@
  *      3.3 s after its timestamp);
  *   5. the call itself, through the very functions a database worker calls
  *      (wfe_complete_task, ...): the same admission limits, queue grant,
- *      fenced gate and outcome words.
+ *      fenced gate and outcome words.  A "signal" body goes through
+ *      wfe.signal as the caller (the gateway's role): its grant_signal, its
+ *      tenants, the same outcome words.
  *
  * Refusals 3-4 are recorded as callback.expired / .replayed events of the
  * run; refusal 2 in wfe.unauthenticated_callbacks, since nothing in an
@@ -61,9 +63,11 @@ extern PGDLLEXPORT Datum wfe_fail_task(PG_FUNCTION_ARGS);
 /* One callback body, parsed. */
 typedef struct signed_call
 {
-	const char *call;			/* complete, fail, heartbeat */
+	const char *call;			/* complete, fail, heartbeat, signal */
 	int64		run_id;
-	char	   *stage;
+	char	   *stage;			/* NULL for a signal */
+	char	   *signal;			/* a signal: its ref, and its idempotency key or NULL */
+	char	   *idempotency_key;
 	int32		attempt;
 	int64		fence;
 	Jsonb	   *value;			/* result or error */
@@ -181,10 +185,22 @@ parse_body(const char *text, signed_call *c)
 				 errmsg("the callback body must be a JSON object")));
 	c->call = string_member(body, "call");
 	if (strcmp(c->call, "complete") != 0 && strcmp(c->call, "fail") != 0 &&
-		strcmp(c->call, "heartbeat") != 0)
-		bad_field("call", "\"complete\", \"fail\" or \"heartbeat\"");
+		strcmp(c->call, "heartbeat") != 0 && strcmp(c->call, "signal") != 0)
+		bad_field("call", "\"complete\", \"fail\", \"heartbeat\" or \"signal\"");
 	fail = strcmp(c->call, "fail") == 0;
 	c->run_id = int_member(body, "run_id", true, 1, PG_INT64_MAX);
+	if (strcmp(c->call, "signal") == 0)
+	{
+		/* {"call": "signal", "run_id", "signal", "payload", "idempotency_key", "callback_id", "timestamp"} */
+		c->signal = string_member(body, "signal");
+		c->idempotency_key = member(body, "idempotency_key") ? string_member(body, "idempotency_key") : NULL;
+		c->callback_id = string_member(body, "callback_id");
+		c->timestamp = int_member(body, "timestamp", false, 0, (int64) 1 << 40);
+		v = member(body, "payload");
+		c->value = v != NULL ? JsonbValueToJsonb(v)
+			: DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum("{}")));
+		return;
+	}
 	c->stage = string_member(body, "stage");
 	c->attempt = (int32) int_member(body, "attempt", false, 1, PG_INT32_MAX);
 	c->fence = int_member(body, "fence", true, PG_INT64_MIN, PG_INT64_MAX);
@@ -284,22 +300,27 @@ refuse(const char *word, const char *reason, const signed_call *c, const char *k
 {
 	StringInfoData detail;
 	Datum		v[7];
+	char		n[8] = "       ";
 
 	initStringInfo(&detail);
 	appendStringInfoChar(&detail, '{');
 	detail_string(&detail, "callback", c->call);
+	if (c->signal != NULL)
+		detail_string(&detail, "signal", c->signal);
 	detail_string(&detail, "callback_id", c->callback_id);
 	detail_string(&detail, "key_id", key_id);
 	detail_string(&detail, "reason", reason);
 	appendStringInfo(&detail, ", \"timestamp\": " INT64_FORMAT "}", c->timestamp);
 	v[0] = Int64GetDatum(c->run_id);
-	v[1] = CStringGetTextDatum(c->stage);
+	v[1] = stmt_text_or_null(c->stage, &n[1]);	/* a signal is about no stage, attempt or fence */
 	v[2] = Int32GetDatum(c->attempt);
 	v[3] = CStringGetTextDatum(psprintf("callback.%s", word));
 	v[4] = CStringGetTextDatum(detail.data);
 	v[5] = Int64GetDatum(c->fence);
 	v[6] = CStringGetTextDatum(GetUserNameFromId(GetOuterUserId(), false));	/* who sent it */
-	stmt_run(strcmp(word, "unauthenticated") == 0 ? &q_unauthenticated : &q_refused, v, NULL);
+	if (c->stage == NULL)
+		n[2] = n[5] = 'n';
+	stmt_run(strcmp(word, "unauthenticated") == 0 ? &q_unauthenticated : &q_refused, v, n);
 	return word;
 }
 
@@ -388,6 +409,7 @@ wfe_callback(PG_FUNCTION_ARGS)
 				 errhint("A signature is key_id=...,v1=<64 hex digits>, with at most %d v1= values.",
 						 WFE_SIG_MAX)));
 	body = text_to_cstring(body_t);
+	memset(&c, 0, sizeof(c));
 	parse_body(body, &c);
 
 	SPI_connect();
@@ -399,9 +421,25 @@ wfe_callback(PG_FUNCTION_ARGS)
 		SPI_finish();
 		PG_RETURN_TEXT_P(result);
 	}
+	/* authentic, in time, new: the very call a database caller makes */
+	if (c.signal != NULL)
+	{
+		Oid			types[4] = {INT8OID, TEXTOID, JSONBOID, TEXTOID};
+		Datum		args[4] = {Int64GetDatum(c.run_id), CStringGetTextDatum(c.signal),
+		JsonbPGetDatum(c.value), c.idempotency_key ? CStringGetTextDatum(c.idempotency_key) : (Datum) 0};
+		char		nulls[5] = {' ', ' ', ' ', c.idempotency_key ? ' ' : 'n', '\0'};
+		bool		isnull;
+
+		if (SPI_execute_with_args("SELECT wfe.signal($1, $2, $3, $4)", 4, types, args, nulls, false, 1)
+			!= SPI_OK_SELECT || SPI_processed != 1)
+			elog(ERROR, "wfe: could not send a signed signal");
+		result = DatumGetTextPP(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+		result = (text *) SPI_datumTransfer(PointerGetDatum(result), false, -1);
+		SPI_finish();
+		PG_RETURN_TEXT_P(result);
+	}
 	SPI_finish();
 
-	/* authentic, in time, new: the very call a database worker makes */
 	stage = CStringGetTextDatum(c.stage);
 	if (strcmp(c.call, "heartbeat") == 0)
 		return DirectFunctionCall4(wfe_heartbeat, Int64GetDatum(c.run_id), stage,

@@ -15,6 +15,7 @@
 #include "funcapi.h"
 #include "utils/builtins.h"
 #include "utils/rel.h"
+#include "executor/spi.h"
 
 #include "core/engine/states.h"
 
@@ -46,6 +47,7 @@ guard_state(FunctionCallInfo fcinfo, const wfe_transition *table, const char *wh
 				newdatum;
 	char	   *from,
 			   *to;
+	bool		legal;
 
 	if (!CALLED_AS_TRIGGER(fcinfo) || !TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event) ||
 		!TRIGGER_FIRED_FOR_ROW(trigdata->tg_event))
@@ -63,7 +65,20 @@ guard_state(FunctionCallInfo fcinfo, const wfe_transition *table, const char *wh
 				 errhint("See wfe.%s_transitions() for the states a %s may move to.", what, what)));
 	from = TextDatumGetCString(olddatum);
 	to = TextDatumGetCString(newdatum);
-	if (!wfe_transition_legal(table, from, to))
+	if (table == wfe_stage_transition_table)
+	{
+		/* a few transitions are a wait's or a sleep's only: the row's kind says */
+		int			kattno = SPI_fnumber(desc, "kind");
+		bool		knull;
+		Datum		kind = kattno > 0 ? heap_getattr(trigdata->tg_newtuple, kattno, desc, &knull) : (Datum) 0;
+
+		if (kattno <= 0 || knull)
+			elog(ERROR, "wfe.run_stages has no kind");
+		legal = wfe_stage_transition_legal(TextDatumGetCString(kind), from, to);
+	}
+	else
+		legal = wfe_transition_legal(table, from, to);
+	if (!legal)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("illegal %s transition from %s to %s", what, from, to),

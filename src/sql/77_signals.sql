@@ -10,14 +10,14 @@
 -- run's lock (src/pg/engine.c, wfe._signal).
 
 CREATE TABLE wfe.signal_grants (
-    ref        text NOT NULL REFERENCES wfe.contracts (ref),
+    ref        text NOT NULL,
     role       regrole NOT NULL,
     granted_by name NOT NULL DEFAULT wfe._identity(),
     granted_at timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (ref, role)
 );
 COMMENT ON TABLE wfe.signal_grants IS
-'Which roles may send each signal (wfe.grant_signal, wfe.revoke_signal); superusers and wfe_admin always may.';
+'Which roles may send each signal (wfe.grant_signal, wfe.revoke_signal; ref a registered signal when granted); superusers and wfe_admin always may.';
 GRANT SELECT ON wfe.signal_grants TO wfe_admin, wfe_operator, wfe_reader;
 SELECT pg_catalog.pg_extension_config_dump('wfe.signal_grants', '');
 

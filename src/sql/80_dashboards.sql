@@ -354,3 +354,38 @@ SELECT b.tenant, b.contract, b.entries, b.expired, pg_size_pretty(b.bytes) AS si
 COMMENT ON VIEW wfe.dashboard_cache IS
 'The result cache per tenant and contract: live and expired entries and their size; releases of the last hour that hit, were coalesced onto an attempt in flight, missed, or wait.';
 GRANT SELECT ON wfe.dashboard_cache TO wfe_reader, wfe_operator;
+
+-- Waits per workflow, stage and signal: runs waiting now, the oldest wait,
+-- signals buffered for a wait not yet released, waits timed out in the
+-- last hour (runtime.md "Signals, waits and sleeps").
+CREATE VIEW wfe.dashboard_waits WITH (security_invoker = true) AS
+WITH live AS (
+    SELECT r.run_id, r.workflow FROM wfe.runs AS r
+     WHERE r.finished_at IS NULL OR r.finished_at >= now() - interval '1 hour'
+), waits AS (
+    SELECT l.workflow, s.stage, s.worker AS signal, s.state, s.started_at, s.finished_at
+      FROM live AS l JOIN wfe.run_stages AS s ON s.run_id = l.run_id
+     WHERE s.kind = 'wait'
+), buffered AS (
+    SELECT l.workflow, g.signal, count(*) AS n
+      FROM live AS l JOIN wfe.signals AS g ON g.run_id = l.run_id
+     WHERE g.taken_at IS NULL
+     GROUP BY l.workflow, g.signal
+), per AS (
+    SELECT w.workflow, w.stage, w.signal,
+           count(*) FILTER (WHERE w.state = 'running') AS waiting,
+           min(w.started_at) FILTER (WHERE w.state = 'running') AS oldest,
+           count(*) FILTER (WHERE w.state = 'timed_out' AND w.finished_at >= now() - interval '1 hour') AS timed_out
+      FROM waits AS w
+     GROUP BY w.workflow, w.stage, w.signal
+)
+SELECT p.workflow, p.stage, p.signal, p.waiting,
+       wfe.human_ms(extract(epoch FROM now() - p.oldest) * 1000) AS oldest_wait,
+       coalesce(b.n, 0) AS buffered, p.timed_out AS timed_out_1h
+  FROM per AS p
+  LEFT JOIN buffered AS b ON b.workflow = p.workflow AND b.signal = p.signal
+ WHERE p.waiting > 0 OR b.n > 0 OR p.timed_out > 0
+ ORDER BY p.workflow, p.stage;
+COMMENT ON VIEW wfe.dashboard_waits IS
+'Wait stages per workflow, stage and signal: runs waiting now, the oldest wait''s age, signals buffered for the workflow''s runs, waits timed out in the last hour.';
+GRANT SELECT ON wfe.dashboard_waits TO wfe_reader, wfe_operator;

@@ -18,6 +18,7 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use Digest::SHA qw(hmac_sha256_hex);
 
 my $node = PostgreSQL::Test::Cluster->new('wfe_signals');
 $node->init;
@@ -111,6 +112,34 @@ is(sql("SELECT sent_by || ' ' || stage FROM wfe.signals WHERE run_id = $run"), '
 	'... the signal is kept, taken by the wait, with its sender');
 ($st, $o) = login('sender_a', "SELECT wfe.signal($run, 'sig.approval\@1', $valid, 'k1')");
 is("$st|$o", '|duplicate', 'the same again: duplicate');
+
+# A signed signal through a gateway (wfe.callback's "call": "signal" body):
+# the gateway's login needs the grant and the tenant like any sender.
+my $secret = 'aa' x 32;
+sql(qq{CREATE ROLE gw LOGIN IN ROLE wfe_worker;
+SELECT wfe.add_tenant_member('gw', 'A');
+SELECT wfe.grant_signal('gw', 'sig.approval\@1');
+INSERT INTO wfe.callback_keys (key_id, secret, valid_from) VALUES ('gw1', '\\x$secret', now() - interval '1 hour');});
+my $run2 = sql(q{SELECT run_id FROM wfe.submit('review', '{}', 'order-2', '{"tenant": "A"}')});
+my $ts = int(sql('SELECT floor(extract(epoch FROM now()))::bigint'));
+my $body = qq({"call": "signal", "run_id": $run2, "signal": "sig.approval\@1", "payload": {"approved": true}, "idempotency_key": "hook-1", "callback_id": "cb-1", "timestamp": $ts});
+my $sig = 'key_id=gw1,v1=' . hmac_sha256_hex("cb-1.$ts.$body", pack('H*', $secret));
+my $call = sub { return login($_[0], 'SELECT wfe.callback($b$' . $_[1] . '$b$, $s$' . $_[2] . '$s$)'); };
+($st, $o) = $call->('gw', $body, 'key_id=gw1,v1=' . ('0' x 64));
+is("$st|$o", '|unauthenticated', 'a signed signal with a bad signature: unauthenticated');
+is(sql("SELECT state FROM wfe.run_stages WHERE run_id = $run2"), 'running', '... the wait still waits');
+($st, $o) = $call->('gw', $body, $sig);
+is("$st|$o", '|accepted', 'a signed signal: accepted');
+is(sql("SELECT state FROM wfe.runs WHERE run_id = $run2"), 'completed', '... and the run completed');
+($st, $o) = $call->('gw', $body, $sig);
+is("$st|$o", '|replayed', 'the same body again: replayed');
+sql(q{SELECT wfe.revoke_signal('gw', 'sig.approval@1')});
+my $run3 = sql(q{SELECT run_id FROM wfe.submit('review', '{}', 'order-3', '{"tenant": "A"}')});
+$body = qq({"call": "signal", "run_id": $run3, "signal": "sig.approval\@1", "payload": {"approved": true}, "callback_id": "cb-2", "timestamp": $ts});
+$sig = 'key_id=gw1,v1=' . hmac_sha256_hex("cb-2.$ts.$body", pack('H*', $secret));
+($st) = $call->('gw', $body, $sig);
+is($st, '42501', 'a signed signal from a gateway without the grant: 42501');
+is(sql("SELECT state FROM wfe.run_stages WHERE run_id = $run3"), 'running', '... and the wait still waits');
 
 sql(q{SELECT wfe.revoke_signal('sender_a', 'sig.approval@1')});
 ($st) = login('sender_a', "SELECT wfe.signal($run, 'sig.approval\@1', $valid, 'k2')");

@@ -754,7 +754,9 @@ sh_move(sh *h, int i, wfe_state to, const char *by)
 		sh_violate(h, "%s: %s to state %d, which is no state", sh_sname(h, i), by, (int) to);
 		return;
 	}
-	if (!wfe_transition_legal(wfe_stage_transition_table, wfe_state_name(r->state), wfe_state_name(to)))
+	if (!wfe_stage_transition_legal(h->rp->stages[i].kind == WFE_K_WAIT ? "wait" :
+									h->rp->stages[i].kind == WFE_K_SLEEP ? "sleep" : "worker",
+									wfe_state_name(r->state), wfe_state_name(to)))
 		sh_violate(h, "%s: illegal stage transition %s -> %s (%s)", sh_sname(h, i),
 				   wfe_state_name(r->state), wfe_state_name(to), by);
 	r->state = to;

@@ -2644,6 +2644,12 @@ test_wait_signals(void)
 	sh			h;
 	const sh_op *op;
 
+	ok(wfe_stage_transition_legal("wait", "waiting", "running") &&
+	   wfe_stage_transition_legal("sleep", "waiting", "running") &&
+	   !wfe_stage_transition_legal("worker", "waiting", "running") &&
+	   !wfe_stage_transition_legal("join", "waiting", "running") &&
+	   !wfe_stage_transition_legal("action", "cancelled", "waiting"),
+	   "transitions: waiting -> running (and cancelled -> waiting) are a wait's or a sleep's only");
 	run_open(&h, rp_waits, "{\"until\": \"2000-01-01T00:00:00Z\"}", NULL);
 	sh_start(&h);
 	expect_state(&h, "approve", WFE_RUNNING, "wait: released, it is running with no worker");

@@ -21,57 +21,55 @@ static const char *const run_names[WFE_NRUN_STATES] = {
  * hand, and never to completed or retry_scheduled.
  */
 const wfe_transition wfe_stage_transition_table[] = {
-	{"waiting", "queued", "released: its predecessors are done"},
-	{"waiting", "running", "a wait or a sleep released: running with no worker"},
-	{"waiting", "completed", "a decision, fork or join resolved, or a cache hit, at release"},
-	{"waiting", "failed", "input binding failed, or a join was not satisfied"},
-	{"waiting", "skipped", "branch not taken, dependency failed, context gated, missing input, run aborted"},
-	{"waiting", "cancelled", "the run was cancelled before the stage was released"},
-	{"queued", "dispatched", "published to the broker"},
-	{"queued", "running", "claimed by a poll worker, or accepted"},
-	{"queued", "timed_out", "queue deadline passed"},
-	{"queued", "cancelled", "run intent set or run cancelled"},
-	{"dispatched", "running", "accepted by the worker"},
-	{"dispatched", "queued", "publisher gave the message back"},
-	{"dispatched", "timed_out", "queue deadline passed"},
-	{"dispatched", "cancelled", "run intent set or run cancelled"},
-	{"running", "completed", "the worker completed the attempt"},
-	{"running", "failed", "the attempt failed with no retry left"},
-	{"running", "retry_scheduled", "the attempt failed and a retry is due later"},
-	{"running", "timed_out", "execution or heartbeat deadline passed, or a wait's timeout"},
-	{"running", "cancelled", "run intent set or run cancelled: the attempt is fenced"},
-	{"retry_scheduled", "queued", "the retry timer fired: new attempt, new fence"},
-	{"retry_scheduled", "cancelled", "run intent set or run cancelled"},
-	{"timed_out", "retry_scheduled", "the timed-out attempt is retried later"},
-	{"timed_out", "queued", "operator re-drive"},
-	{"timed_out", "running", "operator re-drive of a wait or a sleep"},
-	{"failed", "running", "operator re-drive of a wait or a sleep"},
-	{"cancelled", "running", "operator re-drive of a wait or a sleep"},
-	{"failed", "queued", "operator re-drive"},
-	{"cancelled", "queued", "operator re-drive"},
-	{"failed", "completed", "operator skip: completed by hand"},
-	{"timed_out", "completed", "operator skip: completed by hand"},
-	{"retry_scheduled", "failed", "operator fail: failed by hand, no retry"},
-	{"queued", "failed", "operator fail: failed by hand before anyone took it"},
-	{"dispatched", "failed", "operator fail: failed by hand, the message fenced"},
-	{"completed", "waiting", "the run was reopened by an operator: runs again"},
-	{"failed", "waiting", "the run was reopened by an operator: runs again"},
-	{"timed_out", "waiting", "the run was reopened by an operator: runs again"},
-	{"skipped", "waiting", "the run was reopened by an operator: runs again"},
-	{NULL, NULL, NULL}
+	{"waiting", "queued", "released: its predecessors are done", NULL},
+	{"waiting", "running", "a wait or a sleep released: running with no worker", "wait sleep"},
+	{"waiting", "completed", "a decision, fork or join resolved, or a cache hit, at release", NULL},
+	{"waiting", "failed", "input binding failed, or a join was not satisfied", NULL},
+	{"waiting", "skipped", "branch not taken, dependency failed, context gated, missing input, run aborted", NULL},
+	{"waiting", "cancelled", "the run was cancelled before the stage was released", NULL},
+	{"queued", "dispatched", "published to the broker", NULL},
+	{"queued", "running", "claimed by a poll worker, or accepted", NULL},
+	{"queued", "timed_out", "queue deadline passed", NULL},
+	{"queued", "cancelled", "run intent set or run cancelled", NULL},
+	{"dispatched", "running", "accepted by the worker", NULL},
+	{"dispatched", "queued", "publisher gave the message back", NULL},
+	{"dispatched", "timed_out", "queue deadline passed", NULL},
+	{"dispatched", "cancelled", "run intent set or run cancelled", NULL},
+	{"running", "completed", "the worker completed the attempt", NULL},
+	{"running", "failed", "the attempt failed with no retry left", NULL},
+	{"running", "retry_scheduled", "the attempt failed and a retry is due later", NULL},
+	{"running", "timed_out", "execution or heartbeat deadline passed, or a wait's timeout", NULL},
+	{"running", "cancelled", "run intent set or run cancelled: the attempt is fenced", NULL},
+	{"retry_scheduled", "queued", "the retry timer fired: new attempt, new fence", NULL},
+	{"retry_scheduled", "cancelled", "run intent set or run cancelled", NULL},
+	{"timed_out", "retry_scheduled", "the timed-out attempt is retried later", NULL},
+	{"timed_out", "queued", "operator re-drive", NULL},
+	{"failed", "queued", "operator re-drive", NULL},
+	{"cancelled", "queued", "operator re-drive", NULL},
+	{"failed", "completed", "operator skip: completed by hand", NULL},
+	{"timed_out", "completed", "operator skip: completed by hand", NULL},
+	{"retry_scheduled", "failed", "operator fail: failed by hand, no retry", NULL},
+	{"queued", "failed", "operator fail: failed by hand before anyone took it", NULL},
+	{"dispatched", "failed", "operator fail: failed by hand, the message fenced", NULL},
+	{"completed", "waiting", "the run was reopened by an operator: runs again", NULL},
+	{"failed", "waiting", "the run was reopened by an operator: runs again", NULL},
+	{"timed_out", "waiting", "the run was reopened by an operator: runs again", NULL},
+	{"skipped", "waiting", "the run was reopened by an operator: runs again", NULL},
+	{"cancelled", "waiting", "operator re-drive of a wait or a sleep: released again", "wait sleep"},
+	{NULL, NULL, NULL, NULL}
 };
 
 /* Run transitions: a run ends only through its intent (and finalisers). */
 const wfe_transition wfe_run_transition_table[] = {
-	{"running", "finalising", "a terminal intent was set; finalisers run"},
-	{"running", "completed", "completed intent, no finalisers"},
-	{"running", "failed", "failed intent, no finalisers"},
-	{"running", "cancelled", "cancelled, no finalisers"},
-	{"finalising", "completed", "completed intent and every finaliser succeeded"},
-	{"finalising", "failed", "failed intent, or a finaliser failed"},
-	{"finalising", "cancelled", "cancelled, finalisers done"},
-	{"failed", "running", "reopened by an operator's re-drive or skip of a stage"},
-	{NULL, NULL, NULL}
+	{"running", "finalising", "a terminal intent was set; finalisers run", NULL},
+	{"running", "completed", "completed intent, no finalisers", NULL},
+	{"running", "failed", "failed intent, no finalisers", NULL},
+	{"running", "cancelled", "cancelled, no finalisers", NULL},
+	{"finalising", "completed", "completed intent and every finaliser succeeded", NULL},
+	{"finalising", "failed", "failed intent, or a finaliser failed", NULL},
+	{"finalising", "cancelled", "cancelled, finalisers done", NULL},
+	{"failed", "running", "reopened by an operator's re-drive or skip of a stage", NULL},
+	{NULL, NULL, NULL, NULL}
 };
 
 const char *
@@ -111,6 +109,30 @@ wfe_transition_legal(const wfe_transition *table, const char *from, const char *
 		return 1;
 	for (; table->from; table++)
 		if (strcmp(table->from, from) == 0 && strcmp(table->to, to) == 0)
+			return 1;
+	return 0;
+}
+
+/* Is word one of the space-separated words of list? */
+static int
+in_words(const char *list, const char *word)
+{
+	size_t		n = strlen(word);
+
+	for (const char *p = list; (p = strstr(p, word)) != NULL; p += n)
+		if ((p == list || p[-1] == ' ') && (p[n] == ' ' || p[n] == '\0'))
+			return 1;
+	return 0;
+}
+
+int
+wfe_stage_transition_legal(const char *kind, const char *from, const char *to)
+{
+	if (strcmp(from, to) == 0)
+		return 1;
+	for (const wfe_transition *t = wfe_stage_transition_table; t->from; t++)
+		if (strcmp(t->from, from) == 0 && strcmp(t->to, to) == 0 &&
+			(t->kinds == NULL || in_words(t->kinds, kind)))
 			return 1;
 	return 0;
 }

@@ -37,12 +37,13 @@ typedef enum wfe_run_state
 	WFE_NRUN_STATES
 } wfe_run_state;
 
-/* One legal transition, with what it means. */
+/* One legal transition, with what it means (and, for a few, which stage kinds may take it). */
 typedef struct wfe_transition
 {
 	const char *from;
 	const char *to;
 	const char *why;
+	const char *kinds;			/* NULL: every kind; else the kinds, space-separated */
 } wfe_transition;
 
 /* The tables, each ended by a {NULL, NULL, NULL} entry. */
@@ -55,9 +56,12 @@ extern int	wfe_state_from_name(const char *name);
 extern const char *wfe_run_state_name(wfe_run_state s);
 extern int	wfe_run_state_from_name(const char *name);
 
-/* Is from -> to legal (a same-state update always is)? */
+/* Is from -> to legal for some kind (a same-state update always is)? */
 extern int	wfe_transition_legal(const wfe_transition *table, const char *from,
 								 const char *to);
+
+/* Is from -> to legal for a stage of this kind (wfe.run_stages.kind)? */
+extern int	wfe_stage_transition_legal(const char *kind, const char *from, const char *to);
 
 /*
  * Is this a stage row's legal content: a known kind and state, attempt and

@@ -33,7 +33,15 @@ new_attempt(wfe_step *st, int i)
 	wfe_kind	kind = st->rp->stages[i].kind;
 
 	if (kind == WFE_K_WAIT || kind == WFE_K_SLEEP)
+	{
+		/* waiting again, then released again: the legal way back to running */
+		wfe_row    *r = wfe_step_row(st, i);
+
+		step_emit(st, WFE_OP_RESET, i);
+		r->state = WFE_WAITING;
+		r->outcome = 0;
 		step_park(st, i, st->io->stage_input ? st->io->stage_input(st->io->arg, i) : NULL);
+	}
 	else
 		step_enqueue(st, i, NULL, 1, NULL);
 }

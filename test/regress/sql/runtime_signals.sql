@@ -227,3 +227,9 @@ SELECT wfe.complete_task(:r4, 'approve', 1, (SELECT fence FROM wfe.run_stages WH
 SELECT wfe.find_run('sig-flow', 'order-1') = :r1 AS found;
 SELECT wfe.find_run('sig-flow', 'order-1', 'other-tenant') IS NULL AS other_tenant;
 SELECT wfe.find_run('sig-flow', 'no-such-key') IS NULL AS none;
+
+-- the waits dashboard: runs waiting, buffered signals, timeouts of the last hour
+SELECT workflow, stage, signal, waiting, buffered, timed_out_1h FROM wfe.dashboard_waits WHERE workflow = 'sig-flow';
+SELECT run_id AS r5 FROM wfe.submit('sig-flow', '{}', 'order-5') \gset
+SELECT workflow, stage, signal, waiting, oldest_wait IS NOT NULL AS aged, buffered, timed_out_1h
+  FROM wfe.dashboard_waits WHERE workflow = 'sig-flow';
