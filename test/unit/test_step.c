@@ -602,7 +602,17 @@ static const char *WAITS =
 "  - {name: again, type: wait, signal: approval@1, on_success: completed, on_failure: failed}\n"
 "  - {name: rejected, type: sleep, until: '${context.until}', on_success: failed}\n";
 
-static wfe_run_plan *rp_waits;
+/* The tasks form: wait: and sleep: as a task's executor. */
+static const char *TASKS_WAITS =
+"name: tasks-waits\n"
+"version: \"1.0.0\"\n"
+"tasks:\n"
+"  - {id: approve, wait: {signal: approval@1, timeout_ms: 1000}}\n"
+"  - {id: nap, sleep: {duration_ms: 10}, depends_on: [approve]}\n"
+"  - {id: ship, action: ship@1, depends_on: [nap]}\n";
+
+static wfe_run_plan *rp_waits,
+		   *rp_tasks_waits;
 
 static wfe_run_plan *rp_cache_twin,
 		   *rp_cache_twice;
@@ -2778,6 +2788,31 @@ test_wait_cancel_operate(void)
 	run_close(&h, "wait redrive");
 }
 
+/* Tasks form: a wait task, then a sleep task, then an action; a timeout fails the run (critical). */
+static void
+test_tasks_waits(void)
+{
+	sh			h;
+
+	run_open(&h, rp_tasks_waits, "{}", NULL);
+	sh_start(&h);
+	expect_state(&h, "approve", WFE_RUNNING, "tasks wait: the wait task is running");
+	expect_state(&h, "nap", WFE_WAITING, "tasks wait: the sleep waits for it");
+	expect_str(sh_send_signal(&h, "approval@1", "{\"ok\": true}"), "accepted", "tasks wait: a signal is accepted");
+	expect_state(&h, "nap", WFE_RUNNING, "tasks wait: then the sleep task sleeps");
+	sh_fire_timer(&h, h.ntimers - 1);
+	expect_state(&h, "ship", WFE_QUEUED, "tasks wait: when it is due, the action is released");
+	run_close(&h, "tasks waits");
+
+	run_open(&h, rp_tasks_waits, "{}", NULL);
+	sh_start(&h);
+	sh_fire_timer(&h, h.ntimers - 1);
+	expect_state(&h, "approve", WFE_TIMED_OUT, "tasks wait timeout: timed_out");
+	expect_skipped(&h, "nap", "run_aborted", "tasks wait timeout");
+	ok(h.run.intent == WFE_RUN_FAILED, "tasks wait timeout: a critical task's timeout fails the run");
+	run_close(&h, "tasks waits timeout");
+}
+
 int
 main(void)
 {
@@ -2791,7 +2826,7 @@ main(void)
 		{&rp_tasks_context, TASKS_CONTEXT}, {&rp_tasks_produces, TASKS_PRODUCES}, {&rp_escape, ESCAPE},
 		{&rp_tasks_edge, TASKS_EDGE}, {&rp_tasks_bind, TASKS_BIND}, {&rp_cached, CACHED},
 		{&rp_cached_tail, CACHED_TAIL}, {&rp_two_joins, TWO_JOINS},
-		{&rp_cache_twin, CACHE_TWIN}, {&rp_cache_twice, CACHE_TWICE}, {&rp_waits, WAITS},
+		{&rp_cache_twin, CACHE_TWIN}, {&rp_cache_twice, CACHE_TWICE}, {&rp_waits, WAITS}, {&rp_tasks_waits, TASKS_WAITS},
 	};
 
 	for (size_t k = 0; k < sizeof(plans) / sizeof(plans[0]); k++)
@@ -2839,6 +2874,7 @@ main(void)
 	test_wait_timeout();
 	test_sleep_until();
 	test_wait_cancel_operate();
+	test_tasks_waits();
 
 	for (size_t k = 0; k < sizeof(plans) / sizeof(plans[0]); k++)
 		wfe_run_plan_free(*plans[k].rp);

@@ -94,6 +94,17 @@ static const char *const task_action_keys[] = {
 	"input", "retry", "execution_deadline_ms", "queue_deadline_ms",
 	"heartbeat_ms", "cache", NULL
 };
+static const char *const task_wait_keys[] = {
+	"id", "wait", "description", "depends_on", "critical", "dependency_policy",
+	"contexts", "awaits", "produces", "requires_outputs", NULL
+};
+static const char *const task_sleep_keys[] = {
+	"id", "sleep", "description", "depends_on", "critical", "dependency_policy",
+	"contexts", "awaits", "produces", "requires_outputs", NULL
+};
+static const char *const wait_executor_keys[] = {"signal", "timeout_ms", NULL};
+static const char *const wait_executor_required[] = {"signal", NULL};
+static const char *const sleep_executor_keys[] = {"duration_ms", "until", NULL};
 static const char *const produce_keys[] = {"key", "type", NULL};
 static const char *const require_keys[] = {"producer_task_id", "key", NULL};
 static const char *const cache_keys[] = {"ttl_ms", NULL};
@@ -717,21 +728,21 @@ read_decision(wfe_model *m, wfe_stage *s, const wfe_ynode *map)
  * and until (a string binding to an RFC 3339 timestamp when released).
  */
 static void
-read_sleep(wfe_model *m, wfe_stage *s, const wfe_ynode *map)
+read_sleep_at(wfe_model *m, wfe_stage *s, const wfe_ynode *map, const char *path)
 {
 	const wfe_ynode *d = wfe_ymap_get(map, "duration_ms");
 	const wfe_ynode *u = wfe_ymap_get(map, "until");
 
 	s->duration_ms = WFE_NONE;
-	s->until_path = key_path(m, s->path, "until");
+	s->until_path = key_path(m, path, "until");
 	if ((d == NULL) == (u == NULL))
 	{
-		report(m, d ? "schema.value" : "schema.required", d ? d : map, s->path,
+		report(m, d ? "schema.value" : "schema.required", d ? d : map, path,
 			   "sleep '%s' needs exactly one of duration_ms and until", s->name ? s->name : "?");
 		return;
 	}
 	if (d != NULL)
-		get_ms(m, map, "duration_ms", s->path, &s->duration_ms, 0);
+		get_ms(m, map, "duration_ms", path, &s->duration_ms, 0);
 	else if (u->kind != WFE_Y_SCALAR || u->type != WFE_YS_STRING)
 		report(m, "schema.type", u, s->until_path,
 			   "until must be a string (an RFC 3339 timestamp or a ${...} binding to one), not %s",
@@ -739,6 +750,8 @@ read_sleep(wfe_model *m, wfe_stage *s, const wfe_ynode *map)
 	else
 		s->until = u;
 }
+
+static void read_task_common(wfe_model *m, wfe_stage *s, const wfe_ynode *map);
 
 /* One stage of the stages form. */
 static void
@@ -833,7 +846,7 @@ read_stage(wfe_model *m, wfe_stage *s, const wfe_ynode *map)
 	{
 		s->type = WFE_ST_SLEEP;
 		check_keys(m, map, s->path, sleep_keys, sleep_required, "a sleep stage");
-		read_sleep(m, s, map);
+		read_sleep_at(m, s, map, s->path);
 	}
 	else
 	{
@@ -935,6 +948,8 @@ read_task(wfe_model *m, wfe_stage *s, const wfe_ynode *map)
 {
 	int			has_worker = wfe_ymap_get(map, "worker") != NULL;
 	int			has_action = wfe_ymap_get(map, "action") != NULL;
+	const wfe_ynode *wait = wfe_ymap_get(map, "wait");
+	const wfe_ynode *sleep = wfe_ymap_get(map, "sleep");
 	static const char *const id_only[] = {"id", NULL};
 
 	s->name = checked_string(m, map, "id", s->path, valid_stage_name,
@@ -942,6 +957,38 @@ read_task(wfe_model *m, wfe_stage *s, const wfe_ynode *map)
 	s->critical = 1;
 	s->awaits = 1;
 	s->dependency_policy = "require_success";
+	if ((wait != NULL) + (sleep != NULL) + has_worker + has_action > 1)
+		report(m, "schema.form", map, s->path,
+			   "task '%s' names more than one executor (worker, action, wait, sleep); it needs exactly one",
+			   s->name ? s->name : "?");
+	if (wait != NULL || sleep != NULL)
+	{
+		/* wait: {signal, timeout_ms} or sleep: {duration_ms | until}: no input, retry or queue */
+		const wfe_ynode *e = wait ? wait : sleep;
+		const char *epath = key_path(m, s->path, wait ? "wait" : "sleep");
+
+		s->type = wait ? WFE_ST_WAIT : WFE_ST_SLEEP;
+		s->timeout_ms = WFE_NONE;
+		s->duration_ms = WFE_NONE;
+		check_keys(m, map, s->path, wait ? task_wait_keys : task_sleep_keys, id_only,
+				   wait ? "a wait task" : "a sleep task");
+		if (e->kind != WFE_Y_MAP)
+			report(m, "schema.type", e, epath, "%s must be a mapping, not %s", wait ? "wait" : "sleep",
+				   wfe_ynode_describe(e));
+		else if (wait)
+		{
+			check_keys(m, e, epath, wait_executor_keys, wait_executor_required, "wait");
+			s->ref = get_contract_ref(m, e, "signal", epath);
+			get_ms(m, e, "timeout_ms", epath, &s->timeout_ms, 1);
+		}
+		else
+		{
+			check_keys(m, e, epath, sleep_executor_keys, none, "sleep");
+			read_sleep_at(m, s, e, epath);
+		}
+		read_task_common(m, s, map);
+		return;
+	}
 	if (has_worker && has_action)
 	{
 		report(m, "schema.form", map, s->path,
@@ -970,6 +1017,13 @@ read_task(wfe_model *m, wfe_stage *s, const wfe_ynode *map)
 		check_queue(m, s);
 	}
 	read_executor_settings(m, s, map);
+	read_task_common(m, s, map);
+}
+
+/* What every task has besides its executor. */
+static void
+read_task_common(wfe_model *m, wfe_stage *s, const wfe_ynode *map)
+{
 	s->description = get_string(m, map, "description", s->path);
 	get_bool(m, map, "critical", s->path, &s->critical);
 	get_bool(m, map, "awaits", s->path, &s->awaits);

@@ -185,7 +185,18 @@ task_json(const wfe_stage *s)
 
 	json_object_object_add(o, "name", json_object_new_string(s->name));
 	json_object_object_add(o, "type", json_object_new_string(type_name(s->type)));
-	add_executor(o, s);
+	if (s->type == WFE_ST_WAIT)
+	{
+		json_object_object_add(o, "signal", str_json(s->ref.name));
+		json_object_object_add(o, "timeout_ms", ms_json(s->timeout_ms));
+	}
+	else if (s->type == WFE_ST_SLEEP)
+	{
+		json_object_object_add(o, "duration_ms", ms_json(s->duration_ms));
+		json_object_object_add(o, "until", str_json(s->until ? s->until->text : NULL));
+	}
+	else
+		add_executor(o, s);
 	json_object_object_add(o, "description", str_json(s->description));
 	json_object_object_add(o, "depends_on", names_json(s->depends_on, s->ndepends));
 	json_object_object_add(o, "critical", json_object_new_boolean(s->critical));

@@ -233,3 +233,35 @@ SELECT workflow, stage, signal, waiting, buffered, timed_out_1h FROM wfe.dashboa
 SELECT run_id AS r5 FROM wfe.submit('sig-flow', '{}', 'order-5') \gset
 SELECT workflow, stage, signal, waiting, oldest_wait IS NOT NULL AS aged, buffered, timed_out_1h
   FROM wfe.dashboard_waits WHERE workflow = 'sig-flow';
+
+-- the tasks form: wait: and sleep: as a task's executor
+SELECT * FROM pg_temp.diags($yaml$
+name: sig-tasks-bad
+version: "1.0.0"
+tasks:
+  - id: w
+    wait: {signal: rt-sig.approval@1, timeout_ms: 0}
+    worker: rt-sig.step@1
+    queue: rt-sig-work
+  - id: s
+    sleep: {duration_ms: 5, until: "2030-01-01T00:00:00Z"}
+$yaml$);
+SELECT wfe.create_definition($yaml$
+name: sig-tasks
+version: "1.0.0"
+tasks:
+  - id: approve
+    wait: {signal: rt-sig.approval@1, timeout_ms: 60000}
+  - id: nap
+    sleep: {duration_ms: 1}
+    depends_on: [approve]
+$yaml$) LIKE 'sha256:%' AS created;
+SELECT wfe.approve('sig-tasks', '1.0.0');
+SELECT wfe.activate('sig-tasks', '1.0.0');
+SELECT run_id AS t1 FROM wfe.submit('sig-tasks', '{}') \gset
+SELECT wfe.signal(:t1, 'rt-sig.approval@1', '{"approved": true}');
+SELECT pg_sleep(0.01);
+SELECT wfe.tick() >= 1 AS fired;
+SELECT stage, kind, state, attempt, CASE WHEN kind = 'wait' THEN result ELSE to_jsonb(result ? 'slept_until') END AS result
+  FROM wfe.run_stages WHERE run_id = :t1 ORDER BY ordinal;
+SELECT state FROM wfe.runs WHERE run_id = :t1;
