@@ -449,7 +449,7 @@ contract(const char *ref)
 		{
 			in = parse_schema(stmt_col(1));
 			out = parse_schema(stmt_col(2));
-			impl = MemoryContextStrdup(TopMemoryContext, stmt_col(3));
+			impl = stmt_col(3) ? MemoryContextStrdup(TopMemoryContext, stmt_col(3)) : NULL;	/* NULL: a signal */
 			schemas = MemoryContextStrdup(TopMemoryContext, wfe_cache_schemas_digest(stmt_col(1), stmt_col(2)));
 		}
 		e = hash_search(contract_cache, key, HASH_ENTER, &found);

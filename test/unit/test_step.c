@@ -2786,6 +2786,17 @@ test_wait_cancel_operate(void)
 	   "redrive: attempt 2 with a timeout of its own");
 	expect_str(sh_send_signal(&h, "approval@1", "{\"approved\": false}"), "accepted", "redrive: a signal is taken");
 	run_close(&h, "wait redrive");
+
+	/* a wait that timed out to `failed`: skip it with a result the operator gives */
+	run_open(&h, rp_waits, "{\"until\": \"x\"}", NULL);
+	sh_start(&h);
+	a = X(&h, "approve");
+	sh_fire_timer(&h, h.ntimers - 1);
+	no = sh_operate(&h, a, WFE_OPERATE_SKIP, "{\"approved\": true}", "ops", "approved by phone");
+	expect_str(no, NULL, "skip: a timed-out wait may be skipped");
+	expect_state(&h, "approve", WFE_COMPLETED, "skip: completed by hand");
+	expect_state(&h, "pause", WFE_RUNNING, "skip: the run went on with the given result");
+	run_close(&h, "wait skip");
 }
 
 /* Tasks form: a wait task, then a sleep task, then an action; a timeout fails the run (critical). */

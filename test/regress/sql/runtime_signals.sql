@@ -265,3 +265,19 @@ SELECT wfe.tick() >= 1 AS fired;
 SELECT stage, kind, state, attempt, CASE WHEN kind = 'wait' THEN result ELSE to_jsonb(result ? 'slept_until') END AS result
   FROM wfe.run_stages WHERE run_id = :t1 ORDER BY ordinal;
 SELECT state FROM wfe.runs WHERE run_id = :t1;
+
+-- operators: skip a timed-out wait with a result its signal's schema accepts; redrive one
+SELECT run_id AS o1 FROM wfe.submit('sig-flow', '{"until": "nope"}', 'op-1') \gset
+UPDATE wfe.timers SET due_at = now() - interval '1 second' WHERE run_id = :o1 AND kind = 'wait_timeout';
+SELECT wfe.tick() >= 1 AS fired;
+SELECT pg_temp.try(format('SELECT wfe.skip_stage(%s, %L, %L)', :o1, 'approve', '{"approved": 3}'));
+SELECT wfe.skip_stage(:o1, 'approve', '{"approved": true}', 'approved by phone');
+SELECT stage, state FROM wfe.run_stages WHERE run_id = :o1 ORDER BY ordinal;
+SELECT run_id AS o2 FROM wfe.submit('sig-flow', '{"until": "nope"}', 'op-2') \gset
+UPDATE wfe.timers SET due_at = now() - interval '1 second' WHERE run_id = :o2 AND kind = 'wait_timeout';
+SELECT wfe.tick() >= 1 AS fired;
+SELECT wfe.redrive(:o2, 'approve', 'ask again');
+SELECT stage, state, attempt FROM wfe.run_stages WHERE run_id = :o2 AND stage = 'approve';
+SELECT count(*) AS new_timeout FROM wfe.timers WHERE run_id = :o2 AND kind = 'wait_timeout' AND fired_at IS NULL AND attempt = 2;
+SELECT wfe.signal(:o2, 'rt-sig.approval@1', '{"approved": true}');
+SELECT stage, state FROM wfe.run_stages WHERE run_id = :o2 ORDER BY ordinal;
