@@ -432,9 +432,20 @@ LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
+DECLARE
+    v_key text := wfe._schedule_key(s.name, p_at);
 BEGIN
+    -- A tick that has its run already (fired, backfilled) gets it back,
+    -- whatever the context is now: one run per tick.
+    SELECT x.run_id, false INTO run_id, accepted
+      FROM wfe.runs AS x
+     WHERE x.tenant = s.tenant AND x.workflow = regexp_replace(s.workflow, '@[^@]*$', '')
+       AND x.idempotency_key = v_key AND wfe._run_keeps_key(x.state);
+    IF FOUND THEN
+        RETURN;
+    END IF;
     SELECT x.run_id, x.accepted INTO run_id, accepted
-      FROM wfe._schedule_submit(s.owner, s.tenant, s.workflow, s.context, wfe._schedule_key(s.name, p_at),
+      FROM wfe._schedule_submit(s.owner, s.tenant, s.workflow, s.context, v_key,
                                 jsonb_strip_nulls(jsonb_build_object('tenant', s.tenant, 'priority', s.priority))) AS x;
     IF run_id IS NULL THEN
         UPDATE wfe.schedule_defs AS d
