@@ -134,7 +134,7 @@ my @sorted = sort { $a <=> $b } @lat;
 diag("fire latency (tick due -> run submitted), ms: p50 $sorted[4], max $sorted[-1] (of 10)");
 cmp_ok($sorted[-1], '<', 1000, 'every tick fired within a second');
 is( sql(
-		"SELECT r.tenant || ' ' || r.idempotency_key ~ '^schedule:a-min:\\d{4}-\\d\\d-\\d\\dT\\d\\d:\\d\\d:\\d\\dZ\$' "
+		"SELECT r.tenant || ' ' || (r.idempotency_key ~ '^schedule:a-min:\\d{4}-\\d\\d-\\d\\dT\\d\\d:\\d\\d:\\d\\dZ\$') "
 		  . "|| ' ' || (wfe.report(r.run_id) ->> 'schedule') || ' ' "
 		  . "|| ((wfe.report(r.run_id) ->> 'scheduled_for')::timestamptz = s.scheduled_for) || ' ' || r.context "
 		  . "FROM wfe.schedule_runs AS s JOIN wfe.runs AS r USING (run_id) ORDER BY run_id LIMIT 1"),
@@ -199,7 +199,7 @@ my $T = sql("SELECT date_trunc('minute', now())");
 sql(    "UPDATE wfe.schedule_defs SET next_tick = '$T'::timestamptz - interval '11 minutes', "
 	  . "end_at = '$T'::timestamptz - interval '2 minutes', next_fire_at = now() "
 	  . "WHERE name LIKE 'cu-%'; SELECT wfe._wake(now());");
-ok(fired($_), "cu-$_ fired") for qw(latest all none);
+ok(fired("cu-$_"), "cu-$_ fired") for qw(latest all none);
 is( sql(
 		"SELECT count(*) || ' ' || bool_and(scheduled_for = '$T'::timestamptz - interval '2 minutes') "
 		  . "FROM wfe.schedule_runs WHERE schedule = 'cu-latest'"),
