@@ -37,6 +37,7 @@ int			wfe_max_payload_bytes = 64 * 1024 * 1024;
 int			wfe_max_json_depth = WFE_JSON_DEPTH_CEILING;
 int			wfe_max_name_bytes = 256;
 int			wfe_callback_tolerance_s = 300;
+int			wfe_max_schedule_catch_up = 100;
 int			wfe_schema_step_budget = (int) WFE_SCHEMA_STEP_BUDGET;
 
 /* Define every wfe.* parameter, then reserve the prefix against typos. */
@@ -246,5 +247,12 @@ wfe_guc_init(void)
 							 false,
 							 PGC_SUSET, 0,
 							 NULL, NULL, NULL);
+	DefineCustomIntVariable("wfe.max_schedule_catch_up",
+							"Most missed ticks a schedule with catch_up 'all' fires after downtime.",
+							"The latest ones are fired; older ones are skipped (event schedule.skipped).",
+							&wfe_max_schedule_catch_up,
+							100, 1, 10000,
+							PGC_SUSET, 0,
+							NULL, NULL, NULL);
 	MarkGUCPrefixReserved("wfe");
 }

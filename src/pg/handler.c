@@ -70,6 +70,20 @@ wfe_caller_role(void)
 	return OidIsValid(running_as) ? running_as : GetOuterUserId();
 }
 
+/*
+ * Make role the one acting (InvalidOid: the session's again) and return
+ * the previous one, for the caller to restore: a schedule's tick submits
+ * as the schedule's owner (schedule.c).
+ */
+Oid
+wfe_set_acting_role(Oid role)
+{
+	Oid			previous = running_as;
+
+	running_as = role;
+	return previous;
+}
+
 PG_FUNCTION_INFO_V1(wfe_caller);
 PG_FUNCTION_INFO_V1(wfe_identity);
 PG_FUNCTION_INFO_V1(wfe_check_handler);

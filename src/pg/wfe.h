@@ -40,6 +40,7 @@ extern const char *wfe_cache_leader(const char *tenant, const char *key, int64 r
 
 /* Who is calling: a running handler's registrant, else the session's role (handler.c). */
 extern Oid	wfe_caller_role(void);
+extern Oid	wfe_set_acting_role(Oid role);
 
 /* wfe's own transaction locks, which no login can take (locks.c). */
 extern bool wfe_lock(const char *space, const char *key, bool try);
@@ -66,5 +67,8 @@ extern void wfe_require_queue(const char *queue, const char *what);
 extern bool wfe_acts_for_tenant(const char *tenant);
 extern bool wfe_may_call_back(const char *queue, const char *tenant, bool has_handler,
 							  int64 run_id, const char *stage, const char *what);
+
+/* Schedules (schedule.c; GUC wfe.max_schedule_catch_up). */
+extern int	wfe_max_schedule_catch_up;
 
 #endif							/* WFE_WFE_H */

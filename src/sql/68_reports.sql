@@ -45,6 +45,9 @@ BEGIN
         'submitted_at', r.submitted_at,
         'finished_at', r.finished_at,
         'duration_ms', round(extract(epoch FROM coalesce(r.finished_at, now()) - r.submitted_at) * 1000),
+        -- a run a schedule started (69_schedules.sql): which, and for which tick
+        'schedule', (SELECT x.schedule FROM wfe.schedule_runs AS x WHERE x.run_id = r.run_id),
+        'scheduled_for', (SELECT x.scheduled_for FROM wfe.schedule_runs AS x WHERE x.run_id = r.run_id),
         'stages', (SELECT coalesce(jsonb_agg(jsonb_build_object(
                               'stage', s.stage,
                               'kind', s.kind,

@@ -102,6 +102,8 @@ BEGIN
         RAISE WARNING 'wfe: rechecking held tasks raised % (%)', v_state,
             left(regexp_replace(v_message, '[[:cntrl:]]+', ' ', 'g'), 1000);
     END;
+    -- Schedules' due ticks (69_schedules.sql): each submits a run.
+    done := done + wfe._fire_schedules(p_max);
     -- Lock the batch first, then fire it in run order: each firing takes
     -- its run's lock and keeps it, so two firers (this worker, a manual
     -- wfe.tick()) firing in due order could each wait for a run the other
@@ -151,7 +153,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION wfe._worker_round(int) IS
-'Releases what missed admission tries held back, fires up to p_max due timers and times out up to p_max expired attempts; returns how many timers and attempts.';
+'Releases what missed admission tries held back, fires up to p_max due schedules and timers and times out up to p_max expired attempts; returns how many runs submitted, timers and attempts.';
 REVOKE ALL ON FUNCTION wfe._worker_round(int) FROM PUBLIC;
 
 -- Run the oldest queued in-database action that nobody else is handling.
@@ -203,10 +205,12 @@ BEGIN ATOMIC
              WHERE wfe._stage_clocked(st.state) AND st.deadline_at IS NOT NULL
             UNION ALL
             SELECT min(st.ready_at) FROM wfe.run_stages AS st
-             WHERE st.state = 'queued' AND st.handler IS NOT NULL) AS d;
+             WHERE st.state = 'queued' AND st.handler IS NOT NULL
+            UNION ALL
+            SELECT min(s.next_fire_at) FROM wfe.schedule_defs AS s WHERE NOT s.paused) AS d;
 END;
 COMMENT ON FUNCTION wfe._next_due_ms() IS
-'How long the background worker may sleep: until the earliest timer, deadline or queued action (NULL: nothing due).';
+'How long the background worker may sleep: until the earliest timer, deadline, queued action or schedule tick (NULL: nothing due).';
 REVOKE ALL ON FUNCTION wfe._next_due_ms() FROM PUBLIC;
 
 -- On start: what a crashed incarnation left claimed goes back to pending.
