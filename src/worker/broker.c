@@ -3,7 +3,7 @@
  *
  * Channel 1 consumes the queue's two tracks (wfe.<queue>.small and
  * .large) with manual acknowledgement and a channel-wide prefetch of
- * --concurrency.  Channel 2 is in transaction mode and only publishes dead
+ * --concurrency (per consumer with --queue-type quorum).  Channel 2 is in transaction mode and only publishes dead
  * letters, so that a message is acknowledged only after its dead-lettered
  * copy is safely with the broker.  Channel 3 consumes a server-named
  * exclusive queue bound to wfe.commands with cancel.<queue>
@@ -333,8 +333,13 @@ connect_node(const char *node_uri, char *err, size_t errlen)
 	amqp_channel_open(conn, CONSUME_CHANNEL);
 	if (!last_rpc_ok("opening channel 1", err, errlen))
 		goto fail;
-	/* global: the limit is the channel's, across both tracks */
-	amqp_basic_qos(conn, CONSUME_CHANNEL, 0, (uint16_t) opts.concurrency, 1);
+	/*
+	 * global: the limit is the channel's, across both tracks.  Quorum queues
+	 * refuse consumers on a channel with a global limit: there each track's
+	 * consumer has the limit, and what arrives beyond the free slots waits
+	 * here, unacknowledged, for a slot (consume.c).
+	 */
+	amqp_basic_qos(conn, CONSUME_CHANNEL, 0, (uint16_t) opts.concurrency, opts.quorum ? 0 : 1);
 	if (!last_rpc_ok("basic.qos", err, errlen))
 		goto fail;
 	if (opts.declare && !declare_topology(err, errlen))
@@ -418,6 +423,8 @@ broker_set_consuming(bool on, char *err, size_t errlen)
 							   amqp_cstring_bytes(consumer_tag(t)), 0, 0, 0, amqp_empty_table);
 			if (!last_rpc_ok(queue, err, errlen))
 			{
+				if (!opts.quorum && strstr(err, "global") != NULL)
+					wlog(LOG_WARNING, "%s is a quorum queue: start wfe-worker with --queue-type quorum", queue);
 				broker_disconnect();
 				return false;
 			}

@@ -40,7 +40,7 @@ is_deeply([ $rabbits[0]->running_nodes ], [ sort @names ], 'three RabbitMQ nodes
 for my $r (@rabbits)
 {
 	my @socks = $r->listening;
-	my @public = grep { !/^127\.0\.0\.1:\d+$/ } @socks;
+	my @public = grep { !/^(?:127\.0\.0\.1|\[::1\]):\d+$/ } @socks;
 	ok(@socks >= 3 && !@public,
 		"$r->{nodename} listens on loopback only (@socks)" . (@public ? "; NOT: @public" : ''));
 }
@@ -84,7 +84,8 @@ for my $i (0 .. 2)
 		[
 			$worker_bin, '--queue', 'tapc', '--mode', 'broker',
 			'--dsn', $node->connstr('postgres'), '--amqp-uri', join(',', @order),
-			'--worker-id', "tap-cluster-$i", '--concurrency', '4', '--command', $command
+			'--worker-id', "tap-cluster-$i", '--concurrency', '4', '--queue-type', 'quorum',
+			'--command', $command
 		],
 		'<', \undef, '>>', $log, '2>>', $log);
 }
@@ -92,8 +93,8 @@ for my $i (0 .. 2)
 sub submit
 {
 	my ($from, $to) = @_;
-	sql(qq{SELECT count(wfe.submit('tap-cluster', jsonb_build_object('n', g, 'data', g)))
-	         FROM generate_series($from, $to) AS g});
+	sql(qq{SELECT count(*) FROM generate_series($from, $to) AS g,
+	         LATERAL wfe.submit('tap-cluster', jsonb_build_object('n', g, 'data', g))});
 }
 
 sub completed { return sql(q{SELECT count(*) FROM wfe.runs WHERE state = 'completed'}); }
@@ -121,8 +122,8 @@ is(sql(q{SELECT count(*) FROM wfe.run_stages WHERE attempt <> 1 OR state <> 'com
 is(sql(q{SELECT count(*) FROM wfe.dead_letters}), 0, 'nothing was dead-lettered');
 
 my $log = slurp_file($node->logfile);
-like($log, qr/wfe publisher connected to RabbitMQ again at (?!\Q$addr\E)/,
-	'the publisher moved on to another node');
+my @at = $log =~ /wfe publisher connected to RabbitMQ(?: again)? at (\S+)/g;
+ok(@at > 1 && $at[-1] ne $addr, "the publisher moved on to another node (@at)");
 
 # the side effects: one per attempt, none twice for a fence
 my %seen;

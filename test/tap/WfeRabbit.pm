@@ -358,7 +358,9 @@ sub nodename { return $_[0]->{nodename}; }
 END
 {
 	local $?;
-	$_->stop for reverse @running;
+	# (a copy: stop takes each node off @running)
+	my @nodes = reverse @running;
+	$_->stop for @nodes;
 }
 
 # Run amqp-probe against this node: (exit status, stdout, stderr).
