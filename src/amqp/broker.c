@@ -350,15 +350,22 @@ int
 broker_declare_queue(const char *queue, const wfe_queue_options *options, char *err, size_t errlen)
 {
 	int			result = 1;
+	char		this_err[256];
 
 	for (wfe_track t = 0; t < WFE_TRACKS; t++)
 		for (int retry = 0; retry <= 1; retry++)
 			if (!wfe_topology_declare_queue(conn, CHANNEL, queue, t, retry, options,
-											rpc_ok, err, errlen))
+											rpc_ok, this_err, sizeof(this_err)))
 			{
 				/* one queue that disagrees must not stop the others */
 				if (!recover_channel())
+				{
+					strlcpy(err, this_err, errlen);
 					return 0;
+				}
+				/* the first refusal is the one reported */
+				if (result == 1)
+					strlcpy(err, this_err, errlen);
 				result = -1;
 			}
 	return result;

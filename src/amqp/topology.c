@@ -177,8 +177,20 @@ wfe_queue_type_parse(const char *name, wfe_queue_type *type)
 bool
 wfe_topology_type_mismatch(const char *err)
 {
-	/* RabbitMQ: "PRECONDITION_FAILED - inequivalent arg 'x-queue-type' for queue ..." */
-	return strstr(err, "406") != NULL && strstr(err, "'x-queue-type'") != NULL;
+	/*
+	 * RabbitMQ: "PRECONDITION_FAILED - inequivalent arg 'x-overflow' for queue
+	 * ...".  It names the first argument that differs, which need not be
+	 * x-queue-type: any of the arguments only wfe's quorum queues carry
+	 * says the same.
+	 */
+	static const char *const quorum_only[] = {"'x-queue-type'", "'x-overflow'", "'x-dead-letter-strategy'"};
+
+	if (strstr(err, "406") == NULL)
+		return false;
+	for (int i = 0; i < 3; i++)
+		if (strstr(err, quorum_only[i]) != NULL)
+			return true;
+	return false;
 }
 
 /* An integer-valued AMQP table entry. */

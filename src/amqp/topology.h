@@ -122,7 +122,9 @@ typedef struct wfe_queue_options
 
 /*
  * Did the broker refuse a declaration because the queue exists with
- * another type?  `err` is what the check callback wrote for the refusal.
+ * another type?  `err` is what the check callback wrote for the refusal
+ * (RabbitMQ names the first argument that differs, x-queue-type or
+ * another one only quorum queues carry).
  */
 extern bool wfe_topology_type_mismatch(const char *err);
 

@@ -61,7 +61,7 @@ $node->wait_for_log(qr/wfe publisher disconnected: wfe.amqp_queue_type changed/,
 $node->wait_for_log(qr/the RabbitMQ queues of "tapqt" exist with another type than wfe.amqp_queue_type = 'quorum'/,
 	$offset);
 my $log = substr(slurp_file($node->logfile), $offset);
-like($log, qr/406 PRECONDITION_FAILED - inequivalent arg 'x-queue-type'.*\n.*HINT:  RabbitMQ cannot change a queue's type/,
+like($log, qr/406 PRECONDITION_FAILED - inequivalent arg 'x-(?:queue-type|overflow|dead-letter-strategy)'.*\n.*HINT:  RabbitMQ cannot change a queue's type/,
 	'the WARNING quotes RabbitMQ and hints at the migration');
 like($log, qr/the RabbitMQ queues of "wfe.dlq" exist with another type/, 'wfe.dlq is reported too');
 

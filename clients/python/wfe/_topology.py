@@ -63,8 +63,10 @@ def queue_arguments(queue_type: str, dead_letters: bool) -> Dict[str, Any]:
 
 
 def is_type_mismatch(exc: BaseException) -> bool:
-    """Did RabbitMQ refuse a declaration because the queue exists with another type?"""
-    return "406" in str(exc) and "x-queue-type" in str(exc)
+    """Did RabbitMQ refuse a declaration because the queue exists with another type?  It names the
+    first argument that differs: x-queue-type, or another one only wfe's quorum queues carry."""
+    text = str(exc)
+    return "406" in text and any(f"'{a}'" in text for a in ("x-queue-type", "x-overflow", "x-dead-letter-strategy"))
 
 
 def declare(channel: Callable[[], Any], queues: Any, retry_ttl_ms: int, queue_type: str = "classic",
