@@ -118,6 +118,19 @@ report_kept(const char *queue, const char *err)
 	kept[nkept++] = MemoryContextStrdup(TopMemoryContext, queue);
 }
 
+/* The queue was declared as configured: a later disagreement is news again. */
+static void
+unreport_kept(const char *queue)
+{
+	for (int i = 0; i < nkept; i++)
+		if (strcmp(kept[i], queue) == 0)
+		{
+			pfree(kept[i]);
+			kept[i] = kept[--nkept];
+			return;
+		}
+}
+
 /* Has this connection declared the queue's topology?  Declare it if not. */
 static bool
 ensure_queue(const char *queue)
@@ -145,6 +158,8 @@ ensure_queue(const char *queue)
 		report_kept(queue, err);
 		strlcpy(last_error, err, sizeof(last_error));
 	}
+	else
+		unreport_kept(queue);
 	if (ndeclared == declared_cap)
 	{
 		declared_cap = declared_cap ? declared_cap * 2 : 16;
@@ -220,6 +235,8 @@ connect_if_needed(long *wait_ms)
 	{
 		if (base < 0)
 			report_kept(WFE_QUEUE_DLQ, err);
+		else
+			unreport_kept(WFE_QUEUE_DLQ);
 		if (connected_uri)
 			pfree(connected_uri);
 		connected_uri = MemoryContextStrdup(TopMemoryContext, wfe_amqp_uri);
