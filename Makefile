@@ -71,9 +71,10 @@ CLI_OBJS     = $(patsubst src/%.c,build/cli/%.o,$(CORE_SRCS) $(sort $(wildcard s
 
 # wfe-worker: the reference worker, a client of libpq and librabbitmq.  It
 # shares the PostgreSQL-free parts of the tree with the server: UTF-8 and
-# queue names (src/core/base/) and the AMQP topology (src/amqp/topology.c).
+# queue names (src/core/base/), the AMQP topology and the node list
+# (src/amqp/topology.c, nodes.c).
 WORKER       = build/wfe-worker
-WORKER_SHARED := src/core/base/utf8.c src/core/base/names.c src/amqp/topology.c
+WORKER_SHARED := src/core/base/utf8.c src/core/base/names.c src/amqp/topology.c src/amqp/nodes.c
 WORKER_SRCS := $(sort $(wildcard src/worker/*.c)) $(WORKER_SHARED)
 WORKER_OBJS  = $(patsubst src/%.c,build/wfe-worker-obj/%.o,$(WORKER_SRCS))
 WORKER_CPPFLAGS = -Isrc -I$(shell $(PG_CONFIG) --includedir 2>/dev/null) -DWFE_VERSION='"$(EXTVERSION)"'

@@ -18,7 +18,10 @@
 #include <amqp_tcp_socket.h>
 #include <json-c/json.h>
 
+#include "utils/memutils.h"
+
 #include "broker.h"
+#include "nodes.h"
 #include "topology.h"
 
 #define CHANNEL 1
@@ -35,6 +38,16 @@ static uint64_t last_tag = 0;
  * blocked instead.
  */
 static bool blocked = false;
+
+/*
+ * The nodes of wfe.amqp_uri: the list last connected with (TopMemoryContext),
+ * the node connected to (-1: none), and the node the next connection tries
+ * first -- the one after a node whose connection dropped.
+ */
+static char *node_list = NULL;
+static int	node_connected = -1;
+static int	node_first = 0;
+static char node_addr[128] = "";
 
 /* Reply code of a channel the broker closed in the last RPC, or 0. */
 static int	channel_closed_code = 0;
@@ -89,8 +102,9 @@ read_password(const char *path, char *buf, size_t size, char *err, size_t errlen
 	return true;
 }
 
-bool
-broker_connect(const char *uri, const char *password_file, char *err, size_t errlen)
+/* Connect to one node's URI; false with *err set. */
+static bool
+connect_node(const char *uri, const char *password_file, char *err, size_t errlen)
 {
 	struct amqp_connection_info info;
 	struct timeval timeout = {IO_TIMEOUT_S, 0};
@@ -174,11 +188,67 @@ fail:
 	return false;
 }
 
+/* See broker.h. */
+bool
+broker_connect(const char *uris, const char *password_file, char *err, size_t errlen)
+{
+	int			n = wfe_amqp_node_count(uris);
+	size_t		size = strlen(uris) + 1;
+	char	   *uri = palloc(size);
+	char		node_err[256];
+
+	broker_disconnect();
+	/* another list: start again from its first node */
+	if (node_list == NULL || strcmp(node_list, uris) != 0)
+	{
+		if (node_list)
+			pfree(node_list);
+		node_list = MemoryContextStrdup(TopMemoryContext, uris);
+		node_first = 0;
+	}
+	err[0] = '\0';
+	for (int k = 0; k < n; k++)
+	{
+		int			i = (node_first + k) % n;
+
+		(void) wfe_amqp_node_uri(uris, i, uri, size);
+		wfe_amqp_node_address(uri, node_addr, sizeof(node_addr));
+		if (connect_node(uri, password_file, node_err, sizeof(node_err)))
+		{
+			node_connected = i;
+			pfree(uri);
+			return true;
+		}
+		/* say why each node failed, the first one's reason first */
+		if (n == 1)
+			strlcpy(err, node_err, errlen);
+		else
+		{
+			size_t		used = strlen(err);
+
+			snprintf(err + used, errlen - used, "%s%s: %s", used ? "; " : "", node_addr, node_err);
+		}
+	}
+	pfree(uri);
+	return false;
+}
+
+/* See broker.h. */
+const char *
+broker_node(void)
+{
+	return conn ? node_addr : "";
+}
+
 void
 broker_disconnect(void)
 {
 	if (conn == NULL)
 		return;
+	/* the next connection starts with the next node (see node_first) */
+	if (node_connected >= 0 && node_list)
+		node_first = (node_connected + 1) % wfe_amqp_node_count(node_list);
+	node_connected = -1;
 	/* best effort: the broker may be gone already */
 	amqp_connection_close(conn, AMQP_REPLY_SUCCESS);
 	amqp_destroy_connection(conn);
@@ -245,12 +315,6 @@ broker_is_connected(void)
 	return conn != NULL;
 }
 
-/* See broker.h. */
-bool
-broker_declare_base(char *err, size_t errlen)
-{
-	return wfe_topology_declare_base(conn, CHANNEL, rpc_ok, err, errlen);
-}
 
 /*
  * The broker refused a declaration that disagrees with an existing queue
@@ -273,18 +337,35 @@ recover_channel(void)
 
 /* See broker.h. */
 int
-broker_declare_queue(const char *queue, int retry_ttl_ms, char *err, size_t errlen)
+broker_declare_base(int queue_type, char *err, size_t errlen)
+{
+	if (wfe_topology_declare_base(conn, CHANNEL, (wfe_queue_type) queue_type, rpc_ok, err, errlen))
+		return 1;
+	/* wfe.dlq of another type (or arguments) works as it is */
+	return recover_channel() ? -1 : 0;
+}
+
+/* See broker.h. */
+int
+broker_declare_queue(const char *queue, const wfe_queue_options *options, char *err, size_t errlen)
 {
 	int			result = 1;
+	char		this_err[256];
 
 	for (wfe_track t = 0; t < WFE_TRACKS; t++)
 		for (int retry = 0; retry <= 1; retry++)
-			if (!wfe_topology_declare_queue(conn, CHANNEL, queue, t, retry, retry_ttl_ms,
-											rpc_ok, err, errlen))
+			if (!wfe_topology_declare_queue(conn, CHANNEL, queue, t, retry, options,
+											rpc_ok, this_err, sizeof(this_err)))
 			{
 				/* one queue that disagrees must not stop the others */
 				if (!recover_channel())
+				{
+					strlcpy(err, this_err, errlen);
 					return 0;
+				}
+				/* the first refusal is the one reported */
+				if (result == 1)
+					strlcpy(err, this_err, errlen);
 				result = -1;
 			}
 	return result;

@@ -34,8 +34,14 @@ typedef struct BrokerMessage
 	BrokerStatus status;
 } BrokerMessage;
 
-/* Connect, log in, open a channel in confirm mode; false with *err set. */
-extern bool broker_connect(const char *uri, const char *password_file, char *err, size_t errlen);
+/*
+ * Connect to the first node of a comma-separated list of amqp:// URIs that
+ * answers (starting after the node whose connection dropped last), log in,
+ * open a channel in confirm mode; false with *err saying why each failed.
+ */
+extern bool broker_connect(const char *uris, const char *password_file, char *err, size_t errlen);
+/* host:port of the node connected to ("" when not connected). */
+extern const char *broker_node(void);
 extern void broker_disconnect(void);
 extern bool broker_is_connected(void);
 
@@ -45,14 +51,16 @@ extern bool broker_is_blocked(void);
 /* Read what the broker sent (blocked/unblocked) for up to timeout_ms. */
 extern bool broker_poll(int timeout_ms, char *err, size_t errlen);
 
-/* The exchanges and wfe.dlq; and the queues of one wfe queue. */
-extern bool broker_declare_base(char *err, size_t errlen);
 /*
- * Declare the queues of one wfe queue: 1 done; -1 an existing queue has other
- * arguments (e.g. another TTL) and was left as it is, *err says which; 0 the
- * connection failed.
+ * Declare the exchanges and wfe.dlq (queue_type: a wfe_queue_type), or the
+ * queues of one wfe queue: 1 done; -1 an existing queue has another type or
+ * other arguments (e.g. another TTL) and was left as it is, *err says which;
+ * 0 the connection failed.
  */
-extern int	broker_declare_queue(const char *queue, int retry_ttl_ms, char *err, size_t errlen);
+extern int	broker_declare_base(int queue_type, char *err, size_t errlen);
+struct wfe_queue_options;
+extern int	broker_declare_queue(const char *queue, const struct wfe_queue_options *options,
+								 char *err, size_t errlen);
 
 /* Publish one message; false (connection lost) with *err set. */
 extern bool broker_publish(BrokerMessage *msg, char *err, size_t errlen);

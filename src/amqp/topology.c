@@ -151,6 +151,83 @@ wfe_amqp_string_entry(const char *key, const char *value)
 	return e;
 }
 
+static const char *const queue_type_names[] = {"classic", "quorum"};
+
+/* See topology.h. */
+const char *
+wfe_queue_type_name(wfe_queue_type type)
+{
+	return queue_type_names[type];
+}
+
+/* See topology.h. */
+bool
+wfe_queue_type_parse(const char *name, wfe_queue_type *type)
+{
+	for (int i = 0; i <= WFE_QUEUE_QUORUM; i++)
+		if (strcmp(name, queue_type_names[i]) == 0)
+		{
+			*type = (wfe_queue_type) i;
+			return true;
+		}
+	return false;
+}
+
+/* See topology.h. */
+bool
+wfe_topology_type_mismatch(const char *err)
+{
+	/*
+	 * RabbitMQ: "PRECONDITION_FAILED - inequivalent arg 'x-overflow' for queue
+	 * ...".  It names the first argument that differs, which need not be
+	 * x-queue-type: any of the arguments only wfe's quorum queues carry
+	 * says the same.
+	 */
+	static const char *const quorum_only[] = {"'x-queue-type'", "'x-overflow'", "'x-dead-letter-strategy'"};
+
+	if (strstr(err, "406") == NULL)
+		return false;
+	for (int i = 0; i < 3; i++)
+		if (strstr(err, quorum_only[i]) != NULL)
+			return true;
+	return false;
+}
+
+/* An integer-valued AMQP table entry. */
+static amqp_table_entry_t
+int_entry(const char *key, int value)
+{
+	amqp_table_entry_t e;
+
+	e.key = amqp_cstring_bytes(key);
+	e.value.kind = AMQP_FIELD_KIND_I32;
+	e.value.value.i32 = value;
+	return e;
+}
+
+/*
+ * Append the arguments every quorum queue of wfe's carries to args (room
+ * for three): the type, and at-least-once dead-lettering, which RabbitMQ
+ * allows only with overflow reject-publish (without a length limit nothing
+ * is ever refused for it).  Classic queues get nothing: 0.2.0 declared them
+ * without x-queue-type, and a redeclaration must stay equivalent.
+ */
+static int
+quorum_args(amqp_table_entry_t *args, wfe_queue_type type, bool dead_letters)
+{
+	int			n = 0;
+
+	if (type != WFE_QUEUE_QUORUM)
+		return 0;
+	args[n++] = wfe_amqp_string_entry("x-queue-type", "quorum");
+	if (dead_letters)
+	{
+		args[n++] = wfe_amqp_string_entry("x-dead-letter-strategy", "at-least-once");
+		args[n++] = wfe_amqp_string_entry("x-overflow", "reject-publish");
+	}
+	return n;
+}
+
 /* Declare a durable topic exchange. */
 static bool
 declare_exchange(amqp_connection_state_t conn, amqp_channel_t channel, const char *exchange,
@@ -178,12 +255,16 @@ declare_bound_queue(amqp_connection_state_t conn, amqp_channel_t channel, const 
 /* See topology.h. */
 bool
 wfe_topology_declare_base(amqp_connection_state_t conn, amqp_channel_t channel,
-						  wfe_topology_check check, char *err, size_t errlen)
+						  wfe_queue_type type, wfe_topology_check check,
+						  char *err, size_t errlen)
 {
+	amqp_table_entry_t args[3];
+	amqp_table_t table = {quorum_args(args, type, false), args};
+
 	return declare_exchange(conn, channel, WFE_EXCHANGE_COMMANDS, check, err, errlen) &&
 		declare_exchange(conn, channel, WFE_EXCHANGE_RETRY, check, err, errlen) &&
 		declare_exchange(conn, channel, WFE_EXCHANGE_EVENTS, check, err, errlen) &&
-		declare_bound_queue(conn, channel, WFE_QUEUE_DLQ, amqp_empty_table,
+		declare_bound_queue(conn, channel, WFE_QUEUE_DLQ, table,
 							WFE_EXCHANGE_COMMANDS, WFE_KEY_DEAD, check, err, errlen);
 }
 
@@ -191,15 +272,16 @@ wfe_topology_declare_base(amqp_connection_state_t conn, amqp_channel_t channel,
 bool
 wfe_topology_declare_queue(amqp_connection_state_t conn, amqp_channel_t channel,
 						   const char *queue, wfe_track track, bool retry,
-						   int retry_ttl_ms, wfe_topology_check check,
-						   char *err, size_t errlen)
+						   const wfe_queue_options *options,
+						   wfe_topology_check check, char *err, size_t errlen)
 {
 	char		main_name[WFE_TOPOLOGY_NAME_MAX],
 				retry_name[WFE_TOPOLOGY_NAME_MAX],
 				run_key[WFE_TOPOLOGY_NAME_MAX],
 				retry_key[WFE_TOPOLOGY_NAME_MAX];
-	amqp_table_entry_t args[3];
+	amqp_table_entry_t args[7];
 	amqp_table_t table;
+	int			n;
 
 	if (!wfe_topology_queue(main_name, queue, track) ||
 		!wfe_topology_retry_queue(retry_name, queue, track) ||
@@ -215,17 +297,19 @@ wfe_topology_declare_queue(amqp_connection_state_t conn, amqp_channel_t channel,
 		/* rejected messages dead-letter into the retry queue ... */
 		args[0] = wfe_amqp_string_entry("x-dead-letter-exchange", WFE_EXCHANGE_RETRY);
 		args[1] = wfe_amqp_string_entry("x-dead-letter-routing-key", retry_key);
-		table.num_entries = 2;
+		n = 2 + quorum_args(args + 2, options->type, true);
+		/* ... and so do messages requeued past the limit (quorum queues count) */
+		if (options->type == WFE_QUEUE_QUORUM)
+			args[n++] = int_entry("x-delivery-limit", options->delivery_limit);
+		table.num_entries = n;
 		return declare_bound_queue(conn, channel, main_name, table, WFE_EXCHANGE_COMMANDS,
 								   run_key, check, err, errlen);
 	}
 	/* ... which holds them for the TTL and dead-letters them back */
-	args[0].key = amqp_cstring_bytes("x-message-ttl");
-	args[0].value.kind = AMQP_FIELD_KIND_I32;
-	args[0].value.value.i32 = retry_ttl_ms;
+	args[0] = int_entry("x-message-ttl", options->retry_ttl_ms);
 	args[1] = wfe_amqp_string_entry("x-dead-letter-exchange", WFE_EXCHANGE_COMMANDS);
 	args[2] = wfe_amqp_string_entry("x-dead-letter-routing-key", run_key);
-	table.num_entries = 3;
+	table.num_entries = 3 + quorum_args(args + 3, options->type, true);
 	return declare_bound_queue(conn, channel, retry_name, table, WFE_EXCHANGE_RETRY,
 							   retry_key, check, err, errlen);
 }

@@ -95,20 +95,61 @@ extern amqp_table_entry_t wfe_amqp_string_entry(const char *key, const char *val
  */
 typedef bool (*wfe_topology_check) (const char *what, char *err, size_t errlen);
 
-/* Declare the three exchanges and wfe.dlq; false at the first refused RPC. */
+/*
+ * How wfe's queues are declared (wfe.amqp_queue_type): classic queues, as
+ * 0.2.0 declared them (no x-queue-type argument), or quorum queues, which
+ * RabbitMQ replicates across a cluster.
+ */
+typedef enum wfe_queue_type
+{
+	WFE_QUEUE_CLASSIC,
+	WFE_QUEUE_QUORUM
+} wfe_queue_type;
+
+/* "classic" or "quorum". */
+extern const char *wfe_queue_type_name(wfe_queue_type type);
+
+/* The type named by "classic" or "quorum"; false for anything else. */
+extern bool wfe_queue_type_parse(const char *name, wfe_queue_type *type);
+
+/* The settings a wfe queue's AMQP queues are declared with. */
+typedef struct wfe_queue_options
+{
+	wfe_queue_type type;
+	int			retry_ttl_ms;	/* the retry queues' x-message-ttl */
+	int			delivery_limit; /* quorum: x-delivery-limit of the main queues */
+} wfe_queue_options;
+
+/*
+ * Did the broker refuse a declaration because the queue exists with
+ * another type?  `err` is what the check callback wrote for the refusal
+ * (RabbitMQ names the first argument that differs, x-queue-type or
+ * another one only quorum queues carry).
+ */
+extern bool wfe_topology_type_mismatch(const char *err);
+
+/*
+ * Declare the three exchanges and wfe.dlq (of the given type); false at the
+ * first refused RPC.
+ */
 extern bool wfe_topology_declare_base(amqp_connection_state_t conn, amqp_channel_t channel,
-									  wfe_topology_check check, char *err, size_t errlen);
+									  wfe_queue_type type, wfe_topology_check check,
+									  char *err, size_t errlen);
 
 /*
  * Declare and bind one of a wfe queue's AMQP queues: the main queue of a
  * track (retry false), whose rejected messages dead-letter into the retry
- * queue, or the retry queue (retry true), which holds them for retry_ttl_ms
- * and dead-letters them back.  False at the first refused RPC (RabbitMQ
- * closes the channel when an existing queue has other arguments).
+ * queue, or the retry queue (retry true), which holds them for
+ * options->retry_ttl_ms and dead-letters them back.  Quorum queues
+ * dead-letter at least once, and a main queue's message requeued more than
+ * options->delivery_limit times (its consumers' connections dropped while
+ * they held it) dead-letters into the retry queue too.  False at the first
+ * refused RPC (RabbitMQ closes the channel when an existing queue has other
+ * arguments or another type).
  */
 extern bool wfe_topology_declare_queue(amqp_connection_state_t conn, amqp_channel_t channel,
 									   const char *queue, wfe_track track, bool retry,
-									   int retry_ttl_ms, wfe_topology_check check,
-									   char *err, size_t errlen);
+									   const wfe_queue_options *options,
+									   wfe_topology_check check, char *err, size_t errlen);
 
 #endif							/* WFE_TOPOLOGY_H */

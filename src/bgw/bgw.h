@@ -28,6 +28,7 @@ extern int	wfe_publish_batch;
 extern int	wfe_confirm_window;
 extern int	wfe_broker_retry_ttl_ms;
 extern int	wfe_broker_max_redeliveries;
+extern int	wfe_amqp_queue_type;	/* a wfe_queue_type (amqp/topology.h) */
 extern int	wfe_track_threshold_bytes;
 extern bool wfe_publish_events;
 

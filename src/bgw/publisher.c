@@ -53,6 +53,7 @@
 static char holder[64];
 static int64 lease_token = -1;
 static char *connected_uri = NULL;	/* TopMemoryContext */
+static int	connected_queue_type = -1;	/* wfe.amqp_queue_type when connected */
 static TimestampTz next_connect_at = 0;
 static char *failed_uri = NULL;	/* TopMemoryContext: the URI the backoff is for */
 static int	connect_failures = 0;
@@ -75,18 +76,77 @@ disconnect(const char *why)
 	ndeclared = 0;
 }
 
+/*
+ * Queues (and "wfe.dlq") RabbitMQ kept as they were, already reported: for
+ * the life of the process, not of a connection, so that a failover to
+ * another node does not report them again (TopMemoryContext).
+ */
+static char **kept = NULL;
+static int	nkept = 0;
+static int	kept_cap = 0;
+
+/*
+ * RabbitMQ kept an existing queue that disagrees with what we declared:
+ * it works as it is (RabbitMQ cannot change a queue's type or arguments),
+ * so say so once, with what to do, and go on -- never retry in a loop.
+ */
+static void
+report_kept(const char *queue, const char *err)
+{
+	for (int i = 0; i < nkept; i++)
+		if (strcmp(kept[i], queue) == 0)
+			return;
+	if (wfe_topology_type_mismatch(err))
+		ereport(WARNING,
+				(errmsg("wfe publisher: the RabbitMQ queues of \"%s\" exist with another type than wfe.amqp_queue_type = '%s': %s",
+						queue, wfe_queue_type_name((wfe_queue_type) wfe_amqp_queue_type), err),
+				 errhint("RabbitMQ cannot change a queue's type; wfe publishes to the existing queues.  "
+						 "To move them to the new type, drain and delete them as docs/operations.md "
+						 "(\"Moving to quorum queues\") says, or set wfe.amqp_queue_type back.")));
+	else
+		ereport(WARNING,
+				(errmsg("wfe publisher: RabbitMQ kept the existing queues of \"%s\": %s", queue, err),
+				 errhint("Queue arguments such as wfe.broker_retry_ttl_ms apply only to new queues; "
+						 "delete the old ones in RabbitMQ to apply a change.")));
+	if (nkept == kept_cap)
+	{
+		kept_cap = kept_cap ? kept_cap * 2 : 16;
+		kept = kept
+			? repalloc(kept, sizeof(char *) * kept_cap)
+			: MemoryContextAlloc(TopMemoryContext, sizeof(char *) * kept_cap);
+	}
+	kept[nkept++] = MemoryContextStrdup(TopMemoryContext, queue);
+}
+
+/* The queue was declared as configured: a later disagreement is news again. */
+static void
+unreport_kept(const char *queue)
+{
+	for (int i = 0; i < nkept; i++)
+		if (strcmp(kept[i], queue) == 0)
+		{
+			pfree(kept[i]);
+			kept[i] = kept[--nkept];
+			return;
+		}
+}
+
 /* Has this connection declared the queue's topology?  Declare it if not. */
 static bool
 ensure_queue(const char *queue)
 {
 	char		err[256];
-
+	wfe_queue_options options = {
+		.type = (wfe_queue_type) wfe_amqp_queue_type,
+		.retry_ttl_ms = wfe_broker_retry_ttl_ms,
+		.delivery_limit = wfe_broker_max_redeliveries,
+	};
 	int			status;
 
 	for (int i = 0; i < ndeclared; i++)
 		if (strcmp(declared[i], queue) == 0)
 			return true;
-	status = broker_declare_queue(queue, wfe_broker_retry_ttl_ms, err, sizeof(err));
+	status = broker_declare_queue(queue, &options, err, sizeof(err));
 	if (status == 0)
 	{
 		strlcpy(last_error, err, sizeof(last_error));
@@ -95,13 +155,11 @@ ensure_queue(const char *queue)
 	}
 	if (status < 0)
 	{
-		/* the queue works as it is; say once why the setting did not apply */
-		ereport(WARNING,
-				(errmsg("wfe publisher: RabbitMQ kept the existing queues of \"%s\": %s", queue, err),
-				 errhint("Queue arguments such as wfe.broker_retry_ttl_ms apply only to new queues; "
-						 "delete the old ones in RabbitMQ to apply a change.")));
+		report_kept(queue, err);
 		strlcpy(last_error, err, sizeof(last_error));
 	}
+	else
+		unreport_kept(queue);
 	if (ndeclared == declared_cap)
 	{
 		declared_cap = declared_cap ? declared_cap * 2 : 16;
@@ -143,15 +201,26 @@ static bool
 connect_if_needed(long *wait_ms)
 {
 	TimestampTz now = GetCurrentTimestamp();
-	char		err[256];
+	char		err[512];
 	long		backoff;
+	int			base = 0;
 
-	if (broker_is_connected() && connected_uri && strcmp(connected_uri, wfe_amqp_uri) == 0)
+	if (broker_is_connected() && connected_uri && strcmp(connected_uri, wfe_amqp_uri) == 0 &&
+		connected_queue_type == wfe_amqp_queue_type)
 		return true;
 	if (broker_is_connected())
 	{
-		disconnect("wfe.amqp_uri changed");
+		/* declare again, with the new setting */
+		disconnect(connected_queue_type == wfe_amqp_queue_type
+				   ? "wfe.amqp_uri changed" : "wfe.amqp_queue_type changed");
 		next_connect_at = 0;
+	}
+	if (connected_queue_type != wfe_amqp_queue_type)
+	{
+		/* what was kept under the old type is worth a word under the new one */
+		for (int i = 0; i < nkept; i++)
+			pfree(kept[i]);
+		nkept = 0;
 	}
 	/* a corrected URI is tried at once, not after the old one's backoff */
 	if (failed_uri && strcmp(failed_uri, wfe_amqp_uri) != 0)
@@ -162,13 +231,18 @@ connect_if_needed(long *wait_ms)
 		return false;
 	}
 	if (broker_connect(wfe_amqp_uri, wfe_amqp_password_file, err, sizeof(err)) &&
-		broker_declare_base(err, sizeof(err)))
+		(base = broker_declare_base(wfe_amqp_queue_type, err, sizeof(err))) != 0)
 	{
+		if (base < 0)
+			report_kept(WFE_QUEUE_DLQ, err);
+		else
+			unreport_kept(WFE_QUEUE_DLQ);
 		if (connected_uri)
 			pfree(connected_uri);
 		connected_uri = MemoryContextStrdup(TopMemoryContext, wfe_amqp_uri);
-		ereport(LOG, (errmsg("wfe publisher connected to RabbitMQ%s",
-							 connect_failures ? " again" : "")));
+		connected_queue_type = wfe_amqp_queue_type;
+		ereport(LOG, (errmsg("wfe publisher connected to RabbitMQ%s at %s",
+							 connect_failures ? " again" : "", broker_node())));
 		connect_failures = 0;
 		last_error[0] = '\0';
 		return true;

@@ -8,6 +8,7 @@
 #include "miscadmin.h"
 #include "utils/guc.h"
 
+#include "amqp/topology.h"
 #include "bgw/bgw.h"
 #include "wfe.h"
 #include "core/jsonschema/jsonschema.h"
@@ -31,6 +32,7 @@ int			wfe_publish_batch = 500;
 int			wfe_confirm_window = 200;
 int			wfe_broker_retry_ttl_ms = 5000;
 int			wfe_broker_max_redeliveries = 5;
+int			wfe_amqp_queue_type = WFE_QUEUE_CLASSIC;
 int			wfe_track_threshold_bytes = 524288;
 bool		wfe_publish_events = false;
 int			wfe_max_payload_bytes = 64 * 1024 * 1024;
@@ -39,6 +41,13 @@ int			wfe_max_name_bytes = 256;
 int			wfe_callback_tolerance_s = 300;
 int			wfe_max_schedule_catch_up = 100;
 int			wfe_schema_step_budget = (int) WFE_SCHEMA_STEP_BUDGET;
+
+/* wfe.amqp_queue_type's values, in topology.h's order. */
+static const struct config_enum_entry queue_type_options[] = {
+	{"classic", WFE_QUEUE_CLASSIC, false},
+	{"quorum", WFE_QUEUE_QUORUM, false},
+	{NULL, 0, false}
+};
 
 /* Define every wfe.* parameter, then reserve the prefix against typos. */
 /* The core's validator reads the setting from its own variable. */
@@ -205,6 +214,14 @@ wfe_guc_init(void)
 							5, 0, 1000,
 							PGC_SIGHUP, 0,
 							NULL, NULL, NULL);
+	DefineCustomEnumVariable("wfe.amqp_queue_type",
+							 "The type of the RabbitMQ queues wfe declares: classic or quorum.",
+							 "quorum: replicated across a RabbitMQ cluster, x-delivery-limit = wfe.broker_max_redeliveries, "
+							 "at-least-once dead-lettering.  An existing queue keeps its type; see operations.md.",
+							 &wfe_amqp_queue_type,
+							 WFE_QUEUE_CLASSIC, queue_type_options,
+							 PGC_SIGHUP, 0,
+							 NULL, NULL, NULL);
 	DefineCustomIntVariable("wfe.track_threshold_bytes",
 							"Inputs larger than this go on the large track, by reference.",
 							NULL,

@@ -3,7 +3,7 @@
  *
  * Channel 1 consumes the queue's two tracks (wfe.<queue>.small and
  * .large) with manual acknowledgement and a channel-wide prefetch of
- * --concurrency.  Channel 2 is in transaction mode and only publishes dead
+ * --concurrency (per consumer with --queue-type quorum).  Channel 2 is in transaction mode and only publishes dead
  * letters, so that a message is acknowledged only after its dead-lettered
  * copy is safely with the broker.  Channel 3 consumes a server-named
  * exclusive queue bound to wfe.commands with cancel.<queue>
@@ -31,6 +31,7 @@
 #include <amqp_tcp_socket.h>
 #endif
 
+#include "amqp/nodes.h"
 #include "amqp/topology.h"
 #include "util.h"
 #include "worker.h"
@@ -38,6 +39,7 @@
 #define CONSUME_CHANNEL 1
 #define PUBLISH_CHANNEL 2
 #define CANCEL_CHANNEL 3
+#define DECLARE_CHANNEL 4		/* --declare: RabbitMQ may close it, nothing else uses it */
 
 /* Deadline of an RPC, or of the rest of a message's content. */
 #define AMQP_TIMEOUT_MS 10000
@@ -49,6 +51,10 @@
 #define AMQP_HEARTBEAT_S 30
 
 static amqp_connection_state_t conn = NULL;
+/* --amqp-uri's node connected to (-1: none), and the one to try first next */
+static int	node_connected = -1;
+static int	node_first = 0;
+static char node_addr[128] = "";
 static bool broken = false;		/* the socket is unusable: skip the polite close */
 static uint64_t generation = 0;
 static bool consuming = false;
@@ -152,6 +158,10 @@ broker_disconnect(void)
 
 	if (conn == NULL)
 		return;
+	/* the next connection starts with the next node: this one may be gone */
+	if (node_connected >= 0)
+		node_first = (node_connected + 1) % wfe_amqp_node_count(opts.amqp_uri);
+	node_connected = -1;
 	if (!broken)
 		amqp_connection_close(conn, AMQP_REPLY_SUCCESS);
 	amqp_destroy_connection(conn);
@@ -166,21 +176,61 @@ broker_disconnect(void)
 }
 
 /*
+ * After a declaration on DECLARE_CHANNEL failed: when RabbitMQ refused it
+ * because the queue exists with another type or arguments (it closed the
+ * channel with 406), say so once, with what to do, and open the channel
+ * again; the existing queue works as it is.  False for any other failure.
+ */
+static bool
+kept_existing(const char *what, char *err, size_t errlen)
+{
+	static bool reported = false;
+	amqp_channel_close_ok_t close_ok;
+
+	if (broken || strstr(err, "closed the channel: 406") == NULL)
+		return false;
+	if (!reported)
+		wlog(LOG_WARNING, "RabbitMQ kept the existing %s: %s; %s", what, err,
+			 wfe_topology_type_mismatch(err)
+			 ? "a queue's type cannot change: keep --queue-type as the queues are, or migrate them "
+			 "as docs/operations.md (\"Moving to quorum queues\") says"
+			 : "queue arguments such as --retry-ttl-ms apply only to new queues");
+	reported = true;
+	if (amqp_send_method(conn, DECLARE_CHANNEL, AMQP_CHANNEL_CLOSE_OK_METHOD, &close_ok) != AMQP_STATUS_OK)
+		return false;
+	amqp_channel_open(conn, DECLARE_CHANNEL);
+	return last_rpc_ok("opening channel 4", err, errlen);
+}
+
+/*
  * Declare the topology of delivery.md for our queue (--declare), exactly as
  * the wfe publisher does (topology.c serves both), so that either may
- * declare first.
+ * declare first; on a channel of its own, which RabbitMQ closes when a
+ * queue exists with another type.
  */
 static bool
 declare_topology(char *err, size_t errlen)
 {
-	if (!wfe_topology_declare_base(conn, CONSUME_CHANNEL, last_rpc_ok, err, errlen))
+	wfe_queue_options options = {
+		.type = opts.quorum ? WFE_QUEUE_QUORUM : WFE_QUEUE_CLASSIC,
+		.retry_ttl_ms = opts.retry_ttl_ms,
+		.delivery_limit = opts.max_redeliveries,
+	};
+
+	amqp_channel_open(conn, DECLARE_CHANNEL);
+	if (!last_rpc_ok("opening channel 4", err, errlen))
+		return false;
+	if (!wfe_topology_declare_base(conn, DECLARE_CHANNEL, options.type, last_rpc_ok, err, errlen) &&
+		!kept_existing(WFE_QUEUE_DLQ, err, errlen))
 		return false;
 	for (wfe_track t = 0; t < WFE_TRACKS; t++)
 		for (int retry = 0; retry <= 1; retry++)
-			if (!wfe_topology_declare_queue(conn, CONSUME_CHANNEL, opts.queue, t, retry,
-											opts.retry_ttl_ms, last_rpc_ok, err, errlen))
+			if (!wfe_topology_declare_queue(conn, DECLARE_CHANNEL, opts.queue, t, retry,
+											&options, last_rpc_ok, err, errlen) &&
+				!kept_existing("queues of the queue", err, errlen))
 				return false;
-	return true;
+	amqp_channel_close(conn, DECLARE_CHANNEL, AMQP_REPLY_SUCCESS);
+	return last_rpc_ok("closing channel 4", err, errlen);
 }
 
 /* Bind a private queue to cancel.<queue> and consume it. */
@@ -208,12 +258,12 @@ consume_cancellations(char *err, size_t errlen)
 	return last_rpc_ok("consuming cancellation requests", err, errlen);
 }
 
-/* See broker.h. */
-bool
-broker_connect(char *err, size_t errlen)
+/* Connect to one node of --amqp-uri; see broker_connect. */
+static bool
+connect_node(const char *node_uri, char *err, size_t errlen)
 {
 	struct amqp_connection_info ci;
-	char	   *uri = xstrdup(opts.amqp_uri);
+	char	   *uri = xstrdup(node_uri);
 	struct timeval tv = timeout_tv(AMQP_CONNECT_TIMEOUT_MS);
 	struct timeval rpc_tv = timeout_tv(AMQP_TIMEOUT_MS);
 	amqp_socket_t *sock;
@@ -283,8 +333,13 @@ broker_connect(char *err, size_t errlen)
 	amqp_channel_open(conn, CONSUME_CHANNEL);
 	if (!last_rpc_ok("opening channel 1", err, errlen))
 		goto fail;
-	/* global: the limit is the channel's, across both tracks */
-	amqp_basic_qos(conn, CONSUME_CHANNEL, 0, (uint16_t) opts.concurrency, 1);
+	/*
+	 * global: the limit is the channel's, across both tracks.  Quorum queues
+	 * refuse consumers on a channel with a global limit: there each track's
+	 * consumer has the limit, and what arrives beyond the free slots waits
+	 * here, unacknowledged, for a slot (consume.c).
+	 */
+	amqp_basic_qos(conn, CONSUME_CHANNEL, 0, (uint16_t) opts.concurrency, opts.quorum ? 0 : 1);
 	if (!last_rpc_ok("basic.qos", err, errlen))
 		goto fail;
 	if (opts.declare && !declare_topology(err, errlen))
@@ -307,6 +362,50 @@ fail:
 	return false;
 }
 
+/*
+ * See broker.h.  --amqp-uri may name several nodes of a cluster: the first
+ * that answers, starting after the one whose connection dropped, is used.
+ */
+bool
+broker_connect(char *err, size_t errlen)
+{
+	int			n = wfe_amqp_node_count(opts.amqp_uri);
+	size_t		size = strlen(opts.amqp_uri) + 1;
+	char	   *uri = xmalloc(size);
+	size_t		used = 0;
+
+	broker_disconnect();
+	err[0] = '\0';
+	for (int k = 0; k < n; k++)
+	{
+		int			i = (node_first + k) % n;
+		char		node_err[512];
+
+		(void) wfe_amqp_node_uri(opts.amqp_uri, i, uri, size);
+		wfe_amqp_node_address(uri, node_addr, sizeof(node_addr));
+		if (connect_node(uri, node_err, sizeof(node_err)))
+		{
+			node_connected = i;
+			free(uri);
+			return true;
+		}
+		if (n == 1)
+			snprintf(err, errlen, "%s", node_err);
+		else if (used < errlen)
+			used += (size_t) snprintf(err + used, errlen - used, "%s%s: %s", used ? "; " : "",
+									  node_addr, node_err);
+	}
+	free(uri);
+	return false;
+}
+
+/* See broker.h. */
+const char *
+broker_node(void)
+{
+	return conn ? node_addr : "";
+}
+
 /* See broker.h. */
 bool
 broker_set_consuming(bool on, char *err, size_t errlen)
@@ -324,6 +423,8 @@ broker_set_consuming(bool on, char *err, size_t errlen)
 							   amqp_cstring_bytes(consumer_tag(t)), 0, 0, 0, amqp_empty_table);
 			if (!last_rpc_ok(queue, err, errlen))
 			{
+				if (!opts.quorum && strstr(err, "global") != NULL)
+					wlog(LOG_WARNING, "%s is a quorum queue: start wfe-worker with --queue-type quorum", queue);
 				broker_disconnect();
 				return false;
 			}

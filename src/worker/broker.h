@@ -31,8 +31,13 @@ typedef struct Delivery
 
 extern bool broker_connected(void);
 
-/* Connect, log in, open the channels, (declare,) consume cancellations. */
+/*
+ * Connect to the first node of --amqp-uri that answers, log in, open the
+ * channels, (declare,) consume cancellations.
+ */
 extern bool broker_connect(char *err, size_t errlen);
+/* host:port of the node connected to ("" when not connected). */
+extern const char *broker_node(void);
 extern void broker_disconnect(void);
 
 /* Changes with every connection; acknowledgements name it. */

@@ -158,7 +158,7 @@ ensure_connections(int64_t now)
 	{
 		if (broker_connect(err, sizeof(err)))
 		{
-			wlog(LOG_INFO, "connected to RabbitMQ; listening for cancel.%s", opts.queue);
+			wlog(LOG_INFO, "connected to RabbitMQ at %s; listening for cancel.%s", broker_node(), opts.queue);
 			backoff_connected(&amqp_backoff, now);
 		}
 		else

@@ -67,8 +67,9 @@ usage(FILE *out)
 			"                             consume RabbitMQ dispatches (broker)\n"
 			"  -d, --dsn=CONNINFO         PostgreSQL connection string or URI (default: the\n"
 			"                             PG* environment variables)\n"
-			"  -u, --amqp-uri=URI         RabbitMQ (broker mode; default $WFE_AMQP_URI or\n"
-			"                             %s)\n"
+			"  -u, --amqp-uri=URI[,URI]   RabbitMQ (broker mode; default $WFE_AMQP_URI or\n"
+			"                             %s); a cluster's nodes\n"
+			"                             comma-separated: the first that answers is used\n"
 			"  -w, --worker-id=ID         this worker's name in wfe (default host:pid)\n"
 			"  -n, --concurrency=N        commands run at once (default 1)\n"
 			"      --heartbeat-ms=N       heartbeat interval (default: half the stage's\n"
@@ -85,6 +86,8 @@ usage(FILE *out)
 			"                             queue (normally the wfe publisher does)\n"
 			"      --retry-ttl-ms=N       with --declare: the retry queues' TTL (default\n"
 			"                             5000, as wfe.broker_retry_ttl_ms)\n"
+			"      --queue-type=TYPE      with --declare: classic (default) or quorum, as\n"
+			"                             wfe.amqp_queue_type\n"
 			"      --db-timeout-ms=N      deadline of each PostgreSQL call (default 30000)\n"
 			"      --max-output-bytes=N   largest result accepted on stdout (default 64 MiB)\n"
 			"  -v, --verbose              log debug messages too\n"
@@ -204,7 +207,7 @@ parse_options(int argc, char **argv)
 	enum
 	{
 		OPT_HEARTBEAT = 256, OPT_MAX_TASKS, OPT_ONCE, OPT_GRACE, OPT_POLL_INTERVAL,
-		OPT_MAX_REDELIVERIES, OPT_DECLARE, OPT_RETRY_TTL, OPT_DB_TIMEOUT, OPT_MAX_OUTPUT
+		OPT_MAX_REDELIVERIES, OPT_DECLARE, OPT_RETRY_TTL, OPT_QUEUE_TYPE, OPT_DB_TIMEOUT, OPT_MAX_OUTPUT
 	};
 	static const struct option long_options[] = {
 		{"queue", required_argument, NULL, 'q'},
@@ -222,6 +225,7 @@ parse_options(int argc, char **argv)
 		{"max-redeliveries", required_argument, NULL, OPT_MAX_REDELIVERIES},
 		{"declare", no_argument, NULL, OPT_DECLARE},
 		{"retry-ttl-ms", required_argument, NULL, OPT_RETRY_TTL},
+		{"queue-type", required_argument, NULL, OPT_QUEUE_TYPE},
 		{"db-timeout-ms", required_argument, NULL, OPT_DB_TIMEOUT},
 		{"max-output-bytes", required_argument, NULL, OPT_MAX_OUTPUT},
 		{"verbose", no_argument, NULL, 'v'},
@@ -286,6 +290,14 @@ parse_options(int argc, char **argv)
 				break;
 			case OPT_RETRY_TTL:
 				opts.retry_ttl_ms = (int) int_option("retry-ttl-ms", optarg, 1, INT_MAX);
+				break;
+			case OPT_QUEUE_TYPE:
+				if (strcmp(optarg, "classic") == 0)
+					opts.quorum = false;
+				else if (strcmp(optarg, "quorum") == 0)
+					opts.quorum = true;
+				else
+					usage_error("invalid --queue-type \"%s\" (classic or quorum)", optarg);
 				break;
 			case OPT_DB_TIMEOUT:
 				opts.db_timeout_ms = (int) int_option("db-timeout-ms", optarg, 100, INT_MAX);

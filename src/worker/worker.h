@@ -41,6 +41,7 @@ typedef struct Options
 	int			max_redeliveries;
 	bool		declare;
 	int			retry_ttl_ms;
+	bool		quorum;			/* --queue-type=quorum */
 	int			db_timeout_ms;
 	int			max_output_bytes;
 } Options;

@@ -28,6 +28,7 @@ PACKAGES=(
 	json-schema-test-suite      # JSON Schema conformance (test/unit/test_jsonschema_suite.c)
 	openssl                     # TAP 019: the documented gateway signing example
 	prometheus-postgres-exporter  # TAP 025: the shipped query file, scraped
+	iproute2                    # TAP 027: ss shows what the RabbitMQ nodes listen on
 )
 
 # is_installed PACKAGE: true when dpkg has the package fully installed.

@@ -8,6 +8,9 @@
 #   $rabbit->stop_app; ... $rabbit->start_app;
 #   $rabbit->stop;     # also done at exit for nodes still running
 #
+#   my @nodes = WfeRabbit::cluster('three', 3);   # a cluster on loopback
+#   $nodes[1]->kill9; ... $nodes[1]->start;       # the node rejoins
+#
 # The node is the Debian rabbitmq-server run as the user running the test
 # (the harness runs TAP as "postgres" when started as root), on loopback
 # only, with everything of its own: a node name, free ports (AMQP,
@@ -53,10 +56,12 @@ sub probe_path
 	return $path;
 }
 
-# WfeRabbit->new(NAME): a node (not started) with its own ports and files.
+# WfeRabbit->new(NAME[, EPMD_PORT, COOKIE]): a node (not started) with its
+# own ports and files.  The nodes of a cluster share an epmd (its port) and
+# an Erlang cookie.
 sub new
 {
-	my ($class, $name) = @_;
+	my ($class, $name, $shared_epmd, $cookie) = @_;
 	my $base = PostgreSQL::Test::Utils::tempdir("rabbit_$name");
 	(my $short = $name) =~ s/[^A-Za-z0-9]//g;
 	my $self = bless {
@@ -65,13 +70,18 @@ sub new
 		nodename => "wfetap${short}$$\@localhost",
 		port => PostgreSQL::Test::Cluster::get_free_port(),
 		dist_port => PostgreSQL::Test::Cluster::get_free_port(),
-		epmd_port => PostgreSQL::Test::Cluster::get_free_port(),
+		epmd_port => $shared_epmd // PostgreSQL::Test::Cluster::get_free_port(),
 		ctl_port => PostgreSQL::Test::Cluster::get_free_port(),
 		pid => undef,
 	}, $class;
 
 	make_path("$base/home", "$base/mnesia", "$base/log");
 	chmod 0700, "$base/home";
+	if (defined $cookie)
+	{
+		_write("$base/home/.erlang.cookie", $cookie);
+		chmod 0400, "$base/home/.erlang.cookie";
+	}
 	_write("$base/enabled_plugins", "[].\n");
 	_write("$base/rabbitmq-env.conf", "# nothing: the environment says it all\n");
 	# loopback only; a small disk limit so that a full CI disk does not
@@ -279,11 +289,78 @@ sub stop
 	return;
 }
 
+# kill -9 the node's Erlang VM (a crash: nothing is flushed, no goodbye to
+# the cluster), and wait until the server script noticed.
+sub kill9
+{
+	my ($self) = @_;
+	my $beam = slurp_file("$self->{base}/rabbitmq.pid");
+	$beam =~ s/\s+//g;
+	die "no Erlang VM pid in $self->{base}/rabbitmq.pid" unless $beam =~ /^\d+$/;
+	kill 'KILL', $beam;
+	my $deadline = time + 60;
+	usleep(100_000) while $self->_alive && time < $deadline;
+	note "RabbitMQ node $self->{nodename} killed with SIGKILL (Erlang VM pid $beam)";
+	return;
+}
+
+# The node's listening TCP sockets, as `ss -ltnpH` shows them: a list of
+# "address:port" of the sockets its Erlang VM holds, plus its epmd's.
+sub listening
+{
+	my ($self) = @_;
+	my $beam = slurp_file("$self->{base}/rabbitmq.pid");
+	$beam =~ s/\s+//g;
+	my ($rc, $out, $err) = $self->_run([ 'ss', '-ltnpH' ], 30);
+	die "ss -ltnpH failed: $err" if $rc != 0;
+	my @socks;
+	for my $line (split /\n/, $out)
+	{
+		my @f = split ' ', $line;
+		my $local = $f[3] // next;
+		push @socks, $local
+		  if $line =~ /pid=$beam,/ || $local =~ /:$self->{epmd_port}$/;
+	}
+	return @socks;
+}
+
+# cluster(NAME, N): N started RabbitMQ nodes on loopback forming a cluster:
+# each with its own node name, AMQP and distribution ports and files; one
+# epmd and one Erlang cookie for them all.  Nodes 2..N joined node 1.
+sub cluster
+{
+	my ($name, $n) = @_;
+	my $epmd = PostgreSQL::Test::Cluster::get_free_port();
+	my $cookie = join '', map { ('A' .. 'Z')[ int(rand(26)) ] } 1 .. 20;
+	my @nodes = map { WfeRabbit->new("$name$_", $epmd, $cookie) } 1 .. $n;
+	$_->start for @nodes;
+	for my $node (@nodes[ 1 .. $#nodes ])
+	{
+		$node->ctl('stop_app');
+		$node->ctl('join_cluster', $nodes[0]{nodename});
+		$node->start_app;
+	}
+	return @nodes;
+}
+
+# The nodes a node sees running in its cluster.
+sub running_nodes
+{
+	my ($self) = @_;
+	my $out = $self->ctl('eval', 'rabbit_nodes:all_running().');
+	return sort($out =~ /'?([A-Za-z0-9_.-]+\@[A-Za-z0-9_.-]+)'?/g);
+}
+
+# The node's name (name@localhost).
+sub nodename { return $_[0]->{nodename}; }
+
 # At exit (also after a die), stop what is still running.
 END
 {
 	local $?;
-	$_->stop for reverse @running;
+	# (a copy: stop takes each node off @running)
+	my @nodes = reverse @running;
+	$_->stop for @nodes;
 }
 
 # Run amqp-probe against this node: (exit status, stdout, stderr).

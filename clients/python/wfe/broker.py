@@ -81,26 +81,49 @@ class BrokerLoop:
         self.last_delivery = time.monotonic()
         self.max_redeliveries = worker.max_redeliveries
         self.retry_ttl_ms = 5000
+        self.queue_type = "classic"
+        self.kept_reported = False
+        self.node_first = 0  # the node tried first: the one after a node whose connection dropped
+        self.node = 0
         self.db_down = False  # consumption paused until PostgreSQL answers again
         self.db_retry_at = 0.0
 
     # --- connection ------------------------------------------------------------
 
     def _settings(self) -> None:
-        """wfe.broker_max_redeliveries and wfe.broker_retry_ttl_ms, as the server has them."""
+        """wfe.broker_max_redeliveries, wfe.broker_retry_ttl_ms and wfe.amqp_queue_type, as the server has them."""
         db = self.db.get()
         if self.max_redeliveries is None:
             self.max_redeliveries = int(calls.setting(db, "wfe.broker_max_redeliveries") or 5)
         self.retry_ttl_ms = int(calls.setting(db, "wfe.broker_retry_ttl_ms") or 5000)
+        self.queue_type = calls.setting(db, "wfe.amqp_queue_type") or "classic"
 
     def _connect(self) -> None:
+        """Connect to the first node of amqp_url that answers, starting after the node whose
+        connection dropped (a cluster's nodes are listed comma-separated, as in wfe.amqp_uri)."""
         pika = self.pika
-        params = pika.URLParameters(self.w.amqp_url)
-        params.heartbeat = 30
-        params.blocked_connection_timeout = 60
-        self.conn = pika.BlockingConnection(params)
+        urls = topology.nodes(self.w.amqp_url)
+        order = [(self.node_first + k) % len(urls) for k in range(len(urls))]
+        errors = []
+        for i in order:
+            params = pika.URLParameters(urls[i])
+            params.heartbeat = 30
+            params.blocked_connection_timeout = 60
+            params.socket_timeout = 5
+            params.connection_attempts = 1
+            try:
+                self.conn = pika.BlockingConnection(params)
+                self.node = i
+                break
+            except (pika.exceptions.AMQPConnectionError, OSError) as exc:
+                errors.append(f"{params.host}:{params.port}: {first_line(exc) if str(exc) else type(exc).__name__}")
+        else:
+            raise pika.exceptions.AMQPConnectionError("; ".join(errors))
+        if len(urls) > 1:
+            log.info("broker: connected to RabbitMQ node %d of %d (%s:%s)", self.node + 1, len(urls),
+                     params.host, params.port)
         if self.w.declare:
-            self._declare(self.conn.channel())
+            self._declare()
         self.dead = self.conn.channel()
         self.dead.confirm_delivery()  # a dead letter is acknowledged only once RabbitMQ has it
         self.work = self.conn.channel()
@@ -119,12 +142,28 @@ class BrokerLoop:
         self.db_down = False
         log.info("broker: consuming %s", ", ".join(topology.queue(q, t) for q in self.queues for t in topology.TRACKS))
 
-    def _declare(self, ch: Any) -> None:
+    def _declare(self) -> None:
         """The topology, as the wfe publisher declares it (docs/delivery.md, RabbitMQ topology)."""
-        topology.declare(ch, self.queues, self.retry_ttl_ms)
-        ch.close()
+        topology.declare(self.conn.channel, self.queues, self.retry_ttl_ms, self.queue_type,
+                         self.max_redeliveries if self.max_redeliveries is not None else 5, self._kept)
+
+    def _kept(self, name: str, exc: BaseException) -> None:
+        """RabbitMQ kept an existing queue that disagrees with our declaration: said once."""
+        if self.kept_reported:
+            return
+        self.kept_reported = True
+        if topology.is_type_mismatch(exc):
+            log.warning("broker: RabbitMQ kept %s with its type (wfe.amqp_queue_type is '%s'): %s; a queue's "
+                        "type cannot change: migrate the queues as docs/operations.md (\"Moving to quorum "
+                        "queues\") says, or set wfe.amqp_queue_type back", name, self.queue_type, first_line(exc))
+        else:
+            log.warning("broker: RabbitMQ kept %s with its arguments: %s; queue arguments such as "
+                        "wfe.broker_retry_ttl_ms apply only to new queues", name, first_line(exc))
 
     def _close(self) -> None:
+        if self.conn is not None:
+            # the next connection starts with the next node: this one may be gone
+            self.node_first = (self.node + 1) % len(topology.nodes(self.w.amqp_url))
         if self.conn is not None and self.conn.is_open:
             try:
                 self.conn.close()
