@@ -28,6 +28,12 @@ PACKAGES=(
 	json-schema-test-suite      # JSON Schema conformance (test/unit/test_jsonschema_suite.c)
 	openssl                     # TAP 019: the documented gateway signing example
 	prometheus-postgres-exporter  # TAP 025: the shipped query file, scraped
+	debhelper                   # make deb (debian/), the "deb" suite
+	postgresql-server-dev-all   # pg_buildext
+	dh-python
+	python3-all
+	fakeroot
+	lintian                     # the "deb" suite prints its tags
 )
 
 # is_installed PACKAGE: true when dpkg has the package fully installed.
