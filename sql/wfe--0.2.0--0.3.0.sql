@@ -1126,42 +1126,40 @@ BEGIN
         'status', jsonb_strip_nulls(jsonb_build_object(
             'code', CASE r.state WHEN 'completed' THEN 1 WHEN 'failed' THEN 2 WHEN 'cancelled' THEN 2 ELSE 0 END,
             'message', CASE WHEN r.state IN ('failed', 'cancelled') THEN coalesce(r.reason, r.state) END))));
-    -- one span per attempt, from its events (as wfe.run_timeline reads them):
+    -- one span per attempt, as wfe.run_timeline finds them and their outcome
+    -- (attempt 0, the result cache's bookkeeping, is no attempt):
     -- SPAN_KIND_PRODUCER (4), the work handed to a worker, whose own spans
     -- are children of this one (the envelope's and the claim's traceparent)
-    WITH a AS (
-        SELECT e.stage, e.attempt, min(e.at) AS t_start, max(e.at) AS t_end,
-               (array_agg(e.type ORDER BY (e.type = 'stage.timed_out') DESC, e.event_id DESC))[1] AS last_type,
-               (array_agg(e.detail -> 'error' ORDER BY (e.detail ? 'error') DESC, e.event_id DESC))[1] AS error
-          FROM wfe.events AS e
-         WHERE e.run_id = r.run_id AND e.stage IS NOT NULL AND e.attempt >= 1
-           AND e.type NOT LIKE 'callback.%'
-         GROUP BY e.stage, e.attempt
-    )
     SELECT coalesce(jsonb_agg(jsonb_strip_nulls(jsonb_build_object(
-               'traceId', r.trace_id, 'spanId', wfe._attempt_span_id(r.span_id, a.stage, a.attempt),
+               'traceId', r.trace_id, 'spanId', wfe._attempt_span_id(r.span_id, t.stage, t.attempt),
                'parentSpanId', r.span_id,
-               'name', 'wfe.attempt ' || a.stage, 'kind', 4,
-               'startTimeUnixNano', wfe._otlp_time(a.t_start), 'endTimeUnixNano', wfe._otlp_time(a.t_end),
+               'name', 'wfe.attempt ' || t.stage, 'kind', 4,
+               'startTimeUnixNano', wfe._otlp_time(t.started_at), 'endTimeUnixNano', wfe._otlp_time(t.finished_at),
                'attributes', jsonb_path_query_array(jsonb_build_array(
-                   wfe._otlp_attribute('wfe.run_id', r.run_id), wfe._otlp_attribute('wfe.stage', a.stage),
-                   wfe._otlp_attribute('wfe.attempt', a.attempt), wfe._otlp_attribute('wfe.queue', s.queue),
-                   wfe._otlp_attribute('wfe.outcome', x.outcome),
+                   wfe._otlp_attribute('wfe.run_id', r.run_id), wfe._otlp_attribute('wfe.stage', t.stage),
+                   wfe._otlp_attribute('wfe.attempt', t.attempt), wfe._otlp_attribute('wfe.queue', s.queue),
+                   wfe._otlp_attribute('wfe.outcome', t.outcome),
                    -- the stage keeps its last error whole; an earlier attempt's is its event's code
                    wfe._otlp_attribute('wfe.error', CASE
-                       WHEN x.failed AND a.attempt = s.attempt AND s.error IS NOT NULL THEN wfe._redact(s.error) #>> '{}'
-                       WHEN x.failed THEN wfe._redact(jsonb_build_object('error', a.error)) #>> '{error}' END)),
+                       WHEN x.failed AND t.attempt = s.attempt AND s.error IS NOT NULL
+                           THEN wfe._redact(s.error) #>> '{}'
+                       WHEN x.failed
+                           THEN wfe._redact(jsonb_build_object('error',
+                                    (SELECT e.detail -> 'error' FROM wfe.events AS e
+                                      WHERE e.run_id = r.run_id AND e.stage = t.stage AND e.attempt = t.attempt
+                                        AND e.detail ? 'error'
+                                      ORDER BY e.event_id DESC LIMIT 1))) #>> '{error}' END)),
                    '$[*] ? (@ != null)'),
                'status', jsonb_strip_nulls(jsonb_build_object(
-                   'code', CASE WHEN x.outcome = 'completed' THEN 1 WHEN x.failed THEN 2 ELSE 0 END,
-                   'message', CASE WHEN x.failed THEN x.outcome END))))
-             ORDER BY a.t_start, a.stage, a.attempt), '[]')
+                   'code', CASE WHEN t.outcome = 'completed' THEN 1 WHEN x.failed THEN 2 ELSE 0 END,
+                   'message', CASE WHEN x.failed THEN t.outcome END))))
+             ORDER BY t.n), '[]')
       INTO v_tries
-      FROM a
-      JOIN wfe.run_stages AS s ON s.run_id = r.run_id AND s.stage = a.stage
-      CROSS JOIN LATERAL (SELECT replace(a.last_type, 'stage.', '') AS outcome,
-                                 a.last_type IN ('stage.failed', 'stage.timed_out', 'stage.retry_scheduled',
-                                                 'stage.dead_lettered', 'stage.failed_by_operator') AS failed) AS x;
+      FROM wfe.run_timeline(r.run_id) WITH ORDINALITY AS t(stage, attempt, outcome, started_at, finished_at,
+                                                          duration_ms, waterfall, n)
+      JOIN wfe.run_stages AS s ON s.run_id = r.run_id AND s.stage = t.stage
+      CROSS JOIN LATERAL (SELECT t.outcome IN ('failed', 'timed_out', 'retry_scheduled') AS failed) AS x
+     WHERE t.attempt >= 1;
     RETURN jsonb_build_object('resourceSpans', jsonb_build_array(jsonb_build_object(
         'resource', jsonb_build_object('attributes', jsonb_build_array(
             wfe._otlp_attribute('service.name', 'wfe'::text),
@@ -2251,42 +2249,40 @@ BEGIN
         'status', jsonb_strip_nulls(jsonb_build_object(
             'code', CASE r.state WHEN 'completed' THEN 1 WHEN 'failed' THEN 2 WHEN 'cancelled' THEN 2 ELSE 0 END,
             'message', CASE WHEN r.state IN ('failed', 'cancelled') THEN coalesce(r.reason, r.state) END))));
-    -- one span per attempt, from its events (as wfe.run_timeline reads them):
+    -- one span per attempt, as wfe.run_timeline finds them and their outcome
+    -- (attempt 0, the result cache's bookkeeping, is no attempt):
     -- SPAN_KIND_PRODUCER (4), the work handed to a worker, whose own spans
     -- are children of this one (the envelope's and the claim's traceparent)
-    WITH a AS (
-        SELECT e.stage, e.attempt, min(e.at) AS t_start, max(e.at) AS t_end,
-               (array_agg(e.type ORDER BY (e.type = 'stage.timed_out') DESC, e.event_id DESC))[1] AS last_type,
-               (array_agg(e.detail -> 'error' ORDER BY (e.detail ? 'error') DESC, e.event_id DESC))[1] AS error
-          FROM wfe.events AS e
-         WHERE e.run_id = r.run_id AND e.stage IS NOT NULL AND e.attempt >= 1
-           AND e.type NOT LIKE 'callback.%'
-         GROUP BY e.stage, e.attempt
-    )
     SELECT coalesce(jsonb_agg(jsonb_strip_nulls(jsonb_build_object(
-               'traceId', r.trace_id, 'spanId', wfe._attempt_span_id(r.span_id, a.stage, a.attempt),
+               'traceId', r.trace_id, 'spanId', wfe._attempt_span_id(r.span_id, t.stage, t.attempt),
                'parentSpanId', r.span_id,
-               'name', 'wfe.attempt ' || a.stage, 'kind', 4,
-               'startTimeUnixNano', wfe._otlp_time(a.t_start), 'endTimeUnixNano', wfe._otlp_time(a.t_end),
+               'name', 'wfe.attempt ' || t.stage, 'kind', 4,
+               'startTimeUnixNano', wfe._otlp_time(t.started_at), 'endTimeUnixNano', wfe._otlp_time(t.finished_at),
                'attributes', jsonb_path_query_array(jsonb_build_array(
-                   wfe._otlp_attribute('wfe.run_id', r.run_id), wfe._otlp_attribute('wfe.stage', a.stage),
-                   wfe._otlp_attribute('wfe.attempt', a.attempt), wfe._otlp_attribute('wfe.queue', s.queue),
-                   wfe._otlp_attribute('wfe.outcome', x.outcome),
+                   wfe._otlp_attribute('wfe.run_id', r.run_id), wfe._otlp_attribute('wfe.stage', t.stage),
+                   wfe._otlp_attribute('wfe.attempt', t.attempt), wfe._otlp_attribute('wfe.queue', s.queue),
+                   wfe._otlp_attribute('wfe.outcome', t.outcome),
                    -- the stage keeps its last error whole; an earlier attempt's is its event's code
                    wfe._otlp_attribute('wfe.error', CASE
-                       WHEN x.failed AND a.attempt = s.attempt AND s.error IS NOT NULL THEN wfe._redact(s.error) #>> '{}'
-                       WHEN x.failed THEN wfe._redact(jsonb_build_object('error', a.error)) #>> '{error}' END)),
+                       WHEN x.failed AND t.attempt = s.attempt AND s.error IS NOT NULL
+                           THEN wfe._redact(s.error) #>> '{}'
+                       WHEN x.failed
+                           THEN wfe._redact(jsonb_build_object('error',
+                                    (SELECT e.detail -> 'error' FROM wfe.events AS e
+                                      WHERE e.run_id = r.run_id AND e.stage = t.stage AND e.attempt = t.attempt
+                                        AND e.detail ? 'error'
+                                      ORDER BY e.event_id DESC LIMIT 1))) #>> '{error}' END)),
                    '$[*] ? (@ != null)'),
                'status', jsonb_strip_nulls(jsonb_build_object(
-                   'code', CASE WHEN x.outcome = 'completed' THEN 1 WHEN x.failed THEN 2 ELSE 0 END,
-                   'message', CASE WHEN x.failed THEN x.outcome END))))
-             ORDER BY a.t_start, a.stage, a.attempt), '[]')
+                   'code', CASE WHEN t.outcome = 'completed' THEN 1 WHEN x.failed THEN 2 ELSE 0 END,
+                   'message', CASE WHEN x.failed THEN t.outcome END))))
+             ORDER BY t.n), '[]')
       INTO v_tries
-      FROM a
-      JOIN wfe.run_stages AS s ON s.run_id = r.run_id AND s.stage = a.stage
-      CROSS JOIN LATERAL (SELECT replace(a.last_type, 'stage.', '') AS outcome,
-                                 a.last_type IN ('stage.failed', 'stage.timed_out', 'stage.retry_scheduled',
-                                                 'stage.dead_lettered', 'stage.failed_by_operator') AS failed) AS x;
+      FROM wfe.run_timeline(r.run_id) WITH ORDINALITY AS t(stage, attempt, outcome, started_at, finished_at,
+                                                          duration_ms, waterfall, n)
+      JOIN wfe.run_stages AS s ON s.run_id = r.run_id AND s.stage = t.stage
+      CROSS JOIN LATERAL (SELECT t.outcome IN ('failed', 'timed_out', 'retry_scheduled') AS failed) AS x
+     WHERE t.attempt >= 1;
     RETURN jsonb_build_object('resourceSpans', jsonb_build_array(jsonb_build_object(
         'resource', jsonb_build_object('attributes', jsonb_build_array(
             wfe._otlp_attribute('service.name', 'wfe'::text),

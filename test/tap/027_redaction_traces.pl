@@ -170,6 +170,12 @@ ok_login('worker_A', qq{SELECT wfe.complete_task($r, 'work', $a, $f,
 	'{"ok": true, "api_key": "S3CRET-result", "nested": {"password": {"v": "S3CRET-result-deep"}}}')});
 is(sql("SELECT state FROM wfe.runs WHERE run_id = $run"), 'completed', 'the run completed');
 
+# a run whose last attempt failed: the stage keeps the error whole
+my $failed = ok_login('submitter_A', q{SELECT run_id FROM wfe.submit('flow', '{"doc": {}}', NULL, '{"tenant": "A"}')});
+($r, $a, $f) = split /\|/, ok_login('worker_A', q{SELECT run_id, attempt, fence FROM wfe.claim_task('q', 'w')});
+ok_login('worker_A', qq{SELECT wfe.fail_task($r, 'work', $a, $f, '{"code": "denied", "password": "S3CRET-last-error"}', false)});
+is(sql("SELECT state FROM wfe.runs WHERE run_id = $failed"), 'failed', 'the second run failed');
+
 # a broker queue: the dispatch envelope is what the worker receives
 my $pushed = ok_login('submitter_A', q{SELECT run_id FROM wfe.submit('pushed',
 	'{"doc": {"password": "S3CRET-envelope"}}', NULL, '{"tenant": "A"}')});
@@ -186,7 +192,7 @@ like(sql("SELECT parentSpan FROM (SELECT jsonb_path_query_first(wfe.run_spans($p
 
 # ---- every surface a person reads ----------------------------------------
 my @secrets = qw(S3CRET-context S3CRET-deep S3CRET-error S3CRET-error-deep S3CRET-reason S3CRET-result
-	S3CRET-result-deep);
+	S3CRET-result-deep S3CRET-last-error);
 my $views = q{SELECT format('SELECT %L || '': '' || t::text FROM wfe.%I AS t', c.relname, c.relname)
   FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace
  WHERE n.nspname = 'wfe' AND c.relkind = 'v' AND has_table_privilege(c.oid, 'SELECT')
@@ -195,11 +201,9 @@ my %seen;
 for my $who (qw(reader_A operator_A submitter_A))
 {
 	my $surfaces = join("\n",
-		($who eq 'submitter_A' ? () : ("SELECT event_id, type, detail FROM wfe.events WHERE run_id = $run;", $views)),
-		"SELECT wfe.report($run);",
-		"SELECT * FROM wfe.run_timeline($run);",
-		"SELECT wfe.run_mermaid($run);",
-		"SELECT wfe.run_spans($run);");
+		($who eq 'submitter_A' ? () : ("SELECT event_id, type, detail FROM wfe.events WHERE run_id IN ($run, $failed);", $views)),
+		(map { ("SELECT wfe.report($_);", "SELECT * FROM wfe.run_timeline($_);", "SELECT wfe.run_mermaid($_);",
+				"SELECT wfe.run_spans($_);") } $run, $failed));
 	my $text = ok_login($who, $surfaces);
 	for my $s (@secrets)
 	{
@@ -211,10 +215,11 @@ like($seen{reader_A}, qr/"reason": "\[redacted\]"/, 'the event row shows the ope
 like($seen{reader_A}, qr/dashboard_runs: /, 'the dashboards were read');
 like($seen{reader_A}, qr/metrics: /, 'and the metrics');
 like($seen{submitter_A}, qr/"api_key": "\[redacted\]"/, 'the report shows the result redacted');
-like($seen{submitter_A}, qr/\\"password\\": \\"\[redacted\]\\"/, 'the spans show the error redacted');
+like($seen{submitter_A}, qr/"wfe\.error", "value": \{"stringValue": "\{\\"code\\": \\"denied\\", \\"password\\": \\"\[redacted\]\\"\}"/,
+	'the spans show the last error redacted');
 like($seen{submitter_A}, qr/"ok": true/, 'what is not listed is shown');
 # the projection on the outbox (what the wfe.events exchange receives)
-my $projected = sql("SELECT string_agg(body::text, E'\\n') FROM wfe.outbox WHERE kind = 'event' AND run_id = $run");
+my $projected = sql("SELECT string_agg(body::text, E'\\n') FROM wfe.outbox WHERE kind = 'event' AND run_id IN ($run, $failed)");
 like($projected, qr/run\.redriven/, 'the events were projected');
 unlike($projected, qr/S3CRET/, 'the projection carries no secret');
 # the state itself is the run's data, which the engine and the workers need
