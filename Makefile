@@ -112,7 +112,7 @@ endif
 
 .DEFAULT_GOAL := all
 .PHONY: all install install-cli uninstall uninstall-cli unit-tests fuzz-target test-tools \
-        test check-unit check-regress check-meta fuzz demo bench deps
+        test check-unit check-regress check-meta fuzz demo bench deps deb
 
 all: $(CLI) $(WORKER)
 
@@ -231,3 +231,15 @@ bench:
 
 deps:
 	test/harness/deps.sh
+
+# Debian packages (debian/; docs/packaging.md): built with dpkg-buildpackage
+# in a copy of the tree (tracked and new files) under build/deb/, so the
+# working tree's build is left alone; the .debs land in build/deb/.
+deb:
+	rm -rf build/deb
+	mkdir -p build/deb/wfe-$(EXTVERSION)
+	touch build/deb/.started
+	git ls-files -z -c -o --exclude-standard | grep -zv '^build/' | \
+	  xargs -0 tar -cf - | tar -xf - -C build/deb/wfe-$(EXTVERSION)
+	cd build/deb/wfe-$(EXTVERSION) && dpkg-buildpackage -us -uc -b
+	@ls build/deb/*.deb

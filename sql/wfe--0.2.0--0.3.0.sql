@@ -1417,6 +1417,148 @@ CREATE FUNCTION wfe.create_schedule(name text, workflow text, cron text, context
                                     options jsonb DEFAULT '{}')
 RETURNS void
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+
+-- Redaction and trace context (issue 27; docs: operations.md "Redaction",
+-- "Traces"): wfe.redact_keys applied to event rows (a trigger), reports and
+-- spans; a trace id and span per run, a traceparent per attempt in the
+-- envelope and in wfe.task; wfe.run_spans.
+-- ---------------------------------------------------------------------
+-- p_digits random lowercase hex digits (up to 32; from gen_random_uuid,
+-- whose version digit is the 13th).
+CREATE FUNCTION wfe._random_hex(p_digits int)
+RETURNS text
+LANGUAGE sql VOLATILE PARALLEL SAFE
+RETURN right(replace(pg_catalog.gen_random_uuid()::text, '-', ''), p_digits);
+COMMENT ON FUNCTION wfe._random_hex(int) IS
+'Random lowercase hex digits (at most 32): new trace and span ids.';
+REVOKE ALL ON FUNCTION wfe._random_hex(int) FROM PUBLIC;
+
+-- A submitter's traceparent, read as W3C Trace Context says: version 00 is
+-- exactly "00-<trace id>-<parent id>-<flags>"; a later version (not ff) may
+-- carry more after a "-", which is ignored; ids are lowercase hex and not
+-- all zero.  Only the sampled flag is passed on (the others are reserved:
+-- a propagator sets them to zero).  Returns {trace id, parent id, flags}.
+CREATE FUNCTION wfe._traceparent(p_value jsonb)
+RETURNS text[]
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    m text[];
+BEGIN
+    IF jsonb_typeof(p_value) = 'string' THEN
+        m := regexp_match(p_value #>> '{}', '^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?$');
+    END IF;
+    IF m IS NULL OR m[1] = 'ff' OR (m[1] = '00' AND m[5] IS NOT NULL)
+       OR m[2] = repeat('0', 32) OR m[3] = repeat('0', 16) THEN
+        RAISE EXCEPTION 'option traceparent must be a W3C traceparent, not %', left(p_value::text, 80)
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Write "00-<32 lowercase hex trace id>-<16 lowercase hex parent id>-<2 hex flags>", ids not all zero.';
+    END IF;
+    RETURN ARRAY[m[2], m[3], CASE WHEN ('x' || m[4])::bit(8) & B'00000001' = B'00000001' THEN '01' ELSE '00' END];
+END
+$$;
+COMMENT ON FUNCTION wfe._traceparent(jsonb) IS
+'Reads a W3C traceparent (submit option): {trace id, parent span id, flags}, or 22023 naming the option.';
+REVOKE ALL ON FUNCTION wfe._traceparent(jsonb) FROM PUBLIC;
+
+-- The span id of a run's attempt: a child of the run's span.
+CREATE FUNCTION wfe._attempt_span_id(p_run_span text, p_stage text, p_attempt int)
+RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+RETURN left(md5(p_run_span || ':' || p_stage || ':' || p_attempt), 16);
+COMMENT ON FUNCTION wfe._attempt_span_id(text, text, int) IS
+'The span id of an attempt: derived from the run''s span id, the stage and the attempt number.';
+REVOKE ALL ON FUNCTION wfe._attempt_span_id(text, text, int) FROM PUBLIC;
+
+-- The traceparent a worker receives with an attempt (envelope, claim).
+CREATE FUNCTION wfe._attempt_traceparent(p_trace_id text, p_run_span text, p_flags text,
+                                         p_stage text, p_attempt int)
+RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+RETURN '00-' || p_trace_id || '-' || wfe._attempt_span_id(p_run_span, p_stage, p_attempt) || '-' || p_flags;
+COMMENT ON FUNCTION wfe._attempt_traceparent(text, text, text, text, int) IS
+'The W3C traceparent of a run''s attempt: the run''s trace id and flags, the attempt''s span id.';
+REVOKE ALL ON FUNCTION wfe._attempt_traceparent(text, text, text, text, int) FROM PUBLIC;
+
+-- Runs 0.2.0 started get a trace of their own.
+ALTER TABLE wfe.runs
+    ADD COLUMN trace_id     text NOT NULL DEFAULT wfe._random_hex(32),
+    ADD COLUMN span_id      text NOT NULL DEFAULT wfe._random_hex(16),
+    ADD COLUMN trace_parent text,
+    ADD COLUMN trace_flags  text NOT NULL DEFAULT '01';
+COMMENT ON COLUMN wfe.runs.trace_id IS 'W3C trace id of the run: the submitter''s (option traceparent) or a new one';
+COMMENT ON COLUMN wfe.runs.span_id IS 'Span id of the run''s span (wfe.run_spans); its attempts'' spans are its children';
+COMMENT ON COLUMN wfe.runs.trace_parent IS 'Span id of the submitter''s span (option traceparent), the run span''s parent';
+COMMENT ON COLUMN wfe.runs.trace_flags IS 'W3C trace flags passed on with the trace (the sampled bit)';
+ALTER TYPE wfe.task ADD ATTRIBUTE traceparent text;
+COMMENT ON TYPE wfe.task IS 'A claimed task: identity (run, stage, attempt, fence), what to run, its input and deadline, and the W3C traceparent of its attempt';
+
+-- Redaction (docs: operations.md "Redaction"): the keys listed in
+-- wfe.redact_keys never reach telemetry.  The rule is one C function
+-- (src/pg/redact.c); the event log redacts as it is written, so the stored
+-- rows, the projection on the outbox and every reader see the same detail;
+-- wfe.report and wfe.run_spans redact the run data they show.
+
+CREATE FUNCTION wfe._redact(p_doc jsonb)
+RETURNS jsonb
+AS 'MODULE_PATHNAME', 'wfe_redact_sql'
+LANGUAGE C STABLE STRICT PARALLEL SAFE;
+COMMENT ON FUNCTION wfe._redact(jsonb) IS
+'The document with the value of every key listed in wfe.redact_keys, at any depth, replaced by "[redacted]".';
+REVOKE ALL ON FUNCTION wfe._redact(jsonb) FROM PUBLIC;
+
+CREATE FUNCTION wfe._redact_trigger()
+RETURNS trigger
+AS 'MODULE_PATHNAME', 'wfe_redact_trigger'
+LANGUAGE C;
+COMMENT ON FUNCTION wfe._redact_trigger() IS
+'BEFORE INSERT row trigger: redacts (wfe._redact) the jsonb column named by its argument.';
+REVOKE ALL ON FUNCTION wfe._redact_trigger() FROM PUBLIC;
+
+-- BEFORE triggers run before the AFTER one that projects the event onto
+-- the outbox, which so copies the redacted row.
+CREATE TRIGGER events_redact
+    BEFORE INSERT ON wfe.events
+    FOR EACH ROW EXECUTE FUNCTION wfe._redact_trigger('detail');
+CREATE TRIGGER unauthenticated_callbacks_redact
+    BEFORE INSERT ON wfe.unauthenticated_callbacks
+    FOR EACH ROW EXECUTE FUNCTION wfe._redact_trigger('detail');
+
+-- A run as OpenTelemetry spans (docs: operations.md "Traces"): OTLP/JSON
+-- (the protobuf JSON mapping of TracesData: lowerCamelCase fields, trace
+-- and span ids as lowercase hex, 64-bit integers and nanosecond times as
+-- decimal strings, enums as numbers), so a collector's OTLP/HTTP receiver
+-- takes it as it is.
+
+-- One OTLP attribute: {"key", "value": {"stringValue" | "intValue"}}; NULL
+-- values are left out by the caller (jsonb_strip_nulls would not do: an
+-- attribute is an array element).
+CREATE FUNCTION wfe._otlp_attribute(p_key text, p_value anyelement)
+RETURNS jsonb
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+SELECT CASE WHEN p_value IS NOT NULL THEN
+            jsonb_build_object('key', p_key, 'value',
+                               CASE WHEN pg_typeof(p_value) IN ('bigint'::regtype, 'integer'::regtype)
+                                    THEN jsonb_build_object('intValue', p_value::text)
+                                    ELSE jsonb_build_object('stringValue', p_value::text) END) END
+$$;
+COMMENT ON FUNCTION wfe._otlp_attribute(text, anyelement) IS
+'One OTLP/JSON KeyValue (intValue for integers, as a string; stringValue otherwise); NULL for a NULL value.';
+REVOKE ALL ON FUNCTION wfe._otlp_attribute(text, anyelement) FROM PUBLIC;
+
+-- Nanoseconds since the epoch, as OTLP/JSON writes a fixed64: a string.
+CREATE FUNCTION wfe._otlp_time(p_at timestamptz)
+RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+RETURN (extract(epoch FROM p_at) * 1000000000)::bigint::text;
+COMMENT ON FUNCTION wfe._otlp_time(timestamptz) IS 'A time as OTLP/JSON''s timeUnixNano: nanoseconds since 1970 as a decimal string.';
+REVOKE ALL ON FUNCTION wfe._otlp_time(timestamptz) FROM PUBLIC;
+
+CREATE FUNCTION wfe.run_spans(run_id bigint)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE STRICT SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
@@ -2020,6 +2162,74 @@ COMMENT ON VIEW wfe.dashboard_schedules IS
 'Per schedule: active, paused or ended; next firing; last one and its run''s state; runs started, ticks skipped and failures in the last hour.';
 GRANT SELECT ON wfe.dashboard_schedules TO wfe_reader, wfe_operator;
 
+    r       wfe.runs := wfe._run(run_spans.run_id);
+    v_run   jsonb;
+    v_tries jsonb;
+BEGIN
+    -- the run: SPAN_KIND_INTERNAL (1); status OK (1) when completed, ERROR (2)
+    -- when failed or cancelled, UNSET (0) while it runs
+    v_run := jsonb_strip_nulls(jsonb_build_object(
+        'traceId', r.trace_id, 'spanId', r.span_id, 'parentSpanId', r.trace_parent,
+        'name', 'wfe.run ' || r.workflow, 'kind', 1,
+        'startTimeUnixNano', wfe._otlp_time(r.submitted_at),
+        'endTimeUnixNano', wfe._otlp_time(coalesce(r.finished_at, now())),
+        'attributes', jsonb_path_query_array(jsonb_build_array(
+            wfe._otlp_attribute('wfe.run_id', r.run_id), wfe._otlp_attribute('wfe.workflow', r.workflow),
+            wfe._otlp_attribute('wfe.version', r.version), wfe._otlp_attribute('wfe.tenant', r.tenant),
+            wfe._otlp_attribute('wfe.definition_digest', r.definition_digest),
+            wfe._otlp_attribute('wfe.state', r.state), wfe._otlp_attribute('wfe.reason', r.reason)),
+            '$[*] ? (@ != null)'),
+        'status', jsonb_strip_nulls(jsonb_build_object(
+            'code', CASE r.state WHEN 'completed' THEN 1 WHEN 'failed' THEN 2 WHEN 'cancelled' THEN 2 ELSE 0 END,
+            'message', CASE WHEN r.state IN ('failed', 'cancelled') THEN coalesce(r.reason, r.state) END))));
+    -- one span per attempt, as wfe.run_timeline finds them and their outcome
+    -- (attempt 0, the result cache's bookkeeping, is no attempt):
+    -- SPAN_KIND_PRODUCER (4), the work handed to a worker, whose own spans
+    -- are children of this one (the envelope's and the claim's traceparent)
+    SELECT coalesce(jsonb_agg(jsonb_strip_nulls(jsonb_build_object(
+               'traceId', r.trace_id, 'spanId', wfe._attempt_span_id(r.span_id, t.stage, t.attempt),
+               'parentSpanId', r.span_id,
+               'name', 'wfe.attempt ' || t.stage, 'kind', 4,
+               'startTimeUnixNano', wfe._otlp_time(t.started_at), 'endTimeUnixNano', wfe._otlp_time(t.finished_at),
+               'attributes', jsonb_path_query_array(jsonb_build_array(
+                   wfe._otlp_attribute('wfe.run_id', r.run_id), wfe._otlp_attribute('wfe.stage', t.stage),
+                   wfe._otlp_attribute('wfe.attempt', t.attempt), wfe._otlp_attribute('wfe.queue', s.queue),
+                   wfe._otlp_attribute('wfe.outcome', t.outcome),
+                   -- the stage keeps its last error whole; an earlier attempt's is its event's code
+                   wfe._otlp_attribute('wfe.error', CASE
+                       WHEN x.failed AND t.attempt = s.attempt AND s.error IS NOT NULL
+                           THEN wfe._redact(s.error) #>> '{}'
+                       WHEN x.failed
+                           THEN wfe._redact(jsonb_build_object('error',
+                                    (SELECT e.detail -> 'error' FROM wfe.events AS e
+                                      WHERE e.run_id = r.run_id AND e.stage = t.stage AND e.attempt = t.attempt
+                                        AND e.detail ? 'error'
+                                      ORDER BY e.event_id DESC LIMIT 1))) #>> '{error}' END)),
+                   '$[*] ? (@ != null)'),
+               'status', jsonb_strip_nulls(jsonb_build_object(
+                   'code', CASE WHEN t.outcome = 'completed' THEN 1 WHEN x.failed THEN 2 ELSE 0 END,
+                   'message', CASE WHEN x.failed THEN t.outcome END))))
+             ORDER BY t.n), '[]')
+      INTO v_tries
+      FROM wfe.run_timeline(r.run_id) WITH ORDINALITY AS t(stage, attempt, outcome, started_at, finished_at,
+                                                          duration_ms, waterfall, n)
+      JOIN wfe.run_stages AS s ON s.run_id = r.run_id AND s.stage = t.stage
+      CROSS JOIN LATERAL (SELECT t.outcome IN ('failed', 'timed_out', 'retry_scheduled') AS failed) AS x
+     WHERE t.attempt >= 1;
+    RETURN jsonb_build_object('resourceSpans', jsonb_build_array(jsonb_build_object(
+        'resource', jsonb_build_object('attributes', jsonb_build_array(
+            wfe._otlp_attribute('service.name', 'wfe'::text),
+            wfe._otlp_attribute('service.version', r.engine_version))),
+        'scopeSpans', jsonb_build_array(jsonb_build_object(
+            'scope', jsonb_build_object('name', 'wfe', 'version', r.engine_version),
+            'spans', jsonb_build_array(v_run) || v_tries)))));
+END
+$$;
+COMMENT ON FUNCTION wfe.run_spans(bigint) IS
+'The run as OTLP/JSON resourceSpans: a span for the run and one per attempt (its children), with wfe.redact_keys applied to the attributes.';
+REVOKE ALL ON FUNCTION wfe.run_spans(bigint) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION wfe.run_spans(bigint) TO wfe_submitter, wfe_operator, wfe_reader;
+
 -- Final bodies: every function whose text changed in 0.3.0, as src/sql has it.
 -- (Written by the same rule as the sections above: the whole text, copied.)
 
@@ -2199,6 +2409,43 @@ $$;
 
 CREATE OR REPLACE FUNCTION wfe._lock(space text, key text, try boolean)
 RETURNS boolean AS 'MODULE_PATHNAME', 'wfe_lock_sql' LANGUAGE C VOLATILE STRICT;
+
+CREATE OR REPLACE FUNCTION wfe._random_hex(p_digits int)
+RETURNS text
+LANGUAGE sql VOLATILE PARALLEL SAFE
+RETURN right(replace(pg_catalog.gen_random_uuid()::text, '-', ''), p_digits);
+
+CREATE OR REPLACE FUNCTION wfe._traceparent(p_value jsonb)
+RETURNS text[]
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    m text[];
+BEGIN
+    IF jsonb_typeof(p_value) = 'string' THEN
+        m := regexp_match(p_value #>> '{}', '^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?$');
+    END IF;
+    IF m IS NULL OR m[1] = 'ff' OR (m[1] = '00' AND m[5] IS NOT NULL)
+       OR m[2] = repeat('0', 32) OR m[3] = repeat('0', 16) THEN
+        RAISE EXCEPTION 'option traceparent must be a W3C traceparent, not %', left(p_value::text, 80)
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Write "00-<32 lowercase hex trace id>-<16 lowercase hex parent id>-<2 hex flags>", ids not all zero.';
+    END IF;
+    RETURN ARRAY[m[2], m[3], CASE WHEN ('x' || m[4])::bit(8) & B'00000001' = B'00000001' THEN '01' ELSE '00' END];
+END
+$$;
+
+CREATE OR REPLACE FUNCTION wfe._attempt_span_id(p_run_span text, p_stage text, p_attempt int)
+RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+RETURN left(md5(p_run_span || ':' || p_stage || ':' || p_attempt), 16);
+
+CREATE OR REPLACE FUNCTION wfe._attempt_traceparent(p_trace_id text, p_run_span text, p_flags text,
+                                         p_stage text, p_attempt int)
+RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+RETURN '00-' || p_trace_id || '-' || wfe._attempt_span_id(p_run_span, p_stage, p_attempt) || '-' || p_flags;
 
 CREATE OR REPLACE FUNCTION wfe._store_plan(p_definition_id bigint, p_plan jsonb)
 RETURNS void
@@ -2508,6 +2755,8 @@ DECLARE
     v_track text := 'small';
     v_hash  text;
     v_ref   jsonb;
+    v_tp    text := wfe._attempt_traceparent(p_run.trace_id, p_run.span_id, p_run.trace_flags,
+                                             p_stage.stage, p_stage.attempt);
 BEGIN
     IF v_bytes > wfe._setting('wfe.track_threshold_bytes')::int THEN
         v_track := 'large';
@@ -2530,7 +2779,7 @@ BEGIN
                 'x-wfe-run-id', p_run.run_id::text, 'x-wfe-stage', p_stage.stage,
                 'x-wfe-attempt', p_stage.attempt::text, 'x-wfe-fence', p_stage.fence::text,
                 'x-wfe-digest', p_run.definition_digest, 'x-wfe-contract', p_stage.worker,
-                'x-wfe-tenant', p_run.tenant, 'x-wfe-track', v_track,
+                'x-wfe-tenant', p_run.tenant, 'x-wfe-track', v_track, 'traceparent', v_tp,
                 -- ISO 8601 in UTC, whatever the releasing session's DateStyle and TimeZone
                 'x-wfe-deadline', coalesce(to_char(p_stage.deadline_at AT TIME ZONE 'UTC',
                                                    'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'), '')),
@@ -2548,6 +2797,7 @@ BEGIN
                 'deadline_at', p_stage.deadline_at,
                 'payload_inline', CASE WHEN v_track = 'small' THEN coalesce(p_stage.input, '{}') END,
                 'payload_ref', v_ref,
+                'traceparent', v_tp,
                 'created_at', now()));
     PERFORM wfe._wake(now());               -- the publisher has a message
 END
@@ -2595,6 +2845,7 @@ DECLARE
     v_start    timestamptz;
     v_existing bigint;
     v_bad      text;
+    v_trace    text[];
 BEGIN
     IF submit.workflow IS NULL THEN
         RAISE EXCEPTION 'workflow must not be null' USING ERRCODE = 'null_value_not_allowed';
@@ -2619,11 +2870,11 @@ BEGIN
         END IF;
     END IF;
     SELECT string_agg(k, ', ') INTO v_bad FROM jsonb_object_keys(v_opts) AS k
-     WHERE k NOT IN ('tenant', 'execution_context', 'run_deadline_ms', 'priority', 'not_before');
+     WHERE k NOT IN ('tenant', 'execution_context', 'run_deadline_ms', 'priority', 'not_before', 'traceparent');
     IF v_bad IS NOT NULL THEN
         RAISE EXCEPTION 'unknown submit option: %', v_bad
             USING ERRCODE = 'invalid_parameter_value',
-                  HINT = 'Options are tenant, execution_context, run_deadline_ms, priority and not_before.';
+                  HINT = 'Options are tenant, execution_context, run_deadline_ms, priority, not_before and traceparent.';
     END IF;
     v_tenant := coalesce(v_opts ->> 'tenant', 'default');
     PERFORM wfe._check_tenant_name(v_tenant);
@@ -2658,6 +2909,9 @@ BEGIN
                 USING ERRCODE = 'invalid_parameter_value';
         END;
     END IF;
+    IF v_opts ? 'traceparent' THEN
+        v_trace := wfe._traceparent(v_opts -> 'traceparent');
+    END IF;
     IF v_opts ? 'execution_context' AND jsonb_typeof(v_opts -> 'execution_context') <> 'string' THEN
         RAISE EXCEPTION 'execution_context must be a string' USING ERRCODE = 'invalid_parameter_value';
     END IF;
@@ -2691,7 +2945,8 @@ BEGIN
 
     INSERT INTO wfe.runs AS x (tenant, workflow, version, definition_id, definition_digest, dsl_version,
                                compiler_version, engine_version, contracts, context, execution_context,
-                               idempotency_key, priority, not_before, deadline_at, form)
+                               idempotency_key, priority, not_before, deadline_at, form,
+                               trace_id, trace_parent, trace_flags)
     VALUES (v_tenant, d.workflow, d.version, d.definition_id, d.digest, d.dsl_version, d.compiler_version,
             (SELECT e.extversion FROM pg_catalog.pg_extension AS e WHERE e.extname = 'wfe'),
             (SELECT coalesce(jsonb_object_agg(c.ref, jsonb_build_object('kind', c.kind, 'queue', c.queue,
@@ -2700,7 +2955,8 @@ BEGIN
               WHERE c.ref IN (SELECT jsonb_array_elements_text(d.plan -> 'contracts'))),
             v_context, coalesce(v_opts ->> 'execution_context', d.plan ->> 'context'),
             submit.idempotency_key, v_priority, v_start,
-            now() + make_interval(secs => v_deadline / 1000.0), d.plan ->> 'form')
+            now() + make_interval(secs => v_deadline / 1000.0), d.plan ->> 'form',
+            coalesce(v_trace[1], wfe._random_hex(32)), v_trace[2], coalesce(v_trace[3], '01'))
     ON CONFLICT (tenant, workflow, idempotency_key)
        WHERE idempotency_key IS NOT NULL AND wfe._run_keeps_key(state)
        DO NOTHING
@@ -3046,11 +3302,12 @@ BEGIN
                               'attempts', s.attempt,
                               'duration_ms', round(extract(epoch FROM s.finished_at - s.started_at) * 1000),
                               'skip_reason', s.skip_reason,
-                              'error', s.error,
-                              'result', s.result)
+                              'error', wfe._redact(s.error),
+                              'result', wfe._redact(s.result))
                           ORDER BY s.ordinal), '[]')
                      FROM wfe.run_stages AS s WHERE s.run_id = r.run_id),
-        'outputs', (SELECT coalesce(jsonb_object_agg(o.task || '.' || o.key, o.value), '{}')
+        'outputs', (SELECT coalesce(jsonb_object_agg(o.task || '.' || o.key,
+                                                wfe._redact(jsonb_build_object(o.key, o.value)) -> o.key), '{}')
                       FROM wfe.outputs AS o WHERE o.run_id = r.run_id),
         'late_callbacks', (SELECT count(*) FROM wfe.events AS e
                             WHERE e.run_id = r.run_id AND e.type = 'callback.late'),
@@ -3641,6 +3898,93 @@ BEGIN
 END
 $$;
 
+CREATE OR REPLACE FUNCTION wfe._otlp_attribute(p_key text, p_value anyelement)
+RETURNS jsonb
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+SELECT CASE WHEN p_value IS NOT NULL THEN
+            jsonb_build_object('key', p_key, 'value',
+                               CASE WHEN pg_typeof(p_value) IN ('bigint'::regtype, 'integer'::regtype)
+                                    THEN jsonb_build_object('intValue', p_value::text)
+                                    ELSE jsonb_build_object('stringValue', p_value::text) END) END
+$$;
+
+CREATE OR REPLACE FUNCTION wfe._otlp_time(p_at timestamptz)
+RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+RETURN (extract(epoch FROM p_at) * 1000000000)::bigint::text;
+
+CREATE OR REPLACE FUNCTION wfe.run_spans(run_id bigint)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE STRICT SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    r       wfe.runs := wfe._run(run_spans.run_id);
+    v_run   jsonb;
+    v_tries jsonb;
+BEGIN
+    -- the run: SPAN_KIND_INTERNAL (1); status OK (1) when completed, ERROR (2)
+    -- when failed or cancelled, UNSET (0) while it runs
+    v_run := jsonb_strip_nulls(jsonb_build_object(
+        'traceId', r.trace_id, 'spanId', r.span_id, 'parentSpanId', r.trace_parent,
+        'name', 'wfe.run ' || r.workflow, 'kind', 1,
+        'startTimeUnixNano', wfe._otlp_time(r.submitted_at),
+        'endTimeUnixNano', wfe._otlp_time(coalesce(r.finished_at, now())),
+        'attributes', jsonb_path_query_array(jsonb_build_array(
+            wfe._otlp_attribute('wfe.run_id', r.run_id), wfe._otlp_attribute('wfe.workflow', r.workflow),
+            wfe._otlp_attribute('wfe.version', r.version), wfe._otlp_attribute('wfe.tenant', r.tenant),
+            wfe._otlp_attribute('wfe.definition_digest', r.definition_digest),
+            wfe._otlp_attribute('wfe.state', r.state), wfe._otlp_attribute('wfe.reason', r.reason)),
+            '$[*] ? (@ != null)'),
+        'status', jsonb_strip_nulls(jsonb_build_object(
+            'code', CASE r.state WHEN 'completed' THEN 1 WHEN 'failed' THEN 2 WHEN 'cancelled' THEN 2 ELSE 0 END,
+            'message', CASE WHEN r.state IN ('failed', 'cancelled') THEN coalesce(r.reason, r.state) END))));
+    -- one span per attempt, as wfe.run_timeline finds them and their outcome
+    -- (attempt 0, the result cache's bookkeeping, is no attempt):
+    -- SPAN_KIND_PRODUCER (4), the work handed to a worker, whose own spans
+    -- are children of this one (the envelope's and the claim's traceparent)
+    SELECT coalesce(jsonb_agg(jsonb_strip_nulls(jsonb_build_object(
+               'traceId', r.trace_id, 'spanId', wfe._attempt_span_id(r.span_id, t.stage, t.attempt),
+               'parentSpanId', r.span_id,
+               'name', 'wfe.attempt ' || t.stage, 'kind', 4,
+               'startTimeUnixNano', wfe._otlp_time(t.started_at), 'endTimeUnixNano', wfe._otlp_time(t.finished_at),
+               'attributes', jsonb_path_query_array(jsonb_build_array(
+                   wfe._otlp_attribute('wfe.run_id', r.run_id), wfe._otlp_attribute('wfe.stage', t.stage),
+                   wfe._otlp_attribute('wfe.attempt', t.attempt), wfe._otlp_attribute('wfe.queue', s.queue),
+                   wfe._otlp_attribute('wfe.outcome', t.outcome),
+                   -- the stage keeps its last error whole; an earlier attempt's is its event's code
+                   wfe._otlp_attribute('wfe.error', CASE
+                       WHEN x.failed AND t.attempt = s.attempt AND s.error IS NOT NULL
+                           THEN wfe._redact(s.error) #>> '{}'
+                       WHEN x.failed
+                           THEN wfe._redact(jsonb_build_object('error',
+                                    (SELECT e.detail -> 'error' FROM wfe.events AS e
+                                      WHERE e.run_id = r.run_id AND e.stage = t.stage AND e.attempt = t.attempt
+                                        AND e.detail ? 'error'
+                                      ORDER BY e.event_id DESC LIMIT 1))) #>> '{error}' END)),
+                   '$[*] ? (@ != null)'),
+               'status', jsonb_strip_nulls(jsonb_build_object(
+                   'code', CASE WHEN t.outcome = 'completed' THEN 1 WHEN x.failed THEN 2 ELSE 0 END,
+                   'message', CASE WHEN x.failed THEN t.outcome END))))
+             ORDER BY t.n), '[]')
+      INTO v_tries
+      FROM wfe.run_timeline(r.run_id) WITH ORDINALITY AS t(stage, attempt, outcome, started_at, finished_at,
+                                                          duration_ms, waterfall, n)
+      JOIN wfe.run_stages AS s ON s.run_id = r.run_id AND s.stage = t.stage
+      CROSS JOIN LATERAL (SELECT t.outcome IN ('failed', 'timed_out', 'retry_scheduled') AS failed) AS x
+     WHERE t.attempt >= 1;
+    RETURN jsonb_build_object('resourceSpans', jsonb_build_array(jsonb_build_object(
+        'resource', jsonb_build_object('attributes', jsonb_build_array(
+            wfe._otlp_attribute('service.name', 'wfe'::text),
+            wfe._otlp_attribute('service.version', r.engine_version))),
+        'scopeSpans', jsonb_build_array(jsonb_build_object(
+            'scope', jsonb_build_object('name', 'wfe', 'version', r.engine_version),
+            'spans', jsonb_build_array(v_run) || v_tries)))));
+END
+$$;
+
 CREATE OR REPLACE FUNCTION wfe._item_failed(p_run_id bigint, p_stage text, p_what text,
                                  p_sqlstate text, p_message text, p_timer_id bigint DEFAULT NULL)
 RETURNS void
@@ -4122,6 +4466,16 @@ BEGIN ATOMIC
                              WHERE o.run_id = st.run_id AND o.stage = st.stage AND o.attempt = st.attempt
                                AND o.fence = st.fence AND o.kind = 'dispatch' AND o.state <> 'published')));
 END;
+
+CREATE OR REPLACE FUNCTION wfe._redact(p_doc jsonb)
+RETURNS jsonb
+AS 'MODULE_PATHNAME', 'wfe_redact_sql'
+LANGUAGE C STABLE STRICT PARALLEL SAFE;
+
+CREATE OR REPLACE FUNCTION wfe._redact_trigger()
+RETURNS trigger
+AS 'MODULE_PATHNAME', 'wfe_redact_trigger'
+LANGUAGE C;
 
 CREATE OR REPLACE FUNCTION wfe.register_signal(ref text, payload_schema jsonb DEFAULT '{}')
 RETURNS void
@@ -4620,6 +4974,14 @@ COMMENT ON FUNCTION wfe._check_queue_name(text) IS
 'Raises 22023 (with the rule as a hint) unless the argument is a queue name; NULL passes.';
 COMMENT ON FUNCTION wfe._lock(text, text, boolean) IS
 'Takes wfe''s transaction lock (space, key), which no login can take: waits (bounded by lock_timeout), or with try only takes it if free; returns whether it was taken.';
+COMMENT ON FUNCTION wfe._random_hex(int) IS
+'Random lowercase hex digits (at most 32): new trace and span ids.';
+COMMENT ON FUNCTION wfe._traceparent(jsonb) IS
+'Reads a W3C traceparent (submit option): {trace id, parent span id, flags}, or 22023 naming the option.';
+COMMENT ON FUNCTION wfe._attempt_span_id(text, text, int) IS
+'The span id of an attempt: derived from the run''s span id, the stage and the attempt number.';
+COMMENT ON FUNCTION wfe._attempt_traceparent(text, text, text, text, int) IS
+'The W3C traceparent of a run''s attempt: the run''s trace id and flags, the attempt''s span id.';
 COMMENT ON FUNCTION wfe._stage_clocked(text) IS
 'Queued, dispatched or running: a stage''s attempt is live, its queue, execution or heartbeat deadline runs.';
 COMMENT ON FUNCTION wfe._stage_handed_out(text) IS
@@ -4672,6 +5034,11 @@ COMMENT ON FUNCTION wfe.trigger_schedule(text) IS
 'Submits one run of a schedule now, outside its cron (as its owner, ignoring overlap); returns the run id.';
 COMMENT ON FUNCTION wfe.backfill_schedule(text, timestamptz, timestamptz) IS
 'Submits a schedule''s run for every tick from from_time to to_time (at most 1000, ending by now; ignoring overlap); a tick already run is not run again. Returns the runs started.';
+COMMENT ON FUNCTION wfe._otlp_attribute(text, anyelement) IS
+'One OTLP/JSON KeyValue (intValue for integers, as a string; stringValue otherwise); NULL for a NULL value.';
+COMMENT ON FUNCTION wfe._otlp_time(timestamptz) IS 'A time as OTLP/JSON''s timeUnixNano: nanoseconds since 1970 as a decimal string.';
+COMMENT ON FUNCTION wfe.run_spans(bigint) IS
+'The run as OTLP/JSON resourceSpans: a span for the run and one per attempt (its children), with wfe.redact_keys applied to the attributes.';
 COMMENT ON FUNCTION wfe._item_failed(bigint, text, text, text, text, bigint) IS
 'An item of a worker round (a timer: p_timer_id) raised: put it off a second for a deadlock, serialization failure or lock timeout, else fail its run (run.engine_error), or record the error and put the item off; logs the run id.';
 COMMENT ON FUNCTION wfe._worker_round(int) IS
@@ -4694,6 +5061,10 @@ COMMENT ON FUNCTION wfe._admit_run(text, text) IS
 'Admits one more run of a tenant in flight (a submit, or a redrive or skip_stage reopening a failed run): 53400 at its max_runs_in_flight.';
 COMMENT ON FUNCTION wfe.callback(text, text) IS
 'A worker''s report signed by its gateway: the gate''s outcome word when authentic; otherwise unauthenticated (recorded in wfe.unauthenticated_callbacks), expired or replayed (recorded as events of the run).';
+COMMENT ON FUNCTION wfe._redact(jsonb) IS
+'The document with the value of every key listed in wfe.redact_keys, at any depth, replaced by "[redacted]".';
+COMMENT ON FUNCTION wfe._redact_trigger() IS
+'BEFORE INSERT row trigger: redacts (wfe._redact) the jsonb column named by its argument.';
 COMMENT ON FUNCTION wfe.register_signal(text, jsonb) IS
 'Registers signal contract ref (name@N) with the JSON schema its payload must satisfy. Idempotent; a registered version is immutable.';
 COMMENT ON FUNCTION wfe._check_signal_grant(name, text) IS

@@ -47,9 +47,11 @@
 	")" \
 	" SELECT c.run_id, c.stage, c.attempt, c.fence, c.queue, c.worker, c.input, NULL::jsonb," \
 	"        c.deadline_at, c.heartbeat_ms," \
-	/* a lookup per claimed row: a join would be hashed in the generic plan */ \
+	/* lookups per claimed row: a join would be hashed in the generic plan */ \
 	"        (SELECT r.definition_digest FROM wfe.runs AS r WHERE r.run_id = c.run_id)," \
-	"        NULL::uuid, c.tenant" \
+	"        NULL::uuid, c.tenant," \
+	"        (SELECT wfe._attempt_traceparent(r.trace_id, r.span_id, r.trace_flags, c.stage, c.attempt)" \
+	"           FROM wfe.runs AS r WHERE r.run_id = c.run_id)" \
 	"   FROM claimed AS c" \
 	"  ORDER BY c.priority DESC, c.ready_at"
 static stmt q_claim = STMT(CLAIM_HEAD CLAIM_TAIL, 4, TX, TX, I4, I4);
@@ -255,8 +257,8 @@ wfe_claim_task(PG_FUNCTION_ARGS)
 			got = SPI_processed;
 			for (uint64 k = 0; k < got; k++)
 			{
-				Datum		values[13];
-				bool		nulls[13];
+				Datum		values[14];
+				bool		nulls[14];
 
 				heap_deform_tuple(SPI_tuptable->vals[k], SPI_tuptable->tupdesc, values, nulls);
 				values[11] = wfe_message_id(DatumGetInt64(values[0]), TextDatumGetCString(values[1]),

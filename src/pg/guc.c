@@ -271,5 +271,19 @@ wfe_guc_init(void)
 							100, 1, 10000,
 							PGC_SUSET, 0,
 							NULL, NULL, NULL);
+
+	/*
+	 * PGC_SUSET: redaction protects the secrets of everyone whose runs are
+	 * logged, so only a superuser (postgresql.conf, ALTER SYSTEM, ALTER
+	 * DATABASE or ALTER ROLE ... SET) may change it -- a submitter cannot
+	 * turn it off for its own session, then read the detail it writes.
+	 */
+	DefineCustomStringVariable("wfe.redact_keys",
+							   "JSON keys whose values telemetry shows as \"[redacted]\", at any depth.",
+							   "Comma-separated; applies to event rows, the event projection, reports and spans, never to what workers receive.",
+							   &wfe_redact_keys,
+							   "",
+							   PGC_SUSET, GUC_LIST_INPUT,
+							   wfe_redact_keys_check, wfe_redact_keys_assign, NULL);
 	MarkGUCPrefixReserved("wfe");
 }

@@ -6,6 +6,7 @@
 #ifndef WFE_WFE_H
 #define WFE_WFE_H
 
+#include "utils/guc.h"
 #include "utils/jsonb.h"
 
 /* Admission limits for definitions (GUCs wfe.max_*). */
@@ -57,6 +58,12 @@ extern int	wfe_max_name_bytes;
 extern void wfe_admit_jsonb(Jsonb *jb, const char *what, int extra_depth);
 extern void wfe_admit_name(const char *value, Size len, const char *what);
 extern char *wfe_admitted_name(text *t, const char *what);
+
+/* Redaction of telemetry (redact.c; GUC wfe.redact_keys). */
+extern char *wfe_redact_keys;
+extern bool wfe_redact_keys_check(char **newval, void **extra, GucSource source);
+extern void wfe_redact_keys_assign(const char *newval, void *extra);
+extern Jsonb *wfe_redact_jsonb(Jsonb *jb);
 
 /* Signed callbacks (signed_callback.c; GUC wfe.callback_tolerance_s). */
 extern int	wfe_callback_tolerance_s;

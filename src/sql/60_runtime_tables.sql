@@ -106,12 +106,20 @@ CREATE TABLE wfe.runs (
     finished_at       timestamptz,
     replay_of         bigint,
     form              text NOT NULL CONSTRAINT runs_form CHECK (form IN ('stages', 'tasks')),
+    trace_id          text NOT NULL DEFAULT wfe._random_hex(32),
+    span_id           text NOT NULL DEFAULT wfe._random_hex(16),
+    trace_parent      text,
+    trace_flags       text NOT NULL DEFAULT '01',
     CONSTRAINT runs_intent_state CHECK (state = 'running' OR intent IS NOT NULL)
 );
 COMMENT ON TABLE wfe.runs IS
 'Workflow runs, pinned at creation to a definition digest, the DSL/compiler/engine versions and the contract versions.';
 GRANT SELECT ON wfe.runs TO wfe_reader, wfe_operator;
 COMMENT ON COLUMN wfe.runs.intent IS 'Terminal intent (completed, failed, cancelled) once set; finalisers then run';
+COMMENT ON COLUMN wfe.runs.trace_id IS 'W3C trace id of the run: the submitter''s (option traceparent) or a new one';
+COMMENT ON COLUMN wfe.runs.span_id IS 'Span id of the run''s span (wfe.run_spans); its attempts'' spans are its children';
+COMMENT ON COLUMN wfe.runs.trace_parent IS 'Span id of the submitter''s span (option traceparent), the run span''s parent';
+COMMENT ON COLUMN wfe.runs.trace_flags IS 'W3C trace flags passed on with the trace (the sampled bit)';
 COMMENT ON COLUMN wfe.runs.contracts IS 'Pinned contract versions: {ref: {"kind","queue"}} of every contract the plan uses';
 
 -- An idempotency key names one live or successful run per tenant and
@@ -328,9 +336,10 @@ CREATE TYPE wfe.task AS (
     heartbeat_ms      int,
     definition_digest text,
     message_id        uuid,
-    tenant            text
+    tenant            text,
+    traceparent       text
 );
-COMMENT ON TYPE wfe.task IS 'A claimed task: identity (run, stage, attempt, fence), what to run, its input and deadline';
+COMMENT ON TYPE wfe.task IS 'A claimed task: identity (run, stage, attempt, fence), what to run, its input and deadline, and the W3C traceparent of its attempt';
 
 -- Stages that exhausted their retries (and, later, broker dead letters).
 CREATE TABLE wfe.dead_letters (

@@ -82,6 +82,8 @@ DECLARE
     v_track text := 'small';
     v_hash  text;
     v_ref   jsonb;
+    v_tp    text := wfe._attempt_traceparent(p_run.trace_id, p_run.span_id, p_run.trace_flags,
+                                             p_stage.stage, p_stage.attempt);
 BEGIN
     IF v_bytes > wfe._setting('wfe.track_threshold_bytes')::int THEN
         v_track := 'large';
@@ -104,7 +106,7 @@ BEGIN
                 'x-wfe-run-id', p_run.run_id::text, 'x-wfe-stage', p_stage.stage,
                 'x-wfe-attempt', p_stage.attempt::text, 'x-wfe-fence', p_stage.fence::text,
                 'x-wfe-digest', p_run.definition_digest, 'x-wfe-contract', p_stage.worker,
-                'x-wfe-tenant', p_run.tenant, 'x-wfe-track', v_track,
+                'x-wfe-tenant', p_run.tenant, 'x-wfe-track', v_track, 'traceparent', v_tp,
                 -- ISO 8601 in UTC, whatever the releasing session's DateStyle and TimeZone
                 'x-wfe-deadline', coalesce(to_char(p_stage.deadline_at AT TIME ZONE 'UTC',
                                                    'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'), '')),
@@ -122,6 +124,7 @@ BEGIN
                 'deadline_at', p_stage.deadline_at,
                 'payload_inline', CASE WHEN v_track = 'small' THEN coalesce(p_stage.input, '{}') END,
                 'payload_ref', v_ref,
+                'traceparent', v_tp,
                 'created_at', now()));
     PERFORM wfe._wake(now());               -- the publisher has a message
 END

@@ -83,6 +83,7 @@ DECLARE
     v_start    timestamptz;
     v_existing bigint;
     v_bad      text;
+    v_trace    text[];
 BEGIN
     IF submit.workflow IS NULL THEN
         RAISE EXCEPTION 'workflow must not be null' USING ERRCODE = 'null_value_not_allowed';
@@ -107,11 +108,11 @@ BEGIN
         END IF;
     END IF;
     SELECT string_agg(k, ', ') INTO v_bad FROM jsonb_object_keys(v_opts) AS k
-     WHERE k NOT IN ('tenant', 'execution_context', 'run_deadline_ms', 'priority', 'not_before');
+     WHERE k NOT IN ('tenant', 'execution_context', 'run_deadline_ms', 'priority', 'not_before', 'traceparent');
     IF v_bad IS NOT NULL THEN
         RAISE EXCEPTION 'unknown submit option: %', v_bad
             USING ERRCODE = 'invalid_parameter_value',
-                  HINT = 'Options are tenant, execution_context, run_deadline_ms, priority and not_before.';
+                  HINT = 'Options are tenant, execution_context, run_deadline_ms, priority, not_before and traceparent.';
     END IF;
     v_tenant := coalesce(v_opts ->> 'tenant', 'default');
     PERFORM wfe._check_tenant_name(v_tenant);
@@ -146,6 +147,9 @@ BEGIN
                 USING ERRCODE = 'invalid_parameter_value';
         END;
     END IF;
+    IF v_opts ? 'traceparent' THEN
+        v_trace := wfe._traceparent(v_opts -> 'traceparent');
+    END IF;
     IF v_opts ? 'execution_context' AND jsonb_typeof(v_opts -> 'execution_context') <> 'string' THEN
         RAISE EXCEPTION 'execution_context must be a string' USING ERRCODE = 'invalid_parameter_value';
     END IF;
@@ -179,7 +183,8 @@ BEGIN
 
     INSERT INTO wfe.runs AS x (tenant, workflow, version, definition_id, definition_digest, dsl_version,
                                compiler_version, engine_version, contracts, context, execution_context,
-                               idempotency_key, priority, not_before, deadline_at, form)
+                               idempotency_key, priority, not_before, deadline_at, form,
+                               trace_id, trace_parent, trace_flags)
     VALUES (v_tenant, d.workflow, d.version, d.definition_id, d.digest, d.dsl_version, d.compiler_version,
             (SELECT e.extversion FROM pg_catalog.pg_extension AS e WHERE e.extname = 'wfe'),
             (SELECT coalesce(jsonb_object_agg(c.ref, jsonb_build_object('kind', c.kind, 'queue', c.queue,
@@ -188,7 +193,8 @@ BEGIN
               WHERE c.ref IN (SELECT jsonb_array_elements_text(d.plan -> 'contracts'))),
             v_context, coalesce(v_opts ->> 'execution_context', d.plan ->> 'context'),
             submit.idempotency_key, v_priority, v_start,
-            now() + make_interval(secs => v_deadline / 1000.0), d.plan ->> 'form')
+            now() + make_interval(secs => v_deadline / 1000.0), d.plan ->> 'form',
+            coalesce(v_trace[1], wfe._random_hex(32)), v_trace[2], coalesce(v_trace[3], '01'))
     ON CONFLICT (tenant, workflow, idempotency_key)
        WHERE idempotency_key IS NOT NULL AND wfe._run_keeps_key(state)
        DO NOTHING

@@ -55,11 +55,12 @@ BEGIN
                               'attempts', s.attempt,
                               'duration_ms', round(extract(epoch FROM s.finished_at - s.started_at) * 1000),
                               'skip_reason', s.skip_reason,
-                              'error', s.error,
-                              'result', s.result)
+                              'error', wfe._redact(s.error),
+                              'result', wfe._redact(s.result))
                           ORDER BY s.ordinal), '[]')
                      FROM wfe.run_stages AS s WHERE s.run_id = r.run_id),
-        'outputs', (SELECT coalesce(jsonb_object_agg(o.task || '.' || o.key, o.value), '{}')
+        'outputs', (SELECT coalesce(jsonb_object_agg(o.task || '.' || o.key,
+                                                wfe._redact(jsonb_build_object(o.key, o.value)) -> o.key), '{}')
                       FROM wfe.outputs AS o WHERE o.run_id = r.run_id),
         'late_callbacks', (SELECT count(*) FROM wfe.events AS e
                             WHERE e.run_id = r.run_id AND e.type = 'callback.late'),

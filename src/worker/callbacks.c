@@ -66,8 +66,8 @@ cb_claim(int max, Task **tasks, int *n, char ***payload_refs, DbError *e)
 	static const char sql[] =
 		"SELECT run_id, stage, attempt, fence, worker, input, payload_ref, heartbeat_ms, tenant, "
 		"deadline_at, message_id, "
-		"greatest(0, ceil(extract(epoch FROM deadline_at - clock_timestamp()) * 1000))::bigint "
-		"FROM wfe.claim_task($1, $2, $3)";
+		"greatest(0, ceil(extract(epoch FROM deadline_at - clock_timestamp()) * 1000))::bigint, "
+		"traceparent FROM wfe.claim_task($1, $2, $3)";
 	char		maxs[16];
 	const char *values[3];
 	PGresult   *res;
@@ -107,6 +107,7 @@ cb_claim(int max, Task **tasks, int *n, char ***payload_refs, DbError *e)
 		t->deadline_at = get_text(res, i, 9);
 		t->message_id = get_text(res, i, 10);
 		t->deadline_in_ms = PQgetisnull(res, i, 11) ? -1 : strtoll(PQgetvalue(res, i, 11), NULL, 10);
+		t->traceparent = get_text(res, i, 12);
 	}
 	*n = rows;
 	PQclear(res);

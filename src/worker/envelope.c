@@ -94,6 +94,7 @@ envelope_parse(const char *body, size_t len, Task *task, char **payload_ref,
 	}
 	task->worker = get_string(doc, "worker");
 	task->message_id = get_string(doc, "message_id");
+	task->traceparent = get_string(doc, "traceparent");
 	task->deadline_at = get_string(doc, "deadline_at");
 	if (json_object_object_get_ex(doc, "headers", &v) && json_object_is_type(v, json_type_object))
 		task->tenant = get_string(v, "tenant");

@@ -96,7 +96,7 @@ usage(FILE *out)
 			"\n"
 			"The command's environment has WFE_RUN_ID, WFE_STAGE, WFE_ATTEMPT, WFE_FENCE,\n"
 			"WFE_WORKER (the contract), WFE_TENANT, WFE_QUEUE, WFE_WORKER_ID,\n"
-			"WFE_DEADLINE_AT and WFE_MESSAGE_ID.\n"
+			"WFE_DEADLINE_AT, WFE_MESSAGE_ID and TRACEPARENT (the attempt's W3C trace context).\n"
 			"\n"
 			"SIGTERM or SIGINT: take no new tasks, let running commands finish within\n"
 			"--grace-ms, report, exit 0.  A second signal ends the grace period at once.\n"

@@ -52,6 +52,7 @@ task_free(Task *t)
 	free(t->input);
 	free(t->deadline_at);
 	free(t->message_id);
+	free(t->traceparent);
 	memset(t, 0, sizeof(*t));
 }
 
@@ -97,7 +98,7 @@ slot_start(Task *task, bool has_delivery, uint64_t delivery_tag, uint64_t genera
 				attempt[16],
 				fence[24],
 				err[256];
-	EnvVar		env[10];
+	EnvVar		env[11];
 	int			nenv = 0;
 
 	for (int i = 0; i < opts.concurrency && s == NULL; i++)
@@ -140,6 +141,8 @@ slot_start(Task *task, bool has_delivery, uint64_t delivery_tag, uint64_t genera
 	env[nenv++] = (EnvVar) {"WFE_WORKER_ID", opts.worker_id};
 	env[nenv++] = (EnvVar) {"WFE_DEADLINE_AT", s->task.deadline_at ? s->task.deadline_at : ""};
 	env[nenv++] = (EnvVar) {"WFE_MESSAGE_ID", s->task.message_id ? s->task.message_id : ""};
+	/* the name OpenTelemetry's environment-variable propagation reads */
+	env[nenv++] = (EnvVar) {"TRACEPARENT", s->task.traceparent ? s->task.traceparent : ""};
 
 	tasks_started++;
 	if (opts.max_tasks > 0 && tasks_started >= opts.max_tasks && !stopping)

@@ -70,6 +70,7 @@ typedef struct Task
 	int64_t		deadline_in_ms; /* execution deadline from the start; -1: unknown */
 	char	   *deadline_at;	/* text, or NULL */
 	char	   *message_id;		/* text, or NULL */
+	char	   *traceparent;	/* the attempt's W3C traceparent, or NULL */
 } Task;
 
 extern void task_free(Task *t);

@@ -29,6 +29,13 @@ PACKAGES=(
 	openssl                     # TAP 019: the documented gateway signing example
 	prometheus-postgres-exporter  # TAP 025: the shipped query file, scraped
 	iproute2                    # TAP 027: ss shows what the RabbitMQ nodes listen on
+
+	debhelper                   # make deb (debian/), the "deb" suite
+	postgresql-server-dev-all   # pg_buildext
+	dh-python
+	python3-all
+	fakeroot
+	lintian                     # the "deb" suite prints its tags
 )
 
 # is_installed PACKAGE: true when dpkg has the package fully installed.

@@ -3,7 +3,8 @@
 #
 #   test/harness/run-all.sh [SUITE...]
 #
-# Suites, in order: version regress isolation tap unit fuzz cli worker python (default: all).
+# Suites, in order: version regress isolation tap unit fuzz cli worker python (default: all);
+# also, only when named: deb (builds and uses the Debian packages; several minutes).
 # Sets up first (packages, build, install, a private cluster), runs the
 # suites, each printing its result as it goes, tears down, and ends with
 # exactly one line "N passed, N failed".  Exits non-zero if anything failed
@@ -16,6 +17,7 @@ set -euo pipefail
 . "$WFE_HARNESS/cluster.sh"
 
 ALL_SUITES=(version regress isolation tap unit fuzz cli worker python)
+NAMED_SUITES=(deb)  # run only when named
 WORKDIR=""
 CURRENT_STEP=""
 PASSED=0
@@ -80,6 +82,7 @@ run_named_suite() {
 		cli) run_suite cli "$WFE_HARNESS/cli_vs_db.sh" ;;
 		worker) run_suite worker "$WFE_TOP/test/worker/run.sh" "$WORKDIR/worker" ;;
 		python) run_suite python "$WFE_TOP/test/python/run.sh" "$WORKDIR/python" ;;
+		deb) run_suite deb "$WFE_TOP/test/deb/run.sh" "$WORKDIR/deb" ;;
 	esac
 }
 
@@ -125,7 +128,8 @@ main() {
 	# Step 0: which suites; check the names before doing anything.
 	[ "${#suites[@]}" -gt 0 ] || suites=("${ALL_SUITES[@]}")
 	for s in "${suites[@]}"; do
-		[[ " ${ALL_SUITES[*]} " == *" $s "* ]] || die "unknown suite '$s' (${ALL_SUITES[*]})"
+		[[ " ${ALL_SUITES[*]} ${NAMED_SUITES[*]} " == *" $s "* ]] ||
+			die "unknown suite '$s' (${ALL_SUITES[*]} ${NAMED_SUITES[*]})"
 	done
 	trap finish EXIT
 	trap 'exit 130' INT

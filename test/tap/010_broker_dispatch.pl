@@ -103,7 +103,8 @@ for my $b ('wfe.commands wfe.tapq.small run.tapq.small', 'wfe.commands wfe.tapq.
 #
 # One dispatch, field by field.
 #
-my @HEADERS = qw(x-wfe-attempt x-wfe-contract x-wfe-deadline x-wfe-digest x-wfe-fence x-wfe-run-id
+# (and the attempt's W3C traceparent, docs/operations.md "Traces")
+my @HEADERS = qw(traceparent x-wfe-attempt x-wfe-contract x-wfe-deadline x-wfe-digest x-wfe-fence x-wfe-run-id
   x-wfe-stage x-wfe-tenant x-wfe-track);
 # the envelope of delivery.md ...
 my @BODY_KEYS = qw(attempt correlation_id created_at deadline_at definition_digest fence headers
@@ -111,7 +112,8 @@ my @BODY_KEYS = qw(attempt correlation_id created_at deadline_at definition_dige
   workflow_version);
 # ... and what wfe adds for pushed workers to keep an attempt alive
 # (docs/wfe-worker.md): the stage's heartbeat and execution deadline
-my @BODY_EXTRA = qw(execution_deadline_ms heartbeat_ms);
+# (docs/wfe-worker.md), and the attempt's traceparent
+my @BODY_EXTRA = qw(execution_deadline_ms heartbeat_ms traceparent);
 
 # The current attempt of a stage, as the database has it.
 sub stage_row
@@ -155,7 +157,10 @@ sub check_dispatch
 	ok(defined $p->{timestamp} && $p->{timestamp} >= $t0 - 2 && $p->{timestamp} <= $t1 + 2,
 		"$what: timestamp is the time of publishing ($p->{timestamp} in [$t0, $t1])");
 	# headers: all of them, always, and nothing else
-	is_deeply([ sort keys %$h ], \@HEADERS, "$what: exactly the nine x-wfe-* headers");
+	is_deeply([ sort keys %$h ], \@HEADERS, "$what: exactly the nine x-wfe-* headers and traceparent");
+	is($h->{traceparent}, sql(qq{SELECT '00-' || trace_id || '-' || left(md5(span_id || ':$stage:$s->{attempt}'), 16)
+	                               || '-' || trace_flags FROM wfe.runs WHERE run_id = $run}),
+		"$what: traceparent: the run's trace, the attempt's span");
 	is_deeply(
 		[ @$h{qw(x-wfe-run-id x-wfe-stage x-wfe-attempt x-wfe-fence x-wfe-digest x-wfe-contract x-wfe-tenant x-wfe-track)} ],
 		[ "$run", $stage, $s->{attempt}, $s->{fence}, $s->{digest}, $s->{worker}, $s->{tenant}, $track ],
@@ -174,7 +179,8 @@ sub check_dispatch
 	ok($m->{body_is_json}, "$what: the body is JSON");
 	is_deeply([ grep { !exists $b->{$_} } @BODY_KEYS ], [], "$what: the envelope has every key of the spec");
 	is_deeply([ sort keys %$b ], [ sort @BODY_KEYS, @BODY_EXTRA ],
-		"$what: and besides them only heartbeat_ms and execution_deadline_ms");
+		"$what: and besides them only heartbeat_ms, execution_deadline_ms and traceparent");
+	is($b->{traceparent}, $h->{traceparent}, "$what: the body's traceparent is the header's");
 	is(($b->{heartbeat_ms} // 'null') . ' ' . ($b->{execution_deadline_ms} // 'null'),
 		"$s->{heartbeat_ms} $s->{exec_ms}", "$what: which are the stage's");
 	is( sql(qq{SELECT body = ${\ jsonb($b)} FROM wfe.outbox WHERE message_id = '$p->{message_id}'}),

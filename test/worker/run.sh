@@ -218,7 +218,7 @@ test_usage() {
 }
 
 test_poll_basic() {
-	local db=wt_poll r1 r2 s fence
+	local db=wt_poll r1 r2 s fence tp
 	r1=$(submit $db wt-two '{"who": "ann"}')
 	r2=$(submit $db wt-two '{"who": "bob"}')
 	worker poll.log --queue q_two --command "$TASK" --dsn "$(dsn $db)" --once
@@ -234,8 +234,10 @@ test_poll_basic() {
 	# the attempt's real fence (unpredictable: generation 1 in the high half)
 	fence=$(q $db "SELECT fence FROM wfe.run_stages WHERE run_id = $r1 AND stage = 'one'")
 	check "the attempt's fence is of generation 1" eq 1 "$(q $db "SELECT $fence >> 32")"
-	check "the command sees WFE_* variables" eq \
-		"{\"run\": \"$r1\", \"fence\": \"$fence\", \"queue\": \"q_one\", \"stage\": \"one\", \"tenant\": \"default\", \"worker\": \"wt.one@1\", \"attempt\": \"1\"}" \
+	# the attempt's traceparent: the run's trace, the attempt's span
+	tp=$(q $db "SELECT wfe._attempt_traceparent(trace_id, span_id, trace_flags, 'one', 1) FROM wfe.runs WHERE run_id = $r1")
+	check "the command sees WFE_* variables and TRACEPARENT" eq \
+		"{\"run\": \"$r1\", \"fence\": \"$fence\", \"queue\": \"q_one\", \"stage\": \"one\", \"tenant\": \"default\", \"worker\": \"wt.one@1\", \"attempt\": \"1\", \"traceparent\": \"$tp\"}" \
 		"$(stage_of $db "$r1" result)"
 }
 

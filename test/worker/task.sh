@@ -15,8 +15,8 @@ case $mode in
 	bad) echo 'not json' ;;
 	nul) printf '{"s": "a\\u0000b"}' ;;
 	env)
-		printf '{"run":"%s","stage":"%s","attempt":"%s","fence":"%s","worker":"%s","tenant":"%s","queue":"%s"}\n' \
-			"$WFE_RUN_ID" "$WFE_STAGE" "$WFE_ATTEMPT" "$WFE_FENCE" "$WFE_WORKER" "$WFE_TENANT" "$WFE_QUEUE"
+		printf '{"run":"%s","stage":"%s","attempt":"%s","fence":"%s","worker":"%s","tenant":"%s","queue":"%s","traceparent":"%s"}\n' \
+			"$WFE_RUN_ID" "$WFE_STAGE" "$WFE_ATTEMPT" "$WFE_FENCE" "$WFE_WORKER" "$WFE_TENANT" "$WFE_QUEUE" "$TRACEPARENT"
 		;;
 	fail)
 		# fails on the first attempt only, with more than 2 KB of stderr

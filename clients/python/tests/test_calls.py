@@ -145,3 +145,15 @@ def test_the_operators_recovery_calls(db: psycopg.Connection) -> None:
     # refusals are exceptions: a completed stage cannot be redriven
     with pytest.raises(wfe.WfeError):
         wfe.redrive(db, run, "work")
+
+
+def test_traceparent_goes_into_the_run_and_comes_back_per_attempt(db: psycopg.Connection) -> None:
+    flow = Flow(db)
+    trace, parent = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+    run = wfe.submit(db, flow.workflow, {"spec": {}}, traceparent=f"00-{trace}-{parent}-01")
+    [task] = wfe.claim_task(db, flow.queue, "w-trace")
+    assert task.run_id == run.run_id and task.traceparent is not None
+    version, task_trace, span, flags = task.traceparent.split("-")
+    assert (version, task_trace, flags) == ("00", trace, "01") and span != parent and len(span) == 16
+    with pytest.raises(wfe.InvalidArgument, match="traceparent"):
+        wfe.submit(db, flow.workflow, {"spec": {}}, traceparent="00-nope")

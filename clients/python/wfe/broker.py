@@ -57,7 +57,8 @@ def task_from_envelope(body: bytes, queue: str) -> Task:
                 contract=str(env.get("worker") or ""), input=env.get("payload_inline"),
                 payload_ref=env.get("payload_ref"), tenant=str((env.get("headers") or {}).get("tenant", "default")),
                 heartbeat_ms=env.get("heartbeat_ms"), execution_deadline_ms=env.get("execution_deadline_ms"),
-                definition_digest=env.get("definition_digest"), message_id=env.get("message_id"), mode="broker")
+                definition_digest=env.get("definition_digest"), message_id=env.get("message_id"),
+                traceparent=env.get("traceparent"), mode="broker")
 
 
 class BrokerLoop:

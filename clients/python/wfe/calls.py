@@ -52,6 +52,7 @@ def submit(db: Union[Executor, str], workflow: str, context: Optional[Mapping[st
            idempotency_key: Optional[str] = None, tenant: Optional[str] = None,
            priority: Optional[int] = None, run_deadline_ms: Optional[int] = None,
            not_before: Optional[datetime.datetime] = None, execution_context: Optional[str] = None,
+           traceparent: Optional[str] = None,
            options: Optional[Mapping[str, Any]] = None, retry: bool = False,
            retry_for: float = 60.0) -> Submitted:
     """wfe.submit in the caller's transaction: a rollback leaves nothing behind.
@@ -61,10 +62,11 @@ def submit(db: Union[Executor, str], workflow: str, context: Optional[Mapping[st
     concurrent submit of the same key (RetrySubmit) is tried again, with a backoff, for up to
     retry_for seconds, always with the same idempotency key (a new one is made when none is
     given): a try that committed before its answer was lost answers accepted=False with the
-    same run_id, so the run exists once.
+    same run_id, so the run exists once.  traceparent (W3C) puts the run in the caller's trace.
     """
     kw = dict(idempotency_key=idempotency_key, tenant=tenant, priority=priority, run_deadline_ms=run_deadline_ms,
-              not_before=not_before, execution_context=execution_context, options=options)
+              not_before=not_before, execution_context=execution_context, traceparent=traceparent,
+              options=options)
     if isinstance(db, str):
         if retry:
             return _submit_retrying(db, workflow, context, retry_for, **kw)
@@ -75,7 +77,7 @@ def submit(db: Union[Executor, str], workflow: str, context: Optional[Mapping[st
                         "retried from inside it (each try needs a connection and a transaction of its own)")
     opts: Dict[str, Any] = dict(options or {})
     for key, value in (("tenant", tenant), ("priority", priority), ("run_deadline_ms", run_deadline_ms),
-                       ("execution_context", execution_context),
+                       ("execution_context", execution_context), ("traceparent", traceparent),
                        ("not_before", not_before.isoformat() if not_before else None)):
         if value is not None:
             opts[key] = value
@@ -128,7 +130,7 @@ def run_timeline(db: Executor, run_id: int) -> List[Dict[str, Any]]:
 
 
 _TASK_COLUMNS = ("run_id, stage, attempt, fence, queue, worker, input, payload_ref, deadline_at, "
-                 "heartbeat_ms, definition_digest, message_id, tenant")
+                 "heartbeat_ms, definition_digest, message_id, tenant, traceparent")
 
 
 def claim_task(db: Executor, queue: str, worker_id: str, max_tasks: int = 1,
@@ -139,7 +141,7 @@ def claim_task(db: Executor, queue: str, worker_id: str, max_tasks: int = 1,
                           (queue, worker_id, max_tasks, lease_ms)).fetchall()
     return [Task(run_id=r[0], stage=r[1], attempt=r[2], fence=r[3], queue=r[4], contract=r[5], input=r[6],
                  payload_ref=r[7], deadline_at=r[8], heartbeat_ms=r[9], definition_digest=r[10],
-                 message_id=r[11], tenant=r[12], mode="poll") for r in rows]
+                 message_id=r[11], tenant=r[12], traceparent=r[13], mode="poll") for r in rows]
 
 
 def accept_task(db: Executor, task: Union[Task, Ids], worker_id: str) -> Outcome:

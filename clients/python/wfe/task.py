@@ -31,6 +31,8 @@ class Task:
     definition_digest: Optional[str] = None
     message_id: Optional[uuid.UUID] = None
     payload_ref: Optional[Dict[str, Any]] = None
+    traceparent: Optional[str] = None
+    """W3C traceparent of this attempt's span: make the handler's spans its children."""
     mode: str = "poll"
     """``poll`` (claimed with claim_task) or ``broker`` (a RabbitMQ dispatch, accepted)."""
     stopped: threading.Event = dataclasses.field(default_factory=threading.Event, repr=False, compare=False)
