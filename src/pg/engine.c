@@ -1152,11 +1152,15 @@ callback(int64 run_id, const char *stage, int attempt, int64 fence, wfe_callback
 					{
 						wfe_step_invalid_result(&current_step, i, problem);
 						outcome = "invalid_result";
-						/* the reporter's own result: it may read why (its role cannot read the events) */
+						/*
+						 * The reporter's own result: it may read why (its role
+						 * cannot read the events).  The run is in the context,
+						 * which psql shows only for errors.
+						 */
 						ereport(NOTICE,
-								(errmsg("run " INT64_FORMAT " stage \"%s\" attempt %d: invalid_result",
-										run_id, stage, attempt),
-								 errdetail("%s", problem)));
+								(errmsg("stage \"%s\" attempt %d: invalid_result", stage, attempt),
+								 errdetail("%s", problem),
+								 errcontext("wfe run " INT64_FORMAT, run_id)));
 					}
 					else
 						wfe_step_completed(&current_step, i, value);
