@@ -2230,6 +2230,59 @@ COMMENT ON FUNCTION wfe.run_spans(bigint) IS
 REVOKE ALL ON FUNCTION wfe.run_spans(bigint) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION wfe.run_spans(bigint) TO wfe_submitter, wfe_operator, wfe_reader;
 
+-- wfe_task_ready carries a keyed tag of the queue, not its name (issue 20,
+-- item 11; 61_runtime_core.sql, 65_workers.sql, src/pg/ready_tag.c).
+CREATE TABLE wfe.ready_key (
+    one boolean PRIMARY KEY DEFAULT true CHECK (one),
+    key bytea NOT NULL CHECK (octet_length(key) BETWEEN 16 AND 1024)
+);
+COMMENT ON TABLE wfe.ready_key IS
+'The per-database HMAC-SHA256 key of wfe_task_ready payloads (a queue''s tag, never its name). Readable by no wfe role.';
+REVOKE ALL ON wfe.ready_key FROM PUBLIC;
+INSERT INTO wfe.ready_key (key)
+VALUES (pg_catalog.sha256(pg_catalog.convert_to(gen_random_uuid()::text || gen_random_uuid()::text, 'UTF8')));
+
+CREATE FUNCTION wfe._ready_key_changed()
+RETURNS trigger AS 'MODULE_PATHNAME', 'wfe_ready_key_changed' LANGUAGE C;
+COMMENT ON FUNCTION wfe._ready_key_changed() IS
+'Trigger: every backend forgets its cached wfe_task_ready key when this transaction commits.';
+REVOKE ALL ON FUNCTION wfe._ready_key_changed() FROM PUBLIC;
+CREATE TRIGGER ready_key_changed AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON wfe.ready_key
+    FOR EACH STATEMENT EXECUTE FUNCTION wfe._ready_key_changed();
+
+CREATE FUNCTION wfe._ready_tag(p_queue text)
+RETURNS text
+AS 'MODULE_PATHNAME', 'wfe_ready_tag_internal'
+LANGUAGE C STABLE STRICT PARALLEL SAFE;
+COMMENT ON FUNCTION wfe._ready_tag(text) IS
+'The wfe_task_ready payload of a queue: lowercase hex HMAC-SHA256 of its name under wfe.ready_key. Internal.';
+REVOKE ALL ON FUNCTION wfe._ready_tag(text) FROM PUBLIC;
+
+CREATE FUNCTION wfe.ready_tag(queue text)
+RETURNS text
+AS 'MODULE_PATHNAME', 'wfe_ready_tag_sql'
+LANGUAGE C STABLE STRICT SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION wfe.ready_tag(text) IS
+'The payload a wfe_task_ready notification carries for a poll queue the caller may claim from (a keyed tag: the name is never sent); 42501 for any other queue.';
+REVOKE ALL ON FUNCTION wfe.ready_tag(text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION wfe.ready_tag(text) TO wfe_worker;
+
+-- ---------------------------------------------------------------------
+-- Leases in broker mode (issue 26): accept_task takes the worker's lease,
+-- renewed by heartbeats like a claim's (65_workers.sql, src/pg/engine.c).
+DROP FUNCTION wfe.accept_task(bigint, text, int, bigint, text);
+CREATE FUNCTION wfe.accept_task(run_id bigint, stage text, attempt int, fence bigint, worker_id text,
+                                lease_ms int DEFAULT NULL)
+RETURNS text
+AS 'MODULE_PATHNAME', 'wfe_accept_task'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION wfe.accept_task(bigint, text, int, bigint, text, int) IS
+'Acceptance handshake for a pushed dispatch: the first call starts the attempt, under lease_ms (renewed by heartbeats) if given; a redelivery answers duplicate.';
+REVOKE ALL ON FUNCTION wfe.accept_task(bigint, text, int, bigint, text, int) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION wfe.accept_task(bigint, text, int, bigint, text, int) TO wfe_worker;
+
 -- Final bodies: every function whose text changed in 0.3.0, as src/sql has it.
 -- (Written by the same rule as the sections above: the whole text, copied.)
 
@@ -2729,6 +2782,14 @@ RETURNS text
 AS 'MODULE_PATHNAME', 'wfe_routing_key_sql'
 LANGUAGE C IMMUTABLE PARALLEL SAFE;
 
+CREATE OR REPLACE FUNCTION wfe._ready_key_changed()
+RETURNS trigger AS 'MODULE_PATHNAME', 'wfe_ready_key_changed' LANGUAGE C;
+
+CREATE OR REPLACE FUNCTION wfe._ready_tag(p_queue text)
+RETURNS text
+AS 'MODULE_PATHNAME', 'wfe_ready_tag_internal'
+LANGUAGE C STABLE STRICT PARALLEL SAFE;
+
 CREATE OR REPLACE FUNCTION wfe._notify_ready(p_queue text)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
@@ -2738,7 +2799,7 @@ BEGIN
     -- NOTIFY dedups identical payloads within a transaction, so a batch of
     -- releases to one queue costs one notification at commit.
     IF p_queue IS NOT NULL AND wfe._setting('wfe.notify')::boolean THEN
-        PERFORM pg_notify('wfe_task_ready', p_queue);
+        PERFORM pg_notify('wfe_task_ready', wfe._ready_tag(p_queue));   -- a tag: anyone may LISTEN
     END IF;
 END
 $$;
@@ -3143,6 +3204,19 @@ BEGIN
     PERFORM wfe._check_queue_name(p_queue);
 END
 $$;
+
+CREATE OR REPLACE FUNCTION wfe.ready_tag(queue text)
+RETURNS text
+AS 'MODULE_PATHNAME', 'wfe_ready_tag_sql'
+LANGUAGE C STABLE STRICT SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp;
+
+CREATE OR REPLACE FUNCTION wfe.accept_task(run_id bigint, stage text, attempt int, fence bigint, worker_id text,
+                                lease_ms int DEFAULT NULL)
+RETURNS text
+AS 'MODULE_PATHNAME', 'wfe_accept_task'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp;
 
 CREATE OR REPLACE FUNCTION wfe.ack_cancel(run_id bigint, stage text, attempt int, fence bigint)
 RETURNS text
@@ -4996,8 +5070,18 @@ COMMENT ON FUNCTION wfe._exchange(text) IS
 'The exchange an outbox message of kind dispatch, cancel (wfe.commands) or event (wfe.events) goes to. Internal.';
 COMMENT ON FUNCTION wfe._routing_key(text, text, text) IS
 'The routing key of a dispatch (run.<queue>.<track>) or a cancel (cancel.<queue>) of a queue. Internal.';
+COMMENT ON FUNCTION wfe._ready_key_changed() IS
+'Trigger: every backend forgets its cached wfe_task_ready key when this transaction commits.';
+COMMENT ON FUNCTION wfe._ready_tag(text) IS
+'The wfe_task_ready payload of a queue: lowercase hex HMAC-SHA256 of its name under wfe.ready_key. Internal.';
+COMMENT ON FUNCTION wfe._notify_ready(text) IS
+'NOTIFY wfe_task_ready with the queue''s tag (wfe._ready_tag; once per transaction and queue), unless wfe.notify is off.';
 COMMENT ON FUNCTION wfe.queue_delivery(text) IS
 'The delivery mode of a queue: broker, or poll (also for a queue never configured).';
+COMMENT ON FUNCTION wfe.ready_tag(text) IS
+'The payload a wfe_task_ready notification carries for a poll queue the caller may claim from (a keyed tag: the name is never sent); 42501 for any other queue.';
+COMMENT ON FUNCTION wfe.accept_task(bigint, text, int, bigint, text, int) IS
+'Acceptance handshake for a pushed dispatch: the first call starts the attempt, under lease_ms (renewed by heartbeats) if given; a redelivery answers duplicate.';
 COMMENT ON FUNCTION wfe._cron_next(text, text, timestamptz) IS
 'The first tick of cron in time_zone strictly after `after` (a nonexistent local time: the first instant after the gap; a repeated one: the first); NULL when none; 22023 for a bad expression (naming its field) or zone.';
 COMMENT ON FUNCTION wfe._schedule_key(text, timestamptz) IS

@@ -23,7 +23,10 @@
  * task and wait.  It sees committing > 0 when it registers, and then, if
  * its claim comes up short, notifies itself, so it looks again at once.
  * Without shared memory (no shared_preload_libraries) every release
- * notifies, as before.  test/tap/007_ready_wakeups.pl tests the rule; the
+ * notifies, as before.  The payload is the queue's keyed tag, never its
+ * name (src/pg/ready_tag.c): any login may LISTEN.  It is computed when a
+ * release is noted, in the transaction, since pre-commit may not read
+ * tables.  test/tap/007_ready_wakeups.pl tests the rule; the
  * commit-window race itself is not forced there (it needs a pause between
  * a release's pre-commit and its commit becoming visible).
  */
@@ -36,8 +39,16 @@
 #include "utils/memutils.h"
 
 #include "bgw.h"
+#include "pg/wfe.h"
 
-/* The queues this transaction released tasks to (deduplicated). */
+/* A queue this transaction released tasks to, and its notification's payload. */
+typedef struct released_queue
+{
+	char	   *queue;
+	char	   *tag;
+} released_queue;
+
+/* The queues this transaction released tasks to (deduplicated): released_queue's. */
 static List *released = NIL;
 /* The slots this transaction counted itself in as committing. */
 static int	committing[WFE_READY_SLOTS];
@@ -66,6 +77,24 @@ leave_committing(void)
 	SpinLockRelease(&wfe_shared->ready_mutex);
 }
 
+/* Free the list of released queues. */
+static void
+forget_released(void)
+{
+	ListCell   *lc;
+
+	foreach(lc, released)
+	{
+		released_queue *r = lfirst(lc);
+
+		pfree(r->queue);
+		pfree(r->tag);
+	}
+	list_free_deep(released);
+	released = NIL;
+}
+
+/* At pre-commit, notify the queues someone may wait on; at the end, undo the committing counts. */
 static void
 ready_xact_callback(XactEvent event, void *arg)
 {
@@ -75,8 +104,8 @@ ready_xact_callback(XactEvent event, void *arg)
 	{
 		foreach(lc, released)
 		{
-			const char *queue = lfirst(lc);
-			int			slot = slot_of(queue);
+			released_queue *r = lfirst(lc);
+			int			slot = slot_of(r->queue);
 			bool		notify;
 
 			SpinLockAcquire(&wfe_shared->ready_mutex);
@@ -97,21 +126,16 @@ ready_xact_callback(XactEvent event, void *arg)
 			}
 			SpinLockRelease(&wfe_shared->ready_mutex);
 			if (notify)
-				Async_Notify("wfe_task_ready", queue);
+				Async_Notify("wfe_task_ready", r->tag);
 		}
-		list_free_deep(released);
-		released = NIL;
+		forget_released();
 		return;
 	}
 	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT ||
 		event == XACT_EVENT_PARALLEL_COMMIT || event == XACT_EVENT_PARALLEL_ABORT ||
 		event == XACT_EVENT_PREPARE)
 	{
-		if (released != NIL)
-		{
-			list_free_deep(released);
-			released = NIL;
-		}
+		forget_released();
 		leave_committing();
 	}
 }
@@ -122,13 +146,15 @@ wfe_ready_released(const char *queue)
 {
 	ListCell   *lc;
 	MemoryContext old;
+	released_queue *r;
+	char	   *tag;
 
 	if (!wfe_notify)
 		return;
 	if (wfe_shared == NULL)
 	{
 		/* NOTIFY folds equal payloads: a batch to one queue costs one */
-		Async_Notify("wfe_task_ready", queue);
+		Async_Notify("wfe_task_ready", wfe_ready_tag(queue));
 		return;
 	}
 	if (!callback_registered)
@@ -137,11 +163,16 @@ wfe_ready_released(const char *queue)
 		callback_registered = true;
 	}
 	foreach(lc, released)
-		if (strcmp(lfirst(lc), queue) == 0)
+		if (strcmp(((released_queue *) lfirst(lc))->queue, queue) == 0)
 			return;
+	tag = wfe_ready_tag(queue);
 	old = MemoryContextSwitchTo(TopMemoryContext);
-	released = lappend(released, pstrdup(queue));
+	r = palloc(sizeof(released_queue));
+	r->queue = pstrdup(queue);
+	r->tag = pstrdup(tag);
+	released = lappend(released, r);
 	MemoryContextSwitchTo(old);
+	pfree(tag);
 }
 
 /* A claim is about to take its snapshot: count the claimer as possibly waiting. */
@@ -179,6 +210,6 @@ wfe_ready_claim_end(const char *queue, wfe_claim_ticket *t, bool short_batch)
 		SpinLockRelease(&wfe_shared->ready_mutex);
 	}
 	else if (t->maybe_missed)
-		Async_Notify("wfe_task_ready", queue);
+		Async_Notify("wfe_task_ready", wfe_ready_tag(queue));
 	t->registered = false;
 }

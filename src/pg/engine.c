@@ -174,11 +174,16 @@ static stmt q_outputs_write = STMT(
 	"INSERT INTO wfe.outputs (run_id, task, key, tenant, value)"
 	" SELECT $1, $2, k, $3, $4::jsonb -> k FROM jsonb_array_elements_text($5::jsonb) AS x(k)"
 	" ON CONFLICT DO NOTHING", 5, I8, TX, TX, TX, TX);
+/*
+ * An accepted broker attempt runs under the worker's lease like a claimed
+ * one ($4, NULL: none): a worker that dies stops heartbeating, and the
+ * attempt times out one lease later rather than at its execution deadline.
+ */
 static stmt q_accept = STMT(
 	"UPDATE wfe.run_stages AS st"
-	"   SET state = 'running', claimed_by = $3, started_at = now(), heartbeat_at = now(), lease_ms = NULL,"
-	"       deadline_at = now() + " WFE_SQL_WINDOW("NULL::int")
-	" WHERE st.run_id = $1 AND st.stage = $2 RETURNING st.deadline_at", 3, I8, TX, TX);
+	"   SET state = 'running', claimed_by = $3, started_at = now(), heartbeat_at = now(), lease_ms = $4,"
+	"       deadline_at = now() + " WFE_SQL_WINDOW("$4")
+	" WHERE st.run_id = $1 AND st.stage = $2 RETURNING st.deadline_at", 4, I8, TX, TX, I4);
 /*
  * A heartbeat renews what the claim granted: the heartbeat window and the
  * claim's lease_ms, each from now, never past the execution deadline and
@@ -473,6 +478,7 @@ typedef struct srv
 	char	   *context;
 	wfe_step_io io;
 	int			lock_stage;		/* load this stage's row FOR UPDATE, or -1 */
+	int			lease_ms;		/* accept_task's lease (0: none) */
 } srv;
 
 /* The one step in progress; kept static so an error's leftovers are released next time. */
@@ -994,6 +1000,8 @@ apply(srv *s, const char *reported)
 					Datum		due;
 
 					v[2] = CStringGetTextDatum(op->text ? op->text : "");
+					v[3] = Int32GetDatum(s->lease_ms);
+					n[3] = s->lease_ms > 0 ? ' ' : 'n';
 					stmt_run(&q_accept, v, n);
 					due = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
 					if (!isnull)
@@ -1128,7 +1136,7 @@ unknown(int64 run_id, const char *stage, int attempt, int64 fence, wfe_callback 
  */
 static const char *
 callback(int64 run_id, const char *stage, int attempt, int64 fence, wfe_callback cb,
-		 const char *value, bool retryable, const char *worker_id)
+		 const char *value, bool retryable, const char *worker_id, int lease_ms)
 {
 	srv			s;
 	int			i;
@@ -1159,6 +1167,7 @@ callback(int64 run_id, const char *stage, int attempt, int64 fence, wfe_callback
 
 	if (!begin(&s, run_id, LOCK_WAIT))
 		return unknown(run_id, stage, attempt, fence, cb);
+	s.lease_ms = lease_ms;
 	i = wfe_run_plan_find(s.rp, stage);
 	/* a wait or a sleep has no worker: only a signal or its timer ends it */
 	if (i < 0 || s.rp->stages[i].kind == WFE_K_WAIT || s.rp->stages[i].kind == WFE_K_SLEEP)
@@ -1221,6 +1230,15 @@ callback(int64 run_id, const char *stage, int attempt, int64 fence, wfe_callback
 					{
 						wfe_step_invalid_result(&current_step, i, problem);
 						outcome = "invalid_result";
+						/*
+						 * The reporter's own result: it may read why (its role
+						 * cannot read the events).  The run is in the context,
+						 * which psql shows only for errors.
+						 */
+						ereport(NOTICE,
+								(errmsg("stage \"%s\" attempt %d: invalid_result", stage, attempt),
+								 errdetail("%s", problem),
+								 errcontext("wfe run " INT64_FORMAT, run_id)));
 					}
 					else
 						wfe_step_completed(&current_step, i, value);
@@ -1267,14 +1285,14 @@ jsonb_arg(FunctionCallInfo fcinfo, int k, const char *dflt, const char *what)
 /* Connect to SPI, run one callback, disconnect; the outcome word as text. */
 static Datum
 callback_sql(FunctionCallInfo fcinfo, wfe_callback cb, const char *value, bool retryable,
-			 const char *worker_id)
+			 const char *worker_id, int lease_ms)
 {
 	const char *outcome;
 	text	   *result;
 
 	SPI_connect();
 	outcome = callback(PG_GETARG_INT64(0), text_to_cstring(PG_GETARG_TEXT_PP(1)),
-					   PG_GETARG_INT32(2), PG_GETARG_INT64(3), cb, value, retryable, worker_id);
+					   PG_GETARG_INT32(2), PG_GETARG_INT64(3), cb, value, retryable, worker_id, lease_ms);
 	result = cstring_to_text(outcome);	/* before SPI_finish frees the SPI memory */
 	result = (text *) SPI_datumTransfer(PointerGetDatum(result), false, -1);
 	SPI_finish();
@@ -1286,13 +1304,29 @@ PG_FUNCTION_INFO_V1(wfe_heartbeat);
 PG_FUNCTION_INFO_V1(wfe_complete_task);
 PG_FUNCTION_INFO_V1(wfe_fail_task);
 
-/* wfe.accept_task(run_id, stage, attempt, fence, worker_id) */
+/*
+ * wfe.accept_task(run_id, stage, attempt, fence, worker_id, lease_ms).
+ * 0.2.0 declared it without lease_ms: the upgrade script runs with that
+ * declaration until it replaces it, hence PG_NARGS.
+ */
 Datum
 wfe_accept_task(PG_FUNCTION_ARGS)
 {
+	int			lease_ms = 0;
+
 	require_identity(fcinfo);
+	if (PG_NARGS() > 5 && !PG_ARGISNULL(5))
+	{
+		lease_ms = PG_GETARG_INT32(5);
+		if (lease_ms < 1)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("lease_ms must be positive, not %d", lease_ms),
+					 errhint("Pass NULL for no lease: the attempt then lives until its execution deadline.")));
+	}
 	return callback_sql(fcinfo, WFE_CB_ACCEPT, NULL, true,
-						PG_ARGISNULL(4) ? NULL : wfe_admitted_name(PG_GETARG_TEXT_PP(4), "worker_id"));
+						PG_ARGISNULL(4) ? NULL : wfe_admitted_name(PG_GETARG_TEXT_PP(4), "worker_id"),
+						lease_ms);
 }
 
 /* wfe.heartbeat(run_id, stage, attempt, fence) */
@@ -1300,7 +1334,7 @@ Datum
 wfe_heartbeat(PG_FUNCTION_ARGS)
 {
 	require_identity(fcinfo);
-	return callback_sql(fcinfo, WFE_CB_HEARTBEAT, NULL, true, NULL);
+	return callback_sql(fcinfo, WFE_CB_HEARTBEAT, NULL, true, NULL, 0);
 }
 
 /* wfe.complete_task(run_id, stage, attempt, fence, result) */
@@ -1308,7 +1342,7 @@ Datum
 wfe_complete_task(PG_FUNCTION_ARGS)
 {
 	require_identity(fcinfo);
-	return callback_sql(fcinfo, WFE_CB_COMPLETE, jsonb_arg(fcinfo, 4, "{}", "the result"), true, NULL);
+	return callback_sql(fcinfo, WFE_CB_COMPLETE, jsonb_arg(fcinfo, 4, "{}", "the result"), true, NULL, 0);
 }
 
 /* wfe.fail_task(run_id, stage, attempt, fence, error, retryable) */
@@ -1317,7 +1351,7 @@ wfe_fail_task(PG_FUNCTION_ARGS)
 {
 	require_identity(fcinfo);
 	return callback_sql(fcinfo, WFE_CB_FAIL, jsonb_arg(fcinfo, 4, "{}", "the error"),
-						PG_ARGISNULL(5) ? true : PG_GETARG_BOOL(5), NULL);
+						PG_ARGISNULL(5) ? true : PG_GETARG_BOOL(5), NULL, 0);
 }
 
 /* ---------------------------------------------------------------------
@@ -1666,7 +1700,7 @@ wfe_complete_tasks(PG_FUNCTION_ARGS)
 
 		SPI_connect();
 		outcome = callback(run_ids[k], stages[k], attempts[k], fences[k],
-						   WFE_CB_COMPLETE, results[k], true, NULL);
+						   WFE_CB_COMPLETE, results[k], true, NULL, 0);
 		values[0] = Int64GetDatum(run_ids[k]);
 		values[1] = CStringGetTextDatum(stages[k]);
 		values[2] = CStringGetTextDatum(outcome);

@@ -71,6 +71,9 @@ extern int	wfe_callback_tolerance_s;
 /* Who may serve a queue (grants.c). */
 extern bool wfe_may_serve_queue(const char *queue);
 extern void wfe_require_queue(const char *queue, const char *what);
+
+/* The wfe_task_ready payload of a queue: a keyed tag, not its name (ready_tag.c). */
+extern char *wfe_ready_tag(const char *queue);
 extern bool wfe_acts_for_tenant(const char *tenant);
 extern bool wfe_may_call_back(const char *queue, const char *tenant, bool has_handler,
 							  int64 run_id, const char *stage, const char *what);

@@ -49,6 +49,36 @@ COMMENT ON FUNCTION wfe._routing_key(text, text, text) IS
 'The routing key of a dispatch (run.<queue>.<track>) or a cancel (cancel.<queue>) of a queue. Internal.';
 REVOKE ALL ON FUNCTION wfe._routing_key(text, text, text) FROM PUBLIC;
 
+-- The key of the wfe_task_ready payloads (src/pg/ready_tag.c): one row,
+-- drawn here from pg_strong_random (gen_random_uuid), readable by no role
+-- but the extension's owner.  Not dumped: a restored database draws its own,
+-- and workers ask for their tags again when they reconnect.
+CREATE TABLE wfe.ready_key (
+    one boolean PRIMARY KEY DEFAULT true CHECK (one),
+    key bytea NOT NULL CHECK (octet_length(key) BETWEEN 16 AND 1024)
+);
+COMMENT ON TABLE wfe.ready_key IS
+'The per-database HMAC-SHA256 key of wfe_task_ready payloads (a queue''s tag, never its name). Readable by no wfe role.';
+REVOKE ALL ON wfe.ready_key FROM PUBLIC;
+INSERT INTO wfe.ready_key (key)
+VALUES (pg_catalog.sha256(pg_catalog.convert_to(gen_random_uuid()::text || gen_random_uuid()::text, 'UTF8')));
+
+CREATE FUNCTION wfe._ready_key_changed()
+RETURNS trigger AS 'MODULE_PATHNAME', 'wfe_ready_key_changed' LANGUAGE C;
+COMMENT ON FUNCTION wfe._ready_key_changed() IS
+'Trigger: every backend forgets its cached wfe_task_ready key when this transaction commits.';
+REVOKE ALL ON FUNCTION wfe._ready_key_changed() FROM PUBLIC;
+CREATE TRIGGER ready_key_changed AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON wfe.ready_key
+    FOR EACH STATEMENT EXECUTE FUNCTION wfe._ready_key_changed();
+
+CREATE FUNCTION wfe._ready_tag(p_queue text)
+RETURNS text
+AS 'MODULE_PATHNAME', 'wfe_ready_tag_internal'
+LANGUAGE C STABLE STRICT PARALLEL SAFE;
+COMMENT ON FUNCTION wfe._ready_tag(text) IS
+'The wfe_task_ready payload of a queue: lowercase hex HMAC-SHA256 of its name under wfe.ready_key. Internal.';
+REVOKE ALL ON FUNCTION wfe._ready_tag(text) FROM PUBLIC;
+
 -- Should a release wake poll workers of this queue?
 CREATE FUNCTION wfe._notify_ready(p_queue text)
 RETURNS void
@@ -59,12 +89,12 @@ BEGIN
     -- NOTIFY dedups identical payloads within a transaction, so a batch of
     -- releases to one queue costs one notification at commit.
     IF p_queue IS NOT NULL AND wfe._setting('wfe.notify')::boolean THEN
-        PERFORM pg_notify('wfe_task_ready', p_queue);
+        PERFORM pg_notify('wfe_task_ready', wfe._ready_tag(p_queue));   -- a tag: anyone may LISTEN
     END IF;
 END
 $$;
 COMMENT ON FUNCTION wfe._notify_ready(text) IS
-'NOTIFY wfe_task_ready with the queue name (once per transaction and queue), unless wfe.notify is off.';
+'NOTIFY wfe_task_ready with the queue''s tag (wfe._ready_tag; once per transaction and queue), unless wfe.notify is off.';
 REVOKE ALL ON FUNCTION wfe._notify_ready(text) FROM PUBLIC;
 
 -- Queue a dispatch message in the outbox for a broker-mode queue.  An input

@@ -16,15 +16,26 @@ COMMENT ON FUNCTION wfe.claim_task(text, text, int, int) IS
 REVOKE ALL ON FUNCTION wfe.claim_task(text, text, int, int) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION wfe.claim_task(text, text, int, int) TO wfe_worker;
 
-CREATE FUNCTION wfe.accept_task(run_id bigint, stage text, attempt int, fence bigint, worker_id text)
+CREATE FUNCTION wfe.ready_tag(queue text)
+RETURNS text
+AS 'MODULE_PATHNAME', 'wfe_ready_tag_sql'
+LANGUAGE C STABLE STRICT SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp;
+COMMENT ON FUNCTION wfe.ready_tag(text) IS
+'The payload a wfe_task_ready notification carries for a poll queue the caller may claim from (a keyed tag: the name is never sent); 42501 for any other queue.';
+REVOKE ALL ON FUNCTION wfe.ready_tag(text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION wfe.ready_tag(text) TO wfe_worker;
+
+CREATE FUNCTION wfe.accept_task(run_id bigint, stage text, attempt int, fence bigint, worker_id text,
+                                lease_ms int DEFAULT NULL)
 RETURNS text
 AS 'MODULE_PATHNAME', 'wfe_accept_task'
 LANGUAGE C VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp;
-COMMENT ON FUNCTION wfe.accept_task(bigint, text, int, bigint, text) IS
-'Acceptance handshake for a pushed dispatch: the first call starts the attempt; a redelivery answers duplicate.';
-REVOKE ALL ON FUNCTION wfe.accept_task(bigint, text, int, bigint, text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION wfe.accept_task(bigint, text, int, bigint, text) TO wfe_worker;
+COMMENT ON FUNCTION wfe.accept_task(bigint, text, int, bigint, text, int) IS
+'Acceptance handshake for a pushed dispatch: the first call starts the attempt, under lease_ms (renewed by heartbeats) if given; a redelivery answers duplicate.';
+REVOKE ALL ON FUNCTION wfe.accept_task(bigint, text, int, bigint, text, int) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION wfe.accept_task(bigint, text, int, bigint, text, int) TO wfe_worker;
 
 CREATE FUNCTION wfe.heartbeat(run_id bigint, stage text, attempt int, fence bigint)
 RETURNS text

@@ -119,16 +119,19 @@ DbStatus
 cb_accept(const Task *t, char *outcome, DbError *e)
 {
 	IdParams	p;
-	const char *values[5];
+	char		lease[16];
+	const char *values[6];
 
 	id_params(t, t->fence, &p);
+	snprintf(lease, sizeof(lease), "%d", opts.lease_ms);
 	values[0] = p.run_id;
 	values[1] = t->stage;
 	values[2] = p.attempt;
 	values[3] = p.fence;
 	values[4] = opts.worker_id;
-	return call_outcome("SELECT wfe.accept_task($1::bigint, $2::text, $3::int, $4::bigint, $5::text)",
-						5, values, outcome, e);
+	values[5] = lease;			/* heartbeats renew it: a dead worker's task is retried a lease later */
+	return call_outcome("SELECT wfe.accept_task($1::bigint, $2::text, $3::int, $4::bigint, $5::text, $6::int)",
+						6, values, outcome, e);
 }
 
 /* See callbacks.h. */

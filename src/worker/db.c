@@ -20,6 +20,8 @@
 
 static PGconn *conn = NULL;
 static bool task_ready = false;
+/* Our queue's wfe_task_ready payload: a keyed tag (wfe.ready_tag), asked on each connection. */
+static char ready_tag[80] = "";
 
 /* Log server notices and warnings (RAISE WARNING in wfe) as ours. */
 static void
@@ -137,12 +139,34 @@ db_connect(DbError *e)
 	task_ready = true;			/* whatever was notified while away */
 	if (opts.mode == MODE_POLL)
 	{
+		const char *q[1] = {opts.queue};
+
 		if (db_exec("LISTEN wfe_task_ready", 0, NULL, &res, e) != DB_OK)
 		{
 			db_disconnect();
 			return false;
 		}
 		PQclear(res);
+		/*
+		 * The payload is the queue's tag, not its name (anyone may LISTEN).
+		 * A role the queue is not granted to is refused it: then no payload
+		 * matches, and the claim says why, as it always has.
+		 */
+		ready_tag[0] = '\0';
+		switch (db_exec("SELECT wfe.ready_tag($1)", 1, q, &res, e))
+		{
+			case DB_OK:
+				snprintf(ready_tag, sizeof(ready_tag), "%s", PQgetvalue(res, 0, 0));
+				PQclear(res);
+				break;
+			case DB_SQL_ERROR:
+				if (strcmp(e->sqlstate, "42501") == 0)
+					break;
+				/* FALLTHROUGH */
+			default:
+				db_disconnect();
+				return false;
+		}
 	}
 	return true;
 
@@ -160,7 +184,7 @@ collect_notifies(void)
 
 	while (conn && (n = PQnotifies(conn)) != NULL)
 	{
-		if (strcmp(n->relname, "wfe_task_ready") == 0 && strcmp(n->extra, opts.queue) == 0)
+		if (strcmp(n->relname, "wfe_task_ready") == 0 && strcmp(n->extra, ready_tag) == 0)
 			task_ready = true;
 		PQfreemem(n);
 	}

@@ -43,7 +43,7 @@ extern DbStatus db_exec(const char *sql, int nparams, const char *const *values,
 extern bool db_consume_input(void);
 
 /*
- * True (once) when a wfe_task_ready notification named our queue since the
+ * True (once) when a wfe_task_ready notification carried our queue's tag since the
  * last call, or the connection was (re)established.
  */
 extern bool db_take_task_ready(void);

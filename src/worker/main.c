@@ -35,6 +35,7 @@ Options		opts = {
 	.concurrency = 1,
 	.grace_ms = 10000,
 	.poll_interval_ms = 5000,
+	.lease_ms = 30000,
 	.max_redeliveries = 5,
 	.retry_ttl_ms = 5000,
 	.db_timeout_ms = 30000,
@@ -73,7 +74,10 @@ usage(FILE *out)
 			"  -w, --worker-id=ID         this worker's name in wfe (default host:pid)\n"
 			"  -n, --concurrency=N        commands run at once (default 1)\n"
 			"      --heartbeat-ms=N       heartbeat interval (default: half the stage's\n"
-			"                             heartbeat_ms, else 30000)\n"
+			"                             heartbeat_ms or a third of the lease, if shorter)\n"
+			"      --lease-ms=N           broker mode: the lease accept_task asks for; a\n"
+			"                             task of a worker that died is retried this long\n"
+			"                             after its last heartbeat (default 30000)\n"
 			"      --max-tasks=N          exit after N tasks\n"
 			"      --once                 exit when nothing is left to do\n"
 			"      --grace-ms=N           on SIGTERM, how long running commands may take\n"
@@ -209,6 +213,11 @@ parse_options(int argc, char **argv)
 		OPT_HEARTBEAT = 256, OPT_MAX_TASKS, OPT_ONCE, OPT_GRACE, OPT_POLL_INTERVAL,
 		OPT_MAX_REDELIVERIES, OPT_DECLARE, OPT_RETRY_TTL, OPT_QUEUE_TYPE, OPT_DB_TIMEOUT, OPT_MAX_OUTPUT
 	};
+	/* apart from the list above, which other changes touch */
+	enum
+	{
+		OPT_LEASE = 512
+	};
 	static const struct option long_options[] = {
 		{"queue", required_argument, NULL, 'q'},
 		{"command", required_argument, NULL, 'c'},
@@ -218,6 +227,7 @@ parse_options(int argc, char **argv)
 		{"worker-id", required_argument, NULL, 'w'},
 		{"concurrency", required_argument, NULL, 'n'},
 		{"heartbeat-ms", required_argument, NULL, OPT_HEARTBEAT},
+		{"lease-ms", required_argument, NULL, OPT_LEASE},
 		{"max-tasks", required_argument, NULL, OPT_MAX_TASKS},
 		{"once", no_argument, NULL, OPT_ONCE},
 		{"grace-ms", required_argument, NULL, OPT_GRACE},
@@ -269,6 +279,9 @@ parse_options(int argc, char **argv)
 				break;
 			case OPT_HEARTBEAT:
 				opts.heartbeat_ms = (int) int_option("heartbeat-ms", optarg, 100, INT_MAX);
+				break;
+			case OPT_LEASE:
+				opts.lease_ms = (int) int_option("lease-ms", optarg, 300, INT_MAX);
 				break;
 			case OPT_MAX_TASKS:
 				opts.max_tasks = int_option("max-tasks", optarg, 1, LONG_MAX);

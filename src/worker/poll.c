@@ -3,8 +3,10 @@
  *
  * A claim asks for as many tasks as there are free slots.  When it gets
  * fewer, the queue is drained and the worker waits — on its PostgreSQL
- * socket for a wfe_task_ready notification naming the queue, or for
- * --poll-interval-ms as a safety net — instead of claiming again.
+ * socket for a wfe_task_ready notification carrying the queue's tag
+ * (wfe.ready_tag, asked on each connection: the payload is never the
+ * name), or for --poll-interval-ms as a safety net — instead of claiming
+ * again.
  */
 #include <inttypes.h>
 #include <stdlib.h>

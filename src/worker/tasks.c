@@ -77,16 +77,21 @@ slots_busy(void)
 
 /*
  * How often to heartbeat a task: --heartbeat-ms, else half the stage's
- * heartbeat_ms (the longest silence it allows), else 30 s.
+ * heartbeat_ms (the longest silence it allows), else 30 s -- and in broker
+ * mode, where accept_task took a lease, at most a third of the lease.
  */
 static int
 heartbeat_interval(const Task *t)
 {
+	int			every = DEFAULT_HEARTBEAT_MS;
+
 	if (opts.heartbeat_ms > 0)
 		return opts.heartbeat_ms;
 	if (t->heartbeat_ms > 0)
-		return t->heartbeat_ms / 2 > 100 ? t->heartbeat_ms / 2 : 100;
-	return DEFAULT_HEARTBEAT_MS;
+		every = t->heartbeat_ms / 2 > 100 ? t->heartbeat_ms / 2 : 100;
+	if (opts.mode == MODE_BROKER && opts.lease_ms / 3 < every)
+		every = opts.lease_ms / 3 > 100 ? opts.lease_ms / 3 : 100;
+	return every;
 }
 
 /* See worker.h. */

@@ -34,6 +34,7 @@ typedef struct Options
 	const char *worker_id;
 	int			concurrency;
 	int			heartbeat_ms;	/* 0: the task's heartbeat_ms / 2, else 30 s */
+	int			lease_ms;		/* broker mode: accept_task's lease */
 	long		max_tasks;		/* 0: unlimited */
 	bool		once;
 	int			grace_ms;

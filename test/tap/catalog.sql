@@ -27,7 +27,8 @@
 --   comment; aggregates by their parts;
 --   the roles named wfe_*: attributes, comment, memberships;
 --   the rows of the tables that pg_dump does not dump (not configuration
---   tables: rows the install script writes, e.g. wfe.publisher_lease).
+--   tables: rows the install script writes, e.g. wfe.publisher_lease;
+--   of wfe.ready_key, a random key, only the length).
 -- Privileges are the ACL items sorted, with a NULL ACL shown as its default.
 -- Column options named pg_attver are left out: some builds of the server stamp
 -- every column with one, with a different value in every database.
@@ -40,6 +41,12 @@ LANGUAGE plpgsql AS $$
 DECLARE
     v text;
 BEGIN
+    -- each database draws its own wfe_task_ready key: its length is the catalog's part
+    IF rel = to_regclass('wfe.ready_key') THEN
+        SELECT coalesce(string_agg(format('(%s,%s bytes)', k.one, octet_length(k.key)), E'\n'), '')
+          INTO v FROM wfe.ready_key AS k;
+        RETURN v;
+    END IF;
     EXECUTE format('SELECT coalesce(string_agg(t::text, E''\n'' ORDER BY t::text COLLATE "C"), '''') FROM %s AS t',
                    rel) INTO v;
     RETURN v;

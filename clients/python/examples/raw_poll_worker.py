@@ -51,8 +51,8 @@ def run_task(db, task):
     print(f"{stage} run {run_id} attempt {attempt}: {answer}", flush=True)
 
 
-def wait_for_queue(listener, timeout_s):
-    """Sleep until a wfe_task_ready notification names QUEUE, or timeout_s pass.
+def wait_for_queue(listener, tag, timeout_s):
+    """Sleep until a wfe_task_ready notification carries QUEUE's tag, or timeout_s pass.
 
     psycopg 3.1 has no notifies(timeout=...): wait on the socket with select,
     then let libpq read what arrived and hand over its notifications."""
@@ -60,7 +60,7 @@ def wait_for_queue(listener, timeout_s):
     if ready:
         listener.pgconn.consume_input()
         while (note := listener.pgconn.notifies()) is not None:
-            if note.extra.decode() == QUEUE:
+            if note.extra.decode() == tag:
                 return
 
 
@@ -68,6 +68,8 @@ def main():
     listener = psycopg.connect(DSN, autocommit=True)
     listener.execute("LISTEN wfe_task_ready")  # this connection does nothing else
     db = psycopg.connect(DSN, autocommit=True)  # each call is its own transaction
+    # notifications carry a keyed tag of the queue, not its name: ask for ours
+    tag = db.execute("SELECT wfe.ready_tag(%s)", (QUEUE,)).fetchone()[0]
     while True:
         tasks = db.execute(
             "SELECT run_id, stage, attempt, fence, input, heartbeat_ms"
@@ -77,7 +79,7 @@ def main():
         for task in tasks:
             run_task(db, task)
         if not tasks:
-            wait_for_queue(listener, 10)  # the timeout is a safety net
+            wait_for_queue(listener, tag, 10)  # the timeout is a safety net
 
 
 if __name__ == "__main__":

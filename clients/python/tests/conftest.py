@@ -11,6 +11,7 @@ import time
 from typing import Any, Callable, Dict, Iterator, List, Optional
 
 import psycopg
+from psycopg.types.json import Jsonb
 import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -57,13 +58,14 @@ class Flow:
     """A one-stage workflow on a queue of its own: tag, queue, contract, workflow name."""
 
     def __init__(self, db: psycopg.Connection, extra: str = "", retry: str = "{ max_attempts: 3, initial_ms: 200, multiplier: 1.0, max_ms: 200, jitter: none }",
-                 mode: str = "poll") -> None:
+                 mode: str = "poll", output_schema: Optional[Dict[str, Any]] = None) -> None:
         n = next(_seq)
         self.tag = f"t{os.getpid()}x{n}"
         self.queue = f"pyq-{self.tag}"
         self.contract = f"py.{self.tag}@1"
         self.workflow = f"py-{self.tag}"
-        db.execute("SELECT wfe.register_worker(%s, %s)", (self.contract, self.queue))
+        db.execute("SELECT wfe.register_worker(%s, %s, NULL, %s)",
+                   (self.contract, self.queue, Jsonb(output_schema) if output_schema is not None else None))
         db.execute("SELECT wfe.configure_queue(%s, %s)", (self.queue, mode))
         source = f"""
 name: {self.workflow}

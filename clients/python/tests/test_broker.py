@@ -156,6 +156,34 @@ def test_a_killed_consumer_is_replaced_through_heartbeat_ms(db: psycopg.Connecti
     assert len(workers.executions(run)) == 2
 
 
+def test_a_killed_broker_worker_is_retried_after_its_lease(db: psycopg.Connection, workers: Workers) -> None:
+    flow = Flow(db, mode="broker")  # no heartbeat_ms; execution deadline: one hour
+    run = wfe.submit(db, flow.workflow, {"spec": {"sleep": 8, "slow_attempts": 2}}).run_id
+    first = workers.start(flow.env(MODE="broker", LEASE_MS=3000, WORKER_ID="doomed"))
+    assert wait_until(lambda: workers.executions(run), 20), workers.log()
+    assert stage(db, run)["lease_ms"] == 3000, "accept_task took the worker's lease"
+    time.sleep(4.5)  # longer than the lease: the heartbeats kept it alive
+    assert stage(db, run)["state"] == "running" and stage(db, run)["attempt"] == 1
+    fence = stage(db, run)["fence"]
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    killed = time.monotonic()
+    workers.start(flow.env(MODE="broker", LEASE_MS=3000, WORKER_ID="heir"))
+    assert wait_until(lambda: stage(db, run)["attempt"] == 2 and stage(db, run)["claimed_by"] == "heir", 30), \
+        workers.log()
+    assert time.monotonic() - killed < 12, "retried about one lease (3 s) after the kill, not the hour of the stage"
+    assert events(db, run, "stage.timed_out")[0]["clock"] == "execution"
+    # the dead worker's report, arriving while attempt 2 runs, is fenced and changes nothing
+    def row() -> tuple:
+        s = stage(db, run)
+        return (s["state"], s["attempt"], s["fence"], s["result"], s["error"])
+    before = row()
+    assert wfe.complete_task(db, (run, "work", 1, fence), {"late": True}) is wfe.Outcome.STALE
+    assert row() == before and before[0] == "running"
+    assert wait_until(lambda: state(db, run) == "completed", 30), workers.log()
+    assert stage(db, run)["result"]["attempt"] == 2
+
+
 def test_the_broker_loop_reconnects_after_rabbitmq_drops_it(db: psycopg.Connection, workers: Workers) -> None:
     import os
     import subprocess

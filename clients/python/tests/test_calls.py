@@ -8,7 +8,7 @@ import psycopg
 import pytest
 
 import wfe
-from conftest import DSN, Flow, one, stage
+from conftest import DSN, Flow, one, stage, wait_until
 
 
 def test_duplicate_and_conflict_reports_are_outcomes(db: psycopg.Connection) -> None:
@@ -103,6 +103,49 @@ def test_wait_for_run_and_cancel(db: psycopg.Connection) -> None:
     assert wfe.cancel_run(db, -5) is wfe.Outcome.UNKNOWN
     assert wfe.wait_for_run(DSN, other.run_id, timeout=30)["state"] == "cancelled"
     assert [r["stage"] for r in wfe.run_timeline(db, run.run_id)] == ["work"]
+
+
+def test_submit_returns_a_run_handle(db: psycopg.Connection) -> None:
+    flow = Flow(db)
+    run = wfe.submit(DSN, flow.workflow, {"spec": {}})
+    assert isinstance(run, wfe.Run) and run.accepted and run.report()["state"] == "running"
+    [task] = wfe.claim_task(db, flow.queue, "w-handle")
+    assert wfe.complete_task(db, task, {"ok": True}) is wfe.Outcome.ACCEPTED
+    assert run.result(timeout=30)["stages"][0]["result"] == {"ok": True}
+    # submitted in the caller's transaction: the handle connects as that connection did
+    with psycopg.connect(DSN) as conn:
+        other = wfe.submit(conn, flow.workflow, {"spec": {}})
+    assert other.cancel("no longer needed") is wfe.Outcome.ACCEPTED
+    with pytest.raises(wfe.RunFailed) as failed:
+        other.result(timeout=30)
+    assert failed.value.report["state"] == "cancelled" and other.wait(timeout=5)["state"] == "cancelled"
+    with pytest.raises(wfe.RunTimeout):
+        wfe.submit(DSN, flow.workflow, {"spec": {}}).result(timeout=0.5)
+
+
+def test_wait_for_run_shares_one_listener_that_survives_a_restart(db: psycopg.Connection) -> None:
+    flow = Flow(db)
+    runs = [wfe.submit(db, flow.workflow, {"spec": {"i": i}}).run_id for i in range(3)]
+    dsn = DSN + " application_name=wfe-watch-test"
+    got: dict = {}
+    waiters = [threading.Thread(target=lambda r=r: got.update({r: wfe.wait_for_run(dsn, r, timeout=60)}))
+               for r in runs]
+    for w in waiters:
+        w.start()
+    listening = ("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'wfe-watch-test'"
+                 " AND query LIKE 'LISTEN%%'")
+    assert wait_until(lambda: one(db, listening) == 1, 10), "three waiters, one listening connection"
+    time.sleep(0.5)
+    assert one(db, listening) == 1
+    # the server drops every connection of the waiters, as a restart would
+    one(db, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = 'wfe-watch-test'")
+    tasks = wfe.claim_task(db, flow.queue, "w-watch", 3)
+    for task in tasks:
+        assert wfe.complete_task(db, task, {"i": task.input["spec"]["i"]}) is wfe.Outcome.ACCEPTED
+    for w in waiters:
+        w.join(30)
+    assert sorted(got) == sorted(runs) and all(got[r]["state"] == "completed" for r in runs)
+    assert wfe.runs.watcher(dsn).connects >= 2, "the listener connected again after the drop"
 
 
 def test_lease_is_renewed_by_heartbeats(db: psycopg.Connection) -> None:

@@ -109,3 +109,23 @@ def test_the_readme_review_worker(definitions: None, db: psycopg.Connection, wor
     assert [s["result"] for s in rep["stages"] if s["stage"] == "high-value"] == [{"approved": False}], workers.log()
     assert f"run {run} stage high-value attempt 1: complete" in wait_until(
         lambda: f"run {run} stage" in workers.log() and workers.log(), 5)
+
+
+def test_the_readme_submitter(definitions: None, db: psycopg.Connection, workers: Workers) -> None:
+    import subprocess
+    import sys
+    code = open(os.path.join(EXAMPLES, "model_ingest_submitter.py")).read()
+    assert len(code.splitlines()) <= 12 and code.strip() in open(os.path.join(os.path.dirname(HERE), "README.md")).read()
+    for q in MODEL_INGEST:
+        db.execute("SELECT wfe.configure_queue(%s, 'poll')", (q,))
+    workers.start({"WFE_DSN": DSN}, script=os.path.join(EXAMPLES, "model_ingest_worker.py"))
+    env = dict(os.environ, WFE_DSN=DSN)
+    out = subprocess.run([sys.executable, os.path.join(EXAMPLES, "model_ingest_submitter.py"), "sub-m-1", "sub-m-2"],
+                         env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.splitlines() == ["sub-m-1 completed", "sub-m-2 completed"], \
+        out.stderr + workers.log()
+    # run again: the idempotency keys find the same runs, which have ended
+    again = subprocess.run([sys.executable, os.path.join(EXAMPLES, "model_ingest_submitter.py"), "sub-m-1"],
+                           env=env, capture_output=True, text=True, timeout=60)
+    assert again.stdout.splitlines() == ["sub-m-1 completed"]
+    assert one(db, "SELECT count(*) FROM wfe.runs WHERE idempotency_key = 'ingest-sub-m-1'") == 1

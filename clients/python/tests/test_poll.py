@@ -29,8 +29,25 @@ def test_a_task_submitted_later_wakes_the_worker(db: psycopg.Connection, workers
     flow = Flow(db)
     workers.start(flow.env(POLL_INTERVAL_S=600))  # no safety-net claim during the test
     time.sleep(1.5)  # the worker is idle, listening
+    began = time.monotonic()
     run = wfe.submit(db, flow.workflow, {"spec": {}}).run_id
-    assert wait_until(lambda: state(db, run) == "completed", 10), workers.log()  # woken by wfe_task_ready
+    assert wait_until(lambda: state(db, run) == "completed", 10), workers.log()
+    # woken by wfe_task_ready carrying the queue's tag (wfe.ready_tag), not by the 600 s safety net
+    assert time.monotonic() - began < 3, workers.log()
+
+
+def test_invalid_result_is_logged_with_the_schema_message(db: psycopg.Connection, workers: Workers) -> None:
+    flow = Flow(db, output_schema={"type": "object", "required": ["approved"]})
+    run = wfe.submit(db, flow.workflow, {"spec": {}}).run_id
+    workers.start(flow.env())
+    assert wait_until(lambda: events(db, run, "stage.invalid_result"), 20), workers.log()
+    assert wait_until(lambda: "invalid_result: " in workers.log(), 5), workers.log()
+    line = next(l for l in workers.log().splitlines() if "complete answered invalid_result" in l)
+    # the schema's own words, as the server wrote them in the event
+    assert events(db, run, "stage.invalid_result")[0]["error"] in line, line
+    assert "approved" in line, line
+    # and the per-task logger prefixed the handler's own line
+    assert f"run {run} stage work attempt 1: started" in workers.log()
 
 
 def test_failures_follow_the_retry_policy(db: psycopg.Connection, workers: Workers) -> None:

@@ -14,21 +14,21 @@ Submitters::
 
     with psycopg.connect("dbname=shop") as conn:      # your transaction
         run = wfe.submit(conn, "payment-routing", {"amount": 250, "account": "acc-1"})
-    report = wfe.wait_for_run("dbname=shop", run.run_id, timeout=60)
+    report = run.result(timeout=60)                   # RunFailed if it failed, RunTimeout after 60 s
 """
 from __future__ import annotations
 
 import logging
 
-from .calls import (Submitted, accept_task, ack_cancel, activate, approve, cancel_run, claim_task, complete_task,
+from .calls import (Run, Submitted, accept_task, ack_cancel, activate, approve, cancel_run, claim_task, complete_task,
                     complete_tasks, configure_queue, create_definition, fail_task, fetch_payload, heartbeat,
-                    queue_delivery, register_worker, report, run_timeline, submit)
+                    queue_delivery, ready_tag, register_worker, report, run_timeline, submit)
 from .errors import (DataCorrupted, InvalidArgument, InvalidDefinition, LimitExceeded, NullArgument,
                      PermissionDenied, RetrySubmit, UnknownObject, WfeError, WrongState)
 from .outcome import Outcome
 from .recovery import fail_stage, redispatch, redrive, redrive_dead_letters, replay, skip_stage
-from .runs import RunTimeout, wait_for_run
-from .task import Fail, Task
+from .runs import RunFailed, RunTimeout, RunWatcher, wait_for_run
+from .task import Fail, Task, TaskLogger
 from .worker import Worker
 
 __version__ = "0.3.0"  # written only here (pyproject.toml reads it); equal to wfe.control's default_version
@@ -37,10 +37,10 @@ __version__ = "0.3.0"  # written only here (pyproject.toml reads it); equal to w
 logging.getLogger("wfe").addHandler(logging.NullHandler())
 
 __all__ = [
-    "Worker", "Task", "Fail", "Outcome", "Submitted", "RunTimeout",
+    "Worker", "Task", "TaskLogger", "Fail", "Outcome", "Run", "Submitted", "RunTimeout", "RunFailed", "RunWatcher",
     "submit", "cancel_run", "report", "run_timeline", "wait_for_run",
     "claim_task", "accept_task", "heartbeat", "complete_task", "fail_task", "complete_tasks",
-    "fetch_payload", "ack_cancel", "queue_delivery",
+    "fetch_payload", "ack_cancel", "queue_delivery", "ready_tag",
     "register_worker", "create_definition", "approve", "activate", "configure_queue",
     "redrive", "skip_stage", "fail_stage", "redispatch", "replay", "redrive_dead_letters",
     "WfeError", "NullArgument", "InvalidArgument", "InvalidDefinition", "UnknownObject", "WrongState",

@@ -17,9 +17,10 @@ import heapq
 import itertools
 import logging
 import queue
+import re
 import threading
 import time
-from typing import Any, Callable, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import psycopg
 
@@ -32,6 +33,8 @@ from .task import Task
 log = logging.getLogger("wfe")
 
 MAX_BATCH = 1000  # wfe.complete_tasks takes at most this many reports
+_INVALID = re.compile(r'^stage "(.*)" attempt \d+: invalid_result$')
+_RUN = re.compile(r'\bwfe run (\d+)\b')
 
 
 class Attempt:
@@ -81,13 +84,26 @@ class Reporter:
     """A thread that sends reports, completions in batches; each report's Outcome comes back in a Future."""
 
     def __init__(self, conninfo: str, batch: bool, give_up: threading.Event, broken: Broken) -> None:
-        self.link = Link(conninfo, "reports", give_up)
+        self.link = Link(conninfo, "reports", give_up, on_notice=self._notice)
         self.batch = batch
+        # why the server refused a result (invalid_result), by (run_id, stage): its NOTICE's detail
+        self.schema_messages: Dict[Tuple[int, str], str] = {}
         self.give_up = give_up  # set: stop retrying while PostgreSQL is unreachable
         self.q: "queue.Queue[Optional[Report]]" = queue.Queue()
         self.thread = threading.Thread(target=supervised(self._loop, "the reporter", broken), name="wfe-reporter",
                                        daemon=True)
         self.thread.start()
+
+    def _notice(self, diag: Any) -> None:
+        """Keep the schema message of an invalid_result (the engine's NOTICE, on this connection)."""
+        m = _INVALID.match(diag.message_primary or "")
+        r = _RUN.search(diag.context or "")
+        if m and r:
+            self.schema_messages[(int(r.group(1)), m.group(1))] = diag.message_detail or ""
+
+    def schema_message(self, task: Task) -> str:
+        """The schema message the server gave for task's invalid_result ('' when none came)."""
+        return self.schema_messages.pop((task.run_id, task.stage), "")
 
     def send(self, attempt: Attempt, kind: str, payload: Any = None,
              retryable: bool = True) -> "concurrent.futures.Future[Outcome]":

@@ -4,7 +4,7 @@ from __future__ import annotations
 import logging
 import random
 import threading
-from typing import Optional
+from typing import Any, Callable, Optional
 
 import psycopg
 
@@ -37,8 +37,10 @@ class Backoff:
 class Link:
     """One autocommit PostgreSQL connection, opened on first use and again after it broke."""
 
-    def __init__(self, conninfo: str, name: str, stop: Optional[threading.Event] = None) -> None:
+    def __init__(self, conninfo: str, name: str, stop: Optional[threading.Event] = None,
+                 on_notice: Optional[Callable[[Any], None]] = None) -> None:
         self.conninfo, self.name = conninfo, name
+        self.on_notice = on_notice  # given each server notice (psycopg's Diagnostic) of the connection
         self.stop = stop or threading.Event()
         self.conn: Optional[psycopg.Connection] = None
         self.backoff = Backoff()
@@ -50,6 +52,8 @@ class Link:
             self.drop()
             try:
                 self.conn = psycopg.connect(self.conninfo, autocommit=True, connect_timeout=10)
+                if self.on_notice is not None:
+                    self.conn.add_notice_handler(self.on_notice)
             except psycopg.OperationalError as exc:
                 self._failures += 1
                 if self._failures == 1 or self._failures % 10 == 0:

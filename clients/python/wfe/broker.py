@@ -263,7 +263,9 @@ class BrokerLoop:
             ch.basic_reject(tag, requeue=False)
             return
         try:
-            answer = calls.accept_task(self.db.get(), task, self.w.worker_id)
+            # under the worker's lease, renewed by heartbeats: if this process dies, the task is
+            # retried one lease later, not at the stage's execution deadline
+            answer = calls.accept_task(self.db.get(), task, self.w.worker_id, self.w.lease_ms)
         except psycopg.OperationalError as exc:
             log.warning("broker: PostgreSQL is unreachable, message rejected for a retry; consuming stops until "
                         "it answers: %s", first_line(exc))

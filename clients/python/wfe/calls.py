@@ -15,6 +15,7 @@ import uuid
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 import psycopg
+import psycopg.conninfo
 from psycopg.types.json import Jsonb
 
 from .errors import translated
@@ -29,10 +30,61 @@ Ids = Tuple[int, str, int, int]
 
 @dataclasses.dataclass(frozen=True)
 class Submitted:
-    """What wfe.submit answered: the run, and False when an idempotency key found an earlier run."""
+    """What wfe.submit answered -- the run, and accepted=False when an idempotency key found an
+    earlier run -- and a handle on that run: result(), wait(), report(), cancel().
+
+    The handle's calls use conninfo: the submit's own (submit given a string), else the submitting
+    connection's parameters (password included); pass conninfo= to use another role."""
 
     run_id: int
     accepted: bool
+    conninfo: Optional[str] = dataclasses.field(default=None, repr=False, compare=False)
+
+    def _dsn(self, conninfo: Optional[str]) -> str:
+        dsn = conninfo if conninfo is not None else self.conninfo
+        if dsn is None:
+            raise TypeError("this handle knows no connection: pass conninfo=")
+        return dsn
+
+    def wait(self, timeout: Optional[float] = None, *, conninfo: Optional[str] = None) -> Dict[str, Any]:
+        """Block until the run ends (completed, failed or cancelled); its report.  RunTimeout after timeout."""
+        from .runs import wait_for_run
+        return wait_for_run(self._dsn(conninfo), self.run_id, timeout)
+
+    def result(self, timeout: Optional[float] = None, *, conninfo: Optional[str] = None) -> Dict[str, Any]:
+        """The report of the run once it completed; RunFailed if it failed or was cancelled, RunTimeout
+        after timeout."""
+        from .runs import RunFailed
+        rep = self.wait(timeout, conninfo=conninfo)
+        if rep.get("state") != "completed":
+            raise RunFailed(self.run_id, rep)
+        return rep
+
+    def report(self, *, conninfo: Optional[str] = None) -> Dict[str, Any]:
+        """wfe.report of the run, now."""
+        with psycopg.connect(self._dsn(conninfo), autocommit=True) as conn:
+            return report(conn, self.run_id)
+
+    def cancel(self, reason: Optional[str] = None, *, conninfo: Optional[str] = None) -> Outcome:
+        """wfe.cancel_run of the run."""
+        with psycopg.connect(self._dsn(conninfo), autocommit=True) as conn:
+            return cancel_run(conn, self.run_id, reason)
+
+
+Run = Submitted
+"""The run handle submit returns (the same class)."""
+
+
+def _conninfo_of(db: Executor) -> Optional[str]:
+    """A conninfo that connects as db's connection does (its parameters and password)."""
+    conn = db.connection if isinstance(db, psycopg.Cursor) else db
+    try:
+        params = conn.info.get_parameters()
+        if conn.info.password:
+            params["password"] = conn.info.password
+        return psycopg.conninfo.make_conninfo(**params)
+    except Exception:  # not a psycopg connection we can read (a test double, a closed one)
+        return None
 
 
 def _one(db: Executor, sql: str, args: Sequence[Any]) -> Any:
@@ -71,7 +123,7 @@ def submit(db: Union[Executor, str], workflow: str, context: Optional[Mapping[st
         if retry:
             return _submit_retrying(db, workflow, context, retry_for, **kw)
         with psycopg.connect(db) as conn:
-            return submit(conn, workflow, context, **kw)  # type: ignore[arg-type]
+            return dataclasses.replace(submit(conn, workflow, context, **kw), conninfo=db)  # type: ignore[arg-type]
     if retry:
         raise TypeError("submit(retry=True) takes a conninfo string: a transaction that failed cannot be "
                         "retried from inside it (each try needs a connection and a transaction of its own)")
@@ -85,7 +137,7 @@ def submit(db: Union[Executor, str], workflow: str, context: Optional[Mapping[st
         row = db.execute("SELECT run_id, accepted FROM wfe.submit(%s, %s, %s, %s)",
                          (workflow, Jsonb(dict(context or {})), idempotency_key, Jsonb(opts))).fetchone()
     assert row is not None
-    return Submitted(int(row[0]), bool(row[1]))
+    return Submitted(int(row[0]), bool(row[1]), _conninfo_of(db))
 
 
 def _submit_retrying(conninfo: str, workflow: str, context: Optional[Mapping[str, Any]], retry_for: float,
@@ -101,7 +153,7 @@ def _submit_retrying(conninfo: str, workflow: str, context: Optional[Mapping[str
         tries += 1
         try:
             with psycopg.connect(conninfo, connect_timeout=10) as conn:
-                return submit(conn, workflow, context, **kw)
+                return dataclasses.replace(submit(conn, workflow, context, **kw), conninfo=conninfo)
         except (psycopg.OperationalError, RetrySubmit) as exc:
             delay = backoff.delay()
             if time.monotonic() + delay > give_up:
@@ -144,9 +196,10 @@ def claim_task(db: Executor, queue: str, worker_id: str, max_tasks: int = 1,
                  message_id=r[11], tenant=r[12], traceparent=r[13], mode="poll") for r in rows]
 
 
-def accept_task(db: Executor, task: Union[Task, Ids], worker_id: str) -> Outcome:
-    """wfe.accept_task, the broker handshake: ACCEPTED means run it, anything else means do not."""
-    return Outcome(_one(db, "SELECT wfe.accept_task(%s, %s, %s, %s, %s)", (*_ids(task), worker_id)))
+def accept_task(db: Executor, task: Union[Task, Ids], worker_id: str, lease_ms: Optional[int] = None) -> Outcome:
+    """wfe.accept_task, the broker handshake: ACCEPTED means run it (under lease_ms, renewed by heartbeats, if
+    given), anything else means do not."""
+    return Outcome(_one(db, "SELECT wfe.accept_task(%s, %s, %s, %s, %s, %s)", (*_ids(task), worker_id, lease_ms)))
 
 
 def heartbeat(db: Executor, task: Union[Task, Ids]) -> Outcome:
@@ -201,6 +254,12 @@ def fetch_payload(db: Executor, ref: Mapping[str, Any]) -> JSON:
 def ack_cancel(db: Executor, task: Union[Task, Ids]) -> Outcome:
     """wfe.ack_cancel: record that a cancelled attempt stopped (the values of the cancel message)."""
     return Outcome(_one(db, "SELECT wfe.ack_cancel(%s, %s, %s, %s)", _ids(task)))
+
+
+def ready_tag(db: Executor, queue: str) -> str:
+    """wfe.ready_tag: the payload wfe_task_ready carries for queue (a keyed tag, never the name); PermissionDenied
+    unless the role may claim from it."""
+    return str(_one(db, "SELECT wfe.ready_tag(%s)", (queue,)))
 
 
 def queue_delivery(db: Executor, queue: str) -> str:

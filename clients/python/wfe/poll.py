@@ -9,7 +9,7 @@ import psycopg
 
 from . import calls
 from ._links import Backoff, Link, first_line
-from .errors import WfeError
+from .errors import PermissionDenied, WfeError
 from .notify import Listener
 from .worker import Worker
 
@@ -22,15 +22,19 @@ class PollLoop:
     One connection listens (and does nothing else, so no query eats a
     notification); another claims.  A claim asks for as many tasks as there
     are free slots; when it gets fewer the queue is drained, and the loop
-    waits for a notification naming one of its queues, a slot to free up, or
+    waits for a notification for one of its queues, a slot to free up, or
     poll_interval_s (the safety net: no notification is sent while
     wfe.notify is off, and one sent while the listener was down is lost).
+    A notification carries a queue's keyed tag, not its name (any login may
+    LISTEN): the loop asks wfe.ready_tag for its queues' tags each time it
+    listens anew.
     """
 
     def __init__(self, worker: Worker, queues: List[str], once: bool) -> None:
         self.w, self.queues, self.once = worker, queues, once
         self.claims = Link(worker.conninfo, "claims", worker.hard_stop)
         self.listener: Optional[Listener] = None
+        self.tags: set = set()  # the wfe_task_ready payloads of our queues
         self.backoff = Backoff()
 
     def run(self) -> None:
@@ -41,6 +45,7 @@ class PollLoop:
                     if self.listener is None:
                         # listen first: a task released after this is announced to us
                         self.listener = Listener(self.w.conninfo, ["wfe_task_ready"])
+                        self.tags = self._tags()
                     drained = self._claim_round()
                     self.backoff.reset()
                     if self.once and drained and self.w.busy() == 0:
@@ -85,9 +90,19 @@ class PollLoop:
             left = until - time.monotonic()
             if left <= 0:
                 return
-            got = self.listener.wait(left, lambda n: n[1] in self.queues, wake_fd=self.w._wake_r)
-            if any(n[1] in self.queues for n in got) or self.w.free_slots() > 0:
+            got = self.listener.wait(left, lambda n: n[1] in self.tags, wake_fd=self.w._wake_r)
+            if any(n[1] in self.tags for n in got) or self.w.free_slots() > 0:
                 return
+
+    def _tags(self) -> set:
+        """Our queues' tags; a queue we may not claim from has none (its claim says why)."""
+        tags = set()
+        for queue in self.queues:
+            try:
+                tags.add(calls.ready_tag(self.claims.get(), queue))
+            except PermissionDenied:
+                pass
+        return tags
 
     def _drop(self) -> None:
         if self.listener is not None:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import logging
 import threading
 import warnings
 import uuid
@@ -45,6 +46,12 @@ class Task:
         return (self.run_id, self.stage, self.attempt, self.fence)
 
     @property
+    def log(self) -> "TaskLogger":
+        """A logger for the handler: the ``wfe.task`` logger, each line prefixed with
+        ``run R stage S attempt A:`` and the three in the record (``extra``) for structured handlers."""
+        return TaskLogger(self)
+
+    @property
     def idempotency_key(self) -> str:
         """``<run>:<stage>:<attempt>``: a key for side effects the task makes elsewhere."""
         return f"{self.run_id}:{self.stage}:{self.attempt}"
@@ -82,3 +89,18 @@ class Fail(Exception):
     def error(self) -> Dict[str, Any]:
         """The error object given to wfe.fail_task."""
         return {**self.details, "code": self.code, "message": self.message}
+
+
+class TaskLogger(logging.LoggerAdapter):
+    """Task.log: the ``wfe.task`` logger with the attempt's run, stage and attempt on every line."""
+
+    def __init__(self, task: Task) -> None:
+        super().__init__(logging.getLogger("wfe.task"),
+                         {"run_id": task.run_id, "stage": task.stage, "attempt": task.attempt,
+                          "queue": task.queue, "tenant": task.tenant})
+
+    def process(self, msg: Any, kwargs: Any) -> Any:
+        """Prefix the message; merge the attempt's fields into the record's extra."""
+        e = self.extra
+        kwargs["extra"] = {**e, **kwargs.get("extra", {})}  # type: ignore[dict-item]
+        return f"run {e['run_id']} stage {e['stage']} attempt {e['attempt']}: {msg}", kwargs  # type: ignore[index]

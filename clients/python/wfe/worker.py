@@ -48,9 +48,9 @@ class Worker:
     conninfo: libpq connection string of a role with wfe_worker (and the queues' grants).
     worker_id: recorded as the attempts' claimed_by (default host:pid).
     concurrency: handlers running at once (threads); the claim size, or the broker prefetch.
-    lease_ms: poll mode: the lease each claim asks for, renewed by heartbeats while the handler
-        runs, so a worker that dies loses its tasks to a retry after at most this long
-        (None: the stage's execution deadline).
+    lease_ms: the lease each claim (poll) or accept_task (broker) asks for, renewed by heartbeats
+        while the handler runs, so a worker that dies loses its tasks to a retry after at most
+        this long (None: the stage's execution deadline).
     heartbeat_s: the longest silence between heartbeats (default: a third of the lease or of
         the stage's heartbeat_ms, whichever is shorter, else 30 s).
     grace_s: on SIGTERM, how long running handlers may take before they are reported
@@ -298,7 +298,7 @@ class Worker:
         """Seconds between heartbeats: a third of the shortest window that must be renewed."""
         if self.heartbeat_s is not None:
             return self.heartbeat_s
-        windows = [w for w in (task.heartbeat_ms, self.lease_ms if task.mode == "poll" else None) if w]
+        windows = [w for w in (task.heartbeat_ms, self.lease_ms) if w]
         return max(0.05, min(windows) / 3000.0) if windows else 30.0
 
     def _supervised(self, attempt: Attempt) -> None:
@@ -404,7 +404,11 @@ class Worker:
         task = attempt.task
         took = (time.monotonic() - attempt.started) * 1000
         word = kind if kind in ("complete", "fail") else ("cancel acknowledged" if kind else "dropped")
-        if outcome is not None and outcome not in (Outcome.ACCEPTED, Outcome.DUPLICATE):
+        if outcome is Outcome.INVALID_RESULT:  # the attempt failed as result.schema: say why
+            why = self.reporter.schema_message(task) if self.reporter is not None else ""
+            log.warning("run %s stage %s attempt %s: complete answered invalid_result: %s", task.run_id,
+                        task.stage, task.attempt, why or "the result does not match the contract's output schema")
+        elif outcome is not None and outcome not in (Outcome.ACCEPTED, Outcome.DUPLICATE):
             log.warning("run %s stage %s attempt %s: %s answered %s", task.run_id, task.stage, task.attempt,
                         word, outcome.value)
         elif kind == "fail":  # what failed and why, on the line a user reads (the traceback is at DEBUG)

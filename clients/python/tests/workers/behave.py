@@ -32,6 +32,7 @@ def behave(task: wfe.Task) -> dict:
         running[0] += 1
         running[1] = max(running)
     note(task, "start")
+    task.log.info("started")  # the per-task logger: "run R stage S attempt A: started"
     try:
         until = time.monotonic() + float(spec.get("sleep", 0)) * (1 if task.attempt <= int(spec.get("slow_attempts", 99)) else 0)
         while time.monotonic() < until:
