@@ -4128,6 +4128,8 @@ COMMENT ON FUNCTION wfe._routing_key(text, text, text) IS
 'The routing key of a dispatch (run.<queue>.<track>) or a cancel (cancel.<queue>) of a queue. Internal.';
 COMMENT ON FUNCTION wfe.queue_delivery(text) IS
 'The delivery mode of a queue: broker, or poll (also for a queue never configured).';
+COMMENT ON FUNCTION wfe.tick(int) IS
+'One round by hand: fires due schedules and timers, times out expired attempts, runs queued in-database actions; returns how many it handled.';
 COMMENT ON FUNCTION wfe._cron_next(text, text, timestamptz) IS
 'The first tick of cron in time_zone strictly after `after` (a nonexistent local time: the first instant after the gap; a repeated one: the first); NULL when none; 22023 for a bad expression (naming its field) or zone.';
 COMMENT ON FUNCTION wfe._schedule_key(text, timestamptz) IS
