@@ -1210,8 +1210,9 @@ COMMENT ON TABLE wfe.schedule_runs IS
 'The runs schedules started: the schedule and the tick (scheduled_for) each was submitted for.';
 CREATE INDEX schedule_runs_schedule ON wfe.schedule_runs (schedule, scheduled_for);
 GRANT SELECT ON wfe.schedule_runs TO wfe_reader, wfe_operator;
--- what the dashboard counts: a schedule's skipped ticks and failures
-CREATE INDEX events_schedules ON wfe.events ((detail ->> 'schedule'), at)
+-- a schedule's skipped ticks and failures belong to no run: the dashboard
+-- counts the last hour's and retention removes old ones by this index
+CREATE INDEX events_schedules ON wfe.events (at)
     WHERE run_id IS NULL AND type IN ('schedule.skipped', 'schedule.failed');
 
 -- Row-level security like every table that carries a tenant (76_tenant_rls.sql).
@@ -4280,6 +4281,12 @@ BEGIN
     DELETE FROM wfe.unauthenticated_callbacks AS u
      WHERE u.id IN (SELECT u2.id FROM wfe.unauthenticated_callbacks AS u2
                      WHERE u2.at < v_cutoff LIMIT p_batch);
+    -- schedules' skipped ticks and failures (69_schedules.sql)
+    DELETE FROM wfe.events AS e
+     WHERE e.event_id IN (SELECT e2.event_id FROM wfe.events AS e2
+                           WHERE e2.run_id IS NULL AND e2.type IN ('schedule.skipped', 'schedule.failed')
+                             AND e2.at < v_cutoff
+                           LIMIT p_batch);
     -- callbacks about runs that never existed (or are gone)
     DELETE FROM wfe.events AS e
      WHERE e.event_id IN (SELECT e2.event_id FROM wfe.events AS e2
@@ -5082,6 +5089,8 @@ COMMENT ON FUNCTION wfe.ready_tag(text) IS
 'The payload a wfe_task_ready notification carries for a poll queue the caller may claim from (a keyed tag: the name is never sent); 42501 for any other queue.';
 COMMENT ON FUNCTION wfe.accept_task(bigint, text, int, bigint, text, int) IS
 'Acceptance handshake for a pushed dispatch: the first call starts the attempt, under lease_ms (renewed by heartbeats) if given; a redelivery answers duplicate.';
+COMMENT ON FUNCTION wfe.tick(int) IS
+'One round by hand: fires due schedules and timers, times out expired attempts, runs queued in-database actions; returns how many it handled.';
 COMMENT ON FUNCTION wfe._cron_next(text, text, timestamptz) IS
 'The first tick of cron in time_zone strictly after `after` (a nonexistent local time: the first instant after the gap; a repeated one: the first); NULL when none; 22023 for a bad expression (naming its field) or zone.';
 COMMENT ON FUNCTION wfe._schedule_key(text, timestamptz) IS
@@ -5132,7 +5141,7 @@ COMMENT ON FUNCTION wfe._next_due_ms() IS
 COMMENT ON FUNCTION wfe._repair() IS
 'Repair after a crash: outbox rows left claimed go back to pending; in-database attempts left running are timed out now (retried per policy).  Transitions are single transactions, so nothing else can be half done.';
 COMMENT ON FUNCTION wfe._retention(int, int) IS
-'Deletes up to p_batch finished runs older than the retention (and their history and large payloads), old published outbox rows, old unauthenticated callbacks and expired result cache entries.';
+'Deletes up to p_batch finished runs older than the retention (and their history and large payloads), old published outbox rows, old unauthenticated callbacks, old schedule events and expired result cache entries.';
 COMMENT ON FUNCTION wfe._relay_sees(text, text[]) IS
 'Whether an external relay acting for p_tenants (wfe.my_tenants(); NULL: every tenant) may claim and acknowledge an outbox row of p_tenant.';
 COMMENT ON FUNCTION wfe.outbox_claim(int, text) IS

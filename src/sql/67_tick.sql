@@ -102,6 +102,6 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION wfe.tick(int) IS
-'One round by hand: fires due timers, times out expired attempts, runs queued in-database actions; returns how many it handled.';
+'One round by hand: fires due schedules and timers, times out expired attempts, runs queued in-database actions; returns how many it handled.';
 REVOKE ALL ON FUNCTION wfe.tick(int) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION wfe.tick(int) TO wfe_operator;

@@ -69,8 +69,9 @@ COMMENT ON TABLE wfe.schedule_runs IS
 'The runs schedules started: the schedule and the tick (scheduled_for) each was submitted for.';
 CREATE INDEX schedule_runs_schedule ON wfe.schedule_runs (schedule, scheduled_for);
 GRANT SELECT ON wfe.schedule_runs TO wfe_reader, wfe_operator;
--- what the dashboard counts: a schedule's skipped ticks and failures
-CREATE INDEX events_schedules ON wfe.events ((detail ->> 'schedule'), at)
+-- a schedule's skipped ticks and failures belong to no run: the dashboard
+-- counts the last hour's and retention removes old ones by this index
+CREATE INDEX events_schedules ON wfe.events (at)
     WHERE run_id IS NULL AND type IN ('schedule.skipped', 'schedule.failed');
 
 -- Row-level security like every table that carries a tenant (76_tenant_rls.sql).

@@ -291,6 +291,12 @@ BEGIN
     DELETE FROM wfe.unauthenticated_callbacks AS u
      WHERE u.id IN (SELECT u2.id FROM wfe.unauthenticated_callbacks AS u2
                      WHERE u2.at < v_cutoff LIMIT p_batch);
+    -- schedules' skipped ticks and failures (69_schedules.sql)
+    DELETE FROM wfe.events AS e
+     WHERE e.event_id IN (SELECT e2.event_id FROM wfe.events AS e2
+                           WHERE e2.run_id IS NULL AND e2.type IN ('schedule.skipped', 'schedule.failed')
+                             AND e2.at < v_cutoff
+                           LIMIT p_batch);
     -- callbacks about runs that never existed (or are gone)
     DELETE FROM wfe.events AS e
      WHERE e.event_id IN (SELECT e2.event_id FROM wfe.events AS e2
@@ -302,7 +308,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION wfe._retention(int, int) IS
-'Deletes up to p_batch finished runs older than the retention (and their history and large payloads), old published outbox rows, old unauthenticated callbacks and expired result cache entries.';
+'Deletes up to p_batch finished runs older than the retention (and their history and large payloads), old published outbox rows, old unauthenticated callbacks, old schedule events and expired result cache entries.';
 REVOKE ALL ON FUNCTION wfe._retention(int, int) FROM PUBLIC;
 
 CREATE FUNCTION wfe.worker_status(OUT pid int, OUT started_at timestamptz, OUT sleeping_until timestamptz,
