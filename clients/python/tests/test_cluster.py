@@ -46,8 +46,8 @@ def test_quorum_topology_and_a_queue_kept_with_its_type() -> None:
         # the other way round: the classic declaration meets the quorum queues, reported, nothing raised
         kept.clear()
         topology.declare(conn.channel, [q], 700, "classic", 3, lambda n, e: kept.append((n, e)))
-        assert sorted(n for n, _ in kept) == sorted(topology.queue(q, t) for t in topology.TRACKS) + \
-            sorted(topology.retry_queue(q, t) for t in topology.TRACKS), kept
+        assert sorted(n for n, _ in kept) == sorted([topology.queue(q, t) for t in topology.TRACKS] +
+                                                    [topology.retry_queue(q, t) for t in topology.TRACKS]), kept
         assert all(topology.is_type_mismatch(e) for _, e in kept), kept
     finally:
         ch = conn.channel()
