@@ -110,6 +110,15 @@ SELECT count(*) || ' payment-routing runs submitted'
        wfe.submit('payment-routing', jsonb_build_object('amount', amount, 'account', account));
 SELECT count(*) || ' system-initialization run submitted'
   FROM wfe.submit('system-initialization', '{}', options => '{"execution_context": "foreground_app"}');
+-- a reviewer answers before the runs reach their wait: the signals are
+-- buffered, and each wait takes its own when released (runtime.md "Signals")
+SELECT count(*) || ' model-ingest-review runs submitted'
+  FROM (VALUES ('review-1'), ('review-2')) AS m(id),
+       wfe.submit('model-ingest-review', jsonb_build_object('modelId', m.id), m.id);
+SELECT 'review-1 approved: ' || wfe.signal(wfe.find_run('model-ingest-review', 'review-1'), 'review.approval@1',
+                                           '{"approved": true, "reviewer": "ann"}', 'ann-review-1');
+SELECT 'review-2 rejected: ' || wfe.signal(wfe.find_run('model-ingest-review', 'review-2'), 'review.approval@1',
+                                           '{"approved": false, "reviewer": "bob", "note": "wrong scale"}', 'bob-review-2');
 SQL
 }
 

@@ -188,7 +188,35 @@ static const char *CACHED =
 "  - { name: u, type: worker, queue: q, worker: w.e@1, input: { x: \"${context.x}\" }, cache: { ttl_ms: 10 },"
 " on_success: completed, on_failure: failed }\n";
 
-static const char *const *const WORKFLOWS[] = {&FORKS, &MODEL_INGEST, &CHAIN, &TASKS, &TASKS_PLAIN, &CACHED};
+/* Waits and sleeps: a signal, its timeout route, a sleep until a bound time; and a tasks-form pair. */
+static const char *WAITS =
+"name: waits\n"
+"version: \"1.0.0\"\n"
+"entry: approve\n"
+"finalisers: [fin.one@1]\n"
+"stages:\n"
+"  - {name: approve, type: wait, signal: sig.a@1, timeout_ms: 10, on_success: check, on_failure: failed,"
+" on_timeout: late}\n"
+"  - name: check\n"
+"    type: decision\n"
+"    branches:\n"
+"      - {when: 'stages[\"approve\"].result.ok == true', next: again}\n"
+"      - {when: 'true', next: late}\n"
+"    on_evaluation_error: failed\n"
+"  - {name: again, type: wait, signal: sig.a@1, on_success: nap, on_failure: failed}\n"
+"  - {name: nap, type: sleep, duration_ms: 5, on_success: completed}\n"
+"  - {name: late, type: sleep, until: '${context.modelId}', on_success: failed, on_failure: failed}\n";
+
+static const char *TASKS_WAITS =
+"name: tasks-waits\n"
+"version: \"1.0.0\"\n"
+"tasks:\n"
+"  - {id: a, wait: {signal: sig.a@1, timeout_ms: 10}}\n"
+"  - {id: b, sleep: {duration_ms: 5}, depends_on: [a], critical: false}\n"
+"  - {id: c, worker: w.c@1, queue: q, depends_on: [b], dependency_policy: allow_skipped}\n";
+
+static const char *const *const WORKFLOWS[] = {&FORKS, &MODEL_INGEST, &CHAIN, &TASKS, &TASKS_PLAIN, &CACHED,
+&WAITS, &TASKS_WAITS};
 #define NWORKFLOWS (sizeof(WORKFLOWS) / sizeof(WORKFLOWS[0]))
 static wfe_run_plan *plans[NWORKFLOWS];
 
@@ -332,8 +360,12 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 		pos += 3;
 		pick_identity(&h, i, sel, &attempt, &fence);
-		switch (cmd % 16)
+		switch (cmd % 17)
 		{
+			case 14:
+				/* a signal for the run, whether or not anything waits for it now */
+				sh_send_signal(&h, "sig.a@1", RESULTS[sel % N(RESULTS)]);
+				break;
 			case 0:
 				sh_callback(&h, i, WFE_CB_COMPLETE, attempt, fence, RESULTS[(sel >> 2) % N(RESULTS)], 1);
 				break;
@@ -417,6 +449,10 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 						else if (h.ntimers > 0)
 							sh_fire_timer(&h, h.ntimers - 1);
 					}
+					else if (h.rp->stages[k].kind == WFE_K_WAIT)
+						sh_send_signal(&h, h.rp->stages[k].contract, RESULTS[sel % N(RESULTS)]);
+					else if (h.rp->stages[k].kind == WFE_K_SLEEP && h.ntimers > 0)
+						sh_fire_timer(&h, h.ntimers - 1);
 					else if (h.rows[k].has_handler)
 						sh_action_done(&h, k, RESULTS[sel % N(RESULTS)], NULL);
 					else if ((sel & 0xC0) == 0xC0)

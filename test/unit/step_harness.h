@@ -1367,7 +1367,8 @@ sh_callback(sh *h, int i, wfe_callback cb, int attempt, int64_t fence, const cha
 	int			report = cb == WFE_CB_COMPLETE || cb == WFE_CB_FAIL;
 	char		what[128];
 
-	if (i < 0 || i >= h->nst)
+	/* engine.c: no worker reports a wait or a sleep */
+	if (i < 0 || i >= h->nst || h->rp->stages[i].kind == WFE_K_WAIT || h->rp->stages[i].kind == WFE_K_SLEEP)
 	{
 		sh_sql_event(h, -1, attempt, "callback.unknown");
 		return "unknown";
