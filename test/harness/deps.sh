@@ -28,7 +28,7 @@ PACKAGES=(
 	json-schema-test-suite      # JSON Schema conformance (test/unit/test_jsonschema_suite.c)
 	openssl                     # TAP 019: the documented gateway signing example
 	prometheus-postgres-exporter  # TAP 025: the shipped query file, scraped
-	iproute2                    # TAP 027: ss shows what the RabbitMQ nodes listen on
+	iproute2                    # TAP 029: ss shows what the RabbitMQ nodes listen on
 
 	debhelper                   # make deb (debian/), the "deb" suite
 	postgresql-server-dev-all   # pg_buildext

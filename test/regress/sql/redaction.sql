@@ -1,7 +1,7 @@
 --
 -- wfe.redact_keys (operations.md "Redaction"): the one walk (wfe._redact)
 -- on the shapes a document takes, and the setting's check.  The surfaces
--- it is applied to, as tenant logins, are test/tap/027_redaction_traces.pl.
+-- it is applied to, as tenant logins, are test/tap/031_redaction_traces.pl.
 --
 SET client_min_messages = warning;
 CREATE EXTENSION IF NOT EXISTS wfe;
