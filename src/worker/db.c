@@ -135,7 +135,8 @@ db_connect(DbError *e)
 	if (PQsetnonblocking(conn, 1) != 0)
 		goto fail;
 	task_ready = true;			/* whatever was notified while away */
-	if (opts.mode == MODE_POLL)
+	/* a transaction pooler would hand the LISTEN to a server we then leave */
+	if (opts.mode == MODE_POLL && !opts.no_listen)
 	{
 		if (db_exec("LISTEN wfe_task_ready", 0, NULL, &res, e) != DB_OK)
 		{

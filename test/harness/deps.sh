@@ -28,6 +28,7 @@ PACKAGES=(
 	json-schema-test-suite      # JSON Schema conformance (test/unit/test_jsonschema_suite.c)
 	openssl                     # TAP 019: the documented gateway signing example
 	prometheus-postgres-exporter  # TAP 025: the shipped query file, scraped
+	pgbouncer                   # TAP 033: poll workers through a transaction pooler
 )
 
 # is_installed PACKAGE: true when dpkg has the package fully installed.

@@ -80,8 +80,9 @@ Report = Tuple[Attempt, str, Any, bool, "concurrent.futures.Future[Outcome]"]
 class Reporter:
     """A thread that sends reports, completions in batches; each report's Outcome comes back in a Future."""
 
-    def __init__(self, conninfo: str, batch: bool, give_up: threading.Event, broken: Broken) -> None:
-        self.link = Link(conninfo, "reports", give_up)
+    def __init__(self, conninfo: str, batch: bool, give_up: threading.Event, broken: Broken, *,
+                 pooled: bool = False) -> None:
+        self.link = Link(conninfo, "reports", give_up, pooled=pooled)
         self.batch = batch
         self.give_up = give_up  # set: stop retrying while PostgreSQL is unreachable
         self.q: "queue.Queue[Optional[Report]]" = queue.Queue()
@@ -179,8 +180,8 @@ class Reporter:
 class Heartbeater:
     """A thread that heartbeats each running attempt at its own rhythm, on its own connection."""
 
-    def __init__(self, conninfo: str, stop: threading.Event, broken: Broken) -> None:
-        self.link = Link(conninfo, "heartbeats", stop)
+    def __init__(self, conninfo: str, stop: threading.Event, broken: Broken, *, pooled: bool = False) -> None:
+        self.link = Link(conninfo, "heartbeats", stop, pooled=pooled)
         self.stop = stop
         self.lock = threading.Lock()
         self.wake = threading.Event()

@@ -37,8 +37,11 @@ class Backoff:
 class Link:
     """One autocommit PostgreSQL connection, opened on first use and again after it broke."""
 
-    def __init__(self, conninfo: str, name: str, stop: Optional[threading.Event] = None) -> None:
+    def __init__(self, conninfo: str, name: str, stop: Optional[threading.Event] = None, *,
+                 pooled: bool = False) -> None:
         self.conninfo, self.name = conninfo, name
+        # behind a transaction pooler a prepared statement stays on a server connection we leave
+        self.prepare_threshold: Optional[int] = None if pooled else 5
         self.stop = stop or threading.Event()
         self.conn: Optional[psycopg.Connection] = None
         self.backoff = Backoff()
@@ -49,7 +52,8 @@ class Link:
         if self.conn is None or self.conn.closed or self.conn.broken:
             self.drop()
             try:
-                self.conn = psycopg.connect(self.conninfo, autocommit=True, connect_timeout=10)
+                self.conn = psycopg.connect(self.conninfo, autocommit=True, connect_timeout=10,
+                                            prepare_threshold=self.prepare_threshold)
             except psycopg.OperationalError as exc:
                 self._failures += 1
                 if self._failures == 1 or self._failures % 10 == 0:
