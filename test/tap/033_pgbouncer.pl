@@ -109,8 +109,7 @@ my $ran = "$dir/ran.txt";
 open my $t, '>', $ran or die $!;
 close $t;
 
-# The runs, then the workers: the Python ones first (they take longer to start).
-sql("SELECT count(*) FROM generate_series(1, $RUNS) i, LATERAL wfe.submit('tap-pooled', jsonb_build_object('i', i))");
+# The workers, all connected through the pooler before the runs come.
 
 my @workers;
 my $py = "$dir/pyworker.py";
@@ -149,15 +148,6 @@ for my $i (1 .. $PY_WORKERS)
 		'<', \undef, '>>', "$dir/worker-p$i.log", '2>&1');
 }
 
-my $ready = 0;
-for (1 .. 300)
-{
-	$ready = grep { -f $_ && slurp_file($_) =~ /^ready$/m } map { "$dir/worker-p$_.log" } 1 .. $PY_WORKERS;
-	last if $ready == $PY_WORKERS;
-	usleep(100_000);
-}
-is($ready, $PY_WORKERS, 'the Python workers are up');
-
 for my $i (1 .. $WFE_WORKERS)
 {
 	push @workers,
@@ -169,10 +159,23 @@ for my $i (1 .. $WFE_WORKERS)
 		],
 		'<', \undef, '>>', "$dir/worker-c$i.log", '2>&1');
 }
-# Wait (at most 75 s), sampling the pooler's server connections.
+# Up: a Python worker prints "ready" once through the pooler, wfe-worker logs its connection.
+my $ready = 0;
+my @logs = ((map { ["$dir/worker-p$_.log", qr/^ready$/m] } 1 .. $PY_WORKERS),
+	(map { ["$dir/worker-c$_.log", qr/connected to PostgreSQL/] } 1 .. $WFE_WORKERS));
+for (1 .. 300)
+{
+	$ready = grep { -f $_->[0] && slurp_file($_->[0]) =~ $_->[1] } @logs;
+	last if $ready == @logs;
+	usleep(100_000);
+}
+is($ready, scalar(@logs), 'every worker is connected through the pooler');
+
+# The runs; then wait (at most 75 s), sampling the pooler's server connections.
+my $t0 = time;
+sql("SELECT count(*) FROM generate_series(1, $RUNS) i, LATERAL wfe.submit('tap-pooled', jsonb_build_object('i', i))");
 my $max_servers = 0;
 my $done = 0;
-my $t0 = time;
 while (time - $t0 < 75)
 {
 	my ($servers, $completed) = split /\|/, sql(
@@ -207,6 +210,38 @@ ok(($by{c} // 0) > 0 && ($by{p} // 0) > 0,
 	sprintf('both wfe-worker (%d) and the Python client (%d) did work', $by{c} // 0, $by{p} // 0));
 cmp_ok($max_servers, '<=', $POOL, "the pooler held at most $POOL server connections (max seen $max_servers)");
 cmp_ok($max_servers, '>', 0, 'the sampling saw the pooled connections');
+
+# --no-listen does not listen: a worker straight on the node that has
+# claimed once and found nothing, with a poll interval of 10 minutes, takes
+# a new run at once when it listens and leaves it queued when it does not.
+sub lone_worker
+{
+	my ($name, @extra) = @_;
+	my $log = "$dir/lone-$name.log";
+	my $w = IPC::Run::start(
+		[
+			$worker_bin, '--queue', $queue, '--dsn', $node->connstr('postgres') . ' user=wk',
+			'--poll-interval-ms', '600000', '--worker-id', $name, '--verbose', @extra,
+			'--command', q{cat >/dev/null; echo '{}'}
+		],
+		'<', \undef, '>>', $log, '2>&1');
+	my $t1 = time;
+	usleep(100_000) until (-f $log && slurp_file($log) =~ /claimed 0 of 1/) || time - $t1 > 20;
+	return $w;
+}
+my $lone = lone_worker('listening');
+my $r1 = sql("SELECT run_id FROM wfe.submit('tap-pooled', '{}')");
+ok($node->poll_query_until('postgres', "SELECT state = 'completed' FROM wfe.runs WHERE run_id = $r1"),
+	'a listening worker takes a new run at once');
+$lone->signal('TERM');
+$lone->finish;
+$lone = lone_worker('deaf', '--no-listen');
+my $r2 = sql("SELECT run_id FROM wfe.submit('tap-pooled', '{}')");
+usleep(2_000_000);
+is(sql("SELECT state FROM wfe.run_stages WHERE run_id = $r2"), 'queued',
+	'a --no-listen worker leaves it queued until its poll interval');
+$lone->signal('TERM');
+$lone->finish;
 
 $bouncer->signal('INT');
 $bouncer->finish;
