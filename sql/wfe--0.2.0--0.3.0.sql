@@ -2294,6 +2294,12 @@ COMMENT ON FUNCTION wfe.accept_task(bigint, text, int, bigint, text, int) IS
 REVOKE ALL ON FUNCTION wfe.accept_task(bigint, text, int, bigint, text, int) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION wfe.accept_task(bigint, text, int, bigint, text, int) TO wfe_worker;
 
+-- ---------------------------------------------------------------------
+-- Run output (issue 22; dsl.md "Run output"): the top-level `output:`
+-- template bound at a completed intent, shown by wfe.report.
+ALTER TABLE wfe.runs ADD COLUMN output jsonb;
+COMMENT ON COLUMN wfe.runs.output IS 'The run''s output (dsl.md "Run output"), bound when it reached a completed intent; NULL before';
+
 -- Final bodies: every function whose text changed in 0.3.0, as src/sql has it.
 -- (Written by the same rule as the sections above: the whole text, copied.)
 
@@ -3377,6 +3383,8 @@ BEGIN
         'submitted_at', r.submitted_at,
         'finished_at', r.finished_at,
         'duration_ms', round(extract(epoch FROM coalesce(r.finished_at, now()) - r.submitted_at) * 1000),
+        -- the run's result, bound at a completed intent (dsl.md "Run output")
+        'output', wfe._redact(r.output),
         -- a run a schedule started (69_schedules.sql): which, and for which tick
         'schedule', (SELECT x.schedule FROM wfe.schedule_runs AS x WHERE x.run_id = r.run_id),
         'scheduled_for', (SELECT x.scheduled_for FROM wfe.schedule_runs AS x WHERE x.run_id = r.run_id),

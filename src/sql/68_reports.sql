@@ -45,6 +45,8 @@ BEGIN
         'submitted_at', r.submitted_at,
         'finished_at', r.finished_at,
         'duration_ms', round(extract(epoch FROM coalesce(r.finished_at, now()) - r.submitted_at) * 1000),
+        -- the run's result, bound at a completed intent (dsl.md "Run output")
+        'output', wfe._redact(r.output),
         -- a run a schedule started (69_schedules.sql): which, and for which tick
         'schedule', (SELECT x.schedule FROM wfe.schedule_runs AS x WHERE x.run_id = r.run_id),
         'scheduled_for', (SELECT x.scheduled_for FROM wfe.schedule_runs AS x WHERE x.run_id = r.run_id),
