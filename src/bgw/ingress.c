@@ -237,9 +237,11 @@ transient(int sqlerrcode)
 {
 	switch (ERRCODE_TO_CATEGORY(sqlerrcode))
 	{
+		case ERRCODE_INSUFFICIENT_RESOURCES:	/* 53: disk full, out of memory */
+			/* but a tenant's limit (53400) is a refusal, as for a SQL submit */
+			return sqlerrcode != ERRCODE_CONFIGURATION_LIMIT_EXCEEDED;
 		case ERRCODE_TRANSACTION_ROLLBACK:	/* 40: serialization, deadlock */
 		case ERRCODE_CONNECTION_EXCEPTION:	/* 08 */
-		case ERRCODE_INSUFFICIENT_RESOURCES:	/* 53: disk full, out of memory */
 		case ERRCODE_OPERATOR_INTERVENTION: /* 57: cancel, shutdown */
 		case ERRCODE_SYSTEM_ERROR:	/* 58: I/O */
 			return true;

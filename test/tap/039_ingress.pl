@@ -295,6 +295,27 @@ ok(
 note 'duplicates after the crash: '
   . sql(q{SELECT duplicates - 3 FROM wfe.dashboard_ingress WHERE ingress = 'orders'});
 
+# with wfe.consume_dlq on, the worker takes a rejected command back off
+# wfe.dlq as one already handled (no warning about a foreign message)
+$node->append_conf('postgresql.conf', "wfe.consume_dlq = on\n");
+$node->reload;
+my $log_at = -s $node->logfile;
+publish('orders', envelope('b12', workflow_name => undef));
+ok($node->poll_query_until('postgres', q{SELECT rejected = 14 FROM wfe.dashboard_ingress WHERE ingress = 'orders'}),
+	'a bad command is rejected with wfe.consume_dlq on');
+ok(
+	eval {
+		for (1 .. 300)
+		{
+			return 1 if ($rabbit->queue_messages('wfe.dlq') // 1) == 0;
+			usleep(100_000);
+		}
+		0;
+	},
+	'the worker read it back from wfe.dlq');
+unlike(substr(slurp_file($node->logfile), $log_at), qr/names no wfe attempt/,
+	'as a rejected command, not a foreign message');
+
 # dropping the ingress stops the consumer
 is((as('admin_x', q{SELECT wfe.configure_ingress('orders', NULL)}))[0], '', 'role NULL drops the ingress');
 is(sql('SELECT count(*) FROM wfe.ingresses'), '0', 'it is gone');
