@@ -100,12 +100,14 @@ waits_sleeps() {
 # waits_bench: the three figures.
 waits_bench() {
 	banner "signals, waits and sleeps"
+	WAITS[load_start]=$(cut -d' ' -f1-3 /proc/loadavg)
 	scale_setup
 	PGOPTIONS="-c statement_timeout=${ADMIN_TIMEOUT}s" cluster_psql -d "$DB" -q -v sleep_ms="$WAITS_SLEEP_MS" \
 		-f "$WAITS_DIR/setup.sql" >/dev/null
 	waits_signals
 	waits_claims
 	waits_sleeps
+	WAITS[load_end]=$(cut -d' ' -f1-3 /proc/loadavg)
 	scale_reset
 }
 
@@ -124,9 +126,9 @@ waits_row() {
 # waits_results: the markdown of the waits runs.
 waits_results() {
 	local p99
-	printf -- '- probes: %s runs signalled one at a time; the claim runs: %s clients, %s s each after %s s of warm-up, %s queued runs behind %s finished, without and with %s runs parked on waits (%s live wait timers); %s sleeps of %s ms submitted %s ms apart\n\n' \
+	printf -- '- probes: %s runs signalled one at a time; the claim runs: %s clients, %s s each after %s s of warm-up, %s queued runs behind %s finished, without and with %s runs parked on waits (%s live wait timers); %s sleeps of %s ms submitted %s ms apart; load average (1, 5, 15 min) before these runs: %s, after them: %s\n\n' \
 		"$WAITS_SIGNALS" "$SCALE_CLIENTS" "$BENCH_SCALE_SECONDS" "$WARMUP_SECONDS" "$SCALE_DEPTH" "$SCALE_FRESH_HISTORY" \
-		"${WAITS[parked]}" "${WAITS[parked_timers]}" "$WAITS_SLEEPS" "$WAITS_SLEEP_MS" "$WAITS_SLEEP_SPACING_MS"
+		"${WAITS[parked]}" "${WAITS[parked_timers]}" "$WAITS_SLEEPS" "$WAITS_SLEEP_MS" "$WAITS_SLEEP_SPACING_MS" "${WAITS[load_start]}" "${WAITS[load_end]}"
 	printf '| figure | samples | p50 ms | p90 ms | p99 ms | max ms |\n|---|---:|---:|---:|---:|---:|\n'
 	waits_row 'signal → successor released: the `wfe.signal` statement (accepted, the worker stage queued)' signal:server
 	waits_row 'signal → COMMIT returned (durable)' signal:committed
