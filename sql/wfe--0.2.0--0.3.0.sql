@@ -3798,6 +3798,60 @@ BEGIN
 END
 $$;
 
+CREATE OR REPLACE FUNCTION wfe.run_timeline(run_id bigint)
+RETURNS TABLE (stage text, attempt int, outcome text, started_at timestamptz, finished_at timestamptz,
+               duration_ms numeric, waterfall text)
+LANGUAGE plpgsql STABLE STRICT SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    r       wfe.runs := wfe._run(run_timeline.run_id);
+    v_span  double precision;
+BEGIN
+    v_span := greatest(extract(epoch FROM coalesce(r.finished_at, now()) - r.submitted_at), 0.001);
+    RETURN QUERY
+    WITH a AS (
+        -- the outcome: the attempt's last event that says how it went; a
+        -- timeout wins over the retry it led to (the attempt timed out), and
+        -- an operator's bookkeeping (redriven, reset, ...) is not an outcome
+        -- and what the result cache did before any attempt (or instead of
+        -- one) is attempt 0: waiting on another attempt, a hit, an entry refused
+        SELECT e.stage, coalesce(e.attempt, 0) AS attempt, min(e.at) AS t_start, max(e.at) AS t_end,
+               min(e.event_id) AS first_event,
+               (array_agg(e.type ORDER BY (e.type = 'stage.timed_out') DESC,
+                                          (e.type IN ('stage.redriven', 'stage.reset', 'stage.skipped_by_operator',
+                                                      'stage.failed_by_operator', 'stage.dead_lettered',
+                                                      'stage.cancel_acknowledged')),
+                                          e.event_id DESC))[1] AS last_type
+          FROM wfe.events AS e
+         WHERE e.run_id = r.run_id AND e.stage IS NOT NULL
+           AND (e.attempt IS NOT NULL OR e.type LIKE 'stage.cache\_%')
+           AND e.type NOT LIKE 'callback.%'
+         GROUP BY e.stage, coalesce(e.attempt, 0)
+    ), b AS (
+        -- a wait or a sleep parked now (its stage running at this attempt)
+        -- has not finished: its last event is its release, so it runs to
+        -- now (finished_at NULL) rather than showing a zero duration
+        SELECT a.*, (s.state = 'running' AND s.kind IN ('wait', 'sleep')) AS parked
+          FROM a
+          LEFT JOIN wfe.run_stages AS s ON s.run_id = r.run_id AND s.stage = a.stage AND s.attempt = a.attempt
+    ), c AS (
+        SELECT b.*, CASE WHEN b.parked THEN coalesce(r.finished_at, now()) ELSE b.t_end END AS t_until
+          FROM b
+    )
+    SELECT c.stage, c.attempt, replace(c.last_type, 'stage.', ''), c.t_start,
+           CASE WHEN c.parked THEN NULL ELSE c.t_end END,
+           round((extract(epoch FROM c.t_until - c.t_start) * 1000)::numeric, 1),
+           -- a 40-column bar across the run's life: where the attempt sat and how long
+           '|' || rpad(repeat(' ', least(39, floor(extract(epoch FROM c.t_start - r.submitted_at) / v_span * 40)::int))
+                       || repeat('█', greatest(1, round(extract(epoch FROM c.t_until - c.t_start) / v_span * 40)::int)),
+                       40) || '|'
+      FROM c
+     ORDER BY c.first_event;
+END
+$$;
+
 CREATE OR REPLACE FUNCTION wfe._cron_next(cron text, time_zone text, after timestamptz)
 RETURNS timestamptz
 AS 'MODULE_PATHNAME', 'wfe_cron_next_sql'
@@ -4417,14 +4471,15 @@ BEGIN
             'code', CASE r.state WHEN 'completed' THEN 1 WHEN 'failed' THEN 2 WHEN 'cancelled' THEN 2 ELSE 0 END,
             'message', CASE WHEN r.state IN ('failed', 'cancelled') THEN coalesce(r.reason, r.state) END))));
     -- one span per attempt, as wfe.run_timeline finds them and their outcome
-    -- (attempt 0, the result cache's bookkeeping, is no attempt):
+    -- (attempt 0, the result cache's bookkeeping, is no attempt; a parked
+    -- wait or sleep has no finished_at yet: it ends now, as the run does):
     -- SPAN_KIND_PRODUCER (4), the work handed to a worker, whose own spans
     -- are children of this one (the envelope's and the claim's traceparent)
     SELECT coalesce(jsonb_agg(jsonb_strip_nulls(jsonb_build_object(
                'traceId', r.trace_id, 'spanId', wfe._attempt_span_id(r.span_id, t.stage, t.attempt),
                'parentSpanId', r.span_id,
                'name', 'wfe.attempt ' || t.stage, 'kind', 4,
-               'startTimeUnixNano', wfe._otlp_time(t.started_at), 'endTimeUnixNano', wfe._otlp_time(t.finished_at),
+               'startTimeUnixNano', wfe._otlp_time(t.started_at), 'endTimeUnixNano', wfe._otlp_time(coalesce(t.finished_at, now())),
                'attributes', jsonb_path_query_array(jsonb_build_array(
                    wfe._otlp_attribute('wfe.run_id', r.run_id), wfe._otlp_attribute('wfe.stage', t.stage),
                    wfe._otlp_attribute('wfe.attempt', t.attempt), wfe._otlp_attribute('wfe.queue', s.queue),
