@@ -9,11 +9,14 @@
 -- as released (commit 669fd53), frozen: never edit it.
 --
 -- The sections below change tables, types, grants and data, and create the
--- functions that are new, each with its COMMENT and its grants.  A function
--- whose text changed is written once, at the end ("Final bodies"): its whole
--- text as src/sql has it, after everything it may refer to exists, with the
--- function comments that changed.  A body replaced for a moment inside a
--- section (to let a column change type under it) is put back there.
+-- functions that are new, each with its COMMENT and its grants, in their
+-- text as src/sql has it.  A function whose last text in the sections is
+-- not its final one (an existing function a change rewrote, or one two
+-- changes both rewrote) is written once more, at the end ("Final bodies"):
+-- its whole text as src/sql has it, after everything it may refer to
+-- exists, with the function comments that changed.  A body replaced for a
+-- moment inside a section (to let a column change type under it) is put
+-- back there.
 \echo Use "ALTER EXTENSION wfe UPDATE TO '0.3.0'" to load this file. \quit
 
 -- 0.3.0, layout (issue 19): one rule, one place.  No table changes shape;
