@@ -1,8 +1,10 @@
 """The client's pure parts: the registry, the queue plan, x-death counting, envelopes, errors."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+from typing import List, Optional
 
 import pytest
 
@@ -97,3 +99,92 @@ def test_the_version_is_the_extensions() -> None:
     from conftest import TOP
     control = open(os.path.join(TOP, "wfe.control")).read()
     assert wfe.__version__ == re.search(r"default_version = '([^']+)'", control).group(1)
+
+
+@dataclasses.dataclass
+class Item:
+    sku: str
+    qty: int = 1
+
+
+@dataclasses.dataclass
+class Order:
+    items: List[Item]
+    total: float
+    note: Optional[str] = None
+    first: Optional[Item] = None
+
+
+def test_typed_dataclasses_load_and_dump() -> None:
+    from wfe import _typed
+
+    got = _typed.load(Order, {"items": [], "total": 3, "first": {"sku": "a"}, "unknown": 1})
+    assert got == Order(items=[], total=3, first=Item("a", 1))
+    for bad, where in (({"items": [], "total": "3"}, "Order.total: expected float, not a string"),
+                       ({"total": 1}, "Order.items: required, missing"),
+                       ({"items": [], "total": 1, "first": {"sku": 5}}, "Order.first.sku"),
+                       ({"items": [], "total": True}, "not a boolean"), ([], "expected an object")):
+        with pytest.raises(_typed.TypeMismatch, match=where):
+            _typed.load(Order, bad)
+    assert _typed.dump(Order, Order(items=[], total=2.5)) == {"items": [], "total": 2.5, "note": None, "first": None}
+    assert _typed.dump(Item, {"sku": "b"}) == {"sku": "b", "qty": 1}
+    with pytest.raises(_typed.TypeMismatch, match="the result is a int, not a Item"):
+        _typed.dump(Item, 5)
+    with pytest.raises(_typed.TypeMismatch, match="Item.qty: expected int"):
+        _typed.dump(Item, Item("c", "many"))  # type: ignore[arg-type]
+    assert _typed.dump(None, Item("d")) == {"sku": "d", "qty": 1}  # untyped: a dataclass is still made a dict
+
+    def handler(task: wfe.Task) -> Item: ...
+    app = wfe.Worker("")
+    app.register("typed@1", handler, queue="q", input=Order)
+    assert app._types["typed@1"] == (Order, Item)  # the output type from the return annotation
+    with pytest.raises(TypeError, match="dataclass or a pydantic model"):
+        app.register("typed@2", handler, input=dict)
+
+
+def test_the_pool_never_runs_more_threads_than_its_size() -> None:
+    import threading
+    import time
+    from wfe._pool import Pool
+
+    pool = Pool(3, "t")
+    lock, now, most, seen = threading.Lock(), [0], [0], set()
+    done = threading.Semaphore(0)
+
+    def job() -> None:
+        with lock:
+            now[0] += 1
+            most[0] = max(most[0], now[0])
+            seen.add(threading.current_thread().name)
+        time.sleep(0.02)
+        with lock:
+            now[0] -= 1
+        done.release()
+
+    for _ in range(20):
+        pool.submit(job)
+    for _ in range(20):
+        assert done.acquire(timeout=10)
+    assert most[0] == 3 and pool.threads == 3 and seen == {"t-1", "t-2", "t-3"}
+    pool.close()
+
+
+def test_queue_concurrency_is_checked() -> None:
+    with pytest.raises(ValueError, match="positive integer"):
+        wfe.Worker("", queue_concurrency={"q": 0})
+    app = wfe.Worker("", concurrency=4, queue_concurrency={"a": 1})
+    with pytest.raises(ValueError, match="give queue="):
+        app.register("x@1", lambda t: None, concurrency=2)
+    app.register("y@1", lambda t: None, queue="b", concurrency=2)
+    assert app.free_slots() == 4 and app.free_slots("a") == 1 and app.free_slots("b") == 2
+
+
+def test_traceparents_are_read_as_w3c_says() -> None:
+    from wfe import _trace
+    tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    assert _trace.parse(tp) == ("4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7", "01")
+    assert _trace.parse("00-" + "0" * 32 + "-00f067aa0ba902b7-01") is None
+    assert _trace.parse("ff" + tp[2:]) is None and _trace.parse(None) is None
+    task = wfe.Task(run_id=1, stage="s", attempt=1, fence=1, queue="q", contract="c@1", input={}, traceparent=tp)
+    with _trace.span(task) as span:  # without opentelemetry: nothing, at no cost
+        assert (span is None) == (not _trace.available())

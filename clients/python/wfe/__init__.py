@@ -30,6 +30,7 @@ from .recovery import fail_stage, redispatch, redrive, redrive_dead_letters, rep
 from .runs import RunFailed, RunTimeout, RunWatcher, wait_for_run
 from .task import Fail, Task, TaskLogger
 from .worker import Worker
+from . import aio  # the asyncio API: wfe.aio.submit, wait_for_run, ...
 
 __version__ = "0.3.0"  # written only here (pyproject.toml reads it); equal to wfe.control's default_version
 
@@ -37,7 +38,7 @@ __version__ = "0.3.0"  # written only here (pyproject.toml reads it); equal to w
 logging.getLogger("wfe").addHandler(logging.NullHandler())
 
 __all__ = [
-    "Worker", "Task", "TaskLogger", "Fail", "Outcome", "Run", "Submitted", "RunTimeout", "RunFailed", "RunWatcher",
+    "aio", "Worker", "Task", "TaskLogger", "Fail", "Outcome", "Run", "Submitted", "RunTimeout", "RunFailed", "RunWatcher",
     "submit", "cancel_run", "report", "run_timeline", "wait_for_run",
     "claim_task", "accept_task", "heartbeat", "complete_task", "fail_task", "complete_tasks",
     "fetch_payload", "ack_cancel", "queue_delivery", "ready_tag",

@@ -12,6 +12,7 @@ claiming tasks it would run for nothing.
 """
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import heapq
 import itertools
@@ -46,6 +47,7 @@ class Attempt:
         self.started = time.monotonic()
         self.cancel_requested = False
         self.failure = ""  # "code: message" of a failed attempt, for the log line
+        self.aio_task: Optional["asyncio.Task[None]"] = None  # an async handler's task, cancelled by stop()
         self._lock = threading.Lock()
         self._settled = False
 
@@ -60,6 +62,14 @@ class Attempt:
     @property
     def settled(self) -> bool:
         return self._settled
+
+    def stop(self) -> None:
+        """The attempt is no longer this worker's: set task.stopped, and cancel an async handler
+        (CancelledError at its next await; a sync one must look at task.stopped)."""
+        self.task.stopped.set()
+        t = self.aio_task
+        if t is not None and not t.done():
+            t.get_loop().call_soon_threadsafe(t.cancel)
 
 
 Broken = Callable[[BaseException, str], None]

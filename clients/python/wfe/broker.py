@@ -76,9 +76,9 @@ class BrokerLoop:
         self.db = Link(worker.conninfo, "accept", worker.hard_stop, pooled=worker.pooled)
         self.backoff = Backoff()
         self.conn: Any = None
-        self.work: Any = None
+        self.channels: Dict[str, Any] = {}  # queue -> its consumers' channel
         self.dead: Any = None
-        self.tags: List[str] = []
+        self.tags: List[Tuple[Any, str]] = []  # (channel, consumer tag)
         self.last_delivery = time.monotonic()
         self.max_redeliveries = worker.max_redeliveries
         self.retry_ttl_ms = 5000
@@ -127,8 +127,7 @@ class BrokerLoop:
             self._declare()
         self.dead = self.conn.channel()
         self.dead.confirm_delivery()  # a dead letter is acknowledged only once RabbitMQ has it
-        self.work = self.conn.channel()
-        self.work.basic_qos(prefetch_count=self.w.concurrency)
+        self._channels()
         self._consume()
         cancels = self.conn.channel()  # its own channel: the work prefetch never holds it back
         private = cancels.queue_declare("", exclusive=True, auto_delete=True).method.queue
@@ -136,9 +135,25 @@ class BrokerLoop:
             cancels.queue_bind(private, topology.COMMANDS, routing_key=topology.cancel_key(q))
         cancels.basic_consume(private, self._on_cancel, auto_ack=True)
 
+    def _channels(self) -> None:
+        """The consumers' channels, each with a prefetch shared by its consumers (RabbitMQ's global qos):
+        one for the queues without a cap (concurrency), one per queue with a queue_concurrency (its cap)."""
+        shared = None
+        for q in self.queues:
+            cap = self.w.queue_concurrency.get(q)
+            if cap is None and shared is not None:
+                self.channels[q] = shared
+                continue
+            ch = self.conn.channel()
+            ch.basic_qos(prefetch_count=min(cap or self.w.concurrency, self.w.concurrency), global_qos=True)
+            self.channels[q] = ch
+            if cap is None:
+                shared = ch
+
     def _consume(self) -> None:
         """Start the consumers of both tracks of every queue."""
-        self.tags = [self.work.basic_consume(topology.queue(q, t), self._on_message(q), auto_ack=False)
+        self.tags = [(self.channels[q], self.channels[q].basic_consume(topology.queue(q, t), self._on_message(q),
+                                                                         auto_ack=False))
                      for q in self.queues for t in topology.TRACKS]
         self.db_down = False
         log.info("broker: consuming %s", ", ".join(topology.queue(q, t) for q in self.queues for t in topology.TRACKS))
@@ -170,7 +185,8 @@ class BrokerLoop:
                 self.conn.close()
             except Exception:
                 pass
-        self.conn = self.work = self.dead = None
+        self.conn = self.dead = None
+        self.channels = {}
 
     # --- the loop ------------------------------------------------------------------
 
@@ -227,9 +243,9 @@ class BrokerLoop:
     def _stop_consuming(self) -> None:
         """Stopping, or PostgreSQL away: cancel the consumers; messages delivered but not
         started go back to their queue (no retry cycle is counted)."""
-        for tag in self.tags:
-            for method, _props, _body in self.work.basic_cancel(tag) or []:
-                self.work.basic_reject(method.delivery_tag, requeue=True)
+        for ch, tag in self.tags:
+            for method, _props, _body in ch.basic_cancel(tag) or []:
+                ch.basic_reject(method.delivery_tag, requeue=True)
         self.tags = []
 
     def _threadsafe(self, fn: Callable[[], None]) -> None:
@@ -310,4 +326,4 @@ class BrokerLoop:
         log.info("broker: run %s stage %s attempt %s: cancellation requested (%s)", ids[0], ids[1], ids[2],
                  req.get("reason"))
         attempt.cancel_requested = True
-        attempt.task.stopped.set()
+        attempt.stop()

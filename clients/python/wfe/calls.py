@@ -127,17 +127,27 @@ def submit(db: Union[Executor, str], workflow: str, context: Optional[Mapping[st
     if retry:
         raise TypeError("submit(retry=True) takes a conninfo string: a transaction that failed cannot be "
                         "retried from inside it (each try needs a connection and a transaction of its own)")
+    with translated():
+        row = db.execute(SUBMIT, submit_args(workflow, context, **kw)).fetchone()
+    assert row is not None
+    return Submitted(int(row[0]), bool(row[1]), _conninfo_of(db))
+
+
+SUBMIT = "SELECT run_id, accepted FROM wfe.submit(%s, %s, %s, %s)"
+
+
+def submit_args(workflow: str, context: Optional[Mapping[str, Any]], *, idempotency_key: Optional[str] = None,
+                tenant: Optional[str] = None, priority: Optional[int] = None, run_deadline_ms: Optional[int] = None,
+                not_before: Optional[datetime.datetime] = None, execution_context: Optional[str] = None,
+                traceparent: Optional[str] = None, options: Optional[Mapping[str, Any]] = None) -> Tuple[Any, ...]:
+    """The parameters of SUBMIT: the keyword options folded into wfe.submit's options object."""
     opts: Dict[str, Any] = dict(options or {})
     for key, value in (("tenant", tenant), ("priority", priority), ("run_deadline_ms", run_deadline_ms),
                        ("execution_context", execution_context), ("traceparent", traceparent),
                        ("not_before", not_before.isoformat() if not_before else None)):
         if value is not None:
             opts[key] = value
-    with translated():
-        row = db.execute("SELECT run_id, accepted FROM wfe.submit(%s, %s, %s, %s)",
-                         (workflow, Jsonb(dict(context or {})), idempotency_key, Jsonb(opts))).fetchone()
-    assert row is not None
-    return Submitted(int(row[0]), bool(row[1]), _conninfo_of(db))
+    return (workflow, Jsonb(dict(context or {})), idempotency_key, Jsonb(opts))
 
 
 def _submit_retrying(conninfo: str, workflow: str, context: Optional[Mapping[str, Any]], retry_for: float,

@@ -48,12 +48,13 @@ class PollLoop:
                         # listen first: a task released after this is announced to us
                         self.listener = Listener(self.w.conninfo, ["wfe_task_ready"])
                         self.tags = self._tags()
+                    freed = self.w.freed  # before claiming: a slot freed from now on ends the wait
                     drained = self._claim_round()
                     self.backoff.reset()
                     if self.once and drained and self.w.busy() == 0:
                         return
                     if drained or self.w.free_slots() == 0:
-                        self._wait()
+                        self._wait(freed)
                 except psycopg.OperationalError as exc:
                     log.warning("poll: PostgreSQL is unreachable (%s); retrying", first_line(exc))
                     self._drop()
@@ -69,12 +70,15 @@ class PollLoop:
             self._drop()
 
     def _claim_round(self) -> bool:
-        """Claim from each queue while slots are free; True when every queue came back short."""
+        """Claim from each queue while slots are free (a queue at its cap is skipped); True when every
+        queue came back short or is full."""
         drained = True
         for queue in self.queues:
-            free = self.w.free_slots()
-            if free <= 0 or self.w.stopping.is_set():
+            if self.w.stopping.is_set() or self.w.free_slots() <= 0:
                 return False
+            free = self.w.free_slots(queue)
+            if free <= 0:
+                continue  # at its queue_concurrency: a freed slot ends the wait
             tasks = calls.claim_task(self.claims.get(), queue, self.w.worker_id, free, self.w.lease_ms)
             if tasks:
                 log.debug("poll: claimed %d task(s) of %s", len(tasks), queue)
@@ -84,8 +88,9 @@ class PollLoop:
                 drained = False
         return drained
 
-    def _wait(self) -> None:
-        """Until a notification for one of our queues, a freed slot or stopping; at most poll_interval_s."""
+    def _wait(self, freed: int) -> None:
+        """Until a notification for one of our queues, a slot freed since the count freed, or stopping;
+        at most poll_interval_s."""
         until = time.monotonic() + self.w.poll_interval_s
         while not self.w.stopping.is_set():
             left = until - time.monotonic()
@@ -97,11 +102,11 @@ class PollLoop:
                         os.read(self.w._wake_r, 4096)
                     except BlockingIOError:  # another waiter took the byte
                         pass
-                if self.w.free_slots() > 0:
+                if self.w.freed != freed:
                     return
                 continue
             got = self.listener.wait(left, lambda n: n[1] in self.tags, wake_fd=self.w._wake_r)
-            if any(n[1] in self.tags for n in got) or self.w.free_slots() > 0:
+            if any(n[1] in self.tags for n in got) or self.w.freed != freed:
                 return
 
     def _tags(self) -> set:

@@ -22,6 +22,7 @@ from .errors import WfeError
 from .notify import Listener
 
 FINISHED = ("completed", "failed", "cancelled")
+Waker = Any  # anything with set(): a threading.Event, or aio's waker of an asyncio.Event
 LOOK_AGAIN_S = 5.0  # a waiter reads the report at least this often (safety net)
 
 
@@ -50,7 +51,7 @@ class RunWatcher:
     def __init__(self, conninfo: str) -> None:
         self.conninfo = conninfo
         self._lock = threading.Lock()
-        self._waiters: Dict[int, List[threading.Event]] = {}
+        self._waiters: Dict[int, List[Waker]] = {}
         self._listening = threading.Event()
         self._reports = Link(conninfo, "run reports")
         self._reports_lock = threading.Lock()
@@ -61,11 +62,7 @@ class RunWatcher:
         """Block until run_id is completed, failed or cancelled; return its report (RunTimeout after timeout)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         woken = threading.Event()
-        with self._lock:
-            self._waiters.setdefault(run_id, []).append(woken)
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._listen, name="wfe-run-watcher", daemon=True)
-                self._thread.start()
+        self.add(run_id, woken)
         try:
             # listen before looking, so an end committed in between is heard (bounded: a server may be away)
             self._listening.wait(min(2.0, timeout) if timeout is not None else 2.0)
@@ -83,12 +80,29 @@ class RunWatcher:
                 # while the listener is down, look more often: its notifications are lost
                 woken.wait(left if self._listening.is_set() else min(left, 1.0))
         finally:
-            with self._lock:
-                events = self._waiters.get(run_id, [])
-                if woken in events:
-                    events.remove(woken)
-                if not events:
-                    self._waiters.pop(run_id, None)
+            self.remove(run_id, woken)
+
+    def add(self, run_id: int, waker: Waker) -> None:
+        """waker.set() is called when run_id may have ended (and when notifications may have been lost)."""
+        with self._lock:
+            self._waiters.setdefault(run_id, []).append(waker)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._listen, name="wfe-run-watcher", daemon=True)
+                self._thread.start()
+
+    def remove(self, run_id: int, waker: Waker) -> None:
+        """Undo add (the listening connection closes once nobody waits)."""
+        with self._lock:
+            wakers = self._waiters.get(run_id, [])
+            if waker in wakers:
+                wakers.remove(waker)
+            if not wakers:
+                self._waiters.pop(run_id, None)
+
+    @property
+    def listening(self) -> bool:
+        """True while the listening connection is up (else notifications are being lost)."""
+        return self._listening.is_set()
 
     def _report(self, run_id: int) -> Optional[Dict[str, Any]]:
         """The run's report, or None while PostgreSQL is unreachable."""

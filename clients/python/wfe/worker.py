@@ -11,12 +11,16 @@
 A handler takes a Task and returns the JSON result; raising fails the
 attempt (wfe's retry policy decides what next; raise wfe.Fail(...,
 retryable=False) when trying again cannot help).  The same handler serves
-both delivery modes.
+both delivery modes.  Sync handlers run on a pool of at most `concurrency`
+threads; ``async def`` handlers run on one event loop (the worker's own, or
+the caller's under ``await app.serve()``).
 """
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import importlib.util
+import inspect
 import logging
 import os
 import signal
@@ -24,12 +28,13 @@ import socket
 import threading
 import time
 import traceback
-from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import psycopg
 
-from . import _result
+from . import _result, _trace, _typed
 from ._attempts import Attempt, Heartbeater, Reporter
+from ._pool import Pool
 from ._links import Link
 from .errors import WfeError
 from .outcome import Outcome
@@ -37,7 +42,7 @@ from .task import JSON, Fail, Task
 
 log = logging.getLogger("wfe")
 
-Handler = Callable[[Task], JSON]
+Handler = Callable[[Task], Any]  # a JSON value, a typed result, or (async def) an awaitable of one
 MODES = ("poll", "broker")
 CHOICES = MODES + ("auto",)  # auto: the queue's delivery mode as wfe.configure_queue set it
 
@@ -47,7 +52,9 @@ class Worker:
 
     conninfo: libpq connection string of a role with wfe_worker (and the queues' grants).
     worker_id: recorded as the attempts' claimed_by (default host:pid).
-    concurrency: handlers running at once (threads); the claim size, or the broker prefetch.
+    concurrency: handlers running at once (sync ones on a pool of this many threads, async ones on
+        one event loop); the claim size, or the broker prefetch.
+    queue_concurrency: queue -> the most handlers of that queue running at once (within concurrency).
     lease_ms: the lease each claim (poll) or accept_task (broker) asks for, renewed by heartbeats
         while the handler runs, so a worker that dies loses its tasks to a retry after at most
         this long (None: the stage's execution deadline).
@@ -65,9 +72,13 @@ class Worker:
                  lease_ms: Optional[int] = 30000, heartbeat_s: Optional[float] = None,
                  grace_s: float = 10.0, poll_interval_s: float = 5.0, batch_reports: bool = True,
                  amqp_url: Optional[str] = None, declare: bool = False,
-                 max_redeliveries: Optional[int] = None, pooled: bool = False) -> None:
+                 max_redeliveries: Optional[int] = None, pooled: bool = False,
+                 queue_concurrency: Optional[Mapping[str, int]] = None) -> None:
         if concurrency < 1 or concurrency > 1000:
             raise ValueError(f"concurrency must be between 1 and 1000, not {concurrency}")
+        self.queue_concurrency: Dict[str, int] = {}
+        for q, n in (queue_concurrency or {}).items():
+            self._limit(q, n)
         if lease_ms is not None and lease_ms < 1:
             raise ValueError(f"lease_ms must be positive, not {lease_ms}")
         self.conninfo = conninfo
@@ -83,6 +94,12 @@ class Worker:
         self.declare = declare
         self.max_redeliveries = max_redeliveries
         self._handlers: Dict[str, Handler] = {}
+        self._types: Dict[str, Tuple[Optional[type], Optional[type]]] = {}  # contract -> (input, output) types
+        self._per_queue: Dict[str, int] = {}  # queue -> handlers running
+        self.freed = 0  # slots freed so far: a loop waiting for a slot compares it
+        self.pool: Optional[Pool] = None
+        self.aloop: Optional[asyncio.AbstractEventLoop] = None  # where async handlers run
+        self._own_aloop = False
         self._queues: Dict[str, Optional[str]] = {}  # queue -> mode given with a handler
         self.stopping = threading.Event()  # no new tasks
         self.hard_stop = threading.Event()  # the grace period is over
@@ -103,31 +120,55 @@ class Worker:
 
     # --- the registry --------------------------------------------------------
 
-    def handler(self, contract: str, *, queue: Optional[str] = None,
-                mode: Optional[str] = None) -> Callable[[Handler], Handler]:
-        """Decorator: fn handles the tasks of contract (``name@N``, or ``name`` for every version);
-        queue (and its delivery mode) adds the queue to what run() serves."""
+    def handler(self, contract: str, *, queue: Optional[str] = None, mode: Optional[str] = None,
+                concurrency: Optional[int] = None, input: Optional[type] = None,
+                output: Optional[type] = None) -> Callable[[Handler], Handler]:
+        """Decorator: fn (a function or an ``async def``) handles the tasks of contract (``name@N``, or
+        ``name`` for every version); queue (and its delivery mode) adds the queue to what run() serves,
+        concurrency caps that queue's handlers running at once; input and output (a dataclass or a
+        pydantic model; output defaults to fn's return annotation when it is one) type task.input and
+        check the result before it is reported."""
         def register(fn: Handler) -> Handler:
-            self.register(contract, fn, queue=queue, mode=mode)
+            self.register(contract, fn, queue=queue, mode=mode, concurrency=concurrency, input=input, output=output)
             return fn
         return register
 
     def register(self, contract: str, fn: Handler, *, queue: Optional[str] = None,
-                 mode: Optional[str] = None) -> None:
+                 mode: Optional[str] = None, concurrency: Optional[int] = None,
+                 input: Optional[type] = None, output: Optional[type] = None) -> None:
         """Register fn for contract (see handler)."""
         if contract in self._handlers:
             raise ValueError(f"a handler for {contract} is registered already")
         if mode is not None and mode not in CHOICES:
             raise ValueError(f"mode must be auto, poll or broker, not {mode!r}")
+        for what, tp in (("input", input), ("output", output)):
+            if tp is not None and not _typed.is_model(tp):
+                raise TypeError(f"{what}= takes a dataclass or a pydantic model, not {tp!r}")
+        if concurrency is not None:
+            if queue is None:
+                raise ValueError("concurrency= caps a queue: give queue= too")
+            self._limit(queue, concurrency)
         self._handlers[contract] = fn
+        self._types[contract] = (input, output or _typed.return_type(fn))
         if queue is not None:
             if self._queues.get(queue) not in (None, mode) and mode is not None:
                 raise ValueError(f"queue {queue} is given both modes")
             self._queues[queue] = mode or self._queues.get(queue)
 
+    def _limit(self, queue: str, n: int) -> None:
+        """Cap queue's handlers running at once."""
+        if not isinstance(n, int) or n < 1:
+            raise ValueError(f"the concurrency of queue {queue} must be a positive integer, not {n!r}")
+        self.queue_concurrency[queue] = n
+
     def handler_for(self, task: Task) -> Optional[Handler]:
         """The handler of the task's contract: its exact ref first, then its name."""
         return self._handlers.get(task.contract) or self._handlers.get(task.contract_name)
+
+    def _types_for(self, task: Task) -> Tuple[Optional[type], Optional[type]]:
+        """The (input, output) types of the task's handler (Nones when untyped)."""
+        key = task.contract if task.contract in self._handlers else task.contract_name
+        return self._types.get(key, (None, None))
 
     # --- running -------------------------------------------------------------
 
@@ -149,6 +190,9 @@ class Worker:
         self.heartbeats = Heartbeater(self.conninfo, self.hard_stop, self.broken, pooled=self.pooled)
         self.heartbeats.lost = self._lost
         self._read_limits()
+        self.pool = Pool(self.concurrency, "wfe-handler")
+        if any(_is_async(fn) for fn in self._handlers.values()) and self.aloop is None:
+            self._start_aloop()
         loops: List[threading.Thread] = []
 
         def guard(fn: Callable[[], None], name: str) -> Callable[[], None]:
@@ -180,6 +224,45 @@ class Worker:
         self._shutdown(loops)
         if self.errors and not isinstance(self.errors[0], (KeyboardInterrupt, SystemExit)):
             raise self.errors[0]
+
+    async def serve(self, queues: Optional[Sequence[str]] = None, *,
+                    mode: Union[str, Mapping[str, str], None] = None, once: bool = False) -> None:
+        """run(), from asyncio: async handlers run on the caller's event loop (sharing its sessions and
+        clients), the loops and sync handlers in threads.  Cancelling it stops the worker (grace_s applies);
+        SIGTERM and SIGINT stop it when the event loop runs in the main thread."""
+        loop = asyncio.get_running_loop()
+        self.aloop, self._own_aloop = loop, False
+        signals = []
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                try:
+                    loop.add_signal_handler(sig, self.stop)
+                    signals.append(sig)
+                except (NotImplementedError, RuntimeError):
+                    pass
+        done = loop.run_in_executor(None, lambda: self.run(queues, mode=mode, once=once))
+        try:
+            await asyncio.shield(done)
+        except asyncio.CancelledError:
+            self.stop()
+            await done
+            raise
+        finally:
+            for sig in signals:
+                loop.remove_signal_handler(sig)
+
+    def _start_aloop(self) -> None:
+        """An event loop of the worker's own, in a thread, for its async handlers."""
+        loop = asyncio.new_event_loop()
+        ready = threading.Event()
+
+        def run_loop() -> None:
+            asyncio.set_event_loop(loop)
+            loop.call_soon(ready.set)
+            loop.run_forever()
+        threading.Thread(target=run_loop, name="wfe-asyncio", daemon=True).start()
+        ready.wait()
+        self.aloop, self._own_aloop = loop, True
 
     def broken(self, exc: BaseException, where: str) -> None:
         """Part of the worker's own machinery failed (where: e.g. "the reporter"): stop at once, claim
@@ -267,10 +350,14 @@ class Worker:
 
     # --- one attempt ---------------------------------------------------------
 
-    def free_slots(self) -> int:
-        """How many more handlers may start now."""
+    def free_slots(self, queue: Optional[str] = None) -> int:
+        """How many more handlers may start now (of queue, when given: within its cap too)."""
         with self._lock:
-            return self.concurrency - len(self._running)
+            free = self.concurrency - len(self._running)
+            cap = self.queue_concurrency.get(queue) if queue is not None else None
+            if cap is not None:
+                free = min(free, cap - self._per_queue.get(queue, 0))
+            return free
 
     def running(self) -> int:
         """Handlers running now."""
@@ -283,15 +370,27 @@ class Worker:
             return len(self._running) + self._reporting
 
     def start(self, task: Task, on_settled: Optional[Callable[[Attempt], None]] = None) -> Attempt:
-        """Run task's handler in a thread of its own, heartbeating it, and report its outcome."""
+        """Run task's handler (sync: on the pool; async: on the event loop), heartbeating it, and report
+        its outcome."""
         attempt = Attempt(task, on_settled)
         with self._lock:
             self._running[task.ids] = attempt
-        assert self.heartbeats is not None
+            self._per_queue[task.queue] = self._per_queue.get(task.queue, 0) + 1
+        assert self.heartbeats is not None and self.pool is not None
         self.heartbeats.add(attempt, self._beat_interval(task))
-        threading.Thread(target=self._supervised, args=(attempt,), name=f"wfe-task-{task.run_id}-{task.stage}",
-                         daemon=True).start()
+        fn = self.handler_for(task)
+        if fn is not None and _is_async(fn) and self.aloop is not None:
+            fut = asyncio.run_coroutine_threadsafe(self._execute_async(attempt, fn), self.aloop)
+            fut.add_done_callback(lambda f: self._async_done(attempt, f))
+        else:
+            self.pool.submit(self._supervised, attempt)
         return attempt
+
+    def _async_done(self, attempt: Attempt, fut: "concurrent.futures.Future[None]") -> None:
+        """An async attempt's coroutine ended: a failure outside the handler breaks the worker."""
+        exc = None if fut.cancelled() else fut.exception()
+        if exc is not None:
+            self.broken(exc, f"the coroutine of run {attempt.task.run_id} stage {attempt.task.stage}")
 
     def find(self, ids: Tuple[int, str, int, int]) -> Optional[Attempt]:
         """The running attempt with these ids, if it runs here."""
@@ -313,37 +412,81 @@ class Worker:
             self.broken(exc, f"the thread of run {attempt.task.run_id} stage {attempt.task.stage}")
 
     def _execute(self, attempt: Attempt) -> None:
-        """Run the handler, make its result JSON text here (a bad one fails the attempt with
-        result.refused), then report (unless the attempt was lost meanwhile)."""
+        """A sync handler, on a pool thread: prepare the input, run it, make its result JSON text here
+        (a bad one fails the attempt with result.refused), then report (unless the attempt was lost)."""
         task = attempt.task
         fn = self.handler_for(task)
-        kind, payload, retryable = "complete", None, True
         try:
-            if fn is None:
-                raise Fail("worker.no_handler", f"this worker has no handler for {task.contract}")
-            if task.input is None and task.payload_ref is not None:
-                try:
-                    task.input = self._fetch(task)
-                except (WfeError, psycopg.Error) as exc:
-                    raise Fail("payload.unavailable", f"the input could not be fetched: {exc}") from exc
-            payload = fn(task)
-            payload = _result.encode(payload, self.max_result_bytes, self.max_result_depth)
-        except _result.ResultRefused as exc:
-            kind, payload, retryable = "fail", {"code": "result.refused", "message": str(exc)}, True
-        except Fail as exc:
-            kind, payload, retryable = "fail", exc.error(), exc.retryable
+            arg = self._prepare(task, fn)
+            with _trace.span(task):
+                value = fn(arg)  # type: ignore[misc]
+            outcome = self._result(task, value)
         except BaseException as exc:  # SystemExit from a handler fails its attempt, not the worker
-            kind, retryable = "fail", True
-            trace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-            payload = {"code": type(exc).__name__, "message": str(exc)[:2000], "traceback": trace[-4000:]}
-            log.debug("run %s stage %s attempt %s: the handler raised:\n%s", task.run_id, task.stage,
-                      task.attempt, trace)
+            outcome = self._failure(task, exc)
+        self._conclude(attempt, *outcome)
+
+    async def _execute_async(self, attempt: Attempt, fn: Handler) -> None:
+        """An async handler, on the event loop: as _execute; what blocks (fetching a large input, encoding
+        the result) runs in the loop's default executor, not on the loop."""
+        task = attempt.task
+        attempt.aio_task = asyncio.current_task()
+        loop = asyncio.get_running_loop()
+        try:
+            if task.stopped.is_set():
+                raise asyncio.CancelledError()
+            arg = await loop.run_in_executor(None, self._prepare, task, fn)
+            with _trace.span(task):
+                value = await fn(arg)
+            outcome = await loop.run_in_executor(None, self._result, task, value)
+        except BaseException as exc:  # CancelledError: the attempt stopped being ours (it is not reported)
+            outcome = self._failure(task, exc)
+        self._conclude(attempt, *outcome)
+
+    def _prepare(self, task: Task, fn: Optional[Handler]) -> Task:
+        """The task as the handler takes it: a handler there, the input fetched (large track) and typed."""
+        if fn is None:
+            raise Fail("worker.no_handler", f"this worker has no handler for {task.contract}")
+        if task.input is None and task.payload_ref is not None:
+            try:
+                task.input = self._fetch(task)
+            except (WfeError, psycopg.Error) as exc:
+                raise Fail("payload.unavailable", f"the input could not be fetched: {exc}") from exc
+        tp = self._types_for(task)[0]
+        if tp is not None:
+            try:
+                task.input = _typed.load(tp, task.input)
+            except _typed.TypeMismatch as exc:  # the same input fails again: no retry
+                raise Fail("input.invalid", f"the input is not a {tp.__name__}: {exc}", retryable=False) from None
+        return task
+
+    def _result(self, task: Task, value: Any) -> Tuple[str, Any, bool]:
+        """("complete", JSON text) of a handler's value: checked against its output type, serialised, measured."""
+        try:
+            value = _typed.dump(self._types_for(task)[1], value)
+        except _typed.TypeMismatch as exc:
+            raise _result.ResultRefused(f"the result does not fit its type: {exc}") from None
+        return "complete", _result.encode(value, self.max_result_bytes, self.max_result_depth), True
+
+    def _failure(self, task: Task, exc: BaseException) -> Tuple[str, Any, bool]:
+        """("fail", error, retryable) of what a handler raised."""
+        if isinstance(exc, _result.ResultRefused):
+            return "fail", {"code": "result.refused", "message": str(exc)}, True
+        if isinstance(exc, Fail):
+            return "fail", exc.error(), exc.retryable
+        if isinstance(exc, asyncio.CancelledError):
+            return "fail", {"code": "worker.cancelled", "message": "the handler was cancelled"}, True
+        trace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        log.debug("run %s stage %s attempt %s: the handler raised:\n%s", task.run_id, task.stage, task.attempt, trace)
+        return "fail", {"code": type(exc).__name__, "message": str(exc)[:2000], "traceback": trace[-4000:]}, True
+
+    def _conclude(self, attempt: Attempt, kind: str, payload: Any, retryable: bool) -> None:
+        """Report the handler's outcome, acknowledge a cancellation, or drop an attempt no longer ours."""
         if kind == "fail":
             attempt.failure = f"{payload.get('code')}: {payload.get('message')}"
             payload = self._error_text(payload)
         if attempt.cancel_requested:
             self._settle(attempt, "ack_cancel")
-        elif task.stopped.is_set():
+        elif attempt.task.stopped.is_set():
             self._settle(attempt, None)  # the attempt is not ours any more: nothing to report
         else:
             self._settle(attempt, kind, payload, retryable)
@@ -371,7 +514,9 @@ class Worker:
             return
         with self._lock:
             # the handler's slot is free now: the next claim overlaps this report
-            self._running.pop(attempt.task.ids, None)
+            if self._running.pop(attempt.task.ids, None) is not None:
+                self._per_queue[attempt.task.queue] -= 1
+            self.freed += 1
             self._reporting += 1
             self._idle.notify_all()
         self.wake()
@@ -436,7 +581,7 @@ class Worker:
         """A heartbeat answered stale, late or unknown: tell the handler to stop."""
         log.warning("run %s stage %s attempt %s: heartbeat answered %s, the attempt is no longer ours",
                     attempt.task.run_id, attempt.task.stage, attempt.task.attempt, answer.value)
-        attempt.task.stopped.set()
+        attempt.stop()
 
     def _shutdown(self, loops: List[threading.Thread]) -> None:
         """Wait grace_s for running handlers, report the rest failed (worker.shutdown), stop."""
@@ -454,7 +599,7 @@ class Worker:
         for attempt in left:
             if not attempt.claim_settlement():
                 continue  # it ended just now
-            attempt.task.stopped.set()
+            attempt.stop()
             log.warning("run %s stage %s attempt %s: still running after the grace period, reported worker.shutdown",
                         attempt.task.run_id, attempt.task.stage, attempt.task.attempt)
             self._settle(attempt, "fail", {"code": "worker.shutdown",
@@ -468,5 +613,15 @@ class Worker:
         self.hard_stop.set()
         if self.reporter is not None:
             self.reporter.close(15)
+        if self.pool is not None:
+            self.pool.close()
+        if self._own_aloop and self.aloop is not None:
+            self.aloop.call_soon_threadsafe(self.aloop.stop)
+            self.aloop, self._own_aloop = None, False
         log.info("wfe worker %s stopped: %s", self.worker_id,
                  ", ".join(f"{k} {v}" for k, v in sorted(self.counts.items())) or "no tasks")
+
+
+def _is_async(fn: Callable[..., Any]) -> bool:
+    """True for an ``async def`` handler (or a callable object whose __call__ is one)."""
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))
