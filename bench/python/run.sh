@@ -11,6 +11,7 @@
 #   wfe-worker --command cat            (a process per task: fork + exec)
 #   client, handler running `cat`       (the same work, from Python)
 #   client, in-process handler          (batched reports, then one call each)
+#   client, async def handlers          (the same `cat`, and in-process)
 # Prints one line per worker: tasks, seconds, tasks/s.  Bounded: each drain
 # of 2000 tasks takes a few seconds to a minute.
 set -euo pipefail
@@ -85,6 +86,10 @@ SQL
 		PYTHONPATH="$WFE_TOP/clients/python" /usr/bin/python3 "$WFE_TOP/bench/python/worker.py"
 	drain "python client, in-process, reports unbatched" env WFE_DSN="$dsn" WORK=inproc BATCH=0 \
 		CONCURRENCY="$CONC" PYTHONPATH="$WFE_TOP/clients/python" /usr/bin/python3 "$WFE_TOP/bench/python/worker.py"
+	drain "python client, async handler runs cat" env WFE_DSN="$dsn" WORK=command ASYNC=1 CONCURRENCY="$CONC" \
+		PYTHONPATH="$WFE_TOP/clients/python" /usr/bin/python3 "$WFE_TOP/bench/python/worker.py"
+	drain "python client, async in-process handler" env WFE_DSN="$dsn" WORK=inproc ASYNC=1 CONCURRENCY="$CONC" \
+		PYTHONPATH="$WFE_TOP/clients/python" /usr/bin/python3 "$WFE_TOP/bench/python/worker.py"
 }
 
 main "$@"

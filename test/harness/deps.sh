@@ -23,6 +23,7 @@ PACKAGES=(
 	libclang-rt-14-dev
 	python3-psycopg             # the Python client (clients/python) and its tests
 	python3-pika
+	python3-pydantic            # the Python client's typed handlers (optional; tested when present)
 	python3-pytest
 	python3-pip                 # its test installs it with pip install --no-index
 	json-schema-test-suite      # JSON Schema conformance (test/unit/test_jsonschema_suite.c)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -31,6 +32,18 @@ def pytest_collection_modifyitems(config: Any, items: List[Any]) -> None:
         for item in items:
             if {"db", "workers", "definitions", "amqp"} & set(getattr(item, "fixturenames", ())):
                 item.add_marker(skip)
+
+
+def readme_example(name: str) -> str:
+    """The README's code block marked ``<!-- example: NAME -->``, written to WORKDIR/NAME: its path.  The
+    README is the examples' only copy: what it shows is what the tests run."""
+    readme = open(os.path.join(os.path.dirname(HERE), "README.md")).read()
+    m = re.search(r"<!-- example: " + re.escape(name) + r" -->\n```python\n(.*?)\n```", readme, re.S)
+    assert m, f"no example {name} in the README"
+    path = os.path.join(WORKDIR, name)
+    with open(path, "w") as f:
+        f.write(m.group(1) + "\n")
+    return path
 
 
 def wait_until(pred: Callable[[], Any], timeout: float, every: float = 0.1) -> Any:

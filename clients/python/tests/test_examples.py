@@ -1,5 +1,5 @@
 """The example workflows (examples/*.yaml) run to completion through the client, in both delivery modes,
-with the README's model-ingest worker (clients/python/examples/model_ingest_worker.py)."""
+with the README's model-ingest worker; every program the README shows is taken from it and run here."""
 from __future__ import annotations
 
 import os
@@ -10,7 +10,7 @@ import psycopg
 import pytest
 
 import wfe
-from conftest import DSN, HERE, TOP, Workers, needs_broker, one, wait_until
+from conftest import DSN, HERE, TOP, Workers, needs_broker, one, readme_example, wait_until
 
 EXAMPLES = os.path.join(os.path.dirname(HERE), "examples")
 MODEL_INGEST = ("actions", "rendering", "analysis", "metadata")
@@ -48,7 +48,7 @@ def run_examples(db: psycopg.Connection, workers: Workers, mode: str) -> None:
     for q in MODEL_INGEST + OTHERS:
         db.execute("SELECT wfe.configure_queue(%s, %s)", (q, mode))
     env = {"WFE_MODE": mode, "WFE_DSN": DSN}
-    workers.start(env, script=os.path.join(EXAMPLES, "model_ingest_worker.py"))
+    workers.start(env, script=readme_example("model_ingest_worker.py"))
     workers.start(env, script=os.path.join(EXAMPLES, "payments_and_init_worker.py"))
     runs = submit_all(db, mode)
     reports = {r: wfe.wait_for_run(DSN, r, timeout=60) for r in runs}
@@ -69,11 +69,8 @@ def run_examples(db: psycopg.Connection, workers: Workers, mode: str) -> None:
     assert claimed and all(":" in c for c in claimed), claimed  # host:pid of the client's workers
 
 
-def test_the_readme_worker_is_20_lines_and_in_the_readme() -> None:
-    code = open(os.path.join(EXAMPLES, "model_ingest_worker.py")).read()
-    assert len(code.splitlines()) <= 20
-    readme = open(os.path.join(os.path.dirname(HERE), "README.md")).read()
-    assert code.strip() in readme
+def test_the_readme_seed_000_worker_is_20_lines() -> None:
+    assert len(open(readme_example("model_ingest_worker.py")).read().splitlines()) <= 20
 
 
 def test_examples_complete_in_poll_mode(definitions: None, db: psycopg.Connection, workers: Workers) -> None:
@@ -99,33 +96,50 @@ def test_the_raw_psycopg_example_of_delivery_md_works(definitions: None, db: psy
         lambda: f"run {run} attempt 1" in workers.log() and workers.log(), 5)
 
 
-def test_the_readme_review_worker(definitions: None, db: psycopg.Connection, workers: Workers) -> None:
-    code = open(os.path.join(EXAMPLES, "review_worker.py")).read()
-    assert len(code.splitlines()) <= 15 and code.strip() in open(os.path.join(os.path.dirname(HERE), "README.md")).read()
+@pytest.mark.parametrize("example", ["review_worker.py", "async_review_worker.py"])
+def test_the_readme_review_workers(definitions: None, db: psycopg.Connection, workers: Workers, example: str) -> None:
+    script = readme_example(example)
+    assert len(open(script).read().splitlines()) <= 22
     db.execute("SELECT wfe.configure_queue('payments-review', 'poll')")
-    workers.start({"WFE_DSN": DSN}, script=os.path.join(EXAMPLES, "review_worker.py"))
-    run = wfe.submit(db, "payment-routing", {"amount": 150000, "account": "acc-big"}).run_id
-    rep = wfe.wait_for_run(DSN, run, timeout=30)
+    workers.start({"WFE_DSN": DSN}, script=script)
+    big = wfe.submit(db, "payment-routing", {"amount": 150000, "account": "acc-big"}).run_id
+    small = wfe.submit(db, "payment-routing", {"amount": 20000, "account": "acc-small"}).run_id
+    rep = wfe.wait_for_run(DSN, big, timeout=30)
     assert [s["result"] for s in rep["stages"] if s["stage"] == "high-value"] == [{"approved": False}], workers.log()
-    assert f"run {run} stage high-value attempt 1: complete" in wait_until(
-        lambda: f"run {run} stage" in workers.log() and workers.log(), 5)
+    rep = wfe.wait_for_run(DSN, small, timeout=30)
+    assert [s["result"] for s in rep["stages"] if s["stage"] == "high-value"] == [{"approved": True}], workers.log()
+    assert f"run {big} stage high-value attempt 1: complete" in wait_until(
+        lambda: f"run {big} stage" in workers.log() and workers.log(), 5)
 
 
 def test_the_readme_submitter(definitions: None, db: psycopg.Connection, workers: Workers) -> None:
     import subprocess
     import sys
-    code = open(os.path.join(EXAMPLES, "model_ingest_submitter.py")).read()
-    assert len(code.splitlines()) <= 12 and code.strip() in open(os.path.join(os.path.dirname(HERE), "README.md")).read()
+    submitter = readme_example("model_ingest_submitter.py")
+    assert len(open(submitter).read().splitlines()) <= 12
     for q in MODEL_INGEST:
         db.execute("SELECT wfe.configure_queue(%s, 'poll')", (q,))
-    workers.start({"WFE_DSN": DSN}, script=os.path.join(EXAMPLES, "model_ingest_worker.py"))
+    workers.start({"WFE_DSN": DSN}, script=readme_example("model_ingest_worker.py"))
     env = dict(os.environ, WFE_DSN=DSN)
-    out = subprocess.run([sys.executable, os.path.join(EXAMPLES, "model_ingest_submitter.py"), "sub-m-1", "sub-m-2"],
+    out = subprocess.run([sys.executable, submitter, "sub-m-1", "sub-m-2"],
                          env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and out.stdout.splitlines() == ["sub-m-1 completed", "sub-m-2 completed"], \
         out.stderr + workers.log()
     # run again: the idempotency keys find the same runs, which have ended
-    again = subprocess.run([sys.executable, os.path.join(EXAMPLES, "model_ingest_submitter.py"), "sub-m-1"],
+    again = subprocess.run([sys.executable, submitter, "sub-m-1"],
                            env=env, capture_output=True, text=True, timeout=60)
     assert again.stdout.splitlines() == ["sub-m-1 completed"]
     assert one(db, "SELECT count(*) FROM wfe.runs WHERE idempotency_key = 'ingest-sub-m-1'") == 1
+
+
+def test_the_readme_async_submitter(definitions: None, db: psycopg.Connection, workers: Workers) -> None:
+    import subprocess
+    import sys
+    for q in MODEL_INGEST:
+        db.execute("SELECT wfe.configure_queue(%s, 'poll')", (q,))
+    workers.start({"WFE_DSN": DSN}, script=readme_example("model_ingest_worker.py"))
+    out = subprocess.run([sys.executable, readme_example("async_submitter.py"), "aio-m-1", "aio-m-2", "aio-m-3"],
+                         env=dict(os.environ, WFE_DSN=DSN), capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.splitlines() == [f"aio-m-{i} completed" for i in (1, 2, 3)], \
+        out.stderr + workers.log()
+    assert one(db, "SELECT count(*) FROM wfe.runs WHERE idempotency_key LIKE 'ingest-aio-m-%'") == 3
