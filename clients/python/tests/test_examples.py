@@ -108,8 +108,9 @@ def test_the_readme_review_workers(definitions: None, db: psycopg.Connection, wo
     assert [s["result"] for s in rep["stages"] if s["stage"] == "high-value"] == [{"approved": False}], workers.log()
     rep = wfe.wait_for_run(DSN, small, timeout=30)
     assert [s["result"] for s in rep["stages"] if s["stage"] == "high-value"] == [{"approved": True}], workers.log()
-    assert f"run {big} stage high-value attempt 1: complete" in wait_until(
-        lambda: f"run {big} stage" in workers.log() and workers.log(), 5)
+    if example == "review_worker.py":  # the one that configures logging: a line per task
+        assert f"run {big} stage high-value attempt 1: complete" in wait_until(
+            lambda: f"run {big} stage" in workers.log() and workers.log(), 5)
 
 
 def test_the_readme_submitter(definitions: None, db: psycopg.Connection, workers: Workers) -> None:
@@ -142,4 +143,4 @@ def test_the_readme_async_submitter(definitions: None, db: psycopg.Connection, w
                          env=dict(os.environ, WFE_DSN=DSN), capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and out.stdout.splitlines() == [f"aio-m-{i} completed" for i in (1, 2, 3)], \
         out.stderr + workers.log()
-    assert one(db, "SELECT count(*) FROM wfe.runs WHERE idempotency_key LIKE 'ingest-aio-m-%'") == 3
+    assert one(db, "SELECT count(*) FROM wfe.runs WHERE idempotency_key LIKE 'ingest-aio-m-%%'") == 3
