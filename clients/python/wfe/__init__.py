@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import logging
 
-from .calls import (Run, Submitted, accept_task, ack_cancel, activate, approve, cancel_run, claim_task, complete_task,
-                    complete_tasks, configure_queue, create_definition, fail_task, fetch_payload, heartbeat,
-                    queue_delivery, ready_tag, register_worker, report, run_timeline, submit)
+from .calls import (Run, Submitted, accept_task, ack_cancel, activate, alter_schedule, approve, backfill_schedule,
+                    cancel_run, claim_task, complete_task, complete_tasks, configure_queue, create_definition,
+                    create_schedule, drop_schedule, fail_task, fetch_payload, find_run, heartbeat, pause_schedule,
+                    put_payload, queue_delivery, ready_tag, register_signal, register_worker, report, resume_schedule,
+                    run_timeline, signal, submit, trigger_schedule)
 from .errors import (DataCorrupted, InvalidArgument, InvalidDefinition, LimitExceeded, NullArgument,
                      PermissionDenied, RetrySubmit, UnknownObject, WfeError, WrongState)
 from .outcome import Outcome
@@ -43,6 +45,8 @@ __all__ = [
     "claim_task", "accept_task", "heartbeat", "complete_task", "fail_task", "complete_tasks",
     "fetch_payload", "ack_cancel", "queue_delivery", "ready_tag",
     "register_worker", "create_definition", "approve", "activate", "configure_queue",
+    "register_signal", "signal", "find_run", "put_payload", "create_schedule", "alter_schedule", "drop_schedule",
+    "pause_schedule", "resume_schedule", "trigger_schedule", "backfill_schedule",
     "redrive", "skip_stage", "fail_stage", "redispatch", "replay", "redrive_dead_letters",
     "WfeError", "NullArgument", "InvalidArgument", "InvalidDefinition", "UnknownObject", "WrongState",
     "LimitExceeded", "PermissionDenied", "RetrySubmit", "DataCorrupted",

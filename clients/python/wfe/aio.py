@@ -21,6 +21,7 @@ from typing import Any, Dict, Mapping, Optional, Tuple, Union
 
 import psycopg
 import psycopg.conninfo
+from psycopg.types.json import Jsonb
 
 from . import calls, runs
 from ._links import Backoff, first_line
@@ -28,7 +29,7 @@ from .errors import RetrySubmit, translated
 from .outcome import Outcome
 from .runs import FINISHED, LOOK_AGAIN_S, RunFailed, RunTimeout
 
-__all__ = ["submit", "AsyncRun", "wait_for_run", "report", "cancel_run"]
+__all__ = ["submit", "AsyncRun", "wait_for_run", "report", "cancel_run", "signal", "find_run"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,6 +139,20 @@ async def report(conn: psycopg.AsyncConnection, run_id: int) -> Dict[str, Any]:
 async def cancel_run(conn: psycopg.AsyncConnection, run_id: int, reason: Optional[str] = None) -> Outcome:
     """wfe.cancel_run: ACCEPTED, LATE (the run already had an intent) or UNKNOWN."""
     return Outcome(await _one(conn, "SELECT wfe.cancel_run(%s, %s)", (run_id, reason)))
+
+
+async def signal(conn: psycopg.AsyncConnection, run_id: int, signal: str, payload: Optional[Mapping[str, Any]] = None,
+                 *, idempotency_key: Optional[str] = None) -> Outcome:
+    """wfe.signal (as wfe.signal): ACCEPTED, BUFFERED, DUPLICATE, CONFLICT, LATE or UNKNOWN."""
+    return Outcome(await _one(conn, "SELECT wfe.signal(%s, %s, %s, %s)",
+                              (run_id, signal, Jsonb(dict(payload or {})), idempotency_key)))
+
+
+async def find_run(conn: psycopg.AsyncConnection, workflow: str, idempotency_key: str,
+                   tenant: Optional[str] = None) -> Optional[int]:
+    """wfe.find_run: the run of workflow submitted with idempotency_key (None when there is none)."""
+    found = await _one(conn, "SELECT wfe.find_run(%s, %s, %s)", (workflow, idempotency_key, tenant))
+    return None if found is None else int(found)
 
 
 class _Waker:

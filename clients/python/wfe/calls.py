@@ -312,3 +312,70 @@ def configure_queue(db: Executor, queue: str, delivery: str = "poll", *, max_in_
                     paused: bool = False) -> None:
     """wfe.configure_queue: a queue's delivery mode (poll or broker), in-flight limit and pause."""
     _one(db, "SELECT wfe.configure_queue(%s, %s, %s, %s)", (queue, delivery, max_in_flight, paused))
+
+
+# --- signals, run lookup, payloads and schedules (the 0.3.0 SQL API) ----------------------------
+
+def register_signal(db: Executor, ref: str, payload_schema: Optional[Mapping[str, Any]] = None) -> None:
+    """wfe.register_signal: a signal contract (``name@N``) and the JSON Schema of its payload."""
+    _one(db, "SELECT wfe.register_signal(%s, %s)", (ref, Jsonb(dict(payload_schema or {}))))
+
+
+def signal(db: Executor, run_id: int, signal: str, payload: Optional[Mapping[str, Any]] = None, *,
+           idempotency_key: Optional[str] = None) -> Outcome:
+    """wfe.signal: ACCEPTED (a waiting stage took it), BUFFERED (kept for a wait to come), DUPLICATE,
+    CONFLICT, LATE or UNKNOWN; PermissionDenied without wfe.grant_signal."""
+    return Outcome(_one(db, "SELECT wfe.signal(%s, %s, %s, %s)",
+                        (run_id, signal, Jsonb(dict(payload or {})), idempotency_key)))
+
+
+def find_run(db: Executor, workflow: str, idempotency_key: str, tenant: Optional[str] = None) -> Optional[int]:
+    """wfe.find_run: the run of workflow submitted with idempotency_key (None when there is none)."""
+    found = _one(db, "SELECT wfe.find_run(%s, %s, %s)", (workflow, idempotency_key, tenant))
+    return None if found is None else int(found)
+
+
+def put_payload(db: Executor, body: JSON) -> str:
+    """wfe.put_payload: store a large run command's input; the key its payload_ref names."""
+    return str(_one(db, "SELECT wfe.put_payload(%s)", (_jsonb(body),)))
+
+
+def create_schedule(db: Executor, name: str, workflow: str, cron: str, context: Optional[Mapping[str, Any]] = None,
+                    options: Optional[Mapping[str, Any]] = None) -> None:
+    """wfe.create_schedule: submit workflow with context at each cron tick (options as wfe.submit's, plus the
+    schedule's own: see docs/runtime.md "Schedules")."""
+    _one(db, "SELECT wfe.create_schedule(%s, %s, %s, %s, %s)",
+         (name, workflow, cron, Jsonb(dict(context or {})), Jsonb(dict(options or {}))))
+
+
+def alter_schedule(db: Executor, name: str, *, cron: Optional[str] = None, context: Optional[Mapping[str, Any]] = None,
+                   options: Optional[Mapping[str, Any]] = None) -> None:
+    """wfe.alter_schedule: change what is given (None keeps it)."""
+    _one(db, "SELECT wfe.alter_schedule(%s, %s, %s, %s)",
+         (name, cron, None if context is None else Jsonb(dict(context)),
+          None if options is None else Jsonb(dict(options))))
+
+
+def drop_schedule(db: Executor, name: str) -> None:
+    """wfe.drop_schedule."""
+    _one(db, "SELECT wfe.drop_schedule(%s)", (name,))
+
+
+def pause_schedule(db: Executor, name: str) -> None:
+    """wfe.pause_schedule: no ticks until resumed."""
+    _one(db, "SELECT wfe.pause_schedule(%s)", (name,))
+
+
+def resume_schedule(db: Executor, name: str) -> None:
+    """wfe.resume_schedule."""
+    _one(db, "SELECT wfe.resume_schedule(%s)", (name,))
+
+
+def trigger_schedule(db: Executor, name: str) -> int:
+    """wfe.trigger_schedule: one run now, outside the cron; its run id."""
+    return int(_one(db, "SELECT wfe.trigger_schedule(%s)", (name,)))
+
+
+def backfill_schedule(db: Executor, name: str, from_time: datetime.datetime, to_time: datetime.datetime) -> int:
+    """wfe.backfill_schedule: a run for every tick from from_time to to_time not run yet; how many started."""
+    return int(_one(db, "SELECT wfe.backfill_schedule(%s, %s, %s)", (name, from_time, to_time)))

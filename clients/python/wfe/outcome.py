@@ -21,6 +21,8 @@ class Outcome(str, enum.Enum):
     """complete_task only: the result broke the output schema; the attempt failed with result.schema."""
     UNKNOWN = "unknown"
     """No such run or stage."""
+    BUFFERED = "buffered"
+    """signal only: no stage waits for it yet; kept for the run's next wait on it."""
 
     @property
     def taken(self) -> bool:
