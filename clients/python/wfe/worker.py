@@ -250,6 +250,7 @@ class Worker:
         finally:
             for sig in signals:
                 loop.remove_signal_handler(sig)
+            self.aloop = None  # a later run() must not use this loop, which may be gone by then
 
     def _start_aloop(self) -> None:
         """An event loop of the worker's own, in a thread, for its async handlers."""
