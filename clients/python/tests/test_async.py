@@ -22,7 +22,8 @@ def state(db: psycopg.Connection, run_id: int) -> str:
 @pytest.mark.parametrize("mode", MODES)
 def test_async_handlers_run_together_on_one_event_loop(db: psycopg.Connection, workers: Workers, mode: str) -> None:
     flow = Flow(db, mode=mode)
-    runs = [wfe.submit(db, flow.workflow, {"spec": {"sleep": 1.0, "i": i}}).run_id for i in range(20)]
+    # each sleeps 2 s: long enough for all twenty to be accepted one by one (broker) before the first ends
+    runs = [wfe.submit(db, flow.workflow, {"spec": {"sleep": 2.0, "i": i}}).run_id for i in range(20)]
     began = time.monotonic()
     proc = workers.start(flow.env(ASYNC=1, CONCURRENCY=20, ONCE=1))
     assert proc.wait(60) == 0, workers.log()
@@ -31,8 +32,8 @@ def test_async_handlers_run_together_on_one_event_loop(db: psycopg.Connection, w
     # one thread, the worker's event loop, ran every handler; twenty at once, so about one sleep's time
     assert {r["thread"] for r in results} == {"wfe-asyncio"}
     assert max(int(line.split()[4]) for r in runs for line in workers.executions(r)) == 20
-    assert time.monotonic() - began < 15, "the sleeps overlapped"
-    assert results[7]["spec"] == {"sleep": 1.0, "i": 7}
+    assert time.monotonic() - began < 20, "the sleeps overlapped (one after another: 40 s)"
+    assert results[7]["spec"] == {"sleep": 2.0, "i": 7}
 
 
 def test_sync_handlers_run_on_a_bounded_pool(db: psycopg.Connection, workers: Workers) -> None:

@@ -6,8 +6,9 @@ dataclass or pydantic model) has its result checked against that type
 before it is reported.  An input that does not fit fails the attempt as
 ``input.invalid``, not retryable (the same input fails again); a result that
 does not fit is refused like any result that cannot be reported
-(``result.refused``).  pydantic is used when it is importable (1.x, as
-Debian 12 has it, or 2.x); dataclasses need nothing.
+(``result.refused``).  pydantic models work when the program uses pydantic
+(1.x, as Debian 12 has it, or 2.x; the client never imports it itself);
+dataclasses need nothing.
 
 Dataclass checks are shallow on purpose: each field's value against its
 annotation when that is a plain type (str, int, float, bool, list, dict, a
@@ -22,10 +23,12 @@ import sys
 import typing
 from typing import Any, Callable, Dict, Optional, Tuple
 
-try:  # optional
-    import pydantic as _pydantic
-except ImportError:  # pragma: no cover - depends on the environment
-    _pydantic = None  # type: ignore[assignment]
+
+
+def _pyd() -> Any:
+    """pydantic if the program imported it, else None: a pydantic model's class implies its module is loaded,
+    so the client never pays pydantic's import time itself (half a second, for workers that do not use it)."""
+    return sys.modules.get("pydantic")
 
 
 class TypeMismatch(ValueError):
@@ -36,7 +39,8 @@ def is_model(tp: Any) -> bool:
     """True for a dataclass type or a pydantic model class: the types this module converts."""
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return True
-    return _pydantic is not None and isinstance(tp, type) and issubclass(tp, _pydantic.BaseModel)
+    pyd = _pyd()
+    return pyd is not None and isinstance(tp, type) and issubclass(tp, pyd.BaseModel)
 
 
 def return_type(fn: Callable[..., Any]) -> Optional[type]:
@@ -51,20 +55,22 @@ def return_type(fn: Callable[..., Any]) -> Optional[type]:
 
 def load(tp: type, value: Any) -> Any:
     """value (JSON) as an instance of tp, or TypeMismatch."""
-    if _pydantic is not None and issubclass(tp, _pydantic.BaseModel):
+    pyd = _pyd()
+    if pyd is not None and issubclass(tp, pyd.BaseModel):
         try:
             if hasattr(tp, "model_validate"):
                 return tp.model_validate(value)  # pydantic 2
             return tp.parse_obj(value)  # pydantic 1
-        except _pydantic.ValidationError as exc:
+        except pyd.ValidationError as exc:
             raise TypeMismatch(_pydantic_message(exc)) from None
     return _load_dataclass(tp, value, tp.__name__)
 
 
 def dump(tp: Optional[type], value: Any) -> Any:
     """A result as JSON-ready data: checked against tp when given; any dataclass or model made a dict."""
+    pyd = _pyd()
     if tp is not None:
-        if _pydantic is not None and issubclass(tp, _pydantic.BaseModel):
+        if pyd is not None and issubclass(tp, pyd.BaseModel):
             if not isinstance(value, tp):
                 value = load(tp, value)  # a dict is validated as the model would be
         elif isinstance(value, dict):
@@ -73,7 +79,7 @@ def dump(tp: Optional[type], value: Any) -> Any:
             raise TypeMismatch(f"the result is a {type(value).__name__}, not a {tp.__name__}")
         else:
             _check_dataclass(value, tp.__name__)
-    if _pydantic is not None and isinstance(value, _pydantic.BaseModel):
+    if pyd is not None and isinstance(value, pyd.BaseModel):
         if hasattr(value, "model_dump"):
             return value.model_dump(mode="json")
         import json

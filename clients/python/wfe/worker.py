@@ -190,6 +190,10 @@ class Worker:
         self.heartbeats = Heartbeater(self.conninfo, self.hard_stop, self.broken, pooled=self.pooled)
         self.heartbeats.lost = self._lost
         self._read_limits()
+        try:  # connect now: a first heartbeat that must connect first may come too late for a short heartbeat_ms
+            self.heartbeats.link.get()
+        except psycopg.OperationalError:
+            pass  # PostgreSQL away at start: the heartbeater connects when it can
         self.pool = Pool(self.concurrency, "wfe-handler")
         if any(_is_async(fn) for fn in self._handlers.values()) and self.aloop is None:
             self._start_aloop()
