@@ -28,6 +28,8 @@ def test_poll_worker_runs_batches_with_bounded_concurrency(db: psycopg.Connectio
 def test_a_task_submitted_later_wakes_the_worker(db: psycopg.Connection, workers: Workers) -> None:
     flow = Flow(db)
     workers.start(flow.env(POLL_INTERVAL_S=600))  # no safety-net claim during the test
+    # started (its first line; a loaded machine may take seconds to import), then idle, listening
+    assert wait_until(lambda: ", concurrency " in workers.log(), 60), workers.log()
     time.sleep(1.5)  # the worker is idle, listening
     began = time.monotonic()
     run = wfe.submit(db, flow.workflow, {"spec": {}}).run_id

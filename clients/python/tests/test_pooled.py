@@ -18,6 +18,8 @@ def state(db: psycopg.Connection, run_id: int) -> str:
 def test_a_pooled_worker_does_not_listen(db: psycopg.Connection, workers: Workers) -> None:
     flow = Flow(db)
     workers.start(flow.env(POLL_INTERVAL_S=600, POOLED=1))
+    # started (its first line; a loaded machine may take seconds to import), then idle, listening
+    assert wait_until(lambda: ", concurrency " in workers.log(), 60), workers.log()
     time.sleep(1.5)  # the worker has claimed, found nothing, and waits
     run = wfe.submit(db, flow.workflow, {"spec": {}}).run_id
     time.sleep(2)
