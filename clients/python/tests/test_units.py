@@ -188,3 +188,21 @@ def test_traceparents_are_read_as_w3c_says() -> None:
     task = wfe.Task(run_id=1, stage="s", attempt=1, fence=1, queue="q", contract="c@1", input={}, traceparent=tp)
     with _trace.span(task) as span:  # without opentelemetry: nothing, at no cost
         assert (span is None) == (not _trace.available())
+
+
+def test_the_comparison_table_counts_the_programs() -> None:
+    import re
+    from conftest import readme_example
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    readme = open(os.path.join(here, "README.md")).read()
+
+    def lines(path: str) -> int:
+        return sum(1 for line in open(path) if line.strip())
+
+    table = {m.group(1): (int(m.group(2)), int(m.group(3)))
+             for m in re.finditer(r"^\| (wfe|Hatchet|DBOS|Temporal)\b[^|]*\| (\d+) \| (\d+) \|", readme, re.M)}
+    assert table["wfe"] == (lines(readme_example("model_ingest_worker.py")),
+                            lines(readme_example("model_ingest_submitter.py")))
+    for sdk in ("Hatchet", "DBOS", "Temporal"):
+        stem = os.path.join(here, "compare", sdk.lower())
+        assert table[sdk] == (lines(stem + "_worker.py"), lines(stem + "_submitter.py")), sdk
