@@ -17,6 +17,7 @@ import asyncio
 import dataclasses
 import time
 import uuid
+import weakref
 from typing import Any, Dict, Mapping, Optional, Tuple, Union
 
 import psycopg
@@ -168,16 +169,18 @@ class _Waker:
             pass
 
 
-# the report readers: one AsyncConnection (and a lock) per event loop and conninfo
-_readers: Dict[Tuple[int, str], Tuple[asyncio.Lock, list]] = {}
+# the report readers: one AsyncConnection (and a lock) per event loop and conninfo; weakly keyed by the
+# loop (not its id(), which a later loop may reuse), so a closed loop's entry goes with it
+_readers: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Dict[str, Tuple[asyncio.Lock, list]]]" = \
+    weakref.WeakKeyDictionary()
 
 
 async def _read_report(conninfo: str, run_id: int) -> Optional[Dict[str, Any]]:
     """The run's report, or None while PostgreSQL is unreachable."""
-    key = (id(asyncio.get_running_loop()), conninfo)
-    if key not in _readers:
-        _readers[key] = (asyncio.Lock(), [None])
-    lock, slot = _readers[key]
+    per_loop = _readers.setdefault(asyncio.get_running_loop(), {})
+    if conninfo not in per_loop:
+        per_loop[conninfo] = (asyncio.Lock(), [None])
+    lock, slot = per_loop[conninfo]
     async with lock:
         try:
             if slot[0] is None or slot[0].closed or slot[0].broken:
