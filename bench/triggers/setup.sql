@@ -28,18 +28,22 @@ DO $$ BEGIN
 END $$;
 SELECT wfe.add_tenant_member('bench_ingress', 'default');
 
--- Fire latency, one tick at a time: n schedules, the tick of the i-th
+-- Fire latency, one tick at a time: n schedules (on a yearly cron, so that
+-- none has a tick of its own during the probe), the tick of the i-th
 -- planned for T + i × spacing (T a second ahead), the worker woken once
 -- for T (it then sleeps until the next tick, as in service); waits until
 -- every tick fired (at most 60 s past the last).
 CREATE OR REPLACE PROCEDURE bench_tick_probe(n int, spacing_ms int)
 LANGUAGE plpgsql AS $$
 DECLARE
-    t0 timestamptz := date_trunc('second', clock_timestamp()) + interval '1 second';
+    t0 timestamptz;
 BEGIN
-    PERFORM wfe.create_schedule('bench-tick-' || i, 'bench-sch', '* * * * *', '{}', '{"overlap": "allow"}')
+    PERFORM wfe.create_schedule('bench-tick-' || i, 'bench-sch', '0 0 1 1 *', '{}', '{"overlap": "allow"}')
        FROM generate_series(1, n) AS i
       WHERE NOT EXISTS (SELECT FROM wfe.schedule_defs WHERE name = 'bench-tick-' || i);
+    COMMIT;
+    -- the instants are planned once the schedules exist (making them takes a while)
+    t0 := date_trunc('second', clock_timestamp()) + interval '1 second';
     UPDATE wfe.schedule_defs AS s
        SET next_tick = t0 + make_interval(secs => (substr(s.name, 12)::int - 1) * spacing_ms / 1000.0),
            next_fire_at = t0 + make_interval(secs => (substr(s.name, 12)::int - 1) * spacing_ms / 1000.0)
@@ -59,11 +63,14 @@ $$;
 CREATE OR REPLACE PROCEDURE bench_same_minute(n int)
 LANGUAGE plpgsql AS $$
 DECLARE
-    t timestamptz := date_trunc('second', clock_timestamp()) + interval '2 seconds';
+    t timestamptz;
 BEGIN
-    PERFORM wfe.create_schedule('bench-min-' || i, 'bench-sch', '* * * * *', '{}', '{"overlap": "allow"}')
+    PERFORM wfe.create_schedule('bench-min-' || i, 'bench-sch', '0 0 1 1 *', '{}', '{"overlap": "allow"}')
        FROM generate_series(1, n) AS i
       WHERE NOT EXISTS (SELECT FROM wfe.schedule_defs WHERE name = 'bench-min-' || i);
+    COMMIT;
+    -- the instant is planned once the schedules exist (making 1,000 takes a while)
+    t := date_trunc('second', clock_timestamp()) + interval '2 seconds';
     UPDATE wfe.schedule_defs SET next_tick = t, next_fire_at = t, end_at = t WHERE name LIKE 'bench-min-%';
     PERFORM wfe._wake(t);
     COMMIT;

@@ -15,7 +15,9 @@
 #    one duplicate, the reply says accepted false;
 # 4. RabbitMQ down while commands wait in the ingress queue: the worker
 #    loses its connection, and once RabbitMQ is back every command has
-#    exactly one run and the queue is empty.
+#    exactly one run and the queue is empty;
+# 5. a flood of commands does not starve the timers: a sleep due while
+#    2,000 commands wait completes before they are all taken.
 use strict;
 use warnings;
 
@@ -28,7 +30,9 @@ use WfeRabbit;
 
 my $rabbit = WfeRabbit->new('faults');
 $rabbit->start;
-my $node = WfeRabbit::wfe_node('wfe_start_faults', $rabbit, "restart_after_crash = on\nwfe.consume_dlq = off\n");
+# wal senders, so that synchronous_standby_names can hold a commit (part 3)
+my $node = WfeRabbit::wfe_node('wfe_start_faults', $rabbit,
+	"restart_after_crash = on\nwfe.consume_dlq = off\nwal_level = replica\nmax_wal_senders = 4\n");
 my $json = JSON::PP->new->utf8->canonical;
 my $tools_uri = $rabbit->uri . '%2f';
 
@@ -249,6 +253,39 @@ ok(
 	},
 	'and the queue is empty');
 is(sql(q{SELECT rejected FROM wfe.dashboard_ingress WHERE ingress = 'cmds'}), 0, 'none was rejected');
+
+#
+# 5. A flood does not starve the timers.
+#
+sql(<<'SQL');
+SELECT wfe.create_definition($y$
+name: nap
+version: "1.0.0"
+entry: nap
+stages:
+  - name: nap
+    type: sleep
+    duration_ms: 300
+    on_success: completed
+$y$);
+SELECT wfe.approve('nap', '1.0.0');
+SELECT wfe.activate('nap', '1.0.0');
+SQL
+my $flood = 2000;
+publish(join('', map { envelope("f$_") . "\n" } 1 .. $flood), '-l');
+ok($node->poll_query_until('postgres', q{SELECT count(*) > 0 FROM wfe.runs WHERE idempotency_key LIKE 'key-f%'}),
+	'the flood is being taken');
+my $nap = sql(q{SELECT run_id FROM wfe.submit('nap')});
+ok($node->poll_query_until('postgres', "SELECT state = 'completed' FROM wfe.runs WHERE run_id = $nap"),
+	'a run sleeping 300 ms during the flood completes');
+my $taken = sql(q{SELECT count(*) FROM wfe.runs WHERE idempotency_key LIKE 'key-f%'});
+my $late = sql("SELECT round(extract(epoch FROM r.finished_at - t.due_at) * 1000) FROM wfe.runs AS r "
+	  . "JOIN wfe.timers AS t USING (run_id) WHERE r.run_id = $nap AND t.kind = 'sleep'");
+note "the sleep completed $late ms after it was due, with $taken of $flood commands taken";
+cmp_ok($taken, '<', $flood, 'before the flood was all taken: each round takes a bounded number of commands');
+ok($node->poll_query_until('postgres',
+		qq{SELECT count(*) = $flood FROM wfe.runs WHERE idempotency_key LIKE 'key-f%'}),
+	'and the whole flood is taken after');
 
 $node->stop;
 $rabbit->stop;
