@@ -117,7 +117,7 @@ start_runs_setup() {
 	cluster_psql -d "$DB" -q -f "$WFE_TOP/examples/starting-runs.sql" >/dev/null
 	cluster_psql -d "$DB" <<'SQL'
 \pset footer off
-\echo A schedule: the background worker submits a payment-routing run at every minute's tick.
+\echo A schedule: the background worker submits a payment-routing run at the tick of every minute.
 SELECT name, workflow, cron, time_zone, overlap, next_fire_at FROM wfe.schedules;
 \echo An ingress: the background worker takes run commands from this RabbitMQ queue and submits them as role.
 SELECT name AS ingress, role, 'wfe.ingress.' || name AS queue, 'submit.' || name AS routing_key,
@@ -224,7 +224,7 @@ SELECT jsonb_pretty(wfe.report(r.run_id) - 'stages') FROM wfe.runs AS r
 SELECT stage, attempt, outcome, duration_ms, waterfall
   FROM wfe.run_timeline((SELECT r.run_id FROM wfe.runs AS r
                           WHERE r.workflow = 'model-ingest' AND r.context ->> 'modelId' = 'm-1'));
-\echo How each run started: the SQL calls above, the schedule's tick, the RabbitMQ run command:
+\echo How each run started: the SQL calls above, a tick of the schedule, the RabbitMQ run command:
 SELECT CASE WHEN s.run_id IS NOT NULL THEN 'schedule ' || s.schedule
             WHEN e.detail ->> 'via' = 'amqp' THEN 'RabbitMQ, ingress ' || (e.detail ->> 'ingress')
             ELSE 'wfe.submit in SQL' END AS started_by,

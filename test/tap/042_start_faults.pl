@@ -179,16 +179,28 @@ sub publish
 	return;
 }
 
-# From here the server's commits wait for a standby that never comes (the
-# test only reads until the crash).  The worker's other writes would wait
-# too: its publisher lease is renewed every 5 s, so the command goes right
-# after a renewal, and the worker takes it within its 200 ms ingress poll.
+# The command waits first: while a session holds wfe.ingress_counts, the
+# worker's submit of it times out on the lock (lock_timeout, transient) and
+# the command is requeued, round after round.
+my $holder = $node->background_psql('postgres', on_error_stop => 1);
+$holder->query_safe("BEGIN;\nLOCK TABLE wfe.ingress_counts IN SHARE MODE;");
+my $offset = -s $node->logfile;
+publish(envelope('c1'), '-t', 'tap.replies');
+$node->wait_for_log(qr/wfe ingress "cmds" requeued command c1/, $offset);
+pass('while the counts are locked the worker requeues the command, round after round');
+# Then the server's commits wait for a standby that never comes (the test
+# only reads until the crash).  The worker's other writes would wait too:
+# its publisher lease is renewed every 5 s, so the lock goes right after a
+# renewal, once the checkpointer took the setting, and the worker's next
+# try commits the submit.
 my $beat = sql('SELECT heartbeat_at FROM wfe.publisher_lease');
 $node->poll_query_until('postgres', "SELECT heartbeat_at > '$beat' FROM wfe.publisher_lease");
 $node->append_conf('postgresql.conf', "synchronous_standby_names = 'nobody'\n");
 $node->reload;
+usleep(300_000);
+$holder->query_safe('COMMIT');
+$holder->quit;
 $pid = worker_pid();
-publish(envelope('c1'), '-t', 'tap.replies');
 ok( $node->poll_query_until(
 		'postgres', qq{SELECT count(*) = 1 FROM pg_stat_activity
 		 WHERE backend_type = 'wfe worker' AND wait_event = 'SyncRep'
@@ -197,7 +209,7 @@ ok( $node->poll_query_until(
 is(sql("SELECT count(*) FROM wfe.runs WHERE idempotency_key = 'key-c1'"), 0, 'the run is not visible yet');
 # the standby no longer required once the server is back (read at the reload below)
 $node->append_conf('postgresql.conf', "synchronous_standby_names = ''\n");
-my $offset = -s $node->logfile;
+$offset = -s $node->logfile;
 crash($pid, $offset);
 $node->reload;
 ok($node->poll_query_until('postgres', q{SELECT duplicates = 1 FROM wfe.dashboard_ingress WHERE ingress = 'cmds'}),
