@@ -17,7 +17,7 @@
 #    loses its connection, and once RabbitMQ is back every command has
 #    exactly one run and the queue is empty;
 # 5. a flood of commands does not starve the timers: a sleep due while
-#    2,000 commands wait completes before they are all taken.
+#    2,000 commands wait completes before half of them are taken.
 use strict;
 use warnings;
 
@@ -186,7 +186,7 @@ my $holder = $node->background_psql('postgres', on_error_stop => 1);
 $holder->query_safe("BEGIN;\nLOCK TABLE wfe.ingress_counts IN SHARE MODE;");
 my $offset = -s $node->logfile;
 publish(envelope('c1'), '-t', 'tap.replies');
-$node->wait_for_log(qr/wfe ingress "cmds" requeued command c1/, $offset);
+$node->wait_for_log(qr/wfe ingress "cmds" requeued command/, $offset);
 pass('while the counts are locked the worker requeues the command, round after round');
 # Then the server's commits wait for a standby that never comes (the test
 # only reads until the crash).  The worker's other writes would wait too:
@@ -235,18 +235,23 @@ ok(
 #
 # 4. RabbitMQ down while commands wait.
 #
+# (the commands wait behind a locked wfe.ingress_counts, as in 3)
 my $n = 300;
+$holder = $node->background_psql('postgres', on_error_stop => 1);
+$holder->query_safe("BEGIN;\nLOCK TABLE wfe.ingress_counts IN SHARE MODE;");
+$offset = -s $node->logfile;
 publish(join('', map { envelope("w$_") . "\n" } 1 .. $n), '-l');
-my $waiting = $rabbit->queue_messages('wfe.ingress.cmds') // 0;
+$node->wait_for_log(qr/wfe ingress "cmds" requeued command/, $offset);
+cmp_ok($rabbit->queue_messages('wfe.ingress.cmds'), '>=', $n - 1, "the $n commands wait in wfe.ingress.cmds (one may be in the worker's hands)");
 $rabbit->stop_app;
 ok( $node->poll_query_until(
 		'postgres', q{SELECT NOT connected FROM wfe.publisher_lease}),
-	'the worker saw its connection go');
-my $had = sql(q{SELECT count(*) FROM wfe.runs WHERE idempotency_key LIKE 'key-w%'});
-note "RabbitMQ stopped with $waiting of $n commands in the queue; $had had their run";
-cmp_ok($had, '<', $n, 'RabbitMQ went down with commands waiting');
+	'RabbitMQ stopped: the worker saw its connection go');
+$holder->query_safe('COMMIT');
+$holder->quit;
+is(sql(q{SELECT count(*) FROM wfe.runs WHERE idempotency_key LIKE 'key-w%'}), 0, 'none of them had a run');
 sleep 2;
-is(sql(q{SELECT count(*) FROM wfe.runs WHERE idempotency_key LIKE 'key-w%'}), $had,
+is(sql(q{SELECT count(*) FROM wfe.runs WHERE idempotency_key LIKE 'key-w%'}), 0,
 	'nothing is submitted while RabbitMQ is down');
 $rabbit->start_app;
 ok($node->poll_query_until('postgres', q{SELECT connected FROM wfe.publisher_lease}), 'the worker connects again');
@@ -294,7 +299,7 @@ my $taken = sql(q{SELECT count(*) FROM wfe.runs WHERE idempotency_key LIKE 'key-
 my $late = sql("SELECT round(extract(epoch FROM r.finished_at - t.due_at) * 1000) FROM wfe.runs AS r "
 	  . "JOIN wfe.timers AS t USING (run_id) WHERE r.run_id = $nap AND t.kind = 'sleep'");
 note "the sleep completed $late ms after it was due, with $taken of $flood commands taken";
-cmp_ok($taken, '<', $flood, 'before the flood was all taken: each round takes a bounded number of commands');
+cmp_ok($taken, '<', $flood / 2, 'before half the flood was taken: each round takes a bounded number of commands');
 ok($node->poll_query_until('postgres',
 		qq{SELECT count(*) = $flood FROM wfe.runs WHERE idempotency_key LIKE 'key-f%'}),
 	'and the whole flood is taken after');
