@@ -10,8 +10,12 @@
 # of model-ingest's queues, over RabbitMQ (broker mode, acceptance
 # handshake) and with wfe.claim_task (metadata, poll mode); a Python worker
 # (clients/python, examples/payments_and_init_worker.py) serves the
-# payment-routing and system-initialization queues in poll mode.  It ends by printing the runs,
-# a report, timelines and the delivery figures, then stops everything.
+# payment-routing and system-initialization queues in poll mode.  Two
+# runs start themselves (docs/starting-runs.md, examples/starting-runs.sql):
+# a schedule's tick, and a run command sent over RabbitMQ by the Python
+# producer of docs/starting-runs.md (read from the page).  It ends by
+# printing the runs, how each started, a report, timelines and the
+# delivery figures, then stops everything.
 # Every run starts from nothing: re-running is safe.
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/../test/harness/lib.sh"
@@ -98,6 +102,61 @@ start_python_worker() {
 	WORKER_PIDS+=($!)
 }
 
+# doc_example NAME FILE: the fenced block after "<!-- example: NAME -->" in FILE.
+doc_example() {
+	awk -v marker="<!-- example: $1 -->" '
+		$0 == marker { want = 1; next }
+		want == 1 && /^```/ { want = 2; next }
+		want == 2 && /^```$/ { exit }
+		want == 2 { print }' "$2"
+}
+
+# start_runs_setup: a schedule and a RabbitMQ ingress (examples/starting-runs.sql).
+start_runs_setup() {
+	banner "runs that start themselves (examples/starting-runs.sql)"
+	cluster_psql -d "$DB" -q -f "$WFE_TOP/examples/starting-runs.sql" >/dev/null
+	cluster_psql -d "$DB" <<'SQL'
+\pset footer off
+\echo A schedule: the background worker submits a payment-routing run at the tick of every minute.
+SELECT name, workflow, cron, time_zone, overlap, next_fire_at FROM wfe.schedules;
+\echo An ingress: the background worker takes run commands from this RabbitMQ queue and submits them as role.
+SELECT name AS ingress, role, 'wfe.ingress.' || name AS queue, 'submit.' || name AS routing_key,
+       options ->> 'workflows' AS may_start
+  FROM wfe.ingresses;
+SQL
+}
+
+# send_run_command: a run command over RabbitMQ, sent by the producer of
+# docs/starting-runs.md (read from the page), twice: the second time is a
+# retrying producer, answered with the same run.
+send_run_command() {
+	local producer="$WORKDIR/start_run.py" i
+	doc_example producer "$WFE_TOP/docs/starting-runs.md" >"$producer"
+	[ -s "$producer" ] || die "docs/starting-runs.md has no producer example"
+	# the background worker declares the ingress's queue within a round or two
+	for ((i = 0; i < 100; i++)); do
+		rmqctl list_queues name 2>/dev/null | grep -qx 'wfe.ingress.payments' && break
+		sleep 0.1
+	done
+	say "sending a run command to RabbitMQ (exchange wfe.commands, key submit.payments):"
+	say "  python3 start_run.py --ingress payments --tenant default payment-routing demo-amqp-1 '{\"amount\": 18000, \"account\": \"acc-amqp\"}'"
+	/usr/bin/python3 "$producer" --url "$(amqp_uri)/%2f" --ingress payments --tenant default \
+		payment-routing demo-amqp-1 '{"amount": 18000, "account": "acc-amqp"}' | sed 's/^/  wfe answered: /'
+	say "the same command again (a producer retrying after a timeout): no second run"
+	/usr/bin/python3 "$producer" --url "$(amqp_uri)/%2f" --ingress payments --tenant default \
+		payment-routing demo-amqp-1 '{"amount": 18000, "account": "acc-amqp"}' | sed 's/^/  wfe answered: /'
+}
+
+# wait_for_tick: until the schedule fired once (its first tick is at the
+# next minute), then pause it, so that no run starts after the demo's end.
+wait_for_tick() {
+	say "waiting for the schedule's first tick (the next full minute; the other runs go on meanwhile)"
+	wait_for 75 '[ "$(cluster_psql -d "$DB" -Atc "SELECT count(*) FROM wfe.schedule_runs")" -gt 0 ]' ||
+		die "the schedule did not fire within 75 s"
+	cluster_psql -d "$DB" -Atc "SELECT wfe.pause_schedule('payments-sweep')" >/dev/null
+	say "the schedule fired: $(cluster_psql -d "$DB" -Atc "SELECT 'run ' || run_id || ' for the tick of ' || to_char(scheduled_for AT TIME ZONE 'UTC', 'HH24:MI:SS') || ' UTC' FROM wfe.schedule_runs ORDER BY run_id LIMIT 1"); paused now"
+}
+
 # submit_runs: a batch that takes every route of the examples.
 submit_runs() {
 	cluster_psql -d "$DB" -At <<'SQL'
@@ -165,10 +224,32 @@ SELECT jsonb_pretty(wfe.report(r.run_id) - 'stages') FROM wfe.runs AS r
 SELECT stage, attempt, outcome, duration_ms, waterfall
   FROM wfe.run_timeline((SELECT r.run_id FROM wfe.runs AS r
                           WHERE r.workflow = 'model-ingest' AND r.context ->> 'modelId' = 'm-1'));
+\echo How each run started: the SQL calls above, a tick of the schedule, the RabbitMQ run command:
+SELECT CASE WHEN s.run_id IS NOT NULL THEN 'schedule ' || s.schedule
+            WHEN e.detail ->> 'via' = 'amqp' THEN 'RabbitMQ, ingress ' || (e.detail ->> 'ingress')
+            ELSE 'wfe.submit in SQL' END AS started_by,
+       count(*) AS runs, string_agg(DISTINCT r.workflow, ', ') AS workflows,
+       string_agg(DISTINCT r.state, ', ') AS states
+  FROM wfe.runs AS r
+  LEFT JOIN wfe.schedule_runs AS s USING (run_id)
+  LEFT JOIN wfe.events AS e ON e.run_id = r.run_id AND e.type = 'run.submitted'
+ GROUP BY 1 ORDER BY 1 DESC;
+\echo The two runs that started themselves:
+SELECT r.run_id, r.workflow, r.state, r.idempotency_key, r.context,
+       coalesce('tick ' || to_char(s.scheduled_for AT TIME ZONE 'UTC', 'HH24:MI:SS') || ' UTC',
+                'message ' || (e.detail ->> 'message_id')) AS "for"
+  FROM wfe.runs AS r
+  LEFT JOIN wfe.schedule_runs AS s USING (run_id)
+  LEFT JOIN wfe.events AS e ON e.run_id = r.run_id AND e.type = 'run.submitted'
+ WHERE s.run_id IS NOT NULL OR e.detail ->> 'via' = 'amqp'
+ ORDER BY r.run_id;
+SELECT name, state, last_ago, last_run, runs_1h, skipped_1h, failed_1h FROM wfe.dashboard_schedules;
+SELECT ingress, role, received, submitted, duplicates, rejected FROM wfe.dashboard_ingress;
 \echo The high-value payment: its first review failed, the background worker fired the retry:
 SELECT stage, attempt, outcome, duration_ms, waterfall
   FROM wfe.run_timeline((SELECT r.run_id FROM wfe.runs AS r
-                          WHERE r.workflow = 'payment-routing' AND (r.context ->> 'amount')::int > 10000));
+                          WHERE r.workflow = 'payment-routing' AND (r.context ->> 'amount')::int > 10000
+                          ORDER BY r.run_id LIMIT 1));
 SQL
 }
 
@@ -200,6 +281,7 @@ wfe.amqp_uri = '$(amqp_uri)/'" cluster_start "$WORKDIR"
 	for file in "$WFE_TOP"/examples/*.yaml; do
 		show_definition "$file"
 	done
+	start_runs_setup
 
 	# Step 4: workers, then runs.
 	banner "runs"
@@ -211,6 +293,8 @@ wfe.amqp_uri = '$(amqp_uri)/'" cluster_start "$WORKDIR"
 	done
 	start_python_worker
 	submit_runs
+	send_run_command
+	wait_for_tick
 	wait_for_runs
 	show_results
 

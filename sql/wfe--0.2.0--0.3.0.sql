@@ -2684,6 +2684,13 @@ COMMENT ON VIEW wfe.dashboard_ingress IS
 'Per ingress: run commands received, submitted, duplicates (accepted = false) and rejected, by reason (SQLSTATE).';
 GRANT SELECT ON wfe.dashboard_ingress TO wfe_admin, wfe_operator;
 
+-- ---------------------------------------------------------------------
+-- Run commands' stored inputs are kept for the retention (issue 23):
+-- wfe._retention (its new text is in the final bodies) removes
+-- wfe.ingress_payloads older than wfe.retention, used or not, by this index.
+-- ---------------------------------------------------------------------
+CREATE INDEX ingress_payloads_created_at ON wfe.ingress_payloads (created_at);
+
 -- Final bodies: every function whose text changed in 0.3.0, as src/sql has it.
 -- (Written by the same rule as the sections above: the whole text, copied.)
 
@@ -3989,6 +3996,12 @@ BEGIN
                            WHERE e2.run_id IS NULL AND e2.type IN ('schedule.skipped', 'schedule.failed')
                              AND e2.at < v_cutoff
                            LIMIT p_batch);
+    -- run commands' stored inputs (85_ingress.sql): a run keeps its own copy
+    -- in its context, so a payload older than the retention is needed by
+    -- nobody but a command that late, used or not
+    DELETE FROM wfe.ingress_payloads AS p
+     WHERE p.key IN (SELECT p2.key FROM wfe.ingress_payloads AS p2
+                      WHERE p2.created_at < v_cutoff LIMIT p_batch);
     -- callbacks about runs that never existed (or are gone)
     DELETE FROM wfe.events AS e
      WHERE e.event_id IN (SELECT e2.event_id FROM wfe.events AS e2
@@ -4618,7 +4631,7 @@ COMMENT ON FUNCTION wfe._next_due_ms() IS
 COMMENT ON FUNCTION wfe._repair() IS
 'Repair after a crash: outbox rows left claimed go back to pending; in-database attempts left running are timed out now (retried per policy).  Transitions are single transactions, so nothing else can be half done.';
 COMMENT ON FUNCTION wfe._retention(int, int) IS
-'Deletes up to p_batch finished runs older than the retention (and their history and large payloads), old published outbox rows, old unauthenticated callbacks, old schedule events and expired result cache entries.';
+'Deletes up to p_batch finished runs older than the retention (and their history and large payloads), old published outbox rows, old unauthenticated callbacks, old schedule events, old run command payloads (wfe.put_payload) and expired result cache entries.';
 COMMENT ON FUNCTION wfe._relay_sees(text, text[]) IS
 'Whether an external relay acting for p_tenants (wfe.my_tenants(); NULL: every tenant) may claim and acknowledge an outbox row of p_tenant.';
 COMMENT ON FUNCTION wfe.outbox_claim(int, text) IS

@@ -297,6 +297,12 @@ BEGIN
                            WHERE e2.run_id IS NULL AND e2.type IN ('schedule.skipped', 'schedule.failed')
                              AND e2.at < v_cutoff
                            LIMIT p_batch);
+    -- run commands' stored inputs (85_ingress.sql): a run keeps its own copy
+    -- in its context, so a payload older than the retention is needed by
+    -- nobody but a command that late, used or not
+    DELETE FROM wfe.ingress_payloads AS p
+     WHERE p.key IN (SELECT p2.key FROM wfe.ingress_payloads AS p2
+                      WHERE p2.created_at < v_cutoff LIMIT p_batch);
     -- callbacks about runs that never existed (or are gone)
     DELETE FROM wfe.events AS e
      WHERE e.event_id IN (SELECT e2.event_id FROM wfe.events AS e2
@@ -308,7 +314,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION wfe._retention(int, int) IS
-'Deletes up to p_batch finished runs older than the retention (and their history and large payloads), old published outbox rows, old unauthenticated callbacks, old schedule events and expired result cache entries.';
+'Deletes up to p_batch finished runs older than the retention (and their history and large payloads), old published outbox rows, old unauthenticated callbacks, old schedule events, old run command payloads (wfe.put_payload) and expired result cache entries.';
 REVOKE ALL ON FUNCTION wfe._retention(int, int) FROM PUBLIC;
 
 CREATE FUNCTION wfe.worker_status(OUT pid int, OUT started_at timestamptz, OUT sleeping_until timestamptz,

@@ -39,6 +39,8 @@ CREATE TABLE wfe.ingress_payloads (
 );
 COMMENT ON TABLE wfe.ingress_payloads IS
 'Inputs of large-track run commands, by the key wfe.put_payload returned; a command''s payload_ref must name one of its tenant with the same SHA-256';
+-- retention (wfe._retention) removes them by age, used or not
+CREATE INDEX ingress_payloads_created_at ON wfe.ingress_payloads (created_at);
 
 -- How the submit in progress came (set only by wfe._ingress_submit_as).
 CREATE FUNCTION wfe._submit_via()
