@@ -29,7 +29,8 @@ typedef enum wfe_kind
 	WFE_K_JOIN,
 	WFE_K_FINALISER,
 	WFE_K_WAIT,					/* running, no worker, until its signal or timeout */
-	WFE_K_SLEEP					/* running, no worker, until its timer */
+	WFE_K_SLEEP,				/* running, no worker, until its timer */
+	WFE_K_WORKFLOW				/* running, no worker, until its child run ends */
 } wfe_kind;
 
 /* A route's target: a stage index (>= 0), no route, or a terminal intent. */

@@ -284,6 +284,33 @@ check_payload_reads(wfe_model *m, const wfe_stage *d, const wfe_branch *b)
 	}
 }
 
+/*
+ * A workflow stage's child against the registry's workflows: NAME needs an
+ * active version, NAME@VERSION an approved one (entries {"ref", "kind":
+ * "workflow", "input_schema": its context_schema}); the bound input is
+ * checked against the child's context_schema as an input against a
+ * contract's input_schema.
+ */
+static void
+check_child(wfe_model *m, const wfe_stage *s)
+{
+	json_object *c;
+	const char *kind;
+
+	if (s->ref.name == NULL)
+		return;
+	c = find_contract(m, s->ref.name);
+	kind = string_member(c, "kind");
+	if (c == NULL || kind == NULL || strcmp(kind, "workflow") != 0)
+	{
+		wfe_diag(m->diags, "contract.unknown", s->ref.path, s->ref.line, s->ref.column,
+				 strchr(s->ref.name, '@') ? "no approved workflow '%s'"
+				 : "no active version of workflow '%s'", s->ref.name);
+		return;
+	}
+	check_input(m, s, c);
+}
+
 /* A wait's signal against the registry: registered, and a signal. */
 static void
 check_wait(wfe_model *m, const wfe_stage *s)
@@ -315,6 +342,8 @@ wfe_contracts_check(wfe_model *m)
 			check_stage(m, &m->stages[i]);
 		else if (m->stages[i].type == WFE_ST_WAIT)
 			check_wait(m, &m->stages[i]);
+		else if (m->stages[i].type == WFE_ST_WORKFLOW)
+			check_child(m, &m->stages[i]);
 		else if (m->stages[i].type == WFE_ST_DECISION)
 			for (int k = 0; k < m->stages[i].nbranches; k++)
 				check_payload_reads(m, &m->stages[i], &m->stages[i].branches[k]);
