@@ -41,6 +41,7 @@ const wfe_transition wfe_stage_transition_table[] = {
 	{"running", "timed_out", "execution or heartbeat deadline passed, or a wait's timeout", NULL},
 	{"running", "cancelled", "run intent set or run cancelled: the attempt is fenced", NULL},
 	{"retry_scheduled", "queued", "the retry timer fired: new attempt, new fence", NULL},
+	{"retry_scheduled", "running", "the retry timer fired: a new child run, new fence", "workflow"},
 	{"retry_scheduled", "cancelled", "run intent set or run cancelled", NULL},
 	{"timed_out", "retry_scheduled", "the timed-out attempt is retried later", NULL},
 	{"timed_out", "queued", "operator re-drive", NULL},
@@ -55,7 +56,7 @@ const wfe_transition wfe_stage_transition_table[] = {
 	{"failed", "waiting", "the run was reopened by an operator: runs again", NULL},
 	{"timed_out", "waiting", "the run was reopened by an operator: runs again", NULL},
 	{"skipped", "waiting", "the run was reopened by an operator: runs again", NULL},
-	{"cancelled", "waiting", "operator re-drive of a wait or a sleep: released again", "wait sleep"},
+	{"cancelled", "waiting", "operator re-drive of a wait, a sleep or a workflow stage: released again", "wait sleep workflow"},
 	{NULL, NULL, NULL, NULL}
 };
 
