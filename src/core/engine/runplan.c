@@ -530,6 +530,10 @@ wfe_run_plan_build(int64_t definition_id, const char *plan_json, char *err, int 
 	if (json_object_object_get_ex(plan, "output", &rp->output) &&
 		!json_object_is_type(rp->output, json_type_object))
 		rp->output = NULL;
+	if (json_object_object_get_ex(plan, "context_schema", &rp->context_schema) &&
+		!json_object_is_type(rp->context_schema, json_type_object) &&
+		!json_object_is_type(rp->context_schema, json_type_boolean))
+		rp->context_schema = NULL;
 	rp->stages = calloc(rp->nstages ? rp->nstages : 1, sizeof(wfe_rp_stage));
 
 	/* names first, so that every reference resolves */

@@ -145,6 +145,7 @@ typedef struct wfe_run_plan
 	wfe_rp_stage *stages;
 	uint8_t    *reach;			/* nstages x nstages: reach[a*n+b] = b reachable from a */
 	struct json_object *output;	/* the run's output template (plan "output"), or NULL */
+	struct json_object *context_schema;	/* plan "context_schema" (a child's context is bound to it), or NULL */
 	struct json_object *plan;	/* the whole plan, owned */
 } wfe_run_plan;
 

@@ -294,14 +294,23 @@ check_payload_reads(wfe_model *m, const wfe_stage *d, const wfe_branch *b)
 static void
 check_child(wfe_model *m, const wfe_stage *s)
 {
-	json_object *c;
-	const char *kind;
+	json_object *list = m->opts->contracts;
+	json_object *c = NULL;
+	size_t		n = json_object_array_length(list);
 
 	if (s->ref.name == NULL)
 		return;
-	c = find_contract(m, s->ref.name);
-	kind = string_member(c, "kind");
-	if (c == NULL || kind == NULL || strcmp(kind, "workflow") != 0)
+	/* a workflow entry of that ref (a contract may share the text NAME@VERSION) */
+	for (size_t k = 0; k < n && c == NULL; k++)
+	{
+		json_object *e = json_object_array_get_idx(list, k);
+		const char *ref = string_member(e, "ref");
+		const char *kind = string_member(e, "kind");
+
+		if (ref && kind && strcmp(ref, s->ref.name) == 0 && strcmp(kind, "workflow") == 0)
+			c = e;
+	}
+	if (c == NULL)
 	{
 		wfe_diag(m->diags, "contract.unknown", s->ref.path, s->ref.line, s->ref.column,
 				 strchr(s->ref.name, '@') ? "no approved workflow '%s'"
