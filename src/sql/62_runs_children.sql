@@ -9,7 +9,7 @@
 -- resolved the definition (p_workflow at p_version, not a draft), bound the
 -- context against its context_schema and checked the depth.  The child
 -- runs in the parent's tenant, with its priority and in its trace (the
--- child's run span is a child of the parent's); it counts as the parent's
+-- child's run span is a child of the parent's attempt span); it counts as the parent's
 -- work, not against the tenant's max_runs_in_flight again.
 CREATE FUNCTION wfe._start_child(p_parent bigint, p_stage text, p_attempt int, p_workflow text,
                                  p_version text, p_context jsonb)
@@ -33,7 +33,8 @@ BEGIN
             (SELECT e.extversion FROM pg_catalog.pg_extension AS e WHERE e.extname = 'wfe'),
             wfe._run_contracts(d.plan), p_context, d.plan ->> 'context', p.priority,
             now() + make_interval(secs => (d.plan ->> 'run_deadline_ms')::bigint / 1000.0),
-            d.plan ->> 'form', p.trace_id, p.span_id, p.trace_flags, p_parent, p_stage, p_attempt)
+            d.plan ->> 'form', p.trace_id, wfe._attempt_span_id(p.span_id, p_stage, p_attempt), p.trace_flags,
+            p_parent, p_stage, p_attempt)
     RETURNING x.* INTO r;
     PERFORM wfe._insert_run_stages(r);
     PERFORM wfe._event(r.run_id, r.tenant, NULL, NULL, 'run.submitted',

@@ -115,7 +115,8 @@ SELECT stage, kind, state, attempt, queue FROM wfe.run_stages WHERE run_id = :r1
 SELECT pg_temp.child_of(:r1) AS c1 \gset
 SELECT workflow, version, tenant, priority, parent_run_id = :r1 AS linked, parent_stage, parent_attempt,
        context, trace_id = (SELECT trace_id FROM wfe.runs WHERE run_id = :r1) AS same_trace,
-       trace_parent = (SELECT span_id FROM wfe.runs WHERE run_id = :r1) AS span_child
+       trace_parent = (SELECT wfe._attempt_span_id(span_id, 'publish', 1) FROM wfe.runs WHERE run_id = :r1)
+         AS span_child_of_attempt
   FROM wfe.runs WHERE run_id = :c1;
 SELECT stage, state FROM wfe.run_stages WHERE run_id = :c1;
 SELECT type, detail - 'version' AS detail FROM wfe.events WHERE run_id = :r1 AND stage = 'publish' ORDER BY event_id;
@@ -147,6 +148,24 @@ SELECT wfe.cancel_run(:c2b, 'not this one');
 SELECT wfe.tick() >= 1 AS fired;
 SELECT state, attempt, error ->> 'code' AS code FROM wfe.run_stages WHERE run_id = :r2;
 SELECT state, reason FROM wfe.runs WHERE run_id = :r2;
+-- linked both ways: report's children and parent, the timeline's child per attempt, run_mermaid
+SELECT jsonb_path_query_array(wfe.report(:r2) -> 'children', '$[*].attempt') AS attempts,
+       jsonb_path_query_array(wfe.report(:r2) -> 'children', '$[*].state') AS states,
+       jsonb_path_query_array(wfe.report(:r2) -> 'children', '$[*].workflow') AS workflows;
+SELECT (wfe.report(:c2b) -> 'parent') - 'run_id' AS parent,
+       (wfe.report(:c2b) -> 'parent' ->> 'run_id')::bigint = :r2 AS linked,
+       wfe.report(:r2) -> 'parent' AS parent_of_parent;
+SELECT stage, attempt, outcome, child_run_id = :c2 AS first_child, child_run_id = :c2b AS second_child
+  FROM wfe.run_timeline(:r2) ORDER BY attempt;
+-- spans (wfe.run_spans): the parent's attempt span names its child; the child's run span is its child
+SELECT sp ->> 'name' AS span, sp -> 'attributes' @> jsonb_build_array(jsonb_build_object('key', 'wfe.child_run_id',
+         'value', jsonb_build_object('intValue', :c2b::text))) AS names_child
+  FROM jsonb_path_query(wfe.run_spans(:r2), '$.resourceSpans[0].scopeSpans[0].spans[*]') AS sp;
+SELECT (SELECT sp ->> 'parentSpanId' FROM jsonb_path_query(wfe.run_spans(:c2b), '$.resourceSpans[0].scopeSpans[0].spans[0]') AS sp)
+     = wfe._attempt_span_id(r.span_id, 'publish', 2) AS child_span_under_attempt
+  FROM wfe.runs AS r WHERE r.run_id = :r2;
+SELECT regexp_replace(l, 'run \d+', 'run N') AS line
+  FROM regexp_split_to_table(wfe.run_mermaid(:r2), E'\n') AS l WHERE l LIKE '%child run%';
 
 -- 3. Cancelling the parent cancels its live child, in the same transaction.
 SELECT run_id AS r3 FROM wfe.submit('rt-ch-parent', '{"asset": "a-3"}') \gset
