@@ -11,9 +11,10 @@
 # - A workflow calling itself stops at wfe.max_workflow_depth
 #   (limits.workflow_depth), and every run up the chain fails.
 # - Attacks by real logins: a member of tenant B cannot cancel, report or
-#   adopt tenant A's child or parent (42704 exactly as for a missing run,
-#   42501 for the engine's functions, 22023 for a submit option naming a
-#   parent), and nothing of tenant A changed after each refusal.
+#   adopt tenant A's child or parent (unknown / 42704 exactly as for a
+#   missing run, 42501 for the engine's functions, 22023 for a submit
+#   option naming a parent), and nothing of tenant A changed after each
+#   refusal.
 use strict;
 use warnings;
 
@@ -159,9 +160,10 @@ stages:
 YAML
 my $r5 = sql(q{SET wfe.max_workflow_depth = 3; SELECT run_id FROM wfe.submit('rec', '{}', NULL, '{"tenant": "A"}')});
 is(sql("SELECT count(*) FROM wfe.runs WHERE workflow = 'rec'"), '4', 'a workflow calling itself: the run and 3 children');
-is(sql("SELECT st.error ->> 'code' FROM wfe.runs AS r JOIN wfe.run_stages AS st USING (run_id)"
-	  . " WHERE r.workflow = 'rec' AND st.state = 'failed'"), 'limits.workflow_depth',
-	'the third child refuses a fourth: limits.workflow_depth');
+is(sql("SELECT count(*) FROM wfe.runs AS r JOIN wfe.run_stages AS st USING (run_id)"
+	  . " WHERE r.workflow = 'rec' AND st.error ->> 'code' = 'limits.workflow_depth'"
+	  . "   AND r.parent_run_id IS NOT NULL AND st.attempt = 1"), '1',
+	'the third child refuses a fourth: limits.workflow_depth, once');
 wait_for("SELECT state = 'failed' FROM wfe.runs WHERE run_id = $r5", 'every run up the chain fails, the top one too');
 
 # 6. Attacks by real logins: tenant B against tenant A's parent and child
@@ -183,8 +185,11 @@ for my $call ([ 'cancel_run', "wfe.cancel_run(%s, 'b')" ], [ 'report', 'wfe.repo
 	{
 		my @a = login('op_b', 'SELECT ' . sprintf($fmt, $target->[1]));
 		my @m = login('op_b', 'SELECT ' . sprintf($fmt, $missing));
-		is($a[0], '42704', "B's $name of A's $target->[0]: 42704");
-		is("$a[0]|$a[2]" =~ s/\d+/N/gr, "$m[0]|$m[2]" =~ s/\d+/N/gr, '... exactly as for a run that does not exist');
+		# cancel_run answers a word (unknown); the readers raise 42704
+		is($name eq 'cancel_run' ? "$a[0]|$a[1]" : $a[0], $name eq 'cancel_run' ? '|unknown' : '42704',
+			"B's $name of A's $target->[0]: " . ($name eq 'cancel_run' ? 'unknown' : '42704'));
+		is("$a[0]|$a[1]|$a[2]" =~ s/\d+/N/gr, "$m[0]|$m[1]|$m[2]" =~ s/\d+/N/gr,
+			'... exactly as for a run that does not exist');
 		is(sql("SELECT $snapshot"), $before, '... and nothing of A changed');
 	}
 }
