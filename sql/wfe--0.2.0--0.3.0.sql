@@ -2691,6 +2691,221 @@ GRANT SELECT ON wfe.dashboard_ingress TO wfe_admin, wfe_operator;
 -- ---------------------------------------------------------------------
 CREATE INDEX ingress_payloads_created_at ON wfe.ingress_payloads (created_at);
 
+-- ---------------------------------------------------------------------
+-- 0.3.0, child runs (issue 22 item 3; runtime.md "Child runs"): a
+-- workflow stage's attempt starts a child run, linked both ways
+-- (wfe.runs.parent_run_id, parent_stage, parent_attempt; report's parent
+-- and children; run_timeline's child_run_id; run_mermaid); the child's end
+-- reaches its parent through a child_ended timer; the compiler sees the
+-- workflows (wfe._contracts_json, in the final bodies).
+-- ---------------------------------------------------------------------
+ALTER TABLE wfe.plan_stages DROP CONSTRAINT plan_stages_type,
+    ADD CONSTRAINT plan_stages_type
+        CHECK (type IN ('action', 'worker', 'decision', 'fork', 'join', 'finaliser', 'wait', 'sleep',
+                        'workflow'));
+COMMENT ON COLUMN wfe.plan_stages.type IS 'action, worker, decision, fork, join, wait, sleep, workflow, or finaliser';
+ALTER TABLE wfe.runs ADD COLUMN parent_run_id bigint,
+    ADD COLUMN parent_stage text,
+    ADD COLUMN parent_attempt int,
+    ADD CONSTRAINT runs_parent CHECK ((parent_run_id IS NULL) = (parent_stage IS NULL)
+                                      AND (parent_run_id IS NULL) = (parent_attempt IS NULL));
+COMMENT ON COLUMN wfe.runs.parent_run_id IS 'A child run (runtime.md "Child runs"): the run whose workflow stage started it; NULL for a submitted run';
+COMMENT ON COLUMN wfe.runs.parent_stage IS 'A child run: the parent''s workflow stage that started it';
+COMMENT ON COLUMN wfe.runs.parent_attempt IS 'A child run: the attempt of the parent''s stage that started it';
+CREATE INDEX runs_parent ON wfe.runs (parent_run_id, parent_stage) WHERE parent_run_id IS NOT NULL;
+ALTER TABLE wfe.timers DROP CONSTRAINT timers_kind,
+    ADD CONSTRAINT timers_kind CHECK (kind IN ('retry', 'not_before', 'run_deadline', 'cache_ready',
+                                               'wait_timeout', 'sleep', 'child_ended'));
+COMMENT ON TABLE wfe.timers IS 'Durable timers: retry delays, delayed starts (not_before), run deadlines, a cached stage''s wake-up when the attempt it waited on ended (cache_ready), a wait''s timeout (wait_timeout), a sleep''s end (sleep), a child run''s end for its parent''s workflow stage (child_ended)';
+
+-- The contract versions a run of a plan pins: {ref: {"kind", "queue", "handler"}}.
+CREATE FUNCTION wfe._run_contracts(p_plan jsonb)
+RETURNS jsonb
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT coalesce(jsonb_object_agg(c.ref, jsonb_build_object('kind', c.kind, 'queue', c.queue,
+                                                               'handler', c.handler::text)), '{}')
+      FROM wfe.contracts AS c
+     WHERE c.ref IN (SELECT jsonb_array_elements_text(p_plan -> 'contracts'));
+END;
+COMMENT ON FUNCTION wfe._run_contracts(jsonb) IS
+'The contract versions a new run of the plan pins (wfe.runs.contracts).';
+REVOKE ALL ON FUNCTION wfe._run_contracts(jsonb) FROM PUBLIC;
+
+-- A new run's stage rows, one per stage, task and finaliser of its plan
+-- (a submitted run's and a child run's alike).
+CREATE FUNCTION wfe._insert_run_stages(p_run wfe.runs)
+RETURNS void
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    INSERT INTO wfe.run_stages (run_id, stage, tenant, ordinal, kind, queue, worker, handler, priority,
+                                awaits, exec_ms, queue_ms, heartbeat_ms)
+    SELECT p_run.run_id, ps.stage, p_run.tenant, ps.ordinal, ps.type,
+           CASE WHEN ps.type = 'worker' THEN ps.spec ->> 'queue' ELSE c.queue END,
+           coalesce(ps.spec ->> 'worker', ps.spec ->> 'action', ps.spec ->> 'signal'), c.handler, p_run.priority,
+           coalesce((ps.spec ->> 'awaits')::boolean, true),
+           (ps.spec ->> 'execution_deadline_ms')::int, (ps.spec ->> 'queue_deadline_ms')::int,
+           (ps.spec ->> 'heartbeat_ms')::int
+      FROM wfe.plan_stages AS ps
+      LEFT JOIN wfe.contracts AS c ON c.ref = coalesce(ps.spec ->> 'worker', ps.spec ->> 'action')
+     WHERE ps.definition_id = p_run.definition_id;
+END;
+COMMENT ON FUNCTION wfe._insert_run_stages(wfe.runs) IS
+'Inserts a new run''s stage rows (waiting), one per stage, task and finaliser of its plan.';
+REVOKE ALL ON FUNCTION wfe._insert_run_stages(wfe.runs) FROM PUBLIC;
+
+-- A child run for attempt p_attempt of the parent's workflow stage p_stage,
+-- started in the caller's transaction under the parent's lock.  Unlike
+-- wfe.submit it checks nothing a caller could get wrong: the step core
+-- resolved the definition (p_workflow at p_version, not a draft), bound the
+-- context against its context_schema and checked the depth.  The child
+-- runs in the parent's tenant, with its priority and in its trace (the
+-- child's run span is a child of the parent's attempt span); it counts as the parent's
+-- work, not against the tenant's max_runs_in_flight again.
+CREATE FUNCTION wfe._start_child(p_parent bigint, p_stage text, p_attempt int, p_workflow text,
+                                 p_version text, p_context jsonb)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    p     wfe.runs;
+    d     wfe.definitions;
+    r     wfe.runs;
+    v_due timestamptz;
+BEGIN
+    SELECT * INTO STRICT p FROM wfe.runs AS x WHERE x.run_id = p_parent;
+    SELECT * INTO STRICT d FROM wfe.definitions AS x WHERE x.workflow = p_workflow AND x.version = p_version;
+    INSERT INTO wfe.runs AS x (tenant, workflow, version, definition_id, definition_digest, dsl_version,
+                               compiler_version, engine_version, contracts, context, execution_context,
+                               priority, deadline_at, form, trace_id, trace_parent, trace_flags,
+                               parent_run_id, parent_stage, parent_attempt)
+    VALUES (p.tenant, d.workflow, d.version, d.definition_id, d.digest, d.dsl_version, d.compiler_version,
+            (SELECT e.extversion FROM pg_catalog.pg_extension AS e WHERE e.extname = 'wfe'),
+            wfe._run_contracts(d.plan), p_context, d.plan ->> 'context', p.priority,
+            now() + make_interval(secs => (d.plan ->> 'run_deadline_ms')::bigint / 1000.0),
+            d.plan ->> 'form', p.trace_id, wfe._attempt_span_id(p.span_id, p_stage, p_attempt), p.trace_flags,
+            p_parent, p_stage, p_attempt)
+    RETURNING x.* INTO r;
+    PERFORM wfe._insert_run_stages(r);
+    PERFORM wfe._event(r.run_id, r.tenant, NULL, NULL, 'run.submitted',
+                       jsonb_build_object('workflow', r.workflow, 'version', r.version,
+                                          'digest', r.definition_digest, 'idempotency_key', NULL,
+                                          'parent_run_id', p_parent, 'parent_stage', p_stage,
+                                          'parent_attempt', p_attempt));
+    IF r.deadline_at IS NOT NULL THEN
+        INSERT INTO wfe.timers (tenant, run_id, kind, due_at)
+        VALUES (r.tenant, r.run_id, 'run_deadline', r.deadline_at);
+        PERFORM wfe._wake(r.deadline_at);
+    END IF;
+    -- the parent's attempt has the stage's execution deadline, as a worker's does
+    UPDATE wfe.run_stages AS st
+       SET deadline_at = now() + make_interval(secs => st.exec_ms / 1000.0)
+     WHERE st.run_id = p_parent AND st.stage = p_stage AND st.exec_ms IS NOT NULL
+    RETURNING st.deadline_at INTO v_due;
+    IF FOUND THEN
+        PERFORM wfe._wake(v_due);
+    END IF;
+    PERFORM wfe._start_run(r.run_id);
+    RETURN r.run_id;
+END
+$$;
+COMMENT ON FUNCTION wfe._start_child(bigint, text, int, text, text, jsonb) IS
+'Starts the child run of a parent''s workflow stage attempt (the engine calls it under the parent''s lock); returns its run_id.';
+REVOKE ALL ON FUNCTION wfe._start_child(bigint, text, int, text, text, jsonb) FROM PUBLIC;
+
+-- The parent's attempt of p_stage ended otherwise than by its child's end
+-- (cancelled with the run, timed out, failed by an operator): its live
+-- child is cancelled too, and so on down.  Lock order: the parent (held by
+-- the caller), then its children -- never the other way round, which is
+-- why a child's end reaches its parent through a child_ended timer.
+CREATE FUNCTION wfe._cancel_children(p_parent bigint, p_stage text, p_reason text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    c bigint;
+BEGIN
+    FOR c IN SELECT x.run_id FROM wfe.runs AS x
+              WHERE x.parent_run_id = p_parent AND x.parent_stage = p_stage AND x.intent IS NULL
+              ORDER BY x.run_id
+    LOOP
+        PERFORM wfe._cancel(c, coalesce(p_reason, 'parent attempt ended'));
+    END LOOP;
+END
+$$;
+COMMENT ON FUNCTION wfe._cancel_children(bigint, text, text) IS
+'Cancels the live child runs of a parent''s workflow stage whose attempt ended otherwise (the engine calls it under the parent''s lock).';
+REVOKE ALL ON FUNCTION wfe._cancel_children(bigint, text, text) FROM PUBLIC;
+
+-- run_timeline names the child run of each attempt: a new column, so the
+-- function is made again (wfe.run_spans, which reads it, is in the final bodies).
+DROP FUNCTION wfe.run_timeline(bigint);
+CREATE FUNCTION wfe.run_timeline(run_id bigint)
+RETURNS TABLE (stage text, attempt int, outcome text, started_at timestamptz, finished_at timestamptz,
+               duration_ms numeric, waterfall text, child_run_id bigint)
+LANGUAGE plpgsql STABLE STRICT SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    r       wfe.runs := wfe._run(run_timeline.run_id);
+    v_span  double precision;
+BEGIN
+    v_span := greatest(extract(epoch FROM coalesce(r.finished_at, now()) - r.submitted_at), 0.001);
+    RETURN QUERY
+    WITH a AS (
+        -- the outcome: the attempt's last event that says how it went; a
+        -- timeout wins over the retry it led to (the attempt timed out), and
+        -- an operator's bookkeeping (redriven, reset, ...) is not an outcome
+        -- and what the result cache did before any attempt (or instead of
+        -- one) is attempt 0: waiting on another attempt, a hit, an entry refused
+        SELECT e.stage, coalesce(e.attempt, 0) AS attempt, min(e.at) AS t_start, max(e.at) AS t_end,
+               min(e.event_id) AS first_event,
+               (array_agg(e.type ORDER BY (e.type = 'stage.timed_out') DESC,
+                                          (e.type IN ('stage.redriven', 'stage.reset', 'stage.skipped_by_operator',
+                                                      'stage.failed_by_operator', 'stage.dead_lettered',
+                                                      'stage.cancel_acknowledged')),
+                                          e.event_id DESC))[1] AS last_type
+          FROM wfe.events AS e
+         WHERE e.run_id = r.run_id AND e.stage IS NOT NULL
+           AND (e.attempt IS NOT NULL OR e.type LIKE 'stage.cache\_%')
+           AND e.type NOT LIKE 'callback.%'
+         GROUP BY e.stage, coalesce(e.attempt, 0)
+    ), b AS (
+        -- a wait, a sleep or a workflow stage parked now (its stage running
+        -- at this attempt) has not finished: its last event is its release,
+        -- so it runs to now (finished_at NULL) rather than showing a zero duration
+        SELECT a.*, (s.state = 'running' AND s.kind IN ('wait', 'sleep', 'workflow')) AS parked
+          FROM a
+          LEFT JOIN wfe.run_stages AS s ON s.run_id = r.run_id AND s.stage = a.stage AND s.attempt = a.attempt
+    ), c AS (
+        SELECT b.*, CASE WHEN b.parked THEN coalesce(r.finished_at, now()) ELSE b.t_end END AS t_until
+          FROM b
+    )
+    SELECT c.stage, c.attempt, replace(c.last_type, 'stage.', ''), c.t_start,
+           CASE WHEN c.parked THEN NULL ELSE c.t_end END,
+           round((extract(epoch FROM c.t_until - c.t_start) * 1000)::numeric, 1),
+           -- a 40-column bar across the run's life: where the attempt sat and how long
+           '|' || rpad(repeat(' ', least(39, floor(extract(epoch FROM c.t_start - r.submitted_at) / v_span * 40)::int))
+                       || repeat('█', greatest(1, round(extract(epoch FROM c.t_until - c.t_start) / v_span * 40)::int)),
+                       40) || '|',
+           -- the child run a workflow stage's attempt started
+           (SELECT x.run_id FROM wfe.runs AS x
+             WHERE x.parent_run_id = r.run_id AND x.parent_stage = c.stage AND x.parent_attempt = c.attempt
+             ORDER BY x.run_id DESC LIMIT 1)
+      FROM c
+     ORDER BY c.first_event;
+END
+$$;
+COMMENT ON FUNCTION wfe.run_timeline(bigint) IS
+'One row per stage attempt with its outcome, times, a text waterfall over the run''s life, and the child run a workflow stage''s attempt started.';
+REVOKE ALL ON FUNCTION wfe.run_timeline(bigint) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION wfe.run_timeline(bigint) TO wfe_submitter, wfe_operator, wfe_reader;
+
 -- Final bodies: every function whose text changed in 0.3.0, as src/sql has it.
 -- (Written by the same rule as the sections above: the whole text, copied.)
 
@@ -2809,6 +3024,31 @@ BEGIN
                   HINT = format('Register the changed contract as a new version, e.g. %s@%s.',
                                 old.name, old.version::bigint + 1);
     END IF;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION wfe._contracts_json()
+RETURNS jsonb
+LANGUAGE plpgsql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN (SELECT coalesce(jsonb_agg(x.entry ORDER BY x.entry ->> 'ref', x.entry ->> 'kind'), '[]'::jsonb)
+      FROM (SELECT jsonb_build_object('ref', c.ref,
+                                      'kind', c.kind,
+                                      'queue', c.queue,
+                                      'handler', c.handler IS NOT NULL,
+                                      'input_schema', c.input_schema,
+                                      'output_schema', c.output_schema) AS entry
+              FROM wfe.contracts AS c
+            UNION ALL
+            SELECT jsonb_build_object('ref', CASE WHEN v.named THEN d.workflow || '@' || d.version
+                                                 ELSE d.workflow END,
+                                      'kind', 'workflow',
+                                      'input_schema', d.plan -> 'context_schema')
+              FROM wfe.definitions AS d
+             CROSS JOIN (VALUES (true), (false)) AS v (named)
+             WHERE d.state <> 'draft' AND (v.named OR d.state = 'active')) AS x);
 END
 $$;
 
@@ -3274,10 +3514,7 @@ BEGIN
                                trace_id, trace_parent, trace_flags)
     VALUES (v_tenant, d.workflow, d.version, d.definition_id, d.digest, d.dsl_version, d.compiler_version,
             (SELECT e.extversion FROM pg_catalog.pg_extension AS e WHERE e.extname = 'wfe'),
-            (SELECT coalesce(jsonb_object_agg(c.ref, jsonb_build_object('kind', c.kind, 'queue', c.queue,
-                                                                         'handler', c.handler::text)), '{}')
-               FROM wfe.contracts AS c
-              WHERE c.ref IN (SELECT jsonb_array_elements_text(d.plan -> 'contracts'))),
+            wfe._run_contracts(d.plan),
             v_context, coalesce(v_opts ->> 'execution_context', d.plan ->> 'context'),
             submit.idempotency_key, v_priority, v_start,
             now() + make_interval(secs => v_deadline / 1000.0), d.plan ->> 'form',
@@ -3302,17 +3539,7 @@ BEGIN
         RETURN;
     END IF;
 
-    INSERT INTO wfe.run_stages (run_id, stage, tenant, ordinal, kind, queue, worker, handler, priority,
-                                awaits, exec_ms, queue_ms, heartbeat_ms)
-    SELECT r.run_id, ps.stage, r.tenant, ps.ordinal, ps.type,
-           CASE WHEN ps.type = 'worker' THEN ps.spec ->> 'queue' ELSE c.queue END,
-           coalesce(ps.spec ->> 'worker', ps.spec ->> 'action', ps.spec ->> 'signal'), c.handler, r.priority,
-           coalesce((ps.spec ->> 'awaits')::boolean, true),
-           (ps.spec ->> 'execution_deadline_ms')::int, (ps.spec ->> 'queue_deadline_ms')::int,
-           (ps.spec ->> 'heartbeat_ms')::int
-      FROM wfe.plan_stages AS ps
-      LEFT JOIN wfe.contracts AS c ON c.ref = coalesce(ps.spec ->> 'worker', ps.spec ->> 'action')
-     WHERE ps.definition_id = d.definition_id;
+    PERFORM wfe._insert_run_stages(r);
 
     PERFORM wfe._event(r.run_id, r.tenant, NULL, NULL, 'run.submitted',
                        jsonb_build_object('workflow', r.workflow, 'version', r.version,
@@ -3615,6 +3842,18 @@ BEGIN
         -- a run a schedule started (69_schedules.sql): which, and for which tick
         'schedule', (SELECT x.schedule FROM wfe.schedule_runs AS x WHERE x.run_id = r.run_id),
         'scheduled_for', (SELECT x.scheduled_for FROM wfe.schedule_runs AS x WHERE x.run_id = r.run_id),
+        -- child runs both ways (runtime.md "Child runs"): a child's parent is of its tenant
+        'parent', CASE WHEN r.parent_run_id IS NOT NULL THEN
+                      jsonb_build_object('run_id', r.parent_run_id, 'stage', r.parent_stage,
+                                         'attempt', r.parent_attempt,
+                                         'state', (SELECT x.state FROM wfe.runs AS x WHERE x.run_id = r.parent_run_id))
+                  END,
+        'children', (SELECT coalesce(jsonb_agg(jsonb_build_object('run_id', x.run_id, 'stage', x.parent_stage,
+                                                                  'attempt', x.parent_attempt,
+                                                                  'workflow', x.workflow, 'version', x.version,
+                                                                  'state', x.state)
+                                               ORDER BY x.run_id), '[]')
+                       FROM wfe.runs AS x WHERE x.parent_run_id = r.run_id),
         'stages', (SELECT coalesce(jsonb_agg(jsonb_build_object(
                               'stage', s.stage,
                               'kind', s.kind,
@@ -3643,57 +3882,94 @@ BEGIN
 END
 $$;
 
-CREATE OR REPLACE FUNCTION wfe.run_timeline(run_id bigint)
-RETURNS TABLE (stage text, attempt int, outcome text, started_at timestamptz, finished_at timestamptz,
-               duration_ms numeric, waterfall text)
+CREATE OR REPLACE FUNCTION wfe.run_mermaid(run_id bigint)
+RETURNS text
 LANGUAGE plpgsql STABLE STRICT SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE
-    r       wfe.runs := wfe._run(run_timeline.run_id);
-    v_span  double precision;
+    r       wfe.runs := wfe._run(run_mermaid.run_id);
+    v_plan  jsonb;
+    v_chart text;
+    v_class text;
+    v_bold  text;
+    v_children text;
 BEGIN
-    v_span := greatest(extract(epoch FROM coalesce(r.finished_at, now()) - r.submitted_at), 0.001);
-    RETURN QUERY
-    WITH a AS (
-        -- the outcome: the attempt's last event that says how it went; a
-        -- timeout wins over the retry it led to (the attempt timed out), and
-        -- an operator's bookkeeping (redriven, reset, ...) is not an outcome
-        -- and what the result cache did before any attempt (or instead of
-        -- one) is attempt 0: waiting on another attempt, a hit, an entry refused
-        SELECT e.stage, coalesce(e.attempt, 0) AS attempt, min(e.at) AS t_start, max(e.at) AS t_end,
-               min(e.event_id) AS first_event,
-               (array_agg(e.type ORDER BY (e.type = 'stage.timed_out') DESC,
-                                          (e.type IN ('stage.redriven', 'stage.reset', 'stage.skipped_by_operator',
-                                                      'stage.failed_by_operator', 'stage.dead_lettered',
-                                                      'stage.cancel_acknowledged')),
-                                          e.event_id DESC))[1] AS last_type
-          FROM wfe.events AS e
-         WHERE e.run_id = r.run_id AND e.stage IS NOT NULL
-           AND (e.attempt IS NOT NULL OR e.type LIKE 'stage.cache\_%')
-           AND e.type NOT LIKE 'callback.%'
-         GROUP BY e.stage, coalesce(e.attempt, 0)
-    ), b AS (
-        -- a wait or a sleep parked now (its stage running at this attempt)
-        -- has not finished: its last event is its release, so it runs to
-        -- now (finished_at NULL) rather than showing a zero duration
-        SELECT a.*, (s.state = 'running' AND s.kind IN ('wait', 'sleep')) AS parked
-          FROM a
-          LEFT JOIN wfe.run_stages AS s ON s.run_id = r.run_id AND s.stage = a.stage AND s.attempt = a.attempt
-    ), c AS (
-        SELECT b.*, CASE WHEN b.parked THEN coalesce(r.finished_at, now()) ELSE b.t_end END AS t_until
-          FROM b
+    SELECT d.plan INTO v_plan FROM wfe.definitions AS d WHERE d.definition_id = r.definition_id;
+    v_chart := wfe._plan_mermaid(v_plan);
+    WITH nodes AS (
+        -- the chart's node ids: s<i> for the i-th stage or task, f<k> for finalisers
+        SELECT 's' || (p.i - 1) AS id, p.s ->> 'name' AS stage
+          FROM jsonb_array_elements(v_plan -> 'stages') WITH ORDINALITY AS p(s, i)
+        UNION ALL
+        SELECT 'f' || (p.k - 1), p.f ->> 'name'
+          FROM jsonb_array_elements(coalesce(v_plan -> 'finalisers', '[]')) WITH ORDINALITY AS p(f, k)
+    ), states AS (
+        SELECT n.id,
+               CASE st.state
+                    WHEN 'completed' THEN 'done'
+                    WHEN 'failed' THEN 'failed' WHEN 'timed_out' THEN 'failed'
+                    WHEN 'skipped' THEN 'skipped' WHEN 'cancelled' THEN 'cancelled'
+                    WHEN 'waiting' THEN 'waiting'
+                    ELSE 'running' END AS cls,          -- queued, dispatched, running, retry_scheduled
+               st.state
+          FROM nodes AS n
+          JOIN wfe.run_stages AS st ON st.run_id = r.run_id AND st.stage = n.stage
+        UNION ALL
+        SELECT v.id, v.cls, v.state FROM (VALUES
+            ('end_completed', CASE WHEN r.state = 'completed' THEN 'done' ELSE 'waiting' END, r.state),
+            ('end_failed', CASE WHEN r.state = 'failed' THEN 'failed' ELSE 'waiting' END, r.state),
+            ('intent_completed', CASE WHEN r.intent = 'completed' THEN 'done' ELSE 'waiting' END, r.intent),
+            ('intent_failed', CASE WHEN r.intent = 'failed' THEN 'failed' ELSE 'waiting' END, r.intent)
+        ) AS v(id, cls, state)
+         WHERE strpos(v_chart, v.id) > 0
+    ), links AS (
+        -- every edge line, numbered from 0 as Mermaid numbers them
+        SELECT l.n - 1 AS n, l.dotted,
+               regexp_replace(l.parts[1], '\(.*$', '') AS src, l.parts[2] AS dst
+          FROM (SELECT row_number() OVER (ORDER BY t.ord) AS n, t.line ~ ' -\. ' AS dotted,
+                       regexp_match(t.line, '^\s*(\S+) .*?(\S+)\s*$') AS parts
+                  FROM regexp_split_to_table(v_chart, '\n') WITH ORDINALITY AS t(line, ord)
+                 WHERE t.line ~ '(-->|\.->)') AS l
+    ), taken AS (
+        SELECT k.n
+          FROM links AS k
+          LEFT JOIN states AS a ON a.id = k.src
+          LEFT JOIN states AS b ON b.id = k.dst
+         WHERE CASE
+                 WHEN k.src = 'start' THEN b.cls NOT IN ('waiting', 'skipped')
+                 WHEN k.src LIKE 'intent\_%' THEN a.cls <> 'waiting' AND b.cls NOT IN ('waiting', 'skipped')
+                 -- the last finaliser to the outcome the run ended with
+                 WHEN k.dst LIKE 'end\_%' AND k.src LIKE 'f%' THEN a.cls NOT IN ('waiting', 'running')
+                                                                   AND b.cls <> 'waiting'
+                 -- a stage's success (solid) or failure (dotted) route
+                 WHEN NOT (CASE WHEN k.dotted THEN a.cls = 'failed' ELSE a.cls = 'done' END) THEN false
+                 WHEN k.dst LIKE 'end\_%' OR k.dst LIKE 'intent\_%' THEN b.cls <> 'waiting'
+                 ELSE b.cls NOT IN ('waiting', 'skipped')
+               END
     )
-    SELECT c.stage, c.attempt, replace(c.last_type, 'stage.', ''), c.t_start,
-           CASE WHEN c.parked THEN NULL ELSE c.t_end END,
-           round((extract(epoch FROM c.t_until - c.t_start) * 1000)::numeric, 1),
-           -- a 40-column bar across the run's life: where the attempt sat and how long
-           '|' || rpad(repeat(' ', least(39, floor(extract(epoch FROM c.t_start - r.submitted_at) / v_span * 40)::int))
-                       || repeat('█', greatest(1, round(extract(epoch FROM c.t_until - c.t_start) / v_span * 40)::int)),
-                       40) || '|'
-      FROM c
-     ORDER BY c.first_event;
+    SELECT (SELECT string_agg(format('  class %s %s', s.id, s.cls), E'\n' ORDER BY s.id) FROM states AS s),
+           (SELECT string_agg(t.n::text, ',' ORDER BY t.n) FROM taken AS t),
+           -- each workflow stage's latest child run, by id
+           (SELECT string_agg(format('  %%%% %s: child run %s (%s)', n.id, x.run_id, x.state), E'\n'
+                              ORDER BY n.id)
+              FROM nodes AS n
+              CROSS JOIN LATERAL (SELECT c.run_id, c.state FROM wfe.runs AS c
+                                   WHERE c.parent_run_id = r.run_id AND c.parent_stage = n.stage
+                                   ORDER BY c.run_id DESC LIMIT 1) AS x)
+      INTO v_class, v_bold, v_children;
+    RETURN rtrim(v_chart, E'\n')
+        || format(E'\n  %%%% run %s: %s\n', r.run_id, r.state)
+        || E'  classDef done fill:#d8f3dc,stroke:#2d6a4f,color:#1b4332\n'
+        || E'  classDef failed fill:#ffd6d6,stroke:#b00020,color:#7f0000\n'
+        || E'  classDef running fill:#fff3bf,stroke:#e67700,color:#5c3c00\n'
+        || E'  classDef skipped fill:#f1f3f5,stroke:#adb5bd,color:#868e96,stroke-dasharray: 4 3\n'
+        || E'  classDef cancelled fill:#e9ecef,stroke:#495057,color:#495057,stroke-dasharray: 4 3\n'
+        || E'  classDef waiting fill:#ffffff,stroke:#ced4da,color:#adb5bd\n'
+        || coalesce(v_class || E'\n', '')
+        || coalesce(v_children || E'\n', '')
+        || coalesce(E'  linkStyle ' || v_bold || E' stroke-width:4px\n', '');
 END
 $$;
 
@@ -3738,6 +4014,7 @@ BEGIN
                    wfe._otlp_attribute('wfe.run_id', r.run_id), wfe._otlp_attribute('wfe.stage', t.stage),
                    wfe._otlp_attribute('wfe.attempt', t.attempt), wfe._otlp_attribute('wfe.queue', s.queue),
                    wfe._otlp_attribute('wfe.outcome', t.outcome),
+                   wfe._otlp_attribute('wfe.child_run_id', t.child_run_id),
                    -- the stage keeps its last error whole; an earlier attempt's is its event's code
                    wfe._otlp_attribute('wfe.error', CASE
                        WHEN x.failed AND t.attempt = s.attempt AND s.error IS NOT NULL
@@ -3755,7 +4032,7 @@ BEGIN
              ORDER BY t.n), '[]')
       INTO v_tries
       FROM wfe.run_timeline(r.run_id) WITH ORDINALITY AS t(stage, attempt, outcome, started_at, finished_at,
-                                                          duration_ms, waterfall, n)
+                                                          duration_ms, waterfall, child_run_id, n)
       JOIN wfe.run_stages AS s ON s.run_id = r.run_id AND s.stage = t.stage
       CROSS JOIN LATERAL (SELECT t.outcome IN ('failed', 'timed_out', 'retry_scheduled') AS failed) AS x
      WHERE t.attempt >= 1;
@@ -4543,6 +4820,8 @@ COMMENT ON FUNCTION wfe._is_queue_name(text) IS
 'The rule of queue names: a lower-case ASCII letter, then up to 62 lower-case letters, digits, "_", "." or "-".';
 COMMENT ON FUNCTION wfe._check_queue_name(text) IS
 'Raises 22023 (with the rule as a hint) unless the argument is a queue name; NULL passes.';
+COMMENT ON FUNCTION wfe._contracts_json() IS
+'All registered contracts, and the workflows a workflow stage may name (NAME: active; NAME@VERSION: not a draft), as the JSON array the compiler takes: [{"ref","kind","queue","handler","input_schema","output_schema"}].';
 COMMENT ON FUNCTION wfe._lock(text, text, boolean) IS
 'Takes wfe''s transaction lock (space, key), which no login can take: waits (bounded by lock_timeout), or with try only takes it if free; returns whether it was taken.';
 COMMENT ON FUNCTION wfe._random_hex(int) IS
@@ -4573,6 +4852,14 @@ COMMENT ON FUNCTION wfe._ready_tag(text) IS
 'The wfe_task_ready payload of a queue: lowercase hex HMAC-SHA256 of its name under wfe.ready_key. Internal.';
 COMMENT ON FUNCTION wfe._notify_ready(text) IS
 'NOTIFY wfe_task_ready with the queue''s tag (wfe._ready_tag; once per transaction and queue), unless wfe.notify is off.';
+COMMENT ON FUNCTION wfe._run_contracts(jsonb) IS
+'The contract versions a new run of the plan pins (wfe.runs.contracts).';
+COMMENT ON FUNCTION wfe._insert_run_stages(wfe.runs) IS
+'Inserts a new run''s stage rows (waiting), one per stage, task and finaliser of its plan.';
+COMMENT ON FUNCTION wfe._start_child(bigint, text, int, text, text, jsonb) IS
+'Starts the child run of a parent''s workflow stage attempt (the engine calls it under the parent''s lock); returns its run_id.';
+COMMENT ON FUNCTION wfe._cancel_children(bigint, text, text) IS
+'Cancels the live child runs of a parent''s workflow stage whose attempt ended otherwise (the engine calls it under the parent''s lock).';
 COMMENT ON FUNCTION wfe.queue_delivery(text) IS
 'The delivery mode of a queue: broker, or poll (also for a queue never configured).';
 COMMENT ON FUNCTION wfe.ready_tag(text) IS
@@ -4581,6 +4868,10 @@ COMMENT ON FUNCTION wfe.accept_task(bigint, text, int, bigint, text, int) IS
 'Acceptance handshake for a pushed dispatch: the first call starts the attempt, under lease_ms (renewed by heartbeats) if given; a redelivery answers duplicate.';
 COMMENT ON FUNCTION wfe.tick(int) IS
 'One round by hand: fires due schedules and timers, times out expired attempts, runs queued in-database actions; returns how many it handled.';
+COMMENT ON FUNCTION wfe.run_timeline(bigint) IS
+'One row per stage attempt with its outcome, times, a text waterfall over the run''s life, and the child run a workflow stage''s attempt started.';
+COMMENT ON FUNCTION wfe.run_mermaid(bigint) IS
+'The plan''s Mermaid flowchart with each stage classed by its state in this run (done, failed, running, skipped, cancelled, waiting), the edges the run took drawn bold, and each workflow stage''s child run by id.';
 COMMENT ON FUNCTION wfe._cron_next(text, text, timestamptz) IS
 'The first tick of cron in time_zone strictly after `after` (a nonexistent local time: the first instant after the gap; a repeated one: the first); NULL when none; 22023 for a bad expression (naming its field) or zone.';
 COMMENT ON FUNCTION wfe._schedule_key(text, timestamptz) IS

@@ -33,6 +33,7 @@
 #include "core/lang/compile.h"
 #include "core/engine/runplan.h"
 #include "core/engine/step.h"
+#include "child.h"
 #include "deadline.h"
 #include "spi_stmt.h"
 #include "bgw/bgw.h"
@@ -480,6 +481,7 @@ typedef struct srv
 	wfe_step_io io;
 	int			lock_stage;		/* load this stage's row FOR UPDATE, or -1 */
 	int			lease_ms;		/* accept_task's lease (0: none) */
+	List	   *after;			/* child runs to start or cancel once the step is over (child.c) */
 } srv;
 
 /* The one step in progress; kept static so an error's leftovers are released next time. */
@@ -561,9 +563,33 @@ static struct json_object *
 io_input_schema(void *arg, int i)
 {
 	srv		   *s = arg;
-	contract_entry *c = contract(s->rp->stages[i].contract);
+	contract_entry *c;
 
+	if (s->rp->stages[i].kind == WFE_K_WORKFLOW)
+	{
+		/* a child's context is bound against its definition's context_schema */
+		int64		definition_id;
+		char	   *version;
+
+		if (!wfe_child_resolve(s->rp->stages[i].contract, &definition_id, &version))
+			return NULL;
+		return run_plan(definition_id)->context_schema;
+	}
+	c = contract(s->rp->stages[i].contract);
 	return c ? c->input_schema : NULL;
+}
+
+/* A workflow stage's child: the version it would run, its depth and the limit. */
+static void
+io_child(void *arg, int i, wfe_child *c)
+{
+	srv		   *s = arg;
+	int64		definition_id;
+	char	   *version;
+
+	c->version = wfe_child_resolve(s->rp->stages[i].contract, &definition_id, &version) ? version : NULL;
+	c->depth = wfe_child_depth(s->run_id);
+	c->max_depth = wfe_max_workflow_depth;
 }
 
 static struct json_object *
@@ -688,7 +714,8 @@ begin(srv *s, int64 run_id, run_lock how)
 		.output = io_output,
 		.input_schema = io_input_schema,.random = io_random,.fence_bits = io_fence_bits,
 		.output_schema = io_output_schema,.cache_entry = io_cache_entry,.cache_leader = io_cache_leader,
-		.buffered_signal = io_buffered_signal,.now_us = io_now_us,.stage_input = io_stage_input
+		.buffered_signal = io_buffered_signal,.now_us = io_now_us,.stage_input = io_stage_input,
+		.child = io_child
 	};
 	wfe_step_begin(&current_step, s->rp, &s->run, &s->io);
 	return true;
@@ -954,6 +981,8 @@ apply(srv *s, const char *reported)
 			case WFE_OP_TIME_OUT:
 				v[2] = Int64GetDatum(op->fence);
 				stmt_run(&q_time_out, v, n);
+				if (s->rp->stages[op->stage].kind == WFE_K_WORKFLOW)
+					s->after = wfe_child_defer_cancel(s->after, s->run_id, stage, "parent attempt timed out");
 				break;
 			case WFE_OP_SKIP:
 				v[2] = CStringGetTextDatum(op->text);
@@ -967,6 +996,8 @@ apply(srv *s, const char *reported)
 					v[3] = Int64GetDatum(op->fence);
 					stmt_run(&q_cancel, v, n);
 					queue = SPI_processed == 1 ? stmt_col(1) : NULL;
+					if (s->rp->stages[op->stage].kind == WFE_K_WORKFLOW)
+						s->after = wfe_child_defer_cancel(s->after, s->run_id, stage, op->text);
 					if (op->flag && queue != NULL)
 					{
 						v[2] = CStringGetTextDatum(s->run.tenant);
@@ -1029,6 +1060,7 @@ apply(srv *s, const char *reported)
 				stmt_run(&q_finish, v, n);
 				snprintf(runid, sizeof(runid), INT64_FORMAT, s->run_id);
 				Async_Notify("wfe_run_done", runid);
+				wfe_child_finished(s->run_id);
 				break;
 			case WFE_OP_REOPEN:
 				stmt_run(&q_reopen, v, n);
@@ -1080,6 +1112,10 @@ apply(srv *s, const char *reported)
 				v[2] = Int64GetDatum(op->delay_us);
 				stmt_run(&q_signal_taken, v, n);
 				break;
+			case WFE_OP_CHILD:
+				s->after = wfe_child_defer_start(s->after, s->run_id, stage, op->attempt, op->text,
+												 op->json2, op->json);
+				break;
 			case WFE_OP_FENCE:
 				{
 					char	   *queue;
@@ -1087,6 +1123,8 @@ apply(srv *s, const char *reported)
 					v[2] = Int64GetDatum(op->fence);
 					stmt_run(&q_fence, v, n);
 					queue = SPI_processed == 1 ? stmt_col(1) : NULL;
+					if (s->rp->stages[op->stage].kind == WFE_K_WORKFLOW)
+						s->after = wfe_child_defer_cancel(s->after, s->run_id, stage, op->text);
 					if (op->flag && queue != NULL)
 					{
 						/* ask a pushed worker to stop, as a cancellation does */
@@ -1107,6 +1145,9 @@ apply(srv *s, const char *reported)
 	}
 	write_events(s, &events);
 	wfe_step_end(&current_step);
+	/* after the step: a child's own step may now run (and nest) */
+	wfe_child_run(s->after);
+	s->after = NIL;
 }
 
 /* ---------------------------------------------------------------------
@@ -1444,6 +1485,19 @@ wfe_timer_fired(PG_FUNCTION_ARGS)
 				wfe_step_sleep_due(&current_step, i, PG_GETARG_INT32(3), PG_GETARG_INT64(4),
 								   SPI_processed == 1 ? stmt_col(1) : "null");
 			}
+		}
+		else if (strcmp(kind, "child_ended") == 0 &&
+				 !PG_ARGISNULL(2) && !PG_ARGISNULL(3) && !PG_ARGISNULL(4))
+		{
+			char	   *stage = text_to_cstring(PG_GETARG_TEXT_PP(2));
+			int			i = wfe_run_plan_find(s.rp, stage);
+			int64		child;
+			char	   *state,
+					   *output;
+
+			if (i >= 0 && wfe_child_outcome(s.run_id, stage, PG_GETARG_INT32(3), &child, &state, &output))
+				wfe_step_child_ended(&current_step, i, PG_GETARG_INT32(3), PG_GETARG_INT64(4),
+									 child, state, output);
 		}
 		else if (strcmp(kind, "run_deadline") == 0)
 		{

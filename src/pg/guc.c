@@ -16,6 +16,7 @@
 int			wfe_max_definition_bytes = 1024 * 1024;
 int			wfe_max_stages = 500;
 int			wfe_max_fanout = 64;
+int			wfe_max_workflow_depth = 8;
 int			wfe_max_expression_bytes = 4096;
 bool		wfe_four_eyes = false;
 bool		wfe_schema_format_assertion = false;
@@ -86,6 +87,13 @@ wfe_guc_init(void)
 							"Wider forks are refused with diagnostic limits.fanout.",
 							&wfe_max_fanout,
 							64, 2, 1024,
+							PGC_SUSET, 0,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("wfe.max_workflow_depth",
+							"Deepest nesting of child runs (a submitted run's child is 1 deep).",
+							"A workflow stage whose child would be deeper fails with limits.workflow_depth.",
+							&wfe_max_workflow_depth,
+							8, 1, 100,
 							PGC_SUSET, 0,
 							NULL, NULL, NULL);
 	DefineCustomIntVariable("wfe.max_expression_bytes",

@@ -28,25 +28,38 @@ REVOKE ALL ON FUNCTION wfe._plan_mermaid(jsonb) FROM PUBLIC;
 
 -- The registry in the compiler's format.  Never NULL: with no contracts
 -- registered it is [], which makes every reference contract.unknown.
+-- Workflows are in it too, as what a workflow stage may name (dsl.md
+-- "Stages form: new types"): NAME for a workflow with an active version,
+-- NAME@VERSION for every version that is not a draft, each with its
+-- context_schema as the input schema a child's input must satisfy.
+-- (PL/pgSQL: wfe.definitions is created after this file.)
 CREATE FUNCTION wfe._contracts_json()
 RETURNS jsonb
-LANGUAGE sql STABLE PARALLEL SAFE
+LANGUAGE plpgsql STABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
-BEGIN ATOMIC
-    SELECT coalesce(jsonb_agg(jsonb_build_object(
-                        'ref', c.ref,
-                        'kind', c.kind,
-                        'queue', c.queue,
-                        'handler', c.handler IS NOT NULL,
-                        'input_schema', c.input_schema,
-                        'output_schema', c.output_schema)
-                    ORDER BY c.ref),
-                    '[]'::jsonb)
-      FROM wfe.contracts AS c;
-END;
+AS $$
+BEGIN
+    RETURN (SELECT coalesce(jsonb_agg(x.entry ORDER BY x.entry ->> 'ref', x.entry ->> 'kind'), '[]'::jsonb)
+      FROM (SELECT jsonb_build_object('ref', c.ref,
+                                      'kind', c.kind,
+                                      'queue', c.queue,
+                                      'handler', c.handler IS NOT NULL,
+                                      'input_schema', c.input_schema,
+                                      'output_schema', c.output_schema) AS entry
+              FROM wfe.contracts AS c
+            UNION ALL
+            SELECT jsonb_build_object('ref', CASE WHEN v.named THEN d.workflow || '@' || d.version
+                                                 ELSE d.workflow END,
+                                      'kind', 'workflow',
+                                      'input_schema', d.plan -> 'context_schema')
+              FROM wfe.definitions AS d
+             CROSS JOIN (VALUES (true), (false)) AS v (named)
+             WHERE d.state <> 'draft' AND (v.named OR d.state = 'active')) AS x);
+END
+$$;
 
 COMMENT ON FUNCTION wfe._contracts_json() IS
-'All registered contracts as the JSON array the compiler takes: [{"ref","kind","queue","handler","input_schema","output_schema"}].';
+'All registered contracts, and the workflows a workflow stage may name (NAME: active; NAME@VERSION: not a draft), as the JSON array the compiler takes: [{"ref","kind","queue","handler","input_schema","output_schema"}].';
 REVOKE ALL ON FUNCTION wfe._contracts_json() FROM PUBLIC;
 
 

@@ -124,7 +124,8 @@ CREATE TABLE wfe.plan_stages (
     stage         text NOT NULL,
     type          text NOT NULL
                   CONSTRAINT plan_stages_type
-                  CHECK (type IN ('action', 'worker', 'decision', 'fork', 'join', 'finaliser', 'wait', 'sleep')),
+                  CHECK (type IN ('action', 'worker', 'decision', 'fork', 'join', 'finaliser', 'wait', 'sleep',
+                                 'workflow')),
     spec          jsonb NOT NULL,
     PRIMARY KEY (definition_id, stage),
     CONSTRAINT plan_stages_ordinal_key UNIQUE (definition_id, ordinal)
@@ -135,7 +136,7 @@ COMMENT ON TABLE wfe.plan_stages IS
 GRANT SELECT ON wfe.plan_stages TO wfe_admin, wfe_author, wfe_approver, wfe_operator, wfe_reader;
 COMMENT ON COLUMN wfe.plan_stages.ordinal IS '1-based position: declared stages or tasks first, then finalisers in declared order';
 COMMENT ON COLUMN wfe.plan_stages.stage IS 'Stage name, task id, or finaliser.N';
-COMMENT ON COLUMN wfe.plan_stages.type IS 'action, worker, decision, fork, join, or finaliser';
+COMMENT ON COLUMN wfe.plan_stages.type IS 'action, worker, decision, fork, join, wait, sleep, workflow, or finaliser';
 COMMENT ON COLUMN wfe.plan_stages.spec IS 'The stage''s object from the compiled plan, every default explicit';
 
 CREATE TABLE wfe.plan_edges (

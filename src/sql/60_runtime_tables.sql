@@ -111,7 +111,12 @@ CREATE TABLE wfe.runs (
     trace_parent      text,
     trace_flags       text NOT NULL DEFAULT '01',
     output            jsonb,
-    CONSTRAINT runs_intent_state CHECK (state = 'running' OR intent IS NOT NULL)
+    parent_run_id     bigint,
+    parent_stage      text,
+    parent_attempt    int,
+    CONSTRAINT runs_intent_state CHECK (state = 'running' OR intent IS NOT NULL),
+    CONSTRAINT runs_parent CHECK ((parent_run_id IS NULL) = (parent_stage IS NULL)
+                                  AND (parent_run_id IS NULL) = (parent_attempt IS NULL))
 );
 COMMENT ON TABLE wfe.runs IS
 'Workflow runs, pinned at creation to a definition digest, the DSL/compiler/engine versions and the contract versions.';
@@ -122,6 +127,9 @@ COMMENT ON COLUMN wfe.runs.span_id IS 'Span id of the run''s span (wfe.run_spans
 COMMENT ON COLUMN wfe.runs.trace_parent IS 'Span id of the submitter''s span (option traceparent), the run span''s parent';
 COMMENT ON COLUMN wfe.runs.trace_flags IS 'W3C trace flags passed on with the trace (the sampled bit)';
 COMMENT ON COLUMN wfe.runs.output IS 'The run''s output (dsl.md "Run output"), bound when it reached a completed intent; NULL before';
+COMMENT ON COLUMN wfe.runs.parent_run_id IS 'A child run (runtime.md "Child runs"): the run whose workflow stage started it; NULL for a submitted run';
+COMMENT ON COLUMN wfe.runs.parent_stage IS 'A child run: the parent''s workflow stage that started it';
+COMMENT ON COLUMN wfe.runs.parent_attempt IS 'A child run: the attempt of the parent''s stage that started it';
 COMMENT ON COLUMN wfe.runs.contracts IS 'Pinned contract versions: {ref: {"kind","queue"}} of every contract the plan uses';
 
 -- An idempotency key names one live or successful run per tenant and
@@ -130,6 +138,8 @@ CREATE UNIQUE INDEX runs_idempotency_key
     ON wfe.runs (tenant, workflow, idempotency_key)
     WHERE idempotency_key IS NOT NULL AND state NOT IN ('failed', 'cancelled');    -- wfe._run_keeps_key
 CREATE INDEX runs_unfinished ON wfe.runs (workflow, state) WHERE finished_at IS NULL;
+-- a parent's children: its report, and cancelling them with it
+CREATE INDEX runs_parent ON wfe.runs (parent_run_id, parent_stage) WHERE parent_run_id IS NOT NULL;
 CREATE INDEX runs_finished_at ON wfe.runs (finished_at) WHERE finished_at IS NOT NULL;
 -- a run's replays (wfe.report)
 CREATE INDEX runs_replay_of ON wfe.runs (replay_of) WHERE replay_of IS NOT NULL;
@@ -313,11 +323,11 @@ CREATE TABLE wfe.timers (
     attempt  int,
     fence    bigint,
     kind     text NOT NULL CONSTRAINT timers_kind CHECK (kind IN ('retry', 'not_before', 'run_deadline', 'cache_ready',
-                                                                  'wait_timeout', 'sleep')),
+                                                                  'wait_timeout', 'sleep', 'child_ended')),
     due_at   timestamptz NOT NULL,
     fired_at timestamptz
 );
-COMMENT ON TABLE wfe.timers IS 'Durable timers: retry delays, delayed starts (not_before), run deadlines, a cached stage''s wake-up when the attempt it waited on ended (cache_ready), a wait''s timeout (wait_timeout), a sleep''s end (sleep)';
+COMMENT ON TABLE wfe.timers IS 'Durable timers: retry delays, delayed starts (not_before), run deadlines, a cached stage''s wake-up when the attempt it waited on ended (cache_ready), a wait''s timeout (wait_timeout), a sleep''s end (sleep), a child run''s end for its parent''s workflow stage (child_ended)';
 -- every column but the fence (see wfe.run_stages)
 GRANT SELECT (timer_id, tenant, run_id, stage, attempt, kind, due_at, fired_at)
     ON wfe.timers TO wfe_reader, wfe_operator;

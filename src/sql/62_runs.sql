@@ -65,6 +65,44 @@ COMMENT ON FUNCTION wfe._submittable(text) IS
 'Resolves a submit''s workflow argument: the active version of a name, or an approved name@version.';
 REVOKE ALL ON FUNCTION wfe._submittable(text) FROM PUBLIC;
 
+-- The contract versions a run of a plan pins: {ref: {"kind", "queue", "handler"}}.
+CREATE FUNCTION wfe._run_contracts(p_plan jsonb)
+RETURNS jsonb
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT coalesce(jsonb_object_agg(c.ref, jsonb_build_object('kind', c.kind, 'queue', c.queue,
+                                                               'handler', c.handler::text)), '{}')
+      FROM wfe.contracts AS c
+     WHERE c.ref IN (SELECT jsonb_array_elements_text(p_plan -> 'contracts'));
+END;
+COMMENT ON FUNCTION wfe._run_contracts(jsonb) IS
+'The contract versions a new run of the plan pins (wfe.runs.contracts).';
+REVOKE ALL ON FUNCTION wfe._run_contracts(jsonb) FROM PUBLIC;
+
+-- A new run's stage rows, one per stage, task and finaliser of its plan
+-- (a submitted run's and a child run's alike).
+CREATE FUNCTION wfe._insert_run_stages(p_run wfe.runs)
+RETURNS void
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    INSERT INTO wfe.run_stages (run_id, stage, tenant, ordinal, kind, queue, worker, handler, priority,
+                                awaits, exec_ms, queue_ms, heartbeat_ms)
+    SELECT p_run.run_id, ps.stage, p_run.tenant, ps.ordinal, ps.type,
+           CASE WHEN ps.type = 'worker' THEN ps.spec ->> 'queue' ELSE c.queue END,
+           coalesce(ps.spec ->> 'worker', ps.spec ->> 'action', ps.spec ->> 'signal'), c.handler, p_run.priority,
+           coalesce((ps.spec ->> 'awaits')::boolean, true),
+           (ps.spec ->> 'execution_deadline_ms')::int, (ps.spec ->> 'queue_deadline_ms')::int,
+           (ps.spec ->> 'heartbeat_ms')::int
+      FROM wfe.plan_stages AS ps
+      LEFT JOIN wfe.contracts AS c ON c.ref = coalesce(ps.spec ->> 'worker', ps.spec ->> 'action')
+     WHERE ps.definition_id = p_run.definition_id;
+END;
+COMMENT ON FUNCTION wfe._insert_run_stages(wfe.runs) IS
+'Inserts a new run''s stage rows (waiting), one per stage, task and finaliser of its plan.';
+REVOKE ALL ON FUNCTION wfe._insert_run_stages(wfe.runs) FROM PUBLIC;
+
 CREATE FUNCTION wfe.submit(workflow text, context jsonb DEFAULT '{}', idempotency_key text DEFAULT NULL,
                            options jsonb DEFAULT '{}')
 RETURNS TABLE (run_id bigint, accepted boolean)
@@ -187,10 +225,7 @@ BEGIN
                                trace_id, trace_parent, trace_flags)
     VALUES (v_tenant, d.workflow, d.version, d.definition_id, d.digest, d.dsl_version, d.compiler_version,
             (SELECT e.extversion FROM pg_catalog.pg_extension AS e WHERE e.extname = 'wfe'),
-            (SELECT coalesce(jsonb_object_agg(c.ref, jsonb_build_object('kind', c.kind, 'queue', c.queue,
-                                                                         'handler', c.handler::text)), '{}')
-               FROM wfe.contracts AS c
-              WHERE c.ref IN (SELECT jsonb_array_elements_text(d.plan -> 'contracts'))),
+            wfe._run_contracts(d.plan),
             v_context, coalesce(v_opts ->> 'execution_context', d.plan ->> 'context'),
             submit.idempotency_key, v_priority, v_start,
             now() + make_interval(secs => v_deadline / 1000.0), d.plan ->> 'form',
@@ -215,17 +250,7 @@ BEGIN
         RETURN;
     END IF;
 
-    INSERT INTO wfe.run_stages (run_id, stage, tenant, ordinal, kind, queue, worker, handler, priority,
-                                awaits, exec_ms, queue_ms, heartbeat_ms)
-    SELECT r.run_id, ps.stage, r.tenant, ps.ordinal, ps.type,
-           CASE WHEN ps.type = 'worker' THEN ps.spec ->> 'queue' ELSE c.queue END,
-           coalesce(ps.spec ->> 'worker', ps.spec ->> 'action', ps.spec ->> 'signal'), c.handler, r.priority,
-           coalesce((ps.spec ->> 'awaits')::boolean, true),
-           (ps.spec ->> 'execution_deadline_ms')::int, (ps.spec ->> 'queue_deadline_ms')::int,
-           (ps.spec ->> 'heartbeat_ms')::int
-      FROM wfe.plan_stages AS ps
-      LEFT JOIN wfe.contracts AS c ON c.ref = coalesce(ps.spec ->> 'worker', ps.spec ->> 'action')
-     WHERE ps.definition_id = d.definition_id;
+    PERFORM wfe._insert_run_stages(r);
 
     PERFORM wfe._event(r.run_id, r.tenant, NULL, NULL, 'run.submitted',
                        jsonb_build_object('workflow', r.workflow, 'version', r.version,

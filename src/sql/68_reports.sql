@@ -50,6 +50,18 @@ BEGIN
         -- a run a schedule started (69_schedules.sql): which, and for which tick
         'schedule', (SELECT x.schedule FROM wfe.schedule_runs AS x WHERE x.run_id = r.run_id),
         'scheduled_for', (SELECT x.scheduled_for FROM wfe.schedule_runs AS x WHERE x.run_id = r.run_id),
+        -- child runs both ways (runtime.md "Child runs"): a child's parent is of its tenant
+        'parent', CASE WHEN r.parent_run_id IS NOT NULL THEN
+                      jsonb_build_object('run_id', r.parent_run_id, 'stage', r.parent_stage,
+                                         'attempt', r.parent_attempt,
+                                         'state', (SELECT x.state FROM wfe.runs AS x WHERE x.run_id = r.parent_run_id))
+                  END,
+        'children', (SELECT coalesce(jsonb_agg(jsonb_build_object('run_id', x.run_id, 'stage', x.parent_stage,
+                                                                  'attempt', x.parent_attempt,
+                                                                  'workflow', x.workflow, 'version', x.version,
+                                                                  'state', x.state)
+                                               ORDER BY x.run_id), '[]')
+                       FROM wfe.runs AS x WHERE x.parent_run_id = r.run_id),
         'stages', (SELECT coalesce(jsonb_agg(jsonb_build_object(
                               'stage', s.stage,
                               'kind', s.kind,
@@ -84,7 +96,7 @@ GRANT EXECUTE ON FUNCTION wfe.report(bigint) TO wfe_submitter, wfe_operator, wfe
 
 CREATE FUNCTION wfe.run_timeline(run_id bigint)
 RETURNS TABLE (stage text, attempt int, outcome text, started_at timestamptz, finished_at timestamptz,
-               duration_ms numeric, waterfall text)
+               duration_ms numeric, waterfall text, child_run_id bigint)
 LANGUAGE plpgsql STABLE STRICT SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -114,10 +126,10 @@ BEGIN
            AND e.type NOT LIKE 'callback.%'
          GROUP BY e.stage, coalesce(e.attempt, 0)
     ), b AS (
-        -- a wait or a sleep parked now (its stage running at this attempt)
-        -- has not finished: its last event is its release, so it runs to
-        -- now (finished_at NULL) rather than showing a zero duration
-        SELECT a.*, (s.state = 'running' AND s.kind IN ('wait', 'sleep')) AS parked
+        -- a wait, a sleep or a workflow stage parked now (its stage running
+        -- at this attempt) has not finished: its last event is its release,
+        -- so it runs to now (finished_at NULL) rather than showing a zero duration
+        SELECT a.*, (s.state = 'running' AND s.kind IN ('wait', 'sleep', 'workflow')) AS parked
           FROM a
           LEFT JOIN wfe.run_stages AS s ON s.run_id = r.run_id AND s.stage = a.stage AND s.attempt = a.attempt
     ), c AS (
@@ -130,13 +142,17 @@ BEGIN
            -- a 40-column bar across the run's life: where the attempt sat and how long
            '|' || rpad(repeat(' ', least(39, floor(extract(epoch FROM c.t_start - r.submitted_at) / v_span * 40)::int))
                        || repeat('█', greatest(1, round(extract(epoch FROM c.t_until - c.t_start) / v_span * 40)::int)),
-                       40) || '|'
+                       40) || '|',
+           -- the child run a workflow stage's attempt started
+           (SELECT x.run_id FROM wfe.runs AS x
+             WHERE x.parent_run_id = r.run_id AND x.parent_stage = c.stage AND x.parent_attempt = c.attempt
+             ORDER BY x.run_id DESC LIMIT 1)
       FROM c
      ORDER BY c.first_event;
 END
 $$;
 COMMENT ON FUNCTION wfe.run_timeline(bigint) IS
-'One row per stage attempt with its outcome, times and a text waterfall over the run''s life.';
+'One row per stage attempt with its outcome, times, a text waterfall over the run''s life, and the child run a workflow stage''s attempt started.';
 REVOKE ALL ON FUNCTION wfe.run_timeline(bigint) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION wfe.run_timeline(bigint) TO wfe_submitter, wfe_operator, wfe_reader;
 
@@ -155,6 +171,7 @@ DECLARE
     v_chart text;
     v_class text;
     v_bold  text;
+    v_children text;
 BEGIN
     SELECT d.plan INTO v_plan FROM wfe.definitions AS d WHERE d.definition_id = r.definition_id;
     v_chart := wfe._plan_mermaid(v_plan);
@@ -210,8 +227,15 @@ BEGIN
                END
     )
     SELECT (SELECT string_agg(format('  class %s %s', s.id, s.cls), E'\n' ORDER BY s.id) FROM states AS s),
-           (SELECT string_agg(t.n::text, ',' ORDER BY t.n) FROM taken AS t)
-      INTO v_class, v_bold;
+           (SELECT string_agg(t.n::text, ',' ORDER BY t.n) FROM taken AS t),
+           -- each workflow stage's latest child run, by id
+           (SELECT string_agg(format('  %%%% %s: child run %s (%s)', n.id, x.run_id, x.state), E'\n'
+                              ORDER BY n.id)
+              FROM nodes AS n
+              CROSS JOIN LATERAL (SELECT c.run_id, c.state FROM wfe.runs AS c
+                                   WHERE c.parent_run_id = r.run_id AND c.parent_stage = n.stage
+                                   ORDER BY c.run_id DESC LIMIT 1) AS x)
+      INTO v_class, v_bold, v_children;
     RETURN rtrim(v_chart, E'\n')
         || format(E'\n  %%%% run %s: %s\n', r.run_id, r.state)
         || E'  classDef done fill:#d8f3dc,stroke:#2d6a4f,color:#1b4332\n'
@@ -221,10 +245,11 @@ BEGIN
         || E'  classDef cancelled fill:#e9ecef,stroke:#495057,color:#495057,stroke-dasharray: 4 3\n'
         || E'  classDef waiting fill:#ffffff,stroke:#ced4da,color:#adb5bd\n'
         || coalesce(v_class || E'\n', '')
+        || coalesce(v_children || E'\n', '')
         || coalesce(E'  linkStyle ' || v_bold || E' stroke-width:4px\n', '');
 END
 $$;
 COMMENT ON FUNCTION wfe.run_mermaid(bigint) IS
-'The plan''s Mermaid flowchart with each stage classed by its state in this run (done, failed, running, skipped, cancelled, waiting) and the edges the run took drawn bold.';
+'The plan''s Mermaid flowchart with each stage classed by its state in this run (done, failed, running, skipped, cancelled, waiting), the edges the run took drawn bold, and each workflow stage''s child run by id.';
 REVOKE ALL ON FUNCTION wfe.run_mermaid(bigint) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION wfe.run_mermaid(bigint) TO wfe_submitter, wfe_reader, wfe_operator;

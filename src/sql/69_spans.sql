@@ -70,6 +70,7 @@ BEGIN
                    wfe._otlp_attribute('wfe.run_id', r.run_id), wfe._otlp_attribute('wfe.stage', t.stage),
                    wfe._otlp_attribute('wfe.attempt', t.attempt), wfe._otlp_attribute('wfe.queue', s.queue),
                    wfe._otlp_attribute('wfe.outcome', t.outcome),
+                   wfe._otlp_attribute('wfe.child_run_id', t.child_run_id),
                    -- the stage keeps its last error whole; an earlier attempt's is its event's code
                    wfe._otlp_attribute('wfe.error', CASE
                        WHEN x.failed AND t.attempt = s.attempt AND s.error IS NOT NULL
@@ -87,7 +88,7 @@ BEGIN
              ORDER BY t.n), '[]')
       INTO v_tries
       FROM wfe.run_timeline(r.run_id) WITH ORDINALITY AS t(stage, attempt, outcome, started_at, finished_at,
-                                                          duration_ms, waterfall, n)
+                                                          duration_ms, waterfall, child_run_id, n)
       JOIN wfe.run_stages AS s ON s.run_id = r.run_id AND s.stage = t.stage
       CROSS JOIN LATERAL (SELECT t.outcome IN ('failed', 'timed_out', 'retry_scheduled') AS failed) AS x
      WHERE t.attempt >= 1;

@@ -215,8 +215,31 @@ static const char *TASKS_WAITS =
 "  - {id: b, sleep: {duration_ms: 5}, depends_on: [a], critical: false}\n"
 "  - {id: c, worker: w.c@1, queue: q, depends_on: [b], dependency_policy: allow_skipped}\n";
 
+/* Child runs: a workflow stage whose failure route starts another child, pinned; and a task. */
+static const char *CHILDREN =
+"name: children\n"
+"version: \"1.0.0\"\n"
+"entry: call\n"
+"finalisers: [fin.one@1]\n"
+"stages:\n"
+"  - {name: call, type: workflow, workflow: sub, input: {x: '${context.modelId}'},"
+" retry: {max_attempts: 2, initial_ms: 1}, on_success: after, on_failure: again}\n"
+"  - {name: after, type: worker, queue: q, worker: w.a@1, input: {r: '${stages.call.result}'},"
+" on_success: completed, on_failure: failed}\n"
+"  - {name: again, type: workflow, workflow: sub@1.0.0, on_success: completed, on_failure: failed}\n";
+
+static const char *TASKS_CHILDREN =
+"name: tasks-children\n"
+"version: \"1.0.0\"\n"
+"tasks:\n"
+"  - {id: a, workflow: sub, produces: [{key: url, type: string}]}\n"
+"  - {id: b, worker: w.c@1, queue: q, depends_on: [a], requires_outputs: [{producer_task_id: a, key: url}],"
+" input: {u: '${outputs.a.url}'}}\n";
+
+static const char *const CHILD_STATES[] = {"completed", "failed", "cancelled"};
+
 static const char *const *const WORKFLOWS[] = {&FORKS, &MODEL_INGEST, &CHAIN, &TASKS, &TASKS_PLAIN, &CACHED,
-&WAITS, &TASKS_WAITS};
+&WAITS, &TASKS_WAITS, &CHILDREN, &TASKS_CHILDREN};
 #define NWORKFLOWS (sizeof(WORKFLOWS) / sizeof(WORKFLOWS[0]))
 static wfe_run_plan *plans[NWORKFLOWS];
 
@@ -348,6 +371,11 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 				 data[1] % N(CONTEXTS) == 1 ? "1" : data[1] % N(CONTEXTS) == 2 ? "\"s\"" : "null");
 		sh_cache_put(&h, key, RESULTS[(data[2] >> 1) % N(RESULTS)], !(data[2] & 0x20));
 	}
+	/* a workflow stage's child: none to run, or one too deep */
+	if ((data[1] & 0xc0) == 0x80)
+		h.child_version = NULL;
+	else if ((data[1] & 0xc0) == 0x40)
+		h.child_depth = h.max_depth + 1;
 	sh_start(&h);
 
 	while (pos + 3 <= size && commands++ < 400)
@@ -364,7 +392,12 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		{
 			case 14:
 				/* a signal for the run, whether or not anything waits for it now */
-				sh_send_signal(&h, "sig.a@1", RESULTS[sel % N(RESULTS)]);
+				if (sel & 0x80)
+					sh_send_signal(&h, "sig.a@1", RESULTS[sel % N(RESULTS)]);
+				else
+					/* a child's end for any stage, attempt and fence near the current ones */
+					sh_child_ended(&h, i, attempt, fence, 900 + (int64_t) sel, CHILD_STATES[sel % 3],
+								   RESULTS[(sel >> 2) % N(RESULTS)]);
 				break;
 			case 0:
 				sh_callback(&h, i, WFE_CB_COMPLETE, attempt, fence, RESULTS[(sel >> 2) % N(RESULTS)], 1);
@@ -453,6 +486,9 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 						sh_send_signal(&h, h.rp->stages[k].contract, RESULTS[sel % N(RESULTS)]);
 					else if (h.rp->stages[k].kind == WFE_K_SLEEP && h.ntimers > 0)
 						sh_fire_timer(&h, h.ntimers - 1);
+					else if (h.rp->stages[k].kind == WFE_K_WORKFLOW)
+						sh_child_ended(&h, k, h.rows[k].attempt, h.rows[k].fence, 1000 + (int64_t) h.steps,
+									   CHILD_STATES[(sel >> 6) % 3], RESULTS[sel % N(RESULTS)]);
 					else if (h.rows[k].has_handler)
 						sh_action_done(&h, k, RESULTS[sel % N(RESULTS)], NULL);
 					else if ((sel & 0xC0) == 0xC0)

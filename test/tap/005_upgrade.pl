@@ -342,12 +342,12 @@ sub table_rows
 }
 
 # (less the keys 0.2.0 adds to every report: replay_of, replays, redriven;
-# and 0.3.0's: schedule, scheduled_for)
+# and 0.3.0's: schedule, scheduled_for, output, parent, children)
 sub report
 {
 	my ($run) = @_;
 	return sql("SELECT CASE WHEN r ->> 'finished_at' IS NULL THEN r - 'duration_ms' ELSE r END "
-		  . "FROM (SELECT wfe.report($run) - ARRAY['replay_of', 'replays', 'redriven', 'schedule', 'scheduled_for', 'output'] AS r) AS x");
+		  . "FROM (SELECT wfe.report($run) - ARRAY['replay_of', 'replays', 'redriven', 'schedule', 'scheduled_for', 'output', 'parent', 'children'] AS r) AS x");
 }
 my %rows_before   = map { $_ => table_rows($_) } keys %table_order;
 my %report_before = map { $_ => report($_) } @before;
@@ -629,7 +629,7 @@ for my $run (@before)
 {
 	is( sql(<<"SQL"),
 WITH b AS (SELECT @{[lit($report_before{$run})]}::jsonb AS r),
-     a AS (SELECT wfe.report($run) - ARRAY['replay_of', 'replays', 'redriven', 'schedule', 'scheduled_for', 'output'] AS r)
+     a AS (SELECT wfe.report($run) - ARRAY['replay_of', 'replays', 'redriven', 'schedule', 'scheduled_for', 'output', 'parent', 'children'] AS r)
 SELECT coalesce(string_agg(x.what, ', '), 'intact') FROM (
     SELECT k AS what FROM b, a, jsonb_object_keys(b.r) AS k
      WHERE k NOT IN ('stages', 'outputs', 'state', 'intent', 'reason', 'finished_at', 'late_callbacks')

@@ -182,6 +182,12 @@ struct sh
 	int			nsignals,
 				capsignals;
 	int64_t		now_us;			/* what io->now_us returns */
+	const char *child_version;	/* what io->child answers: the version (NULL: none), */
+	int			child_depth;	/* the depth a child would have, */
+	int			max_depth;		/* and wfe.max_workflow_depth */
+	sh_mark    *children;		/* child runs started (WFE_OP_CHILD): stage, attempt, fence */
+	int			nchildren,
+				capchildren;
 	sh_op	   *ops;			/* the last step's ops */
 	int			nops,
 				capops;
@@ -369,6 +375,18 @@ sh_io_now_us(void *arg)
 }
 
 static const char *sh_io_stage_input(void *arg, int i);
+
+/* A workflow stage's child as the server resolves it. */
+static void
+sh_io_child(void *arg, int i, wfe_child *c)
+{
+	sh		   *h = arg;
+
+	(void) i;
+	c->version = h->child_version;
+	c->depth = h->child_depth;
+	c->max_depth = h->max_depth;
+}
 
 SH_FN wfe_run_plan *
 sh_plan(const char *yaml, int64_t definition_id)
@@ -621,6 +639,9 @@ sh_init(sh *h, const wfe_run_plan *rp, const char *context, const char *executio
 	h->run.finished = 0;
 	h->check_liveness = 1;
 	h->random = 0.5;
+	h->child_version = "1";
+	h->child_depth = 1;
+	h->max_depth = 8;
 }
 
 /* An in-database action: a handler, no queue (wfe._run_handler runs it). */
@@ -710,6 +731,7 @@ sh_free(sh *h)
 	}
 	free(h->cache);
 	free(h->wakes);
+	free(h->children);
 	sh_free_ops(h);
 	free(h->ops);
 	sh_collect(h);
@@ -755,7 +777,8 @@ sh_move(sh *h, int i, wfe_state to, const char *by)
 		return;
 	}
 	if (!wfe_stage_transition_legal(h->rp->stages[i].kind == WFE_K_WAIT ? "wait" :
-									h->rp->stages[i].kind == WFE_K_SLEEP ? "sleep" : "worker",
+									h->rp->stages[i].kind == WFE_K_SLEEP ? "sleep" :
+									h->rp->stages[i].kind == WFE_K_WORKFLOW ? "workflow" : "worker",
 									wfe_state_name(r->state), wfe_state_name(to)))
 		sh_violate(h, "%s: illegal stage transition %s -> %s (%s)", sh_sname(h, i),
 				   wfe_state_name(r->state), wfe_state_name(to), by);
@@ -1197,6 +1220,22 @@ sh_apply(sh *h, const char *reported)
 					m->fence = op->prev_fence;
 				}
 				break;
+			case WFE_OP_CHILD:
+				/* engine.c starts a child run for the attempt it parked */
+				if (h->rp->stages[i].kind != WFE_K_WORKFLOW || r->state != WFE_RUNNING ||
+					op->attempt != r->attempt || op->fence != r->fence || op->text == NULL ||
+					op->json == NULL || op->json2 == NULL)
+					sh_violate(h, "%s: CHILD for attempt %d while %s (attempt %d)", sh_sname(h, i),
+							   op->attempt, wfe_state_name(r->state), r->attempt);
+				else
+				{
+					sh_mark    *m = SH_PUSH(h->children, h->nchildren, h->capchildren);
+
+					m->stage = i;
+					m->attempt = op->attempt;
+					m->fence = op->fence;
+				}
+				break;
 			default:
 				sh_violate(h, "op %d has kind %d, which is no op", k, (int) op->kind);
 		}
@@ -1317,6 +1356,7 @@ sh_begin(sh *h)
 	h->io.buffered_signal = sh_io_buffered_signal;
 	h->io.now_us = sh_io_now_us;
 	h->io.stage_input = sh_io_stage_input;
+	h->io.child = sh_io_child;
 	wfe_step_begin(&h->st, h->rp, &h->view, &h->io);
 }
 
@@ -1512,6 +1552,19 @@ sh_fire_timer(sh *h, int k)
 		wfe_step_sleep_due(&h->st, t->stage, t->attempt, t->fence, "\"2030-01-01T00:00:00+00:00\"");
 	sh_end(h, NULL, what);
 	return 1;
+}
+
+/*
+ * The child run started for workflow stage i's attempt and fence ended in
+ * state with output (engine.c's child_ended timer fired for the parent).
+ */
+SH_FN void
+sh_child_ended(sh *h, int i, int attempt, int64_t fence, int64_t child, const char *state,
+			   const char *output)
+{
+	sh_begin(h);
+	wfe_step_child_ended(&h->st, i, attempt, fence, child, state, output);
+	sh_end(h, output, "child ended");
 }
 
 /*

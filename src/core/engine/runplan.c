@@ -366,7 +366,8 @@ read_stage(wfe_run_plan *rp, int i, json_object *o)
 	s->cache_ttl_ms = json_object_is_type(list, json_type_object)
 		? (int64_t) num_member(list, "ttl_ms", -1) : -1;
 	s->contract = str_member(o, "worker") ? str_member(o, "worker") :
-		str_member(o, "action") ? str_member(o, "action") : str_member(o, "signal");
+		str_member(o, "action") ? str_member(o, "action") :
+		str_member(o, "signal") ? str_member(o, "signal") : str_member(o, "workflow");
 	s->on_timeout = s->on_failure;
 	s->timeout_ms = -1;
 	s->sleep_ms = -1;
@@ -461,7 +462,7 @@ read_stage(wfe_run_plan *rp, int i, json_object *o)
 		memset(&sc, 0, sizeof(sc));
 		sc.rp = rp;
 		sc.form = rp->tasks_form ? WFE_FORM_TASKS : WFE_FORM_STAGES;
-		if (s->kind == WFE_K_ACTION || s->kind == WFE_K_WORKER)
+		if (s->kind == WFE_K_ACTION || s->kind == WFE_K_WORKER || s->kind == WFE_K_WORKFLOW)
 		{
 			json_object *input = json_object_object_get(o, "input");
 
@@ -529,6 +530,10 @@ wfe_run_plan_build(int64_t definition_id, const char *plan_json, char *err, int 
 	if (json_object_object_get_ex(plan, "output", &rp->output) &&
 		!json_object_is_type(rp->output, json_type_object))
 		rp->output = NULL;
+	if (json_object_object_get_ex(plan, "context_schema", &rp->context_schema) &&
+		!json_object_is_type(rp->context_schema, json_type_object) &&
+		!json_object_is_type(rp->context_schema, json_type_boolean))
+		rp->context_schema = NULL;
 	rp->stages = calloc(rp->nstages ? rp->nstages : 1, sizeof(wfe_rp_stage));
 
 	/* names first, so that every reference resolves */
@@ -549,7 +554,8 @@ wfe_run_plan_build(int64_t definition_id, const char *plan_json, char *err, int 
 			strcmp(type, "fork") == 0 ? WFE_K_FORK :
 			strcmp(type, "join") == 0 ? WFE_K_JOIN :
 			strcmp(type, "wait") == 0 ? WFE_K_WAIT :
-			strcmp(type, "sleep") == 0 ? WFE_K_SLEEP : WFE_K_ACTION;
+			strcmp(type, "sleep") == 0 ? WFE_K_SLEEP :
+			strcmp(type, "workflow") == 0 ? WFE_K_WORKFLOW : WFE_K_ACTION;
 	}
 	for (int i = 0; i < rp->nstages; i++)
 		read_stage(rp, i, i < nst ? json_object_array_get_idx(stages, i)

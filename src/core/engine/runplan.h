@@ -29,7 +29,8 @@ typedef enum wfe_kind
 	WFE_K_JOIN,
 	WFE_K_FINALISER,
 	WFE_K_WAIT,					/* running, no worker, until its signal or timeout */
-	WFE_K_SLEEP					/* running, no worker, until its timer */
+	WFE_K_SLEEP,				/* running, no worker, until its timer */
+	WFE_K_WORKFLOW				/* running, no worker, until its child run ends */
 } wfe_kind;
 
 /* A route's target: a stage index (>= 0), no route, or a terminal intent. */
@@ -144,6 +145,7 @@ typedef struct wfe_run_plan
 	wfe_rp_stage *stages;
 	uint8_t    *reach;			/* nstages x nstages: reach[a*n+b] = b reachable from a */
 	struct json_object *output;	/* the run's output template (plan "output"), or NULL */
+	struct json_object *context_schema;	/* plan "context_schema" (a child's context is bound to it), or NULL */
 	struct json_object *plan;	/* the whole plan, owned */
 } wfe_run_plan;
 

@@ -22,7 +22,7 @@ static const char *const run_names[WFE_NRUN_STATES] = {
  */
 const wfe_transition wfe_stage_transition_table[] = {
 	{"waiting", "queued", "released: its predecessors are done", NULL},
-	{"waiting", "running", "a wait or a sleep released: running with no worker", "wait sleep"},
+	{"waiting", "running", "a wait, a sleep or a workflow stage released: running with no worker", "wait sleep workflow"},
 	{"waiting", "completed", "a decision, fork or join resolved, or a cache hit, at release", NULL},
 	{"waiting", "failed", "input binding failed, or a join was not satisfied", NULL},
 	{"waiting", "skipped", "branch not taken, dependency failed, context gated, missing input, run aborted", NULL},
@@ -41,6 +41,7 @@ const wfe_transition wfe_stage_transition_table[] = {
 	{"running", "timed_out", "execution or heartbeat deadline passed, or a wait's timeout", NULL},
 	{"running", "cancelled", "run intent set or run cancelled: the attempt is fenced", NULL},
 	{"retry_scheduled", "queued", "the retry timer fired: new attempt, new fence", NULL},
+	{"retry_scheduled", "running", "the retry timer fired: a new child run, new fence", "workflow"},
 	{"retry_scheduled", "cancelled", "run intent set or run cancelled", NULL},
 	{"timed_out", "retry_scheduled", "the timed-out attempt is retried later", NULL},
 	{"timed_out", "queued", "operator re-drive", NULL},
@@ -55,7 +56,7 @@ const wfe_transition wfe_stage_transition_table[] = {
 	{"failed", "waiting", "the run was reopened by an operator: runs again", NULL},
 	{"timed_out", "waiting", "the run was reopened by an operator: runs again", NULL},
 	{"skipped", "waiting", "the run was reopened by an operator: runs again", NULL},
-	{"cancelled", "waiting", "operator re-drive of a wait or a sleep: released again", "wait sleep"},
+	{"cancelled", "waiting", "operator re-drive of a wait, a sleep or a workflow stage: released again", "wait sleep workflow"},
 	{NULL, NULL, NULL, NULL}
 };
 
@@ -138,7 +139,7 @@ wfe_stage_transition_legal(const char *kind, const char *from, const char *to)
 }
 
 static const char *const kind_names[] = {
-	"action", "worker", "decision", "fork", "join", "finaliser", "wait", "sleep", NULL
+	"action", "worker", "decision", "fork", "join", "finaliser", "wait", "sleep", "workflow", NULL
 };
 
 static const char *const skip_reasons[] = {

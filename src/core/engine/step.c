@@ -314,7 +314,7 @@ build_root(wfe_step *st, int i, int for_decision)
 			json_object *entry;
 
 			if (ts->kind != WFE_K_ACTION && ts->kind != WFE_K_WORKER &&
-				ts->kind != WFE_K_WAIT && ts->kind != WFE_K_SLEEP)
+				ts->kind != WFE_K_WAIT && ts->kind != WFE_K_SLEEP && ts->kind != WFE_K_WORKFLOW)
 				continue;
 			tr = wfe_step_row(st, t);
 			if (!tr->exists || tr->state != WFE_COMPLETED)
@@ -403,8 +403,8 @@ finaliser_input(wfe_step *st)
  * Bind stage i's input.  Returns the input's JSON text, or NULL with *code
  * and *message set when binding failed.
  */
-static const char *
-bind_stage(wfe_step *st, int i, const char **code, const char **message)
+const char *
+step_bind_stage(wfe_step *st, int i, const char **code, const char **message)
 {
 	const wfe_rp_stage *s = &st->rp->stages[i];
 	json_object *schema = st->io->input_schema(st->io->arg, i);
@@ -734,6 +734,8 @@ step_activate(wfe_step *st, int i, int branch, wfe_state outcome)
 		for (int k = 0; k < s->ntargets; k++)
 			step_activate(st, s->targets[k], s->targets[k], WFE_COMPLETED);
 	}
+	else if (s->kind == WFE_K_WORKFLOW)
+		step_release_child(st, i, 0);
 	else
 	{
 		const char *input;
@@ -743,28 +745,9 @@ step_activate(wfe_step *st, int i, int branch, wfe_state outcome)
 		/* a wait binds nothing; a sleep binds its `until`, if it has one */
 		input = s->kind == WFE_K_FINALISER ? finaliser_input(st)
 			: (s->kind == WFE_K_WAIT || (s->kind == WFE_K_SLEEP && s->input == NULL)) ? "{}"
-			: bind_stage(st, i, &code, &message);
+			: step_bind_stage(st, i, &code, &message);
 		if (input == NULL)
-		{
-			/* binding failures fail the attempt without retry */
-			wfe_op	   *op = step_emit(st, WFE_OP_BIND_FAILED, i);
-			json_object *error = json_object_new_object();
-			json_object *detail = json_object_new_object();
-
-			json_object_object_add(error, "code", step_jstr(code));
-			json_object_object_add(error, "message", step_jstr(message));
-			op->json = step_json_text(st, error);
-			r->state = WFE_FAILED;
-			r->attempt += 1;	/* 1, or the next one in a reopened run */
-			r->fence = step_next_fence(st, r->fence);
-			r->outcome = WFE_FAILED;
-			op->attempt = r->attempt;
-			op->fence = r->fence;
-			json_object_object_add(detail, "code", step_jstr(code));
-			json_object_object_add(detail, "error", step_jstr(message));
-			step_event(st, i, r->attempt, "stage.binding_failed", detail);
-			stage_done(st, i, WFE_FAILED);
-		}
+			step_bind_failed(st, i, code, message);
 		else if (s->kind == WFE_K_WAIT || s->kind == WFE_K_SLEEP)
 			step_park(st, i, s->input ? input : NULL);
 		else if (step_cached(st, i))
@@ -773,6 +756,30 @@ step_activate(wfe_step *st, int i, int branch, wfe_state outcome)
 			step_enqueue(st, i, input, 1, NULL);
 	}
 	st->depth--;
+}
+
+/* Stage i's input did not bind (code, message): its attempt fails without retry, routed on. */
+void
+step_bind_failed(wfe_step *st, int i, const char *code, const char *message)
+{
+	wfe_row    *r = wfe_step_row(st, i);
+	wfe_op	   *op = step_emit(st, WFE_OP_BIND_FAILED, i);
+	json_object *error = json_object_new_object();
+	json_object *detail = json_object_new_object();
+
+	json_object_object_add(error, "code", step_jstr(code));
+	json_object_object_add(error, "message", step_jstr(message));
+	op->json = step_json_text(st, error);
+	r->state = WFE_FAILED;
+	r->attempt += 1;			/* 1, or the next one in a reopened run */
+	r->fence = step_next_fence(st, r->fence);
+	r->outcome = WFE_FAILED;
+	op->attempt = r->attempt;
+	op->fence = r->fence;
+	json_object_object_add(detail, "code", step_jstr(code));
+	json_object_object_add(detail, "error", step_jstr(message));
+	step_event(st, i, r->attempt, "stage.binding_failed", detail);
+	stage_done(st, i, WFE_FAILED);
 }
 
 /* ---------------------------------------------------------------------
@@ -901,27 +908,9 @@ step_park(wfe_step *st, int i, const char *input)
 static void
 sleep_unbound(wfe_step *st, int i, const char *value, const char *why)
 {
-	wfe_row    *r = wfe_step_row(st, i);
-	wfe_op	   *op = step_emit(st, WFE_OP_BIND_FAILED, i);
-	json_object *error = json_object_new_object();
-	json_object *detail = json_object_new_object();
-	const char *message = wfe_arena_printf(&st->arena,
-										   "until of sleep '%s' is %s, not an RFC 3339 timestamp%s%s",
-										   st->rp->stages[i].name, value, why[0] ? ": " : "", why);
-
-	json_object_object_add(error, "code", json_object_new_string("binding.type"));
-	json_object_object_add(error, "message", step_jstr(message));
-	op->json = step_json_text(st, error);
-	r->state = WFE_FAILED;
-	r->attempt += 1;
-	r->fence = step_next_fence(st, r->fence);
-	r->outcome = WFE_FAILED;
-	op->attempt = r->attempt;
-	op->fence = r->fence;
-	json_object_object_add(detail, "code", json_object_new_string("binding.type"));
-	json_object_object_add(detail, "error", step_jstr(message));
-	step_event(st, i, r->attempt, "stage.binding_failed", detail);
-	stage_done(st, i, WFE_FAILED);
+	step_bind_failed(st, i, "binding.type",
+					 wfe_arena_printf(&st->arena, "until of sleep '%s' is %s, not an RFC 3339 timestamp%s%s",
+									  st->rp->stages[i].name, value, why[0] ? ": " : "", why));
 }
 
 const char *
@@ -1149,7 +1138,7 @@ run_output(wfe_step *st, const char **code, const char **message)
 		json_object *entry;
 
 		if ((ts->kind != WFE_K_ACTION && ts->kind != WFE_K_WORKER &&
-			 ts->kind != WFE_K_WAIT && ts->kind != WFE_K_SLEEP) ||
+			 ts->kind != WFE_K_WAIT && ts->kind != WFE_K_SLEEP && ts->kind != WFE_K_WORKFLOW) ||
 			!tr->exists || tr->state != WFE_COMPLETED)
 			continue;
 		entry = json_object_new_object();
@@ -1568,7 +1557,12 @@ wfe_step_retry_due(wfe_step *st, int i, int attempt, int64_t fence)
 	if (r->exists && r->state == WFE_RETRY_SCHEDULED && r->attempt == attempt && r->fence == fence &&
 		(intent < 0 || st->rp->stages[i].kind == WFE_K_FINALISER ||
 		 (!r->awaits && intent == WFE_RUN_COMPLETED)))
-		step_enqueue(st, i, NULL, 1, NULL);
+	{
+		if (st->rp->stages[i].kind == WFE_K_WORKFLOW)
+			step_release_child(st, i, 1);	/* a new child run */
+		else
+			step_enqueue(st, i, NULL, 1, NULL);
+	}
 }
 
 void

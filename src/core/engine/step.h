@@ -70,6 +70,21 @@ typedef struct wfe_run
 	int			finished;
 } wfe_run;
 
+/*
+ * A workflow stage's child as its attempt would start it now (runtime.md
+ * "Child runs"), as the server resolves it: the version of the named
+ * workflow (the active one, or the one NAME@VERSION names if it is not a
+ * draft; NULL: none), the nesting depth the child would have (a top-level
+ * run's child: 1) and wfe.max_workflow_depth.  The child's context_schema
+ * is what input_schema answers for the stage.
+ */
+typedef struct wfe_child
+{
+	const char *version;
+	int			depth;
+	int			max_depth;
+} wfe_child;
+
 /* The I/O hooks: what the core may ask the server for; every hook may raise. */
 typedef struct wfe_step_io
 {
@@ -108,6 +123,8 @@ typedef struct wfe_step_io
 	int64_t		(*now_us) (void *arg);
 	/* the bound input (JSON text) stored in stage i's row, or NULL */
 	const char *(*stage_input) (void *arg, int stage);
+	/* workflow stage i's child as it would start now (fills *c) */
+	void		(*child) (void *arg, int stage, wfe_child *c);
 } wfe_step_io;
 
 /* The effects, in the order the server writes them. */
@@ -145,7 +162,10 @@ typedef enum wfe_op_kind
 	/* waits and sleeps */
 	WFE_OP_PARK,				/* running with no worker (a wait, a sleep): new attempt, fence;
 								 * delay_us >= 0: a timer (text: its kind) after it; json: input */
-	WFE_OP_SIGNAL_TAKEN			/* the buffered signal delay_us (its id) was taken by this wait */
+	WFE_OP_SIGNAL_TAKEN,		/* the buffered signal delay_us (its id) was taken by this wait */
+	/* child runs */
+	WFE_OP_CHILD				/* start a child run for the parked workflow stage's attempt (attempt,
+								 * fence): text the workflow, json2 its version, json its context */
 } wfe_op_kind;
 
 /* wfe_op.branch of a RESOLVE that leaves the row's branch as it is */
@@ -231,6 +251,16 @@ extern void wfe_step_wait_timeout(wfe_step *st, int stage, int attempt, int64_t 
 /* a sleep's timer fired (for that attempt and fence); due_json: its due time, a JSON string */
 extern void wfe_step_sleep_due(wfe_step *st, int stage, int attempt, int64_t fence,
 							   const char *due_json);
+
+/*
+ * The child run started for workflow stage i's attempt (and fence) ended
+ * in state ("completed", "failed" or "cancelled"; output: its output, JSON
+ * text): that attempt completes with the output or fails with child.failed
+ * / child.cancelled.  An attempt no longer running (cancelled, fenced,
+ * redriven) records the late end and changes nothing.
+ */
+extern void wfe_step_child_ended(wfe_step *st, int stage, int attempt, int64_t fence,
+								 int64_t child_run_id, const char *state, const char *output);
 
 /* The callback gate: which report of a worker is this (a callback), and what it reports. */
 typedef enum wfe_callback

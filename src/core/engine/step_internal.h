@@ -1,8 +1,8 @@
 /*
- * step_internal.h — what the three files of the step core share: step.c
- * (how a run moves), step_cache.c (the result cache at release) and
- * step_operate.c (operator recovery).  Not for the server: it includes
- * step.h and knows nothing of this.
+ * step_internal.h — what the files of the step core share: step.c (how a
+ * run moves), step_cache.c (the result cache at release), step_operate.c
+ * (operator recovery) and child.c (workflow stages' child runs).  Not
+ * for the server: it includes step.h and knows nothing of this.
  */
 #ifndef WFE_STEP_INTERNAL_H
 #define WFE_STEP_INTERNAL_H
@@ -32,6 +32,8 @@ extern void step_skip_unreachable(wfe_step *st, int decision, int next);
 extern void step_route(wfe_step *st, int from, int target, int branch, wfe_state outcome);
 extern void step_activate(wfe_step *st, int i, int branch, wfe_state outcome);
 extern void step_park(wfe_step *st, int i, const char *input);
+extern const char *step_bind_stage(wfe_step *st, int i, const char **code, const char **message);
+extern void step_bind_failed(wfe_step *st, int i, const char *code, const char *message);
 extern void step_attempt_failed(wfe_step *st, int i, const char *error, const char *code, int retryable, wfe_state final_state);
 
 /* How a stage completed: what its completion stores and whom it wakes. */
@@ -48,5 +50,8 @@ extern void step_completed(wfe_step *st, int i, const char *result, completion h
 extern int step_cached(wfe_step *st, int i);
 extern void step_cache_leader_ended(wfe_step *st, int i);
 extern void step_cached_release(wfe_step *st, int i, const char *input, int may_wait);
+
+/* Child runs (child.c) */
+extern void step_release_child(wfe_step *st, int i, int again);
 
 #endif							/* WFE_STEP_INTERNAL_H */

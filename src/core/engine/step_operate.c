@@ -25,14 +25,15 @@ operator_event(wfe_step *st, int i, const char *type, const char *by, const char
 
 /*
  * A new attempt of stage i, its input already bound in its row: a task is
- * queued, a wait waits again (with a new timeout), a sleep sleeps again.
+ * queued, a wait waits again (with a new timeout), a sleep sleeps again,
+ * a workflow stage starts a new child run.
  */
 static void
 new_attempt(wfe_step *st, int i)
 {
 	wfe_kind	kind = st->rp->stages[i].kind;
 
-	if (kind == WFE_K_WAIT || kind == WFE_K_SLEEP)
+	if (kind == WFE_K_WAIT || kind == WFE_K_SLEEP || kind == WFE_K_WORKFLOW)
 	{
 		/* waiting again, then released again: the legal way back to running */
 		wfe_row    *r = wfe_step_row(st, i);
@@ -40,7 +41,10 @@ new_attempt(wfe_step *st, int i)
 		step_emit(st, WFE_OP_RESET, i);
 		r->state = WFE_WAITING;
 		r->outcome = 0;
-		step_park(st, i, st->io->stage_input ? st->io->stage_input(st->io->arg, i) : NULL);
+		if (kind == WFE_K_WORKFLOW)
+			step_release_child(st, i, 1);	/* a new child run */
+		else
+			step_park(st, i, st->io->stage_input ? st->io->stage_input(st->io->arg, i) : NULL);
 	}
 	else
 		step_enqueue(st, i, NULL, 1, NULL);

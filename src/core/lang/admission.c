@@ -81,6 +81,13 @@ static const char *const sleep_keys[] = {
 	"name", "type", "duration_ms", "until", "on_success", "on_failure", NULL
 };
 static const char *const sleep_required[] = {"name", "type", "on_success", NULL};
+static const char *const workflow_keys[] = {
+	"name", "type", "workflow", "input", "retry", "execution_deadline_ms", "on_success",
+	"on_failure", NULL
+};
+static const char *const workflow_required[] = {
+	"name", "type", "workflow", "on_success", "on_failure", NULL
+};
 static const char *const branch_keys[] = {"when", "next", NULL};
 static const char *const task_keys[] = {
 	"id", "worker", "queue", "action", "description", "depends_on", "critical",
@@ -101,6 +108,11 @@ static const char *const task_wait_keys[] = {
 static const char *const task_sleep_keys[] = {
 	"id", "sleep", "description", "depends_on", "critical", "dependency_policy",
 	"contexts", "awaits", "produces", "requires_outputs", NULL
+};
+static const char *const task_workflow_keys[] = {
+	"id", "workflow", "description", "depends_on", "critical", "dependency_policy",
+	"contexts", "awaits", "produces", "requires_outputs", "input", "retry",
+	"execution_deadline_ms", NULL
 };
 static const char *const wait_executor_keys[] = {"signal", "timeout_ms", NULL};
 static const char *const wait_executor_required[] = {"signal", NULL};
@@ -665,6 +677,39 @@ read_executor_settings(wfe_model *m, wfe_stage *s, const wfe_ynode *map)
 	s->cache_ttl_ms = read_cache(m, map, s->path);
 }
 
+/*
+ * A child workflow (a workflow stage, a task's workflow:): NAME or
+ * NAME@VERSION, with an input, a retry policy and an execution deadline.
+ */
+static void
+read_child(wfe_model *m, wfe_stage *s, const wfe_ynode *map)
+{
+	s->ref = get_name_ref(m, map, "workflow", s->path);
+	if (s->ref.name)
+	{
+		const char *at = strchr(s->ref.name, '@');
+		char	   *name = wfe_arena_strdup(m->arena, s->ref.name);
+
+		if (at)
+			name[at - s->ref.name] = '\0';
+		if (!valid_workflow_name(name) || (at && !is_semver(at + 1)))
+		{
+			wfe_diag(m->diags, "schema.value", s->ref.path, s->ref.line, s->ref.column,
+					 "workflow '%s' is not a workflow name, or name@version with a semantic version",
+					 s->ref.name);
+			s->ref.name = NULL;
+		}
+	}
+	read_input(m, s, map);
+	s->retry = read_retry(m, wfe_ymap_get(map, "retry"), key_path(m, s->path, "retry"),
+						  m->default_retry);
+	s->execution_deadline_ms = m->default_execution_deadline_ms;
+	s->queue_deadline_ms = WFE_NONE;
+	s->heartbeat_ms = WFE_NONE;
+	s->cache_ttl_ms = WFE_NONE;
+	get_ms(m, map, "execution_deadline_ms", s->path, &s->execution_deadline_ms, 0);
+}
+
 /* A decision's branches: [{when, next}], the fallback flagged. */
 static void
 read_decision(wfe_model *m, wfe_stage *s, const wfe_ynode *map)
@@ -848,10 +893,16 @@ read_stage(wfe_model *m, wfe_stage *s, const wfe_ynode *map)
 		check_keys(m, map, s->path, sleep_keys, sleep_required, "a sleep stage");
 		read_sleep_at(m, s, map, s->path);
 	}
+	else if (strcmp(type, "workflow") == 0)
+	{
+		s->type = WFE_ST_WORKFLOW;
+		check_keys(m, map, s->path, workflow_keys, workflow_required, "a workflow stage");
+		read_child(m, s, map);
+	}
 	else
 	{
 		report(m, "schema.value", tn, key_path(m, s->path, "type"),
-			   "stage type '%s' is not one of action, worker, decision, fork, join, wait, sleep", type);
+			   "stage type '%s' is not one of action, worker, decision, fork, join, wait, sleep, workflow", type);
 		s->type = WFE_ST_INVALID;
 		return;
 	}
@@ -950,6 +1001,7 @@ read_task(wfe_model *m, wfe_stage *s, const wfe_ynode *map)
 	int			has_action = wfe_ymap_get(map, "action") != NULL;
 	const wfe_ynode *wait = wfe_ymap_get(map, "wait");
 	const wfe_ynode *sleep = wfe_ymap_get(map, "sleep");
+	int			has_child = wfe_ymap_get(map, "workflow") != NULL;
 	static const char *const id_only[] = {"id", NULL};
 
 	s->name = checked_string(m, map, "id", s->path, valid_stage_name,
@@ -957,10 +1009,18 @@ read_task(wfe_model *m, wfe_stage *s, const wfe_ynode *map)
 	s->critical = 1;
 	s->awaits = 1;
 	s->dependency_policy = "require_success";
-	if ((wait != NULL) + (sleep != NULL) + has_worker + has_action > 1)
+	if ((wait != NULL) + (sleep != NULL) + has_worker + has_action + has_child > 1)
 		report(m, "schema.form", map, s->path,
-			   "task '%s' names more than one executor (worker, action, wait, sleep); it needs exactly one",
+			   "task '%s' names more than one executor (worker, action, wait, sleep, workflow); it needs exactly one",
 			   s->name ? s->name : "?");
+	if (has_child && wait == NULL && sleep == NULL && !has_worker && !has_action)
+	{
+		s->type = WFE_ST_WORKFLOW;
+		check_keys(m, map, s->path, task_workflow_keys, id_only, "a workflow task");
+		read_child(m, s, map);
+		read_task_common(m, s, map);
+		return;
+	}
 	if (wait != NULL || sleep != NULL)
 	{
 		/* wait: {signal, timeout_ms} or sleep: {duration_ms | until}: no input, retry or queue */

@@ -284,6 +284,42 @@ check_payload_reads(wfe_model *m, const wfe_stage *d, const wfe_branch *b)
 	}
 }
 
+/*
+ * A workflow stage's child against the registry's workflows: NAME needs an
+ * active version, NAME@VERSION an approved one (entries {"ref", "kind":
+ * "workflow", "input_schema": its context_schema}); the bound input is
+ * checked against the child's context_schema as an input against a
+ * contract's input_schema.
+ */
+static void
+check_child(wfe_model *m, const wfe_stage *s)
+{
+	json_object *list = m->opts->contracts;
+	json_object *c = NULL;
+	size_t		n = json_object_array_length(list);
+
+	if (s->ref.name == NULL)
+		return;
+	/* a workflow entry of that ref (a contract may share the text NAME@VERSION) */
+	for (size_t k = 0; k < n && c == NULL; k++)
+	{
+		json_object *e = json_object_array_get_idx(list, k);
+		const char *ref = string_member(e, "ref");
+		const char *kind = string_member(e, "kind");
+
+		if (ref && kind && strcmp(ref, s->ref.name) == 0 && strcmp(kind, "workflow") == 0)
+			c = e;
+	}
+	if (c == NULL)
+	{
+		wfe_diag(m->diags, "contract.unknown", s->ref.path, s->ref.line, s->ref.column,
+				 strchr(s->ref.name, '@') ? "no approved workflow '%s'"
+				 : "no active version of workflow '%s'", s->ref.name);
+		return;
+	}
+	check_input(m, s, c);
+}
+
 /* A wait's signal against the registry: registered, and a signal. */
 static void
 check_wait(wfe_model *m, const wfe_stage *s)
@@ -315,6 +351,8 @@ wfe_contracts_check(wfe_model *m)
 			check_stage(m, &m->stages[i]);
 		else if (m->stages[i].type == WFE_ST_WAIT)
 			check_wait(m, &m->stages[i]);
+		else if (m->stages[i].type == WFE_ST_WORKFLOW)
+			check_child(m, &m->stages[i]);
 		else if (m->stages[i].type == WFE_ST_DECISION)
 			for (int k = 0; k < m->stages[i].nbranches; k++)
 				check_payload_reads(m, &m->stages[i], &m->stages[i].branches[k]);

@@ -152,6 +152,7 @@ stage_edges(wfe_model *m, const wfe_stage *s, int *out, int report)
 		case WFE_ST_ACTION:
 		case WFE_ST_WORKER:
 		case WFE_ST_JOIN:
+		case WFE_ST_WORKFLOW:
 			ADD_ROUTE(&s->on_success, 1);
 			ADD_ROUTE(&s->on_failure, 1);
 			break;

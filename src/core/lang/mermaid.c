@@ -181,6 +181,14 @@ declare_stage(mbuf *b, json_object *s, size_t i)
 			out(b, "  s%zu{{\"%s<br/><i>wait for %s</i>\"}}\n", i, name, ref);
 		free(ref);
 	}
+	else if (strcmp(type, "workflow") == 0)
+	{
+		/* a subroutine: another workflow runs as this stage */
+		char	   *ref = label(get_str(s, "workflow"));
+
+		out(b, "  s%zu[[\"%s<br/><i>workflow %s</i>\"]]\n", i, name, ref);
+		free(ref);
+	}
 	else if (strcmp(type, "sleep") == 0)
 	{
 		/* a circle: a timer */

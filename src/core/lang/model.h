@@ -28,7 +28,8 @@ typedef enum wfe_stage_type
 	WFE_ST_FORK,
 	WFE_ST_JOIN,
 	WFE_ST_WAIT,				/* waits for a registered signal */
-	WFE_ST_SLEEP				/* a durable timer */
+	WFE_ST_SLEEP,				/* a durable timer */
+	WFE_ST_WORKFLOW				/* a child run of another workflow */
 } wfe_stage_type;
 
 /* A name written somewhere in the source: a route target, a dependency... */
@@ -81,7 +82,7 @@ typedef struct wfe_stage
 	int			index;
 	wfe_stage_type type;
 
-	wfe_name_ref ref;			/* action, worker or (wait) signal contract ref */
+	wfe_name_ref ref;			/* action, worker or (wait) signal contract ref; a child workflow NAME[@VERSION] */
 	wfe_name_ref queue;			/* worker queue */
 	wfe_name_ref on_success;
 	wfe_name_ref on_failure;

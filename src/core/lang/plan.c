@@ -83,6 +83,16 @@ add_executor(json_object *o, const wfe_stage *s)
 	}
 }
 
+/* A workflow stage's or task's child: the workflow, its input, retry and deadline. */
+static void
+add_child(json_object *o, const wfe_stage *s)
+{
+	json_object_object_add(o, "workflow", str_json(s->ref.name));
+	json_object_object_add(o, "input", s->input ? wfe_ynode_to_json(s->input) : json_object_new_object());
+	json_object_object_add(o, "retry", retry_json(&s->retry));
+	json_object_object_add(o, "execution_deadline_ms", ms_json(s->execution_deadline_ms));
+}
+
 static const char *
 type_name(wfe_stage_type t)
 {
@@ -102,6 +112,8 @@ type_name(wfe_stage_type t)
 			return "wait";
 		case WFE_ST_SLEEP:
 			return "sleep";
+		case WFE_ST_WORKFLOW:
+			return "workflow";
 		case WFE_ST_INVALID:
 			break;
 	}
@@ -169,6 +181,11 @@ stage_json(const wfe_stage *s)
 			json_object_object_add(o, "on_success", str_json(s->on_success.name));
 			json_object_object_add(o, "on_failure", str_json(s->on_failure.name));
 			break;
+		case WFE_ST_WORKFLOW:
+			add_child(o, s);
+			json_object_object_add(o, "on_success", str_json(s->on_success.name));
+			json_object_object_add(o, "on_failure", str_json(s->on_failure.name));
+			break;
 		case WFE_ST_INVALID:
 			break;
 	}
@@ -195,6 +212,8 @@ task_json(const wfe_stage *s)
 		json_object_object_add(o, "duration_ms", ms_json(s->duration_ms));
 		json_object_object_add(o, "until", str_json(s->until ? s->until->text : NULL));
 	}
+	else if (s->type == WFE_ST_WORKFLOW)
+		add_child(o, s);
 	else
 		add_executor(o, s);
 	json_object_object_add(o, "description", str_json(s->description));
@@ -232,8 +251,9 @@ contracts_json(const wfe_model *m)
 	const char **all = wfe_arena_alloc(m->arena, sizeof(char *) * (m->nstages + m->nfinalisers + 1));
 	int			n = 0;
 
+	/* a child workflow is no contract: definitions pin it at release */
 	for (int i = 0; i < m->nstages; i++)
-		if (m->stages[i].ref.name)
+		if (m->stages[i].ref.name && m->stages[i].type != WFE_ST_WORKFLOW)
 			all[n++] = m->stages[i].ref.name;
 	for (int i = 0; i < m->nfinalisers; i++)
 		all[n++] = m->finalisers[i].name;

@@ -35,7 +35,8 @@ check_stage_ref(ref_ctx *ctx, const char *name)
 		return;
 	}
 	if (m->stages[t].type != WFE_ST_ACTION && m->stages[t].type != WFE_ST_WORKER &&
-		m->stages[t].type != WFE_ST_WAIT && m->stages[t].type != WFE_ST_SLEEP)
+		m->stages[t].type != WFE_ST_WAIT && m->stages[t].type != WFE_ST_SLEEP &&
+		m->stages[t].type != WFE_ST_WORKFLOW)
 	{
 		wfe_diag(m->diags, "graph.ref_not_in_lineage", ctx->path, ctx->line, ctx->column,
 				 "stage '%s' is a %s and has no result to read", name,
