@@ -82,6 +82,10 @@ SELECT wfe.add_tenant_member('sub_a', 'A'), wfe.add_tenant_member('read_a', 'A')
 SQL
 ok($node->poll_query_until('postgres', 'SELECT rounds > 0 FROM wfe.worker_status()'), 'the worker runs');
 
+# The schedules the tests below plan by hand start in 2100 ($LATER): none
+# has a tick of its own that could fire between its creation and the plan.
+my $LATER = '"start_at": "2100-01-01T00:00:00Z"';
+
 # due(NAME, TICK_SQL, END): make one tick of NAME due now -- TICK_SQL, and
 # nothing after it (end_at) -- and wake the worker, as create_schedule does.
 sub due
@@ -201,7 +205,7 @@ sleep 1;
 for my $policy (qw(latest all none))
 {
 	sql("SELECT wfe.create_schedule('cu-$policy', 'sch', '* * * * *', '{}', "
-		  . "'{\"catch_up\": \"$policy\", \"overlap\": \"allow\"}')");
+		  . "'{\"catch_up\": \"$policy\", \"overlap\": \"allow\", $LATER}')");
 }
 my $T = sql("SELECT date_trunc('minute', now())");
 sql(    "UPDATE wfe.schedule_defs SET next_tick = '$T'::timestamptz - interval '11 minutes', "
@@ -230,7 +234,7 @@ sql("ALTER SYSTEM RESET wfe.max_schedule_catch_up; SELECT pg_reload_conf();");
 $T = sql("SELECT date_trunc('minute', now())");
 for my $policy (qw(skip allow buffer_one cancel_previous))
 {
-	sql("SELECT wfe.create_schedule('ov-$policy', 'sch', '* * * * *', '{}', '{\"overlap\": \"$policy\"}')");
+	sql("SELECT wfe.create_schedule('ov-$policy', 'sch', '* * * * *', '{}', '{\"overlap\": \"$policy\", $LATER}')");
 	due("ov-$policy", "'$T'::timestamptz - interval '30 minutes'");
 	ok(fired("ov-$policy"), "ov-$policy: the first tick fired");
 	due("ov-$policy", "'$T'::timestamptz - interval '29 minutes'");
@@ -271,7 +275,7 @@ is( sql(
 #
 # 5. One run per tick across a crash.
 #
-sql("SELECT wfe.create_schedule('crash', 'sch', '* * * * *', '{}', '{\"overlap\": \"allow\"}')");
+sql("SELECT wfe.create_schedule('crash', 'sch', '* * * * *', '{}', '{\"overlap\": \"allow\", $LATER}')");
 my $x1 = sql("SELECT date_trunc('minute', now()) - interval '40 minutes'");
 sql("UPDATE wfe.schedule_defs SET next_tick = '$x1', end_at = '$x1', next_fire_at = now() + interval '1 hour' "
 	  . "WHERE name = 'crash'");
