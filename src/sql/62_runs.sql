@@ -219,10 +219,13 @@ BEGIN
                                 awaits, exec_ms, queue_ms, heartbeat_ms)
     SELECT r.run_id, ps.stage, r.tenant, ps.ordinal, ps.type,
            CASE WHEN ps.type = 'worker' THEN ps.spec ->> 'queue' ELSE c.queue END,
-           coalesce(ps.spec ->> 'worker', ps.spec ->> 'action', ps.spec ->> 'signal'), c.handler, r.priority,
+           coalesce(ps.spec ->> 'worker', ps.spec ->> 'action', ps.spec ->> 'signal',
+                    ps.spec -> 'item' ->> 'worker', ps.spec -> 'item' ->> 'action'), c.handler, r.priority,
            coalesce((ps.spec ->> 'awaits')::boolean, true),
-           (ps.spec ->> 'execution_deadline_ms')::int, (ps.spec ->> 'queue_deadline_ms')::int,
-           (ps.spec ->> 'heartbeat_ms')::int
+           -- a map's are its item's (its elements' rows copy them: src/pg/map.c)
+           (coalesce(ps.spec -> 'item', ps.spec) ->> 'execution_deadline_ms')::int,
+           (coalesce(ps.spec -> 'item', ps.spec) ->> 'queue_deadline_ms')::int,
+           (coalesce(ps.spec -> 'item', ps.spec) ->> 'heartbeat_ms')::int
       FROM wfe.plan_stages AS ps
       LEFT JOIN wfe.contracts AS c ON c.ref = coalesce(ps.spec ->> 'worker', ps.spec ->> 'action')
      WHERE ps.definition_id = d.definition_id;
