@@ -2684,6 +2684,39 @@ COMMENT ON VIEW wfe.dashboard_ingress IS
 'Per ingress: run commands received, submitted, duplicates (accepted = false) and rejected, by reason (SQLSTATE).';
 GRANT SELECT ON wfe.dashboard_ingress TO wfe_admin, wfe_operator;
 
+-- ---------------------------------------------------------------------
+-- Map stages (issue 22 items 1-2; dsl.md and runtime.md "New in 0.3.0"):
+-- a map's elements are run_stages rows NAME[i] with their index in
+-- `element`; each released map keeps one counter row in wfe.run_maps
+-- (src/core/engine/map.c decides, src/pg/map.c writes).
+ALTER TABLE wfe.plan_stages DROP CONSTRAINT plan_stages_type;
+ALTER TABLE wfe.plan_stages ADD CONSTRAINT plan_stages_type
+    CHECK (type IN ('action', 'worker', 'decision', 'fork', 'join', 'finaliser', 'wait', 'sleep', 'map'));
+ALTER TABLE wfe.run_stages ADD COLUMN element int CONSTRAINT run_stages_element CHECK (element >= 0);
+GRANT SELECT (element) ON wfe.run_stages TO wfe_reader, wfe_operator;
+COMMENT ON COLUMN wfe.run_stages.element IS
+'A map element''s 0-based index (its stage is NAME[element], its ordinal the map''s); NULL for every other stage';
+CREATE INDEX run_stages_elements ON wfe.run_stages (run_id, ordinal, element) WHERE element IS NOT NULL;
+CREATE TABLE wfe.run_maps (
+    run_id     bigint NOT NULL REFERENCES wfe.runs ON DELETE CASCADE,
+    stage      text NOT NULL,
+    tenant     text NOT NULL,
+    total      int NOT NULL CONSTRAINT run_maps_total CHECK (total >= 0),
+    released   int NOT NULL DEFAULT 0,
+    completed  int NOT NULL DEFAULT 0,
+    failed     int NOT NULL DEFAULT 0,
+    PRIMARY KEY (run_id, stage)
+);
+COMMENT ON TABLE wfe.run_maps IS
+'Per released map stage: its elements bound (total), released (in index order, as max_concurrency allows), completed and failed for good';
+GRANT SELECT ON wfe.run_maps TO wfe_reader, wfe_operator;
+-- row-level security like every table that carries a tenant (76_tenant_rls.sql)
+ALTER TABLE wfe.run_maps ENABLE ROW LEVEL SECURITY;
+ALTER TABLE wfe.run_maps FORCE ROW LEVEL SECURITY;
+CREATE POLICY tenant_read ON wfe.run_maps FOR SELECT
+    USING (coalesce(tenant OPERATOR(pg_catalog.=) ANY ((SELECT wfe.my_tenants())::pg_catalog.text[]), true));
+SELECT pg_catalog.pg_extension_config_dump('wfe.run_maps', '');
+
 -- Final bodies: every function whose text changed in 0.3.0, as src/sql has it.
 -- (Written by the same rule as the sections above: the whole text, copied.)
 
@@ -3299,10 +3332,13 @@ BEGIN
                                 awaits, exec_ms, queue_ms, heartbeat_ms)
     SELECT r.run_id, ps.stage, r.tenant, ps.ordinal, ps.type,
            CASE WHEN ps.type = 'worker' THEN ps.spec ->> 'queue' ELSE c.queue END,
-           coalesce(ps.spec ->> 'worker', ps.spec ->> 'action', ps.spec ->> 'signal'), c.handler, r.priority,
+           coalesce(ps.spec ->> 'worker', ps.spec ->> 'action', ps.spec ->> 'signal',
+                    ps.spec -> 'item' ->> 'worker', ps.spec -> 'item' ->> 'action'), c.handler, r.priority,
            coalesce((ps.spec ->> 'awaits')::boolean, true),
-           (ps.spec ->> 'execution_deadline_ms')::int, (ps.spec ->> 'queue_deadline_ms')::int,
-           (ps.spec ->> 'heartbeat_ms')::int
+           -- a map's are its item's (its elements' rows copy them: src/pg/map.c)
+           (coalesce(ps.spec -> 'item', ps.spec) ->> 'execution_deadline_ms')::int,
+           (coalesce(ps.spec -> 'item', ps.spec) ->> 'queue_deadline_ms')::int,
+           (coalesce(ps.spec -> 'item', ps.spec) ->> 'heartbeat_ms')::int
       FROM wfe.plan_stages AS ps
       LEFT JOIN wfe.contracts AS c ON c.ref = coalesce(ps.spec ->> 'worker', ps.spec ->> 'action')
      WHERE ps.definition_id = d.definition_id;

@@ -220,6 +220,12 @@ CREATE TABLE wfe.run_maps (
 COMMENT ON TABLE wfe.run_maps IS
 'Per released map stage: its elements bound (total), released (in index order, as max_concurrency allows), completed and failed for good';
 GRANT SELECT ON wfe.run_maps TO wfe_reader, wfe_operator;
+-- row-level security like every table that carries a tenant (76_tenant_rls.sql)
+ALTER TABLE wfe.run_maps ENABLE ROW LEVEL SECURITY;
+ALTER TABLE wfe.run_maps FORCE ROW LEVEL SECURITY;
+CREATE POLICY tenant_read ON wfe.run_maps FOR SELECT
+    USING (coalesce(tenant OPERATOR(pg_catalog.=) ANY ((SELECT wfe.my_tenants())::pg_catalog.text[]), true));
+SELECT pg_catalog.pg_extension_config_dump('wfe.run_maps', '');
 
 -- the attempt in flight under a key, and the stages waiting on it
 CREATE INDEX run_stages_cache_key ON wfe.run_stages (cache_key) WHERE cache_key IS NOT NULL;
