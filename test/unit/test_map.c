@@ -612,6 +612,22 @@ test_tolerance_exceeded(void)
 }
 
 static void
+test_run_cancelled(void)
+{
+	msrv	   *s = start(FLOW, "{\"lods\": [\"a\", \"b\", \"c\"]}", 10000);
+	int			map = wfe_run_plan_find(s->rp, "render");
+
+	m_io.arg = s;
+	wfe_step_begin(&step, s->rp, &s->run, &m_io);
+	wfe_step_cancel(&step, "by hand");
+	apply(s);
+	ok(s->stages[map].row.state == WFE_CANCELLED && s->elems[0].row.state == WFE_CANCELLED &&
+	   s->elems[2].row.state == WFE_CANCELLED, "a cancelled run cancels its map and the map's elements");
+	ok(strcmp(report(s, 0, 1, "{}", 0), "late") == 0, "an element's report after that: late");
+	stop(s);
+}
+
+static void
 test_release_failures(void)
 {
 	msrv	   *s = start(FLOW, "{\"lods\": [1, 2, 3]}", 2);
@@ -674,6 +690,7 @@ main(void)
 	test_compiler();
 	test_release_and_run();
 	test_tolerance_exceeded();
+	test_run_cancelled();
 	test_release_failures();
 	test_cost();
 	printf("1..%d\n", tests_run);
