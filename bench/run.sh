@@ -43,10 +43,12 @@
 #      (bench/triggers/triggers.sh): tick due -> run submitted (p50, p99),
 #      1,000 schedules due at one instant, run commands/s over RabbitMQ ÷
 #      wfe.submit called directly.
+#   9. maps, on the same cluster (bench/maps/maps.sh): per-element cost of a
+#      10,000-element map ÷ a 100-element map, elements/s ÷ batch-1 steps/s.
 #
 # The tables go to stdout and, between the markers (bench:results,
 # bench:profile, bench:scale, bench:latency, bench:cache, bench:waits,
-# bench:triggers), into docs/benchmarks.md.
+# bench:triggers, bench:maps), into docs/benchmarks.md.
 # Default settings, fsync and synchronous_commit on; wfe.notify stays on.
 #
 # Environment:
@@ -65,6 +67,7 @@
 #   BENCH_SKIP_CACHE=1    leave out 6
 #   BENCH_SKIP_WAITS=1    leave out 7
 #   BENCH_SKIP_TRIGGERS=1 leave out 8
+#   BENCH_SKIP_MAPS=1     leave out 9
 #   BENCH_SCALE_SECONDS   length of each measured claim-latency run (default
 #                         BENCH_SECONDS; each after WARMUP_SECONDS of warm-up)
 #   BENCH_SCALE_BACKLOG   queued runs of the backlog figure (default 20000)
@@ -72,8 +75,9 @@
 #   BENCH_SEED003_RUNS    runs in flight in seed 003's shape (default 10000)
 #   BENCH_SEED003_SECONDS length of that run (default 600; the goal is
 #                         900 steps/s sustained for 10 minutes)
-#   and the latency, cache and waits benchmarks' own (bench/latency/latency.sh,
-#   bench/cache/cache.sh, bench/waits/waits.sh, bench/triggers/triggers.sh).
+#   and the latency, cache, waits, triggers and maps benchmarks' own
+#   (bench/latency/latency.sh, bench/cache/cache.sh, bench/waits/waits.sh,
+#   bench/triggers/triggers.sh, bench/maps/maps.sh).
 #
 # With the defaults the whole run takes about twenty minutes: twelve
 # measured runs of 22 s, four profiling runs of 8 s; for scale four runs of
@@ -123,6 +127,8 @@ declare -A RATE LATENCY STARVED WAL
 . "$BENCH_DIR/waits/waits.sh"
 # shellcheck source=triggers/triggers.sh
 . "$BENCH_DIR/triggers/triggers.sh"
+# shellcheck source=maps/maps.sh
+. "$BENCH_DIR/maps/maps.sh"
 
 # cleanup: the EXIT trap; stop the cluster and remove its directory.
 cleanup() {
@@ -610,7 +616,13 @@ main() {
 	# Step 10: schedules and run commands.
 	[ -n "${BENCH_SKIP_TRIGGERS:-}" ] || triggers_bench
 
-	# Step 11: the report.
+	# Step 11: maps.
+	if [ -z "${BENCH_SKIP_MAPS:-}" ]; then
+		banner "maps"
+		maps_bench
+	fi
+
+	# Step 12: the report.
 	if [ -z "${BENCH_SKIP_THROUGHPUT:-}" ]; then
 		{ machine; printf '\n'; results; } >"$WORKDIR/results.md"
 		if [ -n "$compile_out" ]; then
@@ -663,6 +675,14 @@ main() {
 		banner "schedules and run commands"
 		cat "$WORKDIR/triggers.md"
 	fi
+	if [ -z "${BENCH_SKIP_MAPS:-}" ]; then
+		{
+			[ -z "${BENCH_SKIP_THROUGHPUT:-}" ] || { machine; printf '\n'; }
+			maps_results
+		} >"$WORKDIR/maps.md"
+		banner "maps"
+		cat "$WORKDIR/maps.md"
+	fi
 	if [ -n "$BENCH_DOCS" ] && [ -f "$BENCH_DOCS" ]; then
 		if [ -z "${BENCH_SKIP_THROUGHPUT:-}" ]; then
 			splice "$BENCH_DOCS" results "$WORKDIR/results.md"
@@ -673,6 +693,7 @@ main() {
 		[ -n "${BENCH_SKIP_CACHE:-}" ] || splice "$BENCH_DOCS" cache "$WORKDIR/cache.md"
 		[ -n "${BENCH_SKIP_WAITS:-}" ] || splice "$BENCH_DOCS" waits "$WORKDIR/waits.md"
 		[ -n "${BENCH_SKIP_TRIGGERS:-}" ] || splice "$BENCH_DOCS" triggers "$WORKDIR/triggers.md"
+		[ -n "${BENCH_SKIP_MAPS:-}" ] || splice "$BENCH_DOCS" maps "$WORKDIR/maps.md"
 		say "updated $BENCH_DOCS"
 	fi
 }

@@ -2906,6 +2906,40 @@ COMMENT ON FUNCTION wfe.run_timeline(bigint) IS
 REVOKE ALL ON FUNCTION wfe.run_timeline(bigint) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION wfe.run_timeline(bigint) TO wfe_submitter, wfe_operator, wfe_reader;
 
+-- ---------------------------------------------------------------------
+-- Map stages (issue 22 items 1-2; dsl.md and runtime.md "New in 0.3.0"):
+-- a map's elements are run_stages rows NAME[i] with their index in
+-- `element`; each released map keeps one counter row in wfe.run_maps
+-- (src/core/engine/map.c decides, src/pg/map.c writes).
+ALTER TABLE wfe.plan_stages DROP CONSTRAINT plan_stages_type;
+ALTER TABLE wfe.plan_stages ADD CONSTRAINT plan_stages_type
+    CHECK (type IN ('action', 'worker', 'decision', 'fork', 'join', 'finaliser', 'wait', 'sleep',
+                    'workflow', 'map'));
+ALTER TABLE wfe.run_stages ADD COLUMN element int CONSTRAINT run_stages_element CHECK (element >= 0);
+GRANT SELECT (element) ON wfe.run_stages TO wfe_reader, wfe_operator;
+COMMENT ON COLUMN wfe.run_stages.element IS
+'A map element''s 0-based index (its stage is NAME[element], its ordinal the map''s); NULL for every other stage';
+CREATE INDEX run_stages_elements ON wfe.run_stages (run_id, ordinal, element) WHERE element IS NOT NULL;
+CREATE TABLE wfe.run_maps (
+    run_id     bigint NOT NULL REFERENCES wfe.runs ON DELETE CASCADE,
+    stage      text NOT NULL,
+    tenant     text NOT NULL,
+    total      int NOT NULL CONSTRAINT run_maps_total CHECK (total >= 0),
+    released   int NOT NULL DEFAULT 0,
+    completed  int NOT NULL DEFAULT 0,
+    failed     int NOT NULL DEFAULT 0,
+    PRIMARY KEY (run_id, stage)
+);
+COMMENT ON TABLE wfe.run_maps IS
+'Per released map stage: its elements bound (total), released (in index order, as max_concurrency allows), completed and failed for good';
+GRANT SELECT ON wfe.run_maps TO wfe_reader, wfe_operator;
+-- row-level security like every table that carries a tenant (76_tenant_rls.sql)
+ALTER TABLE wfe.run_maps ENABLE ROW LEVEL SECURITY;
+ALTER TABLE wfe.run_maps FORCE ROW LEVEL SECURITY;
+CREATE POLICY tenant_read ON wfe.run_maps FOR SELECT
+    USING (coalesce(tenant OPERATOR(pg_catalog.=) ANY ((SELECT wfe.my_tenants())::pg_catalog.text[]), true));
+SELECT pg_catalog.pg_extension_config_dump('wfe.run_maps', '');
+
 -- Final bodies: every function whose text changed in 0.3.0, as src/sql has it.
 -- (Written by the same rule as the sections above: the whole text, copied.)
 
@@ -3391,6 +3425,27 @@ BEGIN
     RETURN v_run_id;
 END
 $$;
+
+CREATE OR REPLACE FUNCTION wfe._insert_run_stages(p_run wfe.runs)
+RETURNS void
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    INSERT INTO wfe.run_stages (run_id, stage, tenant, ordinal, kind, queue, worker, handler, priority,
+                                awaits, exec_ms, queue_ms, heartbeat_ms)
+    SELECT p_run.run_id, ps.stage, p_run.tenant, ps.ordinal, ps.type,
+           CASE WHEN ps.type = 'worker' THEN ps.spec ->> 'queue' ELSE c.queue END,
+           coalesce(ps.spec ->> 'worker', ps.spec ->> 'action', ps.spec ->> 'signal',
+                    ps.spec -> 'item' ->> 'worker', ps.spec -> 'item' ->> 'action'), c.handler, p_run.priority,
+           coalesce((ps.spec ->> 'awaits')::boolean, true),
+           -- a map's are its item's (its elements' rows copy them: src/pg/map.c)
+           (coalesce(ps.spec -> 'item', ps.spec) ->> 'execution_deadline_ms')::int,
+           (coalesce(ps.spec -> 'item', ps.spec) ->> 'queue_deadline_ms')::int,
+           (coalesce(ps.spec -> 'item', ps.spec) ->> 'heartbeat_ms')::int
+      FROM wfe.plan_stages AS ps
+      LEFT JOIN wfe.contracts AS c ON c.ref = coalesce(ps.spec ->> 'worker', ps.spec ->> 'action')
+     WHERE ps.definition_id = p_run.definition_id;
+END;
 
 CREATE OR REPLACE FUNCTION wfe.submit(workflow text, context jsonb DEFAULT '{}', idempotency_key text DEFAULT NULL,
                            options jsonb DEFAULT '{}')

@@ -79,6 +79,7 @@ wfe_compile_sql(PG_FUNCTION_ARGS)
 	opts.max_definition_bytes = (size_t) wfe_max_definition_bytes;
 	opts.max_stages = wfe_max_stages;
 	opts.max_fanout = wfe_max_fanout;
+	opts.max_map_items = wfe_max_map_items;
 	opts.max_expression_bytes = (size_t) wfe_max_expression_bytes;
 	opts.sha256 = wfe_sha256;
 	if (!PG_ARGISNULL(1))

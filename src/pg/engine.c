@@ -35,6 +35,7 @@
 #include "core/engine/step.h"
 #include "child.h"
 #include "deadline.h"
+#include "map.h"
 #include "spi_stmt.h"
 #include "bgw/bgw.h"
 #include "wfe.h"
@@ -650,6 +651,63 @@ io_stage_input(void *arg, int i)
 	return SPI_processed == 1 ? stmt_col(1) : NULL;
 }
 
+/* Map elements (map.c): element elem of map stage i, NAME[elem] */
+static void
+io_load_element(void *arg, int i, int64_t elem, wfe_row *row)
+{
+	srv		   *s = arg;
+	Datum		v[2] = {Int64GetDatum(s->run_id),
+	CStringGetTextDatum(wfe_map_element_name(s->rp->stages[i].name, elem))};
+
+	stmt_run(i == s->lock_stage ? &q_row_lock : &q_row, v, NULL);
+	if (SPI_processed != 1)
+	{
+		row->exists = 0;
+		return;
+	}
+	fill_row(s, row, 1);
+}
+
+static void
+io_map_counts(void *arg, int i, wfe_map_counts *c)
+{
+	srv		   *s = arg;
+
+	wfe_map_read_counts(s->run_id, s->rp->stages[i].name, c);
+}
+
+static const char *
+io_map_results(void *arg, int i, int64_t elem, const char *elem_result)
+{
+	srv		   *s = arg;
+
+	return wfe_map_results(s->run_id, s->rp->stages[i].ordinal, elem, elem_result);
+}
+
+static int64_t
+io_max_map_items(void *arg)
+{
+	return wfe_max_map_items;
+}
+
+/*
+ * The plan index of a stage name; for a map element's name (NAME[i]) the
+ * map's, with the step set on that element.  -1: none.
+ */
+static int
+stage_index(srv *s, const char *name)
+{
+	int64_t		elem;
+	int			i = wfe_map_element_of(s->rp, name, &elem);
+
+	if (i >= 0)
+	{
+		wfe_step_element(&current_step, i, elem);
+		return i;
+	}
+	return wfe_run_plan_find(s->rp, name);
+}
+
 static double
 io_random(void *arg)
 {
@@ -715,7 +773,9 @@ begin(srv *s, int64 run_id, run_lock how)
 		.input_schema = io_input_schema,.random = io_random,.fence_bits = io_fence_bits,
 		.output_schema = io_output_schema,.cache_entry = io_cache_entry,.cache_leader = io_cache_leader,
 		.buffered_signal = io_buffered_signal,.now_us = io_now_us,.stage_input = io_stage_input,
-		.child = io_child
+		.child = io_child,
+		.load_element = io_load_element,.map_counts = io_map_counts,.map_results = io_map_results,
+		.max_map_items = io_max_map_items
 	};
 	wfe_step_begin(&current_step, s->rp, &s->run, &s->io);
 	return true;
@@ -890,8 +950,9 @@ room_freed(srv *s, const wfe_op *op)
 		!(op->kind == WFE_OP_COMPLETE || op->kind == WFE_OP_FAIL || op->kind == WFE_OP_RETRY ||
 		  op->kind == WFE_OP_TIME_OUT || op->kind == WFE_OP_CANCEL))
 		return;
-	queue = wfe_step_row(&current_step, op->stage)->queue;
-	if (queue == NULL || wfe_step_row(&current_step, op->stage)->has_handler)
+	/* an element's row may no longer be the step's: its queue is its map's item's */
+	queue = op->elem >= 0 ? s->rp->stages[op->stage].item_queue : wfe_step_row(&current_step, op->stage)->queue;
+	if (queue == NULL || (op->elem < 0 && wfe_step_row(&current_step, op->stage)->has_handler))
 		return;
 	v[0] = CStringGetTextDatum(queue);
 	v[1] = CStringGetTextDatum(s->run.tenant ? s->run.tenant : "");
@@ -922,7 +983,8 @@ apply(srv *s, const char *reported)
 	for (int k = 0; k < st->nops; k++)
 	{
 		const wfe_op *op = &st->ops[k];
-		const char *stage = op->stage >= 0 ? s->rp->stages[op->stage].name : NULL;
+		const char *stage = op->stage < 0 ? NULL : op->elem >= 0 ?
+			wfe_map_element_name(s->rp->stages[op->stage].name, op->elem) : s->rp->stages[op->stage].name;
 		Datum		v[8];
 		char		n[9] = "        ";
 
@@ -1108,6 +1170,11 @@ apply(srv *s, const char *reported)
 					wfe_wake_at(GetCurrentTimestamp() + op->delay_us);
 				}
 				break;
+			case WFE_OP_MAP_START:
+			case WFE_OP_MAP_COUNTS:
+			case WFE_OP_MAP_CANCEL:
+				wfe_map_apply(s->run_id, s->run.tenant, &s->rp->stages[op->stage], op);
+				break;
 			case WFE_OP_SIGNAL_TAKEN:
 				v[2] = Int64GetDatum(op->delay_us);
 				stmt_run(&q_signal_taken, v, n);
@@ -1211,9 +1278,13 @@ callback(int64 run_id, const char *stage, int attempt, int64 fence, wfe_callback
 	if (!begin(&s, run_id, LOCK_WAIT))
 		return unknown(run_id, stage, attempt, fence, cb);
 	s.lease_ms = lease_ms;
-	i = wfe_run_plan_find(s.rp, stage);
-	/* a wait or a sleep has no worker: only a signal or its timer ends it */
-	if (i < 0 || s.rp->stages[i].kind == WFE_K_WAIT || s.rp->stages[i].kind == WFE_K_SLEEP)
+	i = stage_index(&s, stage);
+	/*
+	 * a wait or a sleep has no worker: only a signal or its timer ends it;
+	 * nor has a map: its elements (NAME[i]) are reported about, not it
+	 */
+	if (i < 0 || s.rp->stages[i].kind == WFE_K_WAIT || s.rp->stages[i].kind == WFE_K_SLEEP ||
+		(s.rp->stages[i].kind == WFE_K_MAP && current_step.elem < 0))
 	{
 		wfe_step_end(&current_step);
 		return unknown(run_id, stage, attempt, fence, cb);
@@ -1439,7 +1510,7 @@ wfe_timer_fired(PG_FUNCTION_ARGS)
 	{
 		if (strcmp(kind, "retry") == 0 && !PG_ARGISNULL(2))
 		{
-			int			i = wfe_run_plan_find(s.rp, text_to_cstring(PG_GETARG_TEXT_PP(2)));
+			int			i = stage_index(&s, text_to_cstring(PG_GETARG_TEXT_PP(2)));
 
 			if (i >= 0)
 			{
@@ -1527,7 +1598,7 @@ wfe_expire(PG_FUNCTION_ARGS)
 	if (begin(&s, PG_GETARG_INT64(0), LOCK_SKIP))
 	{
 		char	   *stage = text_to_cstring(PG_GETARG_TEXT_PP(1));
-		int			i = wfe_run_plan_find(s.rp, stage);
+		int			i = stage_index(&s, stage);
 		Datum		v[2] = {Int64GetDatum(s.run_id), CStringGetTextDatum(stage)};
 
 		stmt_run(&q_expiring, v, NULL);
@@ -1559,7 +1630,7 @@ wfe_action_done(PG_FUNCTION_ARGS)
 	SPI_connect();
 	if (begin(&s, PG_GETARG_INT64(0), LOCK_WAIT))
 	{
-		int			i = wfe_run_plan_find(s.rp, text_to_cstring(PG_GETARG_TEXT_PP(1)));
+		int			i = stage_index(&s, text_to_cstring(PG_GETARG_TEXT_PP(1)));
 		char	   *result = PG_ARGISNULL(2) ? NULL : jsonb_arg(fcinfo, 2, "{}", NULL);
 
 		if (i >= 0 && !PG_ARGISNULL(3))

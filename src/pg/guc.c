@@ -17,6 +17,7 @@ int			wfe_max_definition_bytes = 1024 * 1024;
 int			wfe_max_stages = 500;
 int			wfe_max_fanout = 64;
 int			wfe_max_workflow_depth = 8;
+int			wfe_max_map_items = 10000;
 int			wfe_max_expression_bytes = 4096;
 bool		wfe_four_eyes = false;
 bool		wfe_schema_format_assertion = false;
@@ -94,6 +95,14 @@ wfe_guc_init(void)
 							"A workflow stage whose child would be deeper fails with limits.workflow_depth.",
 							&wfe_max_workflow_depth,
 							8, 1, 100,
+							PGC_SUSET, 0,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("wfe.max_map_items",
+							"Most elements one map stage may have.",
+							"A literal items list longer is refused with diagnostic limits.map_items; "
+							"items bound longer at run time fail the map with limits.map_items.",
+							&wfe_max_map_items,
+							10000, 1, 1000000,
 							PGC_SUSET, 0,
 							NULL, NULL, NULL);
 	DefineCustomIntVariable("wfe.max_expression_bytes",

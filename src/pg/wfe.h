@@ -14,6 +14,7 @@ extern int	wfe_max_definition_bytes;
 extern int	wfe_max_stages;
 extern int	wfe_max_fanout;
 extern int	wfe_max_workflow_depth;
+extern int	wfe_max_map_items;
 extern int	wfe_max_expression_bytes;
 extern bool wfe_four_eyes;
 extern bool wfe_schema_format_assertion;

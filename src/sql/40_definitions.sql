@@ -125,7 +125,7 @@ CREATE TABLE wfe.plan_stages (
     type          text NOT NULL
                   CONSTRAINT plan_stages_type
                   CHECK (type IN ('action', 'worker', 'decision', 'fork', 'join', 'finaliser', 'wait', 'sleep',
-                                 'workflow')),
+                                 'workflow', 'map')),
     spec          jsonb NOT NULL,
     PRIMARY KEY (definition_id, stage),
     CONSTRAINT plan_stages_ordinal_key UNIQUE (definition_id, ordinal)

@@ -179,6 +179,7 @@ CREATE TABLE wfe.run_stages (
     cache_key       text,
     cache           text CONSTRAINT run_stages_cache
                     CHECK (cache IN ('hit', 'miss', 'waiting', 'coalesced')),
+    element         int CONSTRAINT run_stages_element CHECK (element >= 0),
     PRIMARY KEY (run_id, stage),
     -- kind in action, worker, decision, fork, join, finaliser; state one of
     -- wfe.stage_transitions()'s; attempt, fence >= 0; outcome NULL,
@@ -195,7 +196,7 @@ COMMENT ON TABLE wfe.run_stages IS
 GRANT SELECT (run_id, stage, tenant, ordinal, kind, state, attempt, queue, worker, handler, priority,
               awaits, branch, input, result, error, outcome, skip_reason, exec_ms, queue_ms,
               heartbeat_ms, ready_at, claimed_by, started_at, heartbeat_at, deadline_at, finished_at,
-              lease_ms, cache_key, cache)
+              lease_ms, cache_key, cache, element)
     ON wfe.run_stages TO wfe_reader, wfe_operator;
 COMMENT ON COLUMN wfe.run_stages.attempt IS 'Current attempt, from 1; 0 until released';
 COMMENT ON COLUMN wfe.run_stages.lease_ms IS
@@ -208,6 +209,34 @@ COMMENT ON COLUMN wfe.run_stages.cache_key IS
 'A stage with cache: the result cache key of its bound input (dsl.md "Result cache"); NULL otherwise';
 COMMENT ON COLUMN wfe.run_stages.cache IS
 'What the result cache did at release: hit, miss, waiting (on the attempt in flight under its key), coalesced (completed from that attempt''s result)';
+COMMENT ON COLUMN wfe.run_stages.element IS
+'A map element''s 0-based index (its stage is NAME[element], its ordinal the map''s); NULL for every other stage';
+-- a map's elements in order: the one final aggregation, the cancellation of those under way
+CREATE INDEX run_stages_elements ON wfe.run_stages (run_id, ordinal, element) WHERE element IS NOT NULL;
+
+-- One counter row per released map (runtime.md "Map elements"): each
+-- element's end updates it, so no step but the map's release and its final
+-- aggregation reads or writes every element.
+CREATE TABLE wfe.run_maps (
+    run_id     bigint NOT NULL REFERENCES wfe.runs ON DELETE CASCADE,
+    stage      text NOT NULL,
+    tenant     text NOT NULL,
+    total      int NOT NULL CONSTRAINT run_maps_total CHECK (total >= 0),
+    released   int NOT NULL DEFAULT 0,
+    completed  int NOT NULL DEFAULT 0,
+    failed     int NOT NULL DEFAULT 0,
+    PRIMARY KEY (run_id, stage)
+);
+COMMENT ON TABLE wfe.run_maps IS
+'Per released map stage: its elements bound (total), released (in index order, as max_concurrency allows), completed and failed for good';
+GRANT SELECT ON wfe.run_maps TO wfe_reader, wfe_operator;
+-- row-level security like every table that carries a tenant (76_tenant_rls.sql)
+ALTER TABLE wfe.run_maps ENABLE ROW LEVEL SECURITY;
+ALTER TABLE wfe.run_maps FORCE ROW LEVEL SECURITY;
+CREATE POLICY tenant_read ON wfe.run_maps FOR SELECT
+    USING (coalesce(tenant OPERATOR(pg_catalog.=) ANY ((SELECT wfe.my_tenants())::pg_catalog.text[]), true));
+SELECT pg_catalog.pg_extension_config_dump('wfe.run_maps', '');
+
 -- the attempt in flight under a key, and the stages waiting on it
 CREATE INDEX run_stages_cache_key ON wfe.run_stages (cache_key) WHERE cache_key IS NOT NULL;
 

@@ -91,10 +91,13 @@ BEGIN ATOMIC
                                 awaits, exec_ms, queue_ms, heartbeat_ms)
     SELECT p_run.run_id, ps.stage, p_run.tenant, ps.ordinal, ps.type,
            CASE WHEN ps.type = 'worker' THEN ps.spec ->> 'queue' ELSE c.queue END,
-           coalesce(ps.spec ->> 'worker', ps.spec ->> 'action', ps.spec ->> 'signal'), c.handler, p_run.priority,
+           coalesce(ps.spec ->> 'worker', ps.spec ->> 'action', ps.spec ->> 'signal',
+                    ps.spec -> 'item' ->> 'worker', ps.spec -> 'item' ->> 'action'), c.handler, p_run.priority,
            coalesce((ps.spec ->> 'awaits')::boolean, true),
-           (ps.spec ->> 'execution_deadline_ms')::int, (ps.spec ->> 'queue_deadline_ms')::int,
-           (ps.spec ->> 'heartbeat_ms')::int
+           -- a map's are its item's (its elements' rows copy them: src/pg/map.c)
+           (coalesce(ps.spec -> 'item', ps.spec) ->> 'execution_deadline_ms')::int,
+           (coalesce(ps.spec -> 'item', ps.spec) ->> 'queue_deadline_ms')::int,
+           (coalesce(ps.spec -> 'item', ps.spec) ->> 'heartbeat_ms')::int
       FROM wfe.plan_stages AS ps
       LEFT JOIN wfe.contracts AS c ON c.ref = coalesce(ps.spec ->> 'worker', ps.spec ->> 'action')
      WHERE ps.definition_id = p_run.definition_id;

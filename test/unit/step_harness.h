@@ -388,6 +388,14 @@ sh_io_child(void *arg, int i, wfe_child *c)
 	c->max_depth = h->max_depth;
 }
 
+/* wfe.max_map_items as the harness runs it (its plans' maps bind few items) */
+static int64_t
+sh_io_max_map_items(void *arg)
+{
+	(void) arg;
+	return 10000;
+}
+
 SH_FN wfe_run_plan *
 sh_plan(const char *yaml, int64_t definition_id)
 {
@@ -1357,6 +1365,7 @@ sh_begin(sh *h)
 	h->io.now_us = sh_io_now_us;
 	h->io.stage_input = sh_io_stage_input;
 	h->io.child = sh_io_child;
+	h->io.max_map_items = sh_io_max_map_items;
 	wfe_step_begin(&h->st, h->rp, &h->view, &h->io);
 }
 

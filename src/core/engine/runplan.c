@@ -192,6 +192,8 @@ scan_string(ref_scan *sc, const char *s, size_t len)
 				sc->roots |= WFE_REF_OUTPUTS;
 			else if (strcmp(p.root, "run") == 0)
 				sc->roots |= WFE_REF_RUN;
+			else if (strncmp(p.root, "item", 4) == 0)
+				sc->roots |= WFE_REF_ITEM;
 			else if (strcmp(p.root, "stages") == 0)
 			{
 				sc->roots |= WFE_REF_STAGES;
@@ -205,7 +207,7 @@ scan_string(ref_scan *sc, const char *s, size_t len)
 		else
 		{
 			/* binding will report it; read everything it could mean */
-			sc->roots |= WFE_REF_CONTEXT | WFE_REF_STAGES | WFE_REF_OUTPUTS | WFE_REF_RUN;
+			sc->roots |= WFE_REF_CONTEXT | WFE_REF_STAGES | WFE_REF_OUTPUTS | WFE_REF_RUN | WFE_REF_ITEM;
 			sc->all_stages = 1;
 		}
 		i = j;
@@ -349,18 +351,35 @@ read_stage(wfe_run_plan *rp, int i, json_object *o)
 {
 	wfe_rp_stage *s = &rp->stages[i];
 	json_object *list;
+	json_object *outer = o;
 
-	s->on_success = target_of(rp, str_member(o, "on_success"));
-	s->on_failure = target_of(rp, str_member(o, "on_failure"));
+	s->max_concurrency = -1;
+	if (s->kind == WFE_K_MAP)
+	{
+		/* a map's own keys; its item's executor keys are read below as a worker's */
+		json_object *items = json_object_new_object();
+
+		json_object_object_add(items, "items", json_object_get(json_object_object_get(o, "items")));
+		json_object_object_add(o, "wfe_items_template", items);	/* the plan object owns it */
+		s->items = items;
+		s->max_concurrency = (int64_t) num_member(o, "max_concurrency", -1);
+		s->tolerated_failures = (int64_t) num_member(o, "tolerated_failures", 0);
+		if (json_object_is_type(json_object_object_get(o, "item"), json_type_object))
+			o = json_object_object_get(o, "item");
+		s->item_worker = str_member(o, "worker") != NULL;
+		s->item_queue = str_member(o, "queue");
+	}
+	s->on_success = target_of(rp, str_member(outer, "on_success"));
+	s->on_failure = target_of(rp, str_member(outer, "on_failure"));
 	s->on_evaluation_error = target_of(rp, str_member(o, "on_evaluation_error"));
-	s->on_success_name = str_member(o, "on_success");
-	s->on_failure_name = str_member(o, "on_failure");
+	s->on_success_name = str_member(outer, "on_success");
+	s->on_failure_name = str_member(outer, "on_failure");
 	s->on_evaluation_error_name = str_member(o, "on_evaluation_error");
 	s->fork = -1;
-	s->awaits = bool_member(o, "awaits", 1);
-	s->critical = bool_member(o, "critical", 0);
-	s->allow_skipped = str_member(o, "dependency_policy") &&
-		strcmp(str_member(o, "dependency_policy"), "allow_skipped") == 0;
+	s->awaits = bool_member(outer, "awaits", 1);
+	s->critical = bool_member(outer, "critical", 0);
+	s->allow_skipped = str_member(outer, "dependency_policy") &&
+		strcmp(str_member(outer, "dependency_policy"), "allow_skipped") == 0;
 	read_retry(json_object_object_get(o, "retry"), &s->retry);
 	list = json_object_object_get(o, "cache");
 	s->cache_ttl_ms = json_object_is_type(list, json_type_object)
@@ -413,6 +432,7 @@ read_stage(wfe_run_plan *rp, int i, json_object *o)
 		s->targets = index_list(rp, arr_member(o, "required"), &s->ntargets);
 		s->acceptable = state_mask(arr_member(o, "acceptable_terminal_states"));
 	}
+	o = outer;
 	if (rp->tasks_form && s->kind != WFE_K_FINALISER)
 	{
 		s->deps = index_list(rp, arr_member(o, "depends_on"), &s->ndeps);
@@ -458,17 +478,23 @@ read_stage(wfe_run_plan *rp, int i, json_object *o)
 	/* what binding and decisions read */
 	{
 		ref_scan	sc;
+		int			items_refs;
 
 		memset(&sc, 0, sizeof(sc));
 		sc.rp = rp;
 		sc.form = rp->tasks_form ? WFE_FORM_TASKS : WFE_FORM_STAGES;
-		if (s->kind == WFE_K_ACTION || s->kind == WFE_K_WORKER || s->kind == WFE_K_WORKFLOW)
+		items_refs = s->kind == WFE_K_MAP && scan_template(&sc, s->items, 0);
+		if (s->kind == WFE_K_ACTION || s->kind == WFE_K_WORKER || s->kind == WFE_K_WORKFLOW ||
+			s->kind == WFE_K_MAP)
 		{
-			json_object *input = json_object_object_get(o, "input");
+			json_object *input = json_object_object_get(s->kind == WFE_K_MAP &&
+														json_object_object_get(o, "item") ?
+														json_object_object_get(o, "item") : o, "input");
 
 			s->input = input;
 			s->input_text = input ? wfe_canonical_json(input) : strdup("{}");
-			if (!scan_template(&sc, input, 0))
+			/* a map's items read the roots its item inputs may read too */
+			if (!scan_template(&sc, input, 0) && !items_refs)
 				sc.roots = 0;
 		}
 		else if (s->kind == WFE_K_SLEEP && str_member(o, "until"))
@@ -555,7 +581,8 @@ wfe_run_plan_build(int64_t definition_id, const char *plan_json, char *err, int 
 			strcmp(type, "join") == 0 ? WFE_K_JOIN :
 			strcmp(type, "wait") == 0 ? WFE_K_WAIT :
 			strcmp(type, "sleep") == 0 ? WFE_K_SLEEP :
-			strcmp(type, "workflow") == 0 ? WFE_K_WORKFLOW : WFE_K_ACTION;
+			strcmp(type, "workflow") == 0 ? WFE_K_WORKFLOW :
+			strcmp(type, "map") == 0 ? WFE_K_MAP : WFE_K_ACTION;
 	}
 	for (int i = 0; i < rp->nstages; i++)
 		read_stage(rp, i, i < nst ? json_object_array_get_idx(stages, i)

@@ -30,7 +30,8 @@ typedef enum wfe_kind
 	WFE_K_FINALISER,
 	WFE_K_WAIT,					/* running, no worker, until its signal or timeout */
 	WFE_K_SLEEP,				/* running, no worker, until its timer */
-	WFE_K_WORKFLOW				/* running, no worker, until its child run ends */
+	WFE_K_WORKFLOW,				/* running, no worker, until its child run ends */
+	WFE_K_MAP					/* running while its elements (NAME[i]) are under way */
 } wfe_kind;
 
 /* A route's target: a stage index (>= 0), no route, or a terminal intent. */
@@ -75,6 +76,7 @@ typedef struct wfe_require
 #define WFE_REF_STAGES	0x02	/* stages.X: see stage_refs */
 #define WFE_REF_OUTPUTS	0x04
 #define WFE_REF_RUN		0x08
+#define WFE_REF_ITEM	0x10	/* item, item_index: a map's element */
 
 typedef struct wfe_rp_stage
 {
@@ -107,6 +109,16 @@ typedef struct wfe_rp_stage
 	/* wait and sleep */
 	int64_t		timeout_ms;		/* wait: -1 waits for ever */
 	int64_t		sleep_ms;		/* sleep: -1 when it sleeps until a bound time */
+
+	/*
+	 * map: the items template ({"items": the plan's items}) bound at release,
+	 * and its bounds; contract, retry, input and cache below are its item's
+	 */
+	struct json_object *items;
+	int			item_worker;	/* elements are workers (else actions) */
+	const char *item_queue;		/* a worker item's queue */
+	int64_t		max_concurrency;	/* -1: unlimited */
+	int64_t		tolerated_failures;
 
 	/* executing stages */
 	const char *contract;		/* worker or action ref; a wait's signal ref */

@@ -22,7 +22,7 @@ static const char *const run_names[WFE_NRUN_STATES] = {
  */
 const wfe_transition wfe_stage_transition_table[] = {
 	{"waiting", "queued", "released: its predecessors are done", NULL},
-	{"waiting", "running", "a wait, a sleep or a workflow stage released: running with no worker", "wait sleep workflow"},
+	{"waiting", "running", "a wait, a sleep, a workflow or a map stage released: running with no worker", "wait sleep workflow map"},
 	{"waiting", "completed", "a decision, fork or join resolved, or a cache hit, at release", NULL},
 	{"waiting", "failed", "input binding failed, or a join was not satisfied", NULL},
 	{"waiting", "skipped", "branch not taken, dependency failed, context gated, missing input, run aborted", NULL},
@@ -139,7 +139,7 @@ wfe_stage_transition_legal(const char *kind, const char *from, const char *to)
 }
 
 static const char *const kind_names[] = {
-	"action", "worker", "decision", "fork", "join", "finaliser", "wait", "sleep", "workflow", NULL
+	"action", "worker", "decision", "fork", "join", "finaliser", "wait", "sleep", "workflow", "map", NULL
 };
 
 static const char *const skip_reasons[] = {

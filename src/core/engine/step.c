@@ -73,6 +73,8 @@ wfe_step_begin(wfe_step *st, const wfe_run_plan *rp, wfe_run *run, const wfe_ste
 	st->io = io;
 	wfe_arena_init(&st->arena);
 	st->rows = wfe_arena_alloc(&st->arena, sizeof(wfe_row) * (rp->nstages + 1));
+	st->elem_map = -1;
+	st->elem = -1;
 }
 
 void
@@ -88,6 +90,9 @@ wfe_row *
 wfe_step_row(wfe_step *st, int i)
 {
 	wfe_row    *r = &st->rows[i];
+
+	if (i == st->elem_map && st->elem >= 0)
+		return step_element_row(st);
 
 	if (!r->loaded)
 	{
@@ -127,6 +132,7 @@ step_emit(wfe_step *st, wfe_op_kind kind, int stage)
 	op->kind = kind;
 	op->stage = stage;
 	op->branch = -1;
+	op->elem = stage >= 0 && stage == st->elem_map ? st->elem : -1;
 	return op;
 }
 
@@ -314,7 +320,8 @@ build_root(wfe_step *st, int i, int for_decision)
 			json_object *entry;
 
 			if (ts->kind != WFE_K_ACTION && ts->kind != WFE_K_WORKER &&
-				ts->kind != WFE_K_WAIT && ts->kind != WFE_K_SLEEP && ts->kind != WFE_K_WORKFLOW)
+				ts->kind != WFE_K_WAIT && ts->kind != WFE_K_SLEEP && ts->kind != WFE_K_WORKFLOW &&
+				ts->kind != WFE_K_MAP)
 				continue;
 			tr = wfe_step_row(st, t);
 			if (!tr->exists || tr->state != WFE_COMPLETED)
@@ -407,8 +414,23 @@ const char *
 step_bind_stage(wfe_step *st, int i, const char **code, const char **message)
 {
 	const wfe_rp_stage *s = &st->rp->stages[i];
+
+	return step_bind(st, i, s->input_refs ? build_root(st, i, 0) : NULL, code, message);
+}
+
+/* The evaluation root of stage i's input (a map adds item and item_index to it). */
+json_object *
+step_root(wfe_step *st, int i)
+{
+	return build_root(st, i, 0);
+}
+
+/* Bind stage i's input over root (NULL: it reads no root), as bind_stage. */
+const char *
+step_bind(wfe_step *st, int i, json_object *root, const char **code, const char **message)
+{
+	const wfe_rp_stage *s = &st->rp->stages[i];
 	json_object *schema = st->io->input_schema(st->io->arg, i);
-	json_object *root;
 	json_object *input;
 	wfe_bind_error err;
 	char	   *canon;
@@ -416,7 +438,8 @@ step_bind_stage(wfe_step *st, int i, const char **code, const char **message)
 
 	if (s->input_refs == 0 && schema == NULL && strstr(s->input_text, "$${") == NULL)
 		return s->input_text;	/* nothing to interpolate, unescape or check */
-	root = s->input_refs ? build_root(st, i, 0) : step_hold(st, json_object_new_object());
+	if (root == NULL)
+		root = step_hold(st, json_object_new_object());
 	memset(&err, 0, sizeof(err));
 	input = wfe_bind_input(s->input, root, schema, &err);
 	if (input == NULL)
@@ -742,6 +765,12 @@ step_activate(wfe_step *st, int i, int branch, wfe_state outcome)
 		const char *code = NULL,
 				   *message = NULL;
 
+		if (s->kind == WFE_K_MAP)
+		{
+			step_map_release(st, i);
+			st->depth--;
+			return;
+		}
 		/* a wait binds nothing; a sleep binds its `until`, if it has one */
 		input = s->kind == WFE_K_FINALISER ? finaliser_input(st)
 			: (s->kind == WFE_K_WAIT || (s->kind == WFE_K_SLEEP && s->input == NULL)) ? "{}"
@@ -1246,6 +1275,8 @@ set_intent(wfe_step *st, wfe_run_state intent, const char *reason)
 		/* the fence of the attempt asked to stop: its ack_cancel names it */
 		step_event_fenced(st, i, r->attempt, "stage.cancelled", detail, op->prev_fence);
 		step_cache_leader_ended(st, i);
+		if (rp->stages[i].kind == WFE_K_MAP)
+			step_emit(st, WFE_OP_MAP_CANCEL, i)->json = op->json;
 	}
 	for (int i = 0; i < rp->nstages; i++)
 		if (st->rows[i].exists && st->rows[i].state == WFE_WAITING &&
@@ -1366,6 +1397,12 @@ stage_done(wfe_step *st, int i, wfe_state outcome)
 {
 	const wfe_rp_stage *s = &st->rp->stages[i];
 
+	if (i == st->elem_map && st->elem >= 0)
+	{
+		/* an element ended: its map counts it (and may end), nothing routes */
+		step_map_element_done(st, i, outcome);
+		return;
+	}
 	if (s->kind == WFE_K_FINALISER)
 		next_finaliser(st);
 	else if (st->rp->tasks_form)
@@ -1374,6 +1411,13 @@ stage_done(wfe_step *st, int i, wfe_state outcome)
 		step_route(st, i, outcome == WFE_COMPLETED ? s->on_success :
 				   outcome == WFE_TIMED_OUT ? s->on_timeout : s->on_failure,
 				   wfe_step_row(st, i)->branch, outcome);
+}
+
+/* A stage ended: route on (for map.c). */
+void
+step_stage_done(wfe_step *st, int i, wfe_state outcome)
+{
+	stage_done(st, i, outcome);
 }
 
 /* Delay before the attempt after attempt n: capped exponential backoff with jitter. */
@@ -1476,7 +1520,8 @@ step_completed(wfe_step *st, int i, const char *result, completion how)
 		json_object_object_add(detail, "cache", json_object_new_string("hit"));
 	}
 	step_event(st, i, how == FROM_CACHE ? 0 : r->attempt, "stage.completed", detail);
-	if (st->rp->tasks_form && s->kind != WFE_K_FINALISER && s->nproduces > 0)
+	if (st->rp->tasks_form && s->kind != WFE_K_FINALISER && s->nproduces > 0 &&
+		!(i == st->elem_map && st->elem >= 0))
 	{
 		/* outputs are write-once per (run, task, key) */
 		json_object *keys = json_object_new_array();
@@ -1485,7 +1530,7 @@ step_completed(wfe_step *st, int i, const char *result, completion how)
 		for (int k = 0; k < s->nproduces; k++)
 			json_object_array_add(keys, step_jstr(s->produces[k].key));
 		op->json = step_json_text(st, keys);
-		op->json2 = r->result;
+		op->json2 = s->kind == WFE_K_MAP ? step_map_outputs(st, i, r->result) : r->result;
 	}
 	stage_done(st, i, WFE_COMPLETED);
 }
@@ -1721,8 +1766,8 @@ wfe_step_result_problem(wfe_step *st, int i, const char *result_text, json_objec
 		if (wfe_schema_validate(schema, result, msg, sizeof(msg)) != WFE_SCHEMA_VALID)
 			return wfe_arena_strdup(&st->arena, msg);
 	}
-	if (!st->rp->tasks_form || s->kind == WFE_K_FINALISER)
-		return NULL;
+	if (!st->rp->tasks_form || s->kind == WFE_K_FINALISER || s->kind == WFE_K_MAP)
+		return NULL;			/* a map's produces hold its aggregated result */
 	for (int k = 0; k < s->nproduces; k++)
 	{
 		const char *key = s->produces[k].key;

@@ -85,6 +85,15 @@ typedef struct wfe_child
 	int			max_depth;
 } wfe_child;
 
+/* A map's counter row (runtime.md "Map elements"): one per map, written per element end. */
+typedef struct wfe_map_counts
+{
+	int64_t		total;			/* elements bound at release */
+	int64_t		released;		/* elements 0..released-1 were released */
+	int64_t		completed;		/* elements that completed */
+	int64_t		failed;			/* elements that failed for good */
+} wfe_map_counts;
+
 /* The I/O hooks: what the core may ask the server for; every hook may raise. */
 typedef struct wfe_step_io
 {
@@ -125,6 +134,18 @@ typedef struct wfe_step_io
 	const char *(*stage_input) (void *arg, int stage);
 	/* workflow stage i's child as it would start now (fills *c) */
 	void		(*child) (void *arg, int stage, wfe_child *c);
+	/*
+	 * Maps (map.c): fill *row for element elem of map stage i (NAME[elem]);
+	 * fill *c from the map's counter row (all 0 when there is none); the
+	 * one final aggregation, {"items": [...], "failed": [...]} in element
+	 * order (JSON text), where element elem -- the one whose end this step
+	 * decides, not yet written -- ended with elem_result (NULL: failed);
+	 * and wfe.max_map_items.
+	 */
+	void		(*load_element) (void *arg, int stage, int64_t elem, wfe_row *row);
+	void		(*map_counts) (void *arg, int stage, wfe_map_counts *c);
+	const char *(*map_results) (void *arg, int stage, int64_t elem, const char *elem_result);
+	int64_t		(*max_map_items) (void *arg);
 } wfe_step_io;
 
 /* The effects, in the order the server writes them. */
@@ -164,8 +185,13 @@ typedef enum wfe_op_kind
 								 * delay_us >= 0: a timer (text: its kind) after it; json: input */
 	WFE_OP_SIGNAL_TAKEN,		/* the buffered signal delay_us (its id) was taken by this wait */
 	/* child runs */
-	WFE_OP_CHILD				/* start a child run for the parked workflow stage's attempt (attempt,
+	WFE_OP_CHILD,				/* start a child run for the parked workflow stage's attempt (attempt,
 								 * fence): text the workflow, json2 its version, json its context */
+	/* maps (an op about one element has elem >= 0: its stage is NAME[elem]) */
+	WFE_OP_MAP_START,			/* the map runs: attempt, fence; json: the elements' bound inputs
+								 * (a JSON array), text: their kind; its counter row from counts */
+	WFE_OP_MAP_COUNTS,			/* the map's counter row is counts */
+	WFE_OP_MAP_CANCEL			/* the map's elements under way are cancelled and fenced; json: error */
 } wfe_op_kind;
 
 /* wfe_op.branch of a RESOLVE that leaves the row's branch as it is */
@@ -185,6 +211,8 @@ typedef struct wfe_op
 	const char *text;
 	const char *json;
 	const char *json2;
+	int64_t		elem;			/* a map element's index, or -1: the op is about the stage itself */
+	wfe_map_counts counts;		/* MAP_START, MAP_COUNTS */
 } wfe_op;
 
 /* One step's working state. */
@@ -204,6 +232,16 @@ typedef struct wfe_step
 	int			capheld;
 	int			depth;			/* recursion guard */
 	int64_t		signal_after;	/* buffered signals this step took have ids up to this */
+	/*
+	 * A map element this step is about (map.c): while elem >= 0, stage
+	 * elem_map's row is the element's (elem_row), and ops about that stage
+	 * are about the element; the map's own row stays in rows[].
+	 */
+	int			elem_map;
+	int64_t		elem;
+	wfe_row		elem_row;
+	int			counts_loaded;
+	wfe_map_counts counts;		/* elem_map's counter row, kept up to date */
 } wfe_step;
 
 /* Start a step (releases what an interrupted earlier step still held). */
@@ -261,6 +299,16 @@ extern void wfe_step_sleep_due(wfe_step *st, int stage, int attempt, int64_t fen
  */
 extern void wfe_step_child_ended(wfe_step *st, int stage, int attempt, int64_t fence,
 								 int64_t child_run_id, const char *state, const char *output);
+
+/*
+ * Maps (map.c).  The map stage whose element `name` (NAME[i]) names, with
+ * *elem set; -1 when name is no element of a map of this plan (no such
+ * map, an index that is not a canonical number).  Whether i exists is
+ * the server's to say (the element's row).
+ */
+extern int	wfe_map_element_of(const wfe_run_plan *rp, const char *name, int64_t *elem);
+/* What follows in this step is about element elem of map stage i. */
+extern void wfe_step_element(wfe_step *st, int stage, int64_t elem);
 
 /* The callback gate: which report of a worker is this (a callback), and what it reports. */
 typedef enum wfe_callback

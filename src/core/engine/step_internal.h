@@ -46,6 +46,17 @@ typedef enum completion
 
 extern void step_completed(wfe_step *st, int i, const char *result, completion how);
 
+extern void step_stage_done(wfe_step *st, int i, wfe_state outcome);
+
+/* Maps (map.c) */
+extern wfe_row *step_element_row(wfe_step *st);
+extern void step_map_release(wfe_step *st, int i);
+extern void step_map_element_done(wfe_step *st, int i, wfe_state outcome);
+extern const char *step_map_outputs(wfe_step *st, int i, const char *result);
+extern const char *step_bind(wfe_step *st, int i, json_object *root, const char **code,
+							 const char **message);
+extern json_object *step_root(wfe_step *st, int i);
+
 /* The result cache (step_cache.c) */
 extern int step_cached(wfe_step *st, int i);
 extern void step_cache_leader_ended(wfe_step *st, int i);

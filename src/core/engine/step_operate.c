@@ -123,6 +123,10 @@ wfe_step_operate_problem(wfe_step *st, int i, wfe_operation op, const char *valu
 
 	if (!r->exists)
 		return wfe_arena_printf(&st->arena, "stage %s has no row in this run", s->name);
+	/* its elements have rows of their own: acting on the map alone would strand them */
+	if (s->kind == WFE_K_MAP && op != WFE_OPERATE_SKIP)
+		return wfe_arena_printf(&st->arena, "stage %s is a map: only skip_stage (of a failed map) acts on it yet",
+								s->name);
 	switch (op)
 	{
 		case WFE_OPERATE_REDRIVE:

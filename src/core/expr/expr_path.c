@@ -196,6 +196,11 @@ wfe_path_parse(const char *src, size_t len, wfe_expr_form form,
 		root = "stages";
 	else if (t->length == 7 && memcmp(src + t->offset, "outputs", 7) == 0)
 		root = "outputs";
+	/* a map's element roots: parsed everywhere, legal only in its item input (refs.c) */
+	else if (t->length == 4 && memcmp(src + t->offset, "item", 4) == 0)
+		root = "item";
+	else if (t->length == 10 && memcmp(src + t->offset, "item_index", 10) == 0)
+		root = "item_index";
 	{
 		int			root_offset = t->offset;
 		int			root_length = t->length;

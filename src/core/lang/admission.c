@@ -88,18 +88,29 @@ static const char *const workflow_keys[] = {
 static const char *const workflow_required[] = {
 	"name", "type", "workflow", "on_success", "on_failure", NULL
 };
+static const char *const map_keys[] = {
+	"name", "type", "items", "item", "max_concurrency", "tolerated_failures", "on_success",
+	"on_failure", NULL
+};
+static const char *const map_required[] = {
+	"name", "type", "items", "item", "on_success", "on_failure", NULL
+};
+static const char *const item_keys[] = {
+	"worker", "queue", "action", "workflow", "input", "retry", "execution_deadline_ms",
+	"queue_deadline_ms", "heartbeat_ms", "cache", NULL
+};
 static const char *const branch_keys[] = {"when", "next", NULL};
 static const char *const task_keys[] = {
 	"id", "worker", "queue", "action", "description", "depends_on", "critical",
 	"dependency_policy", "contexts", "awaits", "produces", "requires_outputs",
 	"input", "retry", "execution_deadline_ms", "queue_deadline_ms",
-	"heartbeat_ms", "cache", NULL
+	"heartbeat_ms", "cache", "for_each", "max_concurrency", "tolerated_failures", NULL
 };
 static const char *const task_action_keys[] = {
 	"id", "action", "description", "depends_on", "critical",
 	"dependency_policy", "contexts", "awaits", "produces", "requires_outputs",
 	"input", "retry", "execution_deadline_ms", "queue_deadline_ms",
-	"heartbeat_ms", "cache", NULL
+	"heartbeat_ms", "cache", "for_each", "max_concurrency", "tolerated_failures", NULL
 };
 static const char *const task_wait_keys[] = {
 	"id", "wait", "description", "depends_on", "critical", "dependency_policy",
@@ -710,6 +721,115 @@ read_child(wfe_model *m, wfe_stage *s, const wfe_ynode *map)
 	get_ms(m, map, "execution_deadline_ms", s->path, &s->execution_deadline_ms, 0);
 }
 
+/* map[key] as a count: an integer >= 0; keeps *out when absent or invalid. */
+static void
+get_count(wfe_model *m, const wfe_ynode *map, const char *key, const char *path, long long *out)
+{
+	const wfe_ynode *n = wfe_ymap_get(map, key);
+
+	if (n == NULL)
+		return;
+	if (n->kind != WFE_Y_SCALAR || n->type != WFE_YS_INT)
+		report(m, "schema.type", n, key_path(m, path, key), "%s must be an integer, not %s",
+			   key, wfe_ynode_describe(n));
+	else if (n->ival < 0)
+		report(m, "schema.value", n, key_path(m, path, key), "%s must not be negative, not %lld",
+			   key, n->ival);
+	else
+		*out = n->ival;
+}
+
+/*
+ * A map's items (a map stage's `items`, a task's `for_each`): one "${...}"
+ * reference bound at release, or a literal sequence no longer than
+ * wfe.max_map_items; and its max_concurrency and tolerated_failures.
+ */
+static void
+read_map_items(wfe_model *m, wfe_stage *s, const wfe_ynode *map, const char *key)
+{
+	const wfe_ynode *n = wfe_ymap_get(map, key);
+
+	s->items_path = key_path(m, s->path, key);
+	s->max_concurrency = WFE_NONE;
+	s->tolerated_failures = 0;
+	get_count(m, map, "max_concurrency", s->path, &s->max_concurrency);
+	get_count(m, map, "tolerated_failures", s->path, &s->tolerated_failures);
+	if (s->max_concurrency == 0)
+		report(m, "schema.value", wfe_ymap_get(map, "max_concurrency"),
+			   key_path(m, s->path, "max_concurrency"), "max_concurrency must be at least 1");
+	if (n == NULL)
+		return;
+	if (n->kind == WFE_Y_SEQ)
+	{
+		if (n->n > m->opts->max_map_items)
+			report(m, "limits.map_items", n, s->items_path,
+				   "%s has %d items, over the limit of %d (wfe.max_map_items)",
+				   key, n->n, m->opts->max_map_items);
+		s->items = n;
+	}
+	else if (n->kind == WFE_Y_SCALAR && n->type == WFE_YS_STRING && n->len > 3 &&
+			 strncmp(n->text, "${", 2) == 0 && n->text[n->len - 1] == '}' &&
+			 memchr(n->text + 2, '$', n->len - 3) == NULL)
+		s->items = n;
+	else
+		report(m, "schema.type", n, s->items_path,
+			   "%s must be one reference \"${...}\" that binds to an array, or a list, not %s",
+			   key, wfe_ynode_describe(n));
+}
+
+/* A map stage's item: a worker (with its queue) or an action, and their settings. */
+static void
+read_map_item(wfe_model *m, wfe_stage *s, const wfe_ynode *map)
+{
+	const wfe_ynode *item = wfe_ymap_get(map, "item");
+	const char *ipath = key_path(m, s->path, "item");
+	const char *saved = s->path;
+	int			has_worker,
+				has_action;
+
+	if (item == NULL)
+		return;
+	if (item->kind != WFE_Y_MAP)
+	{
+		report(m, "schema.type", item, ipath, "item must be a mapping, not %s", wfe_ynode_describe(item));
+		return;
+	}
+	check_keys(m, item, ipath, item_keys, none, "a map's item");
+	has_worker = wfe_ymap_get(item, "worker") != NULL;
+	has_action = wfe_ymap_get(item, "action") != NULL;
+	if (wfe_ymap_get(item, "workflow") != NULL)
+	{
+		report(m, "schema.value", wfe_ymap_get(item, "workflow"), key_path(m, ipath, "workflow"),
+			   "a map item that runs a child workflow is not supported yet: use a worker or an action");
+		return;
+	}
+	if (has_worker + has_action != 1)
+	{
+		report(m, "schema.required", item, ipath,
+			   "map '%s' needs one item executor: worker + queue, or action", s->name ? s->name : "?");
+		return;
+	}
+	s->path = ipath;			/* the item's settings are reported under /item */
+	s->item_action = has_action;
+	if (has_action)
+		s->ref = get_contract_ref(m, item, "action", ipath);
+	else
+	{
+		s->ref = get_contract_ref(m, item, "worker", ipath);
+		s->queue = get_name_ref(m, item, "queue", ipath);
+		if (s->queue.name == NULL && wfe_ymap_get(item, "queue") == NULL)
+			report(m, "schema.required", item, ipath, "a worker item needs a queue");
+		check_queue(m, s);
+	}
+	read_executor_settings(m, s, item);
+	if (has_action)
+	{
+		s->queue_deadline_ms = m->default_queue_deadline_ms;
+		s->heartbeat_ms = m->default_heartbeat_ms;
+	}
+	s->path = saved;
+}
+
 /* A decision's branches: [{when, next}], the fallback flagged. */
 static void
 read_decision(wfe_model *m, wfe_stage *s, const wfe_ynode *map)
@@ -899,10 +1019,17 @@ read_stage(wfe_model *m, wfe_stage *s, const wfe_ynode *map)
 		check_keys(m, map, s->path, workflow_keys, workflow_required, "a workflow stage");
 		read_child(m, s, map);
 	}
+	else if (strcmp(type, "map") == 0)
+	{
+		s->type = WFE_ST_MAP;
+		check_keys(m, map, s->path, map_keys, map_required, "a map stage");
+		read_map_items(m, s, map, "items");
+		read_map_item(m, s, map);
+	}
 	else
 	{
 		report(m, "schema.value", tn, key_path(m, s->path, "type"),
-			   "stage type '%s' is not one of action, worker, decision, fork, join, wait, sleep, workflow", type);
+			   "stage type '%s' is not one of action, worker, decision, fork, join, wait, sleep, workflow, map", type);
 		s->type = WFE_ST_INVALID;
 		return;
 	}
@@ -1078,6 +1205,16 @@ read_task(wfe_model *m, wfe_stage *s, const wfe_ynode *map)
 	}
 	read_executor_settings(m, s, map);
 	read_task_common(m, s, map);
+	if (wfe_ymap_get(map, "for_each") != NULL)
+	{
+		s->item_action = s->type == WFE_ST_ACTION;
+		s->type = WFE_ST_MAP;
+		read_map_items(m, s, map, "for_each");
+	}
+	else if (wfe_ymap_get(map, "max_concurrency") || wfe_ymap_get(map, "tolerated_failures"))
+		report(m, "schema.value", map, s->path,
+			   "task '%s' sets max_concurrency or tolerated_failures without for_each",
+			   s->name ? s->name : "?");
 }
 
 /* What every task has besides its executor. */

@@ -20,6 +20,7 @@ wfe_compile_options_init(wfe_compile_options *opts)
 	opts->max_stages = 500;
 	opts->max_fanout = 64;
 	opts->max_expression_bytes = 4096;
+	opts->max_map_items = 10000;
 }
 
 /* "sha256:" + lowercase hex of the canonical plan bytes. */

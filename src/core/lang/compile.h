@@ -28,6 +28,7 @@ typedef struct wfe_compile_options
 	int			max_stages;		/* wfe.max_stages, 500 */
 	int			max_fanout;		/* wfe.max_fanout, 64 */
 	size_t		max_expression_bytes;	/* wfe.max_expression_bytes, 4096 */
+	int			max_map_items;	/* wfe.max_map_items, 10000: a literal items array's length */
 
 	/*
 	 * NULL skips the contracts layer.  Otherwise a JSON array of

@@ -183,7 +183,8 @@ check_stage(wfe_model *m, const wfe_stage *s)
 	json_object *c;
 	const char *kind,
 			   *queue;
-	const char *want = s->type == WFE_ST_WORKER ? "worker" : "action";
+	int			worker = s->type == WFE_ST_WORKER || (s->type == WFE_ST_MAP && !s->item_action);
+	const char *want = worker ? "worker" : "action";
 
 	if (s->ref.name == NULL)
 		return;
@@ -204,7 +205,7 @@ check_stage(wfe_model *m, const wfe_stage *s)
 		return;
 	}
 	queue = string_member(c, "queue");
-	if (s->type == WFE_ST_WORKER && s->queue.name &&
+	if (worker && s->queue.name &&
 		(queue == NULL || strcmp(queue, s->queue.name) != 0))
 		wfe_diag(m->diags, "contract.queue_mismatch", s->queue.path, s->queue.line, s->queue.column,
 				 "stage '%s' sends to queue '%s', but %s consumes queue '%s'",
@@ -347,7 +348,8 @@ wfe_contracts_check(wfe_model *m)
 		!json_object_is_type(m->opts->contracts, json_type_array))
 		return;
 	for (int i = 0; i < m->nstages; i++)
-		if (m->stages[i].type == WFE_ST_ACTION || m->stages[i].type == WFE_ST_WORKER)
+		if (m->stages[i].type == WFE_ST_ACTION || m->stages[i].type == WFE_ST_WORKER ||
+			m->stages[i].type == WFE_ST_MAP)
 			check_stage(m, &m->stages[i]);
 		else if (m->stages[i].type == WFE_ST_WAIT)
 			check_wait(m, &m->stages[i]);

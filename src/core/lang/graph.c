@@ -153,6 +153,7 @@ stage_edges(wfe_model *m, const wfe_stage *s, int *out, int report)
 		case WFE_ST_WORKER:
 		case WFE_ST_JOIN:
 		case WFE_ST_WORKFLOW:
+		case WFE_ST_MAP:
 			ADD_ROUTE(&s->on_success, 1);
 			ADD_ROUTE(&s->on_failure, 1);
 			break;

@@ -189,6 +189,25 @@ declare_stage(mbuf *b, json_object *s, size_t i)
 		out(b, "  s%zu[[\"%s<br/><i>workflow %s</i>\"]]\n", i, name, ref);
 		free(ref);
 	}
+	else if (strcmp(type, "map") == 0)
+	{
+		/* a parallelogram: one item executor per element of an array */
+		json_object *item = json_object_object_get(s, "item");
+		json_object *mc = json_object_object_get(s, "max_concurrency");
+		const char *w = get_str(item, "worker");
+		char	   *ref = label(w ? w : get_str(item, "action"));
+		char	   *q = label(get_str(item, "queue"));
+		char		limit[48] = "";
+
+		if (mc && json_object_is_type(mc, json_type_int))
+			snprintf(limit, sizeof(limit), ", %lld at once", (long long) json_object_get_int64(mc));
+		if (w)
+			out(b, "  s%zu[/\"%s<br/><i>map: worker %s on %s%s</i>\"/]\n", i, name, ref, q, limit);
+		else
+			out(b, "  s%zu[/\"%s<br/><i>map: action %s%s</i>\"/]\n", i, name, ref, limit);
+		free(ref);
+		free(q);
+	}
 	else if (strcmp(type, "sleep") == 0)
 	{
 		/* a circle: a timer */

@@ -29,7 +29,8 @@ typedef enum wfe_stage_type
 	WFE_ST_JOIN,
 	WFE_ST_WAIT,				/* waits for a registered signal */
 	WFE_ST_SLEEP,				/* a durable timer */
-	WFE_ST_WORKFLOW				/* a child run of another workflow */
+	WFE_ST_WORKFLOW,			/* a child run of another workflow */
+	WFE_ST_MAP					/* a worker or action per element of an array (a task's for_each) */
 } wfe_stage_type;
 
 /* A name written somewhere in the source: a route target, a dependency... */
@@ -108,6 +109,13 @@ typedef struct wfe_stage
 	long long	queue_deadline_ms;
 	long long	heartbeat_ms;
 	long long	cache_ttl_ms;	/* WFE_NONE: no cache */
+
+	/* map: ref, queue, input, retry, deadlines and cache above are its item's */
+	const wfe_ynode *items;		/* a "${...}" string, or a literal sequence */
+	const char *items_path;
+	int			item_action;	/* the item executor is an action (else a worker) */
+	long long	max_concurrency;	/* WFE_NONE: unlimited */
+	long long	tolerated_failures;
 
 	/* tasks form */
 	const char *description;

@@ -62,10 +62,10 @@ static void
 add_executor(json_object *o, const wfe_stage *s)
 {
 	json_object *input = s->input ? wfe_ynode_to_json(s->input) : json_object_new_object();
+	int			worker = s->type == WFE_ST_WORKER || (s->type == WFE_ST_MAP && !s->item_action);
 
-	json_object_object_add(o, s->type == WFE_ST_WORKER ? "worker" : "action",
-						   str_json(s->ref.name));
-	if (s->type == WFE_ST_WORKER)
+	json_object_object_add(o, worker ? "worker" : "action", str_json(s->ref.name));
+	if (worker)
 		json_object_object_add(o, "queue", str_json(s->queue.name));
 	json_object_object_add(o, "input", input);
 	json_object_object_add(o, "retry", retry_json(&s->retry));
@@ -93,6 +93,22 @@ add_child(json_object *o, const wfe_stage *s)
 	json_object_object_add(o, "execution_deadline_ms", ms_json(s->execution_deadline_ms));
 }
 
+/*
+ * A map's own keys: its items (a reference or a literal list), bounds, and
+ * its item executor as an "item" object with the keys of a worker or action.
+ */
+static void
+add_map(json_object *o, const wfe_stage *s)
+{
+	json_object *item = json_object_new_object();
+
+	json_object_object_add(o, "items", s->items ? wfe_ynode_to_json(s->items) : NULL);
+	json_object_object_add(o, "max_concurrency", ms_json(s->max_concurrency));
+	json_object_object_add(o, "tolerated_failures", json_object_new_int64(s->tolerated_failures));
+	add_executor(item, s);
+	json_object_object_add(o, "item", item);
+}
+
 static const char *
 type_name(wfe_stage_type t)
 {
@@ -114,6 +130,8 @@ type_name(wfe_stage_type t)
 			return "sleep";
 		case WFE_ST_WORKFLOW:
 			return "workflow";
+		case WFE_ST_MAP:
+			return "map";
 		case WFE_ST_INVALID:
 			break;
 	}
@@ -186,6 +204,11 @@ stage_json(const wfe_stage *s)
 			json_object_object_add(o, "on_success", str_json(s->on_success.name));
 			json_object_object_add(o, "on_failure", str_json(s->on_failure.name));
 			break;
+		case WFE_ST_MAP:
+			add_map(o, s);
+			json_object_object_add(o, "on_success", str_json(s->on_success.name));
+			json_object_object_add(o, "on_failure", str_json(s->on_failure.name));
+			break;
 		case WFE_ST_INVALID:
 			break;
 	}
@@ -214,6 +237,8 @@ task_json(const wfe_stage *s)
 	}
 	else if (s->type == WFE_ST_WORKFLOW)
 		add_child(o, s);
+	else if (s->type == WFE_ST_MAP)
+		add_map(o, s);
 	else
 		add_executor(o, s);
 	json_object_object_add(o, "description", str_json(s->description));

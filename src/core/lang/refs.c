@@ -36,7 +36,7 @@ check_stage_ref(ref_ctx *ctx, const char *name)
 	}
 	if (m->stages[t].type != WFE_ST_ACTION && m->stages[t].type != WFE_ST_WORKER &&
 		m->stages[t].type != WFE_ST_WAIT && m->stages[t].type != WFE_ST_SLEEP &&
-		m->stages[t].type != WFE_ST_WORKFLOW)
+		m->stages[t].type != WFE_ST_WORKFLOW && m->stages[t].type != WFE_ST_MAP)
 	{
 		wfe_diag(m->diags, "graph.ref_not_in_lineage", ctx->path, ctx->line, ctx->column,
 				 "stage '%s' is a %s and has no result to read", name,
@@ -152,10 +152,13 @@ check_decision(wfe_model *m, int idx)
 	}
 }
 
-/* One `${...}` body found in an input string of stage `idx`. */
+/*
+ * One `${...}` body found in an input string of stage `idx`.  item_ok: the
+ * string is in a map's item input, where the element roots exist.
+ */
 static void
 check_interpolation(wfe_model *m, int idx, const char *body, size_t len,
-					const char *path, const wfe_ynode *at)
+					const char *path, const wfe_ynode *at, int item_ok)
 {
 	wfe_stage  *s = idx >= 0 ? &m->stages[idx] : NULL;	/* NULL: the run's output */
 	wfe_path	p;
@@ -176,7 +179,17 @@ check_interpolation(wfe_model *m, int idx, const char *body, size_t len,
 		report_expr(m, &err, path, at->line, at->column, "interpolation", NULL);
 		return;
 	}
-	if (strcmp(p.root, "stages") == 0)
+	if (strncmp(p.root, "item", 4) == 0)
+	{
+		if (!item_ok)
+			wfe_diag(m->diags, "expr.unknown_root", path, at->line, at->column,
+					 "unavailable root '%s': item and item_index exist only in a map's item input",
+					 p.root);
+		else if (strcmp(p.root, "item_index") == 0 && p.nsegments > 0)
+			wfe_diag(m->diags, "expr.syntax", path, at->line, at->column,
+					 "item_index is a number: it has no fields");
+	}
+	else if (strcmp(p.root, "stages") == 0)
 	{
 		if (p.nsegments < 2 || p.segments[0].is_index || p.segments[1].is_index ||
 			strcmp(p.segments[1].key, "result") != 0)
@@ -238,7 +251,7 @@ check_interpolation(wfe_model *m, int idx, const char *body, size_t len,
 
 /* Scan one string for `${...}`; `$${` is a literal "${". */
 static void
-scan_string(wfe_model *m, int idx, const wfe_ynode *n, const char *path)
+scan_string(wfe_model *m, int idx, const wfe_ynode *n, const char *path, int item_ok)
 {
 	const char *s = n->text;
 	size_t		len = n->len;
@@ -262,26 +275,26 @@ scan_string(wfe_model *m, int idx, const wfe_ynode *n, const char *path)
 					 "unterminated interpolation: '${' without a closing '}'");
 			return;
 		}
-		check_interpolation(m, idx, s + i + 2, j - i - 2, path, n);
+		check_interpolation(m, idx, s + i + 2, j - i - 2, path, n, item_ok);
 		i = j;
 	}
 }
 
 /* Walk an input value for strings. */
 static void
-scan_input(wfe_model *m, int idx, const wfe_ynode *n, const char *path)
+scan_input(wfe_model *m, int idx, const wfe_ynode *n, const char *path, int item_ok)
 {
 	if (n->kind == WFE_Y_SCALAR)
 	{
 		if (n->type == WFE_YS_STRING)
-			scan_string(m, idx, n, path);
+			scan_string(m, idx, n, path, item_ok);
 		return;
 	}
 	for (int i = 0; i < n->n; i++)
 		scan_input(m, idx, n->items[i],
 				   n->kind == WFE_Y_MAP
 				   ? wfe_arena_printf(m->arena, "%s/%s", path, n->keys[i]->text)
-				   : wfe_arena_printf(m->arena, "%s/%d", path, i));
+				   : wfe_arena_printf(m->arena, "%s/%d", path, i), item_ok);
 }
 
 void
@@ -294,10 +307,12 @@ wfe_refs_check(wfe_model *m)
 		if (s->type == WFE_ST_DECISION)
 			check_decision(m, i);
 		if (s->input != NULL && s->name != NULL)
-			scan_input(m, i, s->input, s->input_path);
+			scan_input(m, i, s->input, s->input_path, s->type == WFE_ST_MAP);
 		if (s->until != NULL && s->name != NULL)
-			scan_input(m, i, s->until, s->until_path);
+			scan_input(m, i, s->until, s->until_path, 0);
+		if (s->items != NULL && s->name != NULL)
+			scan_input(m, i, s->items, s->items_path, 0);
 	}
 	if (m->output != NULL)
-		scan_input(m, -1, m->output, "/output");
+		scan_input(m, -1, m->output, "/output", 0);
 }

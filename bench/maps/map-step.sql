@@ -1,0 +1,9 @@
+-- wfe: one map element (or one step of bench-map-chain), batch 1, two transactions.
+-- :queue (pgbench -D) is the queue served: bench-map (the map's elements) or bench-chain.
+SELECT count(*) AS n, coalesce(max(t.run_id), 0) AS run_id, coalesce(max(t.stage), '') AS stage,
+       coalesce(max(t.attempt), 0) AS attempt, coalesce(max(t.fence), 0) AS fence
+  FROM wfe.claim_task(:queue, 'w' || :client_id::text, 1) AS t
+\gset
+\if :n > 0
+SELECT wfe.complete_task(:run_id, :stage, :attempt, :fence);
+\endif

@@ -1,0 +1,365 @@
+/*
+ * map.c — the step core's map stages (dsl.md "New in 0.3.0", runtime.md
+ * "Map elements").
+ *
+ * A map binds its items when released, and each element becomes a unit of
+ * work of its own, NAME[i], with the map's item executor: its own row,
+ * attempts, fence, retries and deadlines, reported about like any stage.
+ * The step core works on one element at a time through the map's stage
+ * index (wfe_step_element): while a step is about an element, that stage's
+ * row is the element's, the ops about it name the element, and its end is
+ * counted here instead of routed.
+ *
+ * The cost rule: no step reads or writes every element but two -- the
+ * release, which binds and creates them (once), and the one final
+ * aggregation of their results.  An element's end reads and writes its own
+ * row, the map's counter row (wfe_map_counts) and, while elements wait
+ * for max_concurrency, the row of the next one to release.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <json-c/json.h>
+
+#include "core/base/json.h"
+#include "core/jsonschema/jsonschema.h"
+#include "bind.h"
+#include "step_internal.h"
+
+/* The longest element index: the 31 bits a stage row's element column holds. */
+#define MAP_MAX_INDEX 2147483647LL
+
+int
+wfe_map_element_of(const wfe_run_plan *rp, const char *name, int64_t *elem)
+{
+	const char *open = strrchr(name, '[');
+	size_t		len = strlen(name);
+	int64_t		v = 0;
+	char		base[128];
+	int			i;
+
+	if (open == NULL || len < 4 || name[len - 1] != ']' || (size_t) (open - name) >= sizeof(base))
+		return -1;
+	/* a canonical index: digits, no sign, no leading zero (so one name per element) */
+	if (open + 1 == name + len - 1 || (open[1] == '0' && open + 2 != name + len - 1))
+		return -1;
+	for (const char *p = open + 1; p < name + len - 1; p++)
+	{
+		if (*p < '0' || *p > '9')
+			return -1;
+		v = v * 10 + (*p - '0');
+		if (v > MAP_MAX_INDEX)
+			return -1;
+	}
+	memcpy(base, name, open - name);
+	base[open - name] = '\0';
+	i = wfe_run_plan_find(rp, base);
+	if (i < 0 || rp->stages[i].kind != WFE_K_MAP)
+		return -1;
+	*elem = v;
+	return i;
+}
+
+void
+wfe_step_element(wfe_step *st, int i, int64_t elem)
+{
+	st->elem_map = i;
+	st->elem = elem;
+	st->elem_row.loaded = 0;
+}
+
+/* The current element's row (loaded on first use). */
+wfe_row *
+step_element_row(wfe_step *st)
+{
+	wfe_row    *r = &st->elem_row;
+
+	if (!r->loaded)
+	{
+		memset(r, 0, sizeof(*r));
+		r->branch = -1;
+		st->io->load_element(st->io->arg, st->elem_map, st->elem, r);
+		r->loaded = 1;
+	}
+	return r;
+}
+
+/* The map's counter row, read once per step and kept up to date. */
+static wfe_map_counts *
+counts(wfe_step *st, int i)
+{
+	if (!st->counts_loaded)
+	{
+		memset(&st->counts, 0, sizeof(st->counts));
+		st->io->map_counts(st->io->arg, i, &st->counts);
+		st->counts_loaded = 1;
+	}
+	return &st->counts;
+}
+
+/* Write the counter row as the core now has it. */
+static void
+write_counts(wfe_step *st, int i)
+{
+	int64_t		elem = st->elem;
+	wfe_op	   *op;
+
+	st->elem = -1;
+	op = step_emit(st, WFE_OP_MAP_COUNTS, i);
+	op->counts = *counts(st, i);
+	st->elem = elem;
+}
+
+/* Elements released and not ended: what max_concurrency bounds. */
+static int64_t
+under_way(const wfe_map_counts *c)
+{
+	return c->released - c->completed - c->failed;
+}
+
+/*
+ * Release the elements max_concurrency now allows, in index order.  fresh:
+ * the rows were created in this step (their state is known: waiting, no
+ * attempt) so they are not read back.
+ */
+static void
+release_more(wfe_step *st, int i, int fresh)
+{
+	const wfe_rp_stage *s = &st->rp->stages[i];
+	wfe_map_counts *c = counts(st, i);
+	int64_t		was = st->elem;
+	wfe_row		was_row = st->elem_row;	/* the ended element's, as this step left it */
+
+	while (c->released < c->total &&
+		   (s->max_concurrency < 0 || under_way(c) < s->max_concurrency))
+	{
+		wfe_step_element(st, i, c->released);
+		if (fresh)
+		{
+			wfe_row    *r = &st->elem_row;
+
+			memset(r, 0, sizeof(*r));
+			r->loaded = 1;
+			r->exists = 1;
+			r->state = WFE_WAITING;
+			r->branch = -1;
+			r->awaits = st->rows[i].awaits;
+			r->queue = s->item_worker ? s->item_queue : NULL;
+		}
+		c->released++;
+		if (step_element_row(st)->exists && step_element_row(st)->state == WFE_WAITING)
+			step_enqueue(st, i, NULL, 1, NULL);	/* its input was bound at the map's release */
+	}
+	st->elem = was;
+	st->elem_row = was_row;
+}
+
+/* The map stage itself (not an element) completes with its aggregated result. */
+static void
+map_complete(wfe_step *st, int i, const char *result)
+{
+	wfe_step_element(st, i, -1);
+	step_completed(st, i, result, BY_ATTEMPT);
+}
+
+/* The map fails without retry (binding, limits, tolerated_failures passed). */
+static void
+map_fail(wfe_step *st, int i, const char *code, const char *message)
+{
+	json_object *error = json_object_new_object();
+	const char *text;
+
+	wfe_step_element(st, i, -1);
+	json_object_object_add(error, "code", step_jstr(code));
+	json_object_object_add(error, "message", step_jstr(message));
+	text = step_json_text(st, error);
+	step_attempt_failed(st, i, text, wfe_step_json_str(st, code), 0, WFE_FAILED);
+}
+
+/* A map that cannot start: failed at release with a binding-class error. */
+static void
+map_unbound(wfe_step *st, int i, const char *code, const char *message)
+{
+	wfe_row    *r = wfe_step_row(st, i);
+	wfe_op	   *op = step_emit(st, WFE_OP_BIND_FAILED, i);
+	json_object *error = json_object_new_object();
+	json_object *detail = json_object_new_object();
+
+	json_object_object_add(error, "code", step_jstr(code));
+	json_object_object_add(error, "message", step_jstr(message));
+	op->json = step_json_text(st, error);
+	r->state = WFE_FAILED;
+	r->attempt += 1;
+	r->fence = step_next_fence(st, r->fence);
+	r->outcome = WFE_FAILED;
+	op->attempt = r->attempt;
+	op->fence = r->fence;
+	json_object_object_add(detail, "code", step_jstr(code));
+	json_object_object_add(detail, "error", step_jstr(message));
+	step_event(st, i, r->attempt, "stage.binding_failed", detail);
+	step_stage_done(st, i, WFE_FAILED);
+}
+
+/*
+ * The map is released: bind its items, check them (an array, within
+ * wfe.max_map_items), bind each element's input with item and item_index,
+ * start the map (its elements' rows and its counter row, in one op), and
+ * release the first elements.
+ */
+void
+step_map_release(wfe_step *st, int i)
+{
+	const wfe_rp_stage *s = &st->rp->stages[i];
+	wfe_row    *r = wfe_step_row(st, i);
+	json_object *root = step_root(st, i);
+	json_object *bound;
+	json_object *items;
+	wfe_bind_error err;
+	int64_t		n,
+				limit = st->io->max_map_items(st->io->arg);
+	json_object *inputs;
+	wfe_op	   *op;
+	json_object *detail;
+
+	memset(&err, 0, sizeof(err));
+	bound = step_hold(st, wfe_bind_input(s->items, root, NULL, &err));
+	if (bound == NULL)
+	{
+		map_unbound(st, i, err.code ? err.code : WFE_BIND_TYPE, err.message);
+		return;
+	}
+	items = json_object_object_get(bound, "items");
+	if (!json_object_is_type(items, json_type_array))
+	{
+		map_unbound(st, i, WFE_BIND_TYPE,
+					wfe_arena_printf(&st->arena, "the items of map '%s' bound to %s, not an array",
+									 s->name, items ? wfe_json_type_name(items) : "null"));
+		return;
+	}
+	n = (int64_t) json_object_array_length(items);
+	if (n > limit)
+	{
+		map_unbound(st, i, "limits.map_items",
+					wfe_arena_printf(&st->arena,
+									 "the items of map '%s' are %lld, over the limit of %lld (wfe.max_map_items)",
+									 s->name, (long long) n, (long long) limit));
+		return;
+	}
+	/* each element's input, bound once, here: releasing it later reads nothing else */
+	inputs = step_hold(st, json_object_new_array_ext((int) n));
+	for (int64_t k = 0; k < n; k++)
+	{
+		const char *code = NULL,
+				   *message = NULL;
+		const char *text;
+
+		json_object_object_add(root, "item", json_object_get(json_object_array_get_idx(items, (size_t) k)));
+		json_object_object_add(root, "item_index", json_object_new_int64(k));
+		text = step_bind(st, i, root, &code, &message);
+		if (text == NULL)
+		{
+			map_unbound(st, i, code, wfe_arena_printf(&st->arena, "element %lld: %s", (long long) k,
+													  message ? message : ""));
+			return;
+		}
+		json_object_array_add(inputs, json_object_new_string(text));
+	}
+	op = step_emit(st, WFE_OP_MAP_START, i);
+	r->state = WFE_RUNNING;
+	r->attempt += 1;
+	r->fence = step_next_fence(st, r->fence);
+	r->outcome = 0;
+	op->attempt = r->attempt;
+	op->fence = r->fence;
+	op->text = s->item_worker ? "worker" : "action";
+	op->json = step_json_text(st, json_object_get(inputs));
+	memset(&st->counts, 0, sizeof(st->counts));
+	st->counts.total = n;
+	st->counts_loaded = 1;
+	op->counts = st->counts;
+	detail = json_object_new_object();
+	json_object_object_add(detail, "elements", json_object_new_int64(n));
+	json_object_object_add(detail, "max_concurrency",
+						   s->max_concurrency < 0 ? NULL : json_object_new_int64(s->max_concurrency));
+	step_event_fenced(st, i, r->attempt, "stage.released", detail, r->fence);
+	if (n == 0)
+	{
+		map_complete(st, i, "{\"failed\":[],\"items\":[]}");
+		return;
+	}
+	release_more(st, i, 1);
+	write_counts(st, i);
+}
+
+/*
+ * The current element ended (completed, or failed or timed out for good):
+ * count it; past tolerated_failures the map fails and its elements under
+ * way are cancelled; else the next elements go, and the last one to end
+ * aggregates the results.  Every element end runs under the run's lock,
+ * so exactly one of them sees the last count.
+ */
+void
+step_map_element_done(wfe_step *st, int i, wfe_state outcome)
+{
+	const wfe_rp_stage *s = &st->rp->stages[i];
+	wfe_map_counts *c = counts(st, i);
+	wfe_row    *map;
+
+	if (outcome == WFE_COMPLETED)
+		c->completed++;
+	else
+		c->failed++;
+	{
+		/* the map's own row: still running? (an operator may have ended it) */
+		int64_t		elem = st->elem;
+
+		st->elem = -1;
+		map = wfe_step_row(st, i);
+		st->elem = elem;
+	}
+	if (map->state != WFE_RUNNING)
+	{
+		write_counts(st, i);
+		return;
+	}
+	if (c->failed > s->tolerated_failures)
+	{
+		wfe_op	   *op;
+		json_object *error = json_object_new_object();
+		const char *message = wfe_arena_printf(&st->arena,
+											   "%lld elements of map '%s' failed, over tolerated_failures (%lld)",
+											   (long long) c->failed, s->name,
+											   (long long) s->tolerated_failures);
+
+		write_counts(st, i);
+		st->elem = -1;
+		json_object_object_add(error, "code", json_object_new_string("map.failed"));
+		json_object_object_add(error, "message", step_jstr(message));
+		op = step_emit(st, WFE_OP_MAP_CANCEL, i);
+		op->json = step_json_text(st, error);
+		map_fail(st, i, "map.failed", message);
+		return;
+	}
+	release_more(st, i, 0);
+	write_counts(st, i);
+	if (c->completed + c->failed == c->total)
+	{
+		int64_t		last = st->elem;
+		const char *result = outcome == WFE_COMPLETED ? step_element_row(st)->result : NULL;
+
+		map_complete(st, i, st->io->map_results(st->io->arg, i, last, result));
+	}
+}
+
+/* A map task's declared outputs: each key holds the whole {"items", "failed"} result. */
+const char *
+step_map_outputs(wfe_step *st, int i, const char *result)
+{
+	const wfe_rp_stage *s = &st->rp->stages[i];
+	json_object *o = json_object_new_object();
+
+	for (int k = 0; k < s->nproduces; k++)
+		json_object_object_add(o, s->produces[k].key, step_jparse(result));
+	return step_json_text(st, o);
+}

@@ -1,0 +1,19 @@
+/*
+ * map.h — the server layer of map stages (map.c), for engine.c.
+ */
+#ifndef WFE_PG_MAP_H
+#define WFE_PG_MAP_H
+
+#include "core/engine/runplan.h"
+#include "core/engine/step.h"
+
+/* NAME[elem], palloc'd: an element's stage name everywhere */
+extern char *wfe_map_element_name(const char *map, int64 elem);
+/* the map's counter row (all 0: none) */
+extern void wfe_map_read_counts(int64 run_id, const char *map, wfe_map_counts *c);
+/* the one final aggregation: {"items", "failed"} in element order */
+extern const char *wfe_map_results(int64 run_id, int ordinal, int64 elem, const char *elem_result);
+/* write a MAP_START, MAP_COUNTS or MAP_CANCEL op of map stage s */
+extern void wfe_map_apply(int64 run_id, const char *tenant, const wfe_rp_stage *s, const wfe_op *op);
+
+#endif							/* WFE_PG_MAP_H */
