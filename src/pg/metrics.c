@@ -3,7 +3,7 @@
  * of wfe.metrics (83_metrics.sql) as things happen.
  *
  * Each counted thing adds a row of +1 to wfe.metric_counters, which the
- * view sums; every 256th row folds the rows nobody has locked into one per
+ * view sums; every 256th row folds the rows committed so far into one per
  * series.  The trigger fires on every attempt that ends, so it is on the
  * path of every step: in C, with its statements prepared once per session,
  * it costs an insert where the PL/pgSQL it replaces also paid for a
@@ -27,6 +27,7 @@
 #include "utils/syscache.h"
 
 #include "spi_stmt.h"
+#include "wfe.h"
 
 /* a counter row with the labels given as JSON text */
 static stmt q_count = STMT(
@@ -39,14 +40,14 @@ static stmt q_count_attempt = STMT(
 	"           'workflow', (SELECT r.workflow FROM wfe.runs AS r WHERE r.run_id OPERATOR(pg_catalog.=) $3),"
 	"           'stage', $4, 'outcome', $5), 1) RETURNING id", 5, TX, TX, I8, TX, TX);
 /*
- * fold: SKIP LOCKED leaves rows another fold holds (so two never wait on
- * each other) and the rows inserted since the snapshot
+ * fold: every row the statement's snapshot sees, summed per series.  One
+ * fold at a time (a wfe lock, taken without waiting: a busy fold means the
+ * next 256th insert folds), so no row is ever locked by another folder and
+ * a row costs its delete alone; rows inserted since the snapshot stay.
  */
 static stmt q_fold = STMT(
 	"WITH gone AS ("
-	"  DELETE FROM wfe.metric_counters AS c"
-	"   WHERE c.id OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT x.id FROM wfe.metric_counters AS x FOR UPDATE SKIP LOCKED))"
-	"  RETURNING c.tenant, c.metric, c.labels, c.value"
+	"  DELETE FROM wfe.metric_counters AS c RETURNING c.tenant, c.metric, c.labels, c.value"
 	")"
 	" INSERT INTO wfe.metric_counters (tenant, metric, labels, value)"
 	" SELECT g.tenant, g.metric, g.labels, pg_catalog.sum(g.value) FROM gone AS g GROUP BY 1, 2, 3", 0);
@@ -160,7 +161,7 @@ wfe_metrics_count(PG_FUNCTION_ARGS)
 		stmt_run(&q_count, v, NULL);
 	}
 	id = pg_strtoint64(stmt_col(1));
-	if (id % FOLD_EVERY == 0)
+	if (id % FOLD_EVERY == 0 && wfe_lock("metrics", "fold", true))
 		stmt_run(&q_fold, NULL, NULL);
 	SPI_finish();
 

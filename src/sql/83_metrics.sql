@@ -10,8 +10,9 @@
 -- do): triggers add a row of +1 to wfe.metric_counters as each thing
 -- happens, and the view sums them.  Those rows are only ever inserted, so
 -- two transactions never wait on each other for a counter; every 256th
--- insert folds the rows nobody has locked into one row per series, so
--- the table stays a few rows per series.
+-- insert folds the rows committed so far into one row per series (one
+-- fold at a time, src/pg/metrics.c), so the table stays a few rows per
+-- series.
 
 CREATE TABLE wfe.metric_counters (
     id     bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
