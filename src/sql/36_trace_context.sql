@@ -43,11 +43,14 @@ COMMENT ON FUNCTION wfe._traceparent(jsonb) IS
 'Reads a W3C traceparent (submit option): {trace id, parent span id, flags}, or 22023 naming the option.';
 REVOKE ALL ON FUNCTION wfe._traceparent(jsonb) FROM PUBLIC;
 
--- The span id of a run's attempt: a child of the run's span.
+-- The span id of a run's attempt: a child of the run's span.  NB: both
+-- bodies are immutable (p_attempt::text: text || int is only stable), so
+-- the planner inlines them into the claim; a function it cannot inline
+-- is planned again at every claim (docs/benchmarks.md).
 CREATE FUNCTION wfe._attempt_span_id(p_run_span text, p_stage text, p_attempt int)
 RETURNS text
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
-RETURN left(md5(p_run_span || ':' || p_stage || ':' || p_attempt), 16);
+RETURN left(md5(p_run_span || ':' || p_stage || ':' || p_attempt::text), 16);
 COMMENT ON FUNCTION wfe._attempt_span_id(text, text, int) IS
 'The span id of an attempt: derived from the run''s span id, the stage and the attempt number.';
 REVOKE ALL ON FUNCTION wfe._attempt_span_id(text, text, int) FROM PUBLIC;

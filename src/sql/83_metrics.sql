@@ -10,8 +10,9 @@
 -- do): triggers add a row of +1 to wfe.metric_counters as each thing
 -- happens, and the view sums them.  Those rows are only ever inserted, so
 -- two transactions never wait on each other for a counter; every 256th
--- insert folds the rows nobody has locked into one row per series, so
--- the table stays a few rows per series.
+-- insert folds the rows committed so far into one row per series (one
+-- fold at a time, src/pg/metrics.c), so the table stays a few rows per
+-- series.
 
 CREATE TABLE wfe.metric_counters (
     id     bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
@@ -31,48 +32,13 @@ CREATE POLICY tenant_read ON wfe.metric_counters FOR SELECT
 -- Open dead letters (wfe_dead_letters, the dashboards), without reading resolved ones.
 CREATE INDEX dead_letters_open ON wfe.dead_letters (run_id, stage) WHERE resolved_at IS NULL;
 
--- Trigger: count what just happened, as TG_ARGV[0] names it.
+-- Trigger: count what just happened, as TG_ARGV[0] names it.  In C
+-- (src/pg/metrics.c): it fires at the end of every attempt, on the path
+-- of every step; it writes as its owner, as a SECURITY DEFINER one would.
 CREATE FUNCTION wfe._metrics_count()
 RETURNS trigger
-LANGUAGE plpgsql SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    v_labels jsonb;
-    v_id     bigint;
-BEGIN
-    CASE TG_ARGV[0]
-    WHEN 'wfe_runs_finished_total' THEN
-        v_labels := jsonb_build_object('workflow', NEW.workflow, 'state', NEW.state);
-    WHEN 'wfe_idempotent_submits_total' THEN
-        -- a keyed run created, or a submit answered with the run its key named
-        v_labels := jsonb_build_object('result', CASE WHEN TG_TABLE_NAME = 'runs' THEN 'created' ELSE 'deduplicated' END);
-    WHEN 'wfe_stage_attempts_total' THEN
-        -- an attempt ended: retry_scheduled is an attempt that failed
-        v_labels := jsonb_build_object(
-            'workflow', (SELECT r.workflow FROM wfe.runs AS r WHERE r.run_id = NEW.run_id),
-            'stage', NEW.stage,
-            'outcome', CASE WHEN NEW.state = 'retry_scheduled' THEN 'failed' ELSE NEW.state END);
-    WHEN 'wfe_cache_hits_total', 'wfe_cache_misses_total' THEN
-        v_labels := '{}';
-    END CASE;
-    INSERT INTO wfe.metric_counters (tenant, metric, labels, value)
-    VALUES (NEW.tenant, TG_ARGV[0], v_labels, 1)
-    RETURNING id INTO v_id;
-    IF v_id % 256 = 0 THEN
-        -- fold: SKIP LOCKED leaves rows another fold holds (so two never
-        -- wait on each other) and the rows inserted since the snapshot
-        WITH gone AS (
-            DELETE FROM wfe.metric_counters AS c
-             WHERE c.id IN (SELECT x.id FROM wfe.metric_counters AS x FOR UPDATE SKIP LOCKED)
-            RETURNING c.tenant, c.metric, c.labels, c.value
-        )
-        INSERT INTO wfe.metric_counters (tenant, metric, labels, value)
-        SELECT g.tenant, g.metric, g.labels, sum(g.value) FROM gone AS g GROUP BY 1, 2, 3;
-    END IF;
-    RETURN NULL;
-END
-$$;
+AS 'MODULE_PATHNAME', 'wfe_metrics_count'
+LANGUAGE C;
 COMMENT ON FUNCTION wfe._metrics_count() IS
 'Trigger: adds 1 to the counter TG_ARGV[0] of wfe.metrics for the row''s tenant, with the labels the row gives; folds the counter rows every 256th.';
 REVOKE ALL ON FUNCTION wfe._metrics_count() FROM PUBLIC;
