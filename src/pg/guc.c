@@ -16,6 +16,7 @@
 int			wfe_max_definition_bytes = 1024 * 1024;
 int			wfe_max_stages = 500;
 int			wfe_max_fanout = 64;
+int			wfe_max_rate_keys = 10000;
 int			wfe_max_expression_bytes = 4096;
 bool		wfe_four_eyes = false;
 bool		wfe_schema_format_assertion = false;
@@ -86,6 +87,13 @@ wfe_guc_init(void)
 							"Wider forks are refused with diagnostic limits.fanout.",
 							&wfe_max_fanout,
 							64, 2, 1024,
+							PGC_SUSET, 0,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("wfe.max_rate_keys",
+							"Most keyed token buckets one rate limit keeps per tenant.",
+							"Further key values share the tenant's overflow bucket (operations.md \"Flow control\").",
+							&wfe_max_rate_keys,
+							10000, 1, 1000000,
 							PGC_SUSET, 0,
 							NULL, NULL, NULL);
 	DefineCustomIntVariable("wfe.max_expression_bytes",

@@ -216,13 +216,13 @@ BEGIN
     END IF;
 
     INSERT INTO wfe.run_stages (run_id, stage, tenant, ordinal, kind, queue, worker, handler, priority,
-                                awaits, exec_ms, queue_ms, heartbeat_ms)
+                                awaits, exec_ms, queue_ms, heartbeat_ms, rate_limit)
     SELECT r.run_id, ps.stage, r.tenant, ps.ordinal, ps.type,
            CASE WHEN ps.type = 'worker' THEN ps.spec ->> 'queue' ELSE c.queue END,
            coalesce(ps.spec ->> 'worker', ps.spec ->> 'action', ps.spec ->> 'signal'), c.handler, r.priority,
            coalesce((ps.spec ->> 'awaits')::boolean, true),
            (ps.spec ->> 'execution_deadline_ms')::int, (ps.spec ->> 'queue_deadline_ms')::int,
-           (ps.spec ->> 'heartbeat_ms')::int
+           (ps.spec ->> 'heartbeat_ms')::int, ps.spec -> 'rate_limit' ->> 'name'
       FROM wfe.plan_stages AS ps
       LEFT JOIN wfe.contracts AS c ON c.ref = coalesce(ps.spec ->> 'worker', ps.spec ->> 'action')
      WHERE ps.definition_id = d.definition_id;

@@ -107,6 +107,8 @@ typedef struct wfe_stage
 	long long	queue_deadline_ms;
 	long long	heartbeat_ms;
 	long long	cache_ttl_ms;	/* WFE_NONE: no cache */
+	const char *rate_limit;		/* the token bucket, or NULL */
+	const char *rate_key;		/* its key template, or NULL: unkeyed */
 
 	/* tasks form */
 	const char *description;
