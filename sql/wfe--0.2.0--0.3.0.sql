@@ -1134,7 +1134,131 @@ REVOKE ALL ON FUNCTION wfe._signal(bigint, text, jsonb, text, name) FROM PUBLIC;
 CREATE FUNCTION wfe.signal(run_id bigint, signal text, payload jsonb DEFAULT '{}',
                            idempotency_key text DEFAULT NULL)
 RETURNS text
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    r        wfe.runs;
+    v_schema jsonb;
+    v_tenant text;
+    v_kept   jsonb;
+    v_why    text;
+BEGIN
+    IF signal.run_id IS NULL OR signal.signal IS NULL THEN
+        RAISE EXCEPTION 'run_id and signal must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    -- who may send it comes first: it does not depend on any run
+    PERFORM wfe._admit_name(signal.signal, 'signal');
+    PERFORM wfe._admit_name(signal.idempotency_key, 'idempotency_key');
+    IF NOT wfe._may_signal(signal.signal) THEN
+        RAISE EXCEPTION 'permission denied to send signal "%"', signal.signal
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = 'An administrator grants it with wfe.grant_signal(role, ref).';
+    END IF;
+    SELECT c.output_schema INTO v_schema FROM wfe.contracts AS c
+     WHERE c.ref = signal.signal AND c.kind = 'signal';
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no signal "%" is registered', signal.signal
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Signals are registered with wfe.register_signal(ref, payload_schema).';
+    END IF;
+    payload := coalesce(payload, '{}');
+    PERFORM wfe._admit(payload, 'the payload');
 
+    -- another tenant's run is answered as one that does not exist (and not locked)
+    SELECT x.tenant INTO v_tenant FROM wfe.runs AS x WHERE x.run_id = signal.run_id;
+    IF NOT FOUND OR NOT wfe._tenant_ok(v_tenant) THEN
+        RETURN 'unknown';
+    END IF;
+    SELECT * INTO r FROM wfe.runs AS x WHERE x.run_id = signal.run_id FOR NO KEY UPDATE;
+    IF NOT EXISTS (SELECT 1 FROM wfe.plan_stages AS ps
+                    WHERE ps.definition_id = r.definition_id AND ps.type = 'wait'
+                      AND ps.spec ->> 'signal' = signal.signal) THEN
+        RAISE EXCEPTION 'run % (workflow %@%) does not wait for signal "%"', r.run_id, r.workflow, r.version,
+                        signal.signal
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Only a signal a wait stage of the run''s plan names can be sent to it.';
+    END IF;
+    v_why := wfe._validate(v_schema, payload);
+    IF v_why IS NOT NULL THEN
+        RAISE EXCEPTION 'payload of signal "%" is not valid: %', signal.signal, v_why
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'The payload must satisfy the payload_schema the signal was registered with.';
+    END IF;
+    IF signal.idempotency_key IS NOT NULL THEN
+        SELECT s.payload INTO v_kept FROM wfe.signals AS s
+         WHERE s.run_id = r.run_id AND s.signal = signal.signal AND s.idempotency_key = signal.idempotency_key;
+        IF FOUND THEN
+            PERFORM wfe._event(r.run_id, r.tenant, NULL, NULL, 'signal.received',
+                               jsonb_build_object('signal', signal.signal,
+                                                  'outcome', CASE WHEN v_kept = payload THEN 'duplicate' ELSE 'conflict' END,
+                                                  'idempotency_key', signal.idempotency_key, 'by', wfe._identity()));
+            RETURN CASE WHEN v_kept = payload THEN 'duplicate' ELSE 'conflict' END;
+        END IF;
+    END IF;
+    RETURN wfe._signal(r.run_id, signal.signal, payload, signal.idempotency_key, wfe._identity());
+END
+$$;
+COMMENT ON FUNCTION wfe.signal(bigint, text, jsonb, text) IS
+'Sends a signal to a run: accepted (a released wait took it), buffered, duplicate, conflict, late or unknown. 42501 without grant_signal; 22023 for a payload its schema refuses or a signal the run never waits for.';
+REVOKE ALL ON FUNCTION wfe.signal(bigint, text, jsonb, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION wfe.signal(bigint, text, jsonb, text) TO wfe_submitter, wfe_worker, wfe_operator;
+
+CREATE FUNCTION wfe.find_run(workflow text, idempotency_key text, tenant text DEFAULT NULL)
+RETURNS bigint
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    -- the run that holds the key now (live or completed), else the latest that held it
+    SELECT x.run_id FROM wfe.runs AS x
+     WHERE x.workflow = find_run.workflow AND x.idempotency_key = find_run.idempotency_key
+       AND (find_run.tenant IS NULL OR x.tenant = find_run.tenant)
+       AND wfe._tenant_ok(x.tenant)
+     ORDER BY wfe._run_keeps_key(x.state) DESC, x.run_id DESC
+     LIMIT 1;
+END;
+COMMENT ON FUNCTION wfe.find_run(text, text, text) IS
+'The run of workflow submitted with idempotency_key (the business key a caller knows), within the tenants the caller acts for; NULL when none.';
+REVOKE ALL ON FUNCTION wfe.find_run(text, text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION wfe.find_run(text, text, text) TO wfe_submitter, wfe_worker, wfe_operator, wfe_reader;
+
+-- Waits per workflow, stage and signal: runs waiting now, the oldest wait,
+-- signals buffered for a wait not yet released, waits timed out in the
+-- last hour (runtime.md "Signals, waits and sleeps").
+CREATE VIEW wfe.dashboard_waits WITH (security_invoker = true) AS
+WITH live AS (
+    SELECT r.run_id, r.workflow FROM wfe.runs AS r
+     WHERE r.finished_at IS NULL OR r.finished_at >= now() - interval '1 hour'
+), waits AS (
+    SELECT l.workflow, s.stage, s.worker AS signal, s.state, s.started_at, s.finished_at
+      FROM live AS l JOIN wfe.run_stages AS s ON s.run_id = l.run_id
+     WHERE s.kind = 'wait'
+), buffered AS (
+    SELECT l.workflow, g.signal, count(*) AS n
+      FROM live AS l JOIN wfe.signals AS g ON g.run_id = l.run_id
+     WHERE g.taken_at IS NULL
+     GROUP BY l.workflow, g.signal
+), per AS (
+    SELECT w.workflow, w.stage, w.signal,
+           count(*) FILTER (WHERE w.state = 'running') AS waiting,
+           min(w.started_at) FILTER (WHERE w.state = 'running') AS oldest,
+           count(*) FILTER (WHERE w.state = 'timed_out' AND w.finished_at >= now() - interval '1 hour') AS timed_out
+      FROM waits AS w
+     GROUP BY w.workflow, w.stage, w.signal
+)
+SELECT p.workflow, p.stage, p.signal, p.waiting,
+       wfe.human_ms(extract(epoch FROM now() - p.oldest) * 1000) AS oldest_wait,
+       coalesce(b.n, 0) AS buffered, p.timed_out AS timed_out_1h
+  FROM per AS p
+  LEFT JOIN buffered AS b ON b.workflow = p.workflow AND b.signal = p.signal
+ WHERE p.waiting > 0 OR b.n > 0 OR p.timed_out > 0
+ ORDER BY p.workflow, p.stage;
+COMMENT ON VIEW wfe.dashboard_waits IS
+'Wait stages per workflow, stage and signal: runs waiting now, the oldest wait''s age, signals buffered for the workflow''s runs, waits timed out in the last hour.';
+GRANT SELECT ON wfe.dashboard_waits TO wfe_reader, wfe_operator;
+
+-- ---------------------------------------------------------------------
 -- Schedules (issue 23; 69_schedules.sql, 84_schedule_dashboards.sql):
 -- both files as they are.  wfe._worker_round, wfe._next_due_ms and
 -- wfe.report change with them (final bodies).
@@ -1418,271 +1542,10 @@ CREATE FUNCTION wfe.create_schedule(name text, workflow text, cron text, context
                                     options jsonb DEFAULT '{}')
 RETURNS void
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
-
--- Redaction and trace context (issue 27; docs: operations.md "Redaction",
--- "Traces"): wfe.redact_keys applied to event rows (a trigger), reports and
--- spans; a trace id and span per run, a traceparent per attempt in the
--- envelope and in wfe.task; wfe.run_spans.
--- ---------------------------------------------------------------------
--- p_digits random lowercase hex digits (up to 32; from gen_random_uuid,
--- whose version digit is the 13th).
-CREATE FUNCTION wfe._random_hex(p_digits int)
-RETURNS text
-LANGUAGE sql VOLATILE PARALLEL SAFE
-RETURN right(replace(pg_catalog.gen_random_uuid()::text, '-', ''), p_digits);
-COMMENT ON FUNCTION wfe._random_hex(int) IS
-'Random lowercase hex digits (at most 32): new trace and span ids.';
-REVOKE ALL ON FUNCTION wfe._random_hex(int) FROM PUBLIC;
-
--- A submitter's traceparent, read as W3C Trace Context says: version 00 is
--- exactly "00-<trace id>-<parent id>-<flags>"; a later version (not ff) may
--- carry more after a "-", which is ignored; ids are lowercase hex and not
--- all zero.  Only the sampled flag is passed on (the others are reserved:
--- a propagator sets them to zero).  Returns {trace id, parent id, flags}.
-CREATE FUNCTION wfe._traceparent(p_value jsonb)
-RETURNS text[]
-LANGUAGE plpgsql IMMUTABLE
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    m text[];
-BEGIN
-    IF jsonb_typeof(p_value) = 'string' THEN
-        m := regexp_match(p_value #>> '{}', '^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?$');
-    END IF;
-    IF m IS NULL OR m[1] = 'ff' OR (m[1] = '00' AND m[5] IS NOT NULL)
-       OR m[2] = repeat('0', 32) OR m[3] = repeat('0', 16) THEN
-        RAISE EXCEPTION 'option traceparent must be a W3C traceparent, not %', left(p_value::text, 80)
-            USING ERRCODE = 'invalid_parameter_value',
-                  HINT = 'Write "00-<32 lowercase hex trace id>-<16 lowercase hex parent id>-<2 hex flags>", ids not all zero.';
-    END IF;
-    RETURN ARRAY[m[2], m[3], CASE WHEN ('x' || m[4])::bit(8) & B'00000001' = B'00000001' THEN '01' ELSE '00' END];
-END
-$$;
-COMMENT ON FUNCTION wfe._traceparent(jsonb) IS
-'Reads a W3C traceparent (submit option): {trace id, parent span id, flags}, or 22023 naming the option.';
-REVOKE ALL ON FUNCTION wfe._traceparent(jsonb) FROM PUBLIC;
-
--- The span id of a run's attempt: a child of the run's span.
-CREATE FUNCTION wfe._attempt_span_id(p_run_span text, p_stage text, p_attempt int)
-RETURNS text
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
-RETURN left(md5(p_run_span || ':' || p_stage || ':' || p_attempt), 16);
-COMMENT ON FUNCTION wfe._attempt_span_id(text, text, int) IS
-'The span id of an attempt: derived from the run''s span id, the stage and the attempt number.';
-REVOKE ALL ON FUNCTION wfe._attempt_span_id(text, text, int) FROM PUBLIC;
-
--- The traceparent a worker receives with an attempt (envelope, claim).
-CREATE FUNCTION wfe._attempt_traceparent(p_trace_id text, p_run_span text, p_flags text,
-                                         p_stage text, p_attempt int)
-RETURNS text
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
-RETURN '00-' || p_trace_id || '-' || wfe._attempt_span_id(p_run_span, p_stage, p_attempt) || '-' || p_flags;
-COMMENT ON FUNCTION wfe._attempt_traceparent(text, text, text, text, int) IS
-'The W3C traceparent of a run''s attempt: the run''s trace id and flags, the attempt''s span id.';
-REVOKE ALL ON FUNCTION wfe._attempt_traceparent(text, text, text, text, int) FROM PUBLIC;
-
--- Runs 0.2.0 started get a trace of their own.
-ALTER TABLE wfe.runs
-    ADD COLUMN trace_id     text NOT NULL DEFAULT wfe._random_hex(32),
-    ADD COLUMN span_id      text NOT NULL DEFAULT wfe._random_hex(16),
-    ADD COLUMN trace_parent text,
-    ADD COLUMN trace_flags  text NOT NULL DEFAULT '01';
-COMMENT ON COLUMN wfe.runs.trace_id IS 'W3C trace id of the run: the submitter''s (option traceparent) or a new one';
-COMMENT ON COLUMN wfe.runs.span_id IS 'Span id of the run''s span (wfe.run_spans); its attempts'' spans are its children';
-COMMENT ON COLUMN wfe.runs.trace_parent IS 'Span id of the submitter''s span (option traceparent), the run span''s parent';
-COMMENT ON COLUMN wfe.runs.trace_flags IS 'W3C trace flags passed on with the trace (the sampled bit)';
-ALTER TYPE wfe.task ADD ATTRIBUTE traceparent text;
-COMMENT ON TYPE wfe.task IS 'A claimed task: identity (run, stage, attempt, fence), what to run, its input and deadline, and the W3C traceparent of its attempt';
-
--- Redaction (docs: operations.md "Redaction"): the keys listed in
--- wfe.redact_keys never reach telemetry.  The rule is one C function
--- (src/pg/redact.c); the event log redacts as it is written, so the stored
--- rows, the projection on the outbox and every reader see the same detail;
--- wfe.report and wfe.run_spans redact the run data they show.
-
-CREATE FUNCTION wfe._redact(p_doc jsonb)
-RETURNS jsonb
-AS 'MODULE_PATHNAME', 'wfe_redact_sql'
-LANGUAGE C STABLE STRICT PARALLEL SAFE;
-COMMENT ON FUNCTION wfe._redact(jsonb) IS
-'The document with the value of every key listed in wfe.redact_keys, at any depth, replaced by "[redacted]".';
-REVOKE ALL ON FUNCTION wfe._redact(jsonb) FROM PUBLIC;
-
-CREATE FUNCTION wfe._redact_trigger()
-RETURNS trigger
-AS 'MODULE_PATHNAME', 'wfe_redact_trigger'
-LANGUAGE C;
-COMMENT ON FUNCTION wfe._redact_trigger() IS
-'BEFORE INSERT row trigger: redacts (wfe._redact) the jsonb column named by its argument.';
-REVOKE ALL ON FUNCTION wfe._redact_trigger() FROM PUBLIC;
-
--- BEFORE triggers run before the AFTER one that projects the event onto
--- the outbox, which so copies the redacted row.
-CREATE TRIGGER events_redact
-    BEFORE INSERT ON wfe.events
-    FOR EACH ROW EXECUTE FUNCTION wfe._redact_trigger('detail');
-CREATE TRIGGER unauthenticated_callbacks_redact
-    BEFORE INSERT ON wfe.unauthenticated_callbacks
-    FOR EACH ROW EXECUTE FUNCTION wfe._redact_trigger('detail');
-
--- A run as OpenTelemetry spans (docs: operations.md "Traces"): OTLP/JSON
--- (the protobuf JSON mapping of TracesData: lowerCamelCase fields, trace
--- and span ids as lowercase hex, 64-bit integers and nanosecond times as
--- decimal strings, enums as numbers), so a collector's OTLP/HTTP receiver
--- takes it as it is.
-
--- One OTLP attribute: {"key", "value": {"stringValue" | "intValue"}}; NULL
--- values are left out by the caller (jsonb_strip_nulls would not do: an
--- attribute is an array element).
-CREATE FUNCTION wfe._otlp_attribute(p_key text, p_value anyelement)
-RETURNS jsonb
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
-AS $$
-SELECT CASE WHEN p_value IS NOT NULL THEN
-            jsonb_build_object('key', p_key, 'value',
-                               CASE WHEN pg_typeof(p_value) IN ('bigint'::regtype, 'integer'::regtype)
-                                    THEN jsonb_build_object('intValue', p_value::text)
-                                    ELSE jsonb_build_object('stringValue', p_value::text) END) END
-$$;
-COMMENT ON FUNCTION wfe._otlp_attribute(text, anyelement) IS
-'One OTLP/JSON KeyValue (intValue for integers, as a string; stringValue otherwise); NULL for a NULL value.';
-REVOKE ALL ON FUNCTION wfe._otlp_attribute(text, anyelement) FROM PUBLIC;
-
--- Nanoseconds since the epoch, as OTLP/JSON writes a fixed64: a string.
-CREATE FUNCTION wfe._otlp_time(p_at timestamptz)
-RETURNS text
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
-RETURN (extract(epoch FROM p_at) * 1000000000)::bigint::text;
-COMMENT ON FUNCTION wfe._otlp_time(timestamptz) IS 'A time as OTLP/JSON''s timeUnixNano: nanoseconds since 1970 as a decimal string.';
-REVOKE ALL ON FUNCTION wfe._otlp_time(timestamptz) FROM PUBLIC;
-
-CREATE FUNCTION wfe.run_spans(run_id bigint)
-RETURNS jsonb
-LANGUAGE plpgsql STABLE STRICT SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE
-    r        wfe.runs;
-    v_schema jsonb;
-    v_tenant text;
-    v_kept   jsonb;
-    v_why    text;
-BEGIN
-    IF signal.run_id IS NULL OR signal.signal IS NULL THEN
-        RAISE EXCEPTION 'run_id and signal must not be null' USING ERRCODE = 'null_value_not_allowed';
-    END IF;
-    -- who may send it comes first: it does not depend on any run
-    PERFORM wfe._admit_name(signal.signal, 'signal');
-    PERFORM wfe._admit_name(signal.idempotency_key, 'idempotency_key');
-    IF NOT wfe._may_signal(signal.signal) THEN
-        RAISE EXCEPTION 'permission denied to send signal "%"', signal.signal
-            USING ERRCODE = 'insufficient_privilege',
-                  HINT = 'An administrator grants it with wfe.grant_signal(role, ref).';
-    END IF;
-    SELECT c.output_schema INTO v_schema FROM wfe.contracts AS c
-     WHERE c.ref = signal.signal AND c.kind = 'signal';
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'no signal "%" is registered', signal.signal
-            USING ERRCODE = 'invalid_parameter_value',
-                  HINT = 'Signals are registered with wfe.register_signal(ref, payload_schema).';
-    END IF;
-    payload := coalesce(payload, '{}');
-    PERFORM wfe._admit(payload, 'the payload');
-
-    -- another tenant's run is answered as one that does not exist (and not locked)
-    SELECT x.tenant INTO v_tenant FROM wfe.runs AS x WHERE x.run_id = signal.run_id;
-    IF NOT FOUND OR NOT wfe._tenant_ok(v_tenant) THEN
-        RETURN 'unknown';
-    END IF;
-    SELECT * INTO r FROM wfe.runs AS x WHERE x.run_id = signal.run_id FOR NO KEY UPDATE;
-    IF NOT EXISTS (SELECT 1 FROM wfe.plan_stages AS ps
-                    WHERE ps.definition_id = r.definition_id AND ps.type = 'wait'
-                      AND ps.spec ->> 'signal' = signal.signal) THEN
-        RAISE EXCEPTION 'run % (workflow %@%) does not wait for signal "%"', r.run_id, r.workflow, r.version,
-                        signal.signal
-            USING ERRCODE = 'invalid_parameter_value',
-                  HINT = 'Only a signal a wait stage of the run''s plan names can be sent to it.';
-    END IF;
-    v_why := wfe._validate(v_schema, payload);
-    IF v_why IS NOT NULL THEN
-        RAISE EXCEPTION 'payload of signal "%" is not valid: %', signal.signal, v_why
-            USING ERRCODE = 'invalid_parameter_value',
-                  HINT = 'The payload must satisfy the payload_schema the signal was registered with.';
-    END IF;
-    IF signal.idempotency_key IS NOT NULL THEN
-        SELECT s.payload INTO v_kept FROM wfe.signals AS s
-         WHERE s.run_id = r.run_id AND s.signal = signal.signal AND s.idempotency_key = signal.idempotency_key;
-        IF FOUND THEN
-            PERFORM wfe._event(r.run_id, r.tenant, NULL, NULL, 'signal.received',
-                               jsonb_build_object('signal', signal.signal,
-                                                  'outcome', CASE WHEN v_kept = payload THEN 'duplicate' ELSE 'conflict' END,
-                                                  'idempotency_key', signal.idempotency_key, 'by', wfe._identity()));
-            RETURN CASE WHEN v_kept = payload THEN 'duplicate' ELSE 'conflict' END;
-        END IF;
-    END IF;
-    RETURN wfe._signal(r.run_id, signal.signal, payload, signal.idempotency_key, wfe._identity());
-END
-$$;
-COMMENT ON FUNCTION wfe.signal(bigint, text, jsonb, text) IS
-'Sends a signal to a run: accepted (a released wait took it), buffered, duplicate, conflict, late or unknown. 42501 without grant_signal; 22023 for a payload its schema refuses or a signal the run never waits for.';
-REVOKE ALL ON FUNCTION wfe.signal(bigint, text, jsonb, text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION wfe.signal(bigint, text, jsonb, text) TO wfe_submitter, wfe_worker, wfe_operator;
-
-CREATE FUNCTION wfe.find_run(workflow text, idempotency_key text, tenant text DEFAULT NULL)
-RETURNS bigint
-LANGUAGE sql STABLE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-BEGIN ATOMIC
-    -- the run that holds the key now (live or completed), else the latest that held it
-    SELECT x.run_id FROM wfe.runs AS x
-     WHERE x.workflow = find_run.workflow AND x.idempotency_key = find_run.idempotency_key
-       AND (find_run.tenant IS NULL OR x.tenant = find_run.tenant)
-       AND wfe._tenant_ok(x.tenant)
-     ORDER BY wfe._run_keeps_key(x.state) DESC, x.run_id DESC
-     LIMIT 1;
-END;
-COMMENT ON FUNCTION wfe.find_run(text, text, text) IS
-'The run of workflow submitted with idempotency_key (the business key a caller knows), within the tenants the caller acts for; NULL when none.';
-REVOKE ALL ON FUNCTION wfe.find_run(text, text, text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION wfe.find_run(text, text, text) TO wfe_submitter, wfe_worker, wfe_operator, wfe_reader;
-
--- Waits per workflow, stage and signal: runs waiting now, the oldest wait,
--- signals buffered for a wait not yet released, waits timed out in the
--- last hour (runtime.md "Signals, waits and sleeps").
-CREATE VIEW wfe.dashboard_waits WITH (security_invoker = true) AS
-WITH live AS (
-    SELECT r.run_id, r.workflow FROM wfe.runs AS r
-     WHERE r.finished_at IS NULL OR r.finished_at >= now() - interval '1 hour'
-), waits AS (
-    SELECT l.workflow, s.stage, s.worker AS signal, s.state, s.started_at, s.finished_at
-      FROM live AS l JOIN wfe.run_stages AS s ON s.run_id = l.run_id
-     WHERE s.kind = 'wait'
-), buffered AS (
-    SELECT l.workflow, g.signal, count(*) AS n
-      FROM live AS l JOIN wfe.signals AS g ON g.run_id = l.run_id
-     WHERE g.taken_at IS NULL
-     GROUP BY l.workflow, g.signal
-), per AS (
-    SELECT w.workflow, w.stage, w.signal,
-           count(*) FILTER (WHERE w.state = 'running') AS waiting,
-           min(w.started_at) FILTER (WHERE w.state = 'running') AS oldest,
-           count(*) FILTER (WHERE w.state = 'timed_out' AND w.finished_at >= now() - interval '1 hour') AS timed_out
-      FROM waits AS w
-     GROUP BY w.workflow, w.stage, w.signal
-)
-SELECT p.workflow, p.stage, p.signal, p.waiting,
-       wfe.human_ms(extract(epoch FROM now() - p.oldest) * 1000) AS oldest_wait,
-       coalesce(b.n, 0) AS buffered, p.timed_out AS timed_out_1h
-  FROM per AS p
-  LEFT JOIN buffered AS b ON b.workflow = p.workflow AND b.signal = p.signal
- WHERE p.waiting > 0 OR b.n > 0 OR p.timed_out > 0
- ORDER BY p.workflow, p.stage;
-COMMENT ON VIEW wfe.dashboard_waits IS
-'Wait stages per workflow, stage and signal: runs waiting now, the oldest wait''s age, signals buffered for the workflow''s runs, waits timed out in the last hour.';
-GRANT SELECT ON wfe.dashboard_waits TO wfe_reader, wfe_operator;
-
     s wfe.schedule_defs;
 BEGIN
     IF create_schedule.name IS NULL OR create_schedule.workflow IS NULL OR create_schedule.cron IS NULL THEN
@@ -2163,6 +2026,152 @@ COMMENT ON VIEW wfe.dashboard_schedules IS
 'Per schedule: active, paused or ended; next firing; last one and its run''s state; runs started, ticks skipped and failures in the last hour.';
 GRANT SELECT ON wfe.dashboard_schedules TO wfe_reader, wfe_operator;
 
+-- ---------------------------------------------------------------------
+-- Redaction and trace context (issue 27; docs: operations.md "Redaction",
+-- "Traces"): wfe.redact_keys applied to event rows (a trigger), reports and
+-- spans; a trace id and span per run, a traceparent per attempt in the
+-- envelope and in wfe.task; wfe.run_spans.
+-- ---------------------------------------------------------------------
+-- p_digits random lowercase hex digits (up to 32; from gen_random_uuid,
+-- whose version digit is the 13th).
+CREATE FUNCTION wfe._random_hex(p_digits int)
+RETURNS text
+LANGUAGE sql VOLATILE PARALLEL SAFE
+RETURN right(replace(pg_catalog.gen_random_uuid()::text, '-', ''), p_digits);
+COMMENT ON FUNCTION wfe._random_hex(int) IS
+'Random lowercase hex digits (at most 32): new trace and span ids.';
+REVOKE ALL ON FUNCTION wfe._random_hex(int) FROM PUBLIC;
+
+-- A submitter's traceparent, read as W3C Trace Context says: version 00 is
+-- exactly "00-<trace id>-<parent id>-<flags>"; a later version (not ff) may
+-- carry more after a "-", which is ignored; ids are lowercase hex and not
+-- all zero.  Only the sampled flag is passed on (the others are reserved:
+-- a propagator sets them to zero).  Returns {trace id, parent id, flags}.
+CREATE FUNCTION wfe._traceparent(p_value jsonb)
+RETURNS text[]
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    m text[];
+BEGIN
+    IF jsonb_typeof(p_value) = 'string' THEN
+        m := regexp_match(p_value #>> '{}', '^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?$');
+    END IF;
+    IF m IS NULL OR m[1] = 'ff' OR (m[1] = '00' AND m[5] IS NOT NULL)
+       OR m[2] = repeat('0', 32) OR m[3] = repeat('0', 16) THEN
+        RAISE EXCEPTION 'option traceparent must be a W3C traceparent, not %', left(p_value::text, 80)
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Write "00-<32 lowercase hex trace id>-<16 lowercase hex parent id>-<2 hex flags>", ids not all zero.';
+    END IF;
+    RETURN ARRAY[m[2], m[3], CASE WHEN ('x' || m[4])::bit(8) & B'00000001' = B'00000001' THEN '01' ELSE '00' END];
+END
+$$;
+COMMENT ON FUNCTION wfe._traceparent(jsonb) IS
+'Reads a W3C traceparent (submit option): {trace id, parent span id, flags}, or 22023 naming the option.';
+REVOKE ALL ON FUNCTION wfe._traceparent(jsonb) FROM PUBLIC;
+
+-- The span id of a run's attempt: a child of the run's span.
+CREATE FUNCTION wfe._attempt_span_id(p_run_span text, p_stage text, p_attempt int)
+RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+RETURN left(md5(p_run_span || ':' || p_stage || ':' || p_attempt), 16);
+COMMENT ON FUNCTION wfe._attempt_span_id(text, text, int) IS
+'The span id of an attempt: derived from the run''s span id, the stage and the attempt number.';
+REVOKE ALL ON FUNCTION wfe._attempt_span_id(text, text, int) FROM PUBLIC;
+
+-- The traceparent a worker receives with an attempt (envelope, claim).
+CREATE FUNCTION wfe._attempt_traceparent(p_trace_id text, p_run_span text, p_flags text,
+                                         p_stage text, p_attempt int)
+RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+RETURN '00-' || p_trace_id || '-' || wfe._attempt_span_id(p_run_span, p_stage, p_attempt) || '-' || p_flags;
+COMMENT ON FUNCTION wfe._attempt_traceparent(text, text, text, text, int) IS
+'The W3C traceparent of a run''s attempt: the run''s trace id and flags, the attempt''s span id.';
+REVOKE ALL ON FUNCTION wfe._attempt_traceparent(text, text, text, text, int) FROM PUBLIC;
+
+-- Runs 0.2.0 started get a trace of their own.
+ALTER TABLE wfe.runs
+    ADD COLUMN trace_id     text NOT NULL DEFAULT wfe._random_hex(32),
+    ADD COLUMN span_id      text NOT NULL DEFAULT wfe._random_hex(16),
+    ADD COLUMN trace_parent text,
+    ADD COLUMN trace_flags  text NOT NULL DEFAULT '01';
+COMMENT ON COLUMN wfe.runs.trace_id IS 'W3C trace id of the run: the submitter''s (option traceparent) or a new one';
+COMMENT ON COLUMN wfe.runs.span_id IS 'Span id of the run''s span (wfe.run_spans); its attempts'' spans are its children';
+COMMENT ON COLUMN wfe.runs.trace_parent IS 'Span id of the submitter''s span (option traceparent), the run span''s parent';
+COMMENT ON COLUMN wfe.runs.trace_flags IS 'W3C trace flags passed on with the trace (the sampled bit)';
+ALTER TYPE wfe.task ADD ATTRIBUTE traceparent text;
+COMMENT ON TYPE wfe.task IS 'A claimed task: identity (run, stage, attempt, fence), what to run, its input and deadline, and the W3C traceparent of its attempt';
+
+-- Redaction (docs: operations.md "Redaction"): the keys listed in
+-- wfe.redact_keys never reach telemetry.  The rule is one C function
+-- (src/pg/redact.c); the event log redacts as it is written, so the stored
+-- rows, the projection on the outbox and every reader see the same detail;
+-- wfe.report and wfe.run_spans redact the run data they show.
+
+CREATE FUNCTION wfe._redact(p_doc jsonb)
+RETURNS jsonb
+AS 'MODULE_PATHNAME', 'wfe_redact_sql'
+LANGUAGE C STABLE STRICT PARALLEL SAFE;
+COMMENT ON FUNCTION wfe._redact(jsonb) IS
+'The document with the value of every key listed in wfe.redact_keys, at any depth, replaced by "[redacted]".';
+REVOKE ALL ON FUNCTION wfe._redact(jsonb) FROM PUBLIC;
+
+CREATE FUNCTION wfe._redact_trigger()
+RETURNS trigger
+AS 'MODULE_PATHNAME', 'wfe_redact_trigger'
+LANGUAGE C;
+COMMENT ON FUNCTION wfe._redact_trigger() IS
+'BEFORE INSERT row trigger: redacts (wfe._redact) the jsonb column named by its argument.';
+REVOKE ALL ON FUNCTION wfe._redact_trigger() FROM PUBLIC;
+
+-- BEFORE triggers run before the AFTER one that projects the event onto
+-- the outbox, which so copies the redacted row.
+CREATE TRIGGER events_redact
+    BEFORE INSERT ON wfe.events
+    FOR EACH ROW EXECUTE FUNCTION wfe._redact_trigger('detail');
+CREATE TRIGGER unauthenticated_callbacks_redact
+    BEFORE INSERT ON wfe.unauthenticated_callbacks
+    FOR EACH ROW EXECUTE FUNCTION wfe._redact_trigger('detail');
+
+-- A run as OpenTelemetry spans (docs: operations.md "Traces"): OTLP/JSON
+-- (the protobuf JSON mapping of TracesData: lowerCamelCase fields, trace
+-- and span ids as lowercase hex, 64-bit integers and nanosecond times as
+-- decimal strings, enums as numbers), so a collector's OTLP/HTTP receiver
+-- takes it as it is.
+
+-- One OTLP attribute: {"key", "value": {"stringValue" | "intValue"}}; NULL
+-- values are left out by the caller (jsonb_strip_nulls would not do: an
+-- attribute is an array element).
+CREATE FUNCTION wfe._otlp_attribute(p_key text, p_value anyelement)
+RETURNS jsonb
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+SELECT CASE WHEN p_value IS NOT NULL THEN
+            jsonb_build_object('key', p_key, 'value',
+                               CASE WHEN pg_typeof(p_value) IN ('bigint'::regtype, 'integer'::regtype)
+                                    THEN jsonb_build_object('intValue', p_value::text)
+                                    ELSE jsonb_build_object('stringValue', p_value::text) END) END
+$$;
+COMMENT ON FUNCTION wfe._otlp_attribute(text, anyelement) IS
+'One OTLP/JSON KeyValue (intValue for integers, as a string; stringValue otherwise); NULL for a NULL value.';
+REVOKE ALL ON FUNCTION wfe._otlp_attribute(text, anyelement) FROM PUBLIC;
+
+-- Nanoseconds since the epoch, as OTLP/JSON writes a fixed64: a string.
+CREATE FUNCTION wfe._otlp_time(p_at timestamptz)
+RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+RETURN (extract(epoch FROM p_at) * 1000000000)::bigint::text;
+COMMENT ON FUNCTION wfe._otlp_time(timestamptz) IS 'A time as OTLP/JSON''s timeUnixNano: nanoseconds since 1970 as a decimal string.';
+REVOKE ALL ON FUNCTION wfe._otlp_time(timestamptz) FROM PUBLIC;
+
+CREATE FUNCTION wfe.run_spans(run_id bigint)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE STRICT SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
     r       wfe.runs := wfe._run(run_spans.run_id);
     v_run   jsonb;
     v_tries jsonb;
@@ -2231,6 +2240,7 @@ COMMENT ON FUNCTION wfe.run_spans(bigint) IS
 REVOKE ALL ON FUNCTION wfe.run_spans(bigint) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION wfe.run_spans(bigint) TO wfe_submitter, wfe_operator, wfe_reader;
 
+-- ---------------------------------------------------------------------
 -- wfe_task_ready carries a keyed tag of the queue, not its name (issue 20,
 -- item 11; 61_runtime_core.sql, 65_workers.sql, src/pg/ready_tag.c).
 CREATE TABLE wfe.ready_key (

@@ -120,7 +120,9 @@ bad_field(const char *key, const char *what)
 			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 			 errmsg("the callback body's \"%s\" must be %s", key, what),
 			 errhint("The body is {\"call\", \"run_id\", \"stage\", \"attempt\", \"fence\", "
-					 "\"result\" | \"error\" + \"retryable\", \"callback_id\", \"timestamp\"}.")));
+					 "\"result\" | \"error\" + \"retryable\", \"callback_id\", \"timestamp\"}, "
+					 "or, for \"call\": \"signal\", {\"call\", \"run_id\", \"signal\", \"payload\", "
+					 "\"idempotency_key\", \"callback_id\", \"timestamp\"}.")));
 }
 
 /* The body's member key, or NULL when absent (or JSON null). */

@@ -137,7 +137,8 @@ db_connect(DbError *e)
 	if (PQsetnonblocking(conn, 1) != 0)
 		goto fail;
 	task_ready = true;			/* whatever was notified while away */
-	if (opts.mode == MODE_POLL)
+	/* a transaction pooler would hand the LISTEN to a server we then leave */
+	if (opts.mode == MODE_POLL && !opts.no_listen)
 	{
 		const char *q[1] = {opts.queue};
 

@@ -142,7 +142,7 @@ ensure_connections(int64_t now)
 		if (db_connect(&e))
 		{
 			wlog(LOG_INFO, "connected to PostgreSQL%s",
-				 opts.mode == MODE_POLL ? "; listening on wfe_task_ready" : "");
+				 opts.mode == MODE_POLL && !opts.no_listen ? "; listening on wfe_task_ready" : "");
 			backoff_connected(&db_backoff, now);
 		}
 		else

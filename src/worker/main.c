@@ -84,6 +84,9 @@ usage(FILE *out)
 			"                             before they are terminated (default 10000)\n"
 			"      --poll-interval-ms=N   poll mode: claim at least this often even without\n"
 			"                             a notification (default 5000)\n"
+			"      --no-listen            poll mode: do not LISTEN for wfe_task_ready; claim\n"
+			"                             every --poll-interval-ms only (behind a pooler in\n"
+			"                             transaction mode, which cannot carry LISTEN)\n"
 			"      --max-redeliveries=N   broker mode: dead-letter a message after N retry\n"
 			"                             cycles (default 5, as wfe.broker_max_redeliveries)\n"
 			"      --declare              broker mode: declare the RabbitMQ topology of the\n"
@@ -211,12 +214,8 @@ parse_options(int argc, char **argv)
 	enum
 	{
 		OPT_HEARTBEAT = 256, OPT_MAX_TASKS, OPT_ONCE, OPT_GRACE, OPT_POLL_INTERVAL,
-		OPT_MAX_REDELIVERIES, OPT_DECLARE, OPT_RETRY_TTL, OPT_QUEUE_TYPE, OPT_DB_TIMEOUT, OPT_MAX_OUTPUT
-	};
-	/* apart from the list above, which other changes touch */
-	enum
-	{
-		OPT_LEASE = 512
+		OPT_MAX_REDELIVERIES, OPT_DECLARE, OPT_RETRY_TTL, OPT_QUEUE_TYPE, OPT_DB_TIMEOUT, OPT_MAX_OUTPUT,
+		OPT_NO_LISTEN, OPT_LEASE
 	};
 	static const struct option long_options[] = {
 		{"queue", required_argument, NULL, 'q'},
@@ -232,6 +231,7 @@ parse_options(int argc, char **argv)
 		{"once", no_argument, NULL, OPT_ONCE},
 		{"grace-ms", required_argument, NULL, OPT_GRACE},
 		{"poll-interval-ms", required_argument, NULL, OPT_POLL_INTERVAL},
+		{"no-listen", no_argument, NULL, OPT_NO_LISTEN},
 		{"max-redeliveries", required_argument, NULL, OPT_MAX_REDELIVERIES},
 		{"declare", no_argument, NULL, OPT_DECLARE},
 		{"retry-ttl-ms", required_argument, NULL, OPT_RETRY_TTL},
@@ -294,6 +294,9 @@ parse_options(int argc, char **argv)
 				break;
 			case OPT_POLL_INTERVAL:
 				opts.poll_interval_ms = (int) int_option("poll-interval-ms", optarg, 100, INT_MAX);
+				break;
+			case OPT_NO_LISTEN:
+				opts.no_listen = true;
 				break;
 			case OPT_MAX_REDELIVERIES:
 				opts.max_redeliveries = (int) int_option("max-redeliveries", optarg, 0, INT_MAX);

@@ -39,6 +39,7 @@ typedef struct Options
 	bool		once;
 	int			grace_ms;
 	int			poll_interval_ms;
+	bool		no_listen;		/* behind a transaction pooler: no LISTEN */
 	int			max_redeliveries;
 	bool		declare;
 	int			retry_ttl_ms;

@@ -36,6 +36,7 @@ PACKAGES=(
 	python3-all
 	fakeroot
 	lintian                     # the "deb" suite prints its tags
+	pgbouncer                   # TAP 033: poll workers through a transaction pooler
 )
 
 # is_installed PACKAGE: true when dpkg has the package fully installed.

@@ -187,9 +187,11 @@ SELECT wfe.approve('tap-slow', '1.0.0');
 SELECT wfe.activate('tap-slow', '1.0.0');
 SQL
 # (LATERAL, with i in its arguments: a submit per row, not one for all three)
+# (the holder's session starts first: on a loaded machine its start took
+# longer than the 0.6 s of slow actions ahead of the locked run)
+my $holder = $node->background_psql('postgres');
 my $slow = sql("SELECT string_agg(s.run_id::text, ',') FROM generate_series(1, 3) AS i, LATERAL wfe.submit('tap-slow', jsonb_build_object('i', i)) AS s");
 my $locked = sql("SELECT run_id FROM wfe.submit('tap-act', '{\"v\": 7}')");
-my $holder = $node->background_psql('postgres');
 $holder->query_safe("BEGIN;\nSELECT 1 FROM wfe.runs WHERE run_id = $locked FOR UPDATE;");
 ok( $node->poll_query_until(
 		'postgres', "SELECT bool_and(state = 'completed') FROM wfe.runs WHERE run_id IN ($slow)"),

@@ -395,7 +395,7 @@ is(sql("SELECT st.state || ' ' || (st.error->>'code') || ' ' || r.state FROM wfe
 	($st, $out, $e) = callback('gw', qq({"call": "cancel", "run_id": $run, "stage": "a", "attempt": 1, "fence": 1, "callback_id": "x", "timestamp": $now}),
 		'key_id=gw1,v1=00');
 	is($st, '22023', 'an unknown call: 22023');
-	like($e, qr/"call" must be "complete", "fail" or "heartbeat"/, '... lists the calls');
+	like($e, qr/"call" must be "complete", "fail", "heartbeat" or "signal"/, '... lists the calls');
 	($st, $out, $e) = callback('gw', qq({"call": "heartbeat", "run_id": $run, "stage": "a", "attempt": 1.5, "fence": 1, "callback_id": "x", "timestamp": $now}),
 		'key_id=gw1,v1=00');
 	is($st, '22023', 'a fractional attempt: 22023');

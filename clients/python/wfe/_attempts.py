@@ -83,8 +83,9 @@ Report = Tuple[Attempt, str, Any, bool, "concurrent.futures.Future[Outcome]"]
 class Reporter:
     """A thread that sends reports, completions in batches; each report's Outcome comes back in a Future."""
 
-    def __init__(self, conninfo: str, batch: bool, give_up: threading.Event, broken: Broken) -> None:
-        self.link = Link(conninfo, "reports", give_up, on_notice=self._notice)
+    def __init__(self, conninfo: str, batch: bool, give_up: threading.Event, broken: Broken, *,
+                 pooled: bool = False) -> None:
+        self.link = Link(conninfo, "reports", give_up, on_notice=self._notice, pooled=pooled)
         self.batch = batch
         # why the server refused a result (invalid_result), by (run_id, stage): its NOTICE's detail
         self.schema_messages: Dict[Tuple[int, str], str] = {}
@@ -195,8 +196,8 @@ class Reporter:
 class Heartbeater:
     """A thread that heartbeats each running attempt at its own rhythm, on its own connection."""
 
-    def __init__(self, conninfo: str, stop: threading.Event, broken: Broken) -> None:
-        self.link = Link(conninfo, "heartbeats", stop)
+    def __init__(self, conninfo: str, stop: threading.Event, broken: Broken, *, pooled: bool = False) -> None:
+        self.link = Link(conninfo, "heartbeats", stop, pooled=pooled)
         self.stop = stop
         self.lock = threading.Lock()
         self.wake = threading.Event()

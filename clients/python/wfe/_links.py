@@ -38,9 +38,11 @@ class Link:
     """One autocommit PostgreSQL connection, opened on first use and again after it broke."""
 
     def __init__(self, conninfo: str, name: str, stop: Optional[threading.Event] = None,
-                 on_notice: Optional[Callable[[Any], None]] = None) -> None:
+                 on_notice: Optional[Callable[[Any], None]] = None, *, pooled: bool = False) -> None:
         self.conninfo, self.name = conninfo, name
         self.on_notice = on_notice  # given each server notice (psycopg's Diagnostic) of the connection
+        # behind a transaction pooler a prepared statement stays on a server connection we leave
+        self.prepare_threshold: Optional[int] = None if pooled else 5
         self.stop = stop or threading.Event()
         self.conn: Optional[psycopg.Connection] = None
         self.backoff = Backoff()
@@ -51,7 +53,8 @@ class Link:
         if self.conn is None or self.conn.closed or self.conn.broken:
             self.drop()
             try:
-                self.conn = psycopg.connect(self.conninfo, autocommit=True, connect_timeout=10)
+                self.conn = psycopg.connect(self.conninfo, autocommit=True, connect_timeout=10,
+                                            prepare_threshold=self.prepare_threshold)
                 if self.on_notice is not None:
                     self.conn.add_notice_handler(self.on_notice)
             except psycopg.OperationalError as exc:

@@ -73,7 +73,7 @@ class BrokerLoop:
             # the loop says what a user can act on (below).  Set pika's level to see its own.
             quiet.setLevel(logging.CRITICAL)
         self.w, self.queues, self.once = worker, queues, once
-        self.db = Link(worker.conninfo, "accept", worker.hard_stop)
+        self.db = Link(worker.conninfo, "accept", worker.hard_stop, pooled=worker.pooled)
         self.backoff = Backoff()
         self.conn: Any = None
         self.work: Any = None

@@ -1,7 +1,9 @@
-"""The poll loop: LISTEN wfe_task_ready, claim in batches up to the free slots, wait without spinning."""
+"""The poll loop: LISTEN wfe_task_ready (unless pooled), claim in batches up to the free slots, wait without spinning."""
 from __future__ import annotations
 
 import logging
+import os
+import select
 import time
 from typing import List, Optional
 
@@ -32,7 +34,7 @@ class PollLoop:
 
     def __init__(self, worker: Worker, queues: List[str], once: bool) -> None:
         self.w, self.queues, self.once = worker, queues, once
-        self.claims = Link(worker.conninfo, "claims", worker.hard_stop)
+        self.claims = Link(worker.conninfo, "claims", worker.hard_stop, pooled=worker.pooled)
         self.listener: Optional[Listener] = None
         self.tags: set = set()  # the wfe_task_ready payloads of our queues
         self.backoff = Backoff()
@@ -42,7 +44,7 @@ class PollLoop:
         try:
             while not self.w.stopping.is_set():
                 try:
-                    if self.listener is None:
+                    if self.listener is None and not self.w.pooled:
                         # listen first: a task released after this is announced to us
                         self.listener = Listener(self.w.conninfo, ["wfe_task_ready"])
                         self.tags = self._tags()
@@ -84,12 +86,20 @@ class PollLoop:
 
     def _wait(self) -> None:
         """Until a notification for one of our queues, a freed slot or stopping; at most poll_interval_s."""
-        assert self.listener is not None
         until = time.monotonic() + self.w.poll_interval_s
         while not self.w.stopping.is_set():
             left = until - time.monotonic()
             if left <= 0:
                 return
+            if self.listener is None:  # pooled: nothing to listen to, only a freed slot or stopping
+                if select.select([self.w._wake_r], [], [], left)[0]:
+                    try:
+                        os.read(self.w._wake_r, 4096)
+                    except BlockingIOError:  # another waiter took the byte
+                        pass
+                if self.w.free_slots() > 0:
+                    return
+                continue
             got = self.listener.wait(left, lambda n: n[1] in self.tags, wake_fd=self.w._wake_r)
             if any(n[1] in self.tags for n in got) or self.w.free_slots() > 0:
                 return

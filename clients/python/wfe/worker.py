@@ -55,6 +55,9 @@ class Worker:
         the stage's heartbeat_ms, whichever is shorter, else 30 s).
     grace_s: on SIGTERM, how long running handlers may take before they are reported
         failed with worker.shutdown (retryable) and abandoned.
+    pooled: the conninfo leads to a connection pooler in transaction mode (pgbouncer's
+        pool_mode=transaction): no server-side prepared statements (psycopg's prepare_threshold
+        is None), and poll mode does not LISTEN but claims every poll_interval_s.
     amqp_url: broker mode's RabbitMQ (default $WFE_AMQP_URL, else amqp://guest:guest@127.0.0.1:5672/).
     """
 
@@ -62,12 +65,13 @@ class Worker:
                  lease_ms: Optional[int] = 30000, heartbeat_s: Optional[float] = None,
                  grace_s: float = 10.0, poll_interval_s: float = 5.0, batch_reports: bool = True,
                  amqp_url: Optional[str] = None, declare: bool = False,
-                 max_redeliveries: Optional[int] = None) -> None:
+                 max_redeliveries: Optional[int] = None, pooled: bool = False) -> None:
         if concurrency < 1 or concurrency > 1000:
             raise ValueError(f"concurrency must be between 1 and 1000, not {concurrency}")
         if lease_ms is not None and lease_ms < 1:
             raise ValueError(f"lease_ms must be positive, not {lease_ms}")
         self.conninfo = conninfo
+        self.pooled = pooled
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}"
         self.concurrency = concurrency
         self.lease_ms = lease_ms
@@ -141,8 +145,8 @@ class Worker:
         plan = self._resolve(plan)
         self._install_signals()
         from . import poll, broker  # the loops import this module
-        self.reporter = Reporter(self.conninfo, self.batch_reports, self.hard_stop, self.broken)
-        self.heartbeats = Heartbeater(self.conninfo, self.hard_stop, self.broken)
+        self.reporter = Reporter(self.conninfo, self.batch_reports, self.hard_stop, self.broken, pooled=self.pooled)
+        self.heartbeats = Heartbeater(self.conninfo, self.hard_stop, self.broken, pooled=self.pooled)
         self.heartbeats.lost = self._lost
         self._read_limits()
         loops: List[threading.Thread] = []
@@ -234,7 +238,7 @@ class Worker:
         """The plan with each queue's mode as the server has it (wfe.queue_delivery): "auto" takes it, a
         mode given that differs is one clear error (a poll worker on a broker queue would wait forever)."""
         from . import calls
-        link = Link(self.conninfo, "queues", self.stopping)
+        link = Link(self.conninfo, "queues", self.stopping, pooled=self.pooled)
         while True:  # PostgreSQL may come up after the worker: wait for it, as every loop does
             try:
                 served = {q: calls.queue_delivery(link.get(), q) for q in plan}

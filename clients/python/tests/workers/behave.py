@@ -2,7 +2,7 @@
 
 Configured by environment: WFE_DSN, QUEUES, MODE (poll|broker), CONTRACTS (comma-separated),
 CONCURRENCY, LEASE_MS (empty: none), GRACE_S, ONCE, WORKER_ID, EXEC_LOG, WFE_AMQP_URL, HEARTBEAT_S,
-POLL_INTERVAL_S, BREAK_REPORTER (1: every report raises in the reporter's thread, as a bug there would).
+POLL_INTERVAL_S, POOLED (1: Worker(pooled=True)), BREAK_REPORTER (1: every report raises in the reporter's thread, as a bug there would).
 spec: sleep, slow_attempts, fail_attempts, retryable, raise, not_json (return a set), big_mb (return a
 string of that many MB).
 """
@@ -62,7 +62,7 @@ if env("BREAK_REPORTER"):
 app = wfe.Worker(env("WFE_DSN", ""), worker_id=env("WORKER_ID"), concurrency=int(env("CONCURRENCY", "4")),
                  lease_ms=int(env("LEASE_MS")) if env("LEASE_MS") else None, grace_s=float(env("GRACE_S", "10")),
                  amqp_url=env("WFE_AMQP_URL"), heartbeat_s=float(env("HEARTBEAT_S")) if env("HEARTBEAT_S") else None,
-                 poll_interval_s=float(env("POLL_INTERVAL_S", "5")))
+                 poll_interval_s=float(env("POLL_INTERVAL_S", "5")), pooled=env("POOLED") == "1")
 for contract in env("CONTRACTS", "").split(","):
     app.register(contract, behave)
 app.run(env("QUEUES", "").split(","), mode=env("MODE") or None, once=bool(env("ONCE")))
