@@ -35,10 +35,13 @@
 #   6. the result cache, on the same cluster (bench/cache/cache.sh): a cache
 #      hit's submit -> completed time (and the server's time per hit), and
 #      the steps/s of a workflow with a 90% hit ratio against the same
-#      workflow without `cache:`.
+#      workflow without `cache:`;
+#   7. signals, waits and sleeps, on the same cluster (bench/waits/waits.sh):
+#      signal -> successor released (p50, p99), the claim's p99 with
+#      10,000 runs parked on waits ÷ without, sleep due -> completed.
 #
 # The tables go to stdout and, between the markers (bench:results,
-# bench:profile, bench:scale, bench:latency, bench:cache), into docs/benchmarks.md.
+# bench:profile, bench:scale, bench:latency, bench:cache, bench:waits), into docs/benchmarks.md.
 # Default settings, fsync and synchronous_commit on; wfe.notify stays on.
 #
 # Environment:
@@ -55,6 +58,7 @@
 #   BENCH_SKIP_SCALE=1    leave out 4
 #   BENCH_SKIP_LATENCY=1  leave out 5
 #   BENCH_SKIP_CACHE=1    leave out 6
+#   BENCH_SKIP_WAITS=1    leave out 7
 #   BENCH_SCALE_SECONDS   length of each measured claim-latency run (default
 #                         BENCH_SECONDS; each after WARMUP_SECONDS of warm-up)
 #   BENCH_SCALE_BACKLOG   queued runs of the backlog figure (default 20000)
@@ -62,8 +66,8 @@
 #   BENCH_SEED003_RUNS    runs in flight in seed 003's shape (default 10000)
 #   BENCH_SEED003_SECONDS length of that run (default 600; the goal is
 #                         900 steps/s sustained for 10 minutes)
-#   and the latency and cache benchmarks' own (bench/latency/latency.sh,
-#   bench/cache/cache.sh).
+#   and the latency, cache and waits benchmarks' own (bench/latency/latency.sh,
+#   bench/cache/cache.sh, bench/waits/waits.sh).
 #
 # With the defaults the whole run takes about twenty minutes: twelve
 # measured runs of 22 s, four profiling runs of 8 s; for scale four runs of
@@ -109,6 +113,8 @@ declare -A RATE LATENCY STARVED WAL
 . "$BENCH_DIR/latency/latency.sh"
 # shellcheck source=cache/cache.sh
 . "$BENCH_DIR/cache/cache.sh"
+# shellcheck source=waits/waits.sh
+. "$BENCH_DIR/waits/waits.sh"
 
 # cleanup: the EXIT trap; stop the cluster and remove its directory.
 cleanup() {
@@ -590,7 +596,10 @@ main() {
 	# Step 8: the result cache.
 	[ -n "${BENCH_SKIP_CACHE:-}" ] || cache_bench
 
-	# Step 9: the report.
+	# Step 9: signals, waits and sleeps.
+	[ -n "${BENCH_SKIP_WAITS:-}" ] || waits_bench
+
+	# Step 10: the report.
 	if [ -z "${BENCH_SKIP_THROUGHPUT:-}" ]; then
 		{ machine; printf '\n'; results; } >"$WORKDIR/results.md"
 		if [ -n "$compile_out" ]; then
@@ -627,6 +636,14 @@ main() {
 		banner "result cache"
 		cat "$WORKDIR/cache.md"
 	fi
+	if [ -z "${BENCH_SKIP_WAITS:-}" ]; then
+		{
+			[ -z "${BENCH_SKIP_THROUGHPUT:-}" ] || { machine; printf '\n'; }
+			waits_results
+		} >"$WORKDIR/waits.md"
+		banner "signals, waits and sleeps"
+		cat "$WORKDIR/waits.md"
+	fi
 	if [ -n "$BENCH_DOCS" ] && [ -f "$BENCH_DOCS" ]; then
 		if [ -z "${BENCH_SKIP_THROUGHPUT:-}" ]; then
 			splice "$BENCH_DOCS" results "$WORKDIR/results.md"
@@ -635,6 +652,7 @@ main() {
 		[ -n "${BENCH_SKIP_SCALE:-}" ] || splice "$BENCH_DOCS" scale "$WORKDIR/scale.md"
 		[ -n "${BENCH_SKIP_LATENCY:-}" ] || splice "$BENCH_DOCS" latency "$WORKDIR/latency.md"
 		[ -n "${BENCH_SKIP_CACHE:-}" ] || splice "$BENCH_DOCS" cache "$WORKDIR/cache.md"
+		[ -n "${BENCH_SKIP_WAITS:-}" ] || splice "$BENCH_DOCS" waits "$WORKDIR/waits.md"
 		say "updated $BENCH_DOCS"
 	fi
 }

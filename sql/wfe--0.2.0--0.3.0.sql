@@ -9,11 +9,14 @@
 -- as released (commit 669fd53), frozen: never edit it.
 --
 -- The sections below change tables, types, grants and data, and create the
--- functions that are new, each with its COMMENT and its grants.  A function
--- whose text changed is written once, at the end ("Final bodies"): its whole
--- text as src/sql has it, after everything it may refer to exists, with the
--- function comments that changed.  A body replaced for a moment inside a
--- section (to let a column change type under it) is put back there.
+-- functions that are new, each with its COMMENT and its grants, in their
+-- text as src/sql has it.  A function whose last text in the sections is
+-- not its final one (an existing function a change rewrote, or one two
+-- changes both rewrote) is written once more, at the end ("Final bodies"):
+-- its whole text as src/sql has it, after everything it may refer to
+-- exists, with the function comments that changed.  A body replaced for a
+-- moment inside a section (to let a column change type under it) is put
+-- back there.
 \echo Use "ALTER EXTENSION wfe UPDATE TO '0.3.0'" to load this file. \quit
 
 -- 0.3.0, layout (issue 19): one rule, one place.  No table changes shape;
@@ -2524,64 +2527,394 @@ SELECT x.problem, x.run_id, x.stage, x.attempt,
 COMMENT ON VIEW wfe.dashboard_stuck IS
 'Work that does not move: runs with no live attempt and no due timer, attempts past their deadline, overdue timers, tasks on a paused or full queue or of a full tenant, attempts a rate limit holds, dispatches unpublished for a minute, open dead letters.';
 
--- Final bodies: every function whose text changed in 0.3.0, as src/sql has it.
--- (Written by the same rule as the sections above: the whole text, copied.)
+-- Run output (issue 22; dsl.md "Run output"): the top-level `output:`
+-- template bound at a completed intent, shown by wfe.report.
+ALTER TABLE wfe.runs ADD COLUMN output jsonb;
+COMMENT ON COLUMN wfe.runs.output IS 'The run''s output (dsl.md "Run output"), bound when it reached a completed intent; NULL before';
 
-CREATE OR REPLACE FUNCTION wfe._identity()
-RETURNS name AS 'MODULE_PATHNAME', 'wfe_identity' LANGUAGE C STABLE;
+-- ---------------------------------------------------------------------
+-- Run commands from RabbitMQ (issue 23): ingresses, put_payload, the
+-- dashboard (85_ingress.sql, src/bgw/ingress.c, src/pg/submit_as.c).
+-- Run commands from RabbitMQ (docs: delivery.md "Run commands from
+-- RabbitMQ"): seed 004's envelope, consumed by the background worker from
+-- wfe.ingress.NAME (src/bgw/ingress.c) and submitted here, as the
+-- ingress's role, in the transaction whose commit the ack waits for.
 
-CREATE OR REPLACE FUNCTION wfe._load_setting(p_name text)
+-- The configured ingresses: one queue each, and the role its commands act as.
+CREATE TABLE wfe.ingresses (
+    name       text PRIMARY KEY CONSTRAINT ingresses_name CHECK (name ~ '^[a-z0-9][a-z0-9_-]{0,62}$'),
+    role       regrole NOT NULL,
+    options    jsonb NOT NULL DEFAULT '{}',
+    created_by name NOT NULL DEFAULT session_user,
+    updated_at timestamptz NOT NULL DEFAULT now()
+);
+COMMENT ON TABLE wfe.ingresses IS
+'Run-command ingresses: the background worker consumes wfe.ingress.NAME and submits each command as role';
+GRANT SELECT ON wfe.ingresses TO wfe_admin, wfe_operator;
+
+-- What each ingress did with the commands it took: submitted, duplicate or
+-- rejected (with the SQLSTATE as reason), counted in the transaction that did it.
+CREATE TABLE wfe.ingress_counts (
+    ingress text NOT NULL REFERENCES wfe.ingresses ON DELETE CASCADE,
+    outcome text NOT NULL CONSTRAINT ingress_counts_outcome CHECK (outcome IN ('submitted', 'duplicate', 'rejected')),
+    reason  text NOT NULL DEFAULT '',
+    n       bigint NOT NULL DEFAULT 0,
+    PRIMARY KEY (ingress, outcome, reason)
+);
+COMMENT ON TABLE wfe.ingress_counts IS
+'Per ingress: commands submitted, duplicates (accepted = false) and rejected by SQLSTATE';
+
+-- Large-track inputs stored ahead of their command (wfe.put_payload), for
+-- the tenants their uploader acted for then (NULL: every tenant).
+CREATE TABLE wfe.ingress_payloads (
+    key        text PRIMARY KEY,
+    tenants    text[],
+    sha256     text NOT NULL CONSTRAINT ingress_payloads_sha256 CHECK (sha256 ~ '^[0-9a-f]{64}$'),
+    body       jsonb NOT NULL,
+    created_by name NOT NULL,
+    created_at timestamptz NOT NULL DEFAULT now()
+);
+COMMENT ON TABLE wfe.ingress_payloads IS
+'Inputs of large-track run commands, by the key wfe.put_payload returned; a command''s payload_ref must name one of its tenant with the same SHA-256';
+
+-- How the submit in progress came (set only by wfe._ingress_submit_as).
+CREATE FUNCTION wfe._submit_via()
+RETURNS jsonb
+AS 'MODULE_PATHNAME', 'wfe_submit_via'
+LANGUAGE C STABLE;
+COMMENT ON FUNCTION wfe._submit_via() IS
+'How the submit in progress came, for its run.submitted event: {"via": "amqp", "ingress", "message_id", "correlation_id"}, or {} for a SQL call.';
+REVOKE ALL ON FUNCTION wfe._submit_via() FROM PUBLIC;
+
+CREATE FUNCTION wfe._ingress_submit_as(role regrole, tenant text, workflow text, context jsonb, key text,
+                                       options jsonb, via jsonb, OUT run_id bigint, OUT accepted boolean)
+RETURNS record
+AS 'MODULE_PATHNAME', 'wfe_ingress_submit_as'
+LANGUAGE C VOLATILE STRICT;
+COMMENT ON FUNCTION wfe._ingress_submit_as(regrole, text, text, jsonb, text, jsonb, jsonb) IS
+'wfe.submit as role (its tenant membership, limits and identity apply), via recorded in run.submitted; NULLs when role does not act for tenant.';
+REVOKE ALL ON FUNCTION wfe._ingress_submit_as(regrole, text, text, jsonb, text, jsonb, jsonb) FROM PUBLIC;
+
+CREATE FUNCTION wfe.configure_ingress(name text, role name, options jsonb DEFAULT '{}')
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_role regrole;
+    v_bad  text;
+BEGIN
+    IF configure_ingress.name IS NULL OR configure_ingress.name !~ '^[a-z0-9][a-z0-9_-]{0,62}$' THEN
+        RAISE EXCEPTION 'invalid ingress name "%"', configure_ingress.name
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'An ingress name is 1 to 63 lowercase letters, digits, "_" or "-" (it names the queue wfe.ingress.NAME).';
+    END IF;
+    IF configure_ingress.role IS NULL THEN
+        DELETE FROM wfe.ingresses AS i WHERE i.name = configure_ingress.name;
+        RETURN;
+    END IF;
+    SELECT r.oid::regrole INTO v_role FROM pg_catalog.pg_roles AS r WHERE r.rolname = configure_ingress.role;
+    IF v_role IS NULL THEN
+        RAISE EXCEPTION 'role "%" does not exist', configure_ingress.role USING ERRCODE = 'undefined_object';
+    END IF;
+    -- a superuser acts for every tenant: a command could name any of them
+    IF (SELECT r.rolsuper FROM pg_catalog.pg_roles AS r WHERE r.oid = v_role)
+       OR pg_catalog.pg_has_role(v_role, 'wfe_admin', 'USAGE') THEN
+        RAISE EXCEPTION 'an ingress must not act as "%", which acts for every tenant', configure_ingress.role
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = 'Create a role with wfe_submitter, map it to the tenants its commands may name (wfe.add_tenant_member), and use it.';
+    END IF;
+    IF NOT pg_catalog.pg_has_role(v_role, 'wfe_submitter', 'USAGE') THEN
+        RAISE EXCEPTION 'role "%" cannot submit runs', configure_ingress.role
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = 'GRANT wfe_submitter TO the role.';
+    END IF;
+    IF jsonb_typeof(coalesce(configure_ingress.options, '{}')) <> 'object' THEN
+        RAISE EXCEPTION 'ingress options must be a JSON object' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    SELECT string_agg(k, ', ') INTO v_bad FROM jsonb_object_keys(coalesce(configure_ingress.options, '{}')) AS k
+     WHERE k <> 'workflows';
+    IF v_bad IS NOT NULL THEN
+        RAISE EXCEPTION 'unknown ingress option: %', v_bad
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'The option is workflows (an array of the workflow names its commands may start).';
+    END IF;
+    IF configure_ingress.options ? 'workflows' AND
+       (jsonb_typeof(configure_ingress.options -> 'workflows') <> 'array' OR
+        EXISTS (SELECT 1 FROM jsonb_array_elements(configure_ingress.options -> 'workflows') AS w
+                 WHERE jsonb_typeof(w) <> 'string')) THEN
+        RAISE EXCEPTION 'ingress option workflows must be an array of workflow names'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    INSERT INTO wfe.ingresses AS i (name, role, options)
+    VALUES (configure_ingress.name, v_role, coalesce(configure_ingress.options, '{}'))
+    ON CONFLICT (name) DO UPDATE
+       SET role = EXCLUDED.role, options = EXCLUDED.options, created_by = session_user, updated_at = now();
+END
+$$;
+COMMENT ON FUNCTION wfe.configure_ingress(text, name, jsonb) IS
+'Has the background worker consume run commands from wfe.ingress.NAME and submit them as role; role NULL drops the ingress.';
+REVOKE ALL ON FUNCTION wfe.configure_ingress(text, name, jsonb) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION wfe.configure_ingress(text, name, jsonb) TO wfe_admin;
+
+CREATE FUNCTION wfe.put_payload(body jsonb)
 RETURNS text
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
+#variable_conflict use_column
+DECLARE
+    v_key text := pg_catalog.gen_random_uuid()::text;
 BEGIN
-    LOAD 'MODULE_PATHNAME';         -- SECURITY DEFINER: only a superuser may LOAD from $libdir
-    RETURN current_setting(p_name);
+    IF put_payload.body IS NULL THEN
+        RAISE EXCEPTION 'payload must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    PERFORM wfe._admit(put_payload.body, 'payload');
+    IF jsonb_typeof(put_payload.body) <> 'object' THEN
+        RAISE EXCEPTION 'payload must be a JSON object (a run''s context), not %', jsonb_typeof(put_payload.body)
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    INSERT INTO wfe.ingress_payloads (key, tenants, sha256, body, created_by)
+    VALUES (v_key, wfe.my_tenants(), wfe.payload_sha256(put_payload.body), put_payload.body, wfe._identity());
+    RETURN v_key;
 END
 $$;
+COMMENT ON FUNCTION wfe.put_payload(jsonb) IS
+'Stores a large-track run command''s input for the tenants the caller acts for; returns the key its payload_ref names (with sha256 = wfe.payload_sha256(body)).';
+REVOKE ALL ON FUNCTION wfe.put_payload(jsonb) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION wfe.put_payload(jsonb) TO wfe_submitter;
 
-CREATE OR REPLACE FUNCTION wfe._setting(p_name text)
+-- The SHA-256 a payload_ref carries: of the body's jsonb text, in hex.
+CREATE FUNCTION wfe.payload_sha256(body jsonb)
 RETURNS text
+LANGUAGE sql IMMUTABLE STRICT
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT pg_catalog.encode(pg_catalog.sha256(pg_catalog.convert_to(body::text, 'UTF8')), 'hex');
+END;
+COMMENT ON FUNCTION wfe.payload_sha256(jsonb) IS
+'The sha256 a payload_ref names for body (wfe.put_payload): hex SHA-256 of its jsonb text.';
+REVOKE ALL ON FUNCTION wfe.payload_sha256(jsonb) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION wfe.payload_sha256(jsonb) TO wfe_submitter;
+
+-- Count one command's outcome for an ingress.
+CREATE FUNCTION wfe._ingress_count(p_ingress text, p_outcome text, p_reason text DEFAULT '')
+RETURNS void
 LANGUAGE sql VOLATILE
-RETURN coalesce(current_setting(p_name, true), wfe._load_setting(p_name));
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    INSERT INTO wfe.ingress_counts AS c (ingress, outcome, reason, n)
+    SELECT i.name, p_outcome, p_reason, 1 FROM wfe.ingresses AS i WHERE i.name = p_ingress
+    ON CONFLICT (ingress, outcome, reason) DO UPDATE SET n = c.n + 1;
+END;
+COMMENT ON FUNCTION wfe._ingress_count(text, text, text) IS
+'Counts one command of an ingress: submitted, duplicate, or rejected with its SQLSTATE as reason.';
+REVOKE ALL ON FUNCTION wfe._ingress_count(text, text, text) FROM PUBLIC;
 
-CREATE OR REPLACE FUNCTION wfe._is_tenant_name(name text)
-RETURNS boolean
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
-RETURN name ~ '^[A-Za-z0-9_.-]{1,63}$';
-
-CREATE OR REPLACE FUNCTION wfe._check_tenant_name(p_tenant text)
+-- Raise 22023 about an envelope's field.
+CREATE FUNCTION wfe._envelope_error(p_what text)
 RETURNS void
 LANGUAGE plpgsql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    IF NOT wfe._is_tenant_name(p_tenant) THEN
-        RAISE EXCEPTION 'tenant "%" is not valid', left(p_tenant, 80)
-            USING ERRCODE = 'invalid_parameter_value', HINT = 'Tenants match ^[A-Za-z0-9_.-]{1,63}$.';
-    END IF;
+    RAISE EXCEPTION 'not a run command envelope: %', p_what
+        USING ERRCODE = 'invalid_parameter_value',
+              HINT = 'See delivery.md "Run commands from RabbitMQ" for the envelope''s fields.';
 END
 $$;
+COMMENT ON FUNCTION wfe._envelope_error(text) IS
+'Raises 22023 naming what is wrong with a run command''s envelope.';
+REVOKE ALL ON FUNCTION wfe._envelope_error(text) FROM PUBLIC;
 
-CREATE OR REPLACE FUNCTION wfe._is_queue_name(name text)
-RETURNS boolean
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
-RETURN name ~ '^[a-z][a-z0-9_.-]{0,62}$';
-
-CREATE OR REPLACE FUNCTION wfe._check_queue_name(p_queue text)
-RETURNS void
+-- The string field of an envelope (or object) p, or 22023.
+CREATE FUNCTION wfe._envelope_string(p jsonb, p_field text, p_where text DEFAULT '')
+RETURNS text
 LANGUAGE plpgsql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    IF NOT wfe._is_queue_name(p_queue) THEN
-        RAISE EXCEPTION 'invalid queue name "%"', left(p_queue, 80)
-            USING ERRCODE = 'invalid_parameter_value',
-                  HINT = 'A queue name matches [a-z][a-z0-9_.-]* and has at most 63 characters.';
+    IF jsonb_typeof(p -> p_field) IS DISTINCT FROM 'string' OR p ->> p_field = '' THEN
+        PERFORM wfe._envelope_error(format('%s%s must be a non-empty string', p_where, p_field));
     END IF;
+    RETURN p ->> p_field;
 END
 $$;
+COMMENT ON FUNCTION wfe._envelope_string(jsonb, text, text) IS
+'The non-empty string field of a run command''s envelope, or 22023 naming it.';
+REVOKE ALL ON FUNCTION wfe._envelope_string(jsonb, text, text) FROM PUBLIC;
+
+-- One run command of ingress p_ingress (the message body): validated, its
+-- payload resolved, submitted as the ingress's role and counted; with the
+-- envelope's correlation_id, for the reply.  Raises for a command to
+-- reject (the SQLSTATE becomes x-wfe-error).
+CREATE FUNCTION wfe._ingress_submit(p_ingress text, p_body text, OUT run_id bigint, OUT accepted boolean,
+                                    OUT correlation_id text)
+RETURNS record
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    i        wfe.ingresses;
+    e        jsonb;
+    p        wfe.ingress_payloads;
+    v_bad    text;
+    v_track  text;
+    v_tenant text;
+    v_flow   text;
+    v_ctx    jsonb;
+    v_ref    jsonb;
+    v_opts   jsonb;
+    v_key    text;
+BEGIN
+    SELECT * INTO i FROM wfe.ingresses AS x WHERE x.name = p_ingress;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'ingress "%" is not configured', p_ingress USING ERRCODE = 'undefined_object';
+    END IF;
+    BEGIN
+        e := p_body::jsonb;
+    EXCEPTION WHEN invalid_text_representation OR untranslatable_character OR character_not_in_repertoire THEN
+        RAISE EXCEPTION 'a run command must be a JSON envelope: the message body is not JSON'
+            USING ERRCODE = 'invalid_text_representation';
+    END;
+    PERFORM wfe._admit(e, 'run command');
+    IF jsonb_typeof(e) <> 'object' THEN
+        PERFORM wfe._envelope_error('the body is a JSON ' || jsonb_typeof(e) || ', not an object');
+    END IF;
+    SELECT string_agg(k, ', ') INTO v_bad FROM jsonb_object_keys(e) AS k
+     WHERE k NOT IN ('message_id', 'correlation_id', 'workflow_name', 'track', 'headers', 'idempotency_key',
+                     'payload_inline', 'payload_ref', 'created_at', 'options');
+    IF v_bad IS NOT NULL THEN
+        PERFORM wfe._envelope_error('unknown field ' || v_bad);
+    END IF;
+    PERFORM wfe._envelope_string(e, 'message_id');
+    correlation_id := wfe._envelope_string(e, 'correlation_id');
+    v_flow := wfe._envelope_string(e, 'workflow_name');
+    v_track := wfe._envelope_string(e, 'track');
+    IF v_track NOT IN ('small', 'large') THEN
+        PERFORM wfe._envelope_error('track must be "small" or "large"');
+    END IF;
+    IF jsonb_typeof(e -> 'headers') IS DISTINCT FROM 'object' THEN
+        PERFORM wfe._envelope_error('headers must be an object');
+    END IF;
+    IF wfe._envelope_string(e -> 'headers', 'content_type', 'headers.') <> 'application/json' THEN
+        PERFORM wfe._envelope_error('headers.content_type must be "application/json"');
+    END IF;
+    PERFORM wfe._envelope_string(e -> 'headers', 'source', 'headers.');
+    v_tenant := wfe._envelope_string(e -> 'headers', 'tenant', 'headers.');
+    IF jsonb_typeof(e -> 'idempotency_key') NOT IN ('string', 'null') THEN
+        PERFORM wfe._envelope_error('idempotency_key must be a string');
+    END IF;
+    BEGIN
+        PERFORM wfe._envelope_string(e, 'created_at')::timestamptz;
+    EXCEPTION WHEN invalid_datetime_format OR datetime_field_overflow THEN
+        PERFORM wfe._envelope_error('created_at must be a timestamp');
+    END;
+    -- exactly one payload; the small track carries it inline, the large by reference
+    IF jsonb_typeof(e -> 'payload_inline') IS NOT NULL AND jsonb_typeof(e -> 'payload_inline') <> 'null'
+       AND jsonb_typeof(e -> 'payload_ref') IS NOT NULL AND jsonb_typeof(e -> 'payload_ref') <> 'null' THEN
+        PERFORM wfe._envelope_error('it has both payload_inline and payload_ref');
+    END IF;
+    IF v_track = 'small' THEN
+        IF jsonb_typeof(e -> 'payload_inline') IS DISTINCT FROM 'object' THEN
+            PERFORM wfe._envelope_error('track "small" requires payload_inline, an object');
+        END IF;
+        v_ctx := e -> 'payload_inline';
+    ELSE
+        v_ref := e -> 'payload_ref';
+        IF jsonb_typeof(v_ref) IS DISTINCT FROM 'object' THEN
+            PERFORM wfe._envelope_error('track "large" requires payload_ref, an object');
+        END IF;
+        IF v_ref ? 'bucket' AND v_ref -> 'bucket' NOT IN ('"wfe"', 'null') THEN
+            PERFORM wfe._envelope_error('payload_ref.bucket must be "wfe" (a wfe.put_payload key)');
+        END IF;
+        SELECT * INTO p FROM wfe.ingress_payloads AS x
+         WHERE x.key = wfe._envelope_string(v_ref, 'key', 'payload_ref.');
+        -- another tenant's key is answered as a key that does not exist
+        IF NOT FOUND OR NOT (p.tenants IS NULL OR v_tenant = ANY (p.tenants)) THEN
+            RAISE EXCEPTION 'payload_ref names no payload of tenant "%"', v_tenant
+                USING ERRCODE = 'undefined_object',
+                      HINT = 'Store the input with wfe.put_payload as a role of that tenant and name the key it returns.';
+        END IF;
+        IF wfe._envelope_string(v_ref, 'sha256', 'payload_ref.') <> p.sha256 THEN
+            RAISE EXCEPTION 'payload_ref''s sha256 does not match payload "%"', p.key
+                USING ERRCODE = 'data_corrupted',
+                      HINT = 'sha256 is wfe.payload_sha256 of the stored body.';
+        END IF;
+        v_ctx := p.body;
+    END IF;
+    v_opts := jsonb_build_object('tenant', v_tenant);
+    IF e ? 'options' AND jsonb_typeof(e -> 'options') <> 'null' THEN
+        IF jsonb_typeof(e -> 'options') <> 'object' THEN
+            PERFORM wfe._envelope_error('options must be an object');
+        END IF;
+        SELECT string_agg(k, ', ') INTO v_bad FROM jsonb_object_keys(e -> 'options') AS k
+         WHERE k NOT IN ('priority', 'not_before', 'traceparent');
+        IF v_bad IS NOT NULL THEN
+            PERFORM wfe._envelope_error('unknown option ' || v_bad || ' (options are priority, not_before, traceparent)');
+        END IF;
+        v_opts := v_opts || (e -> 'options');
+    END IF;
+    IF i.options ? 'workflows' AND NOT (i.options -> 'workflows') ? regexp_replace(v_flow, '@[^@]*$', '') THEN
+        RAISE EXCEPTION 'ingress "%" does not start workflow "%"', i.name, v_flow
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = 'Its option workflows lists the workflows its commands may start.';
+    END IF;
+    -- the role may have lost the right to submit since the ingress was configured
+    IF NOT pg_catalog.pg_has_role(i.role, 'wfe_submitter', 'USAGE') THEN
+        RAISE EXCEPTION 'role "%" of ingress "%" cannot submit runs', i.role, i.name
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    v_key := coalesce(e ->> 'idempotency_key', e ->> 'message_id');
+    SELECT x.run_id, x.accepted INTO run_id, accepted
+      FROM wfe._ingress_submit_as(i.role, v_tenant, v_flow, v_ctx, v_key, v_opts,
+                                  jsonb_build_object('via', 'amqp', 'ingress', i.name,
+                                                     'message_id', e ->> 'message_id',
+                                                     'correlation_id', e ->> 'correlation_id')) AS x;
+    IF run_id IS NULL THEN
+        RAISE EXCEPTION 'role "%" of ingress "%" does not act for tenant "%"', i.role, i.name, v_tenant
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = 'An administrator maps the role to the tenant with wfe.add_tenant_member(role, tenant).';
+    END IF;
+    PERFORM wfe._ingress_count(i.name, CASE WHEN accepted THEN 'submitted' ELSE 'duplicate' END);
+END
+$$;
+COMMENT ON FUNCTION wfe._ingress_submit(text, text) IS
+'Validates a run command (seed 004''s envelope) of an ingress and submits it as the ingress''s role; raises for a command to reject.';
+REVOKE ALL ON FUNCTION wfe._ingress_submit(text, text) FROM PUBLIC;
+
+-- The configured ingresses' names, for the background worker.
+CREATE FUNCTION wfe._ingress_names()
+RETURNS text[]
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT coalesce(array_agg(i.name ORDER BY i.name), '{}') FROM wfe.ingresses AS i;
+END;
+COMMENT ON FUNCTION wfe._ingress_names() IS
+'The ingresses the background worker consumes.';
+REVOKE ALL ON FUNCTION wfe._ingress_names() FROM PUBLIC;
+
+-- Per ingress: commands received, submitted, duplicates, rejected (and by reason).
+CREATE VIEW wfe.dashboard_ingress AS
+SELECT i.name AS ingress, i.role,
+       coalesce(sum(c.n), 0)::bigint AS received,
+       coalesce(sum(c.n) FILTER (WHERE c.outcome = 'submitted'), 0)::bigint AS submitted,
+       coalesce(sum(c.n) FILTER (WHERE c.outcome = 'duplicate'), 0)::bigint AS duplicates,
+       coalesce(sum(c.n) FILTER (WHERE c.outcome = 'rejected'), 0)::bigint AS rejected,
+       coalesce(jsonb_object_agg(c.reason, c.n) FILTER (WHERE c.outcome = 'rejected'), '{}') AS rejected_by_reason
+  FROM wfe.ingresses AS i
+  LEFT JOIN wfe.ingress_counts AS c ON c.ingress = i.name
+ GROUP BY i.name, i.role
+ ORDER BY i.name;
+COMMENT ON VIEW wfe.dashboard_ingress IS
+'Per ingress: run commands received, submitted, duplicates (accepted = false) and rejected, by reason (SQLSTATE).';
+GRANT SELECT ON wfe.dashboard_ingress TO wfe_admin, wfe_operator;
+
+-- Final bodies: every function whose text changed in 0.3.0, as src/sql has it.
+-- (Written by the same rule as the sections above: the whole text, copied.)
 
 CREATE OR REPLACE FUNCTION wfe._check_tenant_member(p_role regrole, p_tenant text)
 RETURNS void
@@ -2701,32 +3034,6 @@ BEGIN
 END
 $$;
 
-CREATE OR REPLACE FUNCTION wfe._rate_limit_warnings(p_result jsonb)
-RETURNS jsonb
-LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    -- plpgsql: wfe.rate_limits comes later in the script (78_rate_limits.sql)
-    RETURN (SELECT CASE WHEN w.list IS NULL THEN p_result
-                ELSE jsonb_set(p_result, '{diagnostics}', (p_result -> 'diagnostics') || w.list) END
-      FROM (SELECT jsonb_agg(jsonb_build_object(
-                       'code', 'ratelimit.unknown', 'severity', 'warning',
-                       'message', format('rate limit "%s" is not configured: its attempts wait until wfe.configure_rate_limit creates it',
-                                         s.value -> 'rate_limit' ->> 'name'),
-                       'path', format('/%s/%s/rate_limit',
-                                      CASE WHEN p_result -> 'plan' ->> 'form' = 'tasks' THEN 'tasks' ELSE 'stages' END,
-                                      s.n - 1),
-                       'line', NULL, 'column', NULL) ORDER BY s.n) AS list
-              FROM jsonb_array_elements(CASE WHEN jsonb_typeof(p_result -> 'plan' -> 'stages') = 'array'
-                                             THEN p_result -> 'plan' -> 'stages' ELSE '[]' END)
-                   WITH ORDINALITY AS s(value, n)
-             WHERE s.value -> 'rate_limit' ->> 'name' IS NOT NULL
-               AND NOT EXISTS (SELECT 1 FROM wfe.rate_limits AS l
-                                WHERE l.name = s.value -> 'rate_limit' ->> 'name')) AS w);
-END
-$$;
-
 CREATE OR REPLACE FUNCTION wfe.compile(source text)
 RETURNS jsonb
 LANGUAGE sql STABLE STRICT PARALLEL SAFE SECURITY DEFINER
@@ -2734,46 +3041,6 @@ SET search_path = pg_catalog, pg_temp
 BEGIN ATOMIC
     SELECT wfe._rate_limit_warnings(wfe._compile(source, wfe._contracts_json()));
 END;
-
-CREATE OR REPLACE FUNCTION wfe._lock(space text, key text, try boolean)
-RETURNS boolean AS 'MODULE_PATHNAME', 'wfe_lock_sql' LANGUAGE C VOLATILE STRICT;
-
-CREATE OR REPLACE FUNCTION wfe._random_hex(p_digits int)
-RETURNS text
-LANGUAGE sql VOLATILE PARALLEL SAFE
-RETURN right(replace(pg_catalog.gen_random_uuid()::text, '-', ''), p_digits);
-
-CREATE OR REPLACE FUNCTION wfe._traceparent(p_value jsonb)
-RETURNS text[]
-LANGUAGE plpgsql IMMUTABLE
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    m text[];
-BEGIN
-    IF jsonb_typeof(p_value) = 'string' THEN
-        m := regexp_match(p_value #>> '{}', '^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?$');
-    END IF;
-    IF m IS NULL OR m[1] = 'ff' OR (m[1] = '00' AND m[5] IS NOT NULL)
-       OR m[2] = repeat('0', 32) OR m[3] = repeat('0', 16) THEN
-        RAISE EXCEPTION 'option traceparent must be a W3C traceparent, not %', left(p_value::text, 80)
-            USING ERRCODE = 'invalid_parameter_value',
-                  HINT = 'Write "00-<32 lowercase hex trace id>-<16 lowercase hex parent id>-<2 hex flags>", ids not all zero.';
-    END IF;
-    RETURN ARRAY[m[2], m[3], CASE WHEN ('x' || m[4])::bit(8) & B'00000001' = B'00000001' THEN '01' ELSE '00' END];
-END
-$$;
-
-CREATE OR REPLACE FUNCTION wfe._attempt_span_id(p_run_span text, p_stage text, p_attempt int)
-RETURNS text
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
-RETURN left(md5(p_run_span || ':' || p_stage || ':' || p_attempt), 16);
-
-CREATE OR REPLACE FUNCTION wfe._attempt_traceparent(p_trace_id text, p_run_span text, p_flags text,
-                                         p_stage text, p_attempt int)
-RETURNS text
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
-RETURN '00-' || p_trace_id || '-' || wfe._attempt_span_id(p_run_span, p_stage, p_attempt) || '-' || p_flags;
 
 CREATE OR REPLACE FUNCTION wfe._store_plan(p_definition_id bigint, p_plan jsonb)
 RETURNS void
@@ -3011,59 +3278,11 @@ BEGIN
 END
 $$;
 
-CREATE OR REPLACE FUNCTION wfe._stage_clocked(state text)
-RETURNS boolean
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
-RETURN state IN ('queued', 'dispatched', 'running');
-
-CREATE OR REPLACE FUNCTION wfe._stage_handed_out(state text)
-RETURNS boolean
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
-RETURN state IN ('dispatched', 'running');
-
-CREATE OR REPLACE FUNCTION wfe._stage_under_way(state text)
-RETURNS boolean
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
-RETURN state IN ('queued', 'dispatched', 'running', 'retry_scheduled');
-
-CREATE OR REPLACE FUNCTION wfe._run_keeps_key(state text)
-RETURNS boolean
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
-RETURN state NOT IN ('failed', 'cancelled');
-
-CREATE OR REPLACE FUNCTION wfe._event(p_run_id bigint, p_tenant text, p_stage text, p_attempt int,
-                           p_type text, p_detail jsonb DEFAULT NULL, p_fence bigint DEFAULT NULL)
-RETURNS void
-LANGUAGE sql VOLATILE
-SET search_path = pg_catalog, pg_temp
-BEGIN ATOMIC
-    INSERT INTO wfe.events (run_id, tenant, stage, attempt, type, detail, fence)
-    VALUES (p_run_id, p_tenant, p_stage, p_attempt, p_type, p_detail, p_fence);
-END;
-
 CREATE OR REPLACE FUNCTION wfe._message_id(p_run_id bigint, p_stage text, p_attempt int, p_fence bigint,
                                 p_kind text)
 RETURNS uuid
 AS 'MODULE_PATHNAME', 'wfe_message_id_sql'
 LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
-
-CREATE OR REPLACE FUNCTION wfe._exchange(p_kind text)
-RETURNS text
-AS 'MODULE_PATHNAME', 'wfe_exchange_sql'
-LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
-
-CREATE OR REPLACE FUNCTION wfe._routing_key(p_kind text, p_queue text, p_track text DEFAULT NULL)
-RETURNS text
-AS 'MODULE_PATHNAME', 'wfe_routing_key_sql'
-LANGUAGE C IMMUTABLE PARALLEL SAFE;
-
-CREATE OR REPLACE FUNCTION wfe._ready_key_changed()
-RETURNS trigger AS 'MODULE_PATHNAME', 'wfe_ready_key_changed' LANGUAGE C;
-
-CREATE OR REPLACE FUNCTION wfe._ready_tag(p_queue text)
-RETURNS text
-AS 'MODULE_PATHNAME', 'wfe_ready_tag_internal'
-LANGUAGE C STABLE STRICT PARALLEL SAFE;
 
 CREATE OR REPLACE FUNCTION wfe._notify_ready(p_queue text)
 RETURNS void
@@ -3327,7 +3546,8 @@ BEGIN
 
     PERFORM wfe._event(r.run_id, r.tenant, NULL, NULL, 'run.submitted',
                        jsonb_build_object('workflow', r.workflow, 'version', r.version,
-                                          'digest', r.definition_digest, 'idempotency_key', r.idempotency_key));
+                                          'digest', r.definition_digest, 'idempotency_key', r.idempotency_key)
+                       || wfe._submit_via());
     IF r.deadline_at IS NOT NULL THEN
         INSERT INTO wfe.timers (tenant, run_id, kind, due_at)
         VALUES (r.tenant, r.run_id, 'run_deadline', r.deadline_at);
@@ -3454,14 +3674,6 @@ BEGIN
 END
 $$;
 
-CREATE OR REPLACE FUNCTION wfe.queue_delivery(queue text)
-RETURNS text
-LANGUAGE sql STABLE STRICT SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-BEGIN ATOMIC
-    SELECT coalesce((SELECT q.delivery FROM wfe.queues AS q WHERE q.queue::text = $1), 'poll');
-END;
-
 CREATE OR REPLACE FUNCTION wfe._check_queue_grant(p_role regrole, p_queue text)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
@@ -3479,19 +3691,6 @@ BEGIN
     PERFORM wfe._check_queue_name(p_queue);
 END
 $$;
-
-CREATE OR REPLACE FUNCTION wfe.ready_tag(queue text)
-RETURNS text
-AS 'MODULE_PATHNAME', 'wfe_ready_tag_sql'
-LANGUAGE C STABLE STRICT SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp;
-
-CREATE OR REPLACE FUNCTION wfe.accept_task(run_id bigint, stage text, attempt int, fence bigint, worker_id text,
-                                lease_ms int DEFAULT NULL)
-RETURNS text
-AS 'MODULE_PATHNAME', 'wfe_accept_task'
-LANGUAGE C VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp;
 
 CREATE OR REPLACE FUNCTION wfe.ack_cancel(run_id bigint, stage text, attempt int, fence bigint)
 RETURNS text
@@ -3641,6 +3840,8 @@ BEGIN
         'submitted_at', r.submitted_at,
         'finished_at', r.finished_at,
         'duration_ms', round(extract(epoch FROM coalesce(r.finished_at, now()) - r.submitted_at) * 1000),
+        -- the run's result, bound at a completed intent (dsl.md "Run output")
+        'output', wfe._redact(r.output),
         -- a run a schedule started (69_schedules.sql): which, and for which tick
         'schedule', (SELECT x.schedule FROM wfe.schedule_runs AS x WHERE x.run_id = r.run_id),
         'scheduled_for', (SELECT x.scheduled_for FROM wfe.schedule_runs AS x WHERE x.run_id = r.run_id),
@@ -3672,596 +3873,59 @@ BEGIN
 END
 $$;
 
-CREATE OR REPLACE FUNCTION wfe._cron_next(cron text, time_zone text, after timestamptz)
-RETURNS timestamptz
-AS 'MODULE_PATHNAME', 'wfe_cron_next_sql'
-LANGUAGE C STABLE STRICT PARALLEL SAFE;
-
-CREATE OR REPLACE FUNCTION wfe._schedule_key(p_name text, p_at timestamptz)
-RETURNS text
-LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
-RETURN 'schedule:' || p_name || ':'
-    || to_char(p_at AT TIME ZONE 'UTC',
-               CASE WHEN extract(microseconds FROM p_at) % 1000000 = 0 THEN 'YYYY-MM-DD"T"HH24:MI:SS"Z"'
-                    ELSE 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"' END);
-
-CREATE OR REPLACE FUNCTION wfe._schedule(p_name text)
-RETURNS wfe.schedule_defs
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    s wfe.schedule_defs;
-BEGIN
-    IF p_name IS NULL THEN
-        RAISE EXCEPTION 'name must not be null' USING ERRCODE = 'null_value_not_allowed';
-    END IF;
-    SELECT * INTO s FROM wfe.schedule_defs AS x WHERE x.name = p_name;
-    IF NOT FOUND OR NOT wfe._tenant_ok(s.tenant) THEN
-        RAISE EXCEPTION 'schedule "%" does not exist', left(p_name, 80) USING ERRCODE = 'undefined_object';
-    END IF;
-    SELECT * INTO s FROM wfe.schedule_defs AS x WHERE x.name = p_name FOR UPDATE;
-    RETURN s;
-END
-$$;
-
-CREATE OR REPLACE FUNCTION wfe._schedule_options(s wfe.schedule_defs, p_options jsonb)
-RETURNS wfe.schedule_defs
-LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    v_bad text;
-    k     text;
-    v     jsonb;
-BEGIN
-    PERFORM wfe._admit(p_options, 'options');
-    IF jsonb_typeof(p_options) <> 'object' THEN
-        RAISE EXCEPTION 'options must be a JSON object, not %', jsonb_typeof(p_options)
-            USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    SELECT string_agg(x, ', ' ORDER BY x) INTO v_bad FROM jsonb_object_keys(p_options) AS x
-     WHERE x NOT IN ('tenant', 'time_zone', 'overlap', 'catch_up', 'jitter_ms', 'priority', 'start_at', 'end_at');
-    IF v_bad IS NOT NULL THEN
-        RAISE EXCEPTION 'unknown schedule option: %', left(v_bad, 200)
-            USING ERRCODE = 'invalid_parameter_value',
-                  HINT = 'Options are tenant, time_zone, overlap, catch_up, jitter_ms, priority, start_at and end_at.';
-    END IF;
-    FOR k, v IN SELECT * FROM jsonb_each(p_options) LOOP
-        IF k IN ('tenant', 'time_zone', 'overlap', 'catch_up') AND jsonb_typeof(v) <> 'string' THEN
-            RAISE EXCEPTION 'schedule option % must be a string, not %', k, v USING ERRCODE = 'invalid_parameter_value';
-        END IF;
-        CASE k
-        WHEN 'tenant' THEN
-            PERFORM wfe._check_tenant_name(v #>> '{}');
-            s.tenant := v #>> '{}';
-        WHEN 'time_zone' THEN
-            s.time_zone := v #>> '{}';
-        WHEN 'overlap' THEN
-            IF v #>> '{}' NOT IN ('skip', 'allow', 'buffer_one', 'cancel_previous') THEN
-                RAISE EXCEPTION 'schedule option overlap must be skip, allow, buffer_one or cancel_previous, not %', v
-                    USING ERRCODE = 'invalid_parameter_value';
-            END IF;
-            s.overlap := v #>> '{}';
-        WHEN 'catch_up' THEN
-            IF v #>> '{}' NOT IN ('latest', 'all', 'none') THEN
-                RAISE EXCEPTION 'schedule option catch_up must be latest, all or none, not %', v
-                    USING ERRCODE = 'invalid_parameter_value';
-            END IF;
-            s.catch_up := v #>> '{}';
-        WHEN 'jitter_ms' THEN
-            IF jsonb_typeof(v) <> 'number' OR (v #>> '{}')::numeric NOT BETWEEN 0 AND 3600000
-               OR (v #>> '{}')::numeric % 1 <> 0 THEN
-                RAISE EXCEPTION 'schedule option jitter_ms must be an integer between 0 and 3600000, not %', v
-                    USING ERRCODE = 'invalid_parameter_value';
-            END IF;
-            s.jitter_ms := (v #>> '{}')::int;
-        WHEN 'priority' THEN
-            IF jsonb_typeof(v) = 'null' THEN
-                s.priority := NULL;
-            ELSIF jsonb_typeof(v) <> 'number' OR (v #>> '{}')::numeric NOT BETWEEN -1000000 AND 1000000
-               OR (v #>> '{}')::numeric % 1 <> 0 THEN
-                RAISE EXCEPTION 'schedule option priority must be an integer between -1000000 and 1000000, not %', v
-                    USING ERRCODE = 'invalid_parameter_value';
-            ELSE
-                s.priority := (v #>> '{}')::int;
-            END IF;
-        ELSE    -- start_at, end_at
-            BEGIN
-                IF jsonb_typeof(v) NOT IN ('string', 'null') THEN
-                    RAISE invalid_datetime_format;
-                END IF;
-                IF k = 'start_at' THEN
-                    s.start_at := (v #>> '{}')::timestamptz;
-                ELSE
-                    s.end_at := (v #>> '{}')::timestamptz;
-                END IF;
-            EXCEPTION WHEN invalid_datetime_format OR datetime_field_overflow OR invalid_text_representation THEN
-                RAISE EXCEPTION 'schedule option % must be a timestamp, not %', k, v
-                    USING ERRCODE = 'invalid_parameter_value';
-            END;
-        END CASE;
-    END LOOP;
-    IF s.start_at >= s.end_at THEN
-        RAISE EXCEPTION 'schedule option start_at (%) must be before end_at (%)', s.start_at, s.end_at
-            USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    RETURN s;
-END
-$$;
-
-CREATE OR REPLACE FUNCTION wfe._schedule_plan(s wfe.schedule_defs, p_after timestamptz)
-RETURNS wfe.schedule_defs
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    v_message text;
-BEGIN
-    PERFORM wfe._admit_name(s.workflow, 'workflow');
-    PERFORM wfe._admit_name(s.cron, 'cron');
-    PERFORM wfe._admit_name(s.time_zone, 'time_zone');
-    PERFORM wfe._admit(s.context, 'context');
-    IF jsonb_typeof(s.context) <> 'object' THEN
-        RAISE EXCEPTION 'context must be a JSON object, not %', jsonb_typeof(s.context)
-            USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    BEGIN
-        PERFORM wfe._submittable(s.workflow);
-    EXCEPTION WHEN undefined_object OR object_not_in_prerequisite_state THEN
-        GET STACKED DIAGNOSTICS v_message = MESSAGE_TEXT;
-        RAISE EXCEPTION 'schedule workflow: %', v_message
-            USING ERRCODE = 'invalid_parameter_value',
-                  HINT = 'A schedule names a workflow with an active version, or an approved name@version.';
-    END;
-    -- the first tick after p_after (and not before start_at); none past end_at
-    s.next_tick := wfe._cron_next(s.cron, s.time_zone,
-                                  greatest(p_after, s.start_at - interval '1 microsecond'));
-    IF s.next_tick IS NULL AND s.end_at IS NULL THEN
-        RAISE EXCEPTION 'invalid cron expression "%": it never matches a date', s.cron
-            USING ERRCODE = 'invalid_parameter_value',
-                  DETAIL = 'The offending field is the day of month.',
-                  HINT = 'Check the day of month against the months (e.g. "0 0 30 2 *" never fires).';
-    END IF;
-    IF s.next_tick > s.end_at THEN
-        s.next_tick := NULL;
-    END IF;
-    s.next_fire_at := s.next_tick + make_interval(secs => floor(random() * (s.jitter_ms + 1)) / 1000.0);
-    s.updated_at := now();
-    RETURN s;
-END
-$$;
-
-CREATE OR REPLACE FUNCTION wfe._schedule_tenant_ok(p_tenant text)
-RETURNS void
-LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    IF NOT wfe._tenant_ok(p_tenant) THEN
-        RAISE EXCEPTION 'role "%" does not act for tenant "%"', wfe._caller(), p_tenant
-            USING ERRCODE = 'insufficient_privilege',
-                  HINT = 'An administrator maps a role to a tenant with wfe.add_tenant_member(role, tenant).';
-    END IF;
-END
-$$;
-
-CREATE OR REPLACE FUNCTION wfe.create_schedule(name text, workflow text, cron text, context jsonb DEFAULT '{}',
-                                    options jsonb DEFAULT '{}')
-RETURNS void
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+CREATE OR REPLACE FUNCTION wfe.run_timeline(run_id bigint)
+RETURNS TABLE (stage text, attempt int, outcome text, started_at timestamptz, finished_at timestamptz,
+               duration_ms numeric, waterfall text)
+LANGUAGE plpgsql STABLE STRICT SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE
-    s wfe.schedule_defs;
+    r       wfe.runs := wfe._run(run_timeline.run_id);
+    v_span  double precision;
 BEGIN
-    IF create_schedule.name IS NULL OR create_schedule.workflow IS NULL OR create_schedule.cron IS NULL THEN
-        RAISE EXCEPTION 'name, workflow and cron must not be null' USING ERRCODE = 'null_value_not_allowed';
-    END IF;
-    PERFORM wfe._admit_name(create_schedule.name, 'schedule name');
-    IF create_schedule.name !~ '^[A-Za-z0-9_.-]{1,63}$' THEN
-        RAISE EXCEPTION 'schedule name "%" is not valid', left(create_schedule.name, 80)
-            USING ERRCODE = 'invalid_parameter_value', HINT = 'Schedule names match ^[A-Za-z0-9_.-]{1,63}$.';
-    END IF;
-    s.name := create_schedule.name;
-    s.workflow := create_schedule.workflow;
-    s.cron := create_schedule.cron;
-    s.context := coalesce(create_schedule.context, '{}');
-    s.tenant := 'default';
-    s.time_zone := 'UTC';
-    s.overlap := 'skip';
-    s.catch_up := 'latest';
-    s.jitter_ms := 0;
-    s.owner := wfe._caller();
-    s.paused := false;
-    s.created_at := now();
-    s.created_by := wfe._identity();
-    s := wfe._schedule_options(s, coalesce(create_schedule.options, '{}'));
-    PERFORM wfe._schedule_tenant_ok(s.tenant);
-    s := wfe._schedule_plan(s, now());
-    INSERT INTO wfe.schedule_defs AS x VALUES (s.*) ON CONFLICT (name) DO NOTHING;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'schedule "%" already exists', s.name
-            USING ERRCODE = 'duplicate_object', HINT = 'Change it with wfe.alter_schedule(), or drop it first.';
-    END IF;
-    PERFORM wfe._wake(s.next_fire_at) WHERE s.next_fire_at IS NOT NULL;
+    v_span := greatest(extract(epoch FROM coalesce(r.finished_at, now()) - r.submitted_at), 0.001);
+    RETURN QUERY
+    WITH a AS (
+        -- the outcome: the attempt's last event that says how it went; a
+        -- timeout wins over the retry it led to (the attempt timed out), and
+        -- an operator's bookkeeping (redriven, reset, ...) is not an outcome
+        -- and what the result cache did before any attempt (or instead of
+        -- one) is attempt 0: waiting on another attempt, a hit, an entry refused
+        SELECT e.stage, coalesce(e.attempt, 0) AS attempt, min(e.at) AS t_start, max(e.at) AS t_end,
+               min(e.event_id) AS first_event,
+               (array_agg(e.type ORDER BY (e.type = 'stage.timed_out') DESC,
+                                          (e.type IN ('stage.redriven', 'stage.reset', 'stage.skipped_by_operator',
+                                                      'stage.failed_by_operator', 'stage.dead_lettered',
+                                                      'stage.cancel_acknowledged')),
+                                          e.event_id DESC))[1] AS last_type
+          FROM wfe.events AS e
+         WHERE e.run_id = r.run_id AND e.stage IS NOT NULL
+           AND (e.attempt IS NOT NULL OR e.type LIKE 'stage.cache\_%')
+           AND e.type NOT LIKE 'callback.%'
+         GROUP BY e.stage, coalesce(e.attempt, 0)
+    ), b AS (
+        -- a wait or a sleep parked now (its stage running at this attempt)
+        -- has not finished: its last event is its release, so it runs to
+        -- now (finished_at NULL) rather than showing a zero duration
+        SELECT a.*, (s.state = 'running' AND s.kind IN ('wait', 'sleep')) AS parked
+          FROM a
+          LEFT JOIN wfe.run_stages AS s ON s.run_id = r.run_id AND s.stage = a.stage AND s.attempt = a.attempt
+    ), c AS (
+        SELECT b.*, CASE WHEN b.parked THEN coalesce(r.finished_at, now()) ELSE b.t_end END AS t_until
+          FROM b
+    )
+    SELECT c.stage, c.attempt, replace(c.last_type, 'stage.', ''), c.t_start,
+           CASE WHEN c.parked THEN NULL ELSE c.t_end END,
+           round((extract(epoch FROM c.t_until - c.t_start) * 1000)::numeric, 1),
+           -- a 40-column bar across the run's life: where the attempt sat and how long
+           '|' || rpad(repeat(' ', least(39, floor(extract(epoch FROM c.t_start - r.submitted_at) / v_span * 40)::int))
+                       || repeat('█', greatest(1, round(extract(epoch FROM c.t_until - c.t_start) / v_span * 40)::int)),
+                       40) || '|'
+      FROM c
+     ORDER BY c.first_event;
 END
 $$;
-
-CREATE OR REPLACE FUNCTION wfe.alter_schedule(name text, cron text DEFAULT NULL, context jsonb DEFAULT NULL,
-                                   options jsonb DEFAULT NULL)
-RETURNS void
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-#variable_conflict use_column
-DECLARE
-    s wfe.schedule_defs := wfe._schedule(alter_schedule.name);
-BEGIN
-    s.cron := coalesce(alter_schedule.cron, s.cron);
-    s.context := coalesce(alter_schedule.context, s.context);
-    s := wfe._schedule_options(s, coalesce(alter_schedule.options, '{}'));
-    -- a new tenant too must be one the caller acts for
-    PERFORM wfe._schedule_tenant_ok(s.tenant);
-    -- whoever last said what a schedule runs is whom it runs as
-    s.owner := wfe._caller();
-    s := wfe._schedule_plan(s, greatest(now(), s.last_tick));
-    UPDATE wfe.schedule_defs AS x
-       SET cron = s.cron, context = s.context, tenant = s.tenant, time_zone = s.time_zone,
-           overlap = s.overlap, catch_up = s.catch_up, jitter_ms = s.jitter_ms, priority = s.priority,
-           start_at = s.start_at, end_at = s.end_at, owner = s.owner, next_tick = s.next_tick,
-           next_fire_at = s.next_fire_at, updated_at = now()
-     WHERE x.name = s.name;
-    PERFORM wfe._wake(s.next_fire_at) WHERE s.next_fire_at IS NOT NULL AND NOT s.paused;
-END
-$$;
-
-CREATE OR REPLACE FUNCTION wfe.pause_schedule(name text)
-RETURNS void
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-#variable_conflict use_column
-DECLARE
-    s wfe.schedule_defs := wfe._schedule(pause_schedule.name);
-BEGIN
-    UPDATE wfe.schedule_defs AS x
-       SET paused = true, paused_reason = 'paused by ' || wfe._identity(), updated_at = now()
-     WHERE x.name = s.name;
-END
-$$;
-
-CREATE OR REPLACE FUNCTION wfe.resume_schedule(name text)
-RETURNS void
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-#variable_conflict use_column
-DECLARE
-    s wfe.schedule_defs := wfe._schedule(resume_schedule.name);
-BEGIN
-    IF NOT s.paused THEN
-        RETURN;
-    END IF;
-    -- the ticks missed while paused are not caught up: paused means not run
-    s := wfe._schedule_plan(s, greatest(now(), s.last_tick));
-    UPDATE wfe.schedule_defs AS x
-       SET paused = false, paused_reason = NULL, next_tick = s.next_tick, next_fire_at = s.next_fire_at,
-           buffered_tick = NULL, updated_at = now()
-     WHERE x.name = s.name;
-    PERFORM wfe._wake(s.next_fire_at) WHERE s.next_fire_at IS NOT NULL;
-END
-$$;
-
-CREATE OR REPLACE FUNCTION wfe.drop_schedule(name text)
-RETURNS void
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-#variable_conflict use_column
-DECLARE
-    s wfe.schedule_defs := wfe._schedule(drop_schedule.name);
-BEGIN
-    -- the runs it started stay, and keep their schedule in their report
-    DELETE FROM wfe.schedule_defs AS x WHERE x.name = s.name;
-END
-$$;
-
-CREATE OR REPLACE FUNCTION wfe._schedule_submit(owner regrole, tenant text, workflow text, context jsonb, key text,
-                                     options jsonb, OUT run_id bigint, OUT accepted boolean)
-RETURNS record
-AS 'MODULE_PATHNAME', 'wfe_schedule_submit'
-LANGUAGE C VOLATILE STRICT;
-
-CREATE OR REPLACE FUNCTION wfe._schedule_submit_tick(s wfe.schedule_defs, p_at timestamptz, OUT run_id bigint,
-                                          OUT accepted boolean)
-RETURNS record
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $$
-#variable_conflict use_column
-DECLARE
-    v_key text := wfe._schedule_key(s.name, p_at);
-BEGIN
-    -- A tick that has its run already (fired, backfilled) gets it back,
-    -- whatever the context is now: one run per tick.
-    SELECT x.run_id, false INTO run_id, accepted
-      FROM wfe.runs AS x
-     WHERE x.tenant = s.tenant AND x.workflow = regexp_replace(s.workflow, '@[^@]*$', '')
-       AND x.idempotency_key = v_key AND wfe._run_keeps_key(x.state);
-    IF FOUND THEN
-        RETURN;
-    END IF;
-    SELECT x.run_id, x.accepted INTO run_id, accepted
-      FROM wfe._schedule_submit(s.owner, s.tenant, s.workflow, s.context, v_key,
-                                jsonb_strip_nulls(jsonb_build_object('tenant', s.tenant, 'priority', s.priority))) AS x;
-    IF run_id IS NULL THEN
-        UPDATE wfe.schedule_defs AS d
-           SET paused = true, paused_reason = format('owner %s no longer acts for tenant %s', s.owner, s.tenant),
-               updated_at = now()
-         WHERE d.name = s.name;
-        PERFORM wfe._event(NULL, s.tenant, NULL, NULL, 'schedule.failed',
-                           jsonb_build_object('schedule', s.name, 'scheduled_for', p_at, 'owner', s.owner::text,
-                                              'error', 'the owner no longer acts for the tenant: schedule paused'));
-        RETURN;
-    END IF;
-    IF accepted THEN
-        INSERT INTO wfe.schedule_runs AS r (run_id, schedule, scheduled_for, tenant)
-        VALUES (run_id, s.name, p_at, s.tenant) ON CONFLICT DO NOTHING;
-    END IF;
-END
-$$;
-
-CREATE OR REPLACE FUNCTION wfe._schedule_run_live(p_run_id bigint)
-RETURNS boolean
-LANGUAGE sql STABLE
-SET search_path = pg_catalog, pg_temp
-BEGIN ATOMIC
-    SELECT EXISTS (SELECT FROM wfe.runs AS r
-                    WHERE r.run_id OPERATOR(pg_catalog.=) p_run_id
-                      AND r.state OPERATOR(pg_catalog.=) ANY (ARRAY['running', 'finalising']));
-END;
-
-CREATE OR REPLACE FUNCTION wfe._fire_schedule(s wfe.schedule_defs)
-RETURNS int
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    v_keep   int := CASE s.catch_up WHEN 'all' THEN wfe._setting('wfe.max_schedule_catch_up')::int ELSE 1 END;
-    v_due    timestamptz[] := '{}';
-    v_t      timestamptz := s.next_tick;
-    v_tick   timestamptz;
-    v_missed int := 0;
-    v_looked int := 0;
-    v_run    record;
-    v_prev   wfe.runs;
-    n        int := 0;
-BEGIN
-    -- buffer_one: the tick kept back fires once the run it waited for has ended
-    IF s.buffered_tick IS NOT NULL AND NOT wfe._schedule_run_live(s.last_run_id) THEN
-        v_run := wfe._schedule_submit_tick(s, s.buffered_tick);
-        IF v_run.run_id IS NULL THEN
-            RETURN n;           -- the owner lost the tenant: paused
-        END IF;
-        UPDATE wfe.schedule_defs AS x
-           SET buffered_tick = NULL, last_tick = s.buffered_tick, last_fire_at = now(), last_run_id = v_run.run_id
-         WHERE x.name = s.name;
-        s.last_run_id := v_run.run_id;
-        s.buffered_tick := NULL;
-        n := 1;
-    END IF;
-    IF s.next_fire_at IS NULL OR s.next_fire_at > now() THEN
-        RETURN n;
-    END IF;
-
-    -- The due ticks, oldest first: all of them up to now, of which the
-    -- catch-up policy keeps the latest (latest, none: one; all: up to
-    -- wfe.max_schedule_catch_up).  A round looks at no more than 100000
-    -- (a minutely schedule after ten weeks down) and goes on next round.
-    WHILE v_t IS NOT NULL AND v_t <= now() AND v_looked < 100000 LOOP
-        IF v_t > s.end_at THEN
-            v_t := NULL;
-            EXIT;
-        END IF;
-        v_due := v_due || v_t;
-        IF cardinality(v_due) > v_keep THEN
-            v_due := v_due[2:];
-            v_missed := v_missed + 1;
-        END IF;
-        v_t := wfe._cron_next(s.cron, s.time_zone, v_t);
-        v_looked := v_looked + 1;
-    END LOOP;
-    IF v_t > s.end_at THEN
-        v_t := NULL;
-    END IF;
-    IF v_t <= now() THEN
-        -- more to look at next round: what was kept is not the latest
-        v_missed := v_missed + cardinality(v_due);
-        v_due := '{}';
-    ELSIF s.catch_up = 'none' AND v_due[1] < now() - make_interval(secs => 60 + s.jitter_ms / 1000.0) THEN
-        -- none: a tick later than its minute (and jitter) is one missed
-        v_missed := v_missed + 1;
-        v_due := '{}';
-    END IF;
-
-    FOREACH v_tick IN ARRAY v_due LOOP
-        IF wfe._schedule_run_live(s.last_run_id) THEN
-            IF s.overlap = 'skip' OR (s.overlap = 'buffer_one' AND s.buffered_tick IS NOT NULL) THEN
-                PERFORM wfe._event(NULL, s.tenant, NULL, NULL, 'schedule.skipped',
-                                   jsonb_build_object('schedule', s.name, 'scheduled_for', v_tick,
-                                                      'reason', 'overlap', 'live_run_id', s.last_run_id));
-                CONTINUE;
-            ELSIF s.overlap = 'buffer_one' THEN
-                s.buffered_tick := v_tick;
-                CONTINUE;
-            ELSIF s.overlap = 'cancel_previous' THEN
-                SELECT * INTO v_prev FROM wfe.runs AS r WHERE r.run_id = s.last_run_id FOR NO KEY UPDATE;
-                IF v_prev.intent IS NULL THEN
-                    PERFORM wfe._event(v_prev.run_id, v_prev.tenant, NULL, NULL, 'run.cancel_requested',
-                                       jsonb_build_object('by', 'schedule ' || s.name,
-                                                          'reason', 'superseded by the next tick'));
-                    PERFORM wfe._cancel(v_prev.run_id,
-                                        format('superseded by the %s tick of schedule %s', v_tick, s.name));
-                END IF;
-            END IF;
-        END IF;
-        v_run := wfe._schedule_submit_tick(s, v_tick);
-        IF v_run.run_id IS NULL THEN
-            RETURN n;           -- the owner lost the tenant: paused
-        END IF;
-        s.last_run_id := v_run.run_id;
-        s.last_tick := v_tick;
-        s.last_fire_at := now();
-        n := n + 1;
-    END LOOP;
-    IF v_missed > 0 THEN
-        PERFORM wfe._event(NULL, s.tenant, NULL, NULL, 'schedule.skipped',
-                           jsonb_build_object('schedule', s.name, 'reason', 'catch_up', 'catch_up', s.catch_up,
-                                              'missed', v_missed, 'until', coalesce(v_t, now())));
-    END IF;
-    UPDATE wfe.schedule_defs AS x
-       SET next_tick = v_t,
-           next_fire_at = v_t + make_interval(secs => floor(random() * (s.jitter_ms + 1)) / 1000.0),
-           buffered_tick = s.buffered_tick, last_tick = s.last_tick, last_fire_at = s.last_fire_at,
-           last_run_id = s.last_run_id
-     WHERE x.name = s.name;
-    RETURN n;
-END
-$$;
-
-CREATE OR REPLACE FUNCTION wfe._fire_schedules(p_max int)
-RETURNS int
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    s         wfe.schedule_defs;
-    done      int := 0;
-    v_state   text;
-    v_message text;
-BEGIN
-    FOR s IN SELECT * FROM wfe.schedule_defs AS x
-              WHERE NOT x.paused AND (x.next_fire_at <= now() OR x.buffered_tick IS NOT NULL)
-              ORDER BY x.next_fire_at NULLS LAST LIMIT p_max
-                FOR UPDATE SKIP LOCKED
-    LOOP
-        -- each schedule in a subtransaction: one that raises rolls back alone
-        BEGIN
-            done := done + wfe._fire_schedule(s);
-        EXCEPTION WHEN OTHERS THEN
-            GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE, v_message = MESSAGE_TEXT;
-            v_message := left(regexp_replace(v_message, '[[:cntrl:]]+', ' ', 'g'), 1000);
-            IF v_state LIKE '40%' OR v_state = '55P03' THEN
-                -- the moment's, not the schedule's: the next round tries again
-                RAISE WARNING 'wfe: schedule % raised % (%): it is tried again next round', s.name, v_state, v_message;
-                CONTINUE;
-            END IF;
-            -- anything else (the workflow deactivated, its context refused,
-            -- a tenant limit): the due ticks are skipped, the next one planned
-            RAISE WARNING 'wfe: schedule % raised % (%): its due ticks are skipped', s.name, v_state, v_message;
-            BEGIN
-                UPDATE wfe.schedule_defs AS x
-                   SET next_tick = n.t, next_fire_at = n.t, buffered_tick = NULL
-                  FROM (SELECT CASE WHEN t <= s.end_at OR s.end_at IS NULL THEN t END AS t
-                          FROM wfe._cron_next(s.cron, s.time_zone, now()) AS t) AS n
-                 WHERE x.name = s.name;
-                PERFORM wfe._event(NULL, s.tenant, NULL, NULL, 'schedule.failed',
-                                   jsonb_build_object('schedule', s.name, 'scheduled_for', s.next_tick,
-                                                      'sqlstate', v_state, 'message', v_message));
-            EXCEPTION WHEN OTHERS THEN
-                GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE;
-                RAISE WARNING 'wfe: the error of schedule % cannot be recorded (%)', s.name, v_state;
-            END;
-        END;
-    END LOOP;
-    RETURN done;
-END
-$$;
-
-CREATE OR REPLACE FUNCTION wfe.trigger_schedule(name text)
-RETURNS bigint
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-#variable_conflict use_column
-DECLARE
-    s     wfe.schedule_defs := wfe._schedule(trigger_schedule.name);
-    v_run record;
-BEGIN
-    -- outside the cron: its own instant, the clock's (two triggers in one
-    -- transaction are two runs)
-    v_run := wfe._schedule_submit_tick(s, clock_timestamp());
-    IF v_run.run_id IS NULL THEN
-        RAISE EXCEPTION 'the owner of schedule "%", role "%", no longer acts for tenant "%"', s.name, s.owner, s.tenant
-            USING ERRCODE = 'insufficient_privilege',
-                  HINT = 'Map the owner to the tenant again, or take the schedule over with wfe.alter_schedule().';
-    END IF;
-    UPDATE wfe.schedule_defs AS x SET last_fire_at = now(), last_run_id = v_run.run_id WHERE x.name = s.name;
-    RETURN v_run.run_id;
-END
-$$;
-
-CREATE OR REPLACE FUNCTION wfe.backfill_schedule(name text, from_time timestamptz, to_time timestamptz)
-RETURNS int
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-#variable_conflict use_column
-DECLARE
-    s     wfe.schedule_defs := wfe._schedule(backfill_schedule.name);
-    v_t   timestamptz;
-    v_run record;
-    v_max int := 1000;
-    i     int := 0;
-    n     int := 0;
-BEGIN
-    IF from_time IS NULL OR to_time IS NULL THEN
-        RAISE EXCEPTION 'from_time and to_time must not be null' USING ERRCODE = 'null_value_not_allowed';
-    END IF;
-    IF to_time < from_time OR to_time > now() THEN
-        RAISE EXCEPTION 'backfill range % to % must run forwards and end by now', from_time, to_time
-            USING ERRCODE = 'invalid_parameter_value', HINT = 'Ticks to come fire by themselves.';
-    END IF;
-    v_t := wfe._cron_next(s.cron, s.time_zone, from_time - interval '1 microsecond');
-    WHILE v_t <= to_time LOOP
-        i := i + 1;
-        IF i > v_max THEN
-            RAISE EXCEPTION 'backfill of schedule "%" covers more than % ticks', s.name, v_max
-                USING ERRCODE = 'invalid_parameter_value', HINT = 'Backfill a shorter range at a time.';
-        END IF;
-        -- a tick already fired gets its run back (accepted = false): one run per tick
-        v_run := wfe._schedule_submit_tick(s, v_t);
-        IF v_run.run_id IS NULL THEN
-            RAISE EXCEPTION 'the owner of schedule "%", role "%", no longer acts for tenant "%"', s.name, s.owner, s.tenant
-                USING ERRCODE = 'insufficient_privilege',
-                      HINT = 'Map the owner to the tenant again, or take the schedule over with wfe.alter_schedule().';
-        END IF;
-        IF v_run.accepted THEN
-            n := n + 1;
-        END IF;
-        v_t := wfe._cron_next(s.cron, s.time_zone, v_t);
-    END LOOP;
-    RETURN n;
-END
-$$;
-
-CREATE OR REPLACE FUNCTION wfe._otlp_attribute(p_key text, p_value anyelement)
-RETURNS jsonb
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
-AS $$
-SELECT CASE WHEN p_value IS NOT NULL THEN
-            jsonb_build_object('key', p_key, 'value',
-                               CASE WHEN pg_typeof(p_value) IN ('bigint'::regtype, 'integer'::regtype)
-                                    THEN jsonb_build_object('intValue', p_value::text)
-                                    ELSE jsonb_build_object('stringValue', p_value::text) END) END
-$$;
-
-CREATE OR REPLACE FUNCTION wfe._otlp_time(p_at timestamptz)
-RETURNS text
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
-RETURN (extract(epoch FROM p_at) * 1000000000)::bigint::text;
 
 CREATE OR REPLACE FUNCTION wfe.run_spans(run_id bigint)
 RETURNS jsonb
@@ -4291,14 +3955,15 @@ BEGIN
             'code', CASE r.state WHEN 'completed' THEN 1 WHEN 'failed' THEN 2 WHEN 'cancelled' THEN 2 ELSE 0 END,
             'message', CASE WHEN r.state IN ('failed', 'cancelled') THEN coalesce(r.reason, r.state) END))));
     -- one span per attempt, as wfe.run_timeline finds them and their outcome
-    -- (attempt 0, the result cache's bookkeeping, is no attempt):
+    -- (attempt 0, the result cache's bookkeeping, is no attempt; a parked
+    -- wait or sleep has no finished_at yet: it ends now, as the run does):
     -- SPAN_KIND_PRODUCER (4), the work handed to a worker, whose own spans
     -- are children of this one (the envelope's and the claim's traceparent)
     SELECT coalesce(jsonb_agg(jsonb_strip_nulls(jsonb_build_object(
                'traceId', r.trace_id, 'spanId', wfe._attempt_span_id(r.span_id, t.stage, t.attempt),
                'parentSpanId', r.span_id,
                'name', 'wfe.attempt ' || t.stage, 'kind', 4,
-               'startTimeUnixNano', wfe._otlp_time(t.started_at), 'endTimeUnixNano', wfe._otlp_time(t.finished_at),
+               'startTimeUnixNano', wfe._otlp_time(t.started_at), 'endTimeUnixNano', wfe._otlp_time(coalesce(t.finished_at, now())),
                'attributes', jsonb_path_query_array(jsonb_build_array(
                    wfe._otlp_attribute('wfe.run_id', r.run_id), wfe._otlp_attribute('wfe.stage', t.stage),
                    wfe._otlp_attribute('wfe.attempt', t.attempt), wfe._otlp_attribute('wfe.queue', s.queue),
@@ -4574,12 +4239,6 @@ BEGIN
 END
 $$;
 
-CREATE OR REPLACE FUNCTION wfe._relay_sees(p_tenant text, p_tenants text[])
-RETURNS boolean
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
-RETURN p_tenants IS NULL OR p_tenant OPERATOR(pg_catalog.=) ANY (p_tenants);
-
 CREATE OR REPLACE FUNCTION wfe.outbox_claim(max int, relay text)
 RETURNS SETOF wfe.outbox
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
@@ -4824,235 +4483,6 @@ BEGIN ATOMIC
                                AND o.fence = st.fence AND o.kind = 'dispatch' AND o.state <> 'published')));
 END;
 
-CREATE OR REPLACE FUNCTION wfe._redact(p_doc jsonb)
-RETURNS jsonb
-AS 'MODULE_PATHNAME', 'wfe_redact_sql'
-LANGUAGE C STABLE STRICT PARALLEL SAFE;
-
-CREATE OR REPLACE FUNCTION wfe._redact_trigger()
-RETURNS trigger
-AS 'MODULE_PATHNAME', 'wfe_redact_trigger'
-LANGUAGE C;
-
-CREATE OR REPLACE FUNCTION wfe.register_signal(ref text, payload_schema jsonb DEFAULT '{}')
-RETURNS void
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    PERFORM wfe._register_contract($1, 'signal', NULL, NULL, '{}', $2);
-END
-$$;
-
-CREATE OR REPLACE FUNCTION wfe._check_signal_grant(p_role name, p_ref text)
-RETURNS regrole
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    IF p_role IS NULL OR p_ref IS NULL THEN
-        RAISE EXCEPTION 'role and ref must not be null' USING ERRCODE = 'null_value_not_allowed';
-    END IF;
-    IF lower(p_role) = 'public' THEN
-        RAISE EXCEPTION 'a signal cannot be granted to PUBLIC'
-            USING ERRCODE = 'invalid_parameter_value',
-                  HINT = 'Grant it to the role of the system that sends it (a gateway, a review tool).';
-    END IF;
-    IF NOT EXISTS (SELECT 1 FROM wfe.contracts AS c WHERE c.ref = p_ref AND c.kind = 'signal') THEN
-        RAISE EXCEPTION 'no signal "%" is registered', p_ref
-            USING ERRCODE = 'undefined_object',
-                  HINT = 'Register it first with wfe.register_signal(ref, payload_schema).';
-    END IF;
-    RETURN p_role::regrole;
-END
-$$;
-
-CREATE OR REPLACE FUNCTION wfe.grant_signal(role name, ref text)
-RETURNS void
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-#variable_conflict use_column
-BEGIN
-    INSERT INTO wfe.signal_grants (ref, role)
-    VALUES (grant_signal.ref, wfe._check_signal_grant(grant_signal.role, grant_signal.ref))
-    ON CONFLICT DO NOTHING;
-END
-$$;
-
-CREATE OR REPLACE FUNCTION wfe.revoke_signal(role name, ref text)
-RETURNS void
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-#variable_conflict use_column
-BEGIN
-    DELETE FROM wfe.signal_grants AS g
-     WHERE g.ref = revoke_signal.ref
-       AND g.role = wfe._check_signal_grant(revoke_signal.role, revoke_signal.ref);
-END
-$$;
-
-CREATE OR REPLACE FUNCTION wfe._may_signal(p_ref text)
-RETURNS boolean
-LANGUAGE sql STABLE
-SET search_path = pg_catalog, pg_temp
-BEGIN ATOMIC
-    SELECT (SELECT r.rolsuper FROM pg_catalog.pg_roles AS r WHERE r.oid = wfe._caller())
-        OR pg_catalog.pg_has_role(wfe._caller(), 'wfe_admin', 'USAGE')
-        OR EXISTS (SELECT 1 FROM wfe.signal_grants AS g
-                    WHERE g.ref = p_ref AND pg_catalog.pg_has_role(wfe._caller(), g.role, 'USAGE'));
-END;
-
-CREATE OR REPLACE FUNCTION wfe._signal(run_id bigint, signal text, payload jsonb, idempotency_key text, by name)
-RETURNS text AS 'MODULE_PATHNAME', 'wfe_signal' LANGUAGE C VOLATILE;
-
-CREATE OR REPLACE FUNCTION wfe.signal(run_id bigint, signal text, payload jsonb DEFAULT '{}',
-                           idempotency_key text DEFAULT NULL)
-RETURNS text
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-#variable_conflict use_column
-DECLARE
-    r        wfe.runs;
-    v_schema jsonb;
-    v_tenant text;
-    v_kept   jsonb;
-    v_why    text;
-BEGIN
-    IF signal.run_id IS NULL OR signal.signal IS NULL THEN
-        RAISE EXCEPTION 'run_id and signal must not be null' USING ERRCODE = 'null_value_not_allowed';
-    END IF;
-    -- who may send it comes first: it does not depend on any run
-    PERFORM wfe._admit_name(signal.signal, 'signal');
-    PERFORM wfe._admit_name(signal.idempotency_key, 'idempotency_key');
-    IF NOT wfe._may_signal(signal.signal) THEN
-        RAISE EXCEPTION 'permission denied to send signal "%"', signal.signal
-            USING ERRCODE = 'insufficient_privilege',
-                  HINT = 'An administrator grants it with wfe.grant_signal(role, ref).';
-    END IF;
-    SELECT c.output_schema INTO v_schema FROM wfe.contracts AS c
-     WHERE c.ref = signal.signal AND c.kind = 'signal';
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'no signal "%" is registered', signal.signal
-            USING ERRCODE = 'invalid_parameter_value',
-                  HINT = 'Signals are registered with wfe.register_signal(ref, payload_schema).';
-    END IF;
-    payload := coalesce(payload, '{}');
-    PERFORM wfe._admit(payload, 'the payload');
-
-    -- another tenant's run is answered as one that does not exist (and not locked)
-    SELECT x.tenant INTO v_tenant FROM wfe.runs AS x WHERE x.run_id = signal.run_id;
-    IF NOT FOUND OR NOT wfe._tenant_ok(v_tenant) THEN
-        RETURN 'unknown';
-    END IF;
-    SELECT * INTO r FROM wfe.runs AS x WHERE x.run_id = signal.run_id FOR NO KEY UPDATE;
-    IF NOT EXISTS (SELECT 1 FROM wfe.plan_stages AS ps
-                    WHERE ps.definition_id = r.definition_id AND ps.type = 'wait'
-                      AND ps.spec ->> 'signal' = signal.signal) THEN
-        RAISE EXCEPTION 'run % (workflow %@%) does not wait for signal "%"', r.run_id, r.workflow, r.version,
-                        signal.signal
-            USING ERRCODE = 'invalid_parameter_value',
-                  HINT = 'Only a signal a wait stage of the run''s plan names can be sent to it.';
-    END IF;
-    v_why := wfe._validate(v_schema, payload);
-    IF v_why IS NOT NULL THEN
-        RAISE EXCEPTION 'payload of signal "%" is not valid: %', signal.signal, v_why
-            USING ERRCODE = 'invalid_parameter_value',
-                  HINT = 'The payload must satisfy the payload_schema the signal was registered with.';
-    END IF;
-    IF signal.idempotency_key IS NOT NULL THEN
-        SELECT s.payload INTO v_kept FROM wfe.signals AS s
-         WHERE s.run_id = r.run_id AND s.signal = signal.signal AND s.idempotency_key = signal.idempotency_key;
-        IF FOUND THEN
-            PERFORM wfe._event(r.run_id, r.tenant, NULL, NULL, 'signal.received',
-                               jsonb_build_object('signal', signal.signal,
-                                                  'outcome', CASE WHEN v_kept = payload THEN 'duplicate' ELSE 'conflict' END,
-                                                  'idempotency_key', signal.idempotency_key, 'by', wfe._identity()));
-            RETURN CASE WHEN v_kept = payload THEN 'duplicate' ELSE 'conflict' END;
-        END IF;
-    END IF;
-    RETURN wfe._signal(r.run_id, signal.signal, payload, signal.idempotency_key, wfe._identity());
-END
-$$;
-
-CREATE OR REPLACE FUNCTION wfe.find_run(workflow text, idempotency_key text, tenant text DEFAULT NULL)
-RETURNS bigint
-LANGUAGE sql STABLE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-BEGIN ATOMIC
-    -- the run that holds the key now (live or completed), else the latest that held it
-    SELECT x.run_id FROM wfe.runs AS x
-     WHERE x.workflow = find_run.workflow AND x.idempotency_key = find_run.idempotency_key
-       AND (find_run.tenant IS NULL OR x.tenant = find_run.tenant)
-       AND wfe._tenant_ok(x.tenant)
-     ORDER BY wfe._run_keeps_key(x.state) DESC, x.run_id DESC
-     LIMIT 1;
-END;
-
-CREATE OR REPLACE FUNCTION wfe.configure_rate_limit(name text, per_second numeric, burst int DEFAULT NULL)
-RETURNS void
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-#variable_conflict use_column
-DECLARE
-    v_burst int;
-    v_queue text;
-BEGIN
-    IF configure_rate_limit.name IS NULL THEN
-        RAISE EXCEPTION 'name must not be null' USING ERRCODE = 'null_value_not_allowed';
-    END IF;
-    PERFORM wfe._admit_name(configure_rate_limit.name, 'rate limit name');
-    IF configure_rate_limit.name !~ '^[A-Za-z0-9][A-Za-z0-9._-]*$' THEN
-        RAISE EXCEPTION 'rate limit name "%" is not valid', configure_rate_limit.name
-            USING ERRCODE = 'invalid_parameter_value',
-                  HINT = 'Use letters, digits, ".", "_" and "-", starting with a letter or digit.';
-    END IF;
-    IF configure_rate_limit.per_second IS NULL THEN
-        -- dropped: its queued attempts wait until it is configured again
-        UPDATE wfe.run_stages AS st SET held_until = 'infinity'
-         WHERE st.rate_limit = configure_rate_limit.name AND st.state = 'queued';
-        DELETE FROM wfe.rate_limits AS l WHERE l.name = configure_rate_limit.name;
-        RETURN;
-    END IF;
-    IF configure_rate_limit.per_second <= 0 THEN
-        RAISE EXCEPTION 'per_second must be positive, not %', configure_rate_limit.per_second
-            USING ERRCODE = 'invalid_parameter_value',
-                  HINT = 'NULL drops the rate limit.';
-    END IF;
-    IF configure_rate_limit.burst < 1 THEN
-        RAISE EXCEPTION 'burst must be at least 1, not %', configure_rate_limit.burst
-            USING ERRCODE = 'invalid_parameter_value',
-                  HINT = 'NULL is one second''s tokens (at least 1).';
-    END IF;
-    v_burst := coalesce(configure_rate_limit.burst, greatest(1, ceil(configure_rate_limit.per_second))::int);
-    INSERT INTO wfe.rate_limits AS l (name, per_second, burst)
-    VALUES (configure_rate_limit.name, configure_rate_limit.per_second, v_burst)
-    ON CONFLICT (name) DO UPDATE
-       SET per_second = excluded.per_second, burst = excluded.burst,
-           updated_at = now(), updated_by = wfe._identity();
-    -- a new bucket starts full; a changed one keeps its tokens, within the new burst
-    INSERT INTO wfe.rate_buckets AS b (name, tenant, key, tokens, at)
-    VALUES (configure_rate_limit.name, '', '', v_burst, now())
-    ON CONFLICT (name, tenant, key) DO NOTHING;
-    UPDATE wfe.rate_buckets AS b SET tokens = least(b.tokens, v_burst), held_through = NULL
-     WHERE b.name = configure_rate_limit.name;
-    -- what waited for it (or for the old rate) is tried again now
-    FOR v_queue IN WITH x AS (UPDATE wfe.run_stages AS st SET held_until = NULL
-                               WHERE st.rate_limit = configure_rate_limit.name AND st.held_until IS NOT NULL
-                               RETURNING st.queue)
-                   SELECT DISTINCT x.queue FROM x
-    LOOP
-        PERFORM wfe._notify_ready(v_queue);
-    END LOOP;
-END
-$$;
-
-CREATE OR REPLACE FUNCTION wfe._release_rate_held(p_max int)
-RETURNS int AS 'MODULE_PATHNAME', 'wfe_release_rate_held' LANGUAGE C VOLATILE STRICT;
-
 CREATE OR REPLACE FUNCTION wfe._resolve_dead_letters(p_run_id bigint, p_stage text, p_resolution text)
 RETURNS void
 LANGUAGE sql VOLATILE
@@ -5062,21 +4492,6 @@ BEGIN ATOMIC
        SET resolved_at = now(), resolved_by = wfe._identity(), resolution = p_resolution
      WHERE d.run_id = p_run_id AND (p_stage IS NULL OR d.stage = p_stage) AND d.resolved_at IS NULL;
 END;
-
-CREATE OR REPLACE FUNCTION wfe._operator_target(p_run_id bigint, p_stage text, p_reason text)
-RETURNS void
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    IF p_run_id IS NULL OR p_stage IS NULL THEN
-        RAISE EXCEPTION 'run_id and stage must not be null' USING ERRCODE = 'null_value_not_allowed';
-    END IF;
-    PERFORM wfe._admit_name(p_stage, 'stage');
-    PERFORM wfe._admit_name(p_reason, 'reason');
-    PERFORM wfe._run(p_run_id);
-END
-$$;
 
 CREATE OR REPLACE FUNCTION wfe.redrive(run_id bigint, stage text, reason text DEFAULT NULL)
 RETURNS void
@@ -5264,6 +4679,11 @@ DECLARE
     v_outcome text;
     v_dead    bigint;
 BEGIN
+    -- a run command an ingress rejected: logged and counted when it was
+    -- (src/bgw/ingress.c), no attempt waits for it
+    IF p_headers ? 'x-wfe-ingress' THEN
+        RETURN 'ingress';
+    END IF;
     -- the attempt's identity: its x-wfe-* headers, else its envelope
     BEGIN
         v_env := p_body::jsonb;
@@ -5329,48 +4749,6 @@ BEGIN
                 CASE WHEN v_outcome = 'accepted' THEN 'retried' ELSE 'superseded' END);
     END IF;
     RETURN v_outcome;
-END
-$$;
-
-CREATE OR REPLACE FUNCTION wfe._metrics_count()
-RETURNS trigger
-LANGUAGE plpgsql SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    v_labels jsonb;
-    v_id     bigint;
-BEGIN
-    CASE TG_ARGV[0]
-    WHEN 'wfe_runs_finished_total' THEN
-        v_labels := jsonb_build_object('workflow', NEW.workflow, 'state', NEW.state);
-    WHEN 'wfe_idempotent_submits_total' THEN
-        -- a keyed run created, or a submit answered with the run its key named
-        v_labels := jsonb_build_object('result', CASE WHEN TG_TABLE_NAME = 'runs' THEN 'created' ELSE 'deduplicated' END);
-    WHEN 'wfe_stage_attempts_total' THEN
-        -- an attempt ended: retry_scheduled is an attempt that failed
-        v_labels := jsonb_build_object(
-            'workflow', (SELECT r.workflow FROM wfe.runs AS r WHERE r.run_id = NEW.run_id),
-            'stage', NEW.stage,
-            'outcome', CASE WHEN NEW.state = 'retry_scheduled' THEN 'failed' ELSE NEW.state END);
-    WHEN 'wfe_cache_hits_total', 'wfe_cache_misses_total' THEN
-        v_labels := '{}';
-    END CASE;
-    INSERT INTO wfe.metric_counters (tenant, metric, labels, value)
-    VALUES (NEW.tenant, TG_ARGV[0], v_labels, 1)
-    RETURNING id INTO v_id;
-    IF v_id % 256 = 0 THEN
-        -- fold: SKIP LOCKED leaves rows another fold holds (so two never
-        -- wait on each other) and the rows inserted since the snapshot
-        WITH gone AS (
-            DELETE FROM wfe.metric_counters AS c
-             WHERE c.id IN (SELECT x.id FROM wfe.metric_counters AS x FOR UPDATE SKIP LOCKED)
-            RETURNING c.tenant, c.metric, c.labels, c.value
-        )
-        INSERT INTO wfe.metric_counters (tenant, metric, labels, value)
-        SELECT g.tenant, g.metric, g.labels, sum(g.value) FROM gone AS g GROUP BY 1, 2, 3;
-    END IF;
-    RETURN NULL;
 END
 $$;
 
@@ -5526,5 +4904,25 @@ COMMENT ON FUNCTION wfe.redrive_dead_letters(text, timestamptz, text) IS
 'Redrives every stage with an open dead letter on queue since a time, of the tenants the caller acts for; returns how many (stages that can no longer be redriven, or whose runs max_runs_in_flight keeps closed, are passed over).';
 COMMENT ON FUNCTION wfe._metrics_count() IS
 'Trigger: adds 1 to the counter TG_ARGV[0] of wfe.metrics for the row''s tenant, with the labels the row gives; folds the counter rows every 256th.';
+COMMENT ON FUNCTION wfe._submit_via() IS
+'How the submit in progress came, for its run.submitted event: {"via": "amqp", "ingress", "message_id", "correlation_id"}, or {} for a SQL call.';
+COMMENT ON FUNCTION wfe._ingress_submit_as(regrole, text, text, jsonb, text, jsonb, jsonb) IS
+'wfe.submit as role (its tenant membership, limits and identity apply), via recorded in run.submitted; NULLs when role does not act for tenant.';
+COMMENT ON FUNCTION wfe.configure_ingress(text, name, jsonb) IS
+'Has the background worker consume run commands from wfe.ingress.NAME and submit them as role; role NULL drops the ingress.';
+COMMENT ON FUNCTION wfe.put_payload(jsonb) IS
+'Stores a large-track run command''s input for the tenants the caller acts for; returns the key its payload_ref names (with sha256 = wfe.payload_sha256(body)).';
+COMMENT ON FUNCTION wfe.payload_sha256(jsonb) IS
+'The sha256 a payload_ref names for body (wfe.put_payload): hex SHA-256 of its jsonb text.';
+COMMENT ON FUNCTION wfe._ingress_count(text, text, text) IS
+'Counts one command of an ingress: submitted, duplicate, or rejected with its SQLSTATE as reason.';
+COMMENT ON FUNCTION wfe._envelope_error(text) IS
+'Raises 22023 naming what is wrong with a run command''s envelope.';
+COMMENT ON FUNCTION wfe._envelope_string(jsonb, text, text) IS
+'The non-empty string field of a run command''s envelope, or 22023 naming it.';
+COMMENT ON FUNCTION wfe._ingress_submit(text, text) IS
+'Validates a run command (seed 004''s envelope) of an ingress and submits it as the ingress''s role; raises for a command to reject.';
+COMMENT ON FUNCTION wfe._ingress_names() IS
+'The ingresses the background worker consumes.';
 
 -- End of the final bodies.

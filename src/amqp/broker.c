@@ -29,6 +29,7 @@
 
 static amqp_connection_state_t conn = NULL;
 static uint64_t last_tag = 0;
+static uint64_t connection_serial = 0;	/* bumped by each connection made */
 
 /*
  * RabbitMQ blocks publishing connections during a resource alarm (memory,
@@ -179,6 +180,7 @@ connect_node(const char *uri, const char *password_file, char *err, size_t errle
 	}
 	if (!open_channel(err, errlen))
 		goto fail;
+	connection_serial++;
 	pfree(copy);
 	return true;
 
@@ -369,6 +371,22 @@ broker_declare_queue(const char *queue, const wfe_queue_options *options, char *
 				result = -1;
 			}
 	return result;
+}
+
+/* See broker.h. */
+int
+broker_declare_ingress(const char *name, const wfe_queue_options *options, char *err, size_t errlen)
+{
+	if (wfe_topology_declare_ingress(conn, CHANNEL, name, options, rpc_ok, err, errlen))
+		return 1;
+	return recover_channel() ? -1 : 0;
+}
+
+/* See broker.h. */
+uint64_t
+broker_connection_serial(void)
+{
+	return conn ? connection_serial : 0;
 }
 
 bool
@@ -620,6 +638,18 @@ bytes_dup(amqp_bytes_t b)
 int
 broker_dlq_get(BrokerDead *dead, char *err, size_t errlen)
 {
+	return broker_get(WFE_QUEUE_DLQ, dead, err, errlen);
+}
+
+bool
+broker_dlq_settle(uint64_t tag, bool ack, char *err, size_t errlen)
+{
+	return broker_settle(tag, ack, true, err, errlen);
+}
+
+int
+broker_get(const char *queue, BrokerDead *dead, char *err, size_t errlen)
+{
 	amqp_rpc_reply_t r;
 	amqp_message_t msg;
 	json_object *headers;
@@ -630,10 +660,13 @@ broker_dlq_get(BrokerDead *dead, char *err, size_t errlen)
 		snprintf(err, errlen, "not connected");
 		return -1;
 	}
-	r = amqp_basic_get(conn, CHANNEL, amqp_cstring_bytes(WFE_QUEUE_DLQ), 0);
+	r = amqp_basic_get(conn, CHANNEL, amqp_cstring_bytes(queue), 0);
 	if (r.reply_type != AMQP_RESPONSE_NORMAL)
 	{
-		(void) wfe_amqp_reply_error(r, "basic.get wfe.dlq", err, errlen);
+		char		what[WFE_TOPOLOGY_NAME_MAX + 16];
+
+		snprintf(what, sizeof(what), "basic.get %s", queue);
+		(void) wfe_amqp_reply_error(r, what, err, errlen);
 		return -1;
 	}
 	if (r.reply.id == AMQP_BASIC_GET_EMPTY_METHOD)
@@ -642,16 +675,21 @@ broker_dlq_get(BrokerDead *dead, char *err, size_t errlen)
 		amqp_basic_get_ok_t *ok = r.reply.decoded;
 
 		dead->tag = ok->delivery_tag;
+		dead->redelivered = ok->redelivered;
 		dead->routing_key = bytes_dup(ok->routing_key);
 	}
 	r = amqp_read_message(conn, CHANNEL, &msg, 0);
 	if (r.reply_type != AMQP_RESPONSE_NORMAL)
 	{
-		(void) wfe_amqp_reply_error(r, "reading a message of wfe.dlq", err, errlen);
+		(void) wfe_amqp_reply_error(r, "reading a message", err, errlen);
 		return -1;
 	}
 	if (msg.properties._flags & AMQP_BASIC_MESSAGE_ID_FLAG)
 		dead->message_id = bytes_dup(msg.properties.message_id);
+	if (msg.properties._flags & AMQP_BASIC_CORRELATION_ID_FLAG)
+		dead->correlation_id = bytes_dup(msg.properties.correlation_id);
+	if (msg.properties._flags & AMQP_BASIC_REPLY_TO_FLAG)
+		dead->reply_to = bytes_dup(msg.properties.reply_to);
 	headers = (msg.properties._flags & AMQP_BASIC_HEADERS_FLAG)
 		? table_json(&msg.properties.headers) : json_object_new_object();
 	dead->headers_json = pstrdup(json_object_to_json_string_ext(headers, JSON_C_TO_STRING_PLAIN));
@@ -663,14 +701,14 @@ broker_dlq_get(BrokerDead *dead, char *err, size_t errlen)
 }
 
 bool
-broker_dlq_settle(uint64_t tag, bool ack, char *err, size_t errlen)
+broker_settle(uint64_t tag, bool ack, bool requeue, char *err, size_t errlen)
 {
 	int			status = ack ? amqp_basic_ack(conn, CHANNEL, tag, 0)
-		: amqp_basic_nack(conn, CHANNEL, tag, 0, 1);
+		: amqp_basic_nack(conn, CHANNEL, tag, 0, requeue);
 
 	if (status != AMQP_STATUS_OK)
 	{
-		snprintf(err, errlen, "%s of a wfe.dlq message: %s", ack ? "basic.ack" : "basic.nack",
+		snprintf(err, errlen, "%s of a message: %s", ack ? "basic.ack" : "basic.nack",
 				 amqp_error_string2(status));
 		return false;
 	}

@@ -62,6 +62,17 @@ struct wfe_queue_options;
 extern int	broker_declare_queue(const char *queue, const struct wfe_queue_options *options,
 								 char *err, size_t errlen);
 
+/*
+ * Declare and bind ingress NAME's queue: 1 done, -1 it exists with other
+ * arguments or another type (kept as it is, *err says how), 0 the
+ * connection failed.
+ */
+extern int	broker_declare_ingress(const char *name, const struct wfe_queue_options *options,
+								   char *err, size_t errlen);
+
+/* Serial number of the connection (0: none); a new one for each connect. */
+extern uint64_t broker_connection_serial(void);
+
 /* Publish one message; false (connection lost) with *err set. */
 extern bool broker_publish(BrokerMessage *msg, char *err, size_t errlen);
 
@@ -74,11 +85,14 @@ extern bool broker_publish(BrokerMessage *msg, char *err, size_t errlen);
 extern bool broker_await_confirms(BrokerMessage **msgs, int n, int timeout_ms,
 								  volatile sig_atomic_t *stop, char *err, size_t errlen);
 
-/* A message taken from wfe.dlq, not acknowledged yet (strings palloc'd). */
+/* A message taken from a queue, not acknowledged yet (strings palloc'd). */
 typedef struct BrokerDead
 {
-	uint64_t	tag;			/* delivery tag, for broker_dlq_ack */
+	uint64_t	tag;			/* delivery tag, for broker_settle */
+	bool		redelivered;
 	char	   *message_id;		/* NULL when the message has none */
+	char	   *correlation_id; /* NULL when the message has none */
+	char	   *reply_to;		/* NULL when the message has none */
 	char	   *routing_key;
 	char	   *headers_json;	/* every header as JSON: x-wfe-*, x-death, ... */
 	char	   *body;
@@ -92,5 +106,13 @@ typedef struct BrokerDead
 extern int	broker_dlq_get(BrokerDead *dead, char *err, size_t errlen);
 /* Acknowledge it (done with it), or give it back to wfe.dlq (requeue). */
 extern bool broker_dlq_settle(uint64_t tag, bool ack, char *err, size_t errlen);
+
+/*
+ * The same for any queue (the ingress queues): take the next message
+ * without acknowledging it (1, 0 empty, -1 connection failed); then ack it,
+ * or nack it with or without requeue.
+ */
+extern int	broker_get(const char *queue, BrokerDead *msg, char *err, size_t errlen);
+extern bool broker_settle(uint64_t tag, bool ack, bool requeue, char *err, size_t errlen);
 
 #endif							/* WFE_BROKER_H */

@@ -313,3 +313,46 @@ wfe_topology_declare_queue(amqp_connection_state_t conn, amqp_channel_t channel,
 	return declare_bound_queue(conn, channel, retry_name, table, WFE_EXCHANGE_RETRY,
 							   retry_key, check, err, errlen);
 }
+
+/* See topology.h. */
+bool
+wfe_topology_ingress_queue(char *buf, const char *name)
+{
+	return snprintf(buf, WFE_TOPOLOGY_NAME_MAX, "%s%s", WFE_INGRESS_QUEUE_PREFIX, name) < WFE_TOPOLOGY_NAME_MAX;
+}
+
+/* See topology.h. */
+bool
+wfe_topology_ingress_key(char *buf, const char *name)
+{
+	return snprintf(buf, WFE_TOPOLOGY_NAME_MAX, "%s%s", WFE_INGRESS_KEY_PREFIX, name) < WFE_TOPOLOGY_NAME_MAX;
+}
+
+/* See topology.h. */
+bool
+wfe_topology_declare_ingress(amqp_connection_state_t conn, amqp_channel_t channel,
+							 const char *name, const wfe_queue_options *options,
+							 wfe_topology_check check, char *err, size_t errlen)
+{
+	char		queue[WFE_TOPOLOGY_NAME_MAX],
+				key[WFE_TOPOLOGY_NAME_MAX];
+	amqp_table_entry_t args[6];
+	amqp_table_t table;
+	int			n;
+
+	if (!wfe_topology_ingress_queue(queue, name) || !wfe_topology_ingress_key(key, name))
+	{
+		snprintf(err, errlen, "ingress name \"%.64s...\" is too long", name);
+		return false;
+	}
+	/* a command rejected other than by wfe (delivery limit) lands in wfe.dlq */
+	args[0] = wfe_amqp_string_entry("x-dead-letter-exchange", WFE_EXCHANGE_COMMANDS);
+	args[1] = wfe_amqp_string_entry("x-dead-letter-routing-key", WFE_KEY_DEAD);
+	n = 2 + quorum_args(args + 2, options->type, true);
+	if (options->type == WFE_QUEUE_QUORUM)
+		args[n++] = int_entry("x-delivery-limit", options->delivery_limit);
+	table.num_entries = n;
+	table.entries = args;
+	return declare_bound_queue(conn, channel, queue, table, WFE_EXCHANGE_COMMANDS, key,
+							   check, err, errlen);
+}

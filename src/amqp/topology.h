@@ -30,6 +30,15 @@
 #define WFE_QUEUE_DLQ			"wfe.dlq"
 #define WFE_KEY_DEAD			"dead"
 
+/*
+ * Run commands (delivery.md "Run commands from RabbitMQ"): ingress NAME's
+ * durable queue wfe.ingress.NAME, bound to wfe.commands with key
+ * submit.NAME.  Commands wfe rejects are copied to wfe.dlq by the consumer
+ * (with x-wfe-error headers); the queue dead-letters there too.
+ */
+#define WFE_INGRESS_QUEUE_PREFIX	"wfe.ingress."
+#define WFE_INGRESS_KEY_PREFIX		"submit."
+
 /* A wfe queue has one AMQP queue (and one retry queue) per track. */
 typedef enum wfe_track
 {
@@ -151,5 +160,21 @@ extern bool wfe_topology_declare_queue(amqp_connection_state_t conn, amqp_channe
 									   const char *queue, wfe_track track, bool retry,
 									   const wfe_queue_options *options,
 									   wfe_topology_check check, char *err, size_t errlen);
+
+/*
+ * The names of ingress NAME's queue and binding key into buf (size
+ * WFE_TOPOLOGY_NAME_MAX); false when the name is too long.
+ */
+extern bool wfe_topology_ingress_queue(char *buf, const char *name);
+extern bool wfe_topology_ingress_key(char *buf, const char *name);
+
+/*
+ * Declare and bind ingress NAME's queue (of options->type; quorum queues
+ * dead-letter a command requeued more than options->delivery_limit times
+ * into wfe.dlq); false at the first refused RPC.
+ */
+extern bool wfe_topology_declare_ingress(amqp_connection_state_t conn, amqp_channel_t channel,
+										 const char *name, const wfe_queue_options *options,
+										 wfe_topology_check check, char *err, size_t errlen);
 
 #endif							/* WFE_TOPOLOGY_H */

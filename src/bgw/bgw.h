@@ -1,7 +1,9 @@
 /*
  * bgw.h — the background worker's part of wfe: the worker itself (bgw.c),
  * the shared state that wakes it (shmem.c), the wakeups of waiting poll
- * workers (ready.c) and the outbox publisher it runs (publisher.c).  The
+ * workers (ready.c), the outbox publisher it runs (publisher.c) and the
+ * run commands it takes from RabbitMQ on the publisher's connection
+ * (ingress.c).  The
  * server layer (src/pg) includes this to ask for a wakeup; the rest of
  * wfe.so does not need it.
  */
@@ -82,5 +84,13 @@ extern void wfe_ready_claim_end(const char *queue, wfe_claim_ticket *t, bool sho
 /* The outbox publisher, run by the background worker (publisher.c). */
 extern int	wfe_publisher_round(bool *more, long *wait_ms);
 extern void wfe_publisher_shutdown(void);
+
+/*
+ * Run commands from RabbitMQ (ingress.c), taken on the publisher's
+ * connection with nothing in flight: at most max commands this round.
+ * Returns how many, or -1 when the connection failed (*err says why);
+ * *configured says whether any ingress is.
+ */
+extern int	wfe_ingress_round(int max, bool *configured, char *err, size_t errlen);
 
 #endif							/* WFE_BGW_H */

@@ -50,6 +50,13 @@
 #define WINDOW_MAX_BYTES (1024 * 1024)
 #define MAX_RECONNECT_BACKOFF_MS 30000
 
+/*
+ * How often the ingress queues are looked at while any ingress is
+ * configured: a command waits at most about this long (basic.get never
+ * blocks; nothing wakes the worker when a command arrives).
+ */
+#define INGRESS_POLL_MS 200
+
 static char holder[64];
 static int64 lease_token = -1;
 static char *connected_uri = NULL;	/* TopMemoryContext */
@@ -898,6 +905,25 @@ wfe_publisher_round(bool *more, long *wait_ms)
 			return done + flush(last_error);
 		if (dead >= wfe_publish_batch)
 			*more = true;
+	}
+	/* ... and take the run commands waiting (ingress.c), a bounded number */
+	if (sent_to == held_to)
+	{
+		char		err[256];
+		bool		configured;
+		int			commands = wfe_ingress_round(wfe_bgw_batch, &configured, err, sizeof(err));
+
+		if (commands < 0)
+		{
+			strlcpy(last_error, err, sizeof(last_error));
+			disconnect(err);
+			return done + flush(err);
+		}
+		if (commands >= wfe_bgw_batch)
+			*more = true;
+		/* commands arrive without waking us: look again soon */
+		if (configured && (*wait_ms < 0 || *wait_ms > INGRESS_POLL_MS))
+			*wait_ms = INGRESS_POLL_MS;
 	}
 	*more = *more || held != NULL || more_rows;
 	return done;

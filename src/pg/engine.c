@@ -202,7 +202,8 @@ static stmt q_heartbeat = STMT(
 	"                                 least(" WFE_SQL_EXEC_END ", now() + " WFE_SQL_WINDOW("st.lease_ms") ")) END"
 	" WHERE st.run_id = $1 AND st.stage = $2", 2, I8, TX);
 static stmt q_intent = STMT(
-	"UPDATE wfe.runs AS x SET intent = $2, reason = $3 WHERE x.run_id = $1", 3, I8, TX, TX);
+	"UPDATE wfe.runs AS x SET intent = $2, reason = $3, output = $4::jsonb WHERE x.run_id = $1",
+	4, I8, TX, TX, TX);
 /* a wait or a sleep released: running with no worker, and its timer (wait_timeout, sleep) */
 static stmt q_park = STMT(
 	"UPDATE wfe.run_stages AS st"
@@ -830,7 +831,7 @@ after_enqueue(srv *s, const char *stage)
 
 /* operator recovery (wfe._operate): a failed run reopened, a stage waiting again, an attempt fenced */
 static stmt q_reopen = STMT(
-	"UPDATE wfe.runs AS x SET state = 'running', intent = NULL, reason = NULL, finished_at = NULL"
+	"UPDATE wfe.runs AS x SET state = 'running', intent = NULL, reason = NULL, finished_at = NULL, output = NULL"
 	" WHERE x.run_id = $1", 1, I8);
 static stmt q_reset = STMT(
 	"UPDATE wfe.run_stages AS st"
@@ -1020,6 +1021,7 @@ apply(srv *s, const char *reported)
 			case WFE_OP_INTENT:
 				v[1] = CStringGetTextDatum(wfe_run_state_name(op->state));
 				v[2] = stmt_text_or_null(op->text, &n[2]);
+				v[3] = stmt_text_or_null(op->json, &n[3]);
 				stmt_run(&q_intent, v, n);
 				v[1] = BoolGetDatum(op->state == WFE_RUN_COMPLETED);
 				stmt_run(&q_retire_timers, v, n);

@@ -1,8 +1,8 @@
 /*
  * schedule.c — the server side of schedules (delivery.md "Schedules"):
  * cron expressions (parsed by the pure core, src/core/sched/cron.c) over
- * wall-clock time in a time zone, through PostgreSQL's own time-zone code;
- * and a tick's submit, made as the schedule's owner.
+ * wall-clock time in a time zone, through PostgreSQL's own time-zone code.
+ * A tick's submit is made as the schedule's owner (submit_as.c).
  *
  * DST days are decided here, once: a local minute that does not exist (the
  * spring gap) maps to the first instant after the gap, and one that exists
@@ -28,7 +28,6 @@
 #include "wfe.h"
 
 PG_FUNCTION_INFO_V1(wfe_cron_next_sql);
-PG_FUNCTION_INFO_V1(wfe_schedule_submit);
 
 /* Parse a cron expression or raise 22023 naming the field. */
 static void
@@ -169,68 +168,4 @@ wfe_cron_next_sql(PG_FUNCTION_ARGS)
 		local = next;
 	}
 	PG_RETURN_NULL();
-}
-
-/* Does the role acting now act for tenant (wfe._tenant_ok)? */
-static bool
-acting_role_acts_for(Datum tenant)
-{
-	Oid			argtype = TEXTOID;
-	bool		isnull;
-
-	if (SPI_execute_with_args("SELECT wfe._tenant_ok($1)", 1, &argtype, &tenant, NULL, true, 1) != SPI_OK_SELECT ||
-		SPI_processed != 1)
-		elog(ERROR, "wfe: could not check tenant membership");
-	return DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-}
-
-/*
- * wfe._schedule_submit(owner, tenant, workflow, context, key, options)
- * RETURNS TABLE (run_id bigint, accepted boolean): wfe.submit as owner --
- * its tenant membership, limits and identity apply, as a handler's
- * registrant's do (handler.c).  Both NULL when owner (no longer) acts for
- * tenant, or no longer exists.
- */
-Datum
-wfe_schedule_submit(PG_FUNCTION_ARGS)
-{
-	Oid			owner = PG_GETARG_OID(0);
-	Datum		tenant = PG_GETARG_DATUM(1);
-	TupleDesc	tupdesc;
-	Datum		values[2] = {0, 0};
-	bool		nulls[2] = {true, true};
-	Oid			previous;
-
-	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
-		elog(ERROR, "wfe: _schedule_submit must return a row");
-	tupdesc = BlessTupleDesc(tupdesc);
-	if (!SearchSysCacheExists1(AUTHOID, ObjectIdGetDatum(owner)))
-		PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
-
-	SPI_connect();
-	previous = wfe_set_acting_role(owner);
-	PG_TRY();
-	{
-		if (acting_role_acts_for(tenant))
-		{
-			Oid			argtypes[4] = {TEXTOID, JSONBOID, TEXTOID, JSONBOID};
-			Datum		args[4] = {PG_GETARG_DATUM(2), PG_GETARG_DATUM(3), PG_GETARG_DATUM(4), PG_GETARG_DATUM(5)};
-			bool		isnull;
-
-			if (SPI_execute_with_args("SELECT s.run_id, s.accepted FROM wfe.submit($1, $2, $3, $4) AS s",
-									  4, argtypes, args, NULL, false, 1) != SPI_OK_SELECT ||
-				SPI_processed != 1)
-				elog(ERROR, "wfe: a schedule's submit did not return one row");
-			values[0] = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
-			values[1] = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull);
-			nulls[0] = nulls[1] = false;
-		}
-	}
-	PG_FINALLY();
-	{
-		wfe_set_acting_role(previous);
-	}
-	PG_END_TRY();
-	SPI_finish();
-	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
 }

@@ -110,6 +110,7 @@ CREATE TABLE wfe.runs (
     span_id           text NOT NULL DEFAULT wfe._random_hex(16),
     trace_parent      text,
     trace_flags       text NOT NULL DEFAULT '01',
+    output            jsonb,
     CONSTRAINT runs_intent_state CHECK (state = 'running' OR intent IS NOT NULL)
 );
 COMMENT ON TABLE wfe.runs IS
@@ -120,6 +121,7 @@ COMMENT ON COLUMN wfe.runs.trace_id IS 'W3C trace id of the run: the submitter''
 COMMENT ON COLUMN wfe.runs.span_id IS 'Span id of the run''s span (wfe.run_spans); its attempts'' spans are its children';
 COMMENT ON COLUMN wfe.runs.trace_parent IS 'Span id of the submitter''s span (option traceparent), the run span''s parent';
 COMMENT ON COLUMN wfe.runs.trace_flags IS 'W3C trace flags passed on with the trace (the sampled bit)';
+COMMENT ON COLUMN wfe.runs.output IS 'The run''s output (dsl.md "Run output"), bound when it reached a completed intent; NULL before';
 COMMENT ON COLUMN wfe.runs.contracts IS 'Pinned contract versions: {ref: {"kind","queue"}} of every contract the plan uses';
 
 -- An idempotency key names one live or successful run per tenant and

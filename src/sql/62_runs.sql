@@ -229,7 +229,8 @@ BEGIN
 
     PERFORM wfe._event(r.run_id, r.tenant, NULL, NULL, 'run.submitted',
                        jsonb_build_object('workflow', r.workflow, 'version', r.version,
-                                          'digest', r.definition_digest, 'idempotency_key', r.idempotency_key));
+                                          'digest', r.definition_digest, 'idempotency_key', r.idempotency_key)
+                       || wfe._submit_via());
     IF r.deadline_at IS NOT NULL THEN
         INSERT INTO wfe.timers (tenant, run_id, kind, due_at)
         VALUES (r.tenant, r.run_id, 'run_deadline', r.deadline_at);

@@ -45,6 +45,8 @@ BEGIN
         'submitted_at', r.submitted_at,
         'finished_at', r.finished_at,
         'duration_ms', round(extract(epoch FROM coalesce(r.finished_at, now()) - r.submitted_at) * 1000),
+        -- the run's result, bound at a completed intent (dsl.md "Run output")
+        'output', wfe._redact(r.output),
         -- a run a schedule started (69_schedules.sql): which, and for which tick
         'schedule', (SELECT x.schedule FROM wfe.schedule_runs AS x WHERE x.run_id = r.run_id),
         'scheduled_for', (SELECT x.scheduled_for FROM wfe.schedule_runs AS x WHERE x.run_id = r.run_id),
@@ -111,15 +113,26 @@ BEGIN
            AND (e.attempt IS NOT NULL OR e.type LIKE 'stage.cache\_%')
            AND e.type NOT LIKE 'callback.%'
          GROUP BY e.stage, coalesce(e.attempt, 0)
+    ), b AS (
+        -- a wait or a sleep parked now (its stage running at this attempt)
+        -- has not finished: its last event is its release, so it runs to
+        -- now (finished_at NULL) rather than showing a zero duration
+        SELECT a.*, (s.state = 'running' AND s.kind IN ('wait', 'sleep')) AS parked
+          FROM a
+          LEFT JOIN wfe.run_stages AS s ON s.run_id = r.run_id AND s.stage = a.stage AND s.attempt = a.attempt
+    ), c AS (
+        SELECT b.*, CASE WHEN b.parked THEN coalesce(r.finished_at, now()) ELSE b.t_end END AS t_until
+          FROM b
     )
-    SELECT a.stage, a.attempt, replace(a.last_type, 'stage.', ''), a.t_start, a.t_end,
-           round((extract(epoch FROM a.t_end - a.t_start) * 1000)::numeric, 1),
+    SELECT c.stage, c.attempt, replace(c.last_type, 'stage.', ''), c.t_start,
+           CASE WHEN c.parked THEN NULL ELSE c.t_end END,
+           round((extract(epoch FROM c.t_until - c.t_start) * 1000)::numeric, 1),
            -- a 40-column bar across the run's life: where the attempt sat and how long
-           '|' || rpad(repeat(' ', least(39, floor(extract(epoch FROM a.t_start - r.submitted_at) / v_span * 40)::int))
-                       || repeat('█', greatest(1, round(extract(epoch FROM a.t_end - a.t_start) / v_span * 40)::int)),
+           '|' || rpad(repeat(' ', least(39, floor(extract(epoch FROM c.t_start - r.submitted_at) / v_span * 40)::int))
+                       || repeat('█', greatest(1, round(extract(epoch FROM c.t_until - c.t_start) / v_span * 40)::int)),
                        40) || '|'
-      FROM a
-     ORDER BY a.first_event;
+      FROM c
+     ORDER BY c.first_event;
 END
 $$;
 COMMENT ON FUNCTION wfe.run_timeline(bigint) IS

@@ -57,14 +57,15 @@ BEGIN
             'code', CASE r.state WHEN 'completed' THEN 1 WHEN 'failed' THEN 2 WHEN 'cancelled' THEN 2 ELSE 0 END,
             'message', CASE WHEN r.state IN ('failed', 'cancelled') THEN coalesce(r.reason, r.state) END))));
     -- one span per attempt, as wfe.run_timeline finds them and their outcome
-    -- (attempt 0, the result cache's bookkeeping, is no attempt):
+    -- (attempt 0, the result cache's bookkeeping, is no attempt; a parked
+    -- wait or sleep has no finished_at yet: it ends now, as the run does):
     -- SPAN_KIND_PRODUCER (4), the work handed to a worker, whose own spans
     -- are children of this one (the envelope's and the claim's traceparent)
     SELECT coalesce(jsonb_agg(jsonb_strip_nulls(jsonb_build_object(
                'traceId', r.trace_id, 'spanId', wfe._attempt_span_id(r.span_id, t.stage, t.attempt),
                'parentSpanId', r.span_id,
                'name', 'wfe.attempt ' || t.stage, 'kind', 4,
-               'startTimeUnixNano', wfe._otlp_time(t.started_at), 'endTimeUnixNano', wfe._otlp_time(t.finished_at),
+               'startTimeUnixNano', wfe._otlp_time(t.started_at), 'endTimeUnixNano', wfe._otlp_time(coalesce(t.finished_at, now())),
                'attributes', jsonb_path_query_array(jsonb_build_array(
                    wfe._otlp_attribute('wfe.run_id', r.run_id), wfe._otlp_attribute('wfe.stage', t.stage),
                    wfe._otlp_attribute('wfe.attempt', t.attempt), wfe._otlp_attribute('wfe.queue', s.queue),

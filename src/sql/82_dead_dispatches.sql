@@ -7,7 +7,8 @@
 -- (wfe.fail_task, retryable: the stage's retry policy or failure route).
 -- Returns what became of it: the gate's outcome word, 'duplicate' for a
 -- message already recorded (redelivered after a crash before its ack), or
--- 'foreign' / 'unknown' for a message that names no wfe attempt / no run.
+-- 'foreign' / 'unknown' for a message that names no wfe attempt / no run; 'ingress' for a
+-- run command an ingress rejected.
 CREATE FUNCTION wfe._broker_dead_letter(p_message_id text, p_routing_key text, p_headers jsonb, p_body text)
 RETURNS text
 LANGUAGE plpgsql VOLATILE
@@ -25,6 +26,11 @@ DECLARE
     v_outcome text;
     v_dead    bigint;
 BEGIN
+    -- a run command an ingress rejected: logged and counted when it was
+    -- (src/bgw/ingress.c), no attempt waits for it
+    IF p_headers ? 'x-wfe-ingress' THEN
+        RETURN 'ingress';
+    END IF;
     -- the attempt's identity: its x-wfe-* headers, else its envelope
     BEGIN
         v_env := p_body::jsonb;

@@ -347,7 +347,7 @@ sub report
 {
 	my ($run) = @_;
 	return sql("SELECT CASE WHEN r ->> 'finished_at' IS NULL THEN r - 'duration_ms' ELSE r END "
-		  . "FROM (SELECT wfe.report($run) - ARRAY['replay_of', 'replays', 'redriven', 'schedule', 'scheduled_for'] AS r) AS x");
+		  . "FROM (SELECT wfe.report($run) - ARRAY['replay_of', 'replays', 'redriven', 'schedule', 'scheduled_for', 'output'] AS r) AS x");
 }
 my %rows_before   = map { $_ => table_rows($_) } keys %table_order;
 my %report_before = map { $_ => report($_) } @before;
@@ -629,7 +629,7 @@ for my $run (@before)
 {
 	is( sql(<<"SQL"),
 WITH b AS (SELECT @{[lit($report_before{$run})]}::jsonb AS r),
-     a AS (SELECT wfe.report($run) - ARRAY['replay_of', 'replays', 'redriven', 'schedule', 'scheduled_for'] AS r)
+     a AS (SELECT wfe.report($run) - ARRAY['replay_of', 'replays', 'redriven', 'schedule', 'scheduled_for', 'output'] AS r)
 SELECT coalesce(string_agg(x.what, ', '), 'intact') FROM (
     SELECT k AS what FROM b, a, jsonb_object_keys(b.r) AS k
      WHERE k NOT IN ('stages', 'outputs', 'state', 'intent', 'reason', 'finished_at', 'late_callbacks')

@@ -611,6 +611,17 @@ static const char *TASKS_WAITS =
 "  - {id: nap, sleep: {duration_ms: 10}, depends_on: [approve]}\n"
 "  - {id: ship, action: ship@1, depends_on: [nap]}\n";
 
+/* Run output (dsl.md "Run output"): a template over results, context and run. */
+static const char *OUTPUT =
+"name: output\n"
+"version: \"1.0.0\"\n"
+"entry: a\n"
+"output: { url: \"${stages.a.result.url}\", who: \"${context.who}\", label: \"run ${run.workflow}\" }\n"
+"stages:\n"
+"  - {name: a, type: worker, queue: qa, worker: w.a@1, on_success: completed, on_failure: failed}\n";
+
+static wfe_run_plan *rp_output;
+
 static wfe_run_plan *rp_waits,
 		   *rp_tasks_waits;
 
@@ -2824,6 +2835,50 @@ test_tasks_waits(void)
 	run_close(&h, "tasks waits timeout");
 }
 
+
+/* The run's output: bound at a completed intent; a binding failure fails the run. */
+static void
+test_run_output(void)
+{
+	sh			h;
+	int			a;
+	const sh_op *op;
+
+	run_open(&h, rp_output, "{\"who\": \"ann\"}", NULL);
+	a = X(&h, "a");
+	sh_start(&h);
+	sh_accept(&h, a);
+	sh_complete(&h, a, "{\"url\": \"s3://x\"}");
+	op = sh_find_op(&h, WFE_OP_INTENT, -1);
+	ok(op && op->state == WFE_RUN_COMPLETED, "output: the run's intent is completed");
+	expect_json(op ? op->json : NULL, "{\"url\": \"s3://x\", \"who\": \"ann\", \"label\": \"run output\"}",
+				"output: bound with the completed intent");
+	run_close(&h, "output");
+
+	run_open(&h, rp_output, "{\"who\": \"ann\"}", NULL);
+	sh_start(&h);
+	sh_accept(&h, a);
+	sh_complete(&h, a, "{\"size\": 1}");
+	op = sh_find_op(&h, WFE_OP_INTENT, -1);
+	ok(op && op->state == WFE_RUN_FAILED && op->json == NULL,
+	   "output unbound: the intent becomes failed, with no output");
+	ok(h.reason && strncmp(h.reason, "binding.missing: output.url:", 28) == 0,
+	   "output unbound: the reason is the binding failure at output.url");
+	if (h.reason == NULL || strncmp(h.reason, "binding.missing: output.url:", 28) != 0)
+		diag("reason: %s", h.reason ? h.reason : "NULL");
+	ok(sh_event_detail(&h, "run.output_failed", -1) != NULL, "output unbound: event run.output_failed");
+	run_close(&h, "output unbound");
+
+	run_open(&h, rp_linear, "{\"x\": \"hello\"}", NULL);
+	sh_start(&h);
+	sh_accept(&h, X(&h, "a"));
+	sh_complete(&h, X(&h, "a"), "{\"v\": 1}");
+	sh_complete(&h, X(&h, "b"), "{}");
+	op = sh_find_op(&h, WFE_OP_INTENT, -1);
+	expect_json(op ? op->json : NULL, "{}", "output: a stages-form run without output: has {}");
+	run_close(&h, "output default");
+}
+
 int
 main(void)
 {
@@ -2838,6 +2893,7 @@ main(void)
 		{&rp_tasks_edge, TASKS_EDGE}, {&rp_tasks_bind, TASKS_BIND}, {&rp_cached, CACHED},
 		{&rp_cached_tail, CACHED_TAIL}, {&rp_two_joins, TWO_JOINS},
 		{&rp_cache_twin, CACHE_TWIN}, {&rp_cache_twice, CACHE_TWICE}, {&rp_waits, WAITS}, {&rp_tasks_waits, TASKS_WAITS},
+		{&rp_output, OUTPUT},
 	};
 
 	for (size_t k = 0; k < sizeof(plans) / sizeof(plans[0]); k++)
@@ -2852,6 +2908,7 @@ main(void)
 
 	test_tables();
 	test_linear_success();
+	test_run_output();
 	test_linear_failure();
 	test_retry_backoff();
 	test_jitter();

@@ -538,6 +538,9 @@ wfe_run_plan_build(int64_t definition_id, const char *plan_json, char *err, int 
 	rp->nstages = nst + nfin;
 	rp->nfinalisers = nfin;
 	rp->first_finaliser = nst;
+	if (json_object_object_get_ex(plan, "output", &rp->output) &&
+		!json_object_is_type(rp->output, json_type_object))
+		rp->output = NULL;
 	rp->stages = calloc(rp->nstages ? rp->nstages : 1, sizeof(wfe_rp_stage));
 
 	/* names first, so that every reference resolves */

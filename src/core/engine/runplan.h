@@ -144,6 +144,7 @@ typedef struct wfe_run_plan
 	int			first_finaliser;	/* index of finaliser.1 */
 	wfe_rp_stage *stages;
 	uint8_t    *reach;			/* nstages x nstages: reach[a*n+b] = b reachable from a */
+	struct json_object *output;	/* the run's output template (plan "output"), or NULL */
 	struct json_object *plan;	/* the whole plan, owned */
 } wfe_run_plan;
 

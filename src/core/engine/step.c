@@ -1108,6 +1108,122 @@ next_finaliser(wfe_step *st)
 }
 
 /*
+ * The run's output (dsl.md "Run output"), bound when the run reaches a
+ * completed intent: the `output` template over every completed stage's
+ * result and every task's outputs, or by default {} (stages form) or the
+ * outputs map {task: {key: value}} (tasks form).  Read once per run, at its
+ * end, so it may read every row.  NULL with *code and *message on a binding
+ * failure.
+ */
+static const char *
+run_output(wfe_step *st, const char **code, const char **message)
+{
+	const wfe_run_plan *rp = st->rp;
+	json_object *root;
+	json_object *stages;
+	json_object *outputs = json_object_new_object();
+	json_object *run;
+	json_object *bound;
+	wfe_bind_error err;
+	char	   *canon;
+	const char *text;
+
+	for (int i = 0; i < rp->nstages; i++)
+	{
+		const wfe_rp_stage *s = &rp->stages[i];
+		json_object *per = NULL;
+		/* a task completed in this step: its outputs are not written yet */
+		json_object *fresh = s->nproduces > 0 && wfe_step_row(st, i)->result
+			? step_hold(st, step_jparse(wfe_step_row(st, i)->result)) : NULL;
+
+		for (int k = 0; k < s->nproduces; k++)
+		{
+			json_object *fv = NULL;
+			const char *v;
+
+			if (fresh != NULL)
+			{
+				if (json_object_object_get_ex(fresh, s->produces[k].key, &fv))
+				{
+					if (per == NULL)
+					{
+						per = json_object_new_object();
+						json_object_object_add(outputs, s->name, per);
+					}
+					json_object_object_add(per, s->produces[k].key, json_object_get(fv));
+				}
+				continue;
+			}
+			v = st->io->output(st->io->arg, s->name, s->produces[k].key);
+			if (v == NULL)
+				continue;
+			if (per == NULL)
+			{
+				per = json_object_new_object();
+				json_object_object_add(outputs, s->name, per);
+			}
+			json_object_object_add(per, s->produces[k].key, step_jparse(v));
+		}
+	}
+	if (rp->output == NULL)
+	{
+		if (rp->tasks_form)
+			return step_json_text(st, outputs);	/* frees it */
+		json_object_put(outputs);
+		return "{}";
+	}
+
+	root = step_hold(st, json_object_new_object());	/* owns what is added to it */
+	stages = json_object_new_object();
+	run = json_object_new_object();
+	{
+		json_object *context = step_jparse(st->io->context(st->io->arg));
+
+		json_object_object_add(root, "context", context ? context : json_object_new_object());
+	}
+	step_load_all(st);
+	for (int t = 0; t < rp->nstages; t++)
+	{
+		const wfe_rp_stage *ts = &rp->stages[t];
+		wfe_row    *tr = &st->rows[t];
+		json_object *entry;
+
+		if ((ts->kind != WFE_K_ACTION && ts->kind != WFE_K_WORKER &&
+			 ts->kind != WFE_K_WAIT && ts->kind != WFE_K_SLEEP) ||
+			!tr->exists || tr->state != WFE_COMPLETED)
+			continue;
+		entry = json_object_new_object();
+		json_object_object_add(entry, "result",
+							   step_jparse(tr->result ? tr->result : st->io->result(st->io->arg, t)));
+		json_object_object_add(stages, ts->name, entry);
+	}
+	json_object_object_add(root, "stages", stages);
+	json_object_object_add(root, "outputs", outputs);
+	json_object_object_add(run, "id", json_object_new_int64(st->run->run_id));
+	json_object_object_add(run, "tenant", step_jstr(st->run->tenant));
+	json_object_object_add(run, "workflow", step_jstr(st->run->workflow));
+	json_object_object_add(run, "version", step_jstr(st->run->version));
+	json_object_object_add(root, "run", run);
+
+	memset(&err, 0, sizeof(err));
+	bound = wfe_bind_input(rp->output, root, NULL, &err);
+	if (bound == NULL)
+	{
+		*code = wfe_arena_strdup(&st->arena, err.code ? err.code : WFE_BIND_TYPE);
+		/* bind.c names the path from "input"; here it is the run's output */
+		*message = wfe_arena_strdup(&st->arena, strncmp(err.message, "input", 5) == 0
+									? wfe_arena_printf(&st->arena, "output%s", err.message + 5)
+									: err.message);
+		return NULL;
+	}
+	canon = wfe_canonical_json(bound);
+	json_object_put(bound);
+	text = wfe_arena_strdup(&st->arena, canon ? canon : "{}");
+	free(canon);
+	return text;
+}
+
+/*
  * Set the run's terminal intent (once): fence what is in flight and ask it
  * to stop, skip what never started, then run the finalisers.  Tasks the run
  * does not wait for (awaits: false) go on after a completed intent.
@@ -1119,11 +1235,31 @@ set_intent(wfe_step *st, wfe_run_state intent, const char *reason)
 	wfe_op	   *op;
 	json_object *detail;
 
+	const char *output = NULL;
+
 	if (st->run->intent >= 0)
 		return;
+	if (intent == WFE_RUN_COMPLETED)
+	{
+		const char *code = NULL;
+		const char *message = NULL;
+
+		/* before the finalisers: an output that does not bind fails the run */
+		output = run_output(st, &code, &message);
+		if (output == NULL)
+		{
+			detail = json_object_new_object();
+			json_object_object_add(detail, "code", step_jstr(code));
+			json_object_object_add(detail, "message", step_jstr(message));
+			step_event(st, -1, 0, "run.output_failed", detail);
+			intent = WFE_RUN_FAILED;
+			reason = wfe_arena_printf(&st->arena, "%s: %s", code, message);
+		}
+	}
 	op = step_emit(st, WFE_OP_INTENT, -1);
 	op->state = intent;
 	op->text = reason;
+	op->json = output;
 	st->run->intent = intent;
 	detail = json_object_new_object();
 	json_object_object_add(detail, "intent", step_jstr(step_intent_name(intent)));

@@ -131,7 +131,8 @@ typedef enum wfe_op_kind
 	WFE_OP_OUTPUTS,				/* write the task's declared outputs from its result */
 	WFE_OP_ACCEPT,				/* running, accepted by a pushed worker */
 	WFE_OP_HEARTBEAT,			/* a running attempt is alive */
-	WFE_OP_INTENT,				/* run intent (state) and text reason; retire its timers */
+	WFE_OP_INTENT,				/* run intent (state) and text reason; retire its timers;
+								 * json: the run's output (a completed intent), else NULL */
 	WFE_OP_FINALISING,			/* run moves to finalising */
 	WFE_OP_FINISH,				/* run ends in state, text reason (NULL keeps it) */
 	/* operator recovery (wfe_step_operate) */

@@ -26,7 +26,7 @@
 static const char *const top_keys[] = {
 	"name", "version", "description", "entry", "context", "context_schema",
 	"defaults", "run_deadline_ms", "terminal_policy", "finalisers", "terminals",
-	"stages", "tasks", NULL
+	"stages", "tasks", "output", NULL
 };
 static const char *const defaults_keys[] = {
 	"retry", "execution_deadline_ms", "queue_deadline_ms", "heartbeat_ms", NULL
@@ -1190,6 +1190,15 @@ read_header(wfe_model *m, const wfe_ynode *root)
 	{
 		if (check_json_schema(m, n, "/context_schema"))
 			m->context_schema = n;
+	}
+	if ((n = wfe_ymap_get(root, "output")) != NULL)
+	{
+		/* the run's output template (dsl.md "Run output"), bound like an input */
+		if (n->kind != WFE_Y_MAP)
+			report(m, "schema.type", n, "/output", "output must be a mapping, not %s",
+				   wfe_ynode_describe(n));
+		else
+			m->output = n;
 	}
 	read_defaults(m, root);
 	m->run_deadline_ms = WFE_NONE;

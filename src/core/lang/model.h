@@ -139,6 +139,7 @@ typedef struct wfe_model
 	const char *description;
 	const char *context;
 	const wfe_ynode *context_schema;
+	const wfe_ynode *output;	/* the run's output template, or NULL */
 	wfe_name_ref entry;
 
 	wfe_retry	default_retry;

@@ -320,5 +320,8 @@ wfe_plan_build(const wfe_model *m)
 							  ? stage_json(&m->stages[i]) : task_json(&m->stages[i]));
 	json_object_object_add(plan, "stages", stages);
 	json_object_object_add(plan, "contracts", contracts_json(m));
+	/* only when written, so that the plans of 0.2.0's definitions are unchanged */
+	if (m->output != NULL)
+		json_object_object_add(plan, "output", wfe_ynode_to_json(m->output));
 	return plan;
 }

@@ -43,7 +43,8 @@ check_stage_ref(ref_ctx *ctx, const char *name)
 				 m->stages[t].type == WFE_ST_FORK ? "fork" : "join");
 		return;
 	}
-	if (t == ctx->stage || !wfe_graph_reaches(m, t, ctx->stage))
+	/* the run's output (stage -1) reads whatever completed */
+	if (ctx->stage >= 0 && (t == ctx->stage || !wfe_graph_reaches(m, t, ctx->stage)))
 		wfe_diag(m->diags, "graph.ref_not_in_lineage", ctx->path, ctx->line, ctx->column,
 				 "stage '%s' reads the result of '%s', which cannot have completed before it",
 				 m->stages[ctx->stage].name, name);
@@ -155,7 +156,7 @@ static void
 check_interpolation(wfe_model *m, int idx, const char *body, size_t len,
 					const char *path, const wfe_ynode *at)
 {
-	wfe_stage  *s = &m->stages[idx];
+	wfe_stage  *s = idx >= 0 ? &m->stages[idx] : NULL;	/* NULL: the run's output */
 	wfe_path	p;
 	wfe_expr_error err;
 	ref_ctx		ctx = {m, idx, path, at->line, at->column};
@@ -190,6 +191,19 @@ check_interpolation(wfe_model *m, int idx, const char *body, size_t len,
 		if (p.nsegments != 2 || p.segments[0].is_index || p.segments[1].is_index)
 			wfe_diag(m->diags, "expr.syntax", path, at->line, at->column,
 					 "an output reference is outputs.TASK.KEY");
+		else if (s == NULL)
+		{
+			/* the run's output reads any declared output of any task */
+			int			t = wfe_model_find(m, p.segments[0].key);
+
+			for (int k = 0; t >= 0 && k < m->stages[t].nproduces; k++)
+				if (strcmp(m->stages[t].produces[k].key, p.segments[1].key) == 0)
+					declared = 1;
+			if (!declared)
+				wfe_diag(m->diags, "graph.unresolved_ref", path, at->line, at->column,
+						 "the run's output reads outputs.%s.%s, which no task produces",
+						 p.segments[0].key, p.segments[1].key);
+		}
 		else
 		{
 			for (int k = 0; k < s->nrequires; k++)
@@ -283,4 +297,6 @@ wfe_refs_check(wfe_model *m)
 		if (s->until != NULL && s->name != NULL)
 			scan_input(m, i, s->until, s->until_path);
 	}
+	if (m->output != NULL)
+		scan_input(m, -1, m->output, "/output");
 }

@@ -158,6 +158,19 @@ LANGUAGE sql AS $$
    WHERE e.run_id = p_run AND (e.type LIKE 'signal.%' OR e.type IN ('stage.waiting', 'stage.sleeping', 'stage.timed_out'))
    ORDER BY e.event_id
 $$;
+-- run_timeline's rows without the clock: a parked wait or sleep is open
+-- (finished_at NULL, its duration running to now); a finished attempt's
+-- duration is its span; a sleep lasts at least its duration
+CREATE FUNCTION pg_temp.timeline(p_run bigint)
+RETURNS TABLE (stage text, attempt int, outcome text, open boolean, duration_ok boolean)
+LANGUAGE sql AS $$
+  SELECT t.stage, t.attempt, t.outcome, t.finished_at IS NULL,
+         CASE WHEN t.finished_at IS NULL
+              THEN t.duration_ms >= round((extract(epoch FROM statement_timestamp() - t.started_at) * 1000)::numeric, 1) - 0.1
+              ELSE t.duration_ms = round((extract(epoch FROM t.finished_at - t.started_at) * 1000)::numeric, 1)
+                   AND (t.stage <> 'pause' OR t.duration_ms >= 1) END
+    FROM wfe.run_timeline(p_run) AS t
+$$;
 
 -- Released, the wait is running with no worker: no claim returns it.
 SELECT run_id AS r1 FROM wfe.submit('sig-flow', '{"until": "2000-01-01T00:00:00Z"}', 'order-1') \gset
@@ -198,6 +211,9 @@ SELECT state FROM wfe.runs WHERE run_id = :r1;
 SELECT wfe.signal(:r1, 'rt-sig.approval@1', '{"approved": true}', 'k9');
 SELECT wfe.signal(:r1, 'rt-sig.approval@1', '{"approved": true, "by": "ann"}', 'k1');
 SELECT * FROM pg_temp.events(:r1);
+-- the timeline: the waits from release to the signal (accepted, or the
+-- buffered one taken at release), the sleep from release to its timer
+SELECT * FROM pg_temp.timeline(:r1);
 
 -- A timeout: the wait is timed_out and takes on_timeout (a sleep until a past time: at once).
 SELECT run_id AS r2 FROM wfe.submit('sig-flow', '{"until": "2000-01-01T00:00:00Z"}', 'order-2') \gset
@@ -207,6 +223,7 @@ SELECT * FROM pg_temp.stages(:r2);
 SELECT state FROM wfe.runs WHERE run_id = :r2;
 SELECT wfe.signal(:r2, 'rt-sig.approval@1', '{"approved": true}');   -- late
 SELECT * FROM pg_temp.events(:r2);
+SELECT * FROM pg_temp.timeline(:r2);
 
 -- A sleep whose until does not bind to a timestamp: binding.type, the run fails.
 SELECT run_id AS r3 FROM wfe.submit('sig-flow', '{"until": "tomorrow"}', 'order-3') \gset
@@ -216,7 +233,11 @@ SELECT stage, state, error ->> 'code' AS code FROM wfe.run_stages WHERE run_id =
 
 -- Cancellation ends a wait; its timer can only do nothing; a signal after it is late.
 SELECT run_id AS r4 FROM wfe.submit('sig-flow', '{}', 'order-4') \gset
+SELECT pg_sleep(0.01);
+SELECT * FROM pg_temp.timeline(:r4);   -- parked: open, its duration running
+SELECT duration_ms >= 10 AS running_to_now FROM wfe.run_timeline(:r4) WHERE stage = 'approve';
 SELECT wfe.cancel_run(:r4, 'no longer needed');
+SELECT * FROM pg_temp.timeline(:r4);   -- closed by the cancel
 SELECT stage, state FROM wfe.run_stages WHERE run_id = :r4 AND stage = 'approve';
 SELECT count(*) AS live_timers FROM wfe.timers WHERE run_id = :r4 AND fired_at IS NULL AND kind = 'wait_timeout';
 SELECT wfe.signal(:r4, 'rt-sig.approval@1', '{"approved": true}');
