@@ -39,9 +39,13 @@
 #   7. signals, waits and sleeps, on the same cluster (bench/waits/waits.sh):
 #      signal -> successor released (p50, p99), the claim's p99 with
 #      10,000 runs parked on waits ÷ without, sleep due -> completed.
+#   8. flow control, last (it drops and creates wfe in the bench database):
+#      bench/ratelimit/run.sh -- steps/s with a rate limit far above the
+#      load ÷ without, and rate-limit accuracy.
 #
 # The tables go to stdout and, between the markers (bench:results,
-# bench:profile, bench:scale, bench:latency, bench:cache, bench:waits), into docs/benchmarks.md.
+# bench:profile, bench:scale, bench:latency, bench:cache, bench:waits,
+# bench:flow), into docs/benchmarks.md.
 # Default settings, fsync and synchronous_commit on; wfe.notify stays on.
 #
 # Environment:
@@ -59,6 +63,7 @@
 #   BENCH_SKIP_LATENCY=1  leave out 5
 #   BENCH_SKIP_CACHE=1    leave out 6
 #   BENCH_SKIP_WAITS=1    leave out 7
+#   BENCH_SKIP_FLOW=1     leave out 8
 #   BENCH_SCALE_SECONDS   length of each measured claim-latency run (default
 #                         BENCH_SECONDS; each after WARMUP_SECONDS of warm-up)
 #   BENCH_SCALE_BACKLOG   queued runs of the backlog figure (default 20000)
@@ -599,6 +604,13 @@ main() {
 	# Step 9: signals, waits and sleeps.
 	[ -n "${BENCH_SKIP_WAITS:-}" ] || waits_bench
 
+	# Step 9b: flow control (last: it drops and creates wfe in $DB).
+	if [ -z "${BENCH_SKIP_FLOW:-}" ]; then
+		banner "flow control"
+		RL_DB=$DB BIN=$(pg_path bindir) SECS=$BENCH_SECONDS "$BENCH_DIR/ratelimit/run.sh" 2>/dev/null |
+			grep -v '^NOTICE' | tee "$WORKDIR/flow.txt"
+	fi
+
 	# Step 10: the report.
 	if [ -z "${BENCH_SKIP_THROUGHPUT:-}" ]; then
 		{ machine; printf '\n'; results; } >"$WORKDIR/results.md"
@@ -653,6 +665,10 @@ main() {
 		[ -n "${BENCH_SKIP_LATENCY:-}" ] || splice "$BENCH_DOCS" latency "$WORKDIR/latency.md"
 		[ -n "${BENCH_SKIP_CACHE:-}" ] || splice "$BENCH_DOCS" cache "$WORKDIR/cache.md"
 		[ -n "${BENCH_SKIP_WAITS:-}" ] || splice "$BENCH_DOCS" waits "$WORKDIR/waits.md"
+		if [ -z "${BENCH_SKIP_FLOW:-}" ]; then
+			{ machine; printf '\n```\n'; cat "$WORKDIR/flow.txt"; printf '```\n'; } >"$WORKDIR/flow.md"
+			splice "$BENCH_DOCS" flow "$WORKDIR/flow.md"
+		fi
 		say "updated $BENCH_DOCS"
 	fi
 }

@@ -2347,6 +2347,18 @@ COMMENT ON TABLE wfe.rate_buckets IS
 'The state of each token bucket: tokens as of at, and the due of the last attempt held (held_through).  Keyed buckets are per tenant; readable by no wfe role.';
 REVOKE ALL ON wfe.rate_buckets FROM PUBLIC;
 
+CREATE FUNCTION wfe._rate_buckets_reset(p_name text, p_drop boolean)
+RETURNS void AS 'MODULE_PATHNAME', 'wfe_rate_buckets_reset' LANGUAGE C VOLATILE STRICT;
+COMMENT ON FUNCTION wfe._rate_buckets_reset(text, boolean) IS
+'configure_rate_limit''s part in shared memory: the limit''s buckets forget their held horizon, or are dropped.';
+REVOKE ALL ON FUNCTION wfe._rate_buckets_reset(text, boolean) FROM PUBLIC;
+
+CREATE FUNCTION wfe._rate_buckets_count(p_name text, p_tenant text)
+RETURNS int AS 'MODULE_PATHNAME', 'wfe_rate_buckets_count' LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION wfe._rate_buckets_count(text, text) IS
+'How many buckets of a rate limit shared memory holds (a tenant''s keyed ones and its overflow bucket; all with NULL); NULL without shared memory.';
+REVOKE ALL ON FUNCTION wfe._rate_buckets_count(text, text) FROM PUBLIC;
+
 CREATE FUNCTION wfe.configure_rate_limit(name text, per_second numeric, burst int DEFAULT NULL)
 RETURNS void
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
@@ -2368,6 +2380,7 @@ BEGIN
     END IF;
     IF configure_rate_limit.per_second IS NULL THEN
         -- dropped: its queued attempts wait until it is configured again
+        PERFORM wfe._rate_buckets_reset(configure_rate_limit.name, true);
         UPDATE wfe.run_stages AS st SET held_until = 'infinity'
          WHERE st.rate_limit = configure_rate_limit.name AND st.state = 'queued';
         DELETE FROM wfe.rate_limits AS l WHERE l.name = configure_rate_limit.name;
@@ -2395,6 +2408,7 @@ BEGIN
     ON CONFLICT (name, tenant, key) DO NOTHING;
     UPDATE wfe.rate_buckets AS b SET tokens = least(b.tokens, v_burst), held_through = NULL
      WHERE b.name = configure_rate_limit.name;
+    PERFORM wfe._rate_buckets_reset(configure_rate_limit.name, false);
     -- what waited for it (or for the old rate) is tried again now
     FOR v_queue IN WITH x AS (UPDATE wfe.run_stages AS st SET held_until = NULL
                                WHERE st.rate_limit = configure_rate_limit.name AND st.held_until IS NOT NULL
@@ -2912,6 +2926,49 @@ SELECT i.name AS ingress, i.role,
 COMMENT ON VIEW wfe.dashboard_ingress IS
 'Per ingress: run commands received, submitted, duplicates (accepted = false) and rejected, by reason (SQLSTATE).';
 GRANT SELECT ON wfe.dashboard_ingress TO wfe_admin, wfe_operator;
+
+-- ---------------------------------------------------------------------
+-- set_priority (issue 24; operations.md "Flow control"): a run's priority
+-- changed while it runs (79_priority.sql).
+CREATE FUNCTION wfe.set_priority(run_id bigint, priority int)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    r wfe.runs;
+BEGIN
+    IF set_priority.run_id IS NULL OR set_priority.priority IS NULL THEN
+        RAISE EXCEPTION 'run_id and priority must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF set_priority.priority NOT BETWEEN -1000000 AND 1000000 THEN
+        RAISE EXCEPTION 'priority must be an integer between -1000000 and 1000000, not %', set_priority.priority
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Higher runs first; submit''s default is 0.';
+    END IF;
+    r := wfe._run(set_priority.run_id);
+    -- the run row first, as every writer of a run (one lock order)
+    SELECT * INTO r FROM wfe.runs AS x WHERE x.run_id = r.run_id FOR NO KEY UPDATE;
+    IF r.finished_at IS NOT NULL THEN
+        RAISE EXCEPTION 'cannot set the priority of run %: it is %', r.run_id, r.state
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = 'Only a run that has not ended has work to reorder.';
+    END IF;
+    IF r.priority = set_priority.priority THEN
+        RETURN;
+    END IF;
+    UPDATE wfe.runs AS x SET priority = set_priority.priority WHERE x.run_id = r.run_id;
+    UPDATE wfe.run_stages AS st SET priority = set_priority.priority
+     WHERE st.run_id = r.run_id AND st.priority <> set_priority.priority;
+    PERFORM wfe._event(r.run_id, r.tenant, NULL, NULL, 'run.priority_set',
+                       jsonb_build_object('by', wfe._identity(), 'from', r.priority, 'to', set_priority.priority));
+END
+$$;
+COMMENT ON FUNCTION wfe.set_priority(bigint, int) IS
+'Changes a run''s priority (-1000000 .. 1000000, higher first): its queued work, and what it releases later, is claimed in the new order; event run.priority_set.';
+REVOKE ALL ON FUNCTION wfe.set_priority(bigint, int) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION wfe.set_priority(bigint, int) TO wfe_operator;
 
 -- Final bodies: every function whose text changed in 0.3.0, as src/sql has it.
 -- (Written by the same rule as the sections above: the whole text, copied.)
@@ -4892,10 +4949,16 @@ COMMENT ON FUNCTION wfe.signal(bigint, text, jsonb, text) IS
 'Sends a signal to a run: accepted (a released wait took it), buffered, duplicate, conflict, late or unknown. 42501 without grant_signal; 22023 for a payload its schema refuses or a signal the run never waits for.';
 COMMENT ON FUNCTION wfe.find_run(text, text, text) IS
 'The run of workflow submitted with idempotency_key (the business key a caller knows), within the tenants the caller acts for; NULL when none.';
+COMMENT ON FUNCTION wfe._rate_buckets_reset(text, boolean) IS
+'configure_rate_limit''s part in shared memory: the limit''s buckets forget their held horizon, or are dropped.';
+COMMENT ON FUNCTION wfe._rate_buckets_count(text, text) IS
+'How many buckets of a rate limit shared memory holds (a tenant''s keyed ones and its overflow bucket; all with NULL); NULL without shared memory.';
 COMMENT ON FUNCTION wfe.configure_rate_limit(text, numeric, int) IS
 'Creates or changes a token bucket: per_second tokens a second, at most burst (default one second''s, at least 1); per_second NULL drops it.';
 COMMENT ON FUNCTION wfe._release_rate_held(int) IS
 'Makes up to p_max attempts whose rate-limit token is due ready again, wakes their pollers, and sets the worker''s timer for the next; returns how many.';
+COMMENT ON FUNCTION wfe.set_priority(bigint, int) IS
+'Changes a run''s priority (-1000000 .. 1000000, higher first): its queued work, and what it releases later, is claimed in the new order; event run.priority_set.';
 COMMENT ON FUNCTION wfe._operate(bigint, text, text, text, text, text) IS
 'An operator''s redrive, skip, fail or redispatch of one stage, through the step core under the run''s lock; 55000 when the core refuses, 53400 when reopening the run would pass its tenant''s max_runs_in_flight.';
 COMMENT ON FUNCTION wfe._operator_target(bigint, text, text) IS

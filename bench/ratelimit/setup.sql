@@ -1513,3 +1513,19 @@ stages:
     on_failure: failed
 $y$);
 SELECT wfe.approve('bench-rl','1.0.0'); SELECT wfe.activate('bench-rl','1.0.0');
+
+-- The accuracy run: one stage taking a token of `acc` per attempt.
+SELECT wfe.register_worker('bench.acc@1', 'benchacc');
+SELECT wfe.create_definition($y$name: bench-acc
+version: "1.0.0"
+entry: a
+stages:
+  - name: a
+    type: worker
+    queue: benchacc
+    worker: bench.acc@1
+    rate_limit: acc
+    on_success: completed
+    on_failure: failed
+$y$);
+SELECT wfe.approve('bench-acc','1.0.0'); SELECT wfe.activate('bench-acc','1.0.0');

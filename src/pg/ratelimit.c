@@ -3,9 +3,13 @@
  *
  * The claim (claim.c) picks its candidates from the ready index, locked;
  * wfe_rate_admit says which of them may go now: each bucket they name is
- * locked (in name, tenant, key order: two claims never wait for each
- * other's buckets in a circle), brought up to date and asked for as many
- * tokens as candidates name it (the arithmetic: src/core/flow/ratelimit.c).
+ * brought up to date and asked for as many tokens as candidates name it
+ * (the arithmetic: src/core/flow/ratelimit.c).  Buckets live in shared
+ * memory (src/bgw/ratebuckets.c: taken under a lock held for the
+ * arithmetic only, so claims naming one bucket do not wait for each
+ * other's commits); without shared_preload_libraries, in wfe.rate_buckets
+ * rows, locked until the claim commits (in name, tenant, key order: two
+ * claims never wait for each other's buckets in a circle).
  * A candidate without a token is held: it stays queued, with held_until its
  * token's due time, which takes it out of the ready index; the background
  * worker's timer is set for the first due, and wfe._release_rate_held
@@ -30,6 +34,7 @@
 #include "core/flow/ratelimit.h"
 #include "spi_stmt.h"
 #include "bgw/bgw.h"
+#include "bgw/ratebuckets.h"
 #include "wfe.h"
 
 #define TS TIMESTAMPTZOID
@@ -54,6 +59,8 @@ static stmt q_bucket_new = STMT(
 static stmt q_bucket_set = STMT(
 	"UPDATE wfe.rate_buckets AS b SET tokens = $4, at = $5, held_through = $6"
 	" WHERE b.name = $1 AND b.tenant = $2 AND b.key = $3", 6, TX, TX, TX, FLOAT8OID, TS, TS);
+static stmt q_limit = STMT(
+	"SELECT l.per_second, l.burst FROM wfe.rate_limits AS l WHERE l.name = $1", 1, TX);
 static stmt q_hold = STMT(
 	"UPDATE wfe.run_stages AS st SET held_until = $2 WHERE st.ctid = $1", 2, TIDOID, TS);
 static stmt q_release = STMT(
@@ -150,6 +157,72 @@ bucket_lock(bucket_ask *a)
 }
 
 /*
+ * Take a's tokens from its row, locked until this transaction ends (no
+ * shared memory); false when its rate limit does not exist.
+ */
+static bool
+bucket_take_row(bucket_ask *a)
+{
+	const char *asked_key = a->key;
+	int			burst;
+	TimestampTz now;
+
+	if (!bucket_lock(a))
+		return false;
+	burst = a->got;
+	/* the time after the lock: a claim that waited for a bucket sees its wait's tokens */
+	now = GetCurrentTimestamp();
+	a->got = wfe_bucket_take(&a->b, a->rate, burst, now, a->want);
+	/* the due of its held candidates is set by the caller; their count is known now */
+	{
+		int			short_by = a->want - a->got;
+		int64		last = short_by > 0
+			? wfe_bucket_due(&a->b, a->rate, now, a->horizon, short_by)
+			: a->horizon;
+		Datum		v[6] = {CStringGetTextDatum(a->name), CStringGetTextDatum(a->tenant),
+							CStringGetTextDatum(a->key), Float8GetDatum(a->b.tokens),
+		TimestampTzGetDatum(a->b.at_us), TimestampTzGetDatum(last)};
+		char		nulls[6] = "      ";
+
+		nulls[5] = last == 0 ? 'n' : ' ';
+		stmt_run(&q_bucket_set, v, nulls);
+		a->b.at_us = now;
+	}
+	/* candidates find their bucket by the key they asked for */
+	a->key = asked_key;
+	return true;
+}
+
+/*
+ * Take a's tokens from shared memory (src/bgw/ratebuckets.c); false when
+ * its rate limit does not exist.  A bucket the full table has no room for
+ * gives no token: its candidates are held for one token's time.
+ */
+static bool
+bucket_take_shmem(bucket_ask *a)
+{
+	Datum		v[1] = {CStringGetTextDatum(a->name)};
+	bool		isnull;
+	int			burst;
+	bool		overflow;
+
+	stmt_run(&q_limit, v, NULL);
+	if (SPI_processed == 0)
+		return false;
+	a->rate = DatumGetFloat8(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	burst = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
+	a->got = wfe_rate_shmem_take(a->name, a->tenant, a->key, a->rate, burst, a->want,
+								 wfe_max_rate_keys, &a->b, &a->horizon, &overflow);
+	if (a->got < 0)
+	{
+		a->got = 0;
+		a->b.tokens = 0;
+		a->horizon = 0;
+	}
+	return true;
+}
+
+/*
  * Which of the n candidates (locked by the claim, in claim order) may be
  * claimed now: take[k].  The others are held until their token is due, and
  * the background worker is woken for the first.  limit[k] NULL: no rate limit.
@@ -183,36 +256,8 @@ wfe_rate_admit(int n, ItemPointer *tids, char **limit, char **key, char **tenant
 		asks[j].want++;
 	}
 	qsort(asks, nasks, sizeof(bucket_ask), bucket_cmp);
-	/* the time after the locks: a claim that waited for a bucket sees its wait's tokens */
 	for (int j = 0; j < nasks; j++)
-	{
-		const char *asked_key = asks[j].key;
-		int			burst;
-
-		asks[j].known = bucket_lock(&asks[j]);
-		if (!asks[j].known)
-			continue;
-		burst = asks[j].got;
-		now = GetCurrentTimestamp();
-		asks[j].got = wfe_bucket_take(&asks[j].b, asks[j].rate, burst, now, asks[j].want);
-		/* the due of its held candidates is set below; their count is known now */
-		{
-			int			short_by = asks[j].want - asks[j].got;
-			int64		last = short_by > 0
-				? wfe_bucket_due(&asks[j].b, asks[j].rate, now, asks[j].horizon, short_by)
-				: asks[j].horizon;
-			Datum		v[6] = {CStringGetTextDatum(asks[j].name), CStringGetTextDatum(asks[j].tenant),
-								CStringGetTextDatum(asks[j].key), Float8GetDatum(asks[j].b.tokens),
-			TimestampTzGetDatum(asks[j].b.at_us), TimestampTzGetDatum(last)};
-			char		nulls[6] = "      ";
-
-			nulls[5] = last == 0 ? 'n' : ' ';
-			stmt_run(&q_bucket_set, v, nulls);
-			asks[j].b.at_us = now;
-		}
-		/* candidates find their bucket by the key they asked for */
-		asks[j].key = asked_key;
-	}
+		asks[j].known = wfe_rate_shmem_ready() ? bucket_take_shmem(&asks[j]) : bucket_take_row(&asks[j]);
 	now = GetCurrentTimestamp();
 	for (int k = 0; k < n; k++)
 	{
@@ -281,4 +326,34 @@ wfe_release_rate_held(PG_FUNCTION_ARGS)
 	}
 	SPI_finish();
 	PG_RETURN_INT32(released);
+}
+
+PG_FUNCTION_INFO_V1(wfe_rate_buckets_reset);
+
+/*
+ * wfe._rate_buckets_reset(name, drop) RETURNS void: configure_rate_limit's
+ * part in shared memory -- a changed limit's buckets forget their held
+ * horizon (its held attempts are tried again), a dropped one's are removed.
+ */
+Datum
+wfe_rate_buckets_reset(PG_FUNCTION_ARGS)
+{
+	wfe_rate_shmem_reset(text_to_cstring(PG_GETARG_TEXT_PP(0)), PG_GETARG_BOOL(1));
+	PG_RETURN_VOID();
+}
+
+PG_FUNCTION_INFO_V1(wfe_rate_buckets_count);
+
+/*
+ * wfe._rate_buckets_count(name, tenant) RETURNS int: how many buckets of
+ * rate limit name shared memory holds (tenant's keyed ones and its overflow
+ * bucket; all with tenant NULL), or NULL without shared memory.
+ */
+Datum
+wfe_rate_buckets_count(PG_FUNCTION_ARGS)
+{
+	if (PG_ARGISNULL(0) || !wfe_rate_shmem_ready())
+		PG_RETURN_NULL();
+	PG_RETURN_INT32(wfe_rate_shmem_count(text_to_cstring(PG_GETARG_TEXT_PP(0)),
+										 PG_ARGISNULL(1) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(1))));
 }

@@ -20,7 +20,10 @@ COMMENT ON TABLE wfe.rate_limits IS
 GRANT SELECT ON wfe.rate_limits TO wfe_reader, wfe_operator;
 SELECT pg_catalog.pg_extension_config_dump('wfe.rate_limits', '');
 
--- The buckets' state.  The unkeyed bucket of a limit is (name, '', '') and
+-- The buckets' state, kept in shared memory under shared_preload_libraries
+-- (src/bgw/ratebuckets.c: a restart refills them) and in this table
+-- without it (each claim then locks its bucket's row until it commits).
+-- The unkeyed bucket of a limit is (name, '', '') and
 -- shared by all tenants; a keyed one is per tenant and key value, so one
 -- tenant's keys never drain (or show) another's.  No role reads this table:
 -- key values come from runs' data.
@@ -36,6 +39,18 @@ CREATE TABLE wfe.rate_buckets (
 COMMENT ON TABLE wfe.rate_buckets IS
 'The state of each token bucket: tokens as of at, and the due of the last attempt held (held_through).  Keyed buckets are per tenant; readable by no wfe role.';
 REVOKE ALL ON wfe.rate_buckets FROM PUBLIC;
+
+CREATE FUNCTION wfe._rate_buckets_reset(p_name text, p_drop boolean)
+RETURNS void AS 'MODULE_PATHNAME', 'wfe_rate_buckets_reset' LANGUAGE C VOLATILE STRICT;
+COMMENT ON FUNCTION wfe._rate_buckets_reset(text, boolean) IS
+'configure_rate_limit''s part in shared memory: the limit''s buckets forget their held horizon, or are dropped.';
+REVOKE ALL ON FUNCTION wfe._rate_buckets_reset(text, boolean) FROM PUBLIC;
+
+CREATE FUNCTION wfe._rate_buckets_count(p_name text, p_tenant text)
+RETURNS int AS 'MODULE_PATHNAME', 'wfe_rate_buckets_count' LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION wfe._rate_buckets_count(text, text) IS
+'How many buckets of a rate limit shared memory holds (a tenant''s keyed ones and its overflow bucket; all with NULL); NULL without shared memory.';
+REVOKE ALL ON FUNCTION wfe._rate_buckets_count(text, text) FROM PUBLIC;
 
 CREATE FUNCTION wfe.configure_rate_limit(name text, per_second numeric, burst int DEFAULT NULL)
 RETURNS void
@@ -58,6 +73,7 @@ BEGIN
     END IF;
     IF configure_rate_limit.per_second IS NULL THEN
         -- dropped: its queued attempts wait until it is configured again
+        PERFORM wfe._rate_buckets_reset(configure_rate_limit.name, true);
         UPDATE wfe.run_stages AS st SET held_until = 'infinity'
          WHERE st.rate_limit = configure_rate_limit.name AND st.state = 'queued';
         DELETE FROM wfe.rate_limits AS l WHERE l.name = configure_rate_limit.name;
@@ -85,6 +101,7 @@ BEGIN
     ON CONFLICT (name, tenant, key) DO NOTHING;
     UPDATE wfe.rate_buckets AS b SET tokens = least(b.tokens, v_burst), held_through = NULL
      WHERE b.name = configure_rate_limit.name;
+    PERFORM wfe._rate_buckets_reset(configure_rate_limit.name, false);
     -- what waited for it (or for the old rate) is tried again now
     FOR v_queue IN WITH x AS (UPDATE wfe.run_stages AS st SET held_until = NULL
                                WHERE st.rate_limit = configure_rate_limit.name AND st.held_until IS NOT NULL

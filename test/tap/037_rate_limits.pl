@@ -16,6 +16,10 @@
 #    wfe.max_rate_keys buckets per limit and tenant, more keys share the
 #    overflow bucket (the table stays bounded); no wfe role reads the
 #    buckets (a real login is refused, nothing changes).
+# 6. Shared memory (under the preload, buckets live there, not in rows):
+#    two claims racing for the last token -- the second does not wait for
+#    the first's commit, holds its task, and never two run; a claim that
+#    rolls back gives its token back; a restart at most refills a bucket.
 use strict;
 use warnings;
 
@@ -166,8 +170,10 @@ sql(q{SET ROLE root_admin; SELECT wfe.configure_rate_limit('per_customer', 1000)
 workflow('rl3', 'rlq3', '{name: per_customer, key: "${context.customer}"}');
 sql(q{SELECT wfe.submit('rl3', jsonb_build_object('customer', 'c' || g)) FROM generate_series(1, 20) AS g});
 is(sql(q{SELECT count(*) FROM wfe.claim_task('rlq3', 'w3', 50)}), '20', 'keyed attempts with tokens are claimed');
-my $rows = sql(q{SELECT count(*) FROM wfe.rate_buckets WHERE name = 'per_customer' AND tenant <> ''});
-cmp_ok($rows, '<=', 4, "20 key values made $rows bucket rows: at most wfe.max_rate_keys (3) and the overflow bucket");
+my $tenant = sql(q{SELECT tenant FROM wfe.runs WHERE workflow = 'rl3' LIMIT 1});
+my $rows = sql(qq{SELECT wfe._rate_buckets_count('per_customer', '$tenant')});
+cmp_ok($rows, '<=', 4, "20 key values made $rows buckets: at most wfe.max_rate_keys (3) and the overflow bucket");
+cmp_ok($rows, '>=', 1, 'and the buckets live in shared memory');
 is(sql(q{SELECT rate_key FROM wfe.run_stages WHERE run_id = (SELECT min(run_id) FROM wfe.runs WHERE workflow = 'rl3')}),
 	'c1', 'the key is bound from the run');
 for my $role ('alice', 'wfe_reader', 'wfe_operator')
@@ -178,5 +184,41 @@ for my $role ('alice', 'wfe_reader', 'wfe_operator')
 	like($err, qr/permission denied/, "$role cannot refill them");
 }
 is(sql(q{SELECT count(*) FROM wfe.rate_buckets WHERE tokens > 1e6}), '0', 'and no bucket changed');
+for my $role ('alice', 'wfe_admin')
+{
+	($st, $err) = as_role($role, q{SELECT wfe._rate_buckets_reset('per_customer', true)});
+	like($err, qr/permission denied/, "$role cannot drop the buckets in shared memory");
+	($st, $err) = as_role($role, q{SELECT wfe._rate_buckets_count('per_customer', NULL)});
+	like($err, qr/permission denied/, "$role cannot count them");
+}
+is(sql(qq{SELECT wfe._rate_buckets_count('per_customer', '$tenant')}), $rows, 'and they are all still there');
+
+# --- 6. shared memory: the race, a rollback, a restart -----------------------
+sql(q{SET ROLE root_admin; SELECT wfe.configure_rate_limit('one', 0.00001, 1)});
+workflow('rl4', 'rlq4', 'one');
+workflow('rl5', 'rlq5', 'one');
+sql(q{SELECT wfe.submit('rl4', '{}') FROM generate_series(1, 2)});
+sql(q{SELECT wfe.submit('rl5', '{}')});
+my $first = $node->background_psql('postgres');
+is($first->query_safe("BEGIN;\nSELECT count(*) FROM wfe.claim_task('rlq4', 'w4', 1);"), '1',
+	'the first claim takes the last token, and has not committed');
+# the second would wait for the first's commit if buckets were locked rows: 2 s and it fails
+is(sql(q{SET statement_timeout = '2s'; SELECT count(*) FROM wfe.claim_task('rlq5', 'w5', 1)}), '0',
+	'the second claim does not wait for it, and finds no token');
+is(sql(q{SELECT count(*) FROM wfe.run_stages WHERE queue = 'rlq5' AND state = 'queued' AND held_until IS NOT NULL}),
+	'1', 'its task stays queued, held');
+$first->query_safe('ROLLBACK;');
+is(sql(q{SELECT count(*) FROM wfe.claim_task('rlq4', 'w4', 1)}), '1',
+	'the first rolled back: its token was given back, and a claim takes it');
+is(sql(q{SELECT count(*) FROM wfe.run_stages WHERE rate_limit = 'one' AND state = 'running'}), '1',
+	'never two running');
+$first->quit;
+# a restart forgets the buckets: at most a refill
+$node->restart;
+is(sql(q{SELECT count(*) FROM wfe.run_stages WHERE rate_limit = 'one' AND state = 'queued' AND held_until IS NOT NULL}),
+	'1', 'after a restart the held task is still held');
+sql(q{SET ROLE root_admin; SELECT wfe.configure_rate_limit('one', 0.00001, 1)});
+is(sql(q{SELECT count(*) FROM wfe.claim_task('rlq4', 'w4', 5)}) + sql(q{SELECT count(*) FROM wfe.claim_task('rlq5', 'w5', 5)}),
+	1, 'and the refilled bucket gives one burst (1), no more');
 
 done_testing();
