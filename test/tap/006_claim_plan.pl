@@ -101,7 +101,7 @@ is( $node->safe_psql(
 is( $node->safe_psql(
 		'postgres',
 		"SELECT count(*) FROM generate_series(1, $RL_BACKLOG) AS i, "
-		  . "LATERAL wfe.submit('tap-plan-rl', '{}') AS s WHERE s.accepted"),
+		  . "LATERAL wfe.submit('tap-plan-rl', jsonb_build_object('v', i)) AS s WHERE s.accepted"),
 	$RL_BACKLOG,
 	'the rate-limited runs are submitted');
 
