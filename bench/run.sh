@@ -45,10 +45,13 @@
 #      wfe.submit called directly.
 #   9. maps, on the same cluster (bench/maps/maps.sh): per-element cost of a
 #      10,000-element map ÷ a 100-element map, elements/s ÷ batch-1 steps/s.
+#  10. flow control, last (it drops and creates wfe in the bench database):
+#      bench/ratelimit/run.sh -- steps/s with a rate limit far above the
+#      load ÷ without, and rate-limit accuracy.
 #
 # The tables go to stdout and, between the markers (bench:results,
 # bench:profile, bench:scale, bench:latency, bench:cache, bench:waits,
-# bench:triggers, bench:maps), into docs/benchmarks.md.
+# bench:triggers, bench:maps, bench:flow), into docs/benchmarks.md.
 # Default settings, fsync and synchronous_commit on; wfe.notify stays on.
 #
 # Environment:
@@ -68,6 +71,7 @@
 #   BENCH_SKIP_WAITS=1    leave out 7
 #   BENCH_SKIP_TRIGGERS=1 leave out 8
 #   BENCH_SKIP_MAPS=1     leave out 9
+#   BENCH_SKIP_FLOW=1     leave out 10
 #   BENCH_SCALE_SECONDS   length of each measured claim-latency run (default
 #                         BENCH_SECONDS; each after WARMUP_SECONDS of warm-up)
 #   BENCH_SCALE_BACKLOG   queued runs of the backlog figure (default 20000)
@@ -622,7 +626,14 @@ main() {
 		maps_bench
 	fi
 
-	# Step 12: the report.
+	# Step 12: flow control (last: it drops and creates wfe in $DB).
+	if [ -z "${BENCH_SKIP_FLOW:-}" ]; then
+		banner "flow control"
+		RL_DB=$DB BIN=$(pg_path bindir) SECS=$BENCH_SECONDS "$BENCH_DIR/ratelimit/run.sh" 2>/dev/null |
+			grep -v '^NOTICE' | tee "$WORKDIR/flow.txt"
+	fi
+
+	# Step 13: the report.
 	if [ -z "${BENCH_SKIP_THROUGHPUT:-}" ]; then
 		{ machine; printf '\n'; results; } >"$WORKDIR/results.md"
 		if [ -n "$compile_out" ]; then
@@ -694,6 +705,10 @@ main() {
 		[ -n "${BENCH_SKIP_WAITS:-}" ] || splice "$BENCH_DOCS" waits "$WORKDIR/waits.md"
 		[ -n "${BENCH_SKIP_TRIGGERS:-}" ] || splice "$BENCH_DOCS" triggers "$WORKDIR/triggers.md"
 		[ -n "${BENCH_SKIP_MAPS:-}" ] || splice "$BENCH_DOCS" maps "$WORKDIR/maps.md"
+		if [ -z "${BENCH_SKIP_FLOW:-}" ]; then
+			{ machine; printf '\n```\n'; cat "$WORKDIR/flow.txt"; printf '```\n'; } >"$WORKDIR/flow.md"
+			splice "$BENCH_DOCS" flow "$WORKDIR/flow.md"
+		fi
 		say "updated $BENCH_DOCS"
 	fi
 }

@@ -2267,6 +2267,249 @@ REVOKE ALL ON FUNCTION wfe.accept_task(bigint, text, int, bigint, text, int) FRO
 GRANT EXECUTE ON FUNCTION wfe.accept_task(bigint, text, int, bigint, text, int) TO wfe_worker;
 
 -- ---------------------------------------------------------------------
+-- Rate limits (issue 24): token buckets, held attempts out of the ready
+-- index (60_runtime_tables.sql, 78_rate_limits.sql, src/pg/ratelimit.c,
+-- src/pg/claim.c), ratelimit.unknown (30_compiler.sql), dashboard_stuck.
+ALTER TABLE wfe.run_stages
+    ADD COLUMN rate_limit text,
+    ADD COLUMN rate_key   text,
+    ADD COLUMN held_until timestamptz;
+GRANT SELECT (rate_limit, rate_key, held_until) ON wfe.run_stages TO wfe_reader, wfe_operator;
+COMMENT ON COLUMN wfe.run_stages.rate_limit IS
+'The token bucket (wfe.rate_limits) each attempt takes a token from before it is claimed; NULL: none.';
+COMMENT ON COLUMN wfe.run_stages.rate_key IS
+'The bound key of a keyed rate limit: the attempt''s bucket is (rate_limit, tenant, rate_key).';
+COMMENT ON COLUMN wfe.run_stages.held_until IS
+'A queued attempt held by its rate limit until then (infinity: its bucket is not configured); NULL: ready.';
+-- The held attempts, by when they are due (the worker's timer, wfe._release_rate_held).
+CREATE INDEX run_stages_held ON wfe.run_stages (held_until) WHERE held_until IS NOT NULL;
+-- an attempt a rate limit holds is not ready
+DROP INDEX wfe.run_stages_ready;
+CREATE INDEX run_stages_ready ON wfe.run_stages (queue, priority DESC, ready_at)
+    WHERE state = 'queued' AND held_until IS NULL;
+CREATE TABLE wfe.rate_limits (
+    name       text PRIMARY KEY,
+    per_second double precision NOT NULL CONSTRAINT rate_limits_rate CHECK (per_second > 0),
+    burst      int NOT NULL CONSTRAINT rate_limits_burst CHECK (burst >= 1),
+    updated_at timestamptz NOT NULL DEFAULT now(),
+    updated_by text NOT NULL DEFAULT wfe._identity()
+);
+COMMENT ON TABLE wfe.rate_limits IS
+'Token buckets stages name with rate_limit: per_second tokens a second, at most burst at once.';
+GRANT SELECT ON wfe.rate_limits TO wfe_reader, wfe_operator;
+SELECT pg_catalog.pg_extension_config_dump('wfe.rate_limits', '');
+
+-- The buckets' state.  The unkeyed bucket of a limit is (name, '', '') and
+-- shared by all tenants; a keyed one is per tenant and key value, so one
+-- tenant's keys never drain (or show) another's.  No role reads this table:
+-- key values come from runs' data.
+CREATE TABLE wfe.rate_buckets (
+    name         text NOT NULL REFERENCES wfe.rate_limits ON DELETE CASCADE,
+    tenant       text NOT NULL,
+    key          text NOT NULL,
+    tokens       double precision NOT NULL,
+    at           timestamptz NOT NULL,
+    held_through timestamptz,
+    PRIMARY KEY (name, tenant, key)
+);
+COMMENT ON TABLE wfe.rate_buckets IS
+'The state of each token bucket: tokens as of at, and the due of the last attempt held (held_through).  Keyed buckets are per tenant; readable by no wfe role.';
+REVOKE ALL ON wfe.rate_buckets FROM PUBLIC;
+
+CREATE FUNCTION wfe._rate_buckets_reset(p_name text, p_drop boolean)
+RETURNS void AS 'MODULE_PATHNAME', 'wfe_rate_buckets_reset' LANGUAGE C VOLATILE STRICT;
+COMMENT ON FUNCTION wfe._rate_buckets_reset(text, boolean) IS
+'configure_rate_limit''s part in shared memory: the limit''s buckets forget their held horizon, or are dropped.';
+REVOKE ALL ON FUNCTION wfe._rate_buckets_reset(text, boolean) FROM PUBLIC;
+
+CREATE FUNCTION wfe._rate_buckets_count(p_name text, p_tenant text)
+RETURNS int AS 'MODULE_PATHNAME', 'wfe_rate_buckets_count' LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION wfe._rate_buckets_count(text, text) IS
+'How many buckets of a rate limit shared memory holds (a tenant''s keyed ones and its overflow bucket; all with NULL); NULL without shared memory.';
+REVOKE ALL ON FUNCTION wfe._rate_buckets_count(text, text) FROM PUBLIC;
+
+CREATE FUNCTION wfe.configure_rate_limit(name text, per_second numeric, burst int DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_burst int;
+    v_queue text;
+BEGIN
+    IF configure_rate_limit.name IS NULL THEN
+        RAISE EXCEPTION 'name must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    PERFORM wfe._admit_name(configure_rate_limit.name, 'rate limit name');
+    IF configure_rate_limit.name !~ '^[A-Za-z0-9][A-Za-z0-9._-]*$' THEN
+        RAISE EXCEPTION 'rate limit name "%" is not valid', configure_rate_limit.name
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Use letters, digits, ".", "_" and "-", starting with a letter or digit.';
+    END IF;
+    IF configure_rate_limit.per_second IS NULL THEN
+        -- dropped: its queued attempts wait until it is configured again
+        PERFORM wfe._rate_buckets_reset(configure_rate_limit.name, true);
+        UPDATE wfe.run_stages AS st SET held_until = 'infinity'
+         WHERE st.rate_limit = configure_rate_limit.name AND st.state = 'queued';
+        DELETE FROM wfe.rate_limits AS l WHERE l.name = configure_rate_limit.name;
+        RETURN;
+    END IF;
+    IF configure_rate_limit.per_second <= 0 THEN
+        RAISE EXCEPTION 'per_second must be positive, not %', configure_rate_limit.per_second
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'NULL drops the rate limit.';
+    END IF;
+    IF configure_rate_limit.burst < 1 THEN
+        RAISE EXCEPTION 'burst must be at least 1, not %', configure_rate_limit.burst
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'NULL is one second''s tokens (at least 1).';
+    END IF;
+    v_burst := coalesce(configure_rate_limit.burst, greatest(1, ceil(configure_rate_limit.per_second))::int);
+    INSERT INTO wfe.rate_limits AS l (name, per_second, burst)
+    VALUES (configure_rate_limit.name, configure_rate_limit.per_second, v_burst)
+    ON CONFLICT (name) DO UPDATE
+       SET per_second = excluded.per_second, burst = excluded.burst,
+           updated_at = now(), updated_by = wfe._identity();
+    -- a new bucket starts full; a changed one keeps its tokens, within the new burst
+    INSERT INTO wfe.rate_buckets AS b (name, tenant, key, tokens, at)
+    VALUES (configure_rate_limit.name, '', '', v_burst, now())
+    ON CONFLICT (name, tenant, key) DO NOTHING;
+    UPDATE wfe.rate_buckets AS b SET tokens = least(b.tokens, v_burst), held_through = NULL
+     WHERE b.name = configure_rate_limit.name;
+    PERFORM wfe._rate_buckets_reset(configure_rate_limit.name, false);
+    -- what waited for it (or for the old rate) is tried again now
+    FOR v_queue IN WITH x AS (UPDATE wfe.run_stages AS st SET held_until = NULL
+                               WHERE st.rate_limit = configure_rate_limit.name AND st.held_until IS NOT NULL
+                               RETURNING st.queue)
+                   SELECT DISTINCT x.queue FROM x
+    LOOP
+        PERFORM wfe._notify_ready(v_queue);
+    END LOOP;
+END
+$$;
+COMMENT ON FUNCTION wfe.configure_rate_limit(text, numeric, int) IS
+'Creates or changes a token bucket: per_second tokens a second, at most burst (default one second''s, at least 1); per_second NULL drops it.';
+REVOKE ALL ON FUNCTION wfe.configure_rate_limit(text, numeric, int) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION wfe.configure_rate_limit(text, numeric, int) TO wfe_admin;
+
+CREATE FUNCTION wfe._release_rate_held(p_max int)
+RETURNS int AS 'MODULE_PATHNAME', 'wfe_release_rate_held' LANGUAGE C VOLATILE STRICT;
+COMMENT ON FUNCTION wfe._release_rate_held(int) IS
+'Makes up to p_max attempts whose rate-limit token is due ready again, wakes their pollers, and sets the worker''s timer for the next; returns how many.';
+REVOKE ALL ON FUNCTION wfe._release_rate_held(int) FROM PUBLIC;
+
+
+CREATE FUNCTION wfe._rate_limit_warnings(p_result jsonb)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    -- plpgsql: wfe.rate_limits comes later in the script (78_rate_limits.sql)
+    RETURN (SELECT CASE WHEN w.list IS NULL THEN p_result
+                ELSE jsonb_set(p_result, '{diagnostics}', (p_result -> 'diagnostics') || w.list) END
+      FROM (SELECT jsonb_agg(jsonb_build_object(
+                       'code', 'ratelimit.unknown', 'severity', 'warning',
+                       'message', format('rate limit "%s" is not configured: its attempts wait until wfe.configure_rate_limit creates it',
+                                         s.value -> 'rate_limit' ->> 'name'),
+                       'path', format('/%s/%s/rate_limit',
+                                      CASE WHEN p_result -> 'plan' ->> 'form' = 'tasks' THEN 'tasks' ELSE 'stages' END,
+                                      s.n - 1),
+                       'line', NULL, 'column', NULL) ORDER BY s.n) AS list
+              FROM jsonb_array_elements(CASE WHEN jsonb_typeof(p_result -> 'plan' -> 'stages') = 'array'
+                                             THEN p_result -> 'plan' -> 'stages' ELSE '[]' END)
+                   WITH ORDINALITY AS s(value, n)
+             WHERE s.value -> 'rate_limit' ->> 'name' IS NOT NULL
+               AND NOT EXISTS (SELECT 1 FROM wfe.rate_limits AS l
+                                WHERE l.name = s.value -> 'rate_limit' ->> 'name')) AS w);
+END
+$$;
+COMMENT ON FUNCTION wfe._rate_limit_warnings(jsonb) IS
+'Adds a ratelimit.unknown warning to a compile result for each stage naming a rate limit that is not configured.';
+REVOKE ALL ON FUNCTION wfe._rate_limit_warnings(jsonb) FROM PUBLIC;
+
+CREATE OR REPLACE VIEW wfe.dashboard_stuck WITH (security_invoker = true) AS
+SELECT x.problem, x.run_id, x.stage, x.attempt,
+       wfe.human_ms(extract(epoch FROM now() - x.since) * 1000) AS age,
+       CASE WHEN length(x.detail) > 36 THEN left(x.detail, 35) || '…' ELSE x.detail END AS detail
+  FROM (
+    -- a run with nothing under way and nothing due: no attempt can move it
+    SELECT 'no live attempt' AS problem, r.run_id, NULL::text AS stage, NULL::int AS attempt,
+           coalesce((SELECT max(st.finished_at) FROM wfe.run_stages AS st WHERE st.run_id = r.run_id),
+                    r.submitted_at) AS since,
+           r.workflow || ' ' || r.state AS detail
+      FROM wfe.runs AS r
+     WHERE r.finished_at IS NULL
+       AND NOT EXISTS (SELECT 1 FROM wfe.run_stages AS st WHERE st.run_id = r.run_id
+                          AND st.state IN ('queued', 'dispatched', 'running', 'retry_scheduled'))
+       -- a cached stage waiting on the attempt in flight under its key moves when that one ends
+       AND NOT EXISTS (SELECT 1 FROM wfe.run_stages AS st
+                         JOIN wfe.run_stages AS l ON l.cache_key = st.cache_key AND l.tenant = st.tenant
+                        WHERE st.run_id = r.run_id AND st.state = 'waiting' AND st.cache = 'waiting'
+                          AND l.state IN ('queued', 'dispatched', 'running', 'retry_scheduled'))
+       AND NOT EXISTS (SELECT 1 FROM wfe.timers AS t WHERE t.run_id = r.run_id AND t.fired_at IS NULL)
+    UNION ALL
+    -- the clocks should have fired (the background worker is down or behind)
+    SELECT 'past deadline', st.run_id, st.stage, st.attempt, st.deadline_at, st.state || ' on ' || st.queue
+      FROM wfe.run_stages AS st
+     WHERE st.state IN ('queued', 'dispatched', 'running') AND st.deadline_at < now() - interval '5 seconds'
+    UNION ALL
+    SELECT 'timer overdue', t.run_id, t.stage, t.attempt, t.due_at, t.kind
+      FROM wfe.timers AS t
+     WHERE t.fired_at IS NULL AND t.due_at < now() - interval '5 seconds'
+    UNION ALL
+    -- waiting on a queue that does not release
+    SELECT CASE WHEN q.paused THEN 'queue paused' ELSE 'queue full' END,
+           st.run_id, st.stage, st.attempt, st.ready_at,
+           st.queue || CASE WHEN q.paused THEN '' ELSE ' at max_in_flight ' || q.max_in_flight END
+      FROM wfe.run_stages AS st
+      JOIN wfe.queues AS q ON q.queue = st.queue
+     WHERE st.state = 'queued'
+       AND (q.paused OR st.queue IN (SELECT s2.queue FROM wfe.run_stages AS s2
+                                      WHERE s2.queue = q.queue AND s2.state IN ('dispatched', 'running')
+                                      GROUP BY s2.queue HAVING count(*) >= q.max_in_flight))
+    UNION ALL
+    -- waiting on a tenant at its max_tasks_in_flight (broker: held; poll: not claimed)
+    SELECT 'tenant full', st.run_id, st.stage, st.attempt, st.ready_at,
+           l.tenant || ' at max_tasks_in_flight ' || l.max_tasks_in_flight
+      FROM wfe.tenant_limits AS l
+      JOIN wfe.runs AS r ON r.tenant = l.tenant AND r.finished_at IS NULL
+      JOIN wfe.run_stages AS st ON st.run_id = r.run_id
+     WHERE l.max_tasks_in_flight IS NOT NULL
+       AND st.state = 'queued' AND st.queue IS NOT NULL AND st.handler IS NULL
+       -- (by attempt: the view runs as its reader, who may not see fences)
+       AND NOT EXISTS (SELECT 1 FROM wfe.outbox AS o
+                        WHERE o.run_id = st.run_id AND o.stage = st.stage AND o.attempt = st.attempt
+                          AND o.kind = 'dispatch' AND o.state <> 'published')
+       AND (SELECT count(*) FROM wfe.runs AS r2 JOIN wfe.run_stages AS s2 ON s2.run_id = r2.run_id
+             WHERE r2.tenant = l.tenant AND r2.finished_at IS NULL AND s2.queue IS NOT NULL
+               AND s2.handler IS NULL AND s2.state IN ('dispatched', 'running')) >= l.max_tasks_in_flight
+    UNION ALL
+    -- held by a rate limit until its token is due, or naming none configured (78_rate_limits.sql)
+    SELECT CASE WHEN st.held_until = 'infinity' THEN 'rate limit unknown' ELSE 'rate limited' END,
+           st.run_id, st.stage, st.attempt, st.ready_at,
+           st.rate_limit || CASE WHEN st.held_until = 'infinity' THEN ' is not configured'
+                                 ELSE ' token due in '
+                                      || wfe.human_ms(greatest(0, extract(epoch FROM st.held_until - now()) * 1000))
+                            END
+      FROM wfe.run_stages AS st
+     WHERE st.held_until IS NOT NULL AND st.state = 'queued'
+    UNION ALL
+    -- a dispatch the broker has not taken for a minute
+    SELECT 'dispatch unpublished', o.run_id, o.stage, o.attempt, o.created_at,
+           coalesce(o.last_error, o.routing_key)
+      FROM wfe.outbox AS o
+     WHERE o.kind = 'dispatch' AND o.state <> 'published' AND o.created_at < now() - interval '1 minute'
+    UNION ALL
+    SELECT 'dead letter', d.run_id, d.stage, d.attempt, d.at, d.reason
+      FROM wfe.dead_letters AS d
+     WHERE d.resolved_at IS NULL
+  ) AS x
+ ORDER BY x.since, x.run_id, x.stage;
+COMMENT ON VIEW wfe.dashboard_stuck IS
+'Work that does not move: runs with no live attempt and no due timer, attempts past their deadline, overdue timers, tasks on a paused or full queue or of a full tenant, attempts a rate limit holds, dispatches unpublished for a minute, open dead letters.';
+
 -- Run output (issue 22; dsl.md "Run output"): the top-level `output:`
 -- template bound at a completed intent, shown by wfe.report.
 ALTER TABLE wfe.runs ADD COLUMN output jsonb;
@@ -2659,6 +2902,48 @@ GRANT SELECT ON wfe.dashboard_ingress TO wfe_admin, wfe_operator;
 -- wfe.ingress_payloads older than wfe.retention, used or not, by this index.
 -- ---------------------------------------------------------------------
 CREATE INDEX ingress_payloads_created_at ON wfe.ingress_payloads (created_at);
+-- ---------------------------------------------------------------------
+-- set_priority (issue 24; operations.md "Flow control"): a run's priority
+-- changed while it runs (79_priority.sql).
+CREATE FUNCTION wfe.set_priority(run_id bigint, priority int)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    r wfe.runs;
+BEGIN
+    IF set_priority.run_id IS NULL OR set_priority.priority IS NULL THEN
+        RAISE EXCEPTION 'run_id and priority must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF set_priority.priority NOT BETWEEN -1000000 AND 1000000 THEN
+        RAISE EXCEPTION 'priority must be an integer between -1000000 and 1000000, not %', set_priority.priority
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Higher runs first; submit''s default is 0.';
+    END IF;
+    r := wfe._run(set_priority.run_id);
+    -- the run row first, as every writer of a run (one lock order)
+    SELECT * INTO r FROM wfe.runs AS x WHERE x.run_id = r.run_id FOR NO KEY UPDATE;
+    IF r.finished_at IS NOT NULL THEN
+        RAISE EXCEPTION 'cannot set the priority of run %: it is %', r.run_id, r.state
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = 'Only a run that has not ended has work to reorder.';
+    END IF;
+    IF r.priority = set_priority.priority THEN
+        RETURN;
+    END IF;
+    UPDATE wfe.runs AS x SET priority = set_priority.priority WHERE x.run_id = r.run_id;
+    UPDATE wfe.run_stages AS st SET priority = set_priority.priority
+     WHERE st.run_id = r.run_id AND st.priority <> set_priority.priority;
+    PERFORM wfe._event(r.run_id, r.tenant, NULL, NULL, 'run.priority_set',
+                       jsonb_build_object('by', wfe._identity(), 'from', r.priority, 'to', set_priority.priority));
+END
+$$;
+COMMENT ON FUNCTION wfe.set_priority(bigint, int) IS
+'Changes a run''s priority (-1000000 .. 1000000, higher first): its queued work, and what it releases later, is claimed in the new order; event run.priority_set.';
+REVOKE ALL ON FUNCTION wfe.set_priority(bigint, int) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION wfe.set_priority(bigint, int) TO wfe_operator;
 
 -- ---------------------------------------------------------------------
 -- 0.3.0, child runs (issue 22 item 3; runtime.md "Child runs"): a
@@ -3055,6 +3340,14 @@ BEGIN
 END
 $$;
 
+CREATE OR REPLACE FUNCTION wfe.compile(source text)
+RETURNS jsonb
+LANGUAGE sql STABLE STRICT PARALLEL SAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT wfe._rate_limit_warnings(wfe._compile(source, wfe._contracts_json()));
+END;
+
 CREATE OR REPLACE FUNCTION wfe._store_plan(p_definition_id bigint, p_plan jsonb)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
@@ -3401,7 +3694,7 @@ LANGUAGE sql VOLATILE
 SET search_path = pg_catalog, pg_temp
 BEGIN ATOMIC
     INSERT INTO wfe.run_stages (run_id, stage, tenant, ordinal, kind, queue, worker, handler, priority,
-                                awaits, exec_ms, queue_ms, heartbeat_ms)
+                                awaits, exec_ms, queue_ms, heartbeat_ms, rate_limit)
     SELECT p_run.run_id, ps.stage, p_run.tenant, ps.ordinal, ps.type,
            CASE WHEN ps.type = 'worker' THEN ps.spec ->> 'queue' ELSE c.queue END,
            coalesce(ps.spec ->> 'worker', ps.spec ->> 'action', ps.spec ->> 'signal',
@@ -3410,7 +3703,8 @@ BEGIN ATOMIC
            -- a map's are its item's (its elements' rows copy them: src/pg/map.c)
            (coalesce(ps.spec -> 'item', ps.spec) ->> 'execution_deadline_ms')::int,
            (coalesce(ps.spec -> 'item', ps.spec) ->> 'queue_deadline_ms')::int,
-           (coalesce(ps.spec -> 'item', ps.spec) ->> 'heartbeat_ms')::int
+           (coalesce(ps.spec -> 'item', ps.spec) ->> 'heartbeat_ms')::int,
+           ps.spec -> 'rate_limit' ->> 'name'
       FROM wfe.plan_stages AS ps
       LEFT JOIN wfe.contracts AS c ON c.ref = coalesce(ps.spec ->> 'worker', ps.spec ->> 'action')
      WHERE ps.definition_id = p_run.definition_id;
@@ -4150,6 +4444,8 @@ BEGIN
         RAISE WARNING 'wfe: rechecking held tasks raised % (%)', v_state,
             left(regexp_replace(v_message, '[[:cntrl:]]+', ' ', 'g'), 1000);
     END;
+    -- Attempts whose rate-limit token is due (78_rate_limits.sql): ready again.
+    PERFORM wfe._release_rate_held(p_max);
     -- Schedules' due ticks (69_schedules.sql): each submits a run.
     done := done + wfe._fire_schedules(p_max);
     -- Lock the batch first, then fire it in run order: each firing takes
@@ -4846,6 +5142,8 @@ COMMENT ON FUNCTION wfe._check_queue_name(text) IS
 'Raises 22023 (with the rule as a hint) unless the argument is a queue name; NULL passes.';
 COMMENT ON FUNCTION wfe._contracts_json() IS
 'All registered contracts, and the workflows a workflow stage may name (NAME: active; NAME@VERSION: not a draft), as the JSON array the compiler takes: [{"ref","kind","queue","handler","input_schema","output_schema"}].';
+COMMENT ON FUNCTION wfe._rate_limit_warnings(jsonb) IS
+'Adds a ratelimit.unknown warning to a compile result for each stage naming a rate limit that is not configured.';
 COMMENT ON FUNCTION wfe._lock(text, text, boolean) IS
 'Takes wfe''s transaction lock (space, key), which no login can take: waits (bounded by lock_timeout), or with try only takes it if free; returns whether it was taken.';
 COMMENT ON FUNCTION wfe._random_hex(int) IS
@@ -4940,7 +5238,7 @@ COMMENT ON FUNCTION wfe.run_spans(bigint) IS
 COMMENT ON FUNCTION wfe._item_failed(bigint, text, text, text, text, bigint) IS
 'An item of a worker round (a timer: p_timer_id) raised: put it off a second for a deadlock, serialization failure or lock timeout, else fail its run (run.engine_error), or record the error and put the item off; logs the run id.';
 COMMENT ON FUNCTION wfe._worker_round(int) IS
-'Releases what missed admission tries held back, fires up to p_max due schedules and timers and times out up to p_max expired attempts; returns how many runs submitted, timers and attempts.';
+'Releases what missed admission tries held back and rate-limited attempts whose token is due, fires up to p_max due schedules and timers and times out up to p_max expired attempts; returns how many runs submitted, timers and attempts.';
 COMMENT ON FUNCTION wfe._next_due_ms() IS
 'How long the background worker may sleep: until the earliest timer, deadline, queued action or schedule tick (NULL: nothing due).';
 COMMENT ON FUNCTION wfe._repair() IS
@@ -4979,6 +5277,16 @@ COMMENT ON FUNCTION wfe.signal(bigint, text, jsonb, text) IS
 'Sends a signal to a run: accepted (a released wait took it), buffered, duplicate, conflict, late or unknown. 42501 without grant_signal; 22023 for a payload its schema refuses or a signal the run never waits for.';
 COMMENT ON FUNCTION wfe.find_run(text, text, text) IS
 'The run of workflow submitted with idempotency_key (the business key a caller knows), within the tenants the caller acts for; NULL when none.';
+COMMENT ON FUNCTION wfe._rate_buckets_reset(text, boolean) IS
+'configure_rate_limit''s part in shared memory: the limit''s buckets forget their held horizon, or are dropped.';
+COMMENT ON FUNCTION wfe._rate_buckets_count(text, text) IS
+'How many buckets of a rate limit shared memory holds (a tenant''s keyed ones and its overflow bucket; all with NULL); NULL without shared memory.';
+COMMENT ON FUNCTION wfe.configure_rate_limit(text, numeric, int) IS
+'Creates or changes a token bucket: per_second tokens a second, at most burst (default one second''s, at least 1); per_second NULL drops it.';
+COMMENT ON FUNCTION wfe._release_rate_held(int) IS
+'Makes up to p_max attempts whose rate-limit token is due ready again, wakes their pollers, and sets the worker''s timer for the next; returns how many.';
+COMMENT ON FUNCTION wfe.set_priority(bigint, int) IS
+'Changes a run''s priority (-1000000 .. 1000000, higher first): its queued work, and what it releases later, is claimed in the new order; event run.priority_set.';
 COMMENT ON FUNCTION wfe._operate(bigint, text, text, text, text, text) IS
 'An operator''s redrive, skip, fail or redispatch of one stage, through the step core under the run''s lock; 55000 when the core refuses, 53400 when reopening the run would pass its tenant''s max_runs_in_flight.';
 COMMENT ON FUNCTION wfe._operator_target(bigint, text, text) IS

@@ -13,6 +13,7 @@
 #include "miscadmin.h"
 
 #include "bgw/bgw.h"
+#include "bgw/ratebuckets.h"
 #include "pg/wfe.h"
 
 PG_MODULE_MAGIC;
@@ -31,5 +32,6 @@ _PG_init(void)
 	if (!process_shared_preload_libraries_in_progress)
 		return;
 	wfe_shmem_init();
+	wfe_rate_shmem_init();
 	wfe_bgw_register();
 }

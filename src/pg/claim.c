@@ -15,6 +15,8 @@
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
+#include "catalog/pg_type.h"
+#include "storage/itemptr.h"
 
 #include "deadline.h"
 #include "spi_stmt.h"
@@ -26,19 +28,23 @@
  * are updated by tuple id, so the plan never joins against (or scans) the
  * stage table, whatever its size and max_tasks (test/tap/006_claim_plan.pl).
  */
-#define CLAIM_HEAD \
+#define CLAIM_UPDATE \
 	"WITH claimed AS (" \
 	"  UPDATE wfe.run_stages AS st" \
 	"     SET state = 'running', claimed_by = $2, started_at = now(), heartbeat_at = now(), lease_ms = $4," \
 	"         deadline_at = now() + " WFE_SQL_WINDOW("$4") \
-	"   WHERE st.ctid = ANY (ARRAY(" \
-	"           SELECT p.ctid FROM wfe.run_stages AS p" \
-	"            WHERE p.queue = $1 AND p.state = 'queued'" \
-	"              AND NOT EXISTS (SELECT 1 FROM wfe.queues AS q" \
-	"                               WHERE q.queue = $1 AND (q.paused OR q.delivery = 'broker'))"
-#define CLAIM_TAIL \
-	"            ORDER BY p.priority DESC, p.ready_at LIMIT $3" \
-	"              FOR UPDATE SKIP LOCKED))" \
+	"   WHERE st.ctid = ANY ("
+#define CLAIM_PICK "SELECT p.ctid" CLAIM_FROM
+#define CLAIM_FROM \
+	" FROM wfe.run_stages AS p" \
+	" WHERE p.queue = $1 AND p.state = 'queued' AND p.held_until IS NULL" \
+	"   AND NOT EXISTS (SELECT 1 FROM wfe.queues AS q" \
+	"                    WHERE q.queue = $1 AND (q.paused OR q.delivery = 'broker'))"
+#define CLAIM_PICK_END \
+	" ORDER BY p.priority DESC, p.ready_at LIMIT $3" \
+	"   FOR UPDATE SKIP LOCKED"
+#define CLAIM_REST \
+	")" \
 	"  RETURNING st.*" \
 	"), logged AS (" \
 	"  INSERT INTO wfe.events (run_id, tenant, stage, attempt, type, detail)" \
@@ -54,19 +60,30 @@
 	"           FROM wfe.runs AS r WHERE r.run_id = c.run_id)" \
 	"   FROM claimed AS c" \
 	"  ORDER BY c.priority DESC, c.ready_at"
-static stmt q_claim = STMT(CLAIM_HEAD CLAIM_TAIL, 4, TX, TX, I4, I4);
-
 /*
  * The claim when some tenant has a task limit (max_tasks_in_flight): only
  * tasks of tenants without one, or of the limited tenants in $5, whose
  * locks this claimer holds and who have room for $3 more.  (A tenant
  * limited since the tenants were listed is passed over, not overrun.)
  */
-static stmt q_claim_limited = STMT(CLAIM_HEAD
-	"              AND (p.tenant = ANY ($5)"
-	"                   OR NOT EXISTS (SELECT 1 FROM wfe.tenant_limits AS l"
-	"                                   WHERE l.tenant = p.tenant AND l.max_tasks_in_flight IS NOT NULL))"
-	CLAIM_TAIL, 5, TX, TX, I4, I4, TEXTARRAYOID);
+#define TENANT_PICK \
+	"   AND (p.tenant = ANY ($5)" \
+	"        OR NOT EXISTS (SELECT 1 FROM wfe.tenant_limits AS l" \
+	"                        WHERE l.tenant = p.tenant AND l.max_tasks_in_flight IS NOT NULL))"
+
+static stmt q_claim = STMT(CLAIM_UPDATE "ARRAY(" CLAIM_PICK CLAIM_PICK_END ")" CLAIM_REST, 4, TX, TX, I4, I4);
+static stmt q_claim_limited = STMT(CLAIM_UPDATE "ARRAY(" CLAIM_PICK TENANT_PICK CLAIM_PICK_END ")" CLAIM_REST,
+								   5, TX, TX, I4, I4, TEXTARRAYOID);
+
+/*
+ * When rate limits exist, a claim first picks (and locks) its candidates,
+ * ratelimit.c says which of them have a token, and the claim takes those
+ * ($5) and only those.
+ */
+#define RATE_PICK "SELECT p.ctid, p.rate_limit, p.rate_key, p.tenant" CLAIM_FROM
+static stmt q_pick = STMT(RATE_PICK CLAIM_PICK_END, 3, TX, TX, I4);
+static stmt q_pick_limited = STMT(RATE_PICK TENANT_PICK CLAIM_PICK_END, 5, TX, TX, I4, I4, TEXTARRAYOID);
+static stmt q_claim_taken = STMT(CLAIM_UPDATE "$5" CLAIM_REST, 5, TX, TX, I4, I4, TIDARRAYOID);
 static stmt q_queue_broker = STMT(
 	"SELECT EXISTS (SELECT 1 FROM wfe.queues AS q WHERE q.queue = $1 AND q.delivery = 'broker')", 1, TX);
 static stmt q_queue_known = STMT(
@@ -84,7 +101,8 @@ static stmt q_queue_known = STMT(
 static stmt q_queue_limit = STMT(
 	"SELECT (SELECT q.max_in_flight FROM wfe.queues AS q WHERE q.queue = $1 AND q.max_in_flight IS NOT NULL"
 	"           FOR NO KEY UPDATE),"
-	"       EXISTS (SELECT 1 FROM wfe.tenant_limits AS l WHERE l.max_tasks_in_flight IS NOT NULL)", 1, TX);
+	"       EXISTS (SELECT 1 FROM wfe.tenant_limits AS l WHERE l.max_tasks_in_flight IS NOT NULL),"
+	"       EXISTS (SELECT 1 FROM wfe.rate_limits)", 1, TX);
 static stmt q_queue_busy = STMT(
 	"SELECT count(*)::int FROM wfe.run_stages AS st"
 	" WHERE st.queue = $1 AND st.state IN ('dispatched', 'running')", 1, TX);
@@ -99,7 +117,7 @@ static stmt q_queue_busy = STMT(
 static stmt q_tenants_limited = STMT(
 	"SELECT l.tenant, l.max_tasks_in_flight"
 	"  FROM (SELECT DISTINCT n.tenant FROM (SELECT p.tenant FROM wfe.run_stages AS p"
-	"                                        WHERE p.queue = $1 AND p.state = 'queued'"
+	"                                        WHERE p.queue = $1 AND p.state = 'queued' AND p.held_until IS NULL"
 	"                                        ORDER BY p.priority DESC, p.ready_at LIMIT $2) AS n) AS t"
 	"  JOIN wfe.tenant_limits AS l ON l.tenant = t.tenant AND l.max_tasks_in_flight IS NOT NULL"
 	" ORDER BY l.tenant COLLATE \"C\"", 2, TX, I4);
@@ -164,6 +182,56 @@ tenant_array(const tenant_room *t)
 	return PointerGetDatum(construct_array(d, t->n, TEXTOID, -1, false, TYPALIGN_INT));
 }
 
+/*
+ * A claim round when rate limits exist: pick and lock the candidates
+ * (w as for q_claim_limited; w[4] unused unless limited), keep those with
+ * a token (ratelimit.c holds the others), claim them.  Returns how many
+ * were picked; SPI_tuptable holds the claimed rows.
+ */
+static uint64
+claim_rated(Datum *w, const char *m, bool limited)
+{
+	uint64		picked;
+	ItemPointer *tids;
+	char	  **limit,
+			  **key,
+			  **tenant;
+	bool	   *take;
+	Datum	   *taken;
+	int			ntaken = 0;
+	Datum		c[5];
+	char		cn[6] = "     ";
+
+	stmt_run(limited ? &q_pick_limited : &q_pick, w, m);
+	picked = SPI_processed;
+	tids = palloc(sizeof(ItemPointer) * Max(picked, 1));
+	limit = palloc(sizeof(char *) * Max(picked, 1));
+	key = palloc(sizeof(char *) * Max(picked, 1));
+	tenant = palloc(sizeof(char *) * Max(picked, 1));
+	take = palloc(sizeof(bool) * Max(picked, 1));
+	taken = palloc(sizeof(Datum) * Max(picked, 1));
+	for (uint64 k = 0; k < picked; k++)
+	{
+		HeapTuple	t = SPI_tuptable->vals[k];
+		bool		isnull;
+
+		tids[k] = palloc(sizeof(ItemPointerData));
+		ItemPointerCopy((ItemPointer) DatumGetPointer(SPI_getbinval(t, SPI_tuptable->tupdesc, 1, &isnull)), tids[k]);
+		limit[k] = SPI_getvalue(t, SPI_tuptable->tupdesc, 2);
+		key[k] = SPI_getvalue(t, SPI_tuptable->tupdesc, 3);
+		tenant[k] = SPI_getvalue(t, SPI_tuptable->tupdesc, 4);
+	}
+	wfe_rate_admit((int) picked, tids, limit, key, tenant, take);
+	for (uint64 k = 0; k < picked; k++)
+		if (take[k])
+			taken[ntaken++] = PointerGetDatum(tids[k]);
+	memcpy(c, w, sizeof(Datum) * 4);
+	memcpy(cn, m, 4);
+	c[4] = PointerGetDatum(construct_array(taken, ntaken, TIDOID, sizeof(ItemPointerData), false, TYPALIGN_SHORT));
+	stmt_run(&q_claim_taken, c, cn);
+	return picked;
+}
+
 PG_FUNCTION_INFO_V1(wfe_claim_task);
 
 /*
@@ -217,10 +285,12 @@ wfe_claim_task(PG_FUNCTION_ARGS)
 		/* over the queue's limit, tasks stay queued; a finishing one wakes us */
 		int			room = max_tasks;
 		bool		tenants_limited;
+		bool		rated;
 		tenant_room tr = {0, NULL, NULL};
 
 		stmt_run(&q_queue_limit, v, NULL);
 		tenants_limited = stmt_bool(2);
+		rated = stmt_bool(3);
 		if (stmt_col(1) != NULL)
 		{
 			int			limit = pg_strtoint32(stmt_col(1));
@@ -240,20 +310,26 @@ wfe_claim_task(PG_FUNCTION_ARGS)
 		{
 			int			take = room;
 			uint64		got;
+			uint64		picked;
 
 			for (int k = 0; k < tr.n; k++)
 				take = Min(take, tr.room[k]);
+
 			v[2] = Int32GetDatum(take);
-			if (tenants_limited)
 			{
-				Datum		w[5] = {v[0], v[1], v[2], v[3], tenant_array(&tr)};
+				Datum		w[5] = {v[0], v[1], v[2], v[3], tenants_limited ? tenant_array(&tr) : (Datum) 0};
 				char		m[6] = "     ";
 
 				m[3] = n[3];
-				stmt_run(&q_claim_limited, w, m);
+				m[4] = tenants_limited ? ' ' : 'n';
+				if (rated)
+					picked = claim_rated(w, m, tenants_limited);
+				else
+				{
+					stmt_run(tenants_limited ? &q_claim_limited : &q_claim, w, m);
+					picked = SPI_processed;
+				}
 			}
-			else
-				stmt_run(&q_claim, v, n);
 			got = SPI_processed;
 			for (uint64 k = 0; k < got; k++)
 			{
@@ -279,7 +355,8 @@ wfe_claim_task(PG_FUNCTION_ARGS)
 			}
 			claimed += got;
 			room -= (int) got;
-			if (got < (uint64) take || !tenants_limited)
+			/* a rated round that held some goes on: the ready index has the rest */
+			if (picked < (uint64) take || (!tenants_limited && !rated))
 				break;
 			for (int j = 0; j < tr.n;)
 				if (tr.room[j] <= 0)

@@ -101,9 +101,14 @@ static stmt q_enqueue = STMT(
 	"       cache_key = coalesce($6, st.cache_key), cache = CASE WHEN $6 IS NOT NULL THEN 'miss' ELSE st.cache END,"
 	"       ready_at = now(), claimed_by = NULL, started_at = NULL, heartbeat_at = NULL, lease_ms = NULL,"
 	"       deadline_at = CASE WHEN st.queue_ms IS NOT NULL"
-	"                          THEN now() + make_interval(secs => st.queue_ms / 1000.0) END"
+	"                          THEN now() + make_interval(secs => st.queue_ms / 1000.0) END,"
+	/* a rate limit that is not configured holds the attempt until it is (78_rate_limits.sql) */
+	"       held_until = CASE WHEN st.rate_limit IS NOT NULL AND NOT EXISTS"
+	"                              (SELECT 1 FROM wfe.rate_limits AS l WHERE l.name = st.rate_limit)"
+	"                         THEN 'infinity'::timestamptz END,"
+	"       rate_key = coalesce($7, st.rate_key)"
 	" WHERE st.run_id = $1 AND st.stage = $2"
-	" RETURNING st.deadline_at, st.handler IS NOT NULL, st.queue", 6, I8, TX, BO, TX, I8, TX);
+	" RETURNING st.deadline_at, st.handler IS NOT NULL, st.queue", 7, I8, TX, BO, TX, I8, TX, TX);
 /* the result cache (cache.c): completed from an entry; waiting on an attempt in flight */
 static stmt q_cache_hit = STMT(
 	"UPDATE wfe.run_stages AS st"
@@ -1000,6 +1005,7 @@ apply(srv *s, const char *reported)
 				v[3] = stmt_text_or_null(op->json, &n[3]);
 				v[4] = Int64GetDatum(op->fence);
 				v[5] = stmt_text_or_null(op->text, &n[5]);
+				v[6] = stmt_text_or_null(op->json2, &n[6]);
 				stmt_run(&q_enqueue, v, n);
 				after_enqueue(s, stage);
 				break;

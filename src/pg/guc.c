@@ -18,6 +18,7 @@ int			wfe_max_stages = 500;
 int			wfe_max_fanout = 64;
 int			wfe_max_workflow_depth = 8;
 int			wfe_max_map_items = 10000;
+int			wfe_max_rate_keys = 10000;
 int			wfe_max_expression_bytes = 4096;
 bool		wfe_four_eyes = false;
 bool		wfe_schema_format_assertion = false;
@@ -102,6 +103,13 @@ wfe_guc_init(void)
 							"A literal items list longer is refused with diagnostic limits.map_items; "
 							"items bound longer at run time fail the map with limits.map_items.",
 							&wfe_max_map_items,
+							10000, 1, 1000000,
+							PGC_SUSET, 0,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("wfe.max_rate_keys",
+							"Most keyed token buckets one rate limit keeps per tenant.",
+							"Further key values share the tenant's overflow bucket (operations.md \"Flow control\").",
+							&wfe_max_rate_keys,
 							10000, 1, 1000000,
 							PGC_SUSET, 0,
 							NULL, NULL, NULL);

@@ -15,6 +15,12 @@ extern int	wfe_max_stages;
 extern int	wfe_max_fanout;
 extern int	wfe_max_workflow_depth;
 extern int	wfe_max_map_items;
+extern int	wfe_max_rate_keys;
+
+/* ratelimit.c: which locked claim candidates have a token (the others are held) */
+struct ItemPointerData;
+extern void wfe_rate_admit(int n, struct ItemPointerData **tids, char **limit, char **key, char **tenant,
+						   bool *take);
 extern int	wfe_max_expression_bytes;
 extern bool wfe_four_eyes;
 extern bool wfe_schema_format_assertion;

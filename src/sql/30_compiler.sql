@@ -63,6 +63,38 @@ COMMENT ON FUNCTION wfe._contracts_json() IS
 REVOKE ALL ON FUNCTION wfe._contracts_json() FROM PUBLIC;
 
 
+-- ratelimit.unknown (dsl.md): a warning, not an error, since buckets are
+-- operational and may be configured after the definition; wfe.compile adds
+-- one for each stage naming a rate limit that is not configured now.
+CREATE FUNCTION wfe._rate_limit_warnings(p_result jsonb)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    -- plpgsql: wfe.rate_limits comes later in the script (78_rate_limits.sql)
+    RETURN (SELECT CASE WHEN w.list IS NULL THEN p_result
+                ELSE jsonb_set(p_result, '{diagnostics}', (p_result -> 'diagnostics') || w.list) END
+      FROM (SELECT jsonb_agg(jsonb_build_object(
+                       'code', 'ratelimit.unknown', 'severity', 'warning',
+                       'message', format('rate limit "%s" is not configured: its attempts wait until wfe.configure_rate_limit creates it',
+                                         s.value -> 'rate_limit' ->> 'name'),
+                       'path', format('/%s/%s/rate_limit',
+                                      CASE WHEN p_result -> 'plan' ->> 'form' = 'tasks' THEN 'tasks' ELSE 'stages' END,
+                                      s.n - 1),
+                       'line', NULL, 'column', NULL) ORDER BY s.n) AS list
+              FROM jsonb_array_elements(CASE WHEN jsonb_typeof(p_result -> 'plan' -> 'stages') = 'array'
+                                             THEN p_result -> 'plan' -> 'stages' ELSE '[]' END)
+                   WITH ORDINALITY AS s(value, n)
+             WHERE s.value -> 'rate_limit' ->> 'name' IS NOT NULL
+               AND NOT EXISTS (SELECT 1 FROM wfe.rate_limits AS l
+                                WHERE l.name = s.value -> 'rate_limit' ->> 'name')) AS w);
+END
+$$;
+COMMENT ON FUNCTION wfe._rate_limit_warnings(jsonb) IS
+'Adds a ratelimit.unknown warning to a compile result for each stage naming a rate limit that is not configured.';
+REVOKE ALL ON FUNCTION wfe._rate_limit_warnings(jsonb) FROM PUBLIC;
+
 -- SECURITY DEFINER only so that authors need no privilege on wfe.contracts;
 -- it writes nothing.
 CREATE FUNCTION wfe.compile(source text)
@@ -70,7 +102,7 @@ RETURNS jsonb
 LANGUAGE sql STABLE STRICT PARALLEL SAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 BEGIN ATOMIC
-    SELECT wfe._compile(source, wfe._contracts_json());
+    SELECT wfe._rate_limit_warnings(wfe._compile(source, wfe._contracts_json()));
 END;
 
 COMMENT ON FUNCTION wfe.compile(text) IS

@@ -179,6 +179,9 @@ CREATE TABLE wfe.run_stages (
     cache_key       text,
     cache           text CONSTRAINT run_stages_cache
                     CHECK (cache IN ('hit', 'miss', 'waiting', 'coalesced')),
+    rate_limit      text,
+    rate_key        text,
+    held_until      timestamptz,
     element         int CONSTRAINT run_stages_element CHECK (element >= 0),
     PRIMARY KEY (run_id, stage),
     -- kind in action, worker, decision, fork, join, finaliser; state one of
@@ -196,7 +199,7 @@ COMMENT ON TABLE wfe.run_stages IS
 GRANT SELECT (run_id, stage, tenant, ordinal, kind, state, attempt, queue, worker, handler, priority,
               awaits, branch, input, result, error, outcome, skip_reason, exec_ms, queue_ms,
               heartbeat_ms, ready_at, claimed_by, started_at, heartbeat_at, deadline_at, finished_at,
-              lease_ms, cache_key, cache, element)
+              lease_ms, cache_key, cache, rate_limit, rate_key, held_until, element)
     ON wfe.run_stages TO wfe_reader, wfe_operator;
 COMMENT ON COLUMN wfe.run_stages.attempt IS 'Current attempt, from 1; 0 until released';
 COMMENT ON COLUMN wfe.run_stages.lease_ms IS
@@ -240,9 +243,19 @@ SELECT pg_catalog.pg_extension_config_dump('wfe.run_maps', '');
 -- the attempt in flight under a key, and the stages waiting on it
 CREATE INDEX run_stages_cache_key ON wfe.run_stages (cache_key) WHERE cache_key IS NOT NULL;
 
--- Claimers take the highest priority, then oldest, ready task of a queue.
+COMMENT ON COLUMN wfe.run_stages.rate_limit IS
+'The token bucket (wfe.rate_limits) each attempt takes a token from before it is claimed; NULL: none.';
+COMMENT ON COLUMN wfe.run_stages.rate_key IS
+'The bound key of a keyed rate limit: the attempt''s bucket is (rate_limit, tenant, rate_key).';
+COMMENT ON COLUMN wfe.run_stages.held_until IS
+'A queued attempt held by its rate limit until then (infinity: its bucket is not configured); NULL: ready.';
+-- The held attempts, by when they are due (the worker's timer, wfe._release_rate_held).
+CREATE INDEX run_stages_held ON wfe.run_stages (held_until) WHERE held_until IS NOT NULL;
+
+-- Claimers take the highest priority, then oldest, ready task of a queue
+-- (an attempt a rate limit holds is not ready: 78_rate_limits.sql).
 CREATE INDEX run_stages_ready ON wfe.run_stages (queue, priority DESC, ready_at)
-    WHERE state = 'queued';
+    WHERE state = 'queued' AND held_until IS NULL;
 -- The clocks: queued, dispatched or running attempts with a deadline.
 CREATE INDEX run_stages_deadline ON wfe.run_stages (deadline_at)
     WHERE state IN ('queued', 'dispatched', 'running') AND deadline_at IS NOT NULL;    -- wfe._stage_clocked

@@ -88,7 +88,7 @@ LANGUAGE sql VOLATILE
 SET search_path = pg_catalog, pg_temp
 BEGIN ATOMIC
     INSERT INTO wfe.run_stages (run_id, stage, tenant, ordinal, kind, queue, worker, handler, priority,
-                                awaits, exec_ms, queue_ms, heartbeat_ms)
+                                awaits, exec_ms, queue_ms, heartbeat_ms, rate_limit)
     SELECT p_run.run_id, ps.stage, p_run.tenant, ps.ordinal, ps.type,
            CASE WHEN ps.type = 'worker' THEN ps.spec ->> 'queue' ELSE c.queue END,
            coalesce(ps.spec ->> 'worker', ps.spec ->> 'action', ps.spec ->> 'signal',
@@ -97,7 +97,8 @@ BEGIN ATOMIC
            -- a map's are its item's (its elements' rows copy them: src/pg/map.c)
            (coalesce(ps.spec -> 'item', ps.spec) ->> 'execution_deadline_ms')::int,
            (coalesce(ps.spec -> 'item', ps.spec) ->> 'queue_deadline_ms')::int,
-           (coalesce(ps.spec -> 'item', ps.spec) ->> 'heartbeat_ms')::int
+           (coalesce(ps.spec -> 'item', ps.spec) ->> 'heartbeat_ms')::int,
+           ps.spec -> 'rate_limit' ->> 'name'
       FROM wfe.plan_stages AS ps
       LEFT JOIN wfe.contracts AS c ON c.ref = coalesce(ps.spec ->> 'worker', ps.spec ->> 'action')
      WHERE ps.definition_id = p_run.definition_id;

@@ -102,6 +102,8 @@ BEGIN
         RAISE WARNING 'wfe: rechecking held tasks raised % (%)', v_state,
             left(regexp_replace(v_message, '[[:cntrl:]]+', ' ', 'g'), 1000);
     END;
+    -- Attempts whose rate-limit token is due (78_rate_limits.sql): ready again.
+    PERFORM wfe._release_rate_held(p_max);
     -- Schedules' due ticks (69_schedules.sql): each submits a run.
     done := done + wfe._fire_schedules(p_max);
     -- Lock the batch first, then fire it in run order: each firing takes
@@ -153,7 +155,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION wfe._worker_round(int) IS
-'Releases what missed admission tries held back, fires up to p_max due schedules and timers and times out up to p_max expired attempts; returns how many runs submitted, timers and attempts.';
+'Releases what missed admission tries held back and rate-limited attempts whose token is due, fires up to p_max due schedules and timers and times out up to p_max expired attempts; returns how many runs submitted, timers and attempts.';
 REVOKE ALL ON FUNCTION wfe._worker_round(int) FROM PUBLIC;
 
 -- Run the oldest queued in-database action that nobody else is handling.

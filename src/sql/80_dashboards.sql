@@ -303,6 +303,16 @@ SELECT x.problem, x.run_id, x.stage, x.attempt,
              WHERE r2.tenant = l.tenant AND r2.finished_at IS NULL AND s2.queue IS NOT NULL
                AND s2.handler IS NULL AND s2.state IN ('dispatched', 'running')) >= l.max_tasks_in_flight
     UNION ALL
+    -- held by a rate limit until its token is due, or naming none configured (78_rate_limits.sql)
+    SELECT CASE WHEN st.held_until = 'infinity' THEN 'rate limit unknown' ELSE 'rate limited' END,
+           st.run_id, st.stage, st.attempt, st.ready_at,
+           st.rate_limit || CASE WHEN st.held_until = 'infinity' THEN ' is not configured'
+                                 ELSE ' token due in '
+                                      || wfe.human_ms(greatest(0, extract(epoch FROM st.held_until - now()) * 1000))
+                            END
+      FROM wfe.run_stages AS st
+     WHERE st.held_until IS NOT NULL AND st.state = 'queued'
+    UNION ALL
     -- a dispatch the broker has not taken for a minute
     SELECT 'dispatch unpublished', o.run_id, o.stage, o.attempt, o.created_at,
            coalesce(o.last_error, o.routing_key)
@@ -315,7 +325,7 @@ SELECT x.problem, x.run_id, x.stage, x.attempt,
   ) AS x
  ORDER BY x.since, x.run_id, x.stage;
 COMMENT ON VIEW wfe.dashboard_stuck IS
-'Work that does not move: runs with no live attempt and no due timer, attempts past their deadline, overdue timers, tasks on a paused or full queue or of a full tenant, dispatches unpublished for a minute, open dead letters.';
+'Work that does not move: runs with no live attempt and no due timer, attempts past their deadline, overdue timers, tasks on a paused or full queue or of a full tenant, attempts a rate limit holds, dispatches unpublished for a minute, open dead letters.';
 GRANT SELECT ON wfe.dashboard_stuck TO wfe_reader, wfe_operator;
 
 -- The result cache per tenant and contract: its entries, and what releases

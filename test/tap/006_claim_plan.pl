@@ -19,6 +19,11 @@
 # merge join input would be), and must not be hashed whole.  An offending
 # plan is printed.  The claims must return the tasks asked for and each
 # must complete ('accepted'), so that the test cannot pass vacuously.
+#
+# The same again with each flow control on (operations.md "Flow control"):
+# a second queue whose stage takes a token of a rate limit far above the
+# load (RL_BACKLOG queued runs beside the first backlog), claimed the same
+# way, so the pick, the bucket and the claim by tuple id are checked too.
 use strict;
 use warnings;
 
@@ -28,6 +33,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 
 my $BACKLOG  = 20_000;    # queued runs left when the claims start
+my $RL_BACKLOG = 10_000;  # queued runs of the rate-limited queue
 my $HISTORY  = 3_000;     # runs claimed and completed before that
 my $BIG_ROWS = 500;       # a wfe table with more rows is a big one
 my @SIZES    = (1, 10, 1000);
@@ -68,6 +74,17 @@ stages:
 $y$);
 SELECT wfe.approve('tap-plan-flow', '1.0.0');
 SELECT wfe.activate('tap-plan-flow', '1.0.0');
+SELECT wfe.configure_rate_limit('tap-plan-fast', 1000000, 1000000);
+SELECT wfe.register_worker('tap-plan.rl@1', 'tap-plan-rl');
+SELECT wfe.create_definition($y$
+name: tap-plan-rl
+version: "1.0.0"
+entry: a
+stages:
+  - { name: a, type: worker, queue: tap-plan-rl, worker: tap-plan.rl@1, rate_limit: tap-plan-fast, on_success: completed, on_failure: failed }
+$y$);
+SELECT wfe.approve('tap-plan-rl', '1.0.0');
+SELECT wfe.activate('tap-plan-rl', '1.0.0');
 CREATE TABLE public.tap_claimed (session text, call int, max_tasks int,
     run_id bigint, stage text, attempt int, fence bigint);
 });
@@ -81,6 +98,12 @@ is( $node->safe_psql(
 		  . 'WHERE s.accepted'),
 	$BACKLOG + $HISTORY,
 	'the runs are submitted');
+is( $node->safe_psql(
+		'postgres',
+		"SELECT count(*) FROM generate_series(1, $RL_BACKLOG) AS i, "
+		  . "LATERAL wfe.submit('tap-plan-rl', jsonb_build_object('v', i)) AS s WHERE s.accepted"),
+	$RL_BACKLOG,
+	'the rate-limited runs are submitted');
 
 # history: claimed and completed a thousand at a time
 $node->safe_psql(
@@ -109,6 +132,8 @@ is( $node->safe_psql(
 		  . "FROM wfe.run_stages WHERE queue = 'tap-plan-jobs'"),
 	"$BACKLOG/" . ($BACKLOG + $HISTORY),
 	"$BACKLOG tasks queued, $HISTORY done");
+is($node->safe_psql('postgres', "SELECT count(*) FROM wfe.run_stages WHERE queue = 'tap-plan-rl' AND state = 'queued'"),
+	$RL_BACKLOG, "$RL_BACKLOG rate-limited tasks queued");
 $node->safe_psql('postgres', 'VACUUM ANALYZE');
 note sprintf('set-up took %d s', time - $t0);
 
@@ -252,8 +277,13 @@ sub plans_from
 #
 # The claims.
 #
-my @sessions = map { { name => "max_tasks=$_", sizes => [$_], mode => undef } } @SIZES;
-push @sessions, { name => 'force_generic_plan', sizes => [@SIZES], mode => 'force_generic_plan' };
+my @sessions;
+for my $queue ('tap-plan-jobs', 'tap-plan-rl')
+{
+	my $tag = $queue eq 'tap-plan-rl' ? 'rate limit, ' : '';
+	push @sessions, map { { name => "${tag}max_tasks=$_", queue => $queue, sizes => [$_], mode => undef } } @SIZES;
+	push @sessions, { name => "${tag}force_generic_plan", queue => $queue, sizes => [@SIZES], mode => 'force_generic_plan' };
+}
 
 my $total = 0;
 for my $s (@sessions)
@@ -280,13 +310,13 @@ SET client_min_messages = notice;
 			$sql .=
 			    "INSERT INTO public.tap_claimed SELECT '$s->{name}', $call, $size, "
 			  . 't.run_id, t.stage, t.attempt, t.fence '
-			  . "FROM wfe.claim_task('tap-plan-jobs', 'tap-w-$call', $size) AS t;\n";
+			  . "FROM wfe.claim_task('$s->{queue}', 'tap-w-$call', $size) AS t;\n";
 		}
 	}
 	$total += $expected;
 	my (undef, $err) = run_sql($sql, "the claims ($s->{name})");
 	# what auto_explain said, kept for a closer look
-	(my $file = "claims-$s->{name}.log") =~ s/=/-/;
+	(my $file = "claims-$s->{name}.log") =~ s/[=, ]+/-/g;
 	PostgreSQL::Test::Utils::append_to_file("$PostgreSQL::Test::Utils::tmp_check/$file", $err);
 
 	is( $node->safe_psql(
@@ -342,7 +372,7 @@ is( $node->safe_psql(
 	"complete_task accepts each of the $total claimed tasks");
 is( $node->safe_psql(
 		'postgres',
-		"SELECT count(*) FROM wfe.runs WHERE workflow = 'tap-plan-flow' AND state = 'completed'"),
+		"SELECT count(*) FROM wfe.runs WHERE workflow IN ('tap-plan-flow', 'tap-plan-rl') AND state = 'completed'"),
 	$HISTORY + $total,
 	'their runs completed');
 

@@ -575,6 +575,59 @@ test_context_schema(void)
 	}
 }
 
+/* rate_limit (dsl.md "Flow-control keys"): a name or {name, key}; into the plan only when set. */
+static void
+test_rate_limit(void)
+{
+	const char *head =
+		"name: t\n"
+		"version: \"1.0.0\"\n"
+		"entry: a\n"
+		"stages:\n"
+		"  - name: a\n"
+		"    type: worker\n"
+		"    queue: q\n"
+		"    worker: w@1\n"
+		"    on_success: completed\n"
+		"    on_failure: failed\n";
+	struct
+	{
+		const char *line;
+		const char *code;		/* NULL: compiles */
+		const char *plan;		/* expected in the plan text, when it compiles */
+	}			cases[] = {
+		{"    rate_limit: api\n", NULL, "\"rate_limit\":{\"key\":null,\"name\":\"api\"}"},
+		{"    rate_limit: {name: api, key: \"${context.c}\"}\n", NULL,
+		"\"rate_limit\":{\"key\":\"${context.c}\",\"name\":\"api\"}"},
+		{"    rate_limit: {key: \"${context.c}\"}\n", "schema.required", NULL},
+		{"    rate_limit: {name: api, key: fixed}\n", "schema.value", NULL},
+		{"    rate_limit: {name: api, burst: 3}\n", "schema.unknown_key", NULL},
+		{"    rate_limit: [api]\n", "schema.type", NULL},
+		{"    rate_limit: \"a b\"\n", "schema.value", NULL},
+	};
+
+	for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++)
+	{
+		char		src[1024];
+		wfe_compile_result *r;
+
+		snprintf(src, sizeof(src), "%s%s", head, cases[k].line);
+		r = compile(src);
+		if (cases[k].code == NULL)
+			ok(r->ok && strstr(r->plan_text, cases[k].plan) != NULL, "rate_limit %zu compiles into the plan", k);
+		else
+			ok(!r->ok && has_code(r, cases[k].code), "rate_limit %zu: %s", k, cases[k].code);
+		wfe_compile_result_free(r);
+	}
+	/* without one, the plan has no rate_limit key: older plans keep their digests */
+	{
+		wfe_compile_result *r = compile(head);
+
+		ok(r->ok && strstr(r->plan_text, "rate_limit") == NULL, "no rate_limit, no key in the plan");
+		wfe_compile_result_free(r);
+	}
+}
+
 int
 main(void)
 {
@@ -587,6 +640,7 @@ main(void)
 	test_contracts();
 	test_result_json();
 	test_expression_positions();
+	test_rate_limit();
 	printf("1..%d\n", tests_run);
 	return tests_failed ? 1 : 0;
 }

@@ -496,6 +496,18 @@ read_stage(wfe_run_plan *rp, int i, json_object *o)
 			/* a map's items read the roots its item inputs may read too */
 			if (!scan_template(&sc, input, 0) && !items_refs)
 				sc.roots = 0;
+			/* a keyed rate limit's key binds over the same root as the input */
+			if (json_object_get_type(json_object_object_get(o, "rate_limit")) == json_type_object)
+			{
+				json_object *key = json_object_object_get(json_object_object_get(o, "rate_limit"), "key");
+
+				if (json_object_get_type(key) == json_type_string)
+				{
+					s->rate_key = key;
+					if (!scan_template(&sc, key, 0))
+						sc.roots = 0;
+				}
+			}
 		}
 		else if (s->kind == WFE_K_SLEEP && str_member(o, "until"))
 		{

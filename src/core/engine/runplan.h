@@ -129,6 +129,7 @@ typedef struct wfe_rp_stage
 	int			nstage_refs;	/* stages.X the template reads, -1: all */
 	int		   *stage_refs;
 	int64_t		cache_ttl_ms;	/* cache: {ttl_ms}; -1: the stage is not cached */
+	struct json_object *rate_key;	/* rate_limit.key: a "${...}" string; NULL: unkeyed or none */
 
 	/* tasks form */
 	int			ndeps;

@@ -455,6 +455,42 @@ step_bind(wfe_step *st, int i, json_object *root, const char **code, const char 
 	return text;
 }
 
+/*
+ * Bind stage i's rate-limit key (dsl.md "Flow-control keys") into its row,
+ * for the enqueue to write.  Returns 0, or -1 with *code and *message set:
+ * a key that fails to bind is the stage's binding failure.
+ */
+static int
+bind_rate_key(wfe_step *st, int i, const char **code, const char **message)
+{
+	const wfe_rp_stage *s = &st->rp->stages[i];
+	json_object *key;
+	wfe_bind_error err;
+
+	if (s->rate_key == NULL)
+		return 0;
+	memset(&err, 0, sizeof(err));
+	key = wfe_bind_input(s->rate_key, build_root(st, i, 0), NULL, &err);
+	if (key == NULL)
+	{
+		*code = wfe_arena_strdup(&st->arena, err.code ? err.code : WFE_BIND_TYPE);
+		*message = wfe_arena_printf(&st->arena, "rate_limit.key: %s", err.message);
+		return -1;
+	}
+	/* a string is the key as it is; any other value, its canonical JSON */
+	if (json_object_get_type(key) == json_type_string)
+		wfe_step_row(st, i)->rate_key = wfe_arena_strdup(&st->arena, json_object_get_string(key));
+	else
+	{
+		char	   *canon = wfe_canonical_json(key);
+
+		wfe_step_row(st, i)->rate_key = wfe_arena_strdup(&st->arena, canon ? canon : "null");
+		free(canon);
+	}
+	json_object_put(key);
+	return 0;
+}
+
 /* ---------------------------------------------------------------------
  * Releasing stages
  * --------------------------------------------------------------------- */
@@ -487,6 +523,8 @@ step_enqueue(wfe_step *st, int i, const char *input, int new_attempt, const char
 	op->flag = new_attempt;
 	op->json = input;
 	op->text = cache_key;
+	op->json2 = r->rate_key;	/* bound at this release; NULL keeps the row's */
+	r->rate_key = NULL;
 	if (cache_key != NULL)
 		r->cache_key = cache_key;
 	r->state = WFE_QUEUED;
@@ -775,6 +813,8 @@ step_activate(wfe_step *st, int i, int branch, wfe_state outcome)
 		input = s->kind == WFE_K_FINALISER ? finaliser_input(st)
 			: (s->kind == WFE_K_WAIT || (s->kind == WFE_K_SLEEP && s->input == NULL)) ? "{}"
 			: step_bind_stage(st, i, &code, &message);
+		if (input != NULL && bind_rate_key(st, i, &code, &message) < 0)
+			input = NULL;
 		if (input == NULL)
 			step_bind_failed(st, i, code, message);
 		else if (s->kind == WFE_K_WAIT || s->kind == WFE_K_SLEEP)

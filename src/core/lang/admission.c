@@ -44,7 +44,7 @@ static const char *const policy_values[] = {
 };
 static const char *const action_keys[] = {
 	"name", "type", "action", "on_success", "on_failure", "input", "retry",
-	"execution_deadline_ms", "cache", NULL
+	"execution_deadline_ms", "cache", "rate_limit", NULL
 };
 static const char *const action_required[] = {
 	"name", "type", "action", "on_success", "on_failure", NULL
@@ -52,7 +52,7 @@ static const char *const action_required[] = {
 static const char *const worker_keys[] = {
 	"name", "type", "queue", "worker", "on_success", "on_failure", "input",
 	"retry", "execution_deadline_ms", "queue_deadline_ms", "heartbeat_ms",
-	"cache", NULL
+	"cache", "rate_limit", NULL
 };
 static const char *const worker_required[] = {
 	"name", "type", "queue", "worker", "on_success", "on_failure", NULL
@@ -104,13 +104,13 @@ static const char *const task_keys[] = {
 	"id", "worker", "queue", "action", "description", "depends_on", "critical",
 	"dependency_policy", "contexts", "awaits", "produces", "requires_outputs",
 	"input", "retry", "execution_deadline_ms", "queue_deadline_ms",
-	"heartbeat_ms", "cache", "for_each", "max_concurrency", "tolerated_failures", NULL
+	"heartbeat_ms", "cache", "for_each", "max_concurrency", "tolerated_failures", "rate_limit", NULL
 };
 static const char *const task_action_keys[] = {
 	"id", "action", "description", "depends_on", "critical",
 	"dependency_policy", "contexts", "awaits", "produces", "requires_outputs",
 	"input", "retry", "execution_deadline_ms", "queue_deadline_ms",
-	"heartbeat_ms", "cache", "for_each", "max_concurrency", "tolerated_failures", NULL
+	"heartbeat_ms", "cache", "for_each", "max_concurrency", "tolerated_failures", "rate_limit", NULL
 };
 static const char *const task_wait_keys[] = {
 	"id", "wait", "description", "depends_on", "critical", "dependency_policy",
@@ -131,6 +131,8 @@ static const char *const sleep_executor_keys[] = {"duration_ms", "until", NULL};
 static const char *const produce_keys[] = {"key", "type", NULL};
 static const char *const require_keys[] = {"producer_task_id", "key", NULL};
 static const char *const cache_keys[] = {"ttl_ms", NULL};
+static const char *const rate_limit_keys[] = {"name", "key", NULL};
+static const char *const rate_limit_required[] = {"name", NULL};
 static const char *const stage_states[] = {
 	"completed", "failed", "skipped", "cancelled", "timed_out", NULL
 };
@@ -525,6 +527,64 @@ read_cache(wfe_model *m, const wfe_ynode *map, const char *path)
 	return ttl;
 }
 
+/* A rate limit's name: what wfe.configure_rate_limit accepts. */
+static int
+rate_limit_name_ok(const char *name)
+{
+	if (!((name[0] >= 'a' && name[0] <= 'z') || (name[0] >= 'A' && name[0] <= 'Z') ||
+		  (name[0] >= '0' && name[0] <= '9')))
+		return 0;
+	for (const char *c = name; *c; c++)
+		if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
+			  *c == '.' || *c == '_' || *c == '-'))
+			return 0;
+	return 1;
+}
+
+/*
+ * The rate limit (dsl.md "Flow-control keys"): `rate_limit: NAME` or
+ * `{name: NAME, key: "${...}"}`.  Whether NAME is configured is not the
+ * compiler's to know (ratelimit.unknown is a warning, wfe.compile's).
+ */
+static void
+read_rate_limit(wfe_model *m, wfe_stage *s, const wfe_ynode *map)
+{
+	const wfe_ynode *n = wfe_ymap_get(map, "rate_limit");
+	const char *rpath = key_path(m, s->path, "rate_limit");
+	const wfe_ynode *name_node = n;
+	const char *npath = rpath;
+
+	if (n == NULL)
+		return;
+	if (n->kind == WFE_Y_MAP)
+	{
+		check_keys(m, n, rpath, rate_limit_keys, rate_limit_required, "rate_limit");
+		name_node = wfe_ymap_get(n, "name");
+		npath = key_path(m, rpath, "name");
+		s->rate_key = get_string(m, n, "key", rpath);
+		if (s->rate_key != NULL && strstr(s->rate_key, "${") == NULL)
+			report(m, "schema.value", wfe_ymap_get(n, "key"), key_path(m, rpath, "key"),
+				   "rate_limit.key must interpolate the run's data, like \"${context.customer}\"");
+		if (name_node == NULL)
+			return;
+	}
+	else if (n->kind != WFE_Y_SCALAR || n->type != WFE_YS_STRING)
+	{
+		report(m, "schema.type", n, rpath,
+			   "rate_limit must be a name or a mapping like {name: api, key: \"${context.customer}\"}, not %s",
+			   wfe_ynode_describe(n));
+		return;
+	}
+	s->rate_limit = as_string(m, name_node, npath, "rate_limit.name");
+	if (s->rate_limit != NULL && !rate_limit_name_ok(s->rate_limit))
+	{
+		report(m, "schema.value", name_node, npath,
+			   "rate limit name \"%s\" is not valid: use letters, digits, \".\", \"_\" and \"-\"",
+			   s->rate_limit);
+		s->rate_limit = NULL;
+	}
+}
+
 /* The YAML node a JSON pointer ("/a/0/b") names below n, or the deepest one found. */
 static const wfe_ynode *
 ynode_at_pointer(const wfe_ynode *n, const char *ptr)
@@ -686,6 +746,7 @@ read_executor_settings(wfe_model *m, wfe_stage *s, const wfe_ynode *map)
 	get_ms(m, map, "queue_deadline_ms", s->path, &s->queue_deadline_ms, 1);
 	get_ms(m, map, "heartbeat_ms", s->path, &s->heartbeat_ms, 1);
 	s->cache_ttl_ms = read_cache(m, map, s->path);
+	read_rate_limit(m, s, map);
 }
 
 /*

@@ -109,6 +109,8 @@ typedef struct wfe_stage
 	long long	queue_deadline_ms;
 	long long	heartbeat_ms;
 	long long	cache_ttl_ms;	/* WFE_NONE: no cache */
+	const char *rate_limit;		/* the token bucket, or NULL */
+	const char *rate_key;		/* its key template, or NULL: unkeyed */
 
 	/* map: ref, queue, input, retry, deadlines and cache above are its item's */
 	const wfe_ynode *items;		/* a "${...}" string, or a literal sequence */

@@ -81,6 +81,15 @@ add_executor(json_object *o, const wfe_stage *s)
 		json_object_object_add(c, "ttl_ms", json_object_new_int64(s->cache_ttl_ms));
 		json_object_object_add(o, "cache", c);
 	}
+	/* only when set: plans without one keep their digests */
+	if (s->rate_limit != NULL)
+	{
+		json_object *r = json_object_new_object();
+
+		json_object_object_add(r, "name", str_json(s->rate_limit));
+		json_object_object_add(r, "key", s->rate_key ? str_json(s->rate_key) : NULL);
+		json_object_object_add(o, "rate_limit", r);
+	}
 }
 
 /* A workflow stage's or task's child: the workflow, its input, retry and deadline. */
