@@ -222,10 +222,12 @@ dashboard_times() {
 # than its first day's end) with wfe._retention, RETENTION_BATCH runs a
 # call, each call a transaction; times, sizes and dead tuples to SCALE[ret:*].
 retention_day() {
-	local oldest cutoff_s t0 calls=0 n ms all_ms=() sizes0 sizes1
-	oldest=$(q "SELECT extract(epoch FROM now() - min(finished_at))::bigint FROM wfe.runs WHERE finished_at IS NOT NULL")
-	cutoff_s=$((oldest - 86400))
-	SCALE[ret:target]=$(q "SELECT count(*) FROM wfe.runs WHERE finished_at < now() - make_interval(secs => $cutoff_s)")
+	local cutoff cutoff_s t0 calls=0 n ms all_ms=() sizes0 sizes1
+	# the cutoff is a time, not an age: calls that take long (a loaded
+	# machine) must not keep finding runs that aged past it meanwhile
+	cutoff=$(q "SELECT min(finished_at) + interval '1 day' FROM wfe.runs WHERE finished_at IS NOT NULL")
+	cutoff_s="extract(epoch FROM now() - '$cutoff'::timestamptz)::int"
+	SCALE[ret:target]=$(q "SELECT count(*) FROM wfe.runs WHERE finished_at < '$cutoff'")
 	sizes0=$(q "SELECT pg_total_relation_size('wfe.runs') + pg_total_relation_size('wfe.run_stages') + (SELECT sum(pg_total_relation_size(p.relid)) FROM pg_partition_tree('wfe.events') AS p)")
 	t0=$(date +%s.%N)
 	while :; do
@@ -241,7 +243,7 @@ retention_day() {
 	read -r "SCALE[ret:p50]" "SCALE[ret:max]" < <(printf '%s
 ' "${all_ms[@]}" | sort -n |
 		awk '{ v[NR] = $1 } END { printf "%.1f %.1f\n", v[int((NR + 1) / 2)], v[NR] }')
-	SCALE[ret:left]=$(q "SELECT count(*) FROM wfe.runs WHERE finished_at < now() - make_interval(secs => $cutoff_s)")
+	SCALE[ret:left]=$(q "SELECT count(*) FROM wfe.runs WHERE finished_at < '$cutoff'")
 	SCALE[ret:dead]=$(q "SELECT sum(n_dead_tup) FROM pg_stat_user_tables WHERE schemaname = 'wfe' AND (relname IN ('runs', 'run_stages') OR relname LIKE 'events\\_%'))")
 	sizes1=$(q "SELECT pg_total_relation_size('wfe.runs') + pg_total_relation_size('wfe.run_stages') + (SELECT sum(pg_total_relation_size(p.relid)) FROM pg_partition_tree('wfe.events') AS p)")
 	SCALE[ret:mb0]=$((sizes0 / 1048576))
