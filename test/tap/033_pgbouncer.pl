@@ -1,9 +1,10 @@
 # Poll workers through a connection pooler in transaction mode (operations.md
 # "Scaling out", docs/operations.md "Behind a connection pooler"): Debian's
 # pgbouncer on loopback, pool_mode = transaction, a pool of 10 server
-# connections; 40 wfe-worker processes (--no-listen, one connection each)
-# and 15 Python workers (Worker(pooled=True), 4 client connections each):
-# 100 worker connections serve one poll queue through it, 400 runs.
+# connections; 70 wfe-worker processes (--no-listen, one connection each)
+# and 15 Python workers (Worker(pooled=True), concurrency 2: two client
+# connections each): 100 worker connections serve one poll queue through
+# it, 400 runs.
 #
 # Each execution of a task appends "run stage fence" to one file (one
 # O_APPEND write, so lines never mix).  Asserted: the pooler holds the 100
@@ -32,9 +33,9 @@ plan skip_all => 'pgbouncer is not installed (test/harness/deps.sh)' unless -x $
 
 my $RUNS = 400;
 my $POOL = 10;
-my $WFE_WORKERS = 40;
+my $WFE_WORKERS = 70;
 my $PY_WORKERS = 15;
-my $CLIENTS = $WFE_WORKERS + 4 * $PY_WORKERS;    # 100
+my $CLIENTS = $WFE_WORKERS + 2 * $PY_WORKERS;    # 100
 
 my $node = PostgreSQL::Test::Cluster->new('wfe_pgbouncer');
 $node->init;
