@@ -244,7 +244,7 @@ retention_day() {
 ' "${all_ms[@]}" | sort -n |
 		awk '{ v[NR] = $1 } END { printf "%.1f %.1f\n", v[int((NR + 1) / 2)], v[NR] }')
 	SCALE[ret:left]=$(q "SELECT count(*) FROM wfe.runs WHERE finished_at < '$cutoff'")
-	SCALE[ret:dead]=$(q "SELECT sum(n_dead_tup) FROM pg_stat_user_tables WHERE schemaname = 'wfe' AND (relname IN ('runs', 'run_stages') OR relname LIKE 'events\\_%'))")
+	SCALE[ret:dead]=$(q "SELECT sum(n_dead_tup) FROM pg_stat_user_tables WHERE schemaname = 'wfe' AND (relname IN ('runs', 'run_stages') OR relname LIKE 'events\\_%')")
 	sizes1=$(q "SELECT pg_total_relation_size('wfe.runs') + pg_total_relation_size('wfe.run_stages') + (SELECT sum(pg_total_relation_size(p.relid)) FROM pg_partition_tree('wfe.events') AS p)")
 	SCALE[ret:mb0]=$((sizes0 / 1048576))
 	SCALE[ret:mb1]=$((sizes1 / 1048576))
