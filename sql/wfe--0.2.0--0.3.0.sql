@@ -3194,6 +3194,246 @@ CREATE POLICY tenant_read ON wfe.run_maps FOR SELECT
     USING (coalesce(tenant OPERATOR(pg_catalog.=) ANY ((SELECT wfe.my_tenants())::pg_catalog.text[]), true));
 SELECT pg_catalog.pg_extension_config_dump('wfe.run_maps', '');
 
+-- ---------------------------------------------------------------------
+-- History partitioned by time (issue 25, item 6; docs: scaling.md
+-- "History partitions"): wfe.events becomes a table partitioned by day.
+-- The 0.2.0 table is renamed, the new one made as 60_runtime_tables.sql
+-- makes it, every row moves into it with its event_id (into its default
+-- partition; the background worker then moves them into day partitions,
+-- a day a pass), and the old table goes.  The views that read wfe.events
+-- and its triggers, and the SQL-standard function bodies that write it
+-- (wfe._event), are made again, as they were, on the new table (their
+-- text is read from the catalog, so a section above that changed them is
+-- kept).  The upgrade rewrites the event log: its time and disk space grow
+-- with it.
+-- ---------------------------------------------------------------------
+CREATE TABLE wfe._upgrade_events_objects (n int, stmt text);
+INSERT INTO wfe._upgrade_events_objects
+SELECT 0, pg_catalog.pg_get_functiondef(f.oid)
+  FROM pg_catalog.pg_proc AS f
+ WHERE f.oid IN (SELECT d.objid FROM pg_catalog.pg_depend AS d
+                  WHERE d.classid = 'pg_catalog.pg_proc'::regclass
+                    AND d.refclassid = 'pg_catalog.pg_class'::regclass
+                    AND d.refobjid = 'wfe.events'::regclass)
+UNION ALL
+SELECT 1, format('CREATE OR REPLACE VIEW %s%s AS %s', v.oid::regclass,
+                 CASE WHEN v.reloptions IS NULL THEN ''
+                      ELSE ' WITH (' || array_to_string(v.reloptions, ', ') || ')' END,
+                 pg_catalog.pg_get_viewdef(v.oid))
+  FROM pg_catalog.pg_class AS v
+ WHERE v.oid IN (SELECT rw.ev_class FROM pg_catalog.pg_depend AS d
+                   JOIN pg_catalog.pg_rewrite AS rw ON rw.oid = d.objid
+                  WHERE d.classid = 'pg_catalog.pg_rewrite'::regclass
+                    AND d.refclassid = 'pg_catalog.pg_class'::regclass
+                    AND d.refobjid = 'wfe.events'::regclass)
+   AND v.oid <> 'wfe.events'::regclass
+UNION ALL
+SELECT 2, pg_catalog.pg_get_triggerdef(t.oid)
+  FROM pg_catalog.pg_trigger AS t WHERE t.tgrelid = 'wfe.events'::regclass AND NOT t.tgisinternal
+UNION ALL
+SELECT 3, format('COMMENT ON TRIGGER %I ON wfe.events IS %L', t.tgname, c.description)
+  FROM pg_catalog.pg_trigger AS t
+  JOIN pg_catalog.pg_description AS c ON c.objoid = t.oid AND c.classoid = 'pg_catalog.pg_trigger'::regclass
+ WHERE t.tgrelid = 'wfe.events'::regclass AND NOT t.tgisinternal;
+
+ALTER TABLE wfe.events RENAME TO events_0_2_0;
+ALTER TABLE wfe.events_0_2_0 RENAME CONSTRAINT events_pkey TO events_0_2_0_pkey;
+ALTER INDEX wfe.events_run RENAME TO events_0_2_0_run;
+ALTER INDEX wfe.events_unknown RENAME TO events_0_2_0_unknown;
+ALTER INDEX wfe.events_schedules RENAME TO events_0_2_0_schedules;
+ALTER SEQUENCE wfe.events_event_id_seq RENAME TO events_0_2_0_event_id_seq;
+
+CREATE TABLE wfe.events (
+    event_id bigint GENERATED ALWAYS AS IDENTITY,
+    run_id   bigint,
+    tenant   text NOT NULL,
+    stage    text,
+    attempt  int,
+    type     text NOT NULL,
+    at       timestamptz NOT NULL DEFAULT now(),
+    detail   jsonb,
+    fence    bigint,
+    PRIMARY KEY (event_id, at)
+) PARTITION BY RANGE (at);
+CREATE TABLE wfe.events_default PARTITION OF wfe.events DEFAULT;
+COMMENT ON TABLE wfe.events_default IS
+'The events no day partition of wfe.events covers: all of them without the background worker, which splits them into day partitions (wfe._history_maintain).';
+COMMENT ON COLUMN wfe.events.fence IS
+'The fence the event is about (an attempt released, cancelled, reported about); kept out of detail, and not readable by wfe_reader or wfe_operator: only the claim and the envelope carry fences';
+COMMENT ON TABLE wfe.events IS
+'Event log: every accepted transition (run.submitted, stage.released, stage.claimed, stage.completed, ...) and every rejected callback (callback.stale, callback.late, ...).';
+GRANT SELECT (event_id, run_id, tenant, stage, attempt, type, at, detail)
+    ON wfe.events TO wfe_reader, wfe_operator;
+CREATE INDEX events_run ON wfe.events (run_id, event_id);
+CREATE INDEX events_unknown ON wfe.events (at) WHERE type IN ('callback.unknown', 'callback.unauthenticated', 'callback.expired', 'callback.replayed');
+CREATE INDEX events_schedules ON wfe.events (at)
+    WHERE run_id IS NULL AND type IN ('schedule.skipped', 'schedule.failed');
+ALTER TABLE wfe.events ENABLE ROW LEVEL SECURITY;
+ALTER TABLE wfe.events FORCE ROW LEVEL SECURITY;
+CREATE POLICY tenant_read ON wfe.events FOR SELECT
+    USING (coalesce(tenant OPERATOR(pg_catalog.=) ANY ((SELECT wfe.my_tenants())::pg_catalog.text[]), true));
+SELECT pg_catalog.pg_extension_config_dump('wfe.events', '');
+SELECT pg_catalog.pg_extension_config_dump('wfe.events_default', '');
+SELECT pg_catalog.pg_extension_config_dump('wfe.events_event_id_seq', '');
+
+-- the rows, before the triggers exist (they were redacted, counted and
+-- projected when first written)
+INSERT INTO wfe.events (event_id, run_id, tenant, stage, attempt, type, at, detail, fence)
+OVERRIDING SYSTEM VALUE
+SELECT e.event_id, e.run_id, e.tenant, e.stage, e.attempt, e.type, e.at, e.detail, e.fence
+  FROM wfe.events_0_2_0 AS e;
+SELECT pg_catalog.setval('wfe.events_event_id_seq', s.last_value, s.is_called)
+  FROM wfe.events_0_2_0_event_id_seq AS s;
+
+DO $history$
+DECLARE
+    x text;
+BEGIN
+    FOR x IN SELECT o.stmt FROM wfe._upgrade_events_objects AS o ORDER BY o.n, o.stmt LOOP
+        EXECUTE x;
+    END LOOP;
+END
+$history$;
+DROP TABLE wfe._upgrade_events_objects;
+-- out of the extension first: that takes them off pg_dump's list of its
+-- configuration tables too (DROP alone would leave their oids there)
+ALTER EXTENSION wfe DROP SEQUENCE wfe.events_0_2_0_event_id_seq;
+ALTER EXTENSION wfe DROP TABLE wfe.events_0_2_0;
+DROP TABLE wfe.events_0_2_0;
+
+-- History partitions (docs: scaling.md "History partitions").  wfe.events
+-- is partitioned by day (UTC): events_pYYYYMMDD holds the events of that
+-- day, events_default whatever no day partition covers.  The background
+-- worker, in its retention pass (wfe._retention), keeps the coming days'
+-- partitions made ahead, moves the rows the default partition holds into
+-- day partitions, and drops the day partitions retention has passed.
+--
+-- The day partitions are data, not schema: the worker makes them, they are
+-- no members of the extension (pg_dump dumps them with their rows, DROP
+-- EXTENSION drops them with wfe.events).  Each DDL here waits at most
+-- lock_timeout for its lock; one that gives up is tried again on the next
+-- pass, and the event path never waits on more than that.
+
+-- Make the partition of day p_day (UTC) unless it exists, moving the rows
+-- of that day the default partition holds into it.  Returns 1 if made.
+CREATE FUNCTION wfe._history_make_day(p_day date)
+RETURNS int
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET lock_timeout = '200ms'
+AS $$
+DECLARE
+    v_name text := 'events_p' || to_char(p_day, 'YYYYMMDD');
+    v_lo   timestamptz := p_day::timestamp AT TIME ZONE 'UTC';
+    v_hi   timestamptz := (p_day + 1)::timestamp AT TIME ZONE 'UTC';
+BEGIN
+    IF to_regclass('wfe.' || v_name) IS NOT NULL THEN
+        RETURN 0;
+    END IF;
+    BEGIN
+        -- ATTACH takes this lock to check the default partition holds none
+        -- of the day's rows: taken first, no row of the day lands there
+        -- while they move (inserts of other days go on)
+        LOCK TABLE wfe.events_default IN ACCESS EXCLUSIVE MODE;
+        -- made apart and attached: CREATE TABLE ... PARTITION OF would lock
+        -- wfe.events itself; the CHECK spares ATTACH a scan of the new table
+        EXECUTE format('CREATE TABLE wfe.%I (LIKE wfe.events INCLUDING DEFAULTS,'
+                       ' CONSTRAINT %I CHECK (at >= %L AND at < %L))',
+                       v_name, v_name || '_day', v_lo, v_hi);
+        EXECUTE format('WITH moved AS (DELETE FROM wfe.events_default AS e WHERE e.at >= %L AND e.at < %L'
+                       ' RETURNING e.*) INSERT INTO wfe.%I SELECT * FROM moved',
+                       v_lo, v_hi, v_name);
+        EXECUTE format('ALTER TABLE wfe.events ATTACH PARTITION wfe.%I FOR VALUES FROM (%L) TO (%L)',
+                       v_name, v_lo, v_hi);
+    EXCEPTION WHEN lock_not_available THEN
+        RETURN 0;                   -- busy: the next pass tries again
+    END;
+    RETURN 1;
+END
+$$;
+COMMENT ON FUNCTION wfe._history_make_day(date) IS
+'Makes the day partition of wfe.events for p_day (UTC) unless it exists, moving that day''s rows out of the default partition; 1 if made, 0 if it existed or a lock was busy.';
+REVOKE ALL ON FUNCTION wfe._history_make_day(date) FROM PUBLIC;
+
+-- The day partitions of wfe.events, oldest first, with the time each ends.
+CREATE FUNCTION wfe._history_days(OUT name text, OUT day date, OUT ends timestamptz)
+RETURNS SETOF record
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT c.relname::text, to_date(substr(c.relname, 9), 'YYYYMMDD'),
+           (to_date(substr(c.relname, 9), 'YYYYMMDD') + 1)::timestamp AT TIME ZONE 'UTC'
+      FROM pg_inherits AS i
+      JOIN pg_class AS c ON c.oid = i.inhrelid
+     WHERE i.inhparent = 'wfe.events'::regclass AND c.relname ~ '^events_p[0-9]{8}$'
+     ORDER BY c.relname
+$$;
+COMMENT ON FUNCTION wfe._history_days() IS
+'The day partitions of wfe.events (events_pYYYYMMDD), oldest first, with the time each ends.';
+REVOKE ALL ON FUNCTION wfe._history_days() FROM PUBLIC;
+
+-- The worker's pass over the partitions: today's and the next two days'
+-- made ahead, one day moved out of the default partition, and the day
+-- partitions every event of which is past p_cutoff dropped.
+CREATE FUNCTION wfe._history_maintain(p_cutoff timestamptz)
+RETURNS int
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET lock_timeout = '200ms'
+AS $$
+DECLARE
+    v_today date := (now() AT TIME ZONE 'UTC')::date;
+    v_keep  timestamptz;
+    v_run   bigint;
+    v_at    timestamptz;
+    v_kept  boolean;
+    p       record;
+    n       int := 0;
+BEGIN
+    FOR i IN 0 .. 2 LOOP
+        n := n + wfe._history_make_day(v_today + i);
+    END LOOP;
+    -- rows the default partition holds (after an upgrade, or a time without
+    -- the worker): one day of them a pass
+    SELECT e.at INTO v_at FROM wfe.events_default AS e LIMIT 1;
+    IF FOUND THEN
+        n := n + wfe._history_make_day((v_at AT TIME ZONE 'UTC')::date);
+    END IF;
+    -- A day partition goes when it ended before the cutoff and no run that
+    -- is still kept can have an event in it.  A run's events are written
+    -- at or after its submission, and retention removes runs oldest first:
+    -- what the oldest run left (its run_id, so the primary key answers)
+    -- was submitted after holds no event of a kept run.  The hour allows
+    -- for transactions that began before a submission they then wrote
+    -- about, and run ids drawn out of submission order.
+    SELECT r.run_id, r.submitted_at - interval '1 hour' INTO v_run, v_at
+      FROM wfe.runs AS r ORDER BY r.run_id LIMIT 1;
+    v_keep := least(p_cutoff, v_at);
+    FOR p IN SELECT d.name, d.ends FROM wfe._history_days() AS d LOOP
+        EXIT WHEN p.ends > v_keep;
+        -- and none of its events names a run still kept, checked: a run
+        -- that old cannot have any, so this finds (by the partition's
+        -- events_run index, from the oldest run's id up) only events
+        -- written with a time before their run's, or about run ids that
+        -- were never submitted
+        EXECUTE format('SELECT EXISTS (SELECT 1 FROM wfe.%I AS e WHERE e.run_id >= $1'
+                       ' AND EXISTS (SELECT 1 FROM wfe.runs AS r WHERE r.run_id = e.run_id))', p.name)
+           INTO v_kept USING v_run;
+        CONTINUE WHEN v_kept;
+        BEGIN
+            EXECUTE format('DROP TABLE wfe.%I', p.name);
+        EXCEPTION WHEN lock_not_available THEN
+            EXIT;                   -- busy: the next pass tries again
+        END;
+        n := n + 1;
+    END LOOP;
+    RETURN n;
+END
+$$;
+COMMENT ON FUNCTION wfe._history_maintain(timestamptz) IS
+'The worker''s pass over wfe.events'' day partitions: makes today''s and the next two days'', moves one day out of the default partition, drops the day partitions that ended before p_cutoff and before the oldest run kept was submitted, and name no run kept.  Returns the partitions made or dropped.';
+REVOKE ALL ON FUNCTION wfe._history_maintain(timestamptz) FROM PUBLIC;
+
 -- Final bodies: every function whose text changed in 0.3.0, as src/sql has it.
 -- (Written by the same rule as the sections above: the whole text, copied.)
 
@@ -4570,7 +4810,9 @@ BEGIN
              ORDER BY r.finished_at LIMIT p_batch
                FOR UPDATE SKIP LOCKED) AS x;
     IF v_runs IS NOT NULL THEN
-        DELETE FROM wfe.events AS e WHERE e.run_id = ANY (v_runs);
+        -- their events in day partitions go with the partition
+        -- (wfe._history_maintain, below); those in the default one now
+        DELETE FROM wfe.events_default AS e WHERE e.run_id = ANY (v_runs);
         DELETE FROM wfe.outbox AS o WHERE o.run_id = ANY (v_runs) AND o.state = 'published';
         DELETE FROM wfe.runs AS r WHERE r.run_id = ANY (v_runs);     -- cascades to stages, outputs, timers, payloads
         n := cardinality(v_runs);
@@ -4606,6 +4848,8 @@ BEGIN
                              AND e2.at < v_cutoff
                              AND NOT EXISTS (SELECT 1 FROM wfe.runs AS r WHERE r.run_id = e2.run_id)
                            LIMIT p_batch);
+    -- the history partitions: made ahead, and dropped once past retention
+    PERFORM wfe._history_maintain(v_cutoff);
     RETURN n;
 END
 $$;
@@ -5244,7 +5488,7 @@ COMMENT ON FUNCTION wfe._next_due_ms() IS
 COMMENT ON FUNCTION wfe._repair() IS
 'Repair after a crash: outbox rows left claimed go back to pending; in-database attempts left running are timed out now (retried per policy).  Transitions are single transactions, so nothing else can be half done.';
 COMMENT ON FUNCTION wfe._retention(int, int) IS
-'Deletes up to p_batch finished runs older than the retention (and their history and large payloads), old published outbox rows, old unauthenticated callbacks, old schedule events, old run command payloads (wfe.put_payload) and expired result cache entries.';
+'Deletes up to p_batch finished runs older than the retention (and their stages and large payloads), old published outbox rows, old unauthenticated callbacks, old schedule events, old run command payloads (wfe.put_payload) and expired result cache entries; makes the coming days'' event partitions and drops those past retention (wfe._history_maintain).';
 COMMENT ON FUNCTION wfe._relay_sees(text, text[]) IS
 'Whether an external relay acting for p_tenants (wfe.my_tenants(); NULL: every tenant) may claim and acknowledge an outbox row of p_tenant.';
 COMMENT ON FUNCTION wfe.outbox_claim(int, text) IS
@@ -5315,5 +5559,11 @@ COMMENT ON FUNCTION wfe._ingress_submit(text, text) IS
 'Validates a run command (seed 004''s envelope) of an ingress and submits it as the ingress''s role; raises for a command to reject.';
 COMMENT ON FUNCTION wfe._ingress_names() IS
 'The ingresses the background worker consumes.';
+COMMENT ON FUNCTION wfe._history_make_day(date) IS
+'Makes the day partition of wfe.events for p_day (UTC) unless it exists, moving that day''s rows out of the default partition; 1 if made, 0 if it existed or a lock was busy.';
+COMMENT ON FUNCTION wfe._history_days() IS
+'The day partitions of wfe.events (events_pYYYYMMDD), oldest first, with the time each ends.';
+COMMENT ON FUNCTION wfe._history_maintain(timestamptz) IS
+'The worker''s pass over wfe.events'' day partitions: makes today''s and the next two days'', moves one day out of the default partition, drops the day partitions that ended before p_cutoff and before the oldest run kept was submitted, and name no run kept.  Returns the partitions made or dropped.';
 
 -- End of the final bodies.

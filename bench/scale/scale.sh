@@ -108,6 +108,11 @@ scale_history() {
 		die "history: the template run did not finish completed"
 	span=$(q "SELECT greatest(setting::int - 3600, setting::int / 2) FROM pg_settings WHERE name = 'wfe.retention'")
 	[ -n "$span" ] || span=$((6 * 24 * 3600))
+	# the day partitions of the events the copies date back to (the
+	# worker makes today's and the next days' only)
+	q "SELECT sum(wfe._history_make_day(d::date))
+	     FROM generate_series((now() AT TIME ZONE 'UTC')::date - $span / 86400 - 1,
+	                          (now() AT TIME ZONE 'UTC')::date, interval '1 day') AS d" >/dev/null
 	for ((first = 1; first < n; first += k)); do
 		k=$((n - first < SCALE_CHUNK ? n - first : SCALE_CHUNK))
 		rows=$((rows + $(q "SELECT bench_clone_run($tpl, $first, $k, $((n - 1)), make_interval(secs => $span))")))
@@ -217,11 +222,13 @@ dashboard_times() {
 # than its first day's end) with wfe._retention, RETENTION_BATCH runs a
 # call, each call a transaction; times, sizes and dead tuples to SCALE[ret:*].
 retention_day() {
-	local oldest cutoff_s t0 calls=0 n ms all_ms=() sizes0 sizes1
-	oldest=$(q "SELECT extract(epoch FROM now() - min(finished_at))::bigint FROM wfe.runs WHERE finished_at IS NOT NULL")
-	cutoff_s=$((oldest - 86400))
-	SCALE[ret:target]=$(q "SELECT count(*) FROM wfe.runs WHERE finished_at < now() - make_interval(secs => $cutoff_s)")
-	sizes0=$(q "SELECT pg_total_relation_size('wfe.runs') + pg_total_relation_size('wfe.run_stages') + pg_total_relation_size('wfe.events')")
+	local cutoff cutoff_s t0 calls=0 n ms all_ms=() sizes0 sizes1
+	# the cutoff is a time, not an age: calls that take long (a loaded
+	# machine) must not keep finding runs that aged past it meanwhile
+	cutoff=$(q "SELECT min(finished_at) + interval '1 day' FROM wfe.runs WHERE finished_at IS NOT NULL")
+	cutoff_s="extract(epoch FROM now() - '$cutoff'::timestamptz)::int"
+	SCALE[ret:target]=$(q "SELECT count(*) FROM wfe.runs WHERE finished_at < '$cutoff'")
+	sizes0=$(q "SELECT pg_total_relation_size('wfe.runs') + pg_total_relation_size('wfe.run_stages') + (SELECT sum(pg_total_relation_size(p.relid)) FROM pg_partition_tree('wfe.events') AS p)")
 	t0=$(date +%s.%N)
 	while :; do
 		read -r n ms < <(q "SELECT n || ' ' || extract(epoch FROM clock_timestamp() - t) * 1000
@@ -236,13 +243,13 @@ retention_day() {
 	read -r "SCALE[ret:p50]" "SCALE[ret:max]" < <(printf '%s
 ' "${all_ms[@]}" | sort -n |
 		awk '{ v[NR] = $1 } END { printf "%.1f %.1f\n", v[int((NR + 1) / 2)], v[NR] }')
-	SCALE[ret:left]=$(q "SELECT count(*) FROM wfe.runs WHERE finished_at < now() - make_interval(secs => $cutoff_s)")
-	SCALE[ret:dead]=$(q "SELECT sum(n_dead_tup) FROM pg_stat_user_tables WHERE schemaname = 'wfe' AND relname IN ('runs', 'run_stages', 'events')")
-	sizes1=$(q "SELECT pg_total_relation_size('wfe.runs') + pg_total_relation_size('wfe.run_stages') + pg_total_relation_size('wfe.events')")
+	SCALE[ret:left]=$(q "SELECT count(*) FROM wfe.runs WHERE finished_at < '$cutoff'")
+	SCALE[ret:dead]=$(q "SELECT sum(n_dead_tup) FROM pg_stat_user_tables WHERE schemaname = 'wfe' AND (relname IN ('runs', 'run_stages') OR relname LIKE 'events\\_%')")
+	sizes1=$(q "SELECT pg_total_relation_size('wfe.runs') + pg_total_relation_size('wfe.run_stages') + (SELECT sum(pg_total_relation_size(p.relid)) FROM pg_partition_tree('wfe.events') AS p)")
 	SCALE[ret:mb0]=$((sizes0 / 1048576))
 	SCALE[ret:mb1]=$((sizes1 / 1048576))
 	settle
-	SCALE[ret:mb2]=$(( $(q "SELECT pg_total_relation_size('wfe.runs') + pg_total_relation_size('wfe.run_stages') + pg_total_relation_size('wfe.events')") / 1048576 ))
+	SCALE[ret:mb2]=$(( $(q "SELECT pg_total_relation_size('wfe.runs') + pg_total_relation_size('wfe.run_stages') + (SELECT sum(pg_total_relation_size(p.relid)) FROM pg_partition_tree('wfe.events') AS p)") / 1048576 ))
 	say "retention: ${SCALE[ret:target]} runs of the oldest day in ${SCALE[ret:calls]} calls of $RETENTION_BATCH, ${SCALE[ret:s]} s (call p50 ${SCALE[ret:p50]} ms, max ${SCALE[ret:max]} ms); ${SCALE[ret:left]} left; runs+stages+events ${SCALE[ret:mb0]} MB -> ${SCALE[ret:mb1]} MB (${SCALE[ret:dead]} dead tuples) -> ${SCALE[ret:mb2]} MB after VACUUM"
 }
 

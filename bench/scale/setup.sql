@@ -80,7 +80,7 @@ BEGIN
           FROM pg_class AS c
           JOIN pg_namespace AS n ON n.oid = c.relnamespace
           JOIN pg_attribute AS a ON a.attrelid = c.oid AND a.attname = 'run_id' AND NOT a.attisdropped
-         WHERE n.nspname = 'wfe' AND c.relkind IN ('r', 'p')
+         WHERE n.nspname = 'wfe' AND c.relkind IN ('r', 'p') AND NOT c.relispartition
          ORDER BY c.oid <> 'wfe.runs'::regclass, c.relname
     LOOP
         SELECT string_agg(quote_ident(a.attname), ', ' ORDER BY a.attnum),

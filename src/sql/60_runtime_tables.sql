@@ -292,8 +292,15 @@ CREATE TRIGGER outputs_write_once
 
 -- The event log: every accepted transition and every rejected callback.
 -- run_id has no foreign key: a callback about an unknown run is recorded too.
+-- Partitioned by time (docs/scaling.md "History partitions"): a day per
+-- partition, made ahead by the background worker and dropped whole by
+-- retention (86_history.sql); the default partition takes what no day
+-- partition covers (a database without the worker keeps all its history
+-- there), so an insert never fails for want of a partition.  The primary key
+-- carries the partition key, as PostgreSQL requires; event_id alone stays
+-- unique, drawn from its identity.
 CREATE TABLE wfe.events (
-    event_id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    event_id bigint GENERATED ALWAYS AS IDENTITY,
     run_id   bigint,
     tenant   text NOT NULL,
     stage    text,
@@ -301,8 +308,12 @@ CREATE TABLE wfe.events (
     type     text NOT NULL,
     at       timestamptz NOT NULL DEFAULT now(),
     detail   jsonb,
-    fence    bigint
-);
+    fence    bigint,
+    PRIMARY KEY (event_id, at)
+) PARTITION BY RANGE (at);
+CREATE TABLE wfe.events_default PARTITION OF wfe.events DEFAULT;
+COMMENT ON TABLE wfe.events_default IS
+'The events no day partition of wfe.events covers: all of them without the background worker, which splits them into day partitions (wfe._history_maintain).';
 COMMENT ON COLUMN wfe.events.fence IS
 'The fence the event is about (an attempt released, cancelled, reported about); kept out of detail, and not readable by wfe_reader or wfe_operator: only the claim and the envelope carry fences';
 COMMENT ON TABLE wfe.events IS

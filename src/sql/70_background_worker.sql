@@ -258,8 +258,8 @@ COMMENT ON FUNCTION wfe._repair() IS
 REVOKE ALL ON FUNCTION wfe._repair() FROM PUBLIC;
 
 -- Remove finished runs older than the retention, in small batches, with
--- their stages, outputs, timers, payloads and events, and published outbox
--- rows.
+-- their stages, outputs, timers and payloads, and published outbox rows;
+-- their events go with the day partitions of wfe.events (86_history.sql).
 CREATE FUNCTION wfe._retention(p_retention_s int, p_batch int)
 RETURNS int
 LANGUAGE plpgsql VOLATILE
@@ -276,7 +276,9 @@ BEGIN
              ORDER BY r.finished_at LIMIT p_batch
                FOR UPDATE SKIP LOCKED) AS x;
     IF v_runs IS NOT NULL THEN
-        DELETE FROM wfe.events AS e WHERE e.run_id = ANY (v_runs);
+        -- their events in day partitions go with the partition
+        -- (wfe._history_maintain, below); those in the default one now
+        DELETE FROM wfe.events_default AS e WHERE e.run_id = ANY (v_runs);
         DELETE FROM wfe.outbox AS o WHERE o.run_id = ANY (v_runs) AND o.state = 'published';
         DELETE FROM wfe.runs AS r WHERE r.run_id = ANY (v_runs);     -- cascades to stages, outputs, timers, payloads
         n := cardinality(v_runs);
@@ -312,11 +314,13 @@ BEGIN
                              AND e2.at < v_cutoff
                              AND NOT EXISTS (SELECT 1 FROM wfe.runs AS r WHERE r.run_id = e2.run_id)
                            LIMIT p_batch);
+    -- the history partitions: made ahead, and dropped once past retention
+    PERFORM wfe._history_maintain(v_cutoff);
     RETURN n;
 END
 $$;
 COMMENT ON FUNCTION wfe._retention(int, int) IS
-'Deletes up to p_batch finished runs older than the retention (and their history and large payloads), old published outbox rows, old unauthenticated callbacks, old schedule events, old run command payloads (wfe.put_payload) and expired result cache entries.';
+'Deletes up to p_batch finished runs older than the retention (and their stages and large payloads), old published outbox rows, old unauthenticated callbacks, old schedule events, old run command payloads (wfe.put_payload) and expired result cache entries; makes the coming days'' event partitions and drops those past retention (wfe._history_maintain).';
 REVOKE ALL ON FUNCTION wfe._retention(int, int) FROM PUBLIC;
 
 CREATE FUNCTION wfe.worker_status(OUT pid int, OUT started_at timestamptz, OUT sleeping_until timestamptz,

@@ -8,6 +8,7 @@ SELECT pg_catalog.pg_extension_config_dump('wfe.runs', '');
 SELECT pg_catalog.pg_extension_config_dump('wfe.run_stages', '');
 SELECT pg_catalog.pg_extension_config_dump('wfe.outputs', '');
 SELECT pg_catalog.pg_extension_config_dump('wfe.events', '');
+SELECT pg_catalog.pg_extension_config_dump('wfe.events_default', '');
 SELECT pg_catalog.pg_extension_config_dump('wfe.outbox', '');
 SELECT pg_catalog.pg_extension_config_dump('wfe.timers', '');
 SELECT pg_catalog.pg_extension_config_dump('wfe.dead_letters', '');

@@ -349,6 +349,11 @@ sub report
 	return sql("SELECT CASE WHEN r ->> 'finished_at' IS NULL THEN r - 'duration_ms' ELSE r END "
 		  . "FROM (SELECT wfe.report($run) - ARRAY['replay_of', 'replays', 'redriven', 'schedule', 'scheduled_for', 'output', 'parent', 'children'] AS r) AS x");
 }
+# history of earlier days (of no run: no report shows it), for the day
+# partitions 0.3.0 moves it into
+sql("INSERT INTO wfe.events (run_id, tenant, type, at, detail) "
+	  . "SELECT NULL, 'default', 'test.history', now() - d * interval '1 day', jsonb_build_object('days_ago', d) "
+	  . "FROM generate_series(1, 3) AS d");
 my %rows_before   = map { $_ => table_rows($_) } keys %table_order;
 my %report_before = map { $_ => report($_) } @before;
 my $last_event    = sql('SELECT max(event_id) FROM wfe.events');
@@ -366,6 +371,30 @@ for my $run (@before)
 {
 	is(report($run), $report_before{$run}, "after the upgrade: the report of $label{$run} is unchanged");
 }
+# 0.3.0 partitions the event log by day (docs/scaling.md "History
+# partitions"): the upgrade moves every row into the partitioned table (its
+# default partition, the rows being unchanged as checked above), and the
+# worker's pass moves them into day partitions, a day a pass; the catalog
+# below is compared with the day partitions made.
+my $events_after = sql("SELECT count(*) FROM wfe.events");
+is( sql("SELECT c.relkind::text || ' ' || (SELECT count(*) FROM wfe.events_default) "
+		  . "FROM pg_class AS c WHERE c.oid = 'wfe.events'::regclass"),
+	"p $events_after",
+	'after the upgrade: wfe.events is partitioned, every event in its default partition');
+my $history_days = sql("SELECT count(DISTINCT (at AT TIME ZONE 'UTC')::date) FROM wfe.events");
+for (0 .. $history_days)
+{
+	sql("SELECT wfe._history_maintain(now() - interval '7 days')");
+}
+is( sql("SELECT count(*) FILTER (WHERE tableoid = 'wfe.events_default'::regclass) || ' ' || "
+		  . "count(*) FILTER (WHERE e.tableoid::regclass::text = 'wfe.events_p' || to_char(e.at AT TIME ZONE 'UTC', 'YYYYMMDD')) "
+		  . "FROM wfe.events AS e"),
+	"0 $events_after",
+	'after the worker\'s passes: every event moved into the partition of its day');
+is(table_rows('events', 'after'), $rows_before{events}, 'after the worker\'s passes: wfe.events is unchanged');
+is(sql("SELECT count(*) FROM wfe._history_days() AS d WHERE d.day >= (now() AT TIME ZONE 'UTC')::date"),
+	'3', 'after the worker\'s passes: today\'s partition and the next two days\' are made');
+
 is(sql("SELECT count(*) FROM wfe.contracts WHERE handler IS NOT NULL AND run_as IS DISTINCT FROM created_by::regrole"),
 	'0', 'after the upgrade: each handler runs as the role that registered it');
 is(sql("SELECT string_agg(DISTINCT g.role::text, ',') || ' ' || count(*) FILTER (WHERE g.role IS NULL) "

@@ -141,6 +141,7 @@ sub catalog_rows
 	              string_agg(CASE WHEN has_any_column_privilege(l.login, c.oid, 'SELECT') THEN 'x' ELSE '.' END, '' ORDER BY l.ord)
 	         FROM pg_class AS c CROSS JOIN (VALUES $login_values) AS l(ord, login)
 	        WHERE c.relnamespace = 'wfe'::regnamespace AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
+	          AND c.relname !~ '^events_p[0-9]{8}\$'    -- day partitions: data, read through wfe.events
 	        GROUP BY c.oid ORDER BY 1}
 	  # every column withheld from a role that may select others of its table
 	  : qq{SELECT c.oid::regclass::text || '.' || quote_ident(a.attname),
@@ -149,6 +150,7 @@ sub catalog_rows
 	         JOIN pg_attribute AS a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
 	        CROSS JOIN (VALUES $login_values) AS l(ord, login)
 	        WHERE c.relnamespace = 'wfe'::regnamespace AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
+	          AND c.relname !~ '^events_p[0-9]{8}\$'
 	        GROUP BY c.oid, a.attname
 	       HAVING bool_or(has_any_column_privilege(l.login, c.oid, 'SELECT')
 	                      AND NOT has_column_privilege(l.login, c.oid, a.attnum, 'SELECT'))

@@ -1,14 +1,17 @@
 # Poll workers through a connection pooler in transaction mode (operations.md
 # "Scaling out", docs/operations.md "Behind a connection pooler"): Debian's
-# pgbouncer on loopback, pool_mode = transaction, a pool of 3 server
-# connections; 12 wfe-worker processes (--no-listen) and 3 Python workers
-# (Worker(pooled=True), 4 client connections each) serve one poll queue
-# through it, 300 runs.
+# pgbouncer on loopback, pool_mode = transaction, a pool of 10 server
+# connections; 70 wfe-worker processes (--no-listen, one connection each)
+# and 15 Python workers (Worker(pooled=True), concurrency 2: two client
+# connections each): 100 worker connections serve one poll queue through
+# it, 400 runs.
 #
 # Each execution of a task appends "run stage fence" to one file (one
-# O_APPEND write, so lines never mix).  Asserted: every run completes, no
-# (run, stage, fence) ran twice, the pooler never had more than 3
-# server connections (sampled from pg_stat_activity while the runs go), both
+# O_APPEND write, so lines never mix).  Asserted: the pooler holds the 100
+# worker connections (its admin console's SHOW CLIENTS), every run
+# completes, no (run, stage, fence) ran twice, the pooler never had more
+# than 10 server connections (sampled from pg_stat_activity while the runs
+# go), both
 # kinds of worker did work, and pgbouncer logged no client error (a LISTEN or
 # a server-side prepared statement carried across transactions would show as
 # one; psycopg prepares a statement after its 5th execution unless pooled).
@@ -28,15 +31,16 @@ plan skip_all => "$worker_bin is not built" unless -x $worker_bin;
 my $pgbouncer = '/usr/sbin/pgbouncer';
 plan skip_all => 'pgbouncer is not installed (test/harness/deps.sh)' unless -x $pgbouncer;
 
-my $RUNS = 300;
-my $POOL = 3;
-my $WFE_WORKERS = 12;
-my $PY_WORKERS = 3;
+my $RUNS = 400;
+my $POOL = 10;
+my $WFE_WORKERS = 70;
+my $PY_WORKERS = 15;
+my $CLIENTS = $WFE_WORKERS + 2 * $PY_WORKERS;    # 100
 
 my $node = PostgreSQL::Test::Cluster->new('wfe_pgbouncer');
 $node->init;
 $node->append_conf('postgresql.conf',
-	"shared_preload_libraries = 'wfe'\nwfe.database = 'postgres'\nmax_connections = 40\n");
+	"shared_preload_libraries = 'wfe'\nwfe.database = 'postgres'\nmax_connections = 50\n");
 $node->start;
 
 sub sql { return $node->safe_psql('postgres', $_[0]); }
@@ -88,6 +92,7 @@ reserve_pool_size = 0
 max_client_conn = 200
 max_db_connections = $POOL
 server_reset_query =
+admin_users = wk
 logfile = $dir/pgbouncer.log
 pidfile = $dir/pgbouncer.pid
 INI
@@ -171,13 +176,26 @@ for (1 .. 300)
 }
 is($ready, scalar(@logs), 'every worker is connected through the pooler');
 
-# The runs; then wait (at most 75 s), sampling the pooler's server connections.
+# The worker connections the pooler holds: its admin console, one row per
+# client connection.
+sub pooled_clients
+{
+	my ($out, $err);
+	IPC::Run::run([ 'psql', '-XAtq', '-F', '|', '-d', "host=127.0.0.1 port=$port dbname=pgbouncer user=wk",
+		'-c', 'SHOW CLIENTS' ], '>', \$out, '2>', \$err);
+	return scalar(grep { ((split /\|/)[2] // '') eq 'postgres' } split /\n/, ($out // ''));
+}
+
+# The runs; then wait (at most 150 s), sampling the pooler's server connections.
 my $t0 = time;
 sql("SELECT count(*) FROM generate_series(1, $RUNS) i, LATERAL wfe.submit('tap-pooled', jsonb_build_object('i', i))");
 my $max_servers = 0;
+my $max_clients = 0;
 my $done = 0;
-while (time - $t0 < 75)
+while (time - $t0 < 150)
 {
+	my $clients = pooled_clients();
+	$max_clients = $clients if $clients > $max_clients;
 	my ($servers, $completed) = split /\|/, sql(
 		"SELECT (SELECT count(*) FROM pg_stat_activity WHERE usename = 'wk'),
 		        (SELECT count(*) FROM wfe.runs WHERE state IN ('completed', 'failed'))");
@@ -186,12 +204,12 @@ while (time - $t0 < 75)
 	usleep(100_000);
 }
 my $took = time - $t0;
-note sprintf('%d runs through a pool of %d in %.1f s', $RUNS, $POOL, $took);
+note sprintf('%d runs, %d worker connections through a pool of %d, in %.1f s', $RUNS, $max_clients, $POOL, $took);
 
 $_->signal('TERM') for @workers;
 $_->finish for @workers;
 
-ok($done, "all $RUNS runs finished within 75 s");
+ok($done, "all $RUNS runs finished within 150 s");
 is(sql("SELECT count(*) FROM wfe.runs WHERE state = 'completed'"), $RUNS, 'every run completed');
 
 open my $in, '<', $ran or die $!;
@@ -208,6 +226,7 @@ is($dups, 0, 'no (run, stage, fence) ran twice');
 is(scalar(keys %seen), $RUNS, 'each run ran once');
 ok(($by{c} // 0) > 0 && ($by{p} // 0) > 0,
 	sprintf('both wfe-worker (%d) and the Python client (%d) did work', $by{c} // 0, $by{p} // 0));
+cmp_ok($max_clients, '>=', $CLIENTS, "the pooler held the $CLIENTS worker connections (max seen $max_clients)");
 cmp_ok($max_servers, '<=', $POOL, "the pooler held at most $POOL server connections (max seen $max_servers)");
 cmp_ok($max_servers, '>', 0, 'the sampling saw the pooled connections');
 

@@ -64,8 +64,16 @@ $$;
 WITH
 ext AS (SELECT e.* FROM pg_extension AS e WHERE e.extname = 'wfe'),
 ns AS (SELECT n.* FROM pg_namespace AS n WHERE n.nspname = 'wfe'),
+-- (the day partitions of wfe.events, their indexes and their TOAST are
+-- data: the background worker makes and drops them, no member of the
+-- extension; docs/scaling.md "History partitions")
+days AS (SELECT c.oid FROM pg_class AS c JOIN pg_inherits AS i ON i.inhrelid = c.oid
+          WHERE i.inhparent = to_regclass('wfe.events') AND c.relname ~ '^events_p[0-9]{8}$'),
 rel AS (SELECT c.*, quote_ident(c.relname) AS qname
-          FROM pg_class AS c WHERE c.relnamespace = (SELECT oid FROM ns)),
+          FROM pg_class AS c WHERE c.relnamespace = (SELECT oid FROM ns)
+           AND c.oid NOT IN (SELECT oid FROM days)
+           AND NOT EXISTS (SELECT 1 FROM pg_index AS x WHERE x.indexrelid = c.oid
+                            AND x.indrelid IN (SELECT oid FROM days))),
 config AS (SELECT u.cfg::regclass AS cfg, u.cond
              FROM ext, unnest(ext.extconfig, ext.extcondition) AS u(cfg, cond)),
 blocks(key, body) AS (
@@ -160,7 +168,7 @@ blocks(key, body) AS (
                   obj_description(k.oid, 'pg_constraint'))
       FROM pg_constraint AS k
       LEFT JOIN rel AS r ON r.oid = k.conrelid
-     WHERE k.connamespace = (SELECT oid FROM ns)
+     WHERE k.connamespace = (SELECT oid FROM ns) AND k.conrelid NOT IN (SELECT oid FROM days)
     UNION ALL
     SELECT '5 trigger ' || r.qname || ' ' || quote_ident(g.tgname),
            format('%s, enabled %s, comment %L', pg_get_triggerdef(g.oid), g.tgenabled,
