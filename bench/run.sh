@@ -38,10 +38,13 @@
 #      workflow without `cache:`;
 #   7. signals, waits and sleeps, on the same cluster (bench/waits/waits.sh):
 #      signal -> successor released (p50, p99), the claim's p99 with
-#      10,000 runs parked on waits ÷ without, sleep due -> completed.
+#      10,000 runs parked on waits ÷ without, sleep due -> completed;
+#   8. child workflows, on the same cluster (bench/children/children.sh):
+#      runs/s of a workflow stage calling a one-stage child against a
+#      two-stage worker workflow, and their ratio.
 #
 # The tables go to stdout and, between the markers (bench:results,
-# bench:profile, bench:scale, bench:latency, bench:cache, bench:waits), into docs/benchmarks.md.
+# bench:profile, bench:scale, bench:latency, bench:cache, bench:waits, bench:children), into docs/benchmarks.md.
 # Default settings, fsync and synchronous_commit on; wfe.notify stays on.
 #
 # Environment:
@@ -59,6 +62,7 @@
 #   BENCH_SKIP_LATENCY=1  leave out 5
 #   BENCH_SKIP_CACHE=1    leave out 6
 #   BENCH_SKIP_WAITS=1    leave out 7
+#   BENCH_SKIP_CHILDREN=1 leave out 8
 #   BENCH_SCALE_SECONDS   length of each measured claim-latency run (default
 #                         BENCH_SECONDS; each after WARMUP_SECONDS of warm-up)
 #   BENCH_SCALE_BACKLOG   queued runs of the backlog figure (default 20000)
@@ -66,8 +70,8 @@
 #   BENCH_SEED003_RUNS    runs in flight in seed 003's shape (default 10000)
 #   BENCH_SEED003_SECONDS length of that run (default 600; the goal is
 #                         900 steps/s sustained for 10 minutes)
-#   and the latency, cache and waits benchmarks' own (bench/latency/latency.sh,
-#   bench/cache/cache.sh, bench/waits/waits.sh).
+#   and the latency, cache, waits and children benchmarks' own (bench/latency/latency.sh,
+#   bench/cache/cache.sh, bench/waits/waits.sh, bench/children/children.sh).
 #
 # With the defaults the whole run takes about twenty minutes: twelve
 # measured runs of 22 s, four profiling runs of 8 s; for scale four runs of
@@ -115,6 +119,8 @@ declare -A RATE LATENCY STARVED WAL
 . "$BENCH_DIR/cache/cache.sh"
 # shellcheck source=waits/waits.sh
 . "$BENCH_DIR/waits/waits.sh"
+# shellcheck source=children/children.sh
+. "$BENCH_DIR/children/children.sh"
 
 # cleanup: the EXIT trap; stop the cluster and remove its directory.
 cleanup() {
@@ -599,7 +605,10 @@ main() {
 	# Step 9: signals, waits and sleeps.
 	[ -n "${BENCH_SKIP_WAITS:-}" ] || waits_bench
 
-	# Step 10: the report.
+	# Step 10: child workflows.
+	[ -n "${BENCH_SKIP_CHILDREN:-}" ] || children_bench
+
+	# Step 11: the report.
 	if [ -z "${BENCH_SKIP_THROUGHPUT:-}" ]; then
 		{ machine; printf '\n'; results; } >"$WORKDIR/results.md"
 		if [ -n "$compile_out" ]; then
@@ -644,6 +653,14 @@ main() {
 		banner "signals, waits and sleeps"
 		cat "$WORKDIR/waits.md"
 	fi
+	if [ -z "${BENCH_SKIP_CHILDREN:-}" ]; then
+		{
+			[ -z "${BENCH_SKIP_THROUGHPUT:-}" ] || { machine; printf '\n'; }
+			children_results
+		} >"$WORKDIR/children.md"
+		banner "child workflows"
+		cat "$WORKDIR/children.md"
+	fi
 	if [ -n "$BENCH_DOCS" ] && [ -f "$BENCH_DOCS" ]; then
 		if [ -z "${BENCH_SKIP_THROUGHPUT:-}" ]; then
 			splice "$BENCH_DOCS" results "$WORKDIR/results.md"
@@ -653,6 +670,7 @@ main() {
 		[ -n "${BENCH_SKIP_LATENCY:-}" ] || splice "$BENCH_DOCS" latency "$WORKDIR/latency.md"
 		[ -n "${BENCH_SKIP_CACHE:-}" ] || splice "$BENCH_DOCS" cache "$WORKDIR/cache.md"
 		[ -n "${BENCH_SKIP_WAITS:-}" ] || splice "$BENCH_DOCS" waits "$WORKDIR/waits.md"
+		[ -n "${BENCH_SKIP_CHILDREN:-}" ] || splice "$BENCH_DOCS" children "$WORKDIR/children.md"
 		say "updated $BENCH_DOCS"
 	fi
 }
