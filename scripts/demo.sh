@@ -169,14 +169,14 @@ SELECT stage, attempt, outcome, duration_ms, waterfall
   FROM wfe.run_timeline((SELECT r.run_id FROM wfe.runs AS r
                           WHERE r.workflow = 'model-ingest' AND r.context ->> 'modelId' = 'm-1'));
 \echo A parent and its child: model-ingest-lods ran publish-asset as its publish stage.
-\echo The parent's timeline (child_run_id: the child run that stage's attempt started):
+\echo The parent run timeline (child_run_id: the child run each attempt of a workflow stage started):
 SELECT stage, attempt, outcome, duration_ms, child_run_id, waterfall
   FROM wfe.run_timeline(wfe.find_run('model-ingest-lods', 'lods-1'));
-\echo The child's timeline (its first row: the parent run and stage that started it):
+\echo The child run timeline (its first row: the parent run, stage and attempt that started it):
 SELECT stage, attempt, outcome, duration_ms, waterfall
   FROM wfe.run_timeline((SELECT r.run_id FROM wfe.runs AS r
                           WHERE r.parent_run_id = wfe.find_run('model-ingest-lods', 'lods-1')));
-\echo The parent's output is the child's: the stored asset's URL:
+\echo The output of the child (the URL of the stored asset) is the result of the publish stage, and the parent output:
 SELECT r.output AS parent_output, c.output AS child_output
   FROM wfe.runs AS r JOIN wfe.runs AS c ON c.parent_run_id = r.run_id
  WHERE r.run_id = wfe.find_run('model-ingest-lods', 'lods-1');
