@@ -45,13 +45,17 @@
 #      wfe.submit called directly.
 #   9. maps, on the same cluster (bench/maps/maps.sh): per-element cost of a
 #      10,000-element map ÷ a 100-element map, elements/s ÷ batch-1 steps/s.
-#  10. flow control, last (it drops and creates wfe in the bench database):
+#  10. child workflows, on the same cluster (bench/children/children.sh):
+#      runs/s of a workflow stage calling a one-stage child against a
+#      two-stage worker workflow, and their ratio.
+#  11. flow control, last (it drops and creates wfe in the bench database):
 #      bench/ratelimit/run.sh -- steps/s with a rate limit far above the
 #      load ÷ without, and rate-limit accuracy.
 #
 # The tables go to stdout and, between the markers (bench:results,
 # bench:profile, bench:scale, bench:latency, bench:cache, bench:waits,
-# bench:triggers, bench:maps, bench:flow), into docs/benchmarks.md.
+# bench:triggers, bench:maps, bench:children, bench:flow), into
+# docs/benchmarks.md.
 # Default settings, fsync and synchronous_commit on; wfe.notify stays on.
 #
 # Environment:
@@ -71,7 +75,8 @@
 #   BENCH_SKIP_WAITS=1    leave out 7
 #   BENCH_SKIP_TRIGGERS=1 leave out 8
 #   BENCH_SKIP_MAPS=1     leave out 9
-#   BENCH_SKIP_FLOW=1     leave out 10
+#   BENCH_SKIP_CHILDREN=1 leave out 10
+#   BENCH_SKIP_FLOW=1     leave out 11
 #   BENCH_SCALE_SECONDS   length of each measured claim-latency run (default
 #                         BENCH_SECONDS; each after WARMUP_SECONDS of warm-up)
 #   BENCH_SCALE_BACKLOG   queued runs of the backlog figure (default 20000)
@@ -79,9 +84,9 @@
 #   BENCH_SEED003_RUNS    runs in flight in seed 003's shape (default 10000)
 #   BENCH_SEED003_SECONDS length of that run (default 600; the goal is
 #                         900 steps/s sustained for 10 minutes)
-#   and the latency, cache, waits, triggers and maps benchmarks' own
-#   (bench/latency/latency.sh, bench/cache/cache.sh, bench/waits/waits.sh,
-#   bench/triggers/triggers.sh, bench/maps/maps.sh).
+#   and the latency, cache, waits, triggers, maps and children benchmarks'
+#   own (bench/latency/latency.sh, bench/cache/cache.sh, bench/waits/waits.sh,
+#   bench/triggers/triggers.sh, bench/maps/maps.sh, bench/children/children.sh).
 #
 # With the defaults the whole run takes about twenty minutes: twelve
 # measured runs of 22 s, four profiling runs of 8 s; for scale four runs of
@@ -133,6 +138,8 @@ declare -A RATE LATENCY STARVED WAL
 . "$BENCH_DIR/triggers/triggers.sh"
 # shellcheck source=maps/maps.sh
 . "$BENCH_DIR/maps/maps.sh"
+# shellcheck source=children/children.sh
+. "$BENCH_DIR/children/children.sh"
 
 # cleanup: the EXIT trap; stop the cluster and remove its directory.
 cleanup() {
@@ -626,14 +633,17 @@ main() {
 		maps_bench
 	fi
 
-	# Step 12: flow control (last: it drops and creates wfe in $DB).
+	# Step 12: child workflows.
+	[ -n "${BENCH_SKIP_CHILDREN:-}" ] || children_bench
+
+	# Step 13: flow control (last: it drops and creates wfe in $DB).
 	if [ -z "${BENCH_SKIP_FLOW:-}" ]; then
 		banner "flow control"
 		RL_DB=$DB BIN=$(pg_path bindir) SECS=$BENCH_SECONDS "$BENCH_DIR/ratelimit/run.sh" 2>/dev/null |
 			grep -v '^NOTICE' | tee "$WORKDIR/flow.txt"
 	fi
 
-	# Step 13: the report.
+	# Step 14: the report.
 	if [ -z "${BENCH_SKIP_THROUGHPUT:-}" ]; then
 		{ machine; printf '\n'; results; } >"$WORKDIR/results.md"
 		if [ -n "$compile_out" ]; then
@@ -694,6 +704,14 @@ main() {
 		banner "maps"
 		cat "$WORKDIR/maps.md"
 	fi
+	if [ -z "${BENCH_SKIP_CHILDREN:-}" ]; then
+		{
+			[ -z "${BENCH_SKIP_THROUGHPUT:-}" ] || { machine; printf '\n'; }
+			children_results
+		} >"$WORKDIR/children.md"
+		banner "child workflows"
+		cat "$WORKDIR/children.md"
+	fi
 	if [ -n "$BENCH_DOCS" ] && [ -f "$BENCH_DOCS" ]; then
 		if [ -z "${BENCH_SKIP_THROUGHPUT:-}" ]; then
 			splice "$BENCH_DOCS" results "$WORKDIR/results.md"
@@ -705,6 +723,7 @@ main() {
 		[ -n "${BENCH_SKIP_WAITS:-}" ] || splice "$BENCH_DOCS" waits "$WORKDIR/waits.md"
 		[ -n "${BENCH_SKIP_TRIGGERS:-}" ] || splice "$BENCH_DOCS" triggers "$WORKDIR/triggers.md"
 		[ -n "${BENCH_SKIP_MAPS:-}" ] || splice "$BENCH_DOCS" maps "$WORKDIR/maps.md"
+		[ -n "${BENCH_SKIP_CHILDREN:-}" ] || splice "$BENCH_DOCS" children "$WORKDIR/children.md"
 		if [ -z "${BENCH_SKIP_FLOW:-}" ]; then
 			{ machine; printf '\n```\n'; cat "$WORKDIR/flow.txt"; printf '```\n'; } >"$WORKDIR/flow.md"
 			splice "$BENCH_DOCS" flow "$WORKDIR/flow.md"

@@ -25,6 +25,10 @@ case $WFE_WORKER in
 			exit 1
 		fi
 		echo '{"approved": true}' ;;
+	asset.store@1)
+		model=$(sed -n 's/.*"modelId": *"\([^"]*\)".*/\1/p' <<<"$input")
+		asset=$(sed -n 's/.*"asset": *"\([^"]*\)".*/\1/p' <<<"$input")
+		echo "{\"url\": \"s3://assets/$model/$asset.glb\"}" ;;
 	config.fetch@1)
 		echo "configuration server unreachable" >&2
 		exit 1 ;;

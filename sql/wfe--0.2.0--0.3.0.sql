@@ -3095,8 +3095,8 @@ COMMENT ON FUNCTION wfe._cancel_children(bigint, text, text) IS
 'Cancels the live child runs of a parent''s workflow stage whose attempt ended otherwise (the engine calls it under the parent''s lock).';
 REVOKE ALL ON FUNCTION wfe._cancel_children(bigint, text, text) FROM PUBLIC;
 
--- run_timeline names the child run of each attempt: a new column, so the
--- function is made again (wfe.run_spans, which reads it, is in the final bodies).
+-- run_timeline names the child run of each attempt (a new column, so the
+-- function is made again) and, in a child run, its parent (a first row) (wfe.run_spans, which reads it, is in the final bodies).
 DROP FUNCTION wfe.run_timeline(bigint);
 CREATE FUNCTION wfe.run_timeline(run_id bigint)
 RETURNS TABLE (stage text, attempt int, outcome text, started_at timestamptz, finished_at timestamptz,
@@ -3110,6 +3110,14 @@ DECLARE
     v_span  double precision;
 BEGIN
     v_span := greatest(extract(epoch FROM coalesce(r.finished_at, now()) - r.submitted_at), 0.001);
+    -- a child run's first row is its parent: the parent's stage and attempt
+    -- that started it, the outcome naming the parent run, the child's whole life
+    IF r.parent_run_id IS NOT NULL THEN
+        RETURN QUERY
+        SELECT r.parent_stage, r.parent_attempt, 'child of run ' || r.parent_run_id, r.submitted_at, r.finished_at,
+               round((extract(epoch FROM coalesce(r.finished_at, now()) - r.submitted_at) * 1000)::numeric, 1),
+               '|' || repeat('█', 40) || '|', NULL::bigint;
+    END IF;
     RETURN QUERY
     WITH a AS (
         -- the outcome: the attempt's last event that says how it went; a
@@ -3156,7 +3164,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION wfe.run_timeline(bigint) IS
-'One row per stage attempt with its outcome, times, a text waterfall over the run''s life, and the child run a workflow stage''s attempt started.';
+'One row per stage attempt with its outcome, times, a text waterfall over the run''s life, and the child run a workflow stage''s attempt started; a child run''s first row names its parent run, stage and attempt.';
 REVOKE ALL ON FUNCTION wfe.run_timeline(bigint) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION wfe.run_timeline(bigint) TO wfe_submitter, wfe_operator, wfe_reader;
 
@@ -4593,7 +4601,9 @@ BEGIN
                                                           duration_ms, waterfall, child_run_id, n)
       JOIN wfe.run_stages AS s ON s.run_id = r.run_id AND s.stage = t.stage
       CROSS JOIN LATERAL (SELECT t.outcome IN ('failed', 'timed_out', 'retry_scheduled') AS failed) AS x
-     WHERE t.attempt >= 1;
+     WHERE t.attempt >= 1
+       -- a child run's first row is its parent's attempt, no attempt of its own
+       AND NOT (t.n = 1 AND r.parent_run_id IS NOT NULL);
     RETURN jsonb_build_object('resourceSpans', jsonb_build_array(jsonb_build_object(
         'resource', jsonb_build_object('attributes', jsonb_build_array(
             wfe._otlp_attribute('service.name', 'wfe'::text),
@@ -5435,7 +5445,7 @@ COMMENT ON FUNCTION wfe.accept_task(bigint, text, int, bigint, text, int) IS
 COMMENT ON FUNCTION wfe.tick(int) IS
 'One round by hand: fires due schedules and timers, times out expired attempts, runs queued in-database actions; returns how many it handled.';
 COMMENT ON FUNCTION wfe.run_timeline(bigint) IS
-'One row per stage attempt with its outcome, times, a text waterfall over the run''s life, and the child run a workflow stage''s attempt started.';
+'One row per stage attempt with its outcome, times, a text waterfall over the run''s life, and the child run a workflow stage''s attempt started; a child run''s first row names its parent run, stage and attempt.';
 COMMENT ON FUNCTION wfe.run_mermaid(bigint) IS
 'The plan''s Mermaid flowchart with each stage classed by its state in this run (done, failed, running, skipped, cancelled, waiting), the edges the run took drawn bold, and each workflow stage''s child run by id.';
 COMMENT ON FUNCTION wfe._cron_next(text, text, timestamptz) IS

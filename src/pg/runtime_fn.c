@@ -318,7 +318,7 @@ wfe_bind_input_sql(PG_FUNCTION_ARGS)
 		too_deep_arg = "input_schema";
 	else
 	{
-		input = wfe_bind_input(tmpl, root, schema, &err);
+		input = wfe_bind_input(tmpl, root, schema, NULL, &err);
 		if (input != NULL)
 		{
 			canon = wfe_canonical_json(input);

@@ -106,6 +106,14 @@ DECLARE
     v_span  double precision;
 BEGIN
     v_span := greatest(extract(epoch FROM coalesce(r.finished_at, now()) - r.submitted_at), 0.001);
+    -- a child run's first row is its parent: the parent's stage and attempt
+    -- that started it, the outcome naming the parent run, the child's whole life
+    IF r.parent_run_id IS NOT NULL THEN
+        RETURN QUERY
+        SELECT r.parent_stage, r.parent_attempt, 'child of run ' || r.parent_run_id, r.submitted_at, r.finished_at,
+               round((extract(epoch FROM coalesce(r.finished_at, now()) - r.submitted_at) * 1000)::numeric, 1),
+               '|' || repeat('█', 40) || '|', NULL::bigint;
+    END IF;
     RETURN QUERY
     WITH a AS (
         -- the outcome: the attempt's last event that says how it went; a
@@ -152,7 +160,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION wfe.run_timeline(bigint) IS
-'One row per stage attempt with its outcome, times, a text waterfall over the run''s life, and the child run a workflow stage''s attempt started.';
+'One row per stage attempt with its outcome, times, a text waterfall over the run''s life, and the child run a workflow stage''s attempt started; a child run''s first row names its parent run, stage and attempt.';
 REVOKE ALL ON FUNCTION wfe.run_timeline(bigint) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION wfe.run_timeline(bigint) TO wfe_submitter, wfe_operator, wfe_reader;
 

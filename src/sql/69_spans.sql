@@ -91,7 +91,9 @@ BEGIN
                                                           duration_ms, waterfall, child_run_id, n)
       JOIN wfe.run_stages AS s ON s.run_id = r.run_id AND s.stage = t.stage
       CROSS JOIN LATERAL (SELECT t.outcome IN ('failed', 'timed_out', 'retry_scheduled') AS failed) AS x
-     WHERE t.attempt >= 1;
+     WHERE t.attempt >= 1
+       -- a child run's first row is its parent's attempt, no attempt of its own
+       AND NOT (t.n = 1 AND r.parent_run_id IS NOT NULL);
     RETURN jsonb_build_object('resourceSpans', jsonb_build_array(jsonb_build_object(
         'resource', jsonb_build_object('attributes', jsonb_build_array(
             wfe._otlp_attribute('service.name', 'wfe'::text),

@@ -15,6 +15,7 @@ set -euo pipefail
 . "$WFE_HARNESS/cluster.sh"
 
 DB=wfe_cli
+CHILD_EXAMPLES=(publish-asset.yaml)   # examples/ workflows other examples call
 
 # cli_verdict FILE: the CLI's digest, or "rejected" when it exits 1.
 cli_verdict() {
@@ -61,12 +62,26 @@ check_file() {
 	say "ok - $name: $cli"
 }
 
-# prepare_db: a fresh database with the extension and the example contracts.
+# prepare_db: a fresh database with the extension, the example contracts
+# and the example workflows other examples call as children (active: the
+# compiler checks a workflow stage against the child's version).
 prepare_db() {
+	local child
 	cluster_createdb "$DB"
 	if [ -f "$WFE_TOP/examples/contracts.sql" ]; then
 		cluster_psql -d "$DB" -f "$WFE_TOP/examples/contracts.sql" >/dev/null
 	fi
+	for child in "${CHILD_EXAMPLES[@]}"; do
+		child="$WFE_TOP/examples/$child"
+		[ -f "$child" ] || continue
+		cluster_psql -d "$DB" -At -v file="$child" >/dev/null <<'SQL'
+\set ON_ERROR_STOP on
+\set src `cat :'file'`
+SELECT wfe.create_definition(:'src') AS d \gset
+SELECT wfe.approve(workflow, version), wfe.activate(workflow, version)
+  FROM wfe.definitions WHERE digest = :'d';
+SQL
+	done
 }
 
 main() {

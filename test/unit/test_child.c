@@ -260,6 +260,9 @@ test_child_refused(void)
 	   "context failing the child's context_schema: a binding failure, no child");
 	ok(strstr(sh_json_get(h.rows[p].error, "message") ? sh_json_get(h.rows[p].error, "message") : "", "asset") != NULL,
 	   "context failing the child's context_schema: the message names the path");
+	ok(strstr(sh_json_get(h.rows[p].error, "message") ? sh_json_get(h.rows[p].error, "message") : "",
+			  "(context_schema of the child workflow publish-asset@1 #/properties/asset/type)") != NULL,
+	   "context failing the child's context_schema: the message names the child's schema, not a contract's");
 	close_run(&h, "child context schema");
 }
 

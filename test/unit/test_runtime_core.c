@@ -135,7 +135,7 @@ check_bind(const char *tmpl_text, const char *schema_text, const char *want,
 	json_object *tmpl = J(tmpl_text);
 	json_object *schema = schema_text ? J(schema_text) : NULL;
 	wfe_bind_error err;
-	json_object *in = wfe_bind_input(tmpl, root, schema, &err);
+	json_object *in = wfe_bind_input(tmpl, root, schema, NULL, &err);
 	const char *got = in ? canon(in) : "(failed)";
 	int			good = in != NULL && strcmp(got, want) == 0;
 
@@ -155,7 +155,7 @@ check_bind_fail(const char *tmpl_text, const char *schema_text, const char *code
 	json_object *tmpl = J(tmpl_text);
 	json_object *schema = schema_text ? J(schema_text) : NULL;
 	wfe_bind_error err;
-	json_object *in = wfe_bind_input(tmpl, root, schema, &err);
+	json_object *in = wfe_bind_input(tmpl, root, schema, NULL, &err);
 	int			good = in == NULL && err.code != NULL && strcmp(err.code, code) == 0 &&
 		(message == NULL || strcmp(err.message, message) == 0);
 
@@ -607,7 +607,7 @@ test_bind_failures(void)
 			strcat(tmpl, "\xc3\xa9");
 		strcat(tmpl, "\\\"]}\"}");
 		t = J(tmpl);
-		in = wfe_bind_input(t, root, NULL, &err);
+		in = wfe_bind_input(t, root, NULL, NULL, &err);
 		strcpy(copy, err.message);
 		wfe_utf8_sanitize(copy);
 		ok(in == NULL && strcmp(err.code, WFE_BIND_MISSING) == 0 &&
@@ -734,12 +734,12 @@ test_repeat(void)
 	{
 		wfe_bind_error err;
 		wfe_decision d;
-		json_object *in = wfe_bind_input(tmpl, root, NULL, &err);
+		json_object *in = wfe_bind_input(tmpl, root, NULL, NULL, &err);
 
 		good &= in != NULL;
 		wfe_json_free(in);
-		good &= wfe_bind_input(bad, root, NULL, &err) == NULL;
-		good &= wfe_bind_input(tmpl, root, schema, &err) == NULL;
+		good &= wfe_bind_input(bad, root, NULL, NULL, &err) == NULL;
+		good &= wfe_bind_input(tmpl, root, schema, NULL, &err) == NULL;
 		good &= wfe_eval_decision(branches, root, NULL, &d) == 0 && !d.ok;
 	}
 	ok(good, "repeat: 2000 bindings and decisions, successes and failures alike");

@@ -354,6 +354,7 @@ bind_node(bctx *cx, json_object *t, json_object **out, int depth)
 /* Bind a stage's input template; see bind.h. */
 json_object *
 wfe_bind_input(json_object *tmpl, json_object *root, json_object *input_schema,
+			   const char *whose,
 			   wfe_bind_error *err)
 {
 	bctx		cx;
@@ -382,13 +383,15 @@ wfe_bind_input(json_object *tmpl, json_object *root, json_object *input_schema,
 		/* "... (schema #/x/type)" names the keyword: say whose schema it is */
 		char	   *kw = strstr(msg, " (schema #");
 
+		if (whose == NULL)
+			whose = "contract input schema";
 		if (rc == WFE_SCHEMA_MALFORMED)
-			snprintf(err->message, sizeof(err->message), "contract input schema at %s", msg);
+			snprintf(err->message, sizeof(err->message), "%s at %s", whose, msg);
 		else if (kw)
-			snprintf(err->message, sizeof(err->message), "%.*s (contract input schema %s",
-					 (int) (kw - msg), msg, kw + strlen(" (schema "));
+			snprintf(err->message, sizeof(err->message), "%.*s (%s %s",
+					 (int) (kw - msg), msg, whose, kw + strlen(" (schema "));
 		else
-			snprintf(err->message, sizeof(err->message), "%s (contract input schema)", msg);
+			snprintf(err->message, sizeof(err->message), "%s (%s)", msg, whose);
 	}
 	wfe_utf8_sanitize(err->message);
 	return NULL;

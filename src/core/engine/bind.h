@@ -47,7 +47,10 @@ typedef struct wfe_bind_error
  * true/false) and must be scalars; `$${` is a literal `${`.  PATH is parsed
  * with wfe_path_parse, in the stages form or else the tasks form.
  *
- * When `input_schema` is not NULL the bound input must satisfy it.
+ * When `input_schema` is not NULL the bound input must satisfy it; a
+ * violation's message names the schema as `whose` says (NULL: "contract
+ * input schema"; a child's: "context_schema of the child workflow
+ * NAME@VERSION").
  *
  * Returns a new object (caller frees it with wfe_json_free), or NULL with
  * *err filled: binding.missing, binding.null or binding.type, with a message
@@ -57,6 +60,7 @@ typedef struct wfe_bind_error
 extern struct json_object *wfe_bind_input(struct json_object *tmpl,
 										  struct json_object *root,
 										  struct json_object *input_schema,
+										  const char *whose,
 										  wfe_bind_error *err);
 
 /* The outcome of a decision. */

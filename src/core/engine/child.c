@@ -60,7 +60,11 @@ step_release_child(wfe_step *st, int i, int again)
 										  s->contract, c.depth, c.max_depth));
 		return;
 	}
-	input = again ? st->io->stage_input(st->io->arg, i) : step_bind_stage(st, i, &code, &message);
+	input = again ? st->io->stage_input(st->io->arg, i)
+		: step_bind_stage(st, i,
+						  wfe_arena_printf(&st->arena, "context_schema of the child workflow %s@%s",
+										   child_workflow(st, i), c.version),
+						  &code, &message);
 	if (input == NULL)
 	{
 		step_bind_failed(st, i, code ? code : "binding.type",

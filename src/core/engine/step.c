@@ -408,10 +408,11 @@ finaliser_input(wfe_step *st)
 
 /*
  * Bind stage i's input.  Returns the input's JSON text, or NULL with *code
- * and *message set when binding failed.
+ * and *message set when binding failed.  whose: how a schema violation's
+ * message names the schema (NULL: the contract's input schema).
  */
 const char *
-step_bind_stage(wfe_step *st, int i, const char **code, const char **message)
+step_bind_stage(wfe_step *st, int i, const char *whose, const char **code, const char **message)
 {
 	const wfe_rp_stage *s = &st->rp->stages[i];
 
@@ -441,7 +442,7 @@ step_bind(wfe_step *st, int i, json_object *root, const char **code, const char 
 	if (root == NULL)
 		root = step_hold(st, json_object_new_object());
 	memset(&err, 0, sizeof(err));
-	input = wfe_bind_input(s->input, root, schema, &err);
+	input = wfe_bind_input(s->input, root, schema, whose, &err);
 	if (input == NULL)
 	{
 		*code = wfe_arena_strdup(&st->arena, err.code ? err.code : WFE_BIND_TYPE);
@@ -812,7 +813,7 @@ step_activate(wfe_step *st, int i, int branch, wfe_state outcome)
 		/* a wait binds nothing; a sleep binds its `until`, if it has one */
 		input = s->kind == WFE_K_FINALISER ? finaliser_input(st)
 			: (s->kind == WFE_K_WAIT || (s->kind == WFE_K_SLEEP && s->input == NULL)) ? "{}"
-			: step_bind_stage(st, i, &code, &message);
+			: step_bind_stage(st, i, NULL, &code, &message);
 		if (input != NULL && bind_rate_key(st, i, &code, &message) < 0)
 			input = NULL;
 		if (input == NULL)
@@ -1224,7 +1225,7 @@ run_output(wfe_step *st, const char **code, const char **message)
 	json_object_object_add(root, "run", run);
 
 	memset(&err, 0, sizeof(err));
-	bound = wfe_bind_input(rp->output, root, NULL, &err);
+	bound = wfe_bind_input(rp->output, root, NULL, NULL, &err);
 	if (bound == NULL)
 	{
 		*code = wfe_arena_strdup(&st->arena, err.code ? err.code : WFE_BIND_TYPE);

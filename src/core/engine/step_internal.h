@@ -32,7 +32,7 @@ extern void step_skip_unreachable(wfe_step *st, int decision, int next);
 extern void step_route(wfe_step *st, int from, int target, int branch, wfe_state outcome);
 extern void step_activate(wfe_step *st, int i, int branch, wfe_state outcome);
 extern void step_park(wfe_step *st, int i, const char *input);
-extern const char *step_bind_stage(wfe_step *st, int i, const char **code, const char **message);
+extern const char *step_bind_stage(wfe_step *st, int i, const char *whose, const char **code, const char **message);
 extern void step_bind_failed(wfe_step *st, int i, const char *code, const char *message);
 extern void step_attempt_failed(wfe_step *st, int i, const char *error, const char *code, int retryable, wfe_state final_state);
 

@@ -157,6 +157,12 @@ SELECT (wfe.report(:c2b) -> 'parent') - 'run_id' AS parent,
        wfe.report(:r2) -> 'parent' AS parent_of_parent;
 SELECT stage, attempt, outcome, child_run_id = :c2 AS first_child, child_run_id = :c2b AS second_child
   FROM wfe.run_timeline(:r2) ORDER BY attempt;
+-- the child's timeline starts with its parent's stage and attempt (and no span for that row)
+SELECT stage, attempt, replace(outcome, :'r2', 'R2') AS outcome, t.finished_at IS NOT DISTINCT FROM r.finished_at AS whole_life,
+       child_run_id
+  FROM wfe.run_timeline(:c2b) AS t, wfe.runs AS r WHERE r.run_id = :c2b;
+SELECT count(*) AS attempt_spans
+  FROM jsonb_path_query(wfe.run_spans(:c2b), '$.resourceSpans[0].scopeSpans[0].spans[*] ? (@.name starts with "wfe.attempt")');
 -- spans (wfe.run_spans): the parent's attempt span names its child; the child's run span is its child
 SELECT sp ->> 'name' AS span, sp -> 'attributes' @> jsonb_build_array(jsonb_build_object('key', 'wfe.child_run_id',
          'value', jsonb_build_object('intValue', :c2b::text))) AS names_child
