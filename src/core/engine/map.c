@@ -223,7 +223,7 @@ step_map_release(wfe_step *st, int i)
 	json_object *detail;
 
 	memset(&err, 0, sizeof(err));
-	bound = step_hold(st, wfe_bind_input(s->items, root, NULL, &err));
+	bound = step_hold(st, wfe_bind_input(s->items, root, NULL, NULL, &err));
 	if (bound == NULL)
 	{
 		map_unbound(st, i, err.code ? err.code : WFE_BIND_TYPE, err.message);
@@ -256,7 +256,7 @@ step_map_release(wfe_step *st, int i)
 
 		json_object_object_add(root, "item", json_object_get(json_object_array_get_idx(items, (size_t) k)));
 		json_object_object_add(root, "item_index", json_object_new_int64(k));
-		text = step_bind(st, i, root, &code, &message);
+		text = step_bind(st, i, root, NULL, &code, &message);
 		if (text == NULL)
 		{
 			map_unbound(st, i, code, wfe_arena_printf(&st->arena, "element %lld: %s", (long long) k,

@@ -416,7 +416,7 @@ step_bind_stage(wfe_step *st, int i, const char *whose, const char **code, const
 {
 	const wfe_rp_stage *s = &st->rp->stages[i];
 
-	return step_bind(st, i, s->input_refs ? build_root(st, i, 0) : NULL, code, message);
+	return step_bind(st, i, s->input_refs ? build_root(st, i, 0) : NULL, whose, code, message);
 }
 
 /* The evaluation root of stage i's input (a map adds item and item_index to it). */
@@ -426,9 +426,10 @@ step_root(wfe_step *st, int i)
 	return build_root(st, i, 0);
 }
 
-/* Bind stage i's input over root (NULL: it reads no root), as bind_stage. */
+/* Bind stage i's input over root (NULL: it reads no root), as step_bind_stage. */
 const char *
-step_bind(wfe_step *st, int i, json_object *root, const char **code, const char **message)
+step_bind(wfe_step *st, int i, json_object *root, const char *whose, const char **code,
+		  const char **message)
 {
 	const wfe_rp_stage *s = &st->rp->stages[i];
 	json_object *schema = st->io->input_schema(st->io->arg, i);
@@ -471,7 +472,7 @@ bind_rate_key(wfe_step *st, int i, const char **code, const char **message)
 	if (s->rate_key == NULL)
 		return 0;
 	memset(&err, 0, sizeof(err));
-	key = wfe_bind_input(s->rate_key, build_root(st, i, 0), NULL, &err);
+	key = wfe_bind_input(s->rate_key, build_root(st, i, 0), NULL, NULL, &err);
 	if (key == NULL)
 	{
 		*code = wfe_arena_strdup(&st->arena, err.code ? err.code : WFE_BIND_TYPE);

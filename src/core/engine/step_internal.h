@@ -53,8 +53,8 @@ extern wfe_row *step_element_row(wfe_step *st);
 extern void step_map_release(wfe_step *st, int i);
 extern void step_map_element_done(wfe_step *st, int i, wfe_state outcome);
 extern const char *step_map_outputs(wfe_step *st, int i, const char *result);
-extern const char *step_bind(wfe_step *st, int i, json_object *root, const char **code,
-							 const char **message);
+extern const char *step_bind(wfe_step *st, int i, json_object *root, const char *whose,
+							 const char **code, const char **message);
 extern json_object *step_root(wfe_step *st, int i);
 
 /* The result cache (step_cache.c) */

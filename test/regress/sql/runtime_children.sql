@@ -221,4 +221,4 @@ RESET wfe.max_workflow_depth;
 SELECT name, setting, min_val, max_val FROM pg_settings WHERE name = 'wfe.max_workflow_depth';
 
 -- 6. Transitions: a retry of a workflow stage is running again at once (a new child).
-SELECT * FROM wfe.stage_transitions() WHERE meaning LIKE '%workflow stage%' OR meaning LIKE '%child%' ORDER BY 1, 2;
+SELECT * FROM wfe.stage_transitions() WHERE meaning LIKE '%workflow%' OR meaning LIKE '%child%' ORDER BY 1, 2;
