@@ -16,27 +16,7 @@
 #define HEX_A "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff"
 #define HEX_B "FFEEDDCCBBAA99887766554433221100ffeeddccbbaa99887766554433221100"
 
-static int	tests_run;
-static int	tests_failed;
-
-/* Record one TAP result. */
-static void
-ok(int cond, const char *fmt,...) __attribute__((format(printf, 2, 3)));
-
-static void
-ok(int cond, const char *fmt,...)
-{
-	va_list		ap;
-
-	tests_run++;
-	if (!cond)
-		tests_failed++;
-	printf("%s %d - ", cond ? "ok" : "not ok", tests_run);
-	va_start(ap, fmt);
-	vprintf(fmt, ap);
-	va_end(ap);
-	printf("\n");
-}
+#include "tap.h"
 
 /* Parse a NUL-terminated header; copy it to the heap first, exactly len bytes, so ASan sees any overread. */
 static int
