@@ -145,6 +145,18 @@ typedef struct js_meter
 /* Spend steps: 1 to go on, 0 when the budget ran out or the hook said stop. */
 extern int	js_meter_spend(js_meter *m, long steps);
 
+/* Nesting that equality compares; deeper values equal nothing (jsonvalue.c, jsonuniq.c). */
+#define JS_EQUAL_MAX_DEPTH 256
+
+/* The JT_* bits of a value's type (jsonvalue.c). */
+extern unsigned js_type_bits(json_object *v);
+
+/* wfe_json_equal paid for from m (NULL: free), from nesting depth on (jsonvalue.c). */
+extern int	js_equal(json_object *a, json_object *b, int depth, js_meter *m);
+
+/* A value's canonical text cut to max bytes (with "..."), into buf (jsonvalue.c). */
+extern void js_short_json(json_object *v, char *buf, size_t buflen, size_t max);
+
 /*
  * uniqueItems in O(n log n) (jsonuniq.c): 0 when the items of arr are
  * pairwise unequal (wfe_json_equal), 1 with the first equal pair in *j < *i

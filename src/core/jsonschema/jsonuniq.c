@@ -27,9 +27,6 @@
 
 #include "jsonschema_internal.h"
 
-/* The nesting wfe_json_equal compares; deeper values equal nothing. */
-#define KEY_MAX_DEPTH 256
-
 /* A growing byte buffer. */
 typedef struct keybuf
 {
@@ -123,7 +120,7 @@ kb_value(keybuf *b, json_object *v, int depth, js_meter *m)
 {
 	if (!js_meter_spend(m, 1))
 		return 0;
-	if (depth > KEY_MAX_DEPTH)
+	if (depth > JS_EQUAL_MAX_DEPTH)
 	{
 		kb_unique(b, v);
 		return 1;
