@@ -92,9 +92,19 @@ report() {
 	failed=$((failed + f))
 }
 
+# stop_jobs: stop the test files still running (on an interrupt, or when
+# the harness itself breaks): TERM to each one's process group, so that
+# prove and the test get it, and the test's END blocks stop its servers.
+stop_jobs() {
+	local job
+	for job in "${running[@]}"; do
+		kill -TERM -- "-${job%%:*}" 2>/dev/null || true
+	done
+}
+
 main() {
-	local tests order jobs next=0 shown=0 running=() still job start
-	passed=0 failed=0
+	local tests order jobs next=0 shown=0 still job start
+	passed=0 failed=0 running=()
 	WORKDIR=$1
 
 	shopt -s nullglob
@@ -117,7 +127,13 @@ main() {
 	start=$EPOCHREALTIME
 
 	# Start a file whenever fewer than $jobs run; print results in name
-	# order as they come in.
+	# order as they come in.  Each file runs in a process group of its own
+	# (set -m), which stop_jobs can end as a whole: a background job
+	# without job control ignores SIGINT, so ^C would not reach it.
+	set -m
+	trap stop_jobs EXIT
+	trap 'exit 130' INT
+	trap 'exit 143' TERM
 	while [ "$shown" -lt "${#tests[@]}" ]; do
 		while [ "${#running[@]}" -lt "$jobs" ] && [ "$next" -lt "${#order[@]}" ]; do
 			run_one "${order[next]}" &
