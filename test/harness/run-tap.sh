@@ -94,7 +94,8 @@ report() {
 
 # stop_jobs: stop the test files still running (on an interrupt, or when
 # the harness itself breaks): TERM to each one's process group, so that
-# prove and the test get it, and the test's END blocks stop its servers.
+# prove and the test get it.  (As before, runuser SIGKILLs its child two
+# seconds after a TERM, so a slow teardown can leave a test's servers up.)
 stop_jobs() {
 	local job
 	for job in "${running[@]}"; do
