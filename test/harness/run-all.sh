@@ -11,7 +11,9 @@
 # or could not run.
 #
 # Environment: TEST_FUZZ_SECONDS (default 20) for the short fuzz run;
-# WFE_KEEP_WORKDIR=1 keeps the temporary directory (test outputs, server log).
+# WFE_KEEP_WORKDIR=1 keeps the temporary directory (test outputs, server log);
+# WFE_TAP_JOBS (default 2): TAP test files run at once (see run-tap.sh).
+# The recap gives each suite's wall time.
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 . "$WFE_HARNESS/cluster.sh"
@@ -24,11 +26,14 @@ PASSED=0
 FAILED=0
 RECAP=()
 
-# record NAME PASSED FAILED: add a result to the totals and the recap.
+# record NAME PASSED FAILED [SECONDS]: add a result to the totals and the
+# recap (with the suite's wall time, in minutes).
 record() {
+	local took=""
+	[ -z "${4:-}" ] || took=$(printf '  (%d.%d min)' $(($4 / 60)) $(($4 % 60 / 6)))
 	PASSED=$((PASSED + $2))
 	FAILED=$((FAILED + $3))
-	RECAP+=("$(printf '  %-10s %s' "$1" "$(summary "$2" "$3")")")
+	RECAP+=("$(printf '  %-10s %-24s%s' "$1" "$(summary "$2" "$3")" "$took")")
 }
 
 # setup_step NAME CMD...: a step the suites rely on.  If it fails, set -e
@@ -45,7 +50,7 @@ setup_step() {
 # ("N passed, N failed").  A suite that exits non-zero without a failing
 # test could not run, which counts as one failure.
 run_suite() {
-	local name=$1 log status=0 passed=0 failed=0 last
+	local name=$1 log status=0 passed=0 failed=0 last start=$SECONDS
 	shift
 	banner "$name"
 	log="$WORKDIR/$name.log"
@@ -61,7 +66,7 @@ run_suite() {
 		say "$name: could not run (exit status $status)"
 		failed=1
 	fi
-	record "$name" "$passed" "$failed"
+	record "$name" "$passed" "$failed" $((SECONDS - start))
 }
 
 # version_suite: META.json must carry the version of wfe.control.
@@ -117,6 +122,7 @@ finish() {
 	fi
 	banner "results"
 	printf '%s\n' "${RECAP[@]}"
+	printf '  %-10s %-24s  (%d.%d min)\n' "all" "" $((SECONDS / 60)) $((SECONDS % 60 / 6))
 	summary "$PASSED" "$FAILED"
 	[ "$FAILED" -eq 0 ] && exit 0
 	exit 1
