@@ -96,6 +96,9 @@ FUZZ_STEP    = build/fuzz/fuzz_step
 FUZZ_EXPR    = build/fuzz/fuzz_expr
 FUZZ_SCHEMA  = build/fuzz/fuzz_schema
 FUZZ_SECONDS = 600
+# the core as the fuzz targets link it: coverage without libFuzzer's main
+FUZZ_OBJ_CFLAGS = $(subst -fsanitize=fuzzer,-fsanitize=fuzzer-no-link,$(FUZZ_CFLAGS))
+FUZZ_OBJS    = $(patsubst src/%.c,build/fuzz/obj/%.o,$(CORE_SRCS))
 
 # ---------------------------------------------------------------------------
 # PGXS.  On a fresh machine pg_config is not installed yet: `make test`,
@@ -174,27 +177,20 @@ $(PROBE): test/tools/amqp-probe.c
 	@mkdir -p $(@D)
 	$(CC) $(WFE_CFLAGS) -o $@ $< $(PROBE_LIBS)
 
-# The libFuzzer targets: one clang invocation each over the harness and the
-# core.  fuzz_step drives the step core through the unit tests' in-memory
-# server (test/unit/step_harness.h); fuzz_expr drives the CEL expression
-# core; fuzz_schema feeds the JSON Schema validator and the regex engine.
+# The libFuzzer targets: each harness linked with the core, compiled once
+# for all four (instrumented for coverage, sanitized) under build/fuzz/obj.
+# fuzz_step drives the step core through the unit tests' in-memory server
+# (test/unit/step_harness.h); fuzz_expr drives the CEL expression core;
+# fuzz_schema feeds the JSON Schema validator and the regex engine.
 fuzz-target: $(FUZZ_TARGET) $(FUZZ_STEP) $(FUZZ_EXPR) $(FUZZ_SCHEMA)
 
-$(FUZZ_TARGET): test/fuzz/fuzz_compile.c $(CORE_SRCS) $(SRC_HEADERS) wfe.control
+build/fuzz/fuzz_%: test/fuzz/fuzz_%.c $(FUZZ_OBJS) $(wildcard test/unit/*.h)
 	@mkdir -p $(@D)
-	$(FUZZ_CC) $(FUZZ_CFLAGS) $(WFE_CPPFLAGS) -o $@ $(filter %.c,$^) $(WFE_LIBS)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) $(WFE_CPPFLAGS) -Itest/unit -o $@ $(filter %.c %.o,$^) $(WFE_LIBS)
 
-$(FUZZ_EXPR): test/fuzz/fuzz_expr.c $(CORE_SRCS) $(SRC_HEADERS) wfe.control
+build/fuzz/obj/%.o: src/%.c $(SRC_HEADERS) wfe.control
 	@mkdir -p $(@D)
-	$(FUZZ_CC) $(FUZZ_CFLAGS) $(WFE_CPPFLAGS) -o $@ $(filter %.c,$^) $(WFE_LIBS)
-
-$(FUZZ_SCHEMA): test/fuzz/fuzz_schema.c $(CORE_SRCS) $(SRC_HEADERS) wfe.control
-	@mkdir -p $(@D)
-	$(FUZZ_CC) $(FUZZ_CFLAGS) $(WFE_CPPFLAGS) -o $@ $(filter %.c,$^) $(WFE_LIBS)
-
-$(FUZZ_STEP): test/fuzz/fuzz_step.c $(CORE_SRCS) $(SRC_HEADERS) $(wildcard test/unit/*.h) wfe.control
-	@mkdir -p $(@D)
-	$(FUZZ_CC) $(FUZZ_CFLAGS) $(WFE_CPPFLAGS) -Itest/unit -o $@ $(filter %.c,$^) $(WFE_LIBS)
+	$(FUZZ_CC) $(FUZZ_OBJ_CFLAGS) $(WFE_CPPFLAGS) -c -o $@ $<
 
 # bench_expr: one CEL evaluation's cost (bench/expr/bench_expr.c), optimised.
 build/bench/bench_expr: bench/expr/bench_expr.c $(CORE_SRCS) $(SRC_HEADERS) wfe.control
