@@ -298,6 +298,8 @@ wfe_claim_task(PG_FUNCTION_ARGS)
 			stmt_run(&q_queue_busy, v, NULL);
 			room = Min(max_tasks, limit - pg_strtoint32(stmt_col(1)));
 		}
+		/* an open circuit lets none go, a half-open one its probe (circuit.c) */
+		room = wfe_circuit_claim_room(queue, room);
 		if (tenants_limited && room > 0)
 			tenant_rooms(v[0], room, &tr);
 		claimed = 0;
@@ -369,6 +371,7 @@ wfe_claim_task(PG_FUNCTION_ARGS)
 					j++;
 		}
 	}
+	wfe_circuit_claim_done((int) claimed);
 	if (due != 0)
 		wfe_wake_at(due);
 	wfe_ready_claim_end(queue, &ticket, claimed < (uint64) max_tasks);

@@ -19,6 +19,9 @@ extern int	wfe_max_rate_keys;
 
 /* ratelimit.c: which locked claim candidates have a token (the others are held) */
 struct ItemPointerData;
+/* circuit.c: how many of room a claim from queue may take; then what it took */
+extern int	wfe_circuit_claim_room(const char *queue, int room);
+extern void wfe_circuit_claim_done(int claimed);
 extern void wfe_rate_admit(int n, struct ItemPointerData **tids, char **limit, char **key, char **tenant,
 						   bool *take);
 extern int	wfe_max_expression_bytes;
