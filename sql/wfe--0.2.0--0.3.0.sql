@@ -3444,8 +3444,9 @@ REVOKE ALL ON FUNCTION wfe._history_maintain(timestamptz) FROM PUBLIC;
 
 -- ---------------------------------------------------------------------
 -- Circuit breakers (issue 24 item 2): wfe.circuits, configure_circuit,
--- reset_circuit, the attempt-end trigger, the worker's half opening
--- (79_circuits.sql, src/pg/circuit.c, src/pg/claim.c), dashboard_stuck.
+-- reset_circuit, the worker's half opening (79_circuits.sql,
+-- src/pg/circuit.c, src/pg/claim.c; attempt ends are counted by the
+-- metrics trigger, in C), dashboard_stuck.
 CREATE TABLE wfe.circuits (
     queue         wfe.queue_name PRIMARY KEY,
     failure_ratio double precision NOT NULL
@@ -3485,38 +3486,11 @@ COMMENT ON FUNCTION wfe._circuit_event(text, text) IS
 'Logs a circuit''s change of state (circuit.opened, circuit.half_open, circuit.closed) with its queue and counts.';
 REVOKE ALL ON FUNCTION wfe._circuit_event(text, text) FROM PUBLIC;
 
-CREATE FUNCTION wfe._circuit_record(p_queue text, p_failed boolean)
-RETURNS void AS 'MODULE_PATHNAME', 'wfe_circuit_record_sql' LANGUAGE C VOLATILE STRICT;
-COMMENT ON FUNCTION wfe._circuit_record(text, boolean) IS
-'An attempt of the queue ended (failed: failed or timed out): its circuit, if any, counts it and may open, close or open again.';
-REVOKE ALL ON FUNCTION wfe._circuit_record(text, boolean) FROM PUBLIC;
-
 CREATE FUNCTION wfe._half_open_circuits()
 RETURNS int AS 'MODULE_PATHNAME', 'wfe_half_open_circuits' LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION wfe._half_open_circuits() IS
 'Half opens the open circuits whose open_ms has passed, wakes their pollers, and sets the worker''s timer for the next; returns how many.';
 REVOKE ALL ON FUNCTION wfe._half_open_circuits() FROM PUBLIC;
-
--- Trigger: an attempt ended (as metrics_attempt_ended counts them);
--- cancelled attempts say nothing about the queue's health.
-CREATE FUNCTION wfe._circuit_attempt_ended()
-RETURNS trigger
-LANGUAGE plpgsql SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    PERFORM wfe._circuit_record(NEW.queue, NEW.state <> 'completed');
-    RETURN NULL;
-END
-$$;
-COMMENT ON FUNCTION wfe._circuit_attempt_ended() IS
-'Trigger: counts an ended attempt (completed: success; failed, retry_scheduled, timed_out: failure) in its queue''s circuit.';
-REVOKE ALL ON FUNCTION wfe._circuit_attempt_ended() FROM PUBLIC;
-CREATE TRIGGER circuit_attempt_ended
-    AFTER UPDATE OF state ON wfe.run_stages
-    FOR EACH ROW WHEN (OLD.state IN ('dispatched', 'running')
-                       AND NEW.state IN ('completed', 'failed', 'retry_scheduled', 'timed_out'))
-    EXECUTE FUNCTION wfe._circuit_attempt_ended();
 
 CREATE FUNCTION wfe.configure_circuit(queue text, failure_ratio numeric, min_calls int DEFAULT 20,
                                       window_ms int DEFAULT 60000, open_ms int DEFAULT 30000)
@@ -3697,6 +3671,167 @@ SELECT x.problem, x.run_id, x.stage, x.attempt,
  ORDER BY x.since, x.run_id, x.stage;
 COMMENT ON VIEW wfe.dashboard_stuck IS
 'Work that does not move: runs with no live attempt and no due timer, attempts past their deadline, overdue timers, tasks on a paused or full queue or of a full tenant, attempts a rate limit or an open circuit holds, dispatches unpublished for a minute, open dead letters.';
+
+-- ---------------------------------------------------------------------
+-- Fairness between tenants (issue 24 item 2; 79_fairness.sql,
+-- src/pg/fairness.c, src/pg/claim.c): wfe.queues.fairness,
+-- wfe.tenant_limits.weight, the run_stages_fair index, configure_queue
+-- and configure_tenant with their new parameters, and the trigger that
+-- keeps each backend's cached lists of fair queues and queues with a
+-- circuit (src/pg/flow_cache.c).
+ALTER TABLE wfe.queues ADD COLUMN fairness text NOT NULL DEFAULT 'none'
+    CONSTRAINT queues_fairness CHECK (fairness IN ('none', 'tenant'));
+COMMENT ON TABLE wfe.queues IS
+'Queue settings: delivery mode (poll or broker), in-flight limit, paused, fairness between tenants.  Unlisted queues are poll queues.';
+COMMENT ON COLUMN wfe.queues.fairness IS
+'none: claims take the highest priority, then oldest, ready task; tenant: they serve the tenants with ready work by weight (wfe.configure_tenant), within a priority level.';
+ALTER TABLE wfe.tenant_limits ADD COLUMN weight int NOT NULL DEFAULT 1
+    CONSTRAINT tenant_limits_weight CHECK (weight BETWEEN 1 AND 10000);
+COMMENT ON COLUMN wfe.tenant_limits.weight IS
+'The tenant''s share on queues with fairness = ''tenant'': claims serve tenants with ready work in proportion to their weights.';
+CREATE INDEX run_stages_fair ON wfe.run_stages (queue, tenant, priority DESC, ready_at)
+    WHERE state = 'queued' AND held_until IS NULL;
+
+DROP FUNCTION wfe.configure_queue(text, text, int, boolean);
+CREATE FUNCTION wfe.configure_queue(queue text, delivery text DEFAULT 'poll', max_in_flight int DEFAULT NULL,
+                                    paused boolean DEFAULT false, fairness text DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_was        text;
+    v_was_paused boolean;
+    c            record;
+BEGIN
+    IF configure_queue.queue IS NULL OR configure_queue.delivery IS NULL OR configure_queue.paused IS NULL THEN
+        RAISE EXCEPTION 'queue, delivery and paused must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    PERFORM wfe._check_queue_name(configure_queue.queue);
+    IF configure_queue.delivery NOT IN ('poll', 'broker') THEN
+        RAISE EXCEPTION 'delivery must be poll or broker, not "%"', configure_queue.delivery
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF configure_queue.max_in_flight IS NOT NULL AND configure_queue.max_in_flight < 1 THEN
+        RAISE EXCEPTION 'max_in_flight must be positive' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF configure_queue.fairness NOT IN ('none', 'tenant') THEN
+        RAISE EXCEPTION 'fairness must be none or tenant, not "%"', configure_queue.fairness
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'tenant: claims serve the tenants with ready work by weight; NULL keeps the queue''s.';
+    END IF;
+    SELECT q.delivery, q.paused INTO v_was, v_was_paused
+      FROM wfe.queues AS q WHERE q.queue = configure_queue.queue FOR UPDATE;
+    -- fairness NULL: the queue keeps what it has (none when new)
+    INSERT INTO wfe.queues AS q (queue, delivery, max_in_flight, paused, fairness)
+    VALUES (configure_queue.queue, configure_queue.delivery, configure_queue.max_in_flight, configure_queue.paused,
+            coalesce(configure_queue.fairness, 'none'))
+    ON CONFLICT (queue) DO UPDATE
+       SET delivery = excluded.delivery, max_in_flight = excluded.max_in_flight,
+           paused = excluded.paused, updated_at = now(),
+           fairness = coalesce(configure_queue.fairness, q.fairness);
+    -- Tasks waiting in the old mode follow the queue into the new one: to
+    -- broker (or resumed as broker), queued attempts get their dispatch
+    -- message; to poll, dispatched attempts become claimable (a broker worker
+    -- that still accepts one is answered duplicate once a poll worker has it).
+    -- A paused queue keeps everything as it is until it is resumed.
+    IF configure_queue.paused THEN
+        NULL;                       -- paused: what waits stays queued
+    ELSIF configure_queue.delivery = 'broker'
+          AND (coalesce(v_was, 'poll') = 'poll' OR coalesce(v_was_paused, false)) THEN
+        -- Every queued attempt without a dispatch message still to publish
+        -- is re-dispatched through the engine: a new fence, a new message.
+        -- (One whose earlier message was published -- broker, then poll,
+        -- then broker again -- would otherwise wait for a message that is
+        -- gone.)  No stage row is locked here: the engine locks the run,
+        -- then the stage, and one that moved on meanwhile is passed over.
+        FOR c IN SELECT st.run_id, st.stage FROM wfe.run_stages AS st
+                  WHERE st.queue = configure_queue.queue AND st.state = 'queued' AND st.handler IS NULL
+                    AND NOT EXISTS (SELECT 1 FROM wfe.outbox AS o
+                                     WHERE o.run_id = st.run_id AND o.stage = st.stage
+                                       AND o.attempt = st.attempt AND o.fence = st.fence
+                                       AND o.kind = 'dispatch' AND o.state <> 'published')
+                  ORDER BY st.run_id, st.stage
+        LOOP
+            BEGIN
+                PERFORM wfe._operate(c.run_id, c.stage, 'redispatch', NULL, wfe._identity(),
+                                     format('queue %s switched to broker delivery', configure_queue.queue));
+            EXCEPTION WHEN object_not_in_prerequisite_state THEN
+                NULL;
+            END;
+        END LOOP;
+    ELSIF configure_queue.delivery = 'poll' AND (v_was = 'broker' OR coalesce(v_was_paused, false)) THEN
+        UPDATE wfe.run_stages AS st SET state = 'queued'
+         WHERE st.queue = configure_queue.queue AND st.state = 'dispatched';
+        PERFORM wfe._notify_ready(configure_queue.queue);     -- resumed or switched: wake the pollers
+    ELSIF configure_queue.delivery = 'broker' THEN
+        -- the same mode, maybe a raised or lifted max_in_flight: what fits now goes
+        PERFORM wfe._release_held(configure_queue.queue, NULL);
+    ELSE
+        PERFORM wfe._notify_ready(configure_queue.queue);     -- the same for pollers
+    END IF;
+    PERFORM wfe._wake(now());      -- the publisher declares a new broker queue's topology
+END
+$$;
+COMMENT ON FUNCTION wfe.configure_queue(text, text, int, boolean, text) IS
+'Sets a queue''s delivery mode (poll: claim_task; broker: RabbitMQ dispatches), in-flight limit, pause and fairness between tenants (none or tenant; NULL keeps it).';
+REVOKE ALL ON FUNCTION wfe.configure_queue(text, text, int, boolean, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION wfe.configure_queue(text, text, int, boolean, text) TO wfe_admin;
+
+DROP FUNCTION wfe.configure_tenant(text, int, int);
+CREATE FUNCTION wfe.configure_tenant(tenant text, max_runs_in_flight int DEFAULT NULL,
+                                     max_tasks_in_flight int DEFAULT NULL, weight int DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+BEGIN
+    IF configure_tenant.tenant IS NULL THEN
+        RAISE EXCEPTION 'tenant must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    PERFORM wfe._check_tenant_name(configure_tenant.tenant);
+    IF configure_tenant.max_runs_in_flight < 1 OR configure_tenant.max_tasks_in_flight < 1 THEN
+        RAISE EXCEPTION 'max_runs_in_flight and max_tasks_in_flight must be positive or NULL (unlimited)'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF configure_tenant.weight NOT BETWEEN 1 AND 10000 THEN
+        RAISE EXCEPTION 'weight must be an integer between 1 and 10000, not %', configure_tenant.weight
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'The tenant''s share on queues with fairness = ''tenant''; the default is 1, NULL keeps the tenant''s.';
+    END IF;
+    -- weight NULL: the tenant keeps its weight (1 when new)
+    INSERT INTO wfe.tenant_limits AS t (tenant, max_runs_in_flight, max_tasks_in_flight, weight)
+    VALUES (configure_tenant.tenant, configure_tenant.max_runs_in_flight, configure_tenant.max_tasks_in_flight,
+            coalesce(configure_tenant.weight, 1))
+    ON CONFLICT (tenant) DO UPDATE
+       SET max_runs_in_flight = excluded.max_runs_in_flight,
+           max_tasks_in_flight = excluded.max_tasks_in_flight,
+           updated_at = now(), updated_by = wfe._identity(),
+           weight = coalesce(configure_tenant.weight, t.weight);
+    -- A raised or lifted task limit makes room now: the tenant's held broker
+    -- tasks that fit are dispatched, and the pollers of the queues where it
+    -- has queued tasks are woken.  A lowered one holds what comes next; the
+    -- tasks in flight finish.
+    PERFORM wfe._notify_ready(q) FROM wfe._release_held(NULL, configure_tenant.tenant) AS q;
+END
+$$;
+COMMENT ON FUNCTION wfe.configure_tenant(text, int, int, int) IS
+'Sets a tenant''s limits: runs in flight (submit refuses more with 53400) and tasks in flight (held queued, released when room appears), NULL is unlimited; and its weight on fair queues (NULL keeps it).';
+REVOKE ALL ON FUNCTION wfe.configure_tenant(text, int, int, int) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION wfe.configure_tenant(text, int, int, int) TO wfe_admin;
+
+CREATE FUNCTION wfe._flow_settings_changed()
+RETURNS trigger AS 'MODULE_PATHNAME', 'wfe_flow_settings_changed' LANGUAGE C;
+COMMENT ON FUNCTION wfe._flow_settings_changed() IS
+'Trigger: every backend drops its cached lists of fair queues and queues with a circuit when this transaction commits.';
+REVOKE ALL ON FUNCTION wfe._flow_settings_changed() FROM PUBLIC;
+CREATE TRIGGER queues_flow_changed AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON wfe.queues
+    FOR EACH STATEMENT EXECUTE FUNCTION wfe._flow_settings_changed();
+-- a circuit's state changes at claims and attempt ends: only its existence is cached
+CREATE TRIGGER circuits_flow_changed AFTER INSERT OR DELETE OR TRUNCATE ON wfe.circuits
+    FOR EACH STATEMENT EXECUTE FUNCTION wfe._flow_settings_changed();
 
 -- Final bodies: every function whose text changed in 0.3.0, as src/sql has it.
 -- (Written by the same rule as the sections above: the whole text, copied.)
@@ -4416,80 +4551,6 @@ BEGIN
     UPDATE wfe.dead_letters AS d SET resolved_at = now(), resolved_by = wfe._identity(), resolution = 'cancelled'
      WHERE d.run_id = r.run_id AND d.resolved_at IS NULL;
     RETURN 'accepted';
-END
-$$;
-
-CREATE OR REPLACE FUNCTION wfe.configure_queue(queue text, delivery text DEFAULT 'poll', max_in_flight int DEFAULT NULL,
-                                    paused boolean DEFAULT false)
-RETURNS void
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-#variable_conflict use_column
-DECLARE
-    v_was        text;
-    v_was_paused boolean;
-    c            record;
-BEGIN
-    IF configure_queue.queue IS NULL OR configure_queue.delivery IS NULL OR configure_queue.paused IS NULL THEN
-        RAISE EXCEPTION 'queue, delivery and paused must not be null' USING ERRCODE = 'null_value_not_allowed';
-    END IF;
-    PERFORM wfe._check_queue_name(configure_queue.queue);
-    IF configure_queue.delivery NOT IN ('poll', 'broker') THEN
-        RAISE EXCEPTION 'delivery must be poll or broker, not "%"', configure_queue.delivery
-            USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    IF configure_queue.max_in_flight IS NOT NULL AND configure_queue.max_in_flight < 1 THEN
-        RAISE EXCEPTION 'max_in_flight must be positive' USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    SELECT q.delivery, q.paused INTO v_was, v_was_paused
-      FROM wfe.queues AS q WHERE q.queue = configure_queue.queue FOR UPDATE;
-    INSERT INTO wfe.queues AS q (queue, delivery, max_in_flight, paused)
-    VALUES (configure_queue.queue, configure_queue.delivery, configure_queue.max_in_flight, configure_queue.paused)
-    ON CONFLICT (queue) DO UPDATE
-       SET delivery = excluded.delivery, max_in_flight = excluded.max_in_flight,
-           paused = excluded.paused, updated_at = now();
-    -- Tasks waiting in the old mode follow the queue into the new one: to
-    -- broker (or resumed as broker), queued attempts get their dispatch
-    -- message; to poll, dispatched attempts become claimable (a broker worker
-    -- that still accepts one is answered duplicate once a poll worker has it).
-    -- A paused queue keeps everything as it is until it is resumed.
-    IF configure_queue.paused THEN
-        NULL;                       -- paused: what waits stays queued
-    ELSIF configure_queue.delivery = 'broker'
-          AND (coalesce(v_was, 'poll') = 'poll' OR coalesce(v_was_paused, false)) THEN
-        -- Every queued attempt without a dispatch message still to publish
-        -- is re-dispatched through the engine: a new fence, a new message.
-        -- (One whose earlier message was published -- broker, then poll,
-        -- then broker again -- would otherwise wait for a message that is
-        -- gone.)  No stage row is locked here: the engine locks the run,
-        -- then the stage, and one that moved on meanwhile is passed over.
-        FOR c IN SELECT st.run_id, st.stage FROM wfe.run_stages AS st
-                  WHERE st.queue = configure_queue.queue AND st.state = 'queued' AND st.handler IS NULL
-                    AND NOT EXISTS (SELECT 1 FROM wfe.outbox AS o
-                                     WHERE o.run_id = st.run_id AND o.stage = st.stage
-                                       AND o.attempt = st.attempt AND o.fence = st.fence
-                                       AND o.kind = 'dispatch' AND o.state <> 'published')
-                  ORDER BY st.run_id, st.stage
-        LOOP
-            BEGIN
-                PERFORM wfe._operate(c.run_id, c.stage, 'redispatch', NULL, wfe._identity(),
-                                     format('queue %s switched to broker delivery', configure_queue.queue));
-            EXCEPTION WHEN object_not_in_prerequisite_state THEN
-                NULL;
-            END;
-        END LOOP;
-    ELSIF configure_queue.delivery = 'poll' AND (v_was = 'broker' OR coalesce(v_was_paused, false)) THEN
-        UPDATE wfe.run_stages AS st SET state = 'queued'
-         WHERE st.queue = configure_queue.queue AND st.state = 'dispatched';
-        PERFORM wfe._notify_ready(configure_queue.queue);     -- resumed or switched: wake the pollers
-    ELSIF configure_queue.delivery = 'broker' THEN
-        -- the same mode, maybe a raised or lifted max_in_flight: what fits now goes
-        PERFORM wfe._release_held(configure_queue.queue, NULL);
-    ELSE
-        PERFORM wfe._notify_ready(configure_queue.queue);     -- the same for pollers
-    END IF;
-    PERFORM wfe._wake(now());      -- the publisher declares a new broker queue's topology
 END
 $$;
 
@@ -5237,36 +5298,6 @@ BEGIN
 END
 $$;
 
-CREATE OR REPLACE FUNCTION wfe.configure_tenant(tenant text, max_runs_in_flight int DEFAULT NULL,
-                                     max_tasks_in_flight int DEFAULT NULL)
-RETURNS void
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-#variable_conflict use_column
-BEGIN
-    IF configure_tenant.tenant IS NULL THEN
-        RAISE EXCEPTION 'tenant must not be null' USING ERRCODE = 'null_value_not_allowed';
-    END IF;
-    PERFORM wfe._check_tenant_name(configure_tenant.tenant);
-    IF configure_tenant.max_runs_in_flight < 1 OR configure_tenant.max_tasks_in_flight < 1 THEN
-        RAISE EXCEPTION 'max_runs_in_flight and max_tasks_in_flight must be positive or NULL (unlimited)'
-            USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    INSERT INTO wfe.tenant_limits AS t (tenant, max_runs_in_flight, max_tasks_in_flight)
-    VALUES (configure_tenant.tenant, configure_tenant.max_runs_in_flight, configure_tenant.max_tasks_in_flight)
-    ON CONFLICT (tenant) DO UPDATE
-       SET max_runs_in_flight = excluded.max_runs_in_flight,
-           max_tasks_in_flight = excluded.max_tasks_in_flight,
-           updated_at = now(), updated_by = wfe._identity();
-    -- A raised or lifted task limit makes room now: the tenant's held broker
-    -- tasks that fit are dispatched, and the pollers of the queues where it
-    -- has queued tasks are woken.  A lowered one holds what comes next; the
-    -- tasks in flight finish.
-    PERFORM wfe._notify_ready(q) FROM wfe._release_held(NULL, configure_tenant.tenant) AS q;
-END
-$$;
-
 CREATE OR REPLACE FUNCTION wfe._admit_run(p_tenant text, p_again text)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
@@ -5694,6 +5725,8 @@ COMMENT ON FUNCTION wfe._start_child(bigint, text, int, text, text, jsonb) IS
 'Starts the child run of a parent''s workflow stage attempt (the engine calls it under the parent''s lock); returns its run_id.';
 COMMENT ON FUNCTION wfe._cancel_children(bigint, text, text) IS
 'Cancels the live child runs of a parent''s workflow stage whose attempt ended otherwise (the engine calls it under the parent''s lock).';
+COMMENT ON FUNCTION wfe.configure_queue(text, text, int, boolean, text) IS
+'Sets a queue''s delivery mode (poll: claim_task; broker: RabbitMQ dispatches), in-flight limit, pause and fairness between tenants (none or tenant; NULL keeps it).';
 COMMENT ON FUNCTION wfe.queue_delivery(text) IS
 'The delivery mode of a queue: broker, or poll (also for a queue never configured).';
 COMMENT ON FUNCTION wfe.ready_tag(text) IS
@@ -5765,6 +5798,8 @@ COMMENT ON FUNCTION wfe.outbox_ack(bigint[], text) IS
 'External relay: marks the rows it claimed and published as published; returns how many (rows it no longer holds, or of tenants it does not act for, are not counted).';
 COMMENT ON FUNCTION wfe.fetch_payload(jsonb) IS
 'The input a large-track envelope refers to, for a holder of the attempt the reference names, after checking its SHA-256 against the reference.';
+COMMENT ON FUNCTION wfe.configure_tenant(text, int, int, int) IS
+'Sets a tenant''s limits: runs in flight (submit refuses more with 53400) and tasks in flight (held queued, released when room appears), NULL is unlimited; and its weight on fair queues (NULL keeps it).';
 COMMENT ON FUNCTION wfe._admit_run(text, text) IS
 'Admits one more run of a tenant in flight (a submit, or a redrive or skip_stage reopening a failed run): 53400 at its max_runs_in_flight.';
 COMMENT ON FUNCTION wfe.callback(text, text) IS
@@ -5799,16 +5834,14 @@ COMMENT ON FUNCTION wfe._release_rate_held(int) IS
 'Makes up to p_max attempts whose rate-limit token is due ready again, wakes their pollers, and sets the worker''s timer for the next; returns how many.';
 COMMENT ON FUNCTION wfe._circuit_event(text, text) IS
 'Logs a circuit''s change of state (circuit.opened, circuit.half_open, circuit.closed) with its queue and counts.';
-COMMENT ON FUNCTION wfe._circuit_record(text, boolean) IS
-'An attempt of the queue ended (failed: failed or timed out): its circuit, if any, counts it and may open, close or open again.';
 COMMENT ON FUNCTION wfe._half_open_circuits() IS
 'Half opens the open circuits whose open_ms has passed, wakes their pollers, and sets the worker''s timer for the next; returns how many.';
-COMMENT ON FUNCTION wfe._circuit_attempt_ended() IS
-'Trigger: counts an ended attempt (completed: success; failed, retry_scheduled, timed_out: failure) in its queue''s circuit.';
 COMMENT ON FUNCTION wfe.configure_circuit(text, numeric, int, int, int) IS
 'Creates or changes a queue''s circuit breaker: it opens at failure_ratio of at least min_calls attempts ended in window_ms, for open_ms; failure_ratio NULL drops it.';
 COMMENT ON FUNCTION wfe.reset_circuit(text) IS
 'Closes a queue''s circuit now, with an empty window: what it held back may go.';
+COMMENT ON FUNCTION wfe._flow_settings_changed() IS
+'Trigger: every backend drops its cached lists of fair queues and queues with a circuit when this transaction commits.';
 COMMENT ON FUNCTION wfe.set_priority(bigint, int) IS
 'Changes a run''s priority (-1000000 .. 1000000, higher first): its queued work, and what it releases later, is claimed in the new order; event run.priority_set.';
 COMMENT ON FUNCTION wfe._operate(bigint, text, text, text, text, text) IS

@@ -13,8 +13,10 @@
  * opening; wfe._half_open_circuits (the worker's round) half opens it and
  * wakes the queue's pollers.  Nothing polls.
  *
- * An attempt's end (the circuit_attempt_ended trigger) is counted by
- * wfe._circuit_record: a queue without a circuit costs one index probe.
+ * An attempt's end is counted by wfe_circuit_attempt_ended, which the C
+ * trigger counting attempts for wfe.metrics calls (metrics.c).  Whether a
+ * queue has a circuit at all is a list in backend memory (flow_cache.c):
+ * a queue without one pays no statement at its claims or its attempts' ends.
  */
 #include "postgres.h"
 
@@ -132,7 +134,8 @@ wfe_circuit_claim_room(const char *queue, int room)
 	int			allowed;
 
 	claim_circuit.active = false;
-	if (room <= 0 || !circuit_load(queue, &claim_circuit.conf, &claim_circuit.c))
+	if (room <= 0 || !wfe_queue_has_circuit(queue) ||
+		!circuit_load(queue, &claim_circuit.conf, &claim_circuit.c))
 		return room;
 	allowed = wfe_circuit_admit(&claim_circuit.c, &claim_circuit.conf, GetCurrentTimestamp(),
 								room, &change);
@@ -156,32 +159,27 @@ wfe_circuit_claim_done(int claimed)
 	circuit_store(claim_circuit.queue, &claim_circuit.conf, &claim_circuit.c, WFE_CIRCUIT_SAME);
 }
 
-PG_FUNCTION_INFO_V1(wfe_circuit_record_sql);
-
 /*
- * wfe._circuit_record(queue, failed) RETURNS void: an attempt of queue
- * ended (failed: it failed or timed out); counted by its circuit, if any.
+ * An attempt of queue ended (failed: it failed or timed out): its circuit,
+ * if it has one, counts it and may open, close or open again.  Called by
+ * the attempts' counting trigger (metrics.c) inside its SPI connection.
  */
-Datum
-wfe_circuit_record_sql(PG_FUNCTION_ARGS)
+void
+wfe_circuit_attempt_ended(const char *queue, bool failed)
 {
-	char	   *queue = text_to_cstring(PG_GETARG_TEXT_PP(0));
 	wfe_circuit_conf conf;
 	wfe_circuit c;
 
-	SPI_connect();
-	if (circuit_load(queue, &conf, &c))
+	if (!wfe_queue_has_circuit(queue) || !circuit_load(queue, &conf, &c))
+		return;
 	{
-		wfe_circuit_change change = wfe_circuit_record(&c, &conf, GetCurrentTimestamp(),
-														   PG_GETARG_BOOL(1));
+		wfe_circuit_change change = wfe_circuit_record(&c, &conf, GetCurrentTimestamp(), failed);
 
 		circuit_store(queue, &conf, &c, change);
 		/* closed again: what the circuit held back may go now */
 		if (change == WFE_CIRCUIT_CLOSED_AGAIN)
 			wfe_ready_released(queue);
 	}
-	SPI_finish();
-	PG_RETURN_VOID();
 }
 
 PG_FUNCTION_INFO_V1(wfe_half_open_circuits);

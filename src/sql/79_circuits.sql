@@ -4,7 +4,8 @@
 -- >= failure_ratio; open, no attempt of the queue is released for open_ms;
 -- then exactly one goes (half open): its success closes the circuit, its
 -- failure opens it again.  The decisions are src/core/flow/circuit.c; the
--- claim applies them (src/pg/circuit.c); held work stays queued.
+-- claim applies them (src/pg/circuit.c); held work stays queued.  Which
+-- queues have a circuit is cached per backend (79_fairness.sql's trigger).
 
 CREATE TABLE wfe.circuits (
     queue         wfe.queue_name PRIMARY KEY,
@@ -45,38 +46,17 @@ COMMENT ON FUNCTION wfe._circuit_event(text, text) IS
 'Logs a circuit''s change of state (circuit.opened, circuit.half_open, circuit.closed) with its queue and counts.';
 REVOKE ALL ON FUNCTION wfe._circuit_event(text, text) FROM PUBLIC;
 
-CREATE FUNCTION wfe._circuit_record(p_queue text, p_failed boolean)
-RETURNS void AS 'MODULE_PATHNAME', 'wfe_circuit_record_sql' LANGUAGE C VOLATILE STRICT;
-COMMENT ON FUNCTION wfe._circuit_record(text, boolean) IS
-'An attempt of the queue ended (failed: failed or timed out): its circuit, if any, counts it and may open, close or open again.';
-REVOKE ALL ON FUNCTION wfe._circuit_record(text, boolean) FROM PUBLIC;
-
 CREATE FUNCTION wfe._half_open_circuits()
 RETURNS int AS 'MODULE_PATHNAME', 'wfe_half_open_circuits' LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION wfe._half_open_circuits() IS
 'Half opens the open circuits whose open_ms has passed, wakes their pollers, and sets the worker''s timer for the next; returns how many.';
 REVOKE ALL ON FUNCTION wfe._half_open_circuits() FROM PUBLIC;
 
--- Trigger: an attempt ended (as metrics_attempt_ended counts them);
--- cancelled attempts say nothing about the queue's health.
-CREATE FUNCTION wfe._circuit_attempt_ended()
-RETURNS trigger
-LANGUAGE plpgsql SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    PERFORM wfe._circuit_record(NEW.queue, NEW.state <> 'completed');
-    RETURN NULL;
-END
-$$;
-COMMENT ON FUNCTION wfe._circuit_attempt_ended() IS
-'Trigger: counts an ended attempt (completed: success; failed, retry_scheduled, timed_out: failure) in its queue''s circuit.';
-REVOKE ALL ON FUNCTION wfe._circuit_attempt_ended() FROM PUBLIC;
-CREATE TRIGGER circuit_attempt_ended
-    AFTER UPDATE OF state ON wfe.run_stages
-    FOR EACH ROW WHEN (OLD.state IN ('dispatched', 'running')
-                       AND NEW.state IN ('completed', 'failed', 'retry_scheduled', 'timed_out'))
-    EXECUTE FUNCTION wfe._circuit_attempt_ended();
+-- An attempt's end is counted where wfe.metrics counts it, in C: the
+-- metrics_attempt_ended trigger (83_metrics.sql, src/pg/metrics.c) hands
+-- it to the queue's circuit when the queue has one, which each backend
+-- knows from a cached list (src/pg/flow_cache.c): a queue without a circuit
+-- pays nothing per attempt end or per claim.
 
 CREATE FUNCTION wfe.configure_circuit(queue text, failure_ratio numeric, min_calls int DEFAULT 20,
                                       window_ms int DEFAULT 60000, open_ms int DEFAULT 30000)
