@@ -95,6 +95,7 @@ static stmt q_claim_fair = STMT(CLAIM_UPDATE "ARRAY(" CLAIM_PICK FAIR_PICK ")" C
 #define RATE_PICK "SELECT p.ctid, p.rate_limit, p.rate_key, p.tenant" CLAIM_FROM
 static stmt q_pick = STMT(RATE_PICK CLAIM_PICK_END, 3, TX, TX, I4);
 static stmt q_pick_limited = STMT(RATE_PICK TENANT_PICK CLAIM_PICK_END, 5, TX, TX, I4, I4, TEXTARRAYOID);
+static stmt q_pick_fair = STMT(RATE_PICK FAIR_PICK, 6, TX, TX, I4, I4, TX, I4);
 static stmt q_claim_taken = STMT(CLAIM_UPDATE "$5" CLAIM_REST, 5, TX, TX, I4, I4, TIDARRAYOID);
 static stmt q_queue_broker = STMT(
 	"SELECT EXISTS (SELECT 1 FROM wfe.queues AS q WHERE q.queue = $1 AND q.delivery = 'broker')", 1, TX);
@@ -195,13 +196,13 @@ tenant_array(const tenant_room *t)
 }
 
 /*
- * A claim round when rate limits exist: pick and lock the candidates
- * (w as for q_claim_limited; w[4] unused unless limited), keep those with
- * a token (ratelimit.c holds the others), claim them.  Returns how many
- * were picked; SPI_tuptable holds the claimed rows.
+ * A claim round when rate limits exist: pick and lock the candidates with
+ * pick (q_pick, q_pick_limited or q_pick_fair, whose arguments w and m
+ * are), keep those with a token (ratelimit.c holds the others), claim
+ * them.  Returns how many were picked; SPI_tuptable holds the claimed rows.
  */
 static uint64
-claim_rated(Datum *w, const char *m, bool limited)
+claim_rated(stmt *pick, Datum *w, const char *m)
 {
 	uint64		picked;
 	ItemPointer *tids;
@@ -214,7 +215,7 @@ claim_rated(Datum *w, const char *m, bool limited)
 	Datum		c[5];
 	char		cn[6] = "     ";
 
-	stmt_run(limited ? &q_pick_limited : &q_pick, w, m);
+	stmt_run(pick, w, m);
 	picked = SPI_processed;
 	tids = palloc(sizeof(ItemPointer) * Max(picked, 1));
 	limit = palloc(sizeof(char *) * Max(picked, 1));
@@ -287,7 +288,8 @@ claim_emit(ReturnSetInfo *rsinfo, TimestampTz *due, tenant_room *tr)
  * how many were claimed.
  */
 static uint64
-claim_fair(ReturnSetInfo *rsinfo, const char *queue, Datum *v, const char *n, int room, TimestampTz *due)
+claim_fair(ReturnSetInfo *rsinfo, const char *queue, Datum *v, const char *n, int room, bool rated,
+		   TimestampTz *due)
 {
 	uint64		claimed = 0;
 	tenant_room none = {0, NULL, NULL};
@@ -310,7 +312,11 @@ claim_fair(ReturnSetInfo *rsinfo, const char *queue, Datum *v, const char *n, in
 			if (shares[k].n == 0)
 				continue;
 			m[3] = n[3];
-			stmt_run(&q_claim_fair, w, m);
+			/* with rate limits, the tenant's candidates without a token are held */
+			if (rated)
+				(void) claim_rated(&q_pick_fair, w, m);
+			else
+				stmt_run(&q_claim_fair, w, m);
 			got = (int) claim_emit(rsinfo, due, &none);
 			wfe_fair_took(queue, &shares[k], got);
 			if (got < shares[k].n)
@@ -396,9 +402,9 @@ wfe_claim_task(PG_FUNCTION_ARGS)
 			tenant_rooms(v[0], room, &tr);
 		claimed = 0;
 		/* a fair queue shares the room between its tenants (fairness.c) */
-		if (room > 0 && !tenants_limited && !rated && wfe_queue_is_fair(queue))
+		if (room > 0 && !tenants_limited && wfe_queue_is_fair(queue))
 		{
-			claimed = claim_fair(rsinfo, queue, v, n, room, &due);
+			claimed = claim_fair(rsinfo, queue, v, n, room, rated, &due);
 			room = 0;
 		}
 		/*
@@ -423,7 +429,7 @@ wfe_claim_task(PG_FUNCTION_ARGS)
 				m[3] = n[3];
 				m[4] = tenants_limited ? ' ' : 'n';
 				if (rated)
-					picked = claim_rated(w, m, tenants_limited);
+					picked = claim_rated(tenants_limited ? &q_pick_limited : &q_pick, w, m);
 				else
 				{
 					stmt_run(tenants_limited ? &q_claim_limited : &q_claim, w, m);

@@ -135,6 +135,7 @@ wfe_metrics_count(PG_FUNCTION_ARGS)
 		};
 
 		stmt_run(&q_count_attempt, v, NULL);
+		id = pg_strtoint64(stmt_col(1));	/* before the circuit's statements */
 		/*
 		 * The queue's circuit breaker (circuit.c) counts the same ends,
 		 * but only of attempts that ran (dispatched or running before),
@@ -149,7 +150,6 @@ wfe_metrics_count(PG_FUNCTION_ARGS)
 				(strcmp(was, "dispatched") == 0 || strcmp(was, "running") == 0))
 				wfe_circuit_attempt_ended(queue, strcmp(state, "completed") != 0);
 		}
-		id = pg_strtoint64(stmt_col(1));
 	}
 	else
 	{
