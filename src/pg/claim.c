@@ -299,6 +299,7 @@ claim_fair(ReturnSetInfo *rsinfo, const char *queue, Datum *v, const char *n, in
 		wfe_fair_share *shares;
 		int			ns = wfe_fair_shares(queue, room, &shares);
 		bool		short_round = false;
+		uint64		before = claimed;
 
 		if (ns == 0)
 			break;
@@ -324,7 +325,8 @@ claim_fair(ReturnSetInfo *rsinfo, const char *queue, Datum *v, const char *n, in
 			claimed += got;
 			room -= got;
 		}
-		if (!short_round)
+		/* all taken, or nothing at all (a paused queue, every next task locked) */
+		if (!short_round || claimed == before)
 			break;
 	}
 	return claimed;
