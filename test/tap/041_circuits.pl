@@ -88,7 +88,7 @@ for my $login ('nobody', 'a_worker', 'an_operator')
 	like($err, qr/42501|permission denied/, "$login may not configure a circuit");
 }
 is(sql('SELECT count(*) FROM wfe.circuits'), '0', 'and no circuit was made');
-($st, $err) = as_login('root_admin', q{SELECT wfe.configure_circuit('cbq', 0.5, 4, 60000, 1500)});
+($st, $err) = as_login('root_admin', q{SELECT wfe.configure_circuit('cbq', 0.5, 4, 60000, 8000)});
 is($st, 0, 'an admin configures a circuit') or diag $err;
 sql(q{UPDATE wfe.circuits SET state = 'open', since = now() + interval '1 hour'});
 for my $login ('nobody', 'a_worker')
