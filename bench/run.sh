@@ -50,7 +50,9 @@
 #      two-stage worker workflow, and their ratio.
 #  11. flow control, last (it drops and creates wfe in the bench database):
 #      bench/ratelimit/run.sh -- steps/s with a rate limit far above the
-#      load ÷ without, and rate-limit accuracy.
+#      load ÷ without, and rate-limit accuracy; bench/fairness/run.sh -- a
+#      small tenant's p99 queue wait beside another's 100,000-task backlog
+#      ÷ alone, and steps/s with fairness on ÷ off.
 #
 # The tables go to stdout and, between the markers (bench:results,
 # bench:profile, bench:scale, bench:latency, bench:cache, bench:waits,
@@ -641,6 +643,9 @@ main() {
 		banner "flow control"
 		RL_DB=$DB BIN=$(pg_path bindir) SECS=$BENCH_SECONDS "$BENCH_DIR/ratelimit/run.sh" 2>/dev/null |
 			grep -v '^NOTICE' | tee "$WORKDIR/flow.txt"
+		# fairness between tenants: the small tenant's wait, and the cost
+		FAIR_DB=$DB BIN=$(pg_path bindir) SECS=$BENCH_SECONDS "$BENCH_DIR/fairness/run.sh" 2>/dev/null |
+			grep -v '^NOTICE' | tee -a "$WORKDIR/flow.txt"
 	fi
 
 	# Step 14: the report.

@@ -3442,6 +3442,397 @@ COMMENT ON FUNCTION wfe._history_maintain(timestamptz) IS
 'The worker''s pass over wfe.events'' day partitions: makes today''s and the next two days'', moves one day out of the default partition, drops the day partitions that ended before p_cutoff and before the oldest run kept was submitted, and name no run kept.  Returns the partitions made or dropped.';
 REVOKE ALL ON FUNCTION wfe._history_maintain(timestamptz) FROM PUBLIC;
 
+-- ---------------------------------------------------------------------
+-- Circuit breakers (issue 24 item 2): wfe.circuits, configure_circuit,
+-- reset_circuit, the worker's half opening (79_circuits.sql,
+-- src/pg/circuit.c, src/pg/claim.c; attempt ends are counted by the
+-- metrics trigger, in C), dashboard_stuck.
+CREATE TABLE wfe.circuits (
+    queue         wfe.queue_name PRIMARY KEY,
+    failure_ratio double precision NOT NULL
+                  CONSTRAINT circuits_failure_ratio CHECK (failure_ratio > 0 AND failure_ratio <= 1),
+    min_calls     int NOT NULL CONSTRAINT circuits_min_calls CHECK (min_calls >= 1),
+    window_ms     int NOT NULL CONSTRAINT circuits_window_ms CHECK (window_ms >= 1),
+    open_ms       int NOT NULL CONSTRAINT circuits_open_ms CHECK (open_ms >= 1),
+    state         text NOT NULL DEFAULT 'closed'
+                  CONSTRAINT circuits_state CHECK (state IN ('closed', 'open', 'half_open')),
+    since         timestamptz NOT NULL DEFAULT now(),
+    probe_out     boolean NOT NULL DEFAULT false,
+    win_start     timestamptz NOT NULL DEFAULT now(),
+    calls         int NOT NULL DEFAULT 0,
+    failures      int NOT NULL DEFAULT 0,
+    prev_calls    int NOT NULL DEFAULT 0,
+    prev_failures int NOT NULL DEFAULT 0,
+    updated_at    timestamptz NOT NULL DEFAULT now(),
+    updated_by    text NOT NULL DEFAULT wfe._identity()
+);
+COMMENT ON TABLE wfe.circuits IS
+'Circuit breakers per queue: configuration, state (closed, open, half_open) since when, and the sliding window''s counts.';
+GRANT SELECT ON wfe.circuits TO wfe_reader, wfe_operator, wfe_admin;
+SELECT pg_catalog.pg_extension_config_dump('wfe.circuits', '');
+
+-- A circuit's change of state, in the event log (no run: tenant 'default').
+CREATE FUNCTION wfe._circuit_event(p_queue text, p_type text)
+RETURNS void
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT wfe._event(NULL, 'default', NULL, NULL, p_type,
+                      (SELECT jsonb_build_object('queue', c.queue, 'state', c.state,
+                                                 'calls', c.calls, 'failures', c.failures)
+                         FROM wfe.circuits AS c WHERE c.queue = p_queue));
+END;
+COMMENT ON FUNCTION wfe._circuit_event(text, text) IS
+'Logs a circuit''s change of state (circuit.opened, circuit.half_open, circuit.closed) with its queue and counts.';
+REVOKE ALL ON FUNCTION wfe._circuit_event(text, text) FROM PUBLIC;
+
+CREATE FUNCTION wfe._half_open_circuits()
+RETURNS int AS 'MODULE_PATHNAME', 'wfe_half_open_circuits' LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION wfe._half_open_circuits() IS
+'Half opens the open circuits whose open_ms has passed, wakes their pollers, and sets the worker''s timer for the next; returns how many.';
+REVOKE ALL ON FUNCTION wfe._half_open_circuits() FROM PUBLIC;
+
+CREATE FUNCTION wfe.configure_circuit(queue text, failure_ratio numeric, min_calls int DEFAULT 20,
+                                      window_ms int DEFAULT 60000, open_ms int DEFAULT 30000)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+BEGIN
+    IF configure_circuit.queue IS NULL THEN
+        RAISE EXCEPTION 'queue must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    PERFORM wfe._admit_name(configure_circuit.queue, 'queue');
+    IF NOT EXISTS (SELECT 1 FROM wfe.queues AS q WHERE q.queue = configure_circuit.queue)
+       AND NOT EXISTS (SELECT 1 FROM wfe.contracts AS c WHERE c.queue = configure_circuit.queue) THEN
+        RAISE EXCEPTION 'queue "%" is not known', configure_circuit.queue
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Configure it with wfe.configure_queue, or install a workflow whose stages use it.';
+    END IF;
+    IF configure_circuit.failure_ratio IS NULL THEN
+        -- dropped: what it held back may go
+        DELETE FROM wfe.circuits AS c WHERE c.queue = configure_circuit.queue;
+        PERFORM wfe._notify_ready(configure_circuit.queue);
+        RETURN;
+    END IF;
+    IF configure_circuit.failure_ratio <= 0 OR configure_circuit.failure_ratio > 1 THEN
+        RAISE EXCEPTION 'failure_ratio must be in (0, 1], not %', configure_circuit.failure_ratio
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'The share of ended attempts that failed at which the circuit opens; NULL drops the circuit.';
+    END IF;
+    IF configure_circuit.min_calls IS NULL OR configure_circuit.min_calls < 1 THEN
+        RAISE EXCEPTION 'min_calls must be a positive integer, not %', coalesce(configure_circuit.min_calls::text, 'NULL')
+            USING ERRCODE = 'invalid_parameter_value', HINT = 'The default is 20.';
+    END IF;
+    IF configure_circuit.window_ms IS NULL OR configure_circuit.window_ms < 1 THEN
+        RAISE EXCEPTION 'window_ms must be a positive integer, not %', coalesce(configure_circuit.window_ms::text, 'NULL')
+            USING ERRCODE = 'invalid_parameter_value', HINT = 'The default is 60000 (one minute).';
+    END IF;
+    IF configure_circuit.open_ms IS NULL OR configure_circuit.open_ms < 1 THEN
+        RAISE EXCEPTION 'open_ms must be a positive integer, not %', coalesce(configure_circuit.open_ms::text, 'NULL')
+            USING ERRCODE = 'invalid_parameter_value', HINT = 'The default is 30000 (30 seconds).';
+    END IF;
+    -- a changed circuit keeps its state and counts
+    INSERT INTO wfe.circuits AS c (queue, failure_ratio, min_calls, window_ms, open_ms)
+    VALUES (configure_circuit.queue, configure_circuit.failure_ratio, configure_circuit.min_calls,
+            configure_circuit.window_ms, configure_circuit.open_ms)
+    ON CONFLICT (queue) DO UPDATE
+       SET failure_ratio = excluded.failure_ratio, min_calls = excluded.min_calls,
+           window_ms = excluded.window_ms, open_ms = excluded.open_ms,
+           updated_at = now(), updated_by = wfe._identity();
+END
+$$;
+COMMENT ON FUNCTION wfe.configure_circuit(text, numeric, int, int, int) IS
+'Creates or changes a queue''s circuit breaker: it opens at failure_ratio of at least min_calls attempts ended in window_ms, for open_ms; failure_ratio NULL drops it.';
+REVOKE ALL ON FUNCTION wfe.configure_circuit(text, numeric, int, int, int) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION wfe.configure_circuit(text, numeric, int, int, int) TO wfe_admin;
+
+CREATE FUNCTION wfe.reset_circuit(queue text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_state text;
+BEGIN
+    IF reset_circuit.queue IS NULL THEN
+        RAISE EXCEPTION 'queue must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    PERFORM wfe._admit_name(reset_circuit.queue, 'queue');
+    SELECT c.state INTO v_state FROM wfe.circuits AS c WHERE c.queue = reset_circuit.queue FOR NO KEY UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'queue "%" has no circuit', reset_circuit.queue
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'wfe.configure_circuit gives a queue one.';
+    END IF;
+    UPDATE wfe.circuits AS c
+       SET state = 'closed', since = now(), probe_out = false, win_start = now(),
+           calls = 0, failures = 0, prev_calls = 0, prev_failures = 0
+     WHERE c.queue = reset_circuit.queue;
+    IF v_state <> 'closed' THEN
+        PERFORM wfe._circuit_event(reset_circuit.queue, 'circuit.closed');
+        PERFORM wfe._notify_ready(reset_circuit.queue);
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION wfe.reset_circuit(text) IS
+'Closes a queue''s circuit now, with an empty window: what it held back may go.';
+REVOKE ALL ON FUNCTION wfe.reset_circuit(text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION wfe.reset_circuit(text) TO wfe_operator, wfe_admin;
+
+CREATE OR REPLACE VIEW wfe.dashboard_stuck WITH (security_invoker = true) AS
+SELECT x.problem, x.run_id, x.stage, x.attempt,
+       wfe.human_ms(extract(epoch FROM now() - x.since) * 1000) AS age,
+       CASE WHEN length(x.detail) > 36 THEN left(x.detail, 35) || '…' ELSE x.detail END AS detail
+  FROM (
+    -- a run with nothing under way and nothing due: no attempt can move it
+    SELECT 'no live attempt' AS problem, r.run_id, NULL::text AS stage, NULL::int AS attempt,
+           coalesce((SELECT max(st.finished_at) FROM wfe.run_stages AS st WHERE st.run_id = r.run_id),
+                    r.submitted_at) AS since,
+           r.workflow || ' ' || r.state AS detail
+      FROM wfe.runs AS r
+     WHERE r.finished_at IS NULL
+       AND NOT EXISTS (SELECT 1 FROM wfe.run_stages AS st WHERE st.run_id = r.run_id
+                          AND st.state IN ('queued', 'dispatched', 'running', 'retry_scheduled'))
+       -- a cached stage waiting on the attempt in flight under its key moves when that one ends
+       AND NOT EXISTS (SELECT 1 FROM wfe.run_stages AS st
+                         JOIN wfe.run_stages AS l ON l.cache_key = st.cache_key AND l.tenant = st.tenant
+                        WHERE st.run_id = r.run_id AND st.state = 'waiting' AND st.cache = 'waiting'
+                          AND l.state IN ('queued', 'dispatched', 'running', 'retry_scheduled'))
+       AND NOT EXISTS (SELECT 1 FROM wfe.timers AS t WHERE t.run_id = r.run_id AND t.fired_at IS NULL)
+    UNION ALL
+    -- the clocks should have fired (the background worker is down or behind)
+    SELECT 'past deadline', st.run_id, st.stage, st.attempt, st.deadline_at, st.state || ' on ' || st.queue
+      FROM wfe.run_stages AS st
+     WHERE st.state IN ('queued', 'dispatched', 'running') AND st.deadline_at < now() - interval '5 seconds'
+    UNION ALL
+    SELECT 'timer overdue', t.run_id, t.stage, t.attempt, t.due_at, t.kind
+      FROM wfe.timers AS t
+     WHERE t.fired_at IS NULL AND t.due_at < now() - interval '5 seconds'
+    UNION ALL
+    -- waiting on a queue that does not release
+    SELECT CASE WHEN q.paused THEN 'queue paused' ELSE 'queue full' END,
+           st.run_id, st.stage, st.attempt, st.ready_at,
+           st.queue || CASE WHEN q.paused THEN '' ELSE ' at max_in_flight ' || q.max_in_flight END
+      FROM wfe.run_stages AS st
+      JOIN wfe.queues AS q ON q.queue = st.queue
+     WHERE st.state = 'queued'
+       AND (q.paused OR st.queue IN (SELECT s2.queue FROM wfe.run_stages AS s2
+                                      WHERE s2.queue = q.queue AND s2.state IN ('dispatched', 'running')
+                                      GROUP BY s2.queue HAVING count(*) >= q.max_in_flight))
+    UNION ALL
+    -- waiting on a tenant at its max_tasks_in_flight (broker: held; poll: not claimed)
+    SELECT 'tenant full', st.run_id, st.stage, st.attempt, st.ready_at,
+           l.tenant || ' at max_tasks_in_flight ' || l.max_tasks_in_flight
+      FROM wfe.tenant_limits AS l
+      JOIN wfe.runs AS r ON r.tenant = l.tenant AND r.finished_at IS NULL
+      JOIN wfe.run_stages AS st ON st.run_id = r.run_id
+     WHERE l.max_tasks_in_flight IS NOT NULL
+       AND st.state = 'queued' AND st.queue IS NOT NULL AND st.handler IS NULL
+       -- (by attempt: the view runs as its reader, who may not see fences)
+       AND NOT EXISTS (SELECT 1 FROM wfe.outbox AS o
+                        WHERE o.run_id = st.run_id AND o.stage = st.stage AND o.attempt = st.attempt
+                          AND o.kind = 'dispatch' AND o.state <> 'published')
+       AND (SELECT count(*) FROM wfe.runs AS r2 JOIN wfe.run_stages AS s2 ON s2.run_id = r2.run_id
+             WHERE r2.tenant = l.tenant AND r2.finished_at IS NULL AND s2.queue IS NOT NULL
+               AND s2.handler IS NULL AND s2.state IN ('dispatched', 'running')) >= l.max_tasks_in_flight
+    UNION ALL
+    -- held by a rate limit until its token is due, or naming none configured (78_rate_limits.sql)
+    SELECT CASE WHEN st.held_until = 'infinity' THEN 'rate limit unknown' ELSE 'rate limited' END,
+           st.run_id, st.stage, st.attempt, st.ready_at,
+           st.rate_limit || CASE WHEN st.held_until = 'infinity' THEN ' is not configured'
+                                 ELSE ' token due in '
+                                      || wfe.human_ms(greatest(0, extract(epoch FROM st.held_until - now()) * 1000))
+                            END
+      FROM wfe.run_stages AS st
+     WHERE st.held_until IS NOT NULL AND st.state = 'queued'
+    UNION ALL
+    -- held by its queue's open circuit, or behind the half-open probe (79_circuits.sql)
+    SELECT 'circuit open', st.run_id, st.stage, st.attempt, st.ready_at,
+           st.queue || CASE WHEN c.state = 'open' THEN ' open, half opens in '
+                                 || wfe.human_ms(greatest(0, extract(epoch FROM c.since - now()) * 1000 + c.open_ms))
+                            ELSE ' half open: one probe' END
+      FROM wfe.circuits AS c
+      JOIN wfe.run_stages AS st ON st.queue = c.queue AND st.state = 'queued'
+     WHERE c.state <> 'closed'
+    UNION ALL
+    -- a dispatch the broker has not taken for a minute
+    SELECT 'dispatch unpublished', o.run_id, o.stage, o.attempt, o.created_at,
+           coalesce(o.last_error, o.routing_key)
+      FROM wfe.outbox AS o
+     WHERE o.kind = 'dispatch' AND o.state <> 'published' AND o.created_at < now() - interval '1 minute'
+    UNION ALL
+    SELECT 'dead letter', d.run_id, d.stage, d.attempt, d.at, d.reason
+      FROM wfe.dead_letters AS d
+     WHERE d.resolved_at IS NULL
+  ) AS x
+ ORDER BY x.since, x.run_id, x.stage;
+COMMENT ON VIEW wfe.dashboard_stuck IS
+'Work that does not move: runs with no live attempt and no due timer, attempts past their deadline, overdue timers, tasks on a paused or full queue or of a full tenant, attempts a rate limit or an open circuit holds, dispatches unpublished for a minute, open dead letters.';
+
+-- ---------------------------------------------------------------------
+-- Fairness between tenants (issue 24 item 2; 79_fairness.sql,
+-- src/pg/fairness.c, src/pg/claim.c): wfe.queues.fairness,
+-- wfe.tenant_limits.weight, the run_stages_fair index, configure_queue
+-- and configure_tenant with their new parameters, and the trigger that
+-- keeps each backend's cached lists of fair queues and queues with a
+-- circuit (src/pg/flow_cache.c).
+ALTER TABLE wfe.queues ADD COLUMN fairness text NOT NULL DEFAULT 'none'
+    CONSTRAINT queues_fairness CHECK (fairness IN ('none', 'tenant'));
+COMMENT ON TABLE wfe.queues IS
+'Queue settings: delivery mode (poll or broker), in-flight limit, paused, fairness between tenants.  Unlisted queues are poll queues.';
+COMMENT ON COLUMN wfe.queues.fairness IS
+'none: claims take the highest priority, then oldest, ready task; tenant: they serve the tenants with ready work by weight (wfe.configure_tenant), within a priority level.';
+ALTER TABLE wfe.tenant_limits ADD COLUMN weight int NOT NULL DEFAULT 1
+    CONSTRAINT tenant_limits_weight CHECK (weight BETWEEN 1 AND 10000);
+COMMENT ON COLUMN wfe.tenant_limits.weight IS
+'The tenant''s share on queues with fairness = ''tenant'': claims serve tenants with ready work in proportion to their weights.';
+CREATE INDEX run_stages_fair ON wfe.run_stages (queue, tenant, priority DESC, ready_at)
+    WHERE state = 'queued' AND held_until IS NULL;
+
+DROP FUNCTION wfe.configure_queue(text, text, int, boolean);
+CREATE FUNCTION wfe.configure_queue(queue text, delivery text DEFAULT 'poll', max_in_flight int DEFAULT NULL,
+                                    paused boolean DEFAULT false, fairness text DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_was        text;
+    v_was_paused boolean;
+    c            record;
+BEGIN
+    IF configure_queue.queue IS NULL OR configure_queue.delivery IS NULL OR configure_queue.paused IS NULL THEN
+        RAISE EXCEPTION 'queue, delivery and paused must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    PERFORM wfe._check_queue_name(configure_queue.queue);
+    IF configure_queue.delivery NOT IN ('poll', 'broker') THEN
+        RAISE EXCEPTION 'delivery must be poll or broker, not "%"', configure_queue.delivery
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF configure_queue.max_in_flight IS NOT NULL AND configure_queue.max_in_flight < 1 THEN
+        RAISE EXCEPTION 'max_in_flight must be positive' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF configure_queue.fairness NOT IN ('none', 'tenant') THEN
+        RAISE EXCEPTION 'fairness must be none or tenant, not "%"', configure_queue.fairness
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'tenant: claims serve the tenants with ready work by weight; NULL keeps the queue''s.';
+    END IF;
+    SELECT q.delivery, q.paused INTO v_was, v_was_paused
+      FROM wfe.queues AS q WHERE q.queue = configure_queue.queue FOR UPDATE;
+    -- fairness NULL: the queue keeps what it has (none when new)
+    INSERT INTO wfe.queues AS q (queue, delivery, max_in_flight, paused, fairness)
+    VALUES (configure_queue.queue, configure_queue.delivery, configure_queue.max_in_flight, configure_queue.paused,
+            coalesce(configure_queue.fairness, 'none'))
+    ON CONFLICT (queue) DO UPDATE
+       SET delivery = excluded.delivery, max_in_flight = excluded.max_in_flight,
+           paused = excluded.paused, updated_at = now(),
+           fairness = coalesce(configure_queue.fairness, q.fairness);
+    -- Tasks waiting in the old mode follow the queue into the new one: to
+    -- broker (or resumed as broker), queued attempts get their dispatch
+    -- message; to poll, dispatched attempts become claimable (a broker worker
+    -- that still accepts one is answered duplicate once a poll worker has it).
+    -- A paused queue keeps everything as it is until it is resumed.
+    IF configure_queue.paused THEN
+        NULL;                       -- paused: what waits stays queued
+    ELSIF configure_queue.delivery = 'broker'
+          AND (coalesce(v_was, 'poll') = 'poll' OR coalesce(v_was_paused, false)) THEN
+        -- Every queued attempt without a dispatch message still to publish
+        -- is re-dispatched through the engine: a new fence, a new message.
+        -- (One whose earlier message was published -- broker, then poll,
+        -- then broker again -- would otherwise wait for a message that is
+        -- gone.)  No stage row is locked here: the engine locks the run,
+        -- then the stage, and one that moved on meanwhile is passed over.
+        FOR c IN SELECT st.run_id, st.stage FROM wfe.run_stages AS st
+                  WHERE st.queue = configure_queue.queue AND st.state = 'queued' AND st.handler IS NULL
+                    AND NOT EXISTS (SELECT 1 FROM wfe.outbox AS o
+                                     WHERE o.run_id = st.run_id AND o.stage = st.stage
+                                       AND o.attempt = st.attempt AND o.fence = st.fence
+                                       AND o.kind = 'dispatch' AND o.state <> 'published')
+                  ORDER BY st.run_id, st.stage
+        LOOP
+            BEGIN
+                PERFORM wfe._operate(c.run_id, c.stage, 'redispatch', NULL, wfe._identity(),
+                                     format('queue %s switched to broker delivery', configure_queue.queue));
+            EXCEPTION WHEN object_not_in_prerequisite_state THEN
+                NULL;
+            END;
+        END LOOP;
+    ELSIF configure_queue.delivery = 'poll' AND (v_was = 'broker' OR coalesce(v_was_paused, false)) THEN
+        UPDATE wfe.run_stages AS st SET state = 'queued'
+         WHERE st.queue = configure_queue.queue AND st.state = 'dispatched';
+        PERFORM wfe._notify_ready(configure_queue.queue);     -- resumed or switched: wake the pollers
+    ELSIF configure_queue.delivery = 'broker' THEN
+        -- the same mode, maybe a raised or lifted max_in_flight: what fits now goes
+        PERFORM wfe._release_held(configure_queue.queue, NULL);
+    ELSE
+        PERFORM wfe._notify_ready(configure_queue.queue);     -- the same for pollers
+    END IF;
+    PERFORM wfe._wake(now());      -- the publisher declares a new broker queue's topology
+END
+$$;
+COMMENT ON FUNCTION wfe.configure_queue(text, text, int, boolean, text) IS
+'Sets a queue''s delivery mode (poll: claim_task; broker: RabbitMQ dispatches), in-flight limit, pause and fairness between tenants (none or tenant; NULL keeps it).';
+REVOKE ALL ON FUNCTION wfe.configure_queue(text, text, int, boolean, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION wfe.configure_queue(text, text, int, boolean, text) TO wfe_admin;
+
+DROP FUNCTION wfe.configure_tenant(text, int, int);
+CREATE FUNCTION wfe.configure_tenant(tenant text, max_runs_in_flight int DEFAULT NULL,
+                                     max_tasks_in_flight int DEFAULT NULL, weight int DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+BEGIN
+    IF configure_tenant.tenant IS NULL THEN
+        RAISE EXCEPTION 'tenant must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    PERFORM wfe._check_tenant_name(configure_tenant.tenant);
+    IF configure_tenant.max_runs_in_flight < 1 OR configure_tenant.max_tasks_in_flight < 1 THEN
+        RAISE EXCEPTION 'max_runs_in_flight and max_tasks_in_flight must be positive or NULL (unlimited)'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF configure_tenant.weight NOT BETWEEN 1 AND 10000 THEN
+        RAISE EXCEPTION 'weight must be an integer between 1 and 10000, not %', configure_tenant.weight
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'The tenant''s share on queues with fairness = ''tenant''; the default is 1, NULL keeps the tenant''s.';
+    END IF;
+    -- weight NULL: the tenant keeps its weight (1 when new)
+    INSERT INTO wfe.tenant_limits AS t (tenant, max_runs_in_flight, max_tasks_in_flight, weight)
+    VALUES (configure_tenant.tenant, configure_tenant.max_runs_in_flight, configure_tenant.max_tasks_in_flight,
+            coalesce(configure_tenant.weight, 1))
+    ON CONFLICT (tenant) DO UPDATE
+       SET max_runs_in_flight = excluded.max_runs_in_flight,
+           max_tasks_in_flight = excluded.max_tasks_in_flight,
+           updated_at = now(), updated_by = wfe._identity(),
+           weight = coalesce(configure_tenant.weight, t.weight);
+    -- A raised or lifted task limit makes room now: the tenant's held broker
+    -- tasks that fit are dispatched, and the pollers of the queues where it
+    -- has queued tasks are woken.  A lowered one holds what comes next; the
+    -- tasks in flight finish.
+    PERFORM wfe._notify_ready(q) FROM wfe._release_held(NULL, configure_tenant.tenant) AS q;
+END
+$$;
+COMMENT ON FUNCTION wfe.configure_tenant(text, int, int, int) IS
+'Sets a tenant''s limits: runs in flight (submit refuses more with 53400) and tasks in flight (held queued, released when room appears), NULL is unlimited; and its weight on fair queues (NULL keeps it).';
+REVOKE ALL ON FUNCTION wfe.configure_tenant(text, int, int, int) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION wfe.configure_tenant(text, int, int, int) TO wfe_admin;
+
+CREATE FUNCTION wfe._flow_settings_changed()
+RETURNS trigger AS 'MODULE_PATHNAME', 'wfe_flow_settings_changed' LANGUAGE C;
+COMMENT ON FUNCTION wfe._flow_settings_changed() IS
+'Trigger: every backend drops its cached lists of fair queues and queues with a circuit when this transaction commits.';
+REVOKE ALL ON FUNCTION wfe._flow_settings_changed() FROM PUBLIC;
+CREATE TRIGGER queues_flow_changed AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON wfe.queues
+    FOR EACH STATEMENT EXECUTE FUNCTION wfe._flow_settings_changed();
+-- a circuit's state changes at claims and attempt ends: only its existence is cached
+CREATE TRIGGER circuits_flow_changed AFTER INSERT OR DELETE OR TRUNCATE ON wfe.circuits
+    FOR EACH STATEMENT EXECUTE FUNCTION wfe._flow_settings_changed();
+
 -- Final bodies: every function whose text changed in 0.3.0, as src/sql has it.
 -- (Written by the same rule as the sections above: the whole text, copied.)
 
@@ -4163,80 +4554,6 @@ BEGIN
 END
 $$;
 
-CREATE OR REPLACE FUNCTION wfe.configure_queue(queue text, delivery text DEFAULT 'poll', max_in_flight int DEFAULT NULL,
-                                    paused boolean DEFAULT false)
-RETURNS void
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-#variable_conflict use_column
-DECLARE
-    v_was        text;
-    v_was_paused boolean;
-    c            record;
-BEGIN
-    IF configure_queue.queue IS NULL OR configure_queue.delivery IS NULL OR configure_queue.paused IS NULL THEN
-        RAISE EXCEPTION 'queue, delivery and paused must not be null' USING ERRCODE = 'null_value_not_allowed';
-    END IF;
-    PERFORM wfe._check_queue_name(configure_queue.queue);
-    IF configure_queue.delivery NOT IN ('poll', 'broker') THEN
-        RAISE EXCEPTION 'delivery must be poll or broker, not "%"', configure_queue.delivery
-            USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    IF configure_queue.max_in_flight IS NOT NULL AND configure_queue.max_in_flight < 1 THEN
-        RAISE EXCEPTION 'max_in_flight must be positive' USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    SELECT q.delivery, q.paused INTO v_was, v_was_paused
-      FROM wfe.queues AS q WHERE q.queue = configure_queue.queue FOR UPDATE;
-    INSERT INTO wfe.queues AS q (queue, delivery, max_in_flight, paused)
-    VALUES (configure_queue.queue, configure_queue.delivery, configure_queue.max_in_flight, configure_queue.paused)
-    ON CONFLICT (queue) DO UPDATE
-       SET delivery = excluded.delivery, max_in_flight = excluded.max_in_flight,
-           paused = excluded.paused, updated_at = now();
-    -- Tasks waiting in the old mode follow the queue into the new one: to
-    -- broker (or resumed as broker), queued attempts get their dispatch
-    -- message; to poll, dispatched attempts become claimable (a broker worker
-    -- that still accepts one is answered duplicate once a poll worker has it).
-    -- A paused queue keeps everything as it is until it is resumed.
-    IF configure_queue.paused THEN
-        NULL;                       -- paused: what waits stays queued
-    ELSIF configure_queue.delivery = 'broker'
-          AND (coalesce(v_was, 'poll') = 'poll' OR coalesce(v_was_paused, false)) THEN
-        -- Every queued attempt without a dispatch message still to publish
-        -- is re-dispatched through the engine: a new fence, a new message.
-        -- (One whose earlier message was published -- broker, then poll,
-        -- then broker again -- would otherwise wait for a message that is
-        -- gone.)  No stage row is locked here: the engine locks the run,
-        -- then the stage, and one that moved on meanwhile is passed over.
-        FOR c IN SELECT st.run_id, st.stage FROM wfe.run_stages AS st
-                  WHERE st.queue = configure_queue.queue AND st.state = 'queued' AND st.handler IS NULL
-                    AND NOT EXISTS (SELECT 1 FROM wfe.outbox AS o
-                                     WHERE o.run_id = st.run_id AND o.stage = st.stage
-                                       AND o.attempt = st.attempt AND o.fence = st.fence
-                                       AND o.kind = 'dispatch' AND o.state <> 'published')
-                  ORDER BY st.run_id, st.stage
-        LOOP
-            BEGIN
-                PERFORM wfe._operate(c.run_id, c.stage, 'redispatch', NULL, wfe._identity(),
-                                     format('queue %s switched to broker delivery', configure_queue.queue));
-            EXCEPTION WHEN object_not_in_prerequisite_state THEN
-                NULL;
-            END;
-        END LOOP;
-    ELSIF configure_queue.delivery = 'poll' AND (v_was = 'broker' OR coalesce(v_was_paused, false)) THEN
-        UPDATE wfe.run_stages AS st SET state = 'queued'
-         WHERE st.queue = configure_queue.queue AND st.state = 'dispatched';
-        PERFORM wfe._notify_ready(configure_queue.queue);     -- resumed or switched: wake the pollers
-    ELSIF configure_queue.delivery = 'broker' THEN
-        -- the same mode, maybe a raised or lifted max_in_flight: what fits now goes
-        PERFORM wfe._release_held(configure_queue.queue, NULL);
-    ELSE
-        PERFORM wfe._notify_ready(configure_queue.queue);     -- the same for pollers
-    END IF;
-    PERFORM wfe._wake(now());      -- the publisher declares a new broker queue's topology
-END
-$$;
-
 CREATE OR REPLACE FUNCTION wfe._check_queue_grant(p_role regrole, p_queue text)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
@@ -4696,6 +5013,8 @@ BEGIN
     END;
     -- Attempts whose rate-limit token is due (78_rate_limits.sql): ready again.
     PERFORM wfe._release_rate_held(p_max);
+    -- Open circuits whose open_ms has passed (79_circuits.sql): half open.
+    PERFORM wfe._half_open_circuits();
     -- Schedules' due ticks (69_schedules.sql): each submits a run.
     done := done + wfe._fire_schedules(p_max);
     -- Lock the batch first, then fire it in run order: each firing takes
@@ -4976,36 +5295,6 @@ BEGIN
         RAISE EXCEPTION 'payload % failed its SHA-256 check', p.key USING ERRCODE = 'data_corrupted';
     END IF;
     RETURN p.body;
-END
-$$;
-
-CREATE OR REPLACE FUNCTION wfe.configure_tenant(tenant text, max_runs_in_flight int DEFAULT NULL,
-                                     max_tasks_in_flight int DEFAULT NULL)
-RETURNS void
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-#variable_conflict use_column
-BEGIN
-    IF configure_tenant.tenant IS NULL THEN
-        RAISE EXCEPTION 'tenant must not be null' USING ERRCODE = 'null_value_not_allowed';
-    END IF;
-    PERFORM wfe._check_tenant_name(configure_tenant.tenant);
-    IF configure_tenant.max_runs_in_flight < 1 OR configure_tenant.max_tasks_in_flight < 1 THEN
-        RAISE EXCEPTION 'max_runs_in_flight and max_tasks_in_flight must be positive or NULL (unlimited)'
-            USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    INSERT INTO wfe.tenant_limits AS t (tenant, max_runs_in_flight, max_tasks_in_flight)
-    VALUES (configure_tenant.tenant, configure_tenant.max_runs_in_flight, configure_tenant.max_tasks_in_flight)
-    ON CONFLICT (tenant) DO UPDATE
-       SET max_runs_in_flight = excluded.max_runs_in_flight,
-           max_tasks_in_flight = excluded.max_tasks_in_flight,
-           updated_at = now(), updated_by = wfe._identity();
-    -- A raised or lifted task limit makes room now: the tenant's held broker
-    -- tasks that fit are dispatched, and the pollers of the queues where it
-    -- has queued tasks are woken.  A lowered one holds what comes next; the
-    -- tasks in flight finish.
-    PERFORM wfe._notify_ready(q) FROM wfe._release_held(NULL, configure_tenant.tenant) AS q;
 END
 $$;
 
@@ -5436,6 +5725,8 @@ COMMENT ON FUNCTION wfe._start_child(bigint, text, int, text, text, jsonb) IS
 'Starts the child run of a parent''s workflow stage attempt (the engine calls it under the parent''s lock); returns its run_id.';
 COMMENT ON FUNCTION wfe._cancel_children(bigint, text, text) IS
 'Cancels the live child runs of a parent''s workflow stage whose attempt ended otherwise (the engine calls it under the parent''s lock).';
+COMMENT ON FUNCTION wfe.configure_queue(text, text, int, boolean, text) IS
+'Sets a queue''s delivery mode (poll: claim_task; broker: RabbitMQ dispatches), in-flight limit, pause and fairness between tenants (none or tenant; NULL keeps it).';
 COMMENT ON FUNCTION wfe.queue_delivery(text) IS
 'The delivery mode of a queue: broker, or poll (also for a queue never configured).';
 COMMENT ON FUNCTION wfe.ready_tag(text) IS
@@ -5507,6 +5798,8 @@ COMMENT ON FUNCTION wfe.outbox_ack(bigint[], text) IS
 'External relay: marks the rows it claimed and published as published; returns how many (rows it no longer holds, or of tenants it does not act for, are not counted).';
 COMMENT ON FUNCTION wfe.fetch_payload(jsonb) IS
 'The input a large-track envelope refers to, for a holder of the attempt the reference names, after checking its SHA-256 against the reference.';
+COMMENT ON FUNCTION wfe.configure_tenant(text, int, int, int) IS
+'Sets a tenant''s limits: runs in flight (submit refuses more with 53400) and tasks in flight (held queued, released when room appears), NULL is unlimited; and its weight on fair queues (NULL keeps it).';
 COMMENT ON FUNCTION wfe._admit_run(text, text) IS
 'Admits one more run of a tenant in flight (a submit, or a redrive or skip_stage reopening a failed run): 53400 at its max_runs_in_flight.';
 COMMENT ON FUNCTION wfe.callback(text, text) IS
@@ -5539,6 +5832,16 @@ COMMENT ON FUNCTION wfe.configure_rate_limit(text, numeric, int) IS
 'Creates or changes a token bucket: per_second tokens a second, at most burst (default one second''s, at least 1); per_second NULL drops it.';
 COMMENT ON FUNCTION wfe._release_rate_held(int) IS
 'Makes up to p_max attempts whose rate-limit token is due ready again, wakes their pollers, and sets the worker''s timer for the next; returns how many.';
+COMMENT ON FUNCTION wfe._circuit_event(text, text) IS
+'Logs a circuit''s change of state (circuit.opened, circuit.half_open, circuit.closed) with its queue and counts.';
+COMMENT ON FUNCTION wfe._half_open_circuits() IS
+'Half opens the open circuits whose open_ms has passed, wakes their pollers, and sets the worker''s timer for the next; returns how many.';
+COMMENT ON FUNCTION wfe.configure_circuit(text, numeric, int, int, int) IS
+'Creates or changes a queue''s circuit breaker: it opens at failure_ratio of at least min_calls attempts ended in window_ms, for open_ms; failure_ratio NULL drops it.';
+COMMENT ON FUNCTION wfe.reset_circuit(text) IS
+'Closes a queue''s circuit now, with an empty window: what it held back may go.';
+COMMENT ON FUNCTION wfe._flow_settings_changed() IS
+'Trigger: every backend drops its cached lists of fair queues and queues with a circuit when this transaction commits.';
 COMMENT ON FUNCTION wfe.set_priority(bigint, int) IS
 'Changes a run''s priority (-1000000 .. 1000000, higher first): its queued work, and what it releases later, is claimed in the new order; event run.priority_set.';
 COMMENT ON FUNCTION wfe._operate(bigint, text, text, text, text, text) IS

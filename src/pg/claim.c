@@ -76,6 +76,18 @@ static stmt q_claim_limited = STMT(CLAIM_UPDATE "ARRAY(" CLAIM_PICK TENANT_PICK 
 								   5, TX, TX, I4, I4, TEXTARRAYOID);
 
 /*
+ * A fair queue's claim (fairness.c): one tenant's tasks at one priority
+ * ($5, $6), in the order of run_stages_fair, whose leading columns the
+ * equalities fix, so the walk starts at the tenant's next task whatever
+ * other tenants have queued.
+ */
+#define FAIR_PICK \
+	"   AND p.tenant = $5 AND p.priority = $6" \
+	" ORDER BY p.tenant, p.priority DESC, p.ready_at LIMIT $3" \
+	"   FOR UPDATE SKIP LOCKED"
+static stmt q_claim_fair = STMT(CLAIM_UPDATE "ARRAY(" CLAIM_PICK FAIR_PICK ")" CLAIM_REST, 6, TX, TX, I4, I4, TX, I4);
+
+/*
  * When rate limits exist, a claim first picks (and locks) its candidates,
  * ratelimit.c says which of them have a token, and the claim takes those
  * ($5) and only those.
@@ -83,6 +95,7 @@ static stmt q_claim_limited = STMT(CLAIM_UPDATE "ARRAY(" CLAIM_PICK TENANT_PICK 
 #define RATE_PICK "SELECT p.ctid, p.rate_limit, p.rate_key, p.tenant" CLAIM_FROM
 static stmt q_pick = STMT(RATE_PICK CLAIM_PICK_END, 3, TX, TX, I4);
 static stmt q_pick_limited = STMT(RATE_PICK TENANT_PICK CLAIM_PICK_END, 5, TX, TX, I4, I4, TEXTARRAYOID);
+static stmt q_pick_fair = STMT(RATE_PICK FAIR_PICK, 6, TX, TX, I4, I4, TX, I4);
 static stmt q_claim_taken = STMT(CLAIM_UPDATE "$5" CLAIM_REST, 5, TX, TX, I4, I4, TIDARRAYOID);
 static stmt q_queue_broker = STMT(
 	"SELECT EXISTS (SELECT 1 FROM wfe.queues AS q WHERE q.queue = $1 AND q.delivery = 'broker')", 1, TX);
@@ -183,13 +196,13 @@ tenant_array(const tenant_room *t)
 }
 
 /*
- * A claim round when rate limits exist: pick and lock the candidates
- * (w as for q_claim_limited; w[4] unused unless limited), keep those with
- * a token (ratelimit.c holds the others), claim them.  Returns how many
- * were picked; SPI_tuptable holds the claimed rows.
+ * A claim round when rate limits exist: pick and lock the candidates with
+ * pick (q_pick, q_pick_limited or q_pick_fair, whose arguments w and m
+ * are), keep those with a token (ratelimit.c holds the others), claim
+ * them.  Returns how many were picked; SPI_tuptable holds the claimed rows.
  */
 static uint64
-claim_rated(Datum *w, const char *m, bool limited)
+claim_rated(stmt *pick, Datum *w, const char *m)
 {
 	uint64		picked;
 	ItemPointer *tids;
@@ -202,7 +215,7 @@ claim_rated(Datum *w, const char *m, bool limited)
 	Datum		c[5];
 	char		cn[6] = "     ";
 
-	stmt_run(limited ? &q_pick_limited : &q_pick, w, m);
+	stmt_run(pick, w, m);
 	picked = SPI_processed;
 	tids = palloc(sizeof(ItemPointer) * Max(picked, 1));
 	limit = palloc(sizeof(char *) * Max(picked, 1));
@@ -230,6 +243,93 @@ claim_rated(Datum *w, const char *m, bool limited)
 	c[4] = PointerGetDatum(construct_array(taken, ntaken, TIDOID, sizeof(ItemPointerData), false, TYPALIGN_SHORT));
 	stmt_run(&q_claim_taken, c, cn);
 	return picked;
+}
+
+/*
+ * Put the rows a claim statement returned (SPI_tuptable) into the result,
+ * noting the earliest execution deadline in *due and what each limited
+ * tenant of t took; returns how many.
+ */
+static uint64
+claim_emit(ReturnSetInfo *rsinfo, TimestampTz *due, tenant_room *tr)
+{
+	uint64		got = SPI_processed;
+
+	for (uint64 k = 0; k < got; k++)
+	{
+		Datum		values[14];
+		bool		nulls[14];
+
+		heap_deform_tuple(SPI_tuptable->vals[k], SPI_tuptable->tupdesc, values, nulls);
+		values[11] = wfe_message_id(DatumGetInt64(values[0]), TextDatumGetCString(values[1]),
+									DatumGetInt32(values[2]), DatumGetInt64(values[3]), "dispatch");
+		nulls[11] = false;
+		/* the worker must be awake when the execution deadline passes */
+		if (!nulls[8] && (*due == 0 || DatumGetTimestampTz(values[8]) < *due))
+			*due = DatumGetTimestampTz(values[8]);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+		if (!nulls[12])
+		{
+			char	   *tenant = TextDatumGetCString(values[12]);
+
+			for (int j = 0; j < tr->n; j++)
+				if (strcmp(tr->name[j], tenant) == 0)
+					tr->room[j]--;
+		}
+	}
+	return got;
+}
+
+/*
+ * A fair queue's claim (fairness.c): room shared between the tenants with
+ * ready work by weight, one claim statement per tenant given any.  A round
+ * that comes short (a tenant ran out at that priority, or another claimer
+ * holds its next tasks) is followed by another, a few at most.  Returns
+ * how many were claimed.
+ */
+static uint64
+claim_fair(ReturnSetInfo *rsinfo, const char *queue, Datum *v, const char *n, int room, bool rated,
+		   TimestampTz *due)
+{
+	uint64		claimed = 0;
+	tenant_room none = {0, NULL, NULL};
+
+	for (int round = 0; round < 4 && room > 0; round++)
+	{
+		wfe_fair_share *shares;
+		int			ns = wfe_fair_shares(queue, room, &shares);
+		bool		short_round = false;
+		uint64		before = claimed;
+
+		if (ns == 0)
+			break;
+		for (int k = 0; k < ns; k++)
+		{
+			Datum		w[6] = {v[0], v[1], Int32GetDatum(shares[k].n), v[3],
+			CStringGetTextDatum(shares[k].tenant), Int32GetDatum(shares[k].priority)};
+			char		m[7] = "      ";
+			int			got;
+
+			if (shares[k].n == 0)
+				continue;
+			m[3] = n[3];
+			/* with rate limits, the tenant's candidates without a token are held */
+			if (rated)
+				(void) claim_rated(&q_pick_fair, w, m);
+			else
+				stmt_run(&q_claim_fair, w, m);
+			got = (int) claim_emit(rsinfo, due, &none);
+			wfe_fair_took(queue, &shares[k], got);
+			if (got < shares[k].n)
+				short_round = true;
+			claimed += got;
+			room -= got;
+		}
+		/* all taken, or nothing at all (a paused queue, every next task locked) */
+		if (!short_round || claimed == before)
+			break;
+	}
+	return claimed;
 }
 
 PG_FUNCTION_INFO_V1(wfe_claim_task);
@@ -298,9 +398,17 @@ wfe_claim_task(PG_FUNCTION_ARGS)
 			stmt_run(&q_queue_busy, v, NULL);
 			room = Min(max_tasks, limit - pg_strtoint32(stmt_col(1)));
 		}
+		/* an open circuit lets none go, a half-open one its probe (circuit.c) */
+		room = wfe_circuit_claim_room(queue, room);
 		if (tenants_limited && room > 0)
 			tenant_rooms(v[0], room, &tr);
 		claimed = 0;
+		/* a fair queue shares the room between its tenants (fairness.c) */
+		if (room > 0 && !tenants_limited && wfe_queue_is_fair(queue))
+		{
+			claimed = claim_fair(rsinfo, queue, v, n, room, rated, &due);
+			room = 0;
+		}
 		/*
 		 * Without tenant limits, one claim.  With them, rounds of at most the
 		 * smallest room of a limited tenant still allowed, so no round can
@@ -323,36 +431,14 @@ wfe_claim_task(PG_FUNCTION_ARGS)
 				m[3] = n[3];
 				m[4] = tenants_limited ? ' ' : 'n';
 				if (rated)
-					picked = claim_rated(w, m, tenants_limited);
+					picked = claim_rated(tenants_limited ? &q_pick_limited : &q_pick, w, m);
 				else
 				{
 					stmt_run(tenants_limited ? &q_claim_limited : &q_claim, w, m);
 					picked = SPI_processed;
 				}
 			}
-			got = SPI_processed;
-			for (uint64 k = 0; k < got; k++)
-			{
-				Datum		values[14];
-				bool		nulls[14];
-
-				heap_deform_tuple(SPI_tuptable->vals[k], SPI_tuptable->tupdesc, values, nulls);
-				values[11] = wfe_message_id(DatumGetInt64(values[0]), TextDatumGetCString(values[1]),
-										DatumGetInt32(values[2]), DatumGetInt64(values[3]), "dispatch");
-				nulls[11] = false;
-				/* the worker must be awake when the execution deadline passes */
-				if (!nulls[8] && (due == 0 || DatumGetTimestampTz(values[8]) < due))
-					due = DatumGetTimestampTz(values[8]);
-				tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
-				if (!nulls[12])
-				{
-					char	   *tenant = TextDatumGetCString(values[12]);
-
-					for (int j = 0; j < tr.n; j++)
-						if (strcmp(tr.name[j], tenant) == 0)
-							tr.room[j]--;
-				}
-			}
+			got = claim_emit(rsinfo, &due, &tr);
 			claimed += got;
 			room -= (int) got;
 			/* a rated round that held some goes on: the ready index has the rest */
@@ -369,6 +455,7 @@ wfe_claim_task(PG_FUNCTION_ARGS)
 					j++;
 		}
 	}
+	wfe_circuit_claim_done((int) claimed);
 	if (due != 0)
 		wfe_wake_at(due);
 	wfe_ready_claim_end(queue, &ticket, claimed < (uint64) max_tasks);

@@ -11,6 +11,8 @@
  * (docs/benchmarks.md, "Throughput after the 0.3.0 merges").  It writes as
  * the function's owner, as the SECURITY DEFINER function did, and names
  * everything with its schema, since it runs under the caller's search_path.
+ * The attempts it counts are also the circuit breakers' (circuit.c): one
+ * trigger per attempt end, not two.
  */
 #include "postgres.h"
 
@@ -133,6 +135,21 @@ wfe_metrics_count(PG_FUNCTION_ARGS)
 		};
 
 		stmt_run(&q_count_attempt, v, NULL);
+		id = pg_strtoint64(stmt_col(1));	/* before the circuit's statements */
+		/*
+		 * The queue's circuit breaker (circuit.c) counts the same ends,
+		 * but only of attempts that ran (dispatched or running before),
+		 * and a cancelled one says nothing about the queue's health.  A
+		 * queue without a circuit costs a look at a cached list.
+		 */
+		{
+			char	   *queue = col_text(td, tuple, "queue");
+			char	   *was = col_text(td, td->tg_trigtuple, "state");
+
+			if (queue != NULL && strcmp(state, "cancelled") != 0 &&
+				(strcmp(was, "dispatched") == 0 || strcmp(was, "running") == 0))
+				wfe_circuit_attempt_ended(queue, strcmp(state, "completed") != 0);
+		}
 	}
 	else
 	{
@@ -159,8 +176,8 @@ wfe_metrics_count(PG_FUNCTION_ARGS)
 		v[1] = CStringGetTextDatum(metric);
 		v[2] = CStringGetTextDatum(labels.data);
 		stmt_run(&q_count, v, NULL);
+		id = pg_strtoint64(stmt_col(1));
 	}
-	id = pg_strtoint64(stmt_col(1));
 	if (id % FOLD_EVERY == 0 && wfe_lock("metrics", "fold", true))
 		stmt_run(&q_fold, NULL, NULL);
 	SPI_finish();

@@ -19,6 +19,23 @@ extern int	wfe_max_rate_keys;
 
 /* ratelimit.c: which locked claim candidates have a token (the others are held) */
 struct ItemPointerData;
+/* circuit.c: how many of room a claim from queue may take; then what it took */
+extern int	wfe_circuit_claim_room(const char *queue, int room);
+extern void wfe_circuit_claim_done(int claimed);
+extern void wfe_circuit_attempt_ended(const char *queue, bool failed);
+/* flow_cache.c: which queues have a circuit, which serve tenants fairly (cached per backend) */
+extern bool wfe_queue_has_circuit(const char *queue);
+extern bool wfe_queue_is_fair(const char *queue);
+/* fairness.c: a fair queue's claim, shared between the tenants with ready work by weight */
+typedef struct wfe_fair_share
+{
+	char	   *tenant;
+	int			priority;		/* the priority level served */
+	int			weight;
+	int			n;				/* tasks given to the tenant (0: none this claim) */
+} wfe_fair_share;
+extern int	wfe_fair_shares(const char *queue, int room, wfe_fair_share **shares);
+extern void wfe_fair_took(const char *queue, const wfe_fair_share *share, int got);
 extern void wfe_rate_admit(int n, struct ItemPointerData **tids, char **limit, char **key, char **tenant,
 						   bool *take);
 extern int	wfe_max_expression_bytes;

@@ -256,6 +256,10 @@ CREATE INDEX run_stages_held ON wfe.run_stages (held_until) WHERE held_until IS 
 -- (an attempt a rate limit holds is not ready: 78_rate_limits.sql).
 CREATE INDEX run_stages_ready ON wfe.run_stages (queue, priority DESC, ready_at)
     WHERE state = 'queued' AND held_until IS NULL;
+-- A fair queue's claims (fairness => 'tenant', src/pg/fairness.c): the
+-- tenants with ready work, one probe each, and each tenant's next tasks.
+CREATE INDEX run_stages_fair ON wfe.run_stages (queue, tenant, priority DESC, ready_at)
+    WHERE state = 'queued' AND held_until IS NULL;
 -- The clocks: queued, dispatched or running attempts with a deadline.
 CREATE INDEX run_stages_deadline ON wfe.run_stages (deadline_at)
     WHERE state IN ('queued', 'dispatched', 'running') AND deadline_at IS NOT NULL;    -- wfe._stage_clocked

@@ -9,14 +9,18 @@ CREATE TABLE wfe.queues (
                   CONSTRAINT queues_delivery CHECK (delivery IN ('poll', 'broker')),
     max_in_flight int CONSTRAINT queues_max_in_flight CHECK (max_in_flight > 0),
     paused        boolean NOT NULL DEFAULT false,
-    updated_at    timestamptz NOT NULL DEFAULT now()
+    updated_at    timestamptz NOT NULL DEFAULT now(),
+    fairness      text NOT NULL DEFAULT 'none'
+                  CONSTRAINT queues_fairness CHECK (fairness IN ('none', 'tenant'))
 );
 COMMENT ON TABLE wfe.queues IS
-'Queue settings: delivery mode (poll or broker), in-flight limit, paused.  Unlisted queues are poll queues.';
+'Queue settings: delivery mode (poll or broker), in-flight limit, paused, fairness between tenants.  Unlisted queues are poll queues.';
+COMMENT ON COLUMN wfe.queues.fairness IS
+'none: claims take the highest priority, then oldest, ready task; tenant: they serve the tenants with ready work by weight (wfe.configure_tenant), within a priority level.';
 GRANT SELECT ON wfe.queues TO wfe_reader, wfe_operator, wfe_admin;
 
 CREATE FUNCTION wfe.configure_queue(queue text, delivery text DEFAULT 'poll', max_in_flight int DEFAULT NULL,
-                                    paused boolean DEFAULT false)
+                                    paused boolean DEFAULT false, fairness text DEFAULT NULL)
 RETURNS void
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -38,13 +42,21 @@ BEGIN
     IF configure_queue.max_in_flight IS NOT NULL AND configure_queue.max_in_flight < 1 THEN
         RAISE EXCEPTION 'max_in_flight must be positive' USING ERRCODE = 'invalid_parameter_value';
     END IF;
+    IF configure_queue.fairness NOT IN ('none', 'tenant') THEN
+        RAISE EXCEPTION 'fairness must be none or tenant, not "%"', configure_queue.fairness
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'tenant: claims serve the tenants with ready work by weight; NULL keeps the queue''s.';
+    END IF;
     SELECT q.delivery, q.paused INTO v_was, v_was_paused
       FROM wfe.queues AS q WHERE q.queue = configure_queue.queue FOR UPDATE;
-    INSERT INTO wfe.queues AS q (queue, delivery, max_in_flight, paused)
-    VALUES (configure_queue.queue, configure_queue.delivery, configure_queue.max_in_flight, configure_queue.paused)
+    -- fairness NULL: the queue keeps what it has (none when new)
+    INSERT INTO wfe.queues AS q (queue, delivery, max_in_flight, paused, fairness)
+    VALUES (configure_queue.queue, configure_queue.delivery, configure_queue.max_in_flight, configure_queue.paused,
+            coalesce(configure_queue.fairness, 'none'))
     ON CONFLICT (queue) DO UPDATE
        SET delivery = excluded.delivery, max_in_flight = excluded.max_in_flight,
-           paused = excluded.paused, updated_at = now();
+           paused = excluded.paused, updated_at = now(),
+           fairness = coalesce(configure_queue.fairness, q.fairness);
     -- Tasks waiting in the old mode follow the queue into the new one: to
     -- broker (or resumed as broker), queued attempts get their dispatch
     -- message; to poll, dispatched attempts become claimable (a broker worker
@@ -88,10 +100,10 @@ BEGIN
     PERFORM wfe._wake(now());      -- the publisher declares a new broker queue's topology
 END
 $$;
-COMMENT ON FUNCTION wfe.configure_queue(text, text, int, boolean) IS
-'Sets a queue''s delivery mode (poll: claim_task; broker: RabbitMQ dispatches), in-flight limit and pause.';
-REVOKE ALL ON FUNCTION wfe.configure_queue(text, text, int, boolean) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION wfe.configure_queue(text, text, int, boolean) TO wfe_admin;
+COMMENT ON FUNCTION wfe.configure_queue(text, text, int, boolean, text) IS
+'Sets a queue''s delivery mode (poll: claim_task; broker: RabbitMQ dispatches), in-flight limit, pause and fairness between tenants (none or tenant; NULL keeps it).';
+REVOKE ALL ON FUNCTION wfe.configure_queue(text, text, int, boolean, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION wfe.configure_queue(text, text, int, boolean, text) TO wfe_admin;
 
 -- A queue's delivery mode, for the workers that serve it (the clients'
 -- mode="auto"): wfe_worker cannot read wfe.queues, and a worker started in

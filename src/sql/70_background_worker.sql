@@ -104,6 +104,8 @@ BEGIN
     END;
     -- Attempts whose rate-limit token is due (78_rate_limits.sql): ready again.
     PERFORM wfe._release_rate_held(p_max);
+    -- Open circuits whose open_ms has passed (79_circuits.sql): half open.
+    PERFORM wfe._half_open_circuits();
     -- Schedules' due ticks (69_schedules.sql): each submits a run.
     done := done + wfe._fire_schedules(p_max);
     -- Lock the batch first, then fire it in run order: each firing takes

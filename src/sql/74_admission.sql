@@ -8,16 +8,20 @@ CREATE TABLE wfe.tenant_limits (
     max_runs_in_flight int CONSTRAINT tenant_limits_runs CHECK (max_runs_in_flight > 0),
     max_tasks_in_flight int CONSTRAINT tenant_limits_tasks CHECK (max_tasks_in_flight > 0),
     updated_at         timestamptz NOT NULL DEFAULT now(),
-    updated_by         text NOT NULL DEFAULT wfe._identity()
+    updated_by         text NOT NULL DEFAULT wfe._identity(),
+    weight             int NOT NULL DEFAULT 1
+                       CONSTRAINT tenant_limits_weight CHECK (weight BETWEEN 1 AND 10000)
 );
 COMMENT ON TABLE wfe.tenant_limits IS
 'Per-tenant limits: runs in flight (refused at submit, 53400) and tasks in flight (held queued at the claim and the dispatch).  NULL: unlimited.';
+COMMENT ON COLUMN wfe.tenant_limits.weight IS
+'The tenant''s share on queues with fairness = ''tenant'': claims serve tenants with ready work in proportion to their weights.';
 GRANT SELECT ON wfe.tenant_limits TO wfe_reader, wfe_operator;
 -- settings, like wfe.queues: pg_dump keeps them (73_dump.sql)
 SELECT pg_catalog.pg_extension_config_dump('wfe.tenant_limits', '');
 
 CREATE FUNCTION wfe.configure_tenant(tenant text, max_runs_in_flight int DEFAULT NULL,
-                                     max_tasks_in_flight int DEFAULT NULL)
+                                     max_tasks_in_flight int DEFAULT NULL, weight int DEFAULT NULL)
 RETURNS void
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -32,12 +36,20 @@ BEGIN
         RAISE EXCEPTION 'max_runs_in_flight and max_tasks_in_flight must be positive or NULL (unlimited)'
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    INSERT INTO wfe.tenant_limits AS t (tenant, max_runs_in_flight, max_tasks_in_flight)
-    VALUES (configure_tenant.tenant, configure_tenant.max_runs_in_flight, configure_tenant.max_tasks_in_flight)
+    IF configure_tenant.weight NOT BETWEEN 1 AND 10000 THEN
+        RAISE EXCEPTION 'weight must be an integer between 1 and 10000, not %', configure_tenant.weight
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'The tenant''s share on queues with fairness = ''tenant''; the default is 1, NULL keeps the tenant''s.';
+    END IF;
+    -- weight NULL: the tenant keeps its weight (1 when new)
+    INSERT INTO wfe.tenant_limits AS t (tenant, max_runs_in_flight, max_tasks_in_flight, weight)
+    VALUES (configure_tenant.tenant, configure_tenant.max_runs_in_flight, configure_tenant.max_tasks_in_flight,
+            coalesce(configure_tenant.weight, 1))
     ON CONFLICT (tenant) DO UPDATE
        SET max_runs_in_flight = excluded.max_runs_in_flight,
            max_tasks_in_flight = excluded.max_tasks_in_flight,
-           updated_at = now(), updated_by = wfe._identity();
+           updated_at = now(), updated_by = wfe._identity(),
+           weight = coalesce(configure_tenant.weight, t.weight);
     -- A raised or lifted task limit makes room now: the tenant's held broker
     -- tasks that fit are dispatched, and the pollers of the queues where it
     -- has queued tasks are woken.  A lowered one holds what comes next; the
@@ -45,10 +57,10 @@ BEGIN
     PERFORM wfe._notify_ready(q) FROM wfe._release_held(NULL, configure_tenant.tenant) AS q;
 END
 $$;
-COMMENT ON FUNCTION wfe.configure_tenant(text, int, int) IS
-'Sets a tenant''s limits: runs in flight (submit refuses more with 53400) and tasks in flight (held queued, released when room appears); NULL is unlimited.';
-REVOKE ALL ON FUNCTION wfe.configure_tenant(text, int, int) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION wfe.configure_tenant(text, int, int) TO wfe_admin;
+COMMENT ON FUNCTION wfe.configure_tenant(text, int, int, int) IS
+'Sets a tenant''s limits: runs in flight (submit refuses more with 53400) and tasks in flight (held queued, released when room appears), NULL is unlimited; and its weight on fair queues (NULL keeps it).';
+REVOKE ALL ON FUNCTION wfe.configure_tenant(text, int, int, int) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION wfe.configure_tenant(text, int, int, int) TO wfe_admin;
 
 -- Runs in flight: one more run of p_tenant is about to be in flight -- a
 -- submit (replay is one), or an operator's redrive or skip_stage that

@@ -313,6 +313,15 @@ SELECT x.problem, x.run_id, x.stage, x.attempt,
       FROM wfe.run_stages AS st
      WHERE st.held_until IS NOT NULL AND st.state = 'queued'
     UNION ALL
+    -- held by its queue's open circuit, or behind the half-open probe (79_circuits.sql)
+    SELECT 'circuit open', st.run_id, st.stage, st.attempt, st.ready_at,
+           st.queue || CASE WHEN c.state = 'open' THEN ' open, half opens in '
+                                 || wfe.human_ms(greatest(0, extract(epoch FROM c.since - now()) * 1000 + c.open_ms))
+                            ELSE ' half open: one probe' END
+      FROM wfe.circuits AS c
+      JOIN wfe.run_stages AS st ON st.queue = c.queue AND st.state = 'queued'
+     WHERE c.state <> 'closed'
+    UNION ALL
     -- a dispatch the broker has not taken for a minute
     SELECT 'dispatch unpublished', o.run_id, o.stage, o.attempt, o.created_at,
            coalesce(o.last_error, o.routing_key)
@@ -325,7 +334,7 @@ SELECT x.problem, x.run_id, x.stage, x.attempt,
   ) AS x
  ORDER BY x.since, x.run_id, x.stage;
 COMMENT ON VIEW wfe.dashboard_stuck IS
-'Work that does not move: runs with no live attempt and no due timer, attempts past their deadline, overdue timers, tasks on a paused or full queue or of a full tenant, attempts a rate limit holds, dispatches unpublished for a minute, open dead letters.';
+'Work that does not move: runs with no live attempt and no due timer, attempts past their deadline, overdue timers, tasks on a paused or full queue or of a full tenant, attempts a rate limit or an open circuit holds, dispatches unpublished for a minute, open dead letters.';
 GRANT SELECT ON wfe.dashboard_stuck TO wfe_reader, wfe_operator;
 
 -- The result cache per tenant and contract: its entries, and what releases

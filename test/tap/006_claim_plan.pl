@@ -23,7 +23,11 @@
 # The same again with each flow control on (operations.md "Flow control"):
 # a second queue whose stage takes a token of a rate limit far above the
 # load (RL_BACKLOG queued runs beside the first backlog), claimed the same
-# way, so the pick, the bucket and the claim by tuple id are checked too.
+# way, so the pick, the bucket and the claim by tuple id are checked too;
+# and a third queue with fairness => 'tenant' (FAIR_BACKLOG queued runs of
+# five tenants, one of them with half), so the skip scan over the tenants
+# and each tenant's claim are checked, and no claim walks run_stages_ready
+# filtering on the tenant (which would read the other tenants' backlog).
 use strict;
 use warnings;
 
@@ -34,6 +38,7 @@ use Test::More;
 
 my $BACKLOG  = 20_000;    # queued runs left when the claims start
 my $RL_BACKLOG = 10_000;  # queued runs of the rate-limited queue
+my $FAIR_BACKLOG = 20_000; # queued runs of the fair queue, over five tenants
 my $HISTORY  = 3_000;     # runs claimed and completed before that
 my $BIG_ROWS = 500;       # a wfe table with more rows is a big one
 my @SIZES    = (1, 10, 1000);
@@ -85,6 +90,18 @@ stages:
 $y$);
 SELECT wfe.approve('tap-plan-rl', '1.0.0');
 SELECT wfe.activate('tap-plan-rl', '1.0.0');
+SELECT wfe.register_worker('tap-plan.fair@1', 'tap-plan-fair');
+SELECT wfe.create_definition($y$
+name: tap-plan-fair
+version: "1.0.0"
+entry: a
+stages:
+  - { name: a, type: worker, queue: tap-plan-fair, worker: tap-plan.fair@1, on_success: completed, on_failure: failed }
+$y$);
+SELECT wfe.approve('tap-plan-fair', '1.0.0');
+SELECT wfe.activate('tap-plan-fair', '1.0.0');
+SELECT wfe.configure_queue('tap-plan-fair', fairness => 'tenant');
+SELECT wfe.configure_tenant('fair-t2', weight => 2);
 CREATE TABLE public.tap_claimed (session text, call int, max_tasks int,
     run_id bigint, stage text, attempt int, fence bigint);
 });
@@ -104,6 +121,15 @@ is( $node->safe_psql(
 		  . "LATERAL wfe.submit('tap-plan-rl', jsonb_build_object('v', i)) AS s WHERE s.accepted"),
 	$RL_BACKLOG,
 	'the rate-limited runs are submitted');
+# half of the fair backlog is tenant fair-t1's, submitted first; the rest, four tenants'
+is( $node->safe_psql(
+		'postgres',
+		"SELECT count(*) FROM generate_series(1, $FAIR_BACKLOG) AS i, "
+		  . "LATERAL wfe.submit('tap-plan-fair', jsonb_build_object('v', i), NULL, "
+		  . "jsonb_build_object('tenant', 'fair-t' || CASE WHEN i <= $FAIR_BACKLOG / 2 THEN 1 ELSE 2 + i % 4 END)) AS s "
+		  . "WHERE s.accepted"),
+	$FAIR_BACKLOG,
+	'the fair queue\'s runs are submitted');
 
 # history: claimed and completed a thousand at a time
 $node->safe_psql(
@@ -134,6 +160,8 @@ is( $node->safe_psql(
 	"$BACKLOG tasks queued, $HISTORY done");
 is($node->safe_psql('postgres', "SELECT count(*) FROM wfe.run_stages WHERE queue = 'tap-plan-rl' AND state = 'queued'"),
 	$RL_BACKLOG, "$RL_BACKLOG rate-limited tasks queued");
+is($node->safe_psql('postgres', "SELECT count(DISTINCT tenant) || ' ' || count(*) FROM wfe.run_stages WHERE queue = 'tap-plan-fair' AND state = 'queued'"),
+	"5 $FAIR_BACKLOG", "$FAIR_BACKLOG tasks of five tenants queued on the fair queue");
 $node->safe_psql('postgres', 'VACUUM ANALYZE');
 note sprintf('set-up took %d s', time - $t0);
 
@@ -239,6 +267,11 @@ sub offences
 		{
 			$bad->{$n} = "$type; $size";
 		}
+		# a fair queue's claim of one tenant must not filter the queue's whole ready list
+		if (($n->{'Index Name'} // '') eq 'run_stages_ready' && ($n->{'Filter'} // '') =~ /tenant/)
+		{
+			$bad->{$n} = "run_stages_ready filtered on the tenant (the other tenants' backlog is read); $size";
+		}
 	}
 	if ($n->{'Node Type'} eq 'Hash')
 	{
@@ -278,9 +311,9 @@ sub plans_from
 # The claims.
 #
 my @sessions;
-for my $queue ('tap-plan-jobs', 'tap-plan-rl')
+for my $queue ('tap-plan-jobs', 'tap-plan-rl', 'tap-plan-fair')
 {
-	my $tag = $queue eq 'tap-plan-rl' ? 'rate limit, ' : '';
+	my $tag = $queue eq 'tap-plan-rl' ? 'rate limit, ' : $queue eq 'tap-plan-fair' ? 'fairness, ' : '';
 	push @sessions, map { { name => "${tag}max_tasks=$_", queue => $queue, sizes => [$_], mode => undef } } @SIZES;
 	push @sessions, { name => "${tag}force_generic_plan", queue => $queue, sizes => [@SIZES], mode => 'force_generic_plan' };
 }
@@ -372,7 +405,7 @@ is( $node->safe_psql(
 	"complete_task accepts each of the $total claimed tasks");
 is( $node->safe_psql(
 		'postgres',
-		"SELECT count(*) FROM wfe.runs WHERE workflow IN ('tap-plan-flow', 'tap-plan-rl') AND state = 'completed'"),
+		"SELECT count(*) FROM wfe.runs WHERE workflow IN ('tap-plan-flow', 'tap-plan-rl', 'tap-plan-fair') AND state = 'completed'"),
 	$HISTORY + $total,
 	'their runs completed');
 

@@ -1,0 +1,9 @@
+-- bench/fairness: a one-stage workflow on queue fq, fair or not (run.sh sets it).
+SELECT wfe.register_worker('bench.fair@1', 'fq');
+SELECT wfe.create_definition($y$name: bench-fair
+version: "1.0.0"
+entry: a
+stages:
+  - { name: a, type: worker, queue: fq, worker: bench.fair@1, on_success: completed, on_failure: failed }
+$y$);
+SELECT wfe.approve('bench-fair', '1.0.0'); SELECT wfe.activate('bench-fair', '1.0.0');
