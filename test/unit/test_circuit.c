@@ -10,28 +10,8 @@
 #include <string.h>
 
 #include "core/flow/circuit.h"
+#include "tap.h"
 
-static int	tests_run;
-static int	tests_failed;
-
-/* Record one TAP result. */
-static void
-ok(int cond, const char *fmt,...) __attribute__((format(printf, 2, 3)));
-
-static void
-ok(int cond, const char *fmt,...)
-{
-	va_list		ap;
-
-	tests_run++;
-	if (!cond)
-		tests_failed++;
-	printf("%s %d - ", cond ? "ok" : "not ok", tests_run);
-	va_start(ap, fmt);
-	vprintf(fmt, ap);
-	va_end(ap);
-	printf("\n");
-}
 
 #define MS 1000LL
 #define SEC 1000000LL
@@ -137,6 +117,5 @@ main(void)
 
 	ok(wfe_circuit_admit(&c, &conf, 0, 0, NULL) == 0, "want 0: none");
 
-	printf("1..%d\n", tests_run);
-	return tests_failed != 0;
+	return tap_done();
 }
