@@ -5666,6 +5666,52 @@ BEGIN
 END
 $$;
 
+CREATE OR REPLACE FUNCTION wfe._history_make_day(p_day date)
+RETURNS int
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET lock_timeout = '200ms'
+AS $$
+DECLARE
+    v_name text := 'events_p' || to_char(p_day, 'YYYYMMDD');
+    v_lo   timestamptz := p_day::timestamp AT TIME ZONE 'UTC';
+    v_hi   timestamptz := (p_day + 1)::timestamp AT TIME ZONE 'UTC';
+BEGIN
+    IF to_regclass('wfe.' || v_name) IS NOT NULL THEN
+        RETURN 0;
+    END IF;
+    BEGIN
+        -- An insert chooses its partition before it locks it: one that chose
+        -- the default partition before the ATTACH and locks it after fails
+        -- its partition check ("violates partition constraint").  So while
+        -- rows of the day may be arriving (yesterday's from transactions
+        -- begun before midnight, today's, or days made ahead), inserts wait
+        -- at wfe.events for this short transaction and then route afresh.
+        -- Older days (rows moved after an upgrade) need no such wait.
+        IF p_day >= (now() AT TIME ZONE 'UTC')::date - 1 THEN
+            LOCK TABLE wfe.events IN SHARE ROW EXCLUSIVE MODE;
+        END IF;
+        -- ATTACH takes this lock to check the default partition holds none
+        -- of the day's rows: taken first, no row of the day lands there
+        -- while they move (inserts of other days go on)
+        LOCK TABLE wfe.events_default IN ACCESS EXCLUSIVE MODE;
+        -- made apart and attached: CREATE TABLE ... PARTITION OF would lock
+        -- wfe.events itself; the CHECK spares ATTACH a scan of the new table
+        EXECUTE format('CREATE TABLE wfe.%I (LIKE wfe.events INCLUDING DEFAULTS,'
+                       ' CONSTRAINT %I CHECK (at >= %L AND at < %L))',
+                       v_name, v_name || '_day', v_lo, v_hi);
+        EXECUTE format('WITH moved AS (DELETE FROM wfe.events_default AS e WHERE e.at >= %L AND e.at < %L'
+                       ' RETURNING e.*) INSERT INTO wfe.%I SELECT * FROM moved',
+                       v_lo, v_hi, v_name);
+        EXECUTE format('ALTER TABLE wfe.events ATTACH PARTITION wfe.%I FOR VALUES FROM (%L) TO (%L)',
+                       v_name, v_lo, v_hi);
+    EXCEPTION WHEN lock_not_available THEN
+        RETURN 0;                   -- busy: the next pass tries again
+    END;
+    RETURN 1;
+END
+$$;
+
 -- ... and every function comment that changed.
 COMMENT ON FUNCTION wfe._caller() IS
 'The role acting in this session, SET ROLE included (inside SECURITY DEFINER functions current_user is the owner); inside a handler, its registrant.';

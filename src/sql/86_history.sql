@@ -28,6 +28,16 @@ BEGIN
         RETURN 0;
     END IF;
     BEGIN
+        -- An insert chooses its partition before it locks it: one that chose
+        -- the default partition before the ATTACH and locks it after fails
+        -- its partition check ("violates partition constraint").  So while
+        -- rows of the day may be arriving (yesterday's from transactions
+        -- begun before midnight, today's, or days made ahead), inserts wait
+        -- at wfe.events for this short transaction and then route afresh.
+        -- Older days (rows moved after an upgrade) need no such wait.
+        IF p_day >= (now() AT TIME ZONE 'UTC')::date - 1 THEN
+            LOCK TABLE wfe.events IN SHARE ROW EXCLUSIVE MODE;
+        END IF;
         -- ATTACH takes this lock to check the default partition holds none
         -- of the day's rows: taken first, no row of the day lands there
         -- while they move (inserts of other days go on)
