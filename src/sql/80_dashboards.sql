@@ -312,6 +312,17 @@ SELECT x.problem, x.run_id, x.stage, x.attempt,
                             END
       FROM wfe.run_stages AS st
      WHERE st.held_until IS NOT NULL AND st.state = 'queued'
+       AND NOT (st.held_until = 'infinity' AND st.concurrency_key IS NOT NULL
+                AND (st.rate_limit IS NULL OR EXISTS (SELECT 1 FROM wfe.rate_limits AS l
+                                                       WHERE l.name = st.rate_limit)))
+    UNION ALL
+    -- held by keyed concurrency until an attempt of its key ends (79_concurrency.sql)
+    SELECT 'concurrency limited', st.run_id, st.stage, st.attempt, st.ready_at,
+           format('%s attempts of its key (concurrency.max) in flight on queue %s',
+                  st.concurrency_max, st.queue)
+      FROM wfe.run_stages AS st
+     WHERE st.held_until = 'infinity' AND st.state = 'queued' AND st.concurrency_key IS NOT NULL
+       AND (st.rate_limit IS NULL OR EXISTS (SELECT 1 FROM wfe.rate_limits AS l WHERE l.name = st.rate_limit))
     UNION ALL
     -- a dispatch the broker has not taken for a minute
     SELECT 'dispatch unpublished', o.run_id, o.stage, o.attempt, o.created_at,
@@ -325,7 +336,7 @@ SELECT x.problem, x.run_id, x.stage, x.attempt,
   ) AS x
  ORDER BY x.since, x.run_id, x.stage;
 COMMENT ON VIEW wfe.dashboard_stuck IS
-'Work that does not move: runs with no live attempt and no due timer, attempts past their deadline, overdue timers, tasks on a paused or full queue or of a full tenant, attempts a rate limit holds, dispatches unpublished for a minute, open dead letters.';
+'Work that does not move: runs with no live attempt and no due timer, attempts past their deadline, overdue timers, tasks on a paused or full queue or of a full tenant, attempts a rate limit or keyed concurrency holds, dispatches unpublished for a minute, open dead letters.';
 GRANT SELECT ON wfe.dashboard_stuck TO wfe_reader, wfe_operator;
 
 -- The result cache per tenant and contract: its entries, and what releases
