@@ -318,8 +318,7 @@ SELECT x.problem, x.run_id, x.stage, x.attempt,
     UNION ALL
     -- held by keyed concurrency until an attempt of its key ends (79_concurrency.sql)
     SELECT 'concurrency limited', st.run_id, st.stage, st.attempt, st.ready_at,
-           format('%s attempts of its key (concurrency.max) in flight on queue %s',
-                  st.concurrency_max, st.queue)
+           'key full: ' || st.concurrency_max || ' in flight'
       FROM wfe.run_stages AS st
      WHERE st.held_until = 'infinity' AND st.state = 'queued' AND st.concurrency_key IS NOT NULL
        AND (st.rate_limit IS NULL OR EXISTS (SELECT 1 FROM wfe.rate_limits AS l WHERE l.name = st.rate_limit))

@@ -23,7 +23,10 @@
 # The same again with each flow control on (operations.md "Flow control"):
 # a second queue whose stage takes a token of a rate limit far above the
 # load (RL_BACKLOG queued runs beside the first backlog), claimed the same
-# way, so the pick, the bucket and the claim by tuple id are checked too.
+# way, so the pick, the bucket and the claim by tuple id are checked too;
+# and a third queue whose stage has keyed concurrency (KC_BACKLOG queued
+# runs over 20 key values, max far above the load), so the keys' locks,
+# their in-flight counts and the claim by tuple id are checked with it.
 use strict;
 use warnings;
 
@@ -34,6 +37,7 @@ use Test::More;
 
 my $BACKLOG  = 20_000;    # queued runs left when the claims start
 my $RL_BACKLOG = 10_000;  # queued runs of the rate-limited queue
+my $KC_BACKLOG = 20_000;  # queued runs of the queue with keyed concurrency
 my $HISTORY  = 3_000;     # runs claimed and completed before that
 my $BIG_ROWS = 500;       # a wfe table with more rows is a big one
 my @SIZES    = (1, 10, 1000);
@@ -85,6 +89,16 @@ stages:
 $y$);
 SELECT wfe.approve('tap-plan-rl', '1.0.0');
 SELECT wfe.activate('tap-plan-rl', '1.0.0');
+SELECT wfe.register_worker('tap-plan.kc@1', 'tap-plan-kc');
+SELECT wfe.create_definition($y$
+name: tap-plan-kc
+version: "1.0.0"
+entry: a
+stages:
+  - { name: a, type: worker, queue: tap-plan-kc, worker: tap-plan.kc@1, concurrency: { key: "${context.k}", max: 10000 }, on_success: completed, on_failure: failed }
+$y$);
+SELECT wfe.approve('tap-plan-kc', '1.0.0');
+SELECT wfe.activate('tap-plan-kc', '1.0.0');
 CREATE TABLE public.tap_claimed (session text, call int, max_tasks int,
     run_id bigint, stage text, attempt int, fence bigint);
 });
@@ -104,6 +118,12 @@ is( $node->safe_psql(
 		  . "LATERAL wfe.submit('tap-plan-rl', jsonb_build_object('v', i)) AS s WHERE s.accepted"),
 	$RL_BACKLOG,
 	'the rate-limited runs are submitted');
+is( $node->safe_psql(
+		'postgres',
+		"SELECT count(*) FROM generate_series(1, $KC_BACKLOG) AS i, "
+		  . "LATERAL wfe.submit('tap-plan-kc', jsonb_build_object('k', 'key-' || i % 20)) AS s WHERE s.accepted"),
+	$KC_BACKLOG,
+	'the runs with keyed concurrency are submitted');
 
 # history: claimed and completed a thousand at a time
 $node->safe_psql(
@@ -134,6 +154,8 @@ is( $node->safe_psql(
 	"$BACKLOG tasks queued, $HISTORY done");
 is($node->safe_psql('postgres', "SELECT count(*) FROM wfe.run_stages WHERE queue = 'tap-plan-rl' AND state = 'queued'"),
 	$RL_BACKLOG, "$RL_BACKLOG rate-limited tasks queued");
+is($node->safe_psql('postgres', "SELECT count(*) FROM wfe.run_stages WHERE queue = 'tap-plan-kc' AND state = 'queued' AND concurrency_key IS NOT NULL"),
+	$KC_BACKLOG, "$KC_BACKLOG tasks with keyed concurrency queued");
 $node->safe_psql('postgres', 'VACUUM ANALYZE');
 note sprintf('set-up took %d s', time - $t0);
 
@@ -278,9 +300,9 @@ sub plans_from
 # The claims.
 #
 my @sessions;
-for my $queue ('tap-plan-jobs', 'tap-plan-rl')
+for my $queue ('tap-plan-jobs', 'tap-plan-rl', 'tap-plan-kc')
 {
-	my $tag = $queue eq 'tap-plan-rl' ? 'rate limit, ' : '';
+	my $tag = $queue eq 'tap-plan-rl' ? 'rate limit, ' : $queue eq 'tap-plan-kc' ? 'keyed concurrency, ' : '';
 	push @sessions, map { { name => "${tag}max_tasks=$_", queue => $queue, sizes => [$_], mode => undef } } @SIZES;
 	push @sessions, { name => "${tag}force_generic_plan", queue => $queue, sizes => [@SIZES], mode => 'force_generic_plan' };
 }
@@ -372,7 +394,7 @@ is( $node->safe_psql(
 	"complete_task accepts each of the $total claimed tasks");
 is( $node->safe_psql(
 		'postgres',
-		"SELECT count(*) FROM wfe.runs WHERE workflow IN ('tap-plan-flow', 'tap-plan-rl') AND state = 'completed'"),
+		"SELECT count(*) FROM wfe.runs WHERE workflow IN ('tap-plan-flow', 'tap-plan-rl', 'tap-plan-kc') AND state = 'completed'"),
 	$HISTORY + $total,
 	'their runs completed');
 

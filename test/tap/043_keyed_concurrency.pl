@@ -137,7 +137,7 @@ is(scalar(@got), 3, 'a claim of 10 gets three: two of c1 (max 2) and the one of 
 is(state(), '2 3 0', 'two of c1 run, three are held (queued, out of the ready index)');
 my $stuck = ok_login('reader_a',
 	q{SELECT problem || ': ' || detail FROM wfe.dashboard_stuck WHERE problem = 'concurrency limited' ORDER BY run_id});
-is(scalar(grep { /^concurrency limited: 2 attempts of its key \(concurrency\.max\) in flight on queue kq$/ } split /\n/, $stuck),
+is(scalar(grep { /^concurrency limited: key full: 2 in flight$/ } split /\n/, $stuck),
 	3, 'dashboard_stuck shows the three held, and why');
 is(scalar(claim(10)), 0, 'a claim finds nothing ready: the held are not walked over');
 
