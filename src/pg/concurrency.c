@@ -67,8 +67,8 @@ static stmt q_recheck_later = STMT(
 	"INSERT INTO wfe.concurrency_recheck (queue, tenant, key, max) VALUES ($1, $2, $3, $4)", 4, TX, TX, TX, I4);
 static stmt q_rechecks = STMT(
 	"WITH d AS (DELETE FROM wfe.concurrency_recheck RETURNING queue, tenant, key, max)"
-	" SELECT d.queue, d.tenant, d.key, max(d.max) FROM d GROUP BY 1, 2, 3"
-	" ORDER BY 1 COLLATE \"C\", 2 COLLATE \"C\", 3 COLLATE \"C\"", 0);
+	" SELECT d.queue, d.tenant, d.key, max(d.max) FROM d GROUP BY d.queue, d.tenant, d.key"
+	" ORDER BY d.queue COLLATE \"C\", d.tenant COLLATE \"C\", d.key COLLATE \"C\"", 0);
 
 /* One key a claim's candidates name. */
 typedef struct key_ask

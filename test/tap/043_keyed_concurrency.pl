@@ -78,7 +78,7 @@ stages:
     type: worker
     queue: kq
     worker: tap.kc\@1
-    input: { customer: "\${context.customer}" }
+    input: { tag: t }
     retry: { max_attempts: 1 }
     concurrency: $concurrency
     on_success: completed
