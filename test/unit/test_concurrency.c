@@ -74,6 +74,5 @@ main(void)
 		ok(bad == 0, "with ample candidates, each key gets exactly its room (%d mismatches)", bad);
 	}
 
-	printf("1..%d\n", tests_run);
-	return tests_failed ? 1 : 0;
+	return tap_done();
 }
