@@ -3833,6 +3833,153 @@ CREATE TRIGGER queues_flow_changed AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE 
 CREATE TRIGGER circuits_flow_changed AFTER INSERT OR DELETE OR TRUNCATE ON wfe.circuits
     FOR EACH STATEMENT EXECUTE FUNCTION wfe._flow_settings_changed();
 
+-- ---------------------------------------------------------------------
+-- Keyed concurrency (issue 24, item 2): concurrency: {key, max} on stages
+-- and tasks, gated at the claim (src/pg/concurrency.c, the decisions in
+-- src/core/flow/concurrency.c), held attempts released by the attempt of
+-- their key that ends (79_concurrency.sql), the worker's recheck of keys
+-- whose lock was busy (70_background_worker.sql), dashboard_stuck's reason.
+-- ---------------------------------------------------------------------
+ALTER TABLE wfe.run_stages ADD COLUMN concurrency_key text;
+ALTER TABLE wfe.run_stages ADD COLUMN concurrency_max int
+    CONSTRAINT run_stages_concurrency_max CHECK (concurrency_max >= 1);
+COMMENT ON COLUMN wfe.run_stages.concurrency_key IS
+'The key bound at release for a stage with concurrency: {key, max} (a key over 128 bytes as its sha256 digest); NULL: none.';
+COMMENT ON COLUMN wfe.run_stages.concurrency_max IS
+'The stage''s concurrency.max: at most this many attempts of its queue, tenant and key run at once.';
+GRANT SELECT (concurrency_key, concurrency_max) ON wfe.run_stages TO wfe_reader, wfe_operator;
+
+-- A key's attempts in flight (the claim's count), and its queued ones not
+-- held (the release's count): both bounded by max (LIMIT), whatever the backlog.
+CREATE INDEX run_stages_keyed ON wfe.run_stages (queue, state, tenant, concurrency_key)
+    WHERE concurrency_key IS NOT NULL AND held_until IS NULL
+      AND state IN ('queued', 'dispatched', 'running');
+-- A key's held attempts, next first (the release).
+CREATE INDEX run_stages_key_held ON wfe.run_stages (queue, tenant, concurrency_key, priority DESC, ready_at)
+    WHERE concurrency_key IS NOT NULL AND state = 'queued' AND held_until = 'infinity';
+
+-- Keys whose lock an ending attempt could not take at once: the next
+-- worker round releases what fits (wfe._recheck_concurrency).  Key values
+-- come from runs' data: no role reads this table.
+CREATE TABLE wfe.concurrency_recheck (
+    id     bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    queue  text NOT NULL,
+    tenant text NOT NULL,
+    key    text NOT NULL,
+    max    int NOT NULL,
+    at     timestamptz NOT NULL DEFAULT now()
+);
+COMMENT ON TABLE wfe.concurrency_recheck IS
+'A key of keyed concurrency whose lock an ending attempt could only try, and missed: the next worker round releases its held attempts that fit.';
+REVOKE ALL ON wfe.concurrency_recheck FROM PUBLIC;
+
+CREATE FUNCTION wfe._recheck_concurrency()
+RETURNS int AS 'MODULE_PATHNAME', 'wfe_recheck_concurrency' LANGUAGE C VOLATILE STRICT;
+COMMENT ON FUNCTION wfe._recheck_concurrency() IS
+'Releases the held attempts that fit of the keys in wfe.concurrency_recheck (emptying it), waiting for each key''s lock in order; returns how many keys it rechecked.';
+REVOKE ALL ON FUNCTION wfe._recheck_concurrency() FROM PUBLIC;
+
+CREATE OR REPLACE VIEW wfe.dashboard_stuck WITH (security_invoker = true) AS
+SELECT x.problem, x.run_id, x.stage, x.attempt,
+       wfe.human_ms(extract(epoch FROM now() - x.since) * 1000) AS age,
+       CASE WHEN length(x.detail) > 36 THEN left(x.detail, 35) || '…' ELSE x.detail END AS detail
+  FROM (
+    -- a run with nothing under way and nothing due: no attempt can move it
+    SELECT 'no live attempt' AS problem, r.run_id, NULL::text AS stage, NULL::int AS attempt,
+           coalesce((SELECT max(st.finished_at) FROM wfe.run_stages AS st WHERE st.run_id = r.run_id),
+                    r.submitted_at) AS since,
+           r.workflow || ' ' || r.state AS detail
+      FROM wfe.runs AS r
+     WHERE r.finished_at IS NULL
+       AND NOT EXISTS (SELECT 1 FROM wfe.run_stages AS st WHERE st.run_id = r.run_id
+                          AND st.state IN ('queued', 'dispatched', 'running', 'retry_scheduled'))
+       -- a cached stage waiting on the attempt in flight under its key moves when that one ends
+       AND NOT EXISTS (SELECT 1 FROM wfe.run_stages AS st
+                         JOIN wfe.run_stages AS l ON l.cache_key = st.cache_key AND l.tenant = st.tenant
+                        WHERE st.run_id = r.run_id AND st.state = 'waiting' AND st.cache = 'waiting'
+                          AND l.state IN ('queued', 'dispatched', 'running', 'retry_scheduled'))
+       AND NOT EXISTS (SELECT 1 FROM wfe.timers AS t WHERE t.run_id = r.run_id AND t.fired_at IS NULL)
+    UNION ALL
+    -- the clocks should have fired (the background worker is down or behind)
+    SELECT 'past deadline', st.run_id, st.stage, st.attempt, st.deadline_at, st.state || ' on ' || st.queue
+      FROM wfe.run_stages AS st
+     WHERE st.state IN ('queued', 'dispatched', 'running') AND st.deadline_at < now() - interval '5 seconds'
+    UNION ALL
+    SELECT 'timer overdue', t.run_id, t.stage, t.attempt, t.due_at, t.kind
+      FROM wfe.timers AS t
+     WHERE t.fired_at IS NULL AND t.due_at < now() - interval '5 seconds'
+    UNION ALL
+    -- waiting on a queue that does not release
+    SELECT CASE WHEN q.paused THEN 'queue paused' ELSE 'queue full' END,
+           st.run_id, st.stage, st.attempt, st.ready_at,
+           st.queue || CASE WHEN q.paused THEN '' ELSE ' at max_in_flight ' || q.max_in_flight END
+      FROM wfe.run_stages AS st
+      JOIN wfe.queues AS q ON q.queue = st.queue
+     WHERE st.state = 'queued'
+       AND (q.paused OR st.queue IN (SELECT s2.queue FROM wfe.run_stages AS s2
+                                      WHERE s2.queue = q.queue AND s2.state IN ('dispatched', 'running')
+                                      GROUP BY s2.queue HAVING count(*) >= q.max_in_flight))
+    UNION ALL
+    -- waiting on a tenant at its max_tasks_in_flight (broker: held; poll: not claimed)
+    SELECT 'tenant full', st.run_id, st.stage, st.attempt, st.ready_at,
+           l.tenant || ' at max_tasks_in_flight ' || l.max_tasks_in_flight
+      FROM wfe.tenant_limits AS l
+      JOIN wfe.runs AS r ON r.tenant = l.tenant AND r.finished_at IS NULL
+      JOIN wfe.run_stages AS st ON st.run_id = r.run_id
+     WHERE l.max_tasks_in_flight IS NOT NULL
+       AND st.state = 'queued' AND st.queue IS NOT NULL AND st.handler IS NULL
+       -- (by attempt: the view runs as its reader, who may not see fences)
+       AND NOT EXISTS (SELECT 1 FROM wfe.outbox AS o
+                        WHERE o.run_id = st.run_id AND o.stage = st.stage AND o.attempt = st.attempt
+                          AND o.kind = 'dispatch' AND o.state <> 'published')
+       AND (SELECT count(*) FROM wfe.runs AS r2 JOIN wfe.run_stages AS s2 ON s2.run_id = r2.run_id
+             WHERE r2.tenant = l.tenant AND r2.finished_at IS NULL AND s2.queue IS NOT NULL
+               AND s2.handler IS NULL AND s2.state IN ('dispatched', 'running')) >= l.max_tasks_in_flight
+    UNION ALL
+    -- held by a rate limit until its token is due, or naming none configured (78_rate_limits.sql)
+    SELECT CASE WHEN st.held_until = 'infinity' THEN 'rate limit unknown' ELSE 'rate limited' END,
+           st.run_id, st.stage, st.attempt, st.ready_at,
+           st.rate_limit || CASE WHEN st.held_until = 'infinity' THEN ' is not configured'
+                                 ELSE ' token due in '
+                                      || wfe.human_ms(greatest(0, extract(epoch FROM st.held_until - now()) * 1000))
+                            END
+      FROM wfe.run_stages AS st
+     WHERE st.held_until IS NOT NULL AND st.state = 'queued'
+       AND NOT (st.held_until = 'infinity' AND st.concurrency_key IS NOT NULL
+                AND (st.rate_limit IS NULL OR EXISTS (SELECT 1 FROM wfe.rate_limits AS l
+                                                       WHERE l.name = st.rate_limit)))
+    UNION ALL
+    -- held by keyed concurrency until an attempt of its key ends (79_concurrency.sql)
+    SELECT 'concurrency limited', st.run_id, st.stage, st.attempt, st.ready_at,
+           'key full: ' || st.concurrency_max || ' in flight'
+      FROM wfe.run_stages AS st
+     WHERE st.held_until = 'infinity' AND st.state = 'queued' AND st.concurrency_key IS NOT NULL
+       AND (st.rate_limit IS NULL OR EXISTS (SELECT 1 FROM wfe.rate_limits AS l WHERE l.name = st.rate_limit))
+    UNION ALL
+    -- held by its queue's open circuit, or behind the half-open probe (79_circuits.sql)
+    SELECT 'circuit open', st.run_id, st.stage, st.attempt, st.ready_at,
+           st.queue || CASE WHEN c.state = 'open' THEN ' open, half opens in '
+                                 || wfe.human_ms(greatest(0, extract(epoch FROM c.since - now()) * 1000 + c.open_ms))
+                            ELSE ' half open: one probe' END
+      FROM wfe.circuits AS c
+      JOIN wfe.run_stages AS st ON st.queue = c.queue AND st.state = 'queued'
+     WHERE c.state <> 'closed'
+    UNION ALL
+    -- a dispatch the broker has not taken for a minute
+    SELECT 'dispatch unpublished', o.run_id, o.stage, o.attempt, o.created_at,
+           coalesce(o.last_error, o.routing_key)
+      FROM wfe.outbox AS o
+     WHERE o.kind = 'dispatch' AND o.state <> 'published' AND o.created_at < now() - interval '1 minute'
+    UNION ALL
+    SELECT 'dead letter', d.run_id, d.stage, d.attempt, d.at, d.reason
+      FROM wfe.dead_letters AS d
+     WHERE d.resolved_at IS NULL
+  ) AS x
+ ORDER BY x.since, x.run_id, x.stage;
+COMMENT ON VIEW wfe.dashboard_stuck IS
+'Work that does not move: runs with no live attempt and no due timer, attempts past their deadline, overdue timers, tasks on a paused or full queue or of a full tenant, attempts a rate limit, keyed concurrency or an open circuit holds, dispatches unpublished for a minute, open dead letters.';
+GRANT SELECT ON wfe.dashboard_stuck TO wfe_reader, wfe_operator;
+
 -- Final bodies: every function whose text changed in 0.3.0, as src/sql has it.
 -- (Written by the same rule as the sections above: the whole text, copied.)
 
@@ -5002,8 +5149,17 @@ DECLARE
     v_message text;
 BEGIN
     -- First, while this transaction holds no lock yet (so it may wait for
-    -- the admission locks in their order): the held tasks that an
-    -- admission's missed try kept back (74_admission.sql).
+    -- the keys' locks, which nothing else waits for: 79_concurrency.sql):
+    -- the keys an ending attempt could not lock.
+    BEGIN
+        PERFORM wfe._recheck_concurrency();
+    EXCEPTION WHEN OTHERS THEN
+        GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE, v_message = MESSAGE_TEXT;
+        RAISE WARNING 'wfe: rechecking keyed concurrency raised % (%)', v_state,
+            left(regexp_replace(v_message, '[[:cntrl:]]+', ' ', 'g'), 1000);
+    END;
+    -- Then (so it may wait for the admission locks in their order): the
+    -- held tasks that an admission's missed try kept back (74_admission.sql).
     BEGIN
         PERFORM wfe._recheck_admission();
     EXCEPTION WHEN OTHERS THEN
@@ -5886,6 +6042,8 @@ COMMENT ON FUNCTION wfe.configure_circuit(text, numeric, int, int, int) IS
 'Creates or changes a queue''s circuit breaker: it opens at failure_ratio of at least min_calls attempts ended in window_ms, for open_ms; failure_ratio NULL drops it.';
 COMMENT ON FUNCTION wfe.reset_circuit(text) IS
 'Closes a queue''s circuit now, with an empty window: what it held back may go.';
+COMMENT ON FUNCTION wfe._recheck_concurrency() IS
+'Releases the held attempts that fit of the keys in wfe.concurrency_recheck (emptying it), waiting for each key''s lock in order; returns how many keys it rechecked.';
 COMMENT ON FUNCTION wfe._flow_settings_changed() IS
 'Trigger: every backend drops its cached lists of fair queues and queues with a circuit when this transaction commits.';
 COMMENT ON FUNCTION wfe.set_priority(bigint, int) IS

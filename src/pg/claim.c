@@ -92,7 +92,8 @@ static stmt q_claim_fair = STMT(CLAIM_UPDATE "ARRAY(" CLAIM_PICK FAIR_PICK ")" C
  * ratelimit.c says which of them have a token, and the claim takes those
  * ($5) and only those.
  */
-#define RATE_PICK "SELECT p.ctid, p.rate_limit, p.rate_key, p.tenant" CLAIM_FROM
+#define RATE_PICK "SELECT p.ctid, p.rate_limit, p.rate_key, p.tenant, p.concurrency_key, p.concurrency_max" \
+	CLAIM_FROM
 static stmt q_pick = STMT(RATE_PICK CLAIM_PICK_END, 3, TX, TX, I4);
 static stmt q_pick_limited = STMT(RATE_PICK TENANT_PICK CLAIM_PICK_END, 5, TX, TX, I4, I4, TEXTARRAYOID);
 static stmt q_pick_fair = STMT(RATE_PICK FAIR_PICK, 6, TX, TX, I4, I4, TX, I4);
@@ -115,7 +116,10 @@ static stmt q_queue_limit = STMT(
 	"SELECT (SELECT q.max_in_flight FROM wfe.queues AS q WHERE q.queue = $1 AND q.max_in_flight IS NOT NULL"
 	"           FOR NO KEY UPDATE),"
 	"       EXISTS (SELECT 1 FROM wfe.tenant_limits AS l WHERE l.max_tasks_in_flight IS NOT NULL),"
-	"       EXISTS (SELECT 1 FROM wfe.rate_limits)", 1, TX);
+	"       EXISTS (SELECT 1 FROM wfe.rate_limits)"
+	/* keyed concurrency among the queue's ready tasks (79_concurrency.sql: one index probe) */
+	"    OR EXISTS (SELECT 1 FROM wfe.run_stages AS k WHERE k.queue = $1 AND k.state = 'queued'"
+	"                  AND k.concurrency_key IS NOT NULL AND k.held_until IS NULL)", 1, TX);
 static stmt q_queue_busy = STMT(
 	"SELECT count(*)::int FROM wfe.run_stages AS st"
 	" WHERE st.queue = $1 AND st.state IN ('dispatched', 'running')", 1, TX);
@@ -208,12 +212,17 @@ claim_rated(stmt *pick, Datum *w, const char *m)
 	ItemPointer *tids;
 	char	  **limit,
 			  **key,
-			  **tenant;
-	bool	   *take;
+			  **tenant,
+			  **ckey;
+	int		   *cmax;
+	bool	   *take,
+			   *fits;
 	Datum	   *taken;
 	int			ntaken = 0;
 	Datum		c[5];
 	char		cn[6] = "     ";
+
+	const char *queue = TextDatumGetCString(w[0]);
 
 	stmt_run(pick, w, m);
 	picked = SPI_processed;
@@ -222,6 +231,9 @@ claim_rated(stmt *pick, Datum *w, const char *m)
 	key = palloc(sizeof(char *) * Max(picked, 1));
 	tenant = palloc(sizeof(char *) * Max(picked, 1));
 	take = palloc(sizeof(bool) * Max(picked, 1));
+	ckey = palloc(sizeof(char *) * Max(picked, 1));
+	cmax = palloc(sizeof(int) * Max(picked, 1));
+	fits = palloc(sizeof(bool) * Max(picked, 1));
 	taken = palloc(sizeof(Datum) * Max(picked, 1));
 	for (uint64 k = 0; k < picked; k++)
 	{
@@ -233,8 +245,17 @@ claim_rated(stmt *pick, Datum *w, const char *m)
 		limit[k] = SPI_getvalue(t, SPI_tuptable->tupdesc, 2);
 		key[k] = SPI_getvalue(t, SPI_tuptable->tupdesc, 3);
 		tenant[k] = SPI_getvalue(t, SPI_tuptable->tupdesc, 4);
+		ckey[k] = SPI_getvalue(t, SPI_tuptable->tupdesc, 5);
+		cmax[k] = ckey[k] ? pg_strtoint32(SPI_getvalue(t, SPI_tuptable->tupdesc, 6)) : 0;
 	}
+	/* keyed concurrency first: what it holds or leaves ready takes no token */
+	wfe_concurrency_admit(queue, (int) picked, tids, tenant, ckey, cmax, fits);
+	for (uint64 k = 0; k < picked; k++)
+		if (!fits[k])
+			limit[k] = NULL;
 	wfe_rate_admit((int) picked, tids, limit, key, tenant, take);
+	for (uint64 k = 0; k < picked; k++)
+		take[k] = take[k] && fits[k];
 	for (uint64 k = 0; k < picked; k++)
 		if (take[k])
 			taken[ntaken++] = PointerGetDatum(tids[k]);
@@ -386,6 +407,7 @@ wfe_claim_task(PG_FUNCTION_ARGS)
 		int			room = max_tasks;
 		bool		tenants_limited;
 		bool		rated;
+		int			rounds = 0;
 		tenant_room tr = {0, NULL, NULL};
 
 		stmt_run(&q_queue_limit, v, NULL);
@@ -441,8 +463,12 @@ wfe_claim_task(PG_FUNCTION_ARGS)
 			got = claim_emit(rsinfo, &due, &tr);
 			claimed += got;
 			room -= (int) got;
-			/* a rated round that held some goes on: the ready index has the rest */
-			if (picked < (uint64) take || (!tenants_limited && !rated))
+			/*
+			 * a rated round that held some goes on: the ready index has the
+			 * rest -- for a few rounds, so that one claim never walks a
+			 * whole backlog of one full key (held as it goes)
+			 */
+			if (picked < (uint64) take || (!tenants_limited && !rated) || ++rounds > 8)
 				break;
 			for (int j = 0; j < tr.n;)
 				if (tr.room[j] <= 0)

@@ -36,6 +36,7 @@
 #include "child.h"
 #include "deadline.h"
 #include "map.h"
+#include "core/flow/concurrency.h"
 #include "spi_stmt.h"
 #include "bgw/bgw.h"
 #include "wfe.h"
@@ -106,9 +107,14 @@ static stmt q_enqueue = STMT(
 	"       held_until = CASE WHEN st.rate_limit IS NOT NULL AND NOT EXISTS"
 	"                              (SELECT 1 FROM wfe.rate_limits AS l WHERE l.name = st.rate_limit)"
 	"                         THEN 'infinity'::timestamptz END,"
-	"       rate_key = coalesce($7, st.rate_key)"
+	"       rate_key = coalesce($7, st.rate_key),"
+	/* keyed concurrency's key; a long one as its digest (src/core/flow/concurrency.h) */
+	"       concurrency_key = coalesce(CASE WHEN octet_length($8) > " CppAsString2(WFE_CONCURRENCY_KEY_BYTES)
+	"                                       THEN 'sha256:' || encode(sha256(convert_to($8, 'UTF8')), 'hex')"
+	"                                       ELSE $8 END, st.concurrency_key),"
+	"       concurrency_max = coalesce($9, st.concurrency_max)"
 	" WHERE st.run_id = $1 AND st.stage = $2"
-	" RETURNING st.deadline_at, st.handler IS NOT NULL, st.queue", 7, I8, TX, BO, TX, I8, TX, TX);
+	" RETURNING st.deadline_at, st.handler IS NOT NULL, st.queue", 9, I8, TX, BO, TX, I8, TX, TX, TX, I4);
 /* the result cache (cache.c): completed from an entry; waiting on an attempt in flight */
 static stmt q_cache_hit = STMT(
 	"UPDATE wfe.run_stages AS st"
@@ -990,8 +996,8 @@ apply(srv *s, const char *reported)
 		const wfe_op *op = &st->ops[k];
 		const char *stage = op->stage < 0 ? NULL : op->elem >= 0 ?
 			wfe_map_element_name(s->rp->stages[op->stage].name, op->elem) : s->rp->stages[op->stage].name;
-		Datum		v[8];
-		char		n[9] = "        ";
+		Datum		v[9];
+		char		n[10] = "         ";
 
 		v[0] = Int64GetDatum(s->run_id);
 		v[1] = stage ? CStringGetTextDatum(stage) : (Datum) 0;
@@ -1006,6 +1012,9 @@ apply(srv *s, const char *reported)
 				v[4] = Int64GetDatum(op->fence);
 				v[5] = stmt_text_or_null(op->text, &n[5]);
 				v[6] = stmt_text_or_null(op->json2, &n[6]);
+				v[7] = stmt_text_or_null(op->concurrency_key, &n[7]);
+				v[8] = Int32GetDatum(op->concurrency_max);
+				n[8] = op->concurrency_key != NULL ? ' ' : 'n';
 				stmt_run(&q_enqueue, v, n);
 				after_enqueue(s, stage);
 				break;
@@ -1215,6 +1224,12 @@ apply(srv *s, const char *reported)
 				break;
 		}
 		room_freed(s, op);
+		/* an attempt of a stage with keyed concurrency left its slot (concurrency.c) */
+		if (op->stage >= 0 && op->elem < 0 && s->rp->stages[op->stage].concurrency_key != NULL &&
+			(op->kind == WFE_OP_COMPLETE || op->kind == WFE_OP_FAIL || op->kind == WFE_OP_RETRY ||
+			 op->kind == WFE_OP_TIME_OUT || op->kind == WFE_OP_CANCEL || op->kind == WFE_OP_SKIP ||
+			 op->kind == WFE_OP_RESET || op->kind == WFE_OP_FENCE))
+			wfe_concurrency_freed(s->run_id, stage);
 	}
 	write_events(s, &events);
 	wfe_step_end(&current_step);

@@ -38,6 +38,11 @@ extern int	wfe_fair_shares(const char *queue, int room, wfe_fair_share **shares)
 extern void wfe_fair_took(const char *queue, const wfe_fair_share *share, int got);
 extern void wfe_rate_admit(int n, struct ItemPointerData **tids, char **limit, char **key, char **tenant,
 						   bool *take);
+/* concurrency.c: which locked claim candidates fit their key (the others are held or left ready) */
+extern void wfe_concurrency_admit(const char *queue, int n, struct ItemPointerData **tids, char **tenant,
+								  char **key, int *max, bool *take);
+/* concurrency.c: an attempt of a stage with keyed concurrency ended: release what now fits */
+extern void wfe_concurrency_freed(int64 run_id, const char *stage);
 extern int	wfe_max_expression_bytes;
 extern bool wfe_four_eyes;
 extern bool wfe_schema_format_assertion;

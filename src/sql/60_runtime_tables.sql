@@ -183,6 +183,8 @@ CREATE TABLE wfe.run_stages (
     rate_key        text,
     held_until      timestamptz,
     element         int CONSTRAINT run_stages_element CHECK (element >= 0),
+    concurrency_key text,
+    concurrency_max int CONSTRAINT run_stages_concurrency_max CHECK (concurrency_max >= 1),
     PRIMARY KEY (run_id, stage),
     -- kind in action, worker, decision, fork, join, finaliser; state one of
     -- wfe.stage_transitions()'s; attempt, fence >= 0; outcome NULL,

@@ -93,8 +93,17 @@ DECLARE
     v_message text;
 BEGIN
     -- First, while this transaction holds no lock yet (so it may wait for
-    -- the admission locks in their order): the held tasks that an
-    -- admission's missed try kept back (74_admission.sql).
+    -- the keys' locks, which nothing else waits for: 79_concurrency.sql):
+    -- the keys an ending attempt could not lock.
+    BEGIN
+        PERFORM wfe._recheck_concurrency();
+    EXCEPTION WHEN OTHERS THEN
+        GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE, v_message = MESSAGE_TEXT;
+        RAISE WARNING 'wfe: rechecking keyed concurrency raised % (%)', v_state,
+            left(regexp_replace(v_message, '[[:cntrl:]]+', ' ', 'g'), 1000);
+    END;
+    -- Then (so it may wait for the admission locks in their order): the
+    -- held tasks that an admission's missed try kept back (74_admission.sql).
     BEGIN
         PERFORM wfe._recheck_admission();
     EXCEPTION WHEN OTHERS THEN

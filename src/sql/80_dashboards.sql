@@ -312,6 +312,16 @@ SELECT x.problem, x.run_id, x.stage, x.attempt,
                             END
       FROM wfe.run_stages AS st
      WHERE st.held_until IS NOT NULL AND st.state = 'queued'
+       AND NOT (st.held_until = 'infinity' AND st.concurrency_key IS NOT NULL
+                AND (st.rate_limit IS NULL OR EXISTS (SELECT 1 FROM wfe.rate_limits AS l
+                                                       WHERE l.name = st.rate_limit)))
+    UNION ALL
+    -- held by keyed concurrency until an attempt of its key ends (79_concurrency.sql)
+    SELECT 'concurrency limited', st.run_id, st.stage, st.attempt, st.ready_at,
+           'key full: ' || st.concurrency_max || ' in flight'
+      FROM wfe.run_stages AS st
+     WHERE st.held_until = 'infinity' AND st.state = 'queued' AND st.concurrency_key IS NOT NULL
+       AND (st.rate_limit IS NULL OR EXISTS (SELECT 1 FROM wfe.rate_limits AS l WHERE l.name = st.rate_limit))
     UNION ALL
     -- held by its queue's open circuit, or behind the half-open probe (79_circuits.sql)
     SELECT 'circuit open', st.run_id, st.stage, st.attempt, st.ready_at,
@@ -334,7 +344,7 @@ SELECT x.problem, x.run_id, x.stage, x.attempt,
   ) AS x
  ORDER BY x.since, x.run_id, x.stage;
 COMMENT ON VIEW wfe.dashboard_stuck IS
-'Work that does not move: runs with no live attempt and no due timer, attempts past their deadline, overdue timers, tasks on a paused or full queue or of a full tenant, attempts a rate limit or an open circuit holds, dispatches unpublished for a minute, open dead letters.';
+'Work that does not move: runs with no live attempt and no due timer, attempts past their deadline, overdue timers, tasks on a paused or full queue or of a full tenant, attempts a rate limit, keyed concurrency or an open circuit holds, dispatches unpublished for a minute, open dead letters.';
 GRANT SELECT ON wfe.dashboard_stuck TO wfe_reader, wfe_operator;
 
 -- The result cache per tenant and contract: its entries, and what releases

@@ -24,10 +24,13 @@
 # a second queue whose stage takes a token of a rate limit far above the
 # load (RL_BACKLOG queued runs beside the first backlog), claimed the same
 # way, so the pick, the bucket and the claim by tuple id are checked too;
-# and a third queue with fairness => 'tenant' (FAIR_BACKLOG queued runs of
+# a third queue with fairness => 'tenant' (FAIR_BACKLOG queued runs of
 # five tenants, one of them with half), so the skip scan over the tenants
 # and each tenant's claim are checked, and no claim walks run_stages_ready
-# filtering on the tenant (which would read the other tenants' backlog).
+# filtering on the tenant (which would read the other tenants' backlog);
+# and a fourth queue whose stage has keyed concurrency (KC_BACKLOG queued
+# runs over 20 key values, max far above the load), so the keys' locks,
+# their in-flight counts and the claim by tuple id are checked with it.
 use strict;
 use warnings;
 
@@ -39,6 +42,7 @@ use Test::More;
 my $BACKLOG  = 20_000;    # queued runs left when the claims start
 my $RL_BACKLOG = 10_000;  # queued runs of the rate-limited queue
 my $FAIR_BACKLOG = 20_000; # queued runs of the fair queue, over five tenants
+my $KC_BACKLOG = 20_000;  # queued runs of the queue with keyed concurrency
 my $HISTORY  = 3_000;     # runs claimed and completed before that
 my $BIG_ROWS = 500;       # a wfe table with more rows is a big one
 my @SIZES    = (1, 10, 1000);
@@ -102,6 +106,16 @@ SELECT wfe.approve('tap-plan-fair', '1.0.0');
 SELECT wfe.activate('tap-plan-fair', '1.0.0');
 SELECT wfe.configure_queue('tap-plan-fair', fairness => 'tenant');
 SELECT wfe.configure_tenant('fair-t2', weight => 2);
+SELECT wfe.register_worker('tap-plan.kc@1', 'tap-plan-kc');
+SELECT wfe.create_definition($y$
+name: tap-plan-kc
+version: "1.0.0"
+entry: a
+stages:
+  - { name: a, type: worker, queue: tap-plan-kc, worker: tap-plan.kc@1, concurrency: { key: "${context.k}", max: 10000 }, on_success: completed, on_failure: failed }
+$y$);
+SELECT wfe.approve('tap-plan-kc', '1.0.0');
+SELECT wfe.activate('tap-plan-kc', '1.0.0');
 CREATE TABLE public.tap_claimed (session text, call int, max_tasks int,
     run_id bigint, stage text, attempt int, fence bigint);
 });
@@ -130,6 +144,12 @@ is( $node->safe_psql(
 		  . "WHERE s.accepted"),
 	$FAIR_BACKLOG,
 	'the fair queue\'s runs are submitted');
+is( $node->safe_psql(
+		'postgres',
+		"SELECT count(*) FROM generate_series(1, $KC_BACKLOG) AS i, "
+		  . "LATERAL wfe.submit('tap-plan-kc', jsonb_build_object('k', 'key-' || i % 20)) AS s WHERE s.accepted"),
+	$KC_BACKLOG,
+	'the runs with keyed concurrency are submitted');
 
 # history: claimed and completed a thousand at a time
 $node->safe_psql(
@@ -162,6 +182,8 @@ is($node->safe_psql('postgres', "SELECT count(*) FROM wfe.run_stages WHERE queue
 	$RL_BACKLOG, "$RL_BACKLOG rate-limited tasks queued");
 is($node->safe_psql('postgres', "SELECT count(DISTINCT tenant) || ' ' || count(*) FROM wfe.run_stages WHERE queue = 'tap-plan-fair' AND state = 'queued'"),
 	"5 $FAIR_BACKLOG", "$FAIR_BACKLOG tasks of five tenants queued on the fair queue");
+is($node->safe_psql('postgres', "SELECT count(*) FROM wfe.run_stages WHERE queue = 'tap-plan-kc' AND state = 'queued' AND concurrency_key IS NOT NULL"),
+	$KC_BACKLOG, "$KC_BACKLOG tasks with keyed concurrency queued");
 $node->safe_psql('postgres', 'VACUUM ANALYZE');
 note sprintf('set-up took %d s', time - $t0);
 
@@ -311,9 +333,12 @@ sub plans_from
 # The claims.
 #
 my @sessions;
-for my $queue ('tap-plan-jobs', 'tap-plan-rl', 'tap-plan-fair')
+for my $queue ('tap-plan-jobs', 'tap-plan-rl', 'tap-plan-fair', 'tap-plan-kc')
 {
-	my $tag = $queue eq 'tap-plan-rl' ? 'rate limit, ' : $queue eq 'tap-plan-fair' ? 'fairness, ' : '';
+	my $tag = $queue eq 'tap-plan-rl' ? 'rate limit, '
+	  : $queue eq 'tap-plan-fair' ? 'fairness, '
+	  : $queue eq 'tap-plan-kc' ? 'keyed concurrency, '
+	  : '';
 	push @sessions, map { { name => "${tag}max_tasks=$_", queue => $queue, sizes => [$_], mode => undef } } @SIZES;
 	push @sessions, { name => "${tag}force_generic_plan", queue => $queue, sizes => [@SIZES], mode => 'force_generic_plan' };
 }
@@ -406,6 +431,7 @@ is( $node->safe_psql(
 is( $node->safe_psql(
 		'postgres',
 		"SELECT count(*) FROM wfe.runs WHERE workflow IN ('tap-plan-flow', 'tap-plan-rl', 'tap-plan-fair') AND state = 'completed'"),
+		"SELECT count(*) FROM wfe.runs WHERE workflow IN ('tap-plan-flow', 'tap-plan-rl', 'tap-plan-kc') AND state = 'completed'"),
 	$HISTORY + $total,
 	'their runs completed');
 

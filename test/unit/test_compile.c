@@ -611,9 +611,67 @@ test_rate_limit(void)
 	}
 }
 
+/* concurrency (dsl.md "Flow-control keys"): {key, max}; max >= 1; the key's expressions checked. */
+static void
+test_concurrency(void)
+{
+	const char *head =
+		"name: t\n"
+		"version: \"1.0.0\"\n"
+		"entry: a\n"
+		"stages:\n"
+		"  - name: a\n"
+		"    type: worker\n"
+		"    queue: q\n"
+		"    worker: w@1\n"
+		"    on_success: completed\n"
+		"    on_failure: failed\n";
+	struct
+	{
+		const char *line;
+		const char *code;		/* NULL: compiles */
+		const char *plan;		/* expected in the plan text, when it compiles */
+	}			cases[] = {
+		{"    concurrency: {key: \"${context.c}\", max: 2}\n", NULL,
+		"\"concurrency\":{\"key\":\"${context.c}\",\"max\":2}"},
+		{"    concurrency: {key: \"${context.c}\", max: 0}\n", "schema.value", NULL},
+		{"    concurrency: {key: \"${context.c}\", max: -3}\n", "schema.value", NULL},
+		{"    concurrency: {key: \"${context.c}\", max: 100001}\n", "schema.value", NULL},
+		{"    concurrency: {key: \"${context.c}\", max: two}\n", "schema.type", NULL},
+		{"    concurrency: {key: \"${context.c}\"}\n", "schema.required", NULL},
+		{"    concurrency: {max: 1}\n", "schema.required", NULL},
+		{"    concurrency: {key: fixed, max: 1}\n", "schema.value", NULL},
+		{"    concurrency: {key: \"${context.c}\", max: 1, per: q}\n", "schema.unknown_key", NULL},
+		{"    concurrency: 3\n", "schema.type", NULL},
+		{"    concurrency: {key: \"${nowhere.c}\", max: 1}\n", "expr.unknown_root", NULL},
+		{"    concurrency: {key: \"${context.c +}\", max: 1}\n", "expr.syntax", NULL},
+	};
+
+	for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++)
+	{
+		char		src[1024];
+		wfe_compile_result *r;
+
+		snprintf(src, sizeof(src), "%s%s", head, cases[k].line);
+		r = compile(src);
+		if (cases[k].code == NULL)
+			ok(r->ok && strstr(r->plan_text, cases[k].plan) != NULL, "concurrency %zu compiles into the plan", k);
+		else
+			ok(!r->ok && has_code(r, cases[k].code), "concurrency %zu: %s", k, cases[k].code);
+		wfe_compile_result_free(r);
+	}
+	{
+		wfe_compile_result *r = compile(head);
+
+		ok(r->ok && strstr(r->plan_text, "concurrency") == NULL, "no concurrency, no key in the plan");
+		wfe_compile_result_free(r);
+	}
+}
+
 int
 main(void)
 {
+	test_concurrency();
 	test_context_schema();
 	test_model_ingest();
 	test_digest_stability();

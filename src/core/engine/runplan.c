@@ -508,6 +508,22 @@ read_stage(wfe_run_plan *rp, int i, json_object *o)
 						sc.roots = 0;
 				}
 			}
+			/* so does a keyed concurrency's key (dsl.md "Flow-control keys") */
+			if (json_object_get_type(json_object_object_get(o, "concurrency")) == json_type_object)
+			{
+				json_object *c = json_object_object_get(o, "concurrency");
+				json_object *key = json_object_object_get(c, "key");
+				json_object *max = json_object_object_get(c, "max");
+
+				if (json_object_get_type(key) == json_type_string &&
+					json_object_get_type(max) == json_type_int && json_object_get_int64(max) >= 1)
+				{
+					s->concurrency_key = key;
+					s->concurrency_max = (int) json_object_get_int64(max);
+					if (!scan_template(&sc, key, 0))
+						sc.roots = 0;
+				}
+			}
 		}
 		else if (s->kind == WFE_K_SLEEP && str_member(o, "until"))
 		{

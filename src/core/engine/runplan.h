@@ -130,6 +130,8 @@ typedef struct wfe_rp_stage
 	int		   *stage_refs;
 	int64_t		cache_ttl_ms;	/* cache: {ttl_ms}; -1: the stage is not cached */
 	struct json_object *rate_key;	/* rate_limit.key: a "${...}" string; NULL: unkeyed or none */
+	struct json_object *concurrency_key;	/* concurrency.key: a "${...}" string; NULL: none */
+	int			concurrency_max;	/* concurrency.max (>= 1) with a key */
 
 	/* tasks form */
 	int			ndeps;

@@ -493,6 +493,42 @@ bind_rate_key(wfe_step *st, int i, const char **code, const char **message)
 	return 0;
 }
 
+/*
+ * Bind stage i's concurrency key (dsl.md "Flow-control keys") into its row,
+ * as bind_rate_key does: a string as it is, any other value its canonical
+ * JSON; a key that fails to bind is the stage's binding failure.  (A long
+ * key is stored as its digest by the server: concurrency.h.)
+ */
+static int
+bind_concurrency_key(wfe_step *st, int i, const char **code, const char **message)
+{
+	const wfe_rp_stage *s = &st->rp->stages[i];
+	json_object *key;
+	wfe_bind_error err;
+
+	if (s->concurrency_key == NULL)
+		return 0;
+	memset(&err, 0, sizeof(err));
+	key = wfe_bind_input(s->concurrency_key, build_root(st, i, 0), NULL, NULL, &err);
+	if (key == NULL)
+	{
+		*code = wfe_arena_strdup(&st->arena, err.code ? err.code : WFE_BIND_TYPE);
+		*message = wfe_arena_printf(&st->arena, "concurrency.key: %s", err.message);
+		return -1;
+	}
+	if (json_object_get_type(key) == json_type_string)
+		wfe_step_row(st, i)->concurrency_key = wfe_arena_strdup(&st->arena, json_object_get_string(key));
+	else
+	{
+		char	   *canon = wfe_canonical_json(key);
+
+		wfe_step_row(st, i)->concurrency_key = wfe_arena_strdup(&st->arena, canon ? canon : "null");
+		free(canon);
+	}
+	json_object_put(key);
+	return 0;
+}
+
 /* ---------------------------------------------------------------------
  * Releasing stages
  * --------------------------------------------------------------------- */
@@ -527,6 +563,9 @@ step_enqueue(wfe_step *st, int i, const char *input, int new_attempt, const char
 	op->text = cache_key;
 	op->json2 = r->rate_key;	/* bound at this release; NULL keeps the row's */
 	r->rate_key = NULL;
+	op->concurrency_key = r->concurrency_key;	/* likewise */
+	op->concurrency_max = st->rp->stages[i].concurrency_max;
+	r->concurrency_key = NULL;
 	if (cache_key != NULL)
 		r->cache_key = cache_key;
 	r->state = WFE_QUEUED;
@@ -816,6 +855,8 @@ step_activate(wfe_step *st, int i, int branch, wfe_state outcome)
 			: (s->kind == WFE_K_WAIT || (s->kind == WFE_K_SLEEP && s->input == NULL)) ? "{}"
 			: step_bind_stage(st, i, NULL, &code, &message);
 		if (input != NULL && bind_rate_key(st, i, &code, &message) < 0)
+			input = NULL;
+		if (input != NULL && bind_concurrency_key(st, i, &code, &message) < 0)
 			input = NULL;
 		if (input == NULL)
 			step_bind_failed(st, i, code, message);

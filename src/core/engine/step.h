@@ -46,6 +46,7 @@ typedef struct wfe_row
 	const char *result;			/* set by this step's completion: its result */
 	const char *cache_key;		/* the result cache key it was released under, or NULL */
 	const char *rate_key;		/* the rate-limit key bound at this release, or NULL */
+	const char *concurrency_key;	/* the concurrency key bound at this release, or NULL */
 } wfe_row;
 
 /* A stage's result cache entry, as the server read it (dsl.md "Result cache"). */
@@ -155,7 +156,8 @@ typedef enum wfe_op_kind
 	WFE_OP_EVENT,				/* event row: stage (-1 none), attempt (0 none), text type, json detail;
 								 * flag: fence is the fence it is about (kept out of the detail) */
 	WFE_OP_ENQUEUE,				/* queued; flag: new attempt; json: input (NULL keeps it); text: a cache miss's key;
-								 * json2: the bound rate-limit key (NULL keeps it) */
+								 * json2: the bound rate-limit key (NULL keeps it);
+								 * concurrency_key, concurrency_max: the bound keyed concurrency (NULL keeps it) */
 	WFE_OP_RESOLVE,				/* decision/fork/join resolved: state, json result, json2 error, branch (or WFE_KEEP_BRANCH) */
 	WFE_OP_BIND_FAILED,			/* failed at release: json error */
 	WFE_OP_COMPLETE,			/* the attempt completed with json: its result (a report's, a signal's payload, a sleep's) */
@@ -214,6 +216,8 @@ typedef struct wfe_op
 	const char *json;
 	const char *json2;
 	int64_t		elem;			/* a map element's index, or -1: the op is about the stage itself */
+	const char *concurrency_key;	/* ENQUEUE: the bound concurrency key, or NULL */
+	int			concurrency_max;	/* ENQUEUE: its max, with a key */
 	wfe_map_counts counts;		/* MAP_START, MAP_COUNTS */
 } wfe_op;
 

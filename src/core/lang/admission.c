@@ -17,6 +17,7 @@
 
 #include "core/base/names.h"
 #include "core/jsonschema/jsonschema.h"
+#include "core/flow/concurrency.h"
 #include "model.h"
 
 /* Admission limits that have no GUC: they bound what a definition may ask. */
@@ -44,7 +45,7 @@ static const char *const policy_values[] = {
 };
 static const char *const action_keys[] = {
 	"name", "type", "action", "on_success", "on_failure", "input", "retry",
-	"execution_deadline_ms", "cache", "rate_limit", NULL
+	"execution_deadline_ms", "cache", "rate_limit", "concurrency", NULL
 };
 static const char *const action_required[] = {
 	"name", "type", "action", "on_success", "on_failure", NULL
@@ -52,7 +53,7 @@ static const char *const action_required[] = {
 static const char *const worker_keys[] = {
 	"name", "type", "queue", "worker", "on_success", "on_failure", "input",
 	"retry", "execution_deadline_ms", "queue_deadline_ms", "heartbeat_ms",
-	"cache", "rate_limit", NULL
+	"cache", "rate_limit", "concurrency", NULL
 };
 static const char *const worker_required[] = {
 	"name", "type", "queue", "worker", "on_success", "on_failure", NULL
@@ -104,13 +105,15 @@ static const char *const task_keys[] = {
 	"id", "worker", "queue", "action", "description", "depends_on", "critical",
 	"dependency_policy", "contexts", "awaits", "produces", "requires_outputs",
 	"input", "retry", "execution_deadline_ms", "queue_deadline_ms",
-	"heartbeat_ms", "cache", "for_each", "max_concurrency", "tolerated_failures", "rate_limit", NULL
+	"heartbeat_ms", "cache", "for_each", "max_concurrency", "tolerated_failures", "rate_limit",
+	"concurrency", NULL
 };
 static const char *const task_action_keys[] = {
 	"id", "action", "description", "depends_on", "critical",
 	"dependency_policy", "contexts", "awaits", "produces", "requires_outputs",
 	"input", "retry", "execution_deadline_ms", "queue_deadline_ms",
-	"heartbeat_ms", "cache", "for_each", "max_concurrency", "tolerated_failures", "rate_limit", NULL
+	"heartbeat_ms", "cache", "for_each", "max_concurrency", "tolerated_failures", "rate_limit",
+	"concurrency", NULL
 };
 static const char *const task_wait_keys[] = {
 	"id", "wait", "description", "depends_on", "critical", "dependency_policy",
@@ -133,6 +136,7 @@ static const char *const require_keys[] = {"producer_task_id", "key", NULL};
 static const char *const cache_keys[] = {"ttl_ms", NULL};
 static const char *const rate_limit_keys[] = {"name", "key", NULL};
 static const char *const rate_limit_required[] = {"name", NULL};
+static const char *const concurrency_keys[] = {"key", "max", NULL};
 static const char *const stage_states[] = {
 	"completed", "failed", "skipped", "cancelled", "timed_out", NULL
 };
@@ -585,6 +589,50 @@ read_rate_limit(wfe_model *m, wfe_stage *s, const wfe_ynode *map)
 	}
 }
 
+/*
+ * Keyed concurrency (dsl.md "Flow-control keys"): `concurrency: {key:
+ * "${...}", max: N}`, N >= 1.  The key's expressions are checked with the
+ * other bindings (refs.c); what it binds to is the run's business.
+ */
+static void
+read_concurrency(wfe_model *m, wfe_stage *s, const wfe_ynode *map)
+{
+	const wfe_ynode *n = wfe_ymap_get(map, "concurrency");
+	const char *cpath = key_path(m, s->path, "concurrency");
+	const wfe_ynode *max;
+
+	s->concurrency_max = WFE_NONE;
+	if (n == NULL)
+		return;
+	if (n->kind != WFE_Y_MAP)
+	{
+		report(m, "schema.type", n, cpath,
+			   "concurrency must be a mapping like {key: \"${context.customer}\", max: 1}, not %s",
+			   wfe_ynode_describe(n));
+		return;
+	}
+	check_keys(m, n, cpath, concurrency_keys, concurrency_keys, "concurrency");
+	s->concurrency_key = get_string(m, n, "key", cpath);
+	s->concurrency_key_node = wfe_ymap_get(n, "key");
+	s->concurrency_key_path = key_path(m, cpath, "key");
+	if (s->concurrency_key != NULL && strstr(s->concurrency_key, "${") == NULL)
+		report(m, "schema.value", s->concurrency_key_node, s->concurrency_key_path,
+			   "concurrency.key must interpolate the run's data, like \"${context.customer}\"");
+	max = wfe_ymap_get(n, "max");
+	if (max == NULL)
+		return;
+	if (max->kind != WFE_Y_SCALAR || max->type != WFE_YS_INT)
+		report(m, "schema.type", max, key_path(m, cpath, "max"),
+			   "concurrency.max must be an integer, not %s", wfe_ynode_describe(max));
+	else if (max->ival < 1 || max->ival > WFE_CONCURRENCY_MAX)
+		report(m, "schema.value", max, key_path(m, cpath, "max"),
+			   "concurrency.max must be between 1 and %d, not %lld", WFE_CONCURRENCY_MAX, max->ival);
+	else
+		s->concurrency_max = max->ival;
+	if (s->concurrency_key == NULL)
+		s->concurrency_max = WFE_NONE;
+}
+
 /* The YAML node a JSON pointer ("/a/0/b") names below n, or the deepest one found. */
 static const wfe_ynode *
 ynode_at_pointer(const wfe_ynode *n, const char *ptr)
@@ -747,6 +795,7 @@ read_executor_settings(wfe_model *m, wfe_stage *s, const wfe_ynode *map)
 	get_ms(m, map, "heartbeat_ms", s->path, &s->heartbeat_ms, 1);
 	s->cache_ttl_ms = read_cache(m, map, s->path);
 	read_rate_limit(m, s, map);
+	read_concurrency(m, s, map);
 }
 
 /*
@@ -814,6 +863,13 @@ read_map_items(wfe_model *m, wfe_stage *s, const wfe_ynode *map, const char *key
 	s->max_concurrency = WFE_NONE;
 	s->tolerated_failures = 0;
 	get_count(m, map, "max_concurrency", s->path, &s->max_concurrency);
+	if (wfe_ymap_get(map, "concurrency") != NULL)
+	{
+		report(m, "schema.value", wfe_ymap_get(map, "concurrency"), key_path(m, s->path, "concurrency"),
+			   "concurrency is not available on a map yet: max_concurrency bounds its elements");
+		s->concurrency_key = NULL;
+		s->concurrency_max = WFE_NONE;
+	}
 	get_count(m, map, "tolerated_failures", s->path, &s->tolerated_failures);
 	if (s->max_concurrency == 0)
 		report(m, "schema.value", wfe_ymap_get(map, "max_concurrency"),
@@ -883,6 +939,13 @@ read_map_item(wfe_model *m, wfe_stage *s, const wfe_ynode *map)
 		check_queue(m, s);
 	}
 	read_executor_settings(m, s, item);
+	if (s->concurrency_key != NULL)
+	{
+		report(m, "schema.value", wfe_ymap_get(item, "concurrency"), key_path(m, ipath, "concurrency"),
+			   "concurrency is not available on a map yet: max_concurrency bounds its elements");
+		s->concurrency_key = NULL;
+		s->concurrency_max = WFE_NONE;
+	}
 	if (has_action)
 	{
 		s->queue_deadline_ms = m->default_queue_deadline_ms;

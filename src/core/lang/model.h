@@ -111,6 +111,10 @@ typedef struct wfe_stage
 	long long	cache_ttl_ms;	/* WFE_NONE: no cache */
 	const char *rate_limit;		/* the token bucket, or NULL */
 	const char *rate_key;		/* its key template, or NULL: unkeyed */
+	const char *concurrency_key;	/* concurrency.key's template, or NULL: none */
+	const wfe_ynode *concurrency_key_node;
+	const char *concurrency_key_path;
+	long long	concurrency_max;	/* concurrency.max; WFE_NONE: no keyed concurrency */
 
 	/* map: ref, queue, input, retry, deadlines and cache above are its item's */
 	const wfe_ynode *items;		/* a "${...}" string, or a literal sequence */

@@ -90,6 +90,14 @@ add_executor(json_object *o, const wfe_stage *s)
 		json_object_object_add(r, "key", s->rate_key ? str_json(s->rate_key) : NULL);
 		json_object_object_add(o, "rate_limit", r);
 	}
+	if (s->concurrency_max != WFE_NONE && s->concurrency_key != NULL)
+	{
+		json_object *c = json_object_new_object();
+
+		json_object_object_add(c, "key", str_json(s->concurrency_key));
+		json_object_object_add(c, "max", json_object_new_int64(s->concurrency_max));
+		json_object_object_add(o, "concurrency", c);
+	}
 }
 
 /* A workflow stage's or task's child: the workflow, its input, retry and deadline. */

@@ -312,6 +312,8 @@ wfe_refs_check(wfe_model *m)
 			scan_input(m, i, s->until, s->until_path, 0);
 		if (s->items != NULL && s->name != NULL)
 			scan_input(m, i, s->items, s->items_path, 0);
+		if (s->concurrency_key_node != NULL && s->concurrency_key != NULL && s->name != NULL)
+			scan_input(m, i, s->concurrency_key_node, s->concurrency_key_path, 0);
 	}
 	if (m->output != NULL)
 		scan_input(m, -1, m->output, "/output", 0);
