@@ -571,7 +571,7 @@ io_input_schema(void *arg, int i)
 	srv		   *s = arg;
 	contract_entry *c;
 
-	if (s->rp->stages[i].kind == WFE_K_WORKFLOW)
+	if (s->rp->stages[i].kind == WFE_K_WORKFLOW || s->rp->stages[i].item_workflow)
 	{
 		/* a child's context is bound against its definition's context_schema */
 		int64		definition_id;
@@ -650,7 +650,10 @@ static const char *
 io_stage_input(void *arg, int i)
 {
 	srv		   *s = arg;
-	Datum		v[2] = {Int64GetDatum(s->run_id), CStringGetTextDatum(s->rp->stages[i].name)};
+	/* the step's current element's, when it is about one */
+	const char *name = i == current_step.elem_map && current_step.elem >= 0
+		? wfe_map_element_name(s->rp->stages[i].name, current_step.elem) : s->rp->stages[i].name;
+	Datum		v[2] = {Int64GetDatum(s->run_id), CStringGetTextDatum(name)};
 
 	stmt_run(&q_stage_input, v, NULL);
 	return SPI_processed == 1 ? stmt_col(1) : NULL;
@@ -969,6 +972,15 @@ room_freed(srv *s, const wfe_op *op)
 		wfe_ready_released(SPI_getvalue(SPI_tuptable->vals[k], SPI_tuptable->tupdesc, 1));
 }
 
+/* Is op about an attempt a child run carries (a workflow stage, an element of a map of child runs)? */
+static bool
+op_runs_child(const srv *s, const wfe_op *op)
+{
+	const wfe_rp_stage *st = &s->rp->stages[op->stage];
+
+	return st->kind == WFE_K_WORKFLOW || (op->elem >= 0 && st->item_workflow);
+}
+
 /* Write the effects the core decided, in order. */
 static void
 apply(srv *s, const char *reported)
@@ -1049,7 +1061,7 @@ apply(srv *s, const char *reported)
 			case WFE_OP_TIME_OUT:
 				v[2] = Int64GetDatum(op->fence);
 				stmt_run(&q_time_out, v, n);
-				if (s->rp->stages[op->stage].kind == WFE_K_WORKFLOW)
+				if (op_runs_child(s, op))
 					s->after = wfe_child_defer_cancel(s->after, s->run_id, stage, "parent attempt timed out");
 				break;
 			case WFE_OP_SKIP:
@@ -1064,7 +1076,7 @@ apply(srv *s, const char *reported)
 					v[3] = Int64GetDatum(op->fence);
 					stmt_run(&q_cancel, v, n);
 					queue = SPI_processed == 1 ? stmt_col(1) : NULL;
-					if (s->rp->stages[op->stage].kind == WFE_K_WORKFLOW)
+					if (op_runs_child(s, op))
 						s->after = wfe_child_defer_cancel(s->after, s->run_id, stage, op->text);
 					if (op->flag && queue != NULL)
 					{
@@ -1180,6 +1192,10 @@ apply(srv *s, const char *reported)
 			case WFE_OP_MAP_COUNTS:
 			case WFE_OP_MAP_CANCEL:
 				wfe_map_apply(s->run_id, s->run.tenant, &s->rp->stages[op->stage], op);
+				/* the elements cancelled with their map: their live children too */
+				if (op->kind == WFE_OP_MAP_CANCEL && s->rp->stages[op->stage].item_workflow)
+					s->after = wfe_child_defer_cancel_map(s->after, s->run_id, stage,
+														  "map ended: its element was cancelled");
 				break;
 			case WFE_OP_SIGNAL_TAKEN:
 				v[2] = Int64GetDatum(op->delay_us);
@@ -1196,7 +1212,7 @@ apply(srv *s, const char *reported)
 					v[2] = Int64GetDatum(op->fence);
 					stmt_run(&q_fence, v, n);
 					queue = SPI_processed == 1 ? stmt_col(1) : NULL;
-					if (s->rp->stages[op->stage].kind == WFE_K_WORKFLOW)
+					if (op_runs_child(s, op))
 						s->after = wfe_child_defer_cancel(s->after, s->run_id, stage, op->text);
 					if (op->flag && queue != NULL)
 					{
@@ -1567,7 +1583,7 @@ wfe_timer_fired(PG_FUNCTION_ARGS)
 				 !PG_ARGISNULL(2) && !PG_ARGISNULL(3) && !PG_ARGISNULL(4))
 		{
 			char	   *stage = text_to_cstring(PG_GETARG_TEXT_PP(2));
-			int			i = wfe_run_plan_find(s.rp, stage);
+			int			i = stage_index(&s, stage);	/* a map element's child names NAME[k] */
 			int64		child;
 			char	   *state,
 					   *output;

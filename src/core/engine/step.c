@@ -1645,7 +1645,7 @@ wfe_step_retry_due(wfe_step *st, int i, int attempt, int64_t fence)
 		(intent < 0 || st->rp->stages[i].kind == WFE_K_FINALISER ||
 		 (!r->awaits && intent == WFE_RUN_COMPLETED)))
 	{
-		if (st->rp->stages[i].kind == WFE_K_WORKFLOW)
+		if (step_runs_child(st, i))
 			step_release_child(st, i, 1);	/* a new child run */
 		else
 			step_enqueue(st, i, NULL, 1, NULL);

@@ -31,7 +31,7 @@ operator_event(wfe_step *st, int i, const char *type, const char *by, const char
 static void
 new_attempt(wfe_step *st, int i)
 {
-	wfe_kind	kind = st->rp->stages[i].kind;
+	wfe_kind	kind = step_runs_child(st, i) ? WFE_K_WORKFLOW : st->rp->stages[i].kind;
 
 	if (kind == WFE_K_WAIT || kind == WFE_K_SLEEP || kind == WFE_K_WORKFLOW)
 	{
