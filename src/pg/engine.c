@@ -693,6 +693,14 @@ io_map_results(void *arg, int i, int64_t elem, const char *elem_result)
 }
 
 static int64_t
+io_map_cancelled(void *arg, int i, int64_t *out, int64_t max)
+{
+	srv		   *s = arg;
+
+	return wfe_map_cancelled(s->run_id, s->rp->stages[i].ordinal, out, max);
+}
+
+static int64_t
 io_max_map_items(void *arg)
 {
 	return wfe_max_map_items;
@@ -783,6 +791,7 @@ begin(srv *s, int64 run_id, run_lock how)
 		.buffered_signal = io_buffered_signal,.now_us = io_now_us,.stage_input = io_stage_input,
 		.child = io_child,
 		.load_element = io_load_element,.map_counts = io_map_counts,.map_results = io_map_results,
+		.map_cancelled = io_map_cancelled,
 		.max_map_items = io_max_map_items
 	};
 	wfe_step_begin(&current_step, s->rp, &s->run, &s->io);
@@ -1881,6 +1890,46 @@ admit_run(const char *tenant, const char *again)
 		elog(ERROR, "wfe: could not admit a reopened run");
 }
 
+/*
+ * The plan index of the stage an operator names: a stage, or a map's
+ * element NAME[k] (the step is then set on it).  42704 for a name that is
+ * neither (an element past the map's end, a malformed index, no such map);
+ * 42809 for a map's own name where one of its elements is meant (redrive,
+ * fail, redispatch: the map has no attempt of its own to act on).
+ */
+static int
+operated_stage(srv *s, const char *stage, const char *what)
+{
+	int64_t		elem;
+	int			i = wfe_map_element_of(s->rp, stage, &elem);
+
+	if (i >= 0)
+	{
+		wfe_step_element(&current_step, i, elem);
+		if (!wfe_step_row(&current_step, i)->exists)
+			ereport(ERROR,
+					(errcode(ERRCODE_UNDEFINED_OBJECT),
+					 errmsg("run " INT64_FORMAT " has no stage \"%s\"", s->run_id, stage),
+					 errhint("Map \"%s\" has no element " INT64_FORMAT " in this run (wfe.report lists its elements).",
+							 s->rp->stages[i].name, elem)));
+		return i;
+	}
+	i = wfe_run_plan_find(s->rp, stage);
+	if (i < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("run " INT64_FORMAT " has no stage \"%s\"", s->run_id, stage),
+				 strchr(stage, '[') ?
+				 errhint("A map's element is named NAME[i]: the map's stage name and a 0-based index without leading zeros.") : 0));
+	if (s->rp->stages[i].kind == WFE_K_MAP && strcmp(what, "skip") != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
+				 errmsg("cannot %s stage \"%s\" of run " INT64_FORMAT ": it is a map, whose elements are the units of work",
+						what, stage, s->run_id),
+				 errhint("Name one of its elements, %s[i].", stage)));
+	return i;
+}
+
 PG_FUNCTION_INFO_V1(wfe_operate);
 
 /*
@@ -1936,11 +1985,7 @@ wfe_operate(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
 				 errmsg("run " INT64_FORMAT " does not exist", run_id)));
-	i = wfe_run_plan_find(s.rp, stage);
-	if (i < 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_UNDEFINED_OBJECT),
-				 errmsg("run " INT64_FORMAT " has no stage \"%s\"", run_id, stage)));
+	i = operated_stage(&s, stage, names[op]);
 	/* a claimer or the publisher may be moving a queued or dispatched row */
 	s.lock_stage = i;
 	problem = wfe_step_operate_problem(&current_step, i, (wfe_operation) op, value);

@@ -318,12 +318,25 @@ m_child(void *arg, int i, wfe_child *c)
 	c->max_depth = 8;
 }
 
+/* The cancelled elements, ascending (q_cancelled). */
+static int64_t
+m_map_cancelled(void *arg, int i, int64_t *out, int64_t max)
+{
+	msrv	   *s = arg;
+	int64_t		n = 0;
+
+	for (int64_t e = 0; e < s->nelems && n < max; e++)
+		if (s->elems[e].row.state == WFE_CANCELLED)
+			out[n++] = e;
+	return n;
+}
+
 static wfe_step_io m_io = {
 	.load = m_load,.result = m_result,.context = m_context,.output = m_output,
 	.input_schema = m_no_schema,.random = m_random,.fence_bits = m_fence_bits,
 	.output_schema = m_no_schema,.cache_entry = m_cache_entry,.cache_leader = m_null,
 	.buffered_signal = m_buffered,.now_us = m_now,.stage_input = m_stage_input,
-	.child = m_child,
+	.child = m_child,.map_cancelled = m_map_cancelled,
 	.load_element = m_load_element,.map_counts = m_map_counts,.map_results = m_map_results,
 	.max_map_items = m_limit
 };
@@ -444,6 +457,12 @@ apply(msrv *s)
 				break;
 			case WFE_OP_FINISH:
 				s->run.state = op->state;
+				s->run.finished = 1;
+				break;
+			case WFE_OP_REOPEN:
+				s->run.state = WFE_RUN_RUNNING;
+				s->run.intent = -1;
+				s->run.finished = 0;
 				break;
 			default:
 				break;
@@ -671,6 +690,105 @@ test_release_failures(void)
 	stop(s);
 }
 
+/* An operator's action on one element (wfe._operate): the problem, or NULL and the action applied. */
+static const char *
+operate(msrv *s, const char *name, wfe_operation what, const char *value)
+{
+	static char problem[512];
+	int64_t		elem = -1;
+	int			i = wfe_map_element_of(s->rp, name, &elem);
+	const char *p;
+
+	if (i < 0)
+		i = wfe_run_plan_find(s->rp, name);
+	m_io.arg = s;
+	wfe_step_begin(&step, s->rp, &s->run, &m_io);
+	if (elem >= 0)
+		wfe_step_element(&step, i, elem);
+	p = wfe_step_operate_problem(&step, i, what, value);
+	if (p != NULL)
+	{
+		snprintf(problem, sizeof(problem), "%s", p);
+		wfe_step_end(&step);
+		return problem;
+	}
+	wfe_step_operate(&step, i, what, value, "ops", "by hand");
+	apply(s);
+	return NULL;
+}
+
+/* The run's finalising: its intent reached, nothing to finalise, finished (engine.c's last step). */
+static void
+settle(msrv *s)
+{
+	if (s->run.intent >= 0 && !s->run.finished)
+	{
+		s->run.finished = 1;
+		s->run.state = s->run.intent;
+	}
+}
+
+static void
+test_operator_on_elements(void)
+{
+	static const char *const TIGHT = HEAD MAP("    max_concurrency: 2\n", "") AFTER;
+	msrv	   *s = start(TIGHT, "{\"lods\": [\"a\", \"b\", \"c\", \"d\"]}", "1.2.0", 1);
+	int			map = wfe_run_plan_find(s->rp, "render");
+	const char *p;
+	int			n;
+
+	child_ended(s, 0, "completed", "{\"url\":\"a\"}");
+	child_ended(s, 1, "failed", NULL);
+	retry_due(s, 1);
+	child_ended(s, 1, "failed", NULL);
+	settle(s);
+	ok(s->stages[map].row.state == WFE_FAILED && s->elems[1].row.state == WFE_FAILED &&
+	   s->elems[2].row.state == WFE_CANCELLED && s->elems[3].row.state == WFE_CANCELLED &&
+	   s->run.state == WFE_RUN_FAILED,
+	   "render[1] failed for good past tolerated_failures 0: the map failed, render[2] (live) and render[3] (waiting) cancelled, the run failed");
+	p = operate(s, "render[0]", WFE_OPERATE_REDRIVE, NULL);
+	ok(p && strstr(p, "element render[0] is completed, not failed"), "redrive of a completed element: refused (%s)", p ? p : "");
+	p = operate(s, "render", WFE_OPERATE_REDRIVE, NULL);
+	ok(p && strstr(p, "is a map"), "redrive of the map's own name: refused, it has no attempt of its own (%s)", p ? p : "");
+	n = s->nchildren;
+	p = operate(s, "render[1]", WFE_OPERATE_REDRIVE, NULL);
+	ok(p == NULL && s->run.state == WFE_RUN_RUNNING && s->run.intent == -1 && s->stages[map].row.state == WFE_RUNNING,
+	   "redrive render[1]: the run reopens, the map runs again");
+	ok(s->elems[1].row.state == WFE_RUNNING && child_of(s, 1)->attempt == 3 &&
+	   s->elems[2].row.state == WFE_RUNNING && s->elems[3].row.state == WFE_WAITING && s->nchildren == n + 2,
+	   "render[1] starts a new child (attempt 3); render[2], cancelled while live, starts again; render[3] waits its turn");
+	ok(s->counts.failed == 0 && s->counts.released == 3, "the counter row: the failure no longer counted");
+	child_ended(s, 1, "completed", "{\"url\":\"b\"}");
+	ok(s->elems[3].row.state == WFE_RUNNING, "max_concurrency holds: render[3] starts when render[1] ends");
+	child_ended(s, 2, "completed", "{\"url\":\"c\"}");
+	child_ended(s, 3, "failed", NULL);
+	retry_due(s, 3);
+	child_ended(s, 3, "failed", NULL);
+	settle(s);
+	ok(s->stages[map].row.state == WFE_FAILED && s->run.state == WFE_RUN_FAILED, "render[3] fails for good: the map and the run fail again");
+	p = operate(s, "render[3]", WFE_OPERATE_SKIP, "{\"url\":\"by-hand\"}");
+	ok(p == NULL && s->elems[3].row.state == WFE_COMPLETED && s->aggregations == 1 &&
+	   s->stages[map].row.state == WFE_COMPLETED &&
+	   strcmp(s->stages[map].result,
+			  "{\"items\":[{\"url\":\"a\"},{\"url\":\"b\"},{\"url\":\"c\"},{\"url\":\"by-hand\"}],\"failed\":[]}") == 0,
+	   "skip render[3] with a result: the map re-aggregates its ordered result (%s)",
+	   s->stages[map].result ? s->stages[map].result : "null");
+	ok(s->run.intent == -1 && s->run.state == WFE_RUN_RUNNING, "... and the run continues past the map");
+	stop(s);
+
+	s = start(FLOW, "{\"lods\": [\"a\", \"b\", \"c\"]}", "1.2.0", 1);
+	child_ended(s, 0, "failed", NULL);
+	retry_due(s, 0);
+	child_ended(s, 0, "failed", NULL);
+	p = operate(s, "render[0]", WFE_OPERATE_SKIP, "{\"url\":\"x\"}");
+	ok(p == NULL && s->elems[0].row.state == WFE_COMPLETED && s->counts.failed == 0 && s->counts.completed == 1 &&
+	   s->stages[map].row.state == WFE_RUNNING,
+	   "a tolerated failure, the map still running: skip completes the element, the counter row follows");
+	p = operate(s, "render[1]", WFE_OPERATE_SKIP, "{}");
+	ok(p && strstr(p, "is running, not failed"), "skip of an element under way: refused (%s)", p ? p : "");
+	stop(s);
+}
+
 int
 main(void)
 {
@@ -678,6 +796,7 @@ main(void)
 	test_elements_run_children();
 	test_tolerance_and_cancel();
 	test_release_failures();
+	test_operator_on_elements();
 	printf("1..%d\n", tests_run);
 	return tests_failed ? 1 : 0;
 }

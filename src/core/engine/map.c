@@ -111,6 +111,19 @@ write_counts(wfe_step *st, int i)
 	st->elem = elem;
 }
 
+/* The map's counter row and its write, for an operator's action on an element (step_operate_element.c). */
+wfe_map_counts *
+step_map_counts(wfe_step *st, int i)
+{
+	return counts(st, i);
+}
+
+void
+step_map_write_counts(wfe_step *st, int i)
+{
+	write_counts(st, i);
+}
+
 /* Elements released and not ended: what max_concurrency bounds. */
 static int64_t
 under_way(const wfe_map_counts *c)

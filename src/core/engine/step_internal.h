@@ -68,6 +68,17 @@ extern void step_release_child(wfe_step *st, int i, int again);
 extern int	step_runs_child(const wfe_step *st, int i);
 extern void step_release_child_bound(wfe_step *st, int i, const char *input);
 
+/* Operator recovery (step_operate.c), and of one map element (step_operate_element.c) */
+extern void step_operator_event(wfe_step *st, int i, const char *type, const char *by, const char *why);
+extern void step_new_attempt(wfe_step *st, int i);
+extern const char *step_reopen(wfe_step *st, int i, const char *by, const char *why);
+extern void step_release_again(wfe_step *st, const char *redo);
+extern const char *step_element_operate_problem(wfe_step *st, int i);
+extern void step_element_operate(wfe_step *st, int i, wfe_operation what, const char *value,
+								 const char *by, const char *why);
+extern wfe_map_counts *step_map_counts(wfe_step *st, int i);
+extern void step_map_write_counts(wfe_step *st, int i);
+
 /* Maps whose elements are child runs (map_child.c) */
 extern int	step_map_child_ok(wfe_step *st, int i);
 extern void step_release_element_child(wfe_step *st, int i, const char *input);
