@@ -258,7 +258,7 @@ SELECT c.parent_stage, c.parent_attempt, c.run_id AS child_run_id, c.workflow ||
        c.state, c.output
   FROM wfe.runs AS c
  WHERE c.parent_run_id = wfe.find_run('model-ingest-lods', 'lods-1') ORDER BY c.run_id;
-\echo The parent output: the published URLs in LOD order (the map's ordered {"items", "failed"} result):
+\echo The parent output: the published URLs in LOD order (publish-lods result, ordered items and failed):
 SELECT r.output AS parent_output, s.result -> 'failed' AS failed_elements
   FROM wfe.runs AS r JOIN wfe.run_stages AS s ON s.run_id = r.run_id AND s.stage = 'publish-lods'
  WHERE r.run_id = wfe.find_run('model-ingest-lods', 'lods-1');

@@ -167,6 +167,7 @@ typedef struct msrv
 	const char *child_version;	/* what io->child answers (NULL: none) */
 	int			child_depth;
 	const char *context;
+	char	   *output;			/* the run's output, bound at its completed intent */
 } msrv;
 
 static wfe_step step;
@@ -454,6 +455,8 @@ apply(msrv *s)
 				break;
 			case WFE_OP_INTENT:
 				s->run.intent = op->state;
+				free(s->output);
+				s->output = dup(op->json);
 				break;
 			case WFE_OP_FINISH:
 				s->run.state = op->state;
@@ -527,6 +530,7 @@ stop(msrv *s)
 		free(s->children[c].context);
 	}
 	wfe_run_plan_free(s->rp);
+	free(s->output);
 	free(s);
 }
 
@@ -789,6 +793,24 @@ test_operator_on_elements(void)
 	stop(s);
 }
 
+/* The run's output reads the map's result (dsl.md "Run output"). */
+static void
+test_run_output(void)
+{
+	msrv	   *s = start(HEAD "  - name: render\n    type: map\n    items: \"${context.lods}\"\n"
+						  "    item: { workflow: publish-asset, input: { lod: \"${item}\" } }\n"
+						  "    on_success: completed\n    on_failure: failed\n"
+						  "output: { urls: \"${stages.render.result.items}\" }\n",
+						  "{\"lods\": [\"a\", \"b\"]}", "1.2.0", 1);
+
+	child_ended(s, 0, "completed", "{\"url\":\"a\"}");
+	child_ended(s, 1, "completed", "{\"url\":\"b\"}");
+	ok(s->run.intent == WFE_RUN_COMPLETED && s->output &&
+	   strcmp(s->output, "{\"urls\":[{\"url\":\"a\"},{\"url\":\"b\"}]}") == 0,
+	   "the run's output template reads the map's result (%s)", s->output ? s->output : "null");
+	stop(s);
+}
+
 int
 main(void)
 {
@@ -797,6 +819,7 @@ main(void)
 	test_tolerance_and_cancel();
 	test_release_failures();
 	test_operator_on_elements();
+	test_run_output();
 	printf("1..%d\n", tests_run);
 	return tests_failed ? 1 : 0;
 }

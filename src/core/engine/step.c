@@ -1208,8 +1208,8 @@ run_output(wfe_step *st, const char **code, const char **message)
 		wfe_row    *tr = &st->rows[t];
 		json_object *entry;
 
-		if ((ts->kind != WFE_K_ACTION && ts->kind != WFE_K_WORKER &&
-			 ts->kind != WFE_K_WAIT && ts->kind != WFE_K_SLEEP && ts->kind != WFE_K_WORKFLOW) ||
+		if ((ts->kind != WFE_K_ACTION && ts->kind != WFE_K_WORKER && ts->kind != WFE_K_WAIT &&
+			 ts->kind != WFE_K_SLEEP && ts->kind != WFE_K_WORKFLOW && ts->kind != WFE_K_MAP) ||
 			!tr->exists || tr->state != WFE_COMPLETED)
 			continue;
 		entry = json_object_new_object();
