@@ -253,7 +253,7 @@ SELECT ingress, role, received, submitted, duplicates, rejected FROM wfe.dashboa
 \echo The parent run timeline (each element NAME[i] a unit of work; child_run_id: the child an element started):
 SELECT stage, attempt, outcome, duration_ms, child_run_id, waterfall
   FROM wfe.run_timeline(wfe.find_run('model-ingest-lods', 'lods-1'));
-\echo The child runs, each linked to the element that started it, and its output (the element's result):
+\echo The child runs, each linked to the element that started it, and its output, which is the result of that element:
 SELECT c.parent_stage, c.parent_attempt, c.run_id AS child_run_id, c.workflow || '@' || c.version AS child,
        c.state, c.output
   FROM wfe.runs AS c
