@@ -61,8 +61,8 @@ show_definition() {
 \set src `cat :'file'`
 SELECT 'digest: ' || wfe.create_definition(:'src');
 SELECT wfe.plan_mermaid(:'ref');
-SELECT wfe.approve(split_part(:'ref', '@', 1), split_part(:'ref', '@', 2));
-SELECT wfe.activate(split_part(:'ref', '@', 1), split_part(:'ref', '@', 2));
+SELECT wfe.approve(split_part(:'ref', '@', 1), split_part(:'ref', '@', 2)) \g /dev/null
+SELECT wfe.activate(split_part(:'ref', '@', 1), split_part(:'ref', '@', 2)) \g /dev/null
 SQL
 }
 
@@ -206,9 +206,12 @@ show_results() {
 \pset footer off
 SELECT workflow, version, state, count(*) AS runs
   FROM wfe.runs GROUP BY 1, 2, 3 ORDER BY 1, 3;
-SELECT r.run_id, r.workflow, r.state,
-       string_agg(s.stage || '=' || s.state || coalesce('(' || s.skip_reason || ')', ''), ' '
-                  ORDER BY s.ordinal) AS stages
+\echo Each run: how many of its stages completed or were skipped, and the others by name:
+SELECT r.run_id, r.workflow, r.state, count(*) AS stages,
+       count(*) FILTER (WHERE s.state = 'completed') AS completed,
+       count(*) FILTER (WHERE s.state = 'skipped') AS skipped,
+       coalesce(string_agg(s.stage || ' ' || s.state, ', ' ORDER BY s.ordinal)
+                FILTER (WHERE s.state NOT IN ('completed', 'skipped')), '') AS others
   FROM wfe.runs AS r JOIN wfe.run_stages AS s USING (run_id)
  GROUP BY r.run_id, r.workflow, r.state ORDER BY r.run_id;
 \echo Who did the work (wfe-worker: model-ingest, over RabbitMQ except metadata; the Python client: payments and init):

@@ -94,15 +94,43 @@ wfe_install() {
 	wfe_make install
 }
 
+# logged LOG CMD...: run CMD with its output appended to LOG instead of the
+# terminal, with one line of progress (the lines it has written so far, on a
+# terminal) and the time it took; if it fails, show the end of LOG.
+logged() {
+	local log=$1 pid status=0 start=$SECONDS
+	shift
+	"$@" >>"$log" 2>&1 &
+	pid=$!
+	while kill -0 "$pid" 2>/dev/null; do
+		[ -t 1 ] && printf '\r  working: %d lines of output so far' "$(wc -l <"$log")"
+		sleep 1
+	done
+	wait "$pid" || status=$?
+	[ -t 1 ] && printf '\r\033[K'
+	if [ "$status" -ne 0 ]; then
+		tail -n 40 "$log"
+		die "failed (exit status $status); the whole output is in $log"
+	fi
+	say "done in $((SECONDS - start)) s"
+}
+
 # wfe_setup: the set-up shared by the demo and the benchmarks: packages,
-# build, install.  (run-all.sh does the same steps one by one, to count them.)
+# build, install, the compiler's and make's output kept in build/setup.log
+# (a newcomer running `make demo` sees progress, not every command line).
+# (run-all.sh does the same steps one by one, to count them.)
 wfe_setup() {
+	local log="$WFE_TOP/build/setup.log"
+	mkdir -p "$WFE_TOP/build"
+	: >"$log"
 	banner "packages"
 	"$WFE_HARNESS/deps.sh"
 	banner "build"
-	wfe_build all
+	say "compiling wfe (output in build/setup.log)"
+	logged "$log" wfe_build all
 	banner "install"
-	wfe_install
+	say "installing into $(pg_path pkglibdir)"
+	logged "$log" wfe_install
 }
 
 # tap_tally FILE STATUS: count a TAP stream, print "PASSED FAILED".  A

@@ -28,34 +28,8 @@
 #include <string.h>
 
 #include "core/expr/expr_internal.h"
+#include "tap.h"
 
-static int	tests_run;
-static int	tests_failed;
-
-/* Record one TAP result. */
-static void
-ok(int cond, const char *fmt,...)
-{
-	va_list		ap;
-	char		desc[600];
-	const unsigned char *c;
-
-	tests_run++;
-	if (!cond)
-		tests_failed++;
-	va_start(ap, fmt);
-	vsnprintf(desc, sizeof(desc), fmt, ap);
-	va_end(ap);
-	printf("%s %d - ", cond ? "ok" : "not ok", tests_run);
-	for (c = (const unsigned char *) desc; *c; c++)
-	{
-		if (*c < 0x20)
-			printf("\\x%02x", *c);
-		else
-			putchar(*c);
-	}
-	printf("\n");
-}
 
 /* Open the case file: $WFE_CEL_CASES, beside this source, or beside the binary. */
 static FILE *
@@ -249,6 +223,5 @@ main(int argc, char **argv)
 	json_object_put(root);
 	printf("# cel conformance: %d passed, %d failed\n", tests_run - tests_failed,
 		   tests_failed);
-	printf("1..%d\n", tests_run);
-	return tests_failed == 0 ? 0 : 1;
+	return tap_done();
 }

@@ -283,6 +283,5 @@ main(void)
 	test_tasks_child();
 	wfe_run_plan_free(rp_parent);
 	wfe_run_plan_free(rp_tasks);
-	printf("1..%d\n", tests_run);
-	return tests_failed ? 1 : 0;
+	return tap_done();
 }

@@ -15,25 +15,8 @@
 #include <openssl/evp.h>
 
 #include "core/lang/compile.h"
+#include "tap.h"
 
-static int	tests_run;
-static int	tests_failed;
-
-/* Record one TAP result. */
-static void
-ok(int cond, const char *fmt,...)
-{
-	va_list		ap;
-
-	tests_run++;
-	if (!cond)
-		tests_failed++;
-	printf("%s %d - ", cond ? "ok" : "not ok", tests_run);
-	va_start(ap, fmt);
-	vprintf(fmt, ap);
-	va_end(ap);
-	printf("\n");
-}
 
 /* SHA-256 for the core, from libcrypto. */
 static void
@@ -641,6 +624,5 @@ main(void)
 	test_result_json();
 	test_expression_positions();
 	test_rate_limit();
-	printf("1..%d\n", tests_run);
-	return tests_failed ? 1 : 0;
+	return tap_done();
 }

@@ -14,9 +14,8 @@
 #include <time.h>
 
 #include "core/expr/expr.h"
+#include "tap.h"
 
-static int	tests_run;
-static int	tests_failed;
 
 /* Root document most evaluation tests run over. */
 static const char *ROOT_JSON =
@@ -40,32 +39,6 @@ static const char *ROOT_JSON =
 "}";
 
 static json_object *root;
-
-/* Record one TAP result. */
-static void
-ok(int cond, const char *fmt,...)
-{
-	va_list		ap;
-	char		desc[512];
-	const unsigned char *c;
-
-	tests_run++;
-	if (!cond)
-		tests_failed++;
-	va_start(ap, fmt);
-	vsnprintf(desc, sizeof(desc), fmt, ap);
-	va_end(ap);
-	/* one TAP line per test: show control bytes in descriptions escaped */
-	printf("%s %d - ", cond ? "ok" : "not ok", tests_run);
-	for (c = (const unsigned char *) desc; *c; c++)
-	{
-		if (*c < 0x20)
-			printf("\\x%02x", *c);
-		else
-			putchar(*c);
-	}
-	printf("\n");
-}
 
 /* TAP diagnostic line. */
 static void
@@ -1087,6 +1060,5 @@ main(void)
 	test_robustness();
 
 	json_object_put(root);
-	printf("1..%d\n", tests_run);
-	return tests_failed ? 1 : 0;
+	return tap_done();
 }

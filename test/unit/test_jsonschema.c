@@ -18,28 +18,8 @@
 #include "core/lang/compile.h"
 #include "core/jsonschema/jsonnum.h"
 #include "core/jsonschema/jsonschema.h"
+#include "tap.h"
 
-static int	tests_run;
-static int	tests_failed;
-
-/* Record one TAP result. */
-static void
-ok(int cond, const char *fmt,...)
-{
-	va_list		ap;
-	char		desc[1024];
-
-	tests_run++;
-	if (!cond)
-		tests_failed++;
-	va_start(ap, fmt);
-	vsnprintf(desc, sizeof(desc), fmt, ap);
-	va_end(ap);
-	for (char *c = desc; *c; c++)
-		if ((unsigned char) *c < 0x20 || *c == '#')
-			*c = ' ';
-	printf("%s %d - %s\n", cond ? "ok" : "not ok", tests_run, desc);
-}
 
 /* Parse JSON the test wrote (exit on a test bug). */
 static json_object *
@@ -595,6 +575,5 @@ main(void)
 	test_budget();
 	test_cache();
 	test_numbers();
-	printf("1..%d\n", tests_run);
-	return tests_failed ? 1 : 0;
+	return tap_done();
 }

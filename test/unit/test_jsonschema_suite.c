@@ -24,11 +24,10 @@
 
 #include "core/lang/compile.h"
 #include "core/jsonschema/jsonschema.h"
+#include "tap.h"
 
 #define DRAFT7_DIR "/usr/share/json-schema-test-suite/tests/draft7"
 
-static int	tests_run;
-static int	tests_failed;
 
 /* Cases wfe does not pass, and why (file, group, case; NULL case = every case). */
 static const struct
@@ -41,24 +40,20 @@ static const struct
 	{NULL, NULL, NULL, NULL}
 };
 
-/* Record one TAP result, with an optional directive ("TODO ...", "SKIP ..."). */
+/* Record one TAP result with a directive ("TODO ...", "SKIP ..."). */
 static void
-ok(int cond, const char *directive, const char *fmt,...)
+ok_directive(int cond, const char *directive, const char *fmt,...) __attribute__((format(printf, 3, 4)));
+
+static void
+ok_directive(int cond, const char *directive, const char *fmt,...)
 {
 	va_list		ap;
 	char		desc[1024];
 
-	tests_run++;
-	if (!cond && !(directive && strncmp(directive, "TODO", 4) == 0))
-		tests_failed++;
 	va_start(ap, fmt);
 	vsnprintf(desc, sizeof(desc), fmt, ap);
 	va_end(ap);
-	for (char *c = desc; *c; c++)
-		if ((unsigned char) *c < 0x20 || *c == '#')
-			*c = ' ';
-	printf("%s %d - %s%s%s\n", cond ? "ok" : "not ok", tests_run, desc,
-		   directive ? " # " : "", directive ? directive : "");
+	tap_result(cond, directive, desc);
 }
 
 /* The reason a case is listed as not passing, or NULL. */
@@ -116,7 +111,7 @@ run_file(const char *dir, const char *name, const char *dialect, int allow_known
 	groups = read_json(path);
 	if (!groups || !json_object_is_type(groups, json_type_array))
 	{
-		ok(0, NULL, "%s: cannot read", path);
+		ok(0, "%s: cannot read", path);
 		t->failed++;
 		json_object_put(groups);
 		return;
@@ -157,7 +152,7 @@ run_file(const char *dir, const char *name, const char *dialect, int allow_known
 			why = allow_known ? known(name, gdesc, tdesc) : NULL;
 			if (s == NULL && err.kind == WFE_JSE_REMOTE_REF && allow_known)
 			{
-				ok(1, "SKIP needs a remote document", "%s: %s: %s", name, gdesc, tdesc);
+				ok_directive(1, "SKIP needs a remote document", "%s: %s: %s", name, gdesc, tdesc);
 				t->skipped++;
 				continue;
 			}
@@ -176,15 +171,15 @@ run_file(const char *dir, const char *name, const char *dialect, int allow_known
 
 				snprintf(directive, sizeof(directive), "TODO %s", why);
 				if (pass)
-					ok(0, NULL, "%s: %s: %s passes but is listed as not passing (%s)",
+					ok(0, "%s: %s: %s passes but is listed as not passing (%s)",
 					   name, gdesc, tdesc, why);
 				else
-					ok(0, directive, "%s: %s: %s", name, gdesc, tdesc);
+					ok_directive(0, directive, "%s: %s: %s", name, gdesc, tdesc);
 				t->listed++;
 				t->failed++;
 				continue;
 			}
-			ok(pass, NULL, "%s: %s: %s%s%s", name, gdesc, tdesc, pass ? "" : " -- ", pass ? "" : msg);
+			ok(pass, "%s: %s: %s%s%s", name, gdesc, tdesc, pass ? "" : " -- ", pass ? "" : msg);
 			if (!pass)
 				printf("#   schema %s, data %s, want %s\n",
 					   json_object_to_json_string_ext(schema, JSON_C_TO_STRING_PLAIN),
@@ -246,11 +241,11 @@ main(void)
 				run;
 
 	files = run_dir(DRAFT7_DIR, "draft-07", 1, &d7);
-	ok(files > 0, NULL, "the draft-07 suite is installed (%s, %d files; package json-schema-test-suite)",
+	ok(files > 0, "the draft-07 suite is installed (%s, %d files; package json-schema-test-suite)",
 	   DRAFT7_DIR, files);
 	snprintf(dir2020, sizeof(dir2020), "%s/test/unit/jsonschema-2020", top ? top : ".");
 	files = run_dir(dir2020, "draft2020-12", 0, &d2020);
-	ok(files > 0, NULL, "the team's 2020-12 cases are there (%s, %d files)", dir2020, files);
+	ok(files > 0, "the team's 2020-12 cases are there (%s, %d files)", dir2020, files);
 
 	run = d7.passed + d7.failed;
 	printf("# conformance draft-07 (required cases without remote documents): %d passed, %d failed "
@@ -258,9 +253,8 @@ main(void)
 		   d7.passed, d7.failed, d7.listed, d7.skipped);
 	printf("# conformance draft 2020-12 (team cases): %d passed, %d failed\n",
 		   d2020.passed, d2020.failed);
-	ok(run > 0 && d7.passed * 100 >= run * 98, NULL, "draft-07 pass rate %d/%d is at least 98%%",
+	ok(run > 0 && d7.passed * 100 >= run * 98, "draft-07 pass rate %d/%d is at least 98%%",
 	   d7.passed, run);
-	ok(d2020.failed == 0 && d2020.passed > 0, NULL, "every 2020-12 case passes (%d)", d2020.passed);
-	printf("1..%d\n", tests_run);
-	return tests_failed ? 1 : 0;
+	ok(d2020.failed == 0 && d2020.passed > 0, "every 2020-12 case passes (%d)", d2020.passed);
+	return tap_done();
 }

@@ -27,24 +27,8 @@
 #include "core/engine/runplan.h"
 #include "core/engine/step.h"
 #include "core/lang/compile.h"
+#include "tap.h"
 
-static int	tests_run;
-static int	tests_failed;
-
-static void
-ok(int cond, const char *fmt,...)
-{
-	va_list		ap;
-
-	tests_run++;
-	if (!cond)
-		tests_failed++;
-	printf("%s %d - ", cond ? "ok" : "not ok", tests_run);
-	va_start(ap, fmt);
-	vprintf(fmt, ap);
-	va_end(ap);
-	printf("\n");
-}
 
 static void
 sha256(const unsigned char *data, size_t len, unsigned char out[32])
@@ -693,6 +677,5 @@ main(void)
 	test_run_cancelled();
 	test_release_failures();
 	test_cost();
-	printf("1..%d\n", tests_run);
-	return tests_failed ? 1 : 0;
+	return tap_done();
 }

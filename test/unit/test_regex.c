@@ -11,35 +11,8 @@
 #include <time.h>
 
 #include "core/jsonschema/regex.h"
+#include "tap.h"
 
-static int	tests_run;
-static int	tests_failed;
-
-/* Record one TAP result. */
-static void
-ok(int cond, const char *fmt,...)
-{
-	va_list		ap;
-	char		desc[1024];
-	const unsigned char *c;
-
-	tests_run++;
-	if (!cond)
-		tests_failed++;
-	va_start(ap, fmt);
-	vsnprintf(desc, sizeof(desc), fmt, ap);
-	va_end(ap);
-	/* one TAP line per test: control bytes in descriptions are escaped */
-	printf("%s %d - ", cond ? "ok" : "not ok", tests_run);
-	for (c = (const unsigned char *) desc; *c; c++)
-	{
-		if (*c < 0x20 || *c == 0x7f)
-			printf("\\x%02x", *c);
-		else
-			putchar(*c);
-	}
-	putchar('\n');
-}
 
 /* Search outcome of pattern over subject (-2: the pattern did not compile). */
 static int
@@ -341,6 +314,5 @@ main(void)
 	test_refused();
 	test_embedded_nul();
 	test_linear_and_budget();
-	printf("1..%d\n", tests_run);
-	return tests_failed ? 1 : 0;
+	return tap_done();
 }

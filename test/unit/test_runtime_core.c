@@ -19,9 +19,8 @@
 #include "core/expr/expr.h"
 #include "core/base/utf8.h"
 #include "core/jsonschema/jsonschema.h"
+#include "tap.h"
 
-static int	tests_run;
-static int	tests_failed;
 
 /* The evaluation root most binding and decision tests run over. */
 static const char *ROOT_JSON =
@@ -41,22 +40,6 @@ static const char *ROOT_JSON =
 "}";
 
 static json_object *root;
-
-/* Record one TAP result. */
-static void
-ok(int cond, const char *fmt,...)
-{
-	va_list		ap;
-
-	tests_run++;
-	if (!cond)
-		tests_failed++;
-	printf("%s %d - ", cond ? "ok" : "not ok", tests_run);
-	va_start(ap, fmt);
-	vprintf(fmt, ap);
-	va_end(ap);
-	printf("\n");
-}
 
 /* TAP diagnostic line. */
 static void
@@ -800,6 +783,5 @@ main(void)
 	test_cache_key();
 
 	wfe_json_free(root);
-	printf("1..%d\n", tests_run);
-	return tests_failed ? 1 : 0;
+	return tap_done();
 }

@@ -2926,6 +2926,5 @@ main(void)
 
 	for (size_t k = 0; k < sizeof(plans) / sizeof(plans[0]); k++)
 		wfe_run_plan_free(*plans[k].rp);
-	printf("1..%d\n", tests_run);
-	return tests_failed ? 1 : 0;
+	return tap_done();
 }
