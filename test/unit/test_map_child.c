@@ -820,6 +820,5 @@ main(void)
 	test_release_failures();
 	test_operator_on_elements();
 	test_run_output();
-	printf("1..%d\n", tests_run);
-	return tests_failed ? 1 : 0;
+	return tap_done();
 }
