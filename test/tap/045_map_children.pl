@@ -221,14 +221,16 @@ is(sql("SELECT count(*) FROM wfe.runs WHERE parent_run_id = $r3 AND finished_at 
 is(work(child($r3, 'publish[1]'), 1), 'accepted', "publish[1]'s new child completes");
 wait_for("SELECT count(*) = 1 FROM wfe.runs WHERE parent_run_id = $r3 AND parent_stage = 'publish[2]' AND finished_at IS NULL",
 	"publish[2]'s child starts");
-is(work(child($r3, 'publish[0]'), 0), 'accepted', "publish[0]'s new child fails");
-wait_for("SELECT count(*) = 4 FROM wfe.runs WHERE parent_run_id = $r3 AND parent_stage = 'publish[0]'",
-	'... its retry starts another');
-is(work(child($r3, 'publish[0]'), 0), 'accepted', '... which fails too');
-is(work(child($r3, 'publish[2]'), 1), 'accepted', "publish[2]'s child completes");
-wait_for("SELECT state = 'failed' FROM wfe.runs WHERE run_id = $r3", 'publish[0] failed for good again: the run failed again');
+is(work(child($r3, 'publish[0]'), 0), 'accepted', "publish[0]'s new child fails (attempt 3: no retry left)");
+wait_for("SELECT state = 'failed' FROM wfe.runs WHERE run_id = $r3",
+	'publish[0] failed for good again: the map failed (publish[2] cancelled with its child), the run failed again');
+is(sql("SELECT state FROM wfe.runs WHERE run_id = " . child($r3, 'publish[2]')), 'cancelled',
+	"publish[2]'s live child was cancelled with it");
 ($st, $o, $msg) = login('op_a', qq{SELECT wfe.skip_stage($r3, 'publish[0]', '{"url": "s3://by-hand"}', 'published by hand')});
 is($st, '', "A's operator skips publish[0] with a result");
+wait_for("SELECT count(*) = 2 FROM wfe.runs WHERE parent_run_id = $r3 AND parent_stage = 'publish[2]'",
+	'the run reopened: publish[2], cancelled while live, starts a new child');
+is(work(child($r3, 'publish[2]'), 1), 'accepted', "publish[2]'s new child completes");
 wait_for("SELECT state = 'completed' FROM wfe.runs WHERE run_id = $r3", 'the map re-aggregated and the run completed');
 is(sql("SELECT output::text FROM wfe.runs WHERE run_id = $r3"),
 	'{"published": {"items": [{"url": "s3://by-hand"}, {"url": "s3://h"}, {"url": "s3://i"}], "failed": []}}',
