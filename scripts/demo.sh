@@ -176,9 +176,9 @@ SELECT count(*) || ' model-ingest-review runs submitted'
        wfe.submit('model-ingest-review', jsonb_build_object('modelId', m.id), m.id);
 SELECT 'review-1 approved: ' || wfe.signal(wfe.find_run('model-ingest-review', 'review-1'), 'review.approval@1',
                                            '{"approved": true, "reviewer": "ann"}', 'ann-review-1');
--- a parent whose publish stage runs publish-asset as a child run
+-- a map over a model's LODs, then a map of publish-asset child runs, one per LOD
 SELECT count(*) || ' model-ingest-lods runs submitted'
-  FROM wfe.submit('model-ingest-lods', '{"modelId": "lods-1"}', 'lods-1');
+  FROM wfe.submit('model-ingest-lods', '{"modelId": "lods-1", "lods": ["lod0", "lod1", "lod2", "lod3"]}', 'lods-1');
 SELECT 'review-2 rejected: ' || wfe.signal(wfe.find_run('model-ingest-review', 'review-2'), 'review.approval@1',
                                            '{"approved": false, "reviewer": "bob", "note": "wrong scale"}', 'bob-review-2');
 SQL
@@ -251,17 +251,19 @@ SELECT r.run_id, r.workflow, r.state, r.idempotency_key, r.context,
  ORDER BY r.run_id;
 SELECT name, state, last_ago, last_run, runs_1h, skipped_1h, failed_1h FROM wfe.dashboard_schedules;
 SELECT ingress, role, received, submitted, duplicates, rejected FROM wfe.dashboard_ingress;
-\echo A parent and its child: model-ingest-lods ran publish-asset as its publish stage.
-\echo The parent run timeline (child_run_id: the child run each attempt of a workflow stage started):
+\echo Maps and child runs: model-ingest-lods rendered 4 LODs (2 at once; lod0 failed once and was retried alone),
+\echo then published each through a publish-asset child run (2 live at once).
+\echo The parent run timeline (each element NAME[i] a unit of work; child_run_id: the child an element started):
 SELECT stage, attempt, outcome, duration_ms, child_run_id, waterfall
   FROM wfe.run_timeline(wfe.find_run('model-ingest-lods', 'lods-1'));
-\echo The child run timeline (its first row: the parent run, stage and attempt that started it):
-SELECT stage, attempt, outcome, duration_ms, waterfall
-  FROM wfe.run_timeline((SELECT r.run_id FROM wfe.runs AS r
-                          WHERE r.parent_run_id = wfe.find_run('model-ingest-lods', 'lods-1')));
-\echo The output of the child (the URL of the stored asset) is the result of the publish stage, and the parent output:
-SELECT r.output AS parent_output, c.output AS child_output
-  FROM wfe.runs AS r JOIN wfe.runs AS c ON c.parent_run_id = r.run_id
+\echo The child runs, each linked to the element that started it, and its output, which is the result of that element:
+SELECT c.parent_stage, c.parent_attempt, c.run_id AS child_run_id, c.workflow || '@' || c.version AS child,
+       c.state, c.output
+  FROM wfe.runs AS c
+ WHERE c.parent_run_id = wfe.find_run('model-ingest-lods', 'lods-1') ORDER BY c.run_id;
+\echo The parent output: the published URLs in LOD order (publish-lods result, ordered items and failed):
+SELECT r.output AS parent_output, s.result -> 'failed' AS failed_elements
+  FROM wfe.runs AS r JOIN wfe.run_stages AS s ON s.run_id = r.run_id AND s.stage = 'publish-lods'
  WHERE r.run_id = wfe.find_run('model-ingest-lods', 'lods-1');
 \echo The high-value payment: its first review failed, the background worker fired the retry:
 SELECT stage, attempt, outcome, duration_ms, waterfall

@@ -41,6 +41,12 @@ static stmt q_start = STMT(
 	"SELECT wfe._start_child($1, $2, $3, $4, $5, $6::jsonb)", 6, I8, TX, I4, TX, TX, TX);
 static stmt q_cancel = STMT(
 	"SELECT wfe._cancel_children($1, $2, $3)", 3, I8, TX, TX);
+/* every element of map $2 with a live child (the elements' names are $2[k]) */
+static stmt q_cancel_map = STMT(
+	"SELECT wfe._cancel_children($1, x.parent_stage, $3)"
+	"  FROM (SELECT DISTINCT c.parent_stage FROM wfe.runs AS c"
+	"         WHERE c.parent_run_id = $1 AND c.intent IS NULL"
+	"           AND left(c.parent_stage, length($2) + 1) = $2 || '[') AS x", 3, I8, TX, TX);
 /* the parent's stage row is read, not locked: its fence now names the attempt the timer is for */
 static stmt q_finished = STMT(
 	"INSERT INTO wfe.timers (tenant, run_id, stage, attempt, fence, kind, due_at)"
@@ -58,6 +64,7 @@ static stmt q_outcome = STMT(
 typedef struct child_work
 {
 	bool		start;			/* else cancel */
+	bool		map;			/* cancel: the children of every element of map `stage` */
 	int64		parent;
 	char	   *stage;
 	int			attempt;
@@ -123,6 +130,17 @@ wfe_child_defer_cancel(List *work, int64 parent, const char *stage, const char *
 	return lappend(work, w);
 }
 
+List *
+wfe_child_defer_cancel_map(List *work, int64 parent, const char *map, const char *reason)
+{
+	child_work *w;
+
+	work = wfe_child_defer_cancel(work, parent, map, reason);
+	w = llast(work);
+	w->map = true;
+	return work;
+}
+
 void
 wfe_child_run(List *work)
 {
@@ -147,7 +165,7 @@ wfe_child_run(List *work)
 		else
 		{
 			v[2] = stmt_text_or_null(w->reason, &n[2]);
-			stmt_run(&q_cancel, v, n);
+			stmt_run(w->map ? &q_cancel_map : &q_cancel, v, n);
 		}
 	}
 }

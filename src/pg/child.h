@@ -22,6 +22,8 @@ extern int	wfe_child_depth(int64 run_id);
 extern List *wfe_child_defer_start(List *work, int64 parent, const char *stage, int attempt,
 								   const char *workflow, const char *version, const char *context);
 extern List *wfe_child_defer_cancel(List *work, int64 parent, const char *stage, const char *reason);
+/* ... or the live children of every element of a map of child runs (its elements were cancelled) */
+extern List *wfe_child_defer_cancel_map(List *work, int64 parent, const char *map, const char *reason);
 
 /* Do the work left for after a step (the step is over: each child's own step nests). */
 extern void wfe_child_run(List *work);

@@ -577,7 +577,7 @@ io_input_schema(void *arg, int i)
 	srv		   *s = arg;
 	contract_entry *c;
 
-	if (s->rp->stages[i].kind == WFE_K_WORKFLOW)
+	if (s->rp->stages[i].kind == WFE_K_WORKFLOW || s->rp->stages[i].item_workflow)
 	{
 		/* a child's context is bound against its definition's context_schema */
 		int64		definition_id;
@@ -656,7 +656,10 @@ static const char *
 io_stage_input(void *arg, int i)
 {
 	srv		   *s = arg;
-	Datum		v[2] = {Int64GetDatum(s->run_id), CStringGetTextDatum(s->rp->stages[i].name)};
+	/* the step's current element's, when it is about one */
+	const char *name = i == current_step.elem_map && current_step.elem >= 0
+		? wfe_map_element_name(s->rp->stages[i].name, current_step.elem) : s->rp->stages[i].name;
+	Datum		v[2] = {Int64GetDatum(s->run_id), CStringGetTextDatum(name)};
 
 	stmt_run(&q_stage_input, v, NULL);
 	return SPI_processed == 1 ? stmt_col(1) : NULL;
@@ -693,6 +696,14 @@ io_map_results(void *arg, int i, int64_t elem, const char *elem_result)
 	srv		   *s = arg;
 
 	return wfe_map_results(s->run_id, s->rp->stages[i].ordinal, elem, elem_result);
+}
+
+static int64_t
+io_map_cancelled(void *arg, int i, int64_t *out, int64_t max)
+{
+	srv		   *s = arg;
+
+	return wfe_map_cancelled(s->run_id, s->rp->stages[i].ordinal, out, max);
 }
 
 static int64_t
@@ -786,6 +797,7 @@ begin(srv *s, int64 run_id, run_lock how)
 		.buffered_signal = io_buffered_signal,.now_us = io_now_us,.stage_input = io_stage_input,
 		.child = io_child,
 		.load_element = io_load_element,.map_counts = io_map_counts,.map_results = io_map_results,
+		.map_cancelled = io_map_cancelled,
 		.max_map_items = io_max_map_items
 	};
 	wfe_step_begin(&current_step, s->rp, &s->run, &s->io);
@@ -975,6 +987,15 @@ room_freed(srv *s, const wfe_op *op)
 		wfe_ready_released(SPI_getvalue(SPI_tuptable->vals[k], SPI_tuptable->tupdesc, 1));
 }
 
+/* Is op about an attempt a child run carries (a workflow stage, an element of a map of child runs)? */
+static bool
+op_runs_child(const srv *s, const wfe_op *op)
+{
+	const wfe_rp_stage *st = &s->rp->stages[op->stage];
+
+	return st->kind == WFE_K_WORKFLOW || (op->elem >= 0 && st->item_workflow);
+}
+
 /* Write the effects the core decided, in order. */
 static void
 apply(srv *s, const char *reported)
@@ -1058,7 +1079,7 @@ apply(srv *s, const char *reported)
 			case WFE_OP_TIME_OUT:
 				v[2] = Int64GetDatum(op->fence);
 				stmt_run(&q_time_out, v, n);
-				if (s->rp->stages[op->stage].kind == WFE_K_WORKFLOW)
+				if (op_runs_child(s, op))
 					s->after = wfe_child_defer_cancel(s->after, s->run_id, stage, "parent attempt timed out");
 				break;
 			case WFE_OP_SKIP:
@@ -1073,7 +1094,7 @@ apply(srv *s, const char *reported)
 					v[3] = Int64GetDatum(op->fence);
 					stmt_run(&q_cancel, v, n);
 					queue = SPI_processed == 1 ? stmt_col(1) : NULL;
-					if (s->rp->stages[op->stage].kind == WFE_K_WORKFLOW)
+					if (op_runs_child(s, op))
 						s->after = wfe_child_defer_cancel(s->after, s->run_id, stage, op->text);
 					if (op->flag && queue != NULL)
 					{
@@ -1189,6 +1210,10 @@ apply(srv *s, const char *reported)
 			case WFE_OP_MAP_COUNTS:
 			case WFE_OP_MAP_CANCEL:
 				wfe_map_apply(s->run_id, s->run.tenant, &s->rp->stages[op->stage], op);
+				/* the elements cancelled with their map: their live children too */
+				if (op->kind == WFE_OP_MAP_CANCEL && s->rp->stages[op->stage].item_workflow)
+					s->after = wfe_child_defer_cancel_map(s->after, s->run_id, stage,
+														  "map ended: its element was cancelled");
 				break;
 			case WFE_OP_SIGNAL_TAKEN:
 				v[2] = Int64GetDatum(op->delay_us);
@@ -1205,7 +1230,7 @@ apply(srv *s, const char *reported)
 					v[2] = Int64GetDatum(op->fence);
 					stmt_run(&q_fence, v, n);
 					queue = SPI_processed == 1 ? stmt_col(1) : NULL;
-					if (s->rp->stages[op->stage].kind == WFE_K_WORKFLOW)
+					if (op_runs_child(s, op))
 						s->after = wfe_child_defer_cancel(s->after, s->run_id, stage, op->text);
 					if (op->flag && queue != NULL)
 					{
@@ -1582,7 +1607,7 @@ wfe_timer_fired(PG_FUNCTION_ARGS)
 				 !PG_ARGISNULL(2) && !PG_ARGISNULL(3) && !PG_ARGISNULL(4))
 		{
 			char	   *stage = text_to_cstring(PG_GETARG_TEXT_PP(2));
-			int			i = wfe_run_plan_find(s.rp, stage);
+			int			i = stage_index(&s, stage);	/* a map element's child names NAME[k] */
 			int64		child;
 			char	   *state,
 					   *output;
@@ -1880,6 +1905,46 @@ admit_run(const char *tenant, const char *again)
 		elog(ERROR, "wfe: could not admit a reopened run");
 }
 
+/*
+ * The plan index of the stage an operator names: a stage, or a map's
+ * element NAME[k] (the step is then set on it).  42704 for a name that is
+ * neither (an element past the map's end, a malformed index, no such map);
+ * 42809 for a map's own name where one of its elements is meant (redrive,
+ * fail, redispatch: the map has no attempt of its own to act on).
+ */
+static int
+operated_stage(srv *s, const char *stage, const char *what)
+{
+	int64_t		elem;
+	int			i = wfe_map_element_of(s->rp, stage, &elem);
+
+	if (i >= 0)
+	{
+		wfe_step_element(&current_step, i, elem);
+		if (!wfe_step_row(&current_step, i)->exists)
+			ereport(ERROR,
+					(errcode(ERRCODE_UNDEFINED_OBJECT),
+					 errmsg("run " INT64_FORMAT " has no stage \"%s\"", s->run_id, stage),
+					 errhint("Map \"%s\" has no element " INT64_FORMAT " in this run (wfe.report lists its elements).",
+							 s->rp->stages[i].name, elem)));
+		return i;
+	}
+	i = wfe_run_plan_find(s->rp, stage);
+	if (i < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("run " INT64_FORMAT " has no stage \"%s\"", s->run_id, stage),
+				 strchr(stage, '[') ?
+				 errhint("A map's element is named NAME[i]: the map's stage name and a 0-based index without leading zeros.") : 0));
+	if (s->rp->stages[i].kind == WFE_K_MAP && strcmp(what, "skip") != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
+				 errmsg("cannot %s stage \"%s\" of run " INT64_FORMAT ": it is a map, whose elements are the units of work",
+						what, stage, s->run_id),
+				 errhint("Name one of its elements, %s[i].", stage)));
+	return i;
+}
+
 PG_FUNCTION_INFO_V1(wfe_operate);
 
 /*
@@ -1935,11 +2000,7 @@ wfe_operate(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
 				 errmsg("run " INT64_FORMAT " does not exist", run_id)));
-	i = wfe_run_plan_find(s.rp, stage);
-	if (i < 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_UNDEFINED_OBJECT),
-				 errmsg("run " INT64_FORMAT " has no stage \"%s\"", run_id, stage)));
+	i = operated_stage(&s, stage, names[op]);
 	/* a claimer or the publisher may be moving a queued or dispatched row */
 	s.lock_stage = i;
 	problem = wfe_step_operate_problem(&current_step, i, (wfe_operation) op, value);

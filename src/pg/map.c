@@ -67,6 +67,24 @@ static stmt q_cancel_elements = STMT(
 	" WHERE st.run_id = $1 AND st.ordinal = $2 AND st.element IS NOT NULL"
 	"   AND st.state IN ('waiting', 'queued', 'dispatched', 'running', 'retry_scheduled')", 3, I8, I4, TX);
 
+/* an operator reopening a failed map: the elements its failure cancelled */
+static stmt q_cancelled = STMT(
+	"SELECT st.element FROM wfe.run_stages AS st"
+	" WHERE st.run_id = $1 AND st.ordinal = $2 AND st.element IS NOT NULL AND st.state = 'cancelled'"
+	" ORDER BY st.element", 2, I8, I4);
+
+int64
+wfe_map_cancelled(int64 run_id, int ordinal, int64_t *out, int64_t max)
+{
+	Datum		v[2] = {Int64GetDatum(run_id), Int32GetDatum(ordinal)};
+	int64		n = 0;
+
+	stmt_run(&q_cancelled, v, NULL);
+	for (uint64 k = 0; k < SPI_processed && n < max; k++)
+		out[n++] = pg_strtoint64(SPI_getvalue(SPI_tuptable->vals[k], SPI_tuptable->tupdesc, 1));
+	return n;
+}
+
 char *
 wfe_map_element_name(const char *map, int64 elem)
 {

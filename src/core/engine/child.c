@@ -15,6 +15,8 @@
 
 #include "step_internal.h"
 
+static void release(wfe_step *st, int i, int again, const char *bound);
+
 /* The workflow a stage names, without its @VERSION. */
 static const char *
 child_workflow(wfe_step *st, int i)
@@ -26,11 +28,36 @@ child_workflow(wfe_step *st, int i)
 }
 
 /*
- * Release workflow stage i: a new attempt starts a child run.  again: a
- * retry or a redrive, whose context is bound in its row already.
+ * Release workflow stage i (or map element NAME[k] of a map whose items
+ * are child runs): a new attempt starts a child run.  again: a retry or a
+ * redrive, whose context is bound in its row already.
  */
 void
 step_release_child(wfe_step *st, int i, int again)
+{
+	release(st, i, again, NULL);
+}
+
+/* A map element's first attempt, its context bound at the map's release (map_child.c). */
+void
+step_release_child_bound(wfe_step *st, int i, const char *input)
+{
+	release(st, i, 1, input);
+}
+
+/* Is stage i, as the step now sees it, an attempt that a child run carries? */
+int
+step_runs_child(const wfe_step *st, int i)
+{
+	const wfe_rp_stage *s = &st->rp->stages[i];
+
+	return s->kind == WFE_K_WORKFLOW ||
+		(s->kind == WFE_K_MAP && s->item_workflow && i == st->elem_map && st->elem >= 0);
+}
+
+/* step_release_child's work; bound: the context, bound already and in the row (or NULL: read it). */
+static void
+release(wfe_step *st, int i, int again, const char *bound)
 {
 	const wfe_rp_stage *s = &st->rp->stages[i];
 	wfe_row    *r = wfe_step_row(st, i);
@@ -60,7 +87,7 @@ step_release_child(wfe_step *st, int i, int again)
 										  s->contract, c.depth, c.max_depth));
 		return;
 	}
-	input = again ? st->io->stage_input(st->io->arg, i)
+	input = bound ? bound : again ? st->io->stage_input(st->io->arg, i)
 		: step_bind_stage(st, i,
 						  wfe_arena_printf(&st->arena, "context_schema of the child workflow %s@%s",
 										   child_workflow(st, i), c.version),
@@ -102,7 +129,7 @@ wfe_step_child_ended(wfe_step *st, int i, int attempt, int64_t fence, int64_t ch
 {
 	wfe_row    *r = wfe_step_row(st, i);
 	json_object *detail = json_object_new_object();
-	int			applies = r->exists && st->rp->stages[i].kind == WFE_K_WORKFLOW &&
+	int			applies = r->exists && step_runs_child(st, i) &&
 		r->state == WFE_RUNNING && r->attempt == attempt && r->fence == fence;
 	const char *code;
 	const char *problem;

@@ -111,6 +111,19 @@ write_counts(wfe_step *st, int i)
 	st->elem = elem;
 }
 
+/* The map's counter row and its write, for an operator's action on an element (step_operate_element.c). */
+wfe_map_counts *
+step_map_counts(wfe_step *st, int i)
+{
+	return counts(st, i);
+}
+
+void
+step_map_write_counts(wfe_step *st, int i)
+{
+	write_counts(st, i);
+}
+
 /* Elements released and not ended: what max_concurrency bounds. */
 static int64_t
 under_way(const wfe_map_counts *c)
@@ -121,10 +134,11 @@ under_way(const wfe_map_counts *c)
 /*
  * Release the elements max_concurrency now allows, in index order.  fresh:
  * the rows were created in this step (their state is known: waiting, no
- * attempt) so they are not read back.
+ * attempt) so they are not read back; fresh_inputs holds their bound
+ * inputs, which a child run's start needs before the rows are written.
  */
 static void
-release_more(wfe_step *st, int i, int fresh)
+release_more(wfe_step *st, int i, int fresh, json_object *fresh_inputs)
 {
 	const wfe_rp_stage *s = &st->rp->stages[i];
 	wfe_map_counts *c = counts(st, i);
@@ -148,8 +162,15 @@ release_more(wfe_step *st, int i, int fresh)
 			r->queue = s->item_worker ? s->item_queue : NULL;
 		}
 		c->released++;
-		if (step_element_row(st)->exists && step_element_row(st)->state == WFE_WAITING)
-			step_enqueue(st, i, NULL, 1, NULL);	/* its input was bound at the map's release */
+		if (!step_element_row(st)->exists || step_element_row(st)->state != WFE_WAITING)
+			continue;
+		/* its input was bound at the map's release */
+		if (s->item_workflow)
+			step_release_element_child(st, i, fresh_inputs == NULL ? NULL :
+									   json_object_get_string(json_object_array_get_idx(fresh_inputs,
+																						 (size_t) st->elem)));
+		else
+			step_enqueue(st, i, NULL, 1, NULL);
 	}
 	st->elem = was;
 	st->elem_row = was_row;
@@ -178,8 +199,8 @@ map_fail(wfe_step *st, int i, const char *code, const char *message)
 }
 
 /* A map that cannot start: failed at release with a binding-class error. */
-static void
-map_unbound(wfe_step *st, int i, const char *code, const char *message)
+void
+step_map_unbound(wfe_step *st, int i, const char *code, const char *message)
 {
 	wfe_row    *r = wfe_step_row(st, i);
 	wfe_op	   *op = step_emit(st, WFE_OP_BIND_FAILED, i);
@@ -222,17 +243,19 @@ step_map_release(wfe_step *st, int i)
 	wfe_op	   *op;
 	json_object *detail;
 
+	if (s->item_workflow && !step_map_child_ok(st, i))
+		return;
 	memset(&err, 0, sizeof(err));
 	bound = step_hold(st, wfe_bind_input(s->items, root, NULL, NULL, &err));
 	if (bound == NULL)
 	{
-		map_unbound(st, i, err.code ? err.code : WFE_BIND_TYPE, err.message);
+		step_map_unbound(st, i, err.code ? err.code : WFE_BIND_TYPE, err.message);
 		return;
 	}
 	items = json_object_object_get(bound, "items");
 	if (!json_object_is_type(items, json_type_array))
 	{
-		map_unbound(st, i, WFE_BIND_TYPE,
+		step_map_unbound(st, i, WFE_BIND_TYPE,
 					wfe_arena_printf(&st->arena, "the items of map '%s' bound to %s, not an array",
 									 s->name, items ? wfe_json_type_name(items) : "null"));
 		return;
@@ -240,7 +263,7 @@ step_map_release(wfe_step *st, int i)
 	n = (int64_t) json_object_array_length(items);
 	if (n > limit)
 	{
-		map_unbound(st, i, "limits.map_items",
+		step_map_unbound(st, i, "limits.map_items",
 					wfe_arena_printf(&st->arena,
 									 "the items of map '%s' are %lld, over the limit of %lld (wfe.max_map_items)",
 									 s->name, (long long) n, (long long) limit));
@@ -259,7 +282,7 @@ step_map_release(wfe_step *st, int i)
 		text = step_bind(st, i, root, NULL, &code, &message);
 		if (text == NULL)
 		{
-			map_unbound(st, i, code, wfe_arena_printf(&st->arena, "element %lld: %s", (long long) k,
+			step_map_unbound(st, i, code, wfe_arena_printf(&st->arena, "element %lld: %s", (long long) k,
 													  message ? message : ""));
 			return;
 		}
@@ -272,7 +295,7 @@ step_map_release(wfe_step *st, int i)
 	r->outcome = 0;
 	op->attempt = r->attempt;
 	op->fence = r->fence;
-	op->text = s->item_worker ? "worker" : "action";
+	op->text = s->item_worker ? "worker" : s->item_workflow ? "workflow" : "action";
 	op->json = step_json_text(st, json_object_get(inputs));
 	memset(&st->counts, 0, sizeof(st->counts));
 	st->counts.total = n;
@@ -288,7 +311,7 @@ step_map_release(wfe_step *st, int i)
 		map_complete(st, i, "{\"failed\":[],\"items\":[]}");
 		return;
 	}
-	release_more(st, i, 1);
+	release_more(st, i, 1, inputs);
 	write_counts(st, i);
 }
 
@@ -341,7 +364,7 @@ step_map_element_done(wfe_step *st, int i, wfe_state outcome)
 		map_fail(st, i, "map.failed", message);
 		return;
 	}
-	release_more(st, i, 0);
+	release_more(st, i, 0, NULL);
 	write_counts(st, i);
 	if (c->completed + c->failed == c->total)
 	{

@@ -367,6 +367,7 @@ read_stage(wfe_run_plan *rp, int i, json_object *o)
 		if (json_object_is_type(json_object_object_get(o, "item"), json_type_object))
 			o = json_object_object_get(o, "item");
 		s->item_worker = str_member(o, "worker") != NULL;
+		s->item_workflow = str_member(o, "workflow") != NULL;
 		s->item_queue = str_member(o, "queue");
 	}
 	s->on_success = target_of(rp, str_member(outer, "on_success"));

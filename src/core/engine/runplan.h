@@ -115,7 +115,8 @@ typedef struct wfe_rp_stage
 	 * and its bounds; contract, retry, input and cache below are its item's
 	 */
 	struct json_object *items;
-	int			item_worker;	/* elements are workers (else actions) */
+	int			item_worker;	/* elements are workers (else actions or child runs) */
+	int			item_workflow;	/* elements are child runs of the workflow in contract */
 	const char *item_queue;		/* a worker item's queue */
 	int64_t		max_concurrency;	/* -1: unlimited */
 	int64_t		tolerated_failures;

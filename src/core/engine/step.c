@@ -1249,8 +1249,8 @@ run_output(wfe_step *st, const char **code, const char **message)
 		wfe_row    *tr = &st->rows[t];
 		json_object *entry;
 
-		if ((ts->kind != WFE_K_ACTION && ts->kind != WFE_K_WORKER &&
-			 ts->kind != WFE_K_WAIT && ts->kind != WFE_K_SLEEP && ts->kind != WFE_K_WORKFLOW) ||
+		if ((ts->kind != WFE_K_ACTION && ts->kind != WFE_K_WORKER && ts->kind != WFE_K_WAIT &&
+			 ts->kind != WFE_K_SLEEP && ts->kind != WFE_K_WORKFLOW && ts->kind != WFE_K_MAP) ||
 			!tr->exists || tr->state != WFE_COMPLETED)
 			continue;
 		entry = json_object_new_object();
@@ -1686,7 +1686,7 @@ wfe_step_retry_due(wfe_step *st, int i, int attempt, int64_t fence)
 		(intent < 0 || st->rp->stages[i].kind == WFE_K_FINALISER ||
 		 (!r->awaits && intent == WFE_RUN_COMPLETED)))
 	{
-		if (st->rp->stages[i].kind == WFE_K_WORKFLOW)
+		if (step_runs_child(st, i))
 			step_release_child(st, i, 1);	/* a new child run */
 		else
 			step_enqueue(st, i, NULL, 1, NULL);

@@ -145,6 +145,13 @@ typedef struct wfe_step_io
 	 * and wfe.max_map_items.
 	 */
 	void		(*load_element) (void *arg, int stage, int64_t elem, wfe_row *row);
+	/*
+	 * The indices of map stage's cancelled elements, ascending, at most max
+	 * into out; how many.  Only an operator's reopening of a failed map asks
+	 * (the one step besides the release and the aggregation that may touch
+	 * many elements).  NULL: none.
+	 */
+	int64_t		(*map_cancelled) (void *arg, int stage, int64_t *out, int64_t max);
 	void		(*map_counts) (void *arg, int stage, wfe_map_counts *c);
 	const char *(*map_results) (void *arg, int stage, int64_t elem, const char *elem_result);
 	int64_t		(*max_map_items) (void *arg);

@@ -53,6 +53,7 @@ extern wfe_row *step_element_row(wfe_step *st);
 extern void step_map_release(wfe_step *st, int i);
 extern void step_map_element_done(wfe_step *st, int i, wfe_state outcome);
 extern const char *step_map_outputs(wfe_step *st, int i, const char *result);
+extern void step_map_unbound(wfe_step *st, int i, const char *code, const char *message);
 extern const char *step_bind(wfe_step *st, int i, json_object *root, const char *whose,
 							 const char **code, const char **message);
 extern json_object *step_root(wfe_step *st, int i);
@@ -64,5 +65,22 @@ extern void step_cached_release(wfe_step *st, int i, const char *input, int may_
 
 /* Child runs (child.c) */
 extern void step_release_child(wfe_step *st, int i, int again);
+extern int	step_runs_child(const wfe_step *st, int i);
+extern void step_release_child_bound(wfe_step *st, int i, const char *input);
+
+/* Operator recovery (step_operate.c), and of one map element (step_operate_element.c) */
+extern void step_operator_event(wfe_step *st, int i, const char *type, const char *by, const char *why);
+extern void step_new_attempt(wfe_step *st, int i);
+extern const char *step_reopen(wfe_step *st, int i, const char *by, const char *why);
+extern void step_release_again(wfe_step *st, const char *redo);
+extern const char *step_element_operate_problem(wfe_step *st, int i);
+extern void step_element_operate(wfe_step *st, int i, wfe_operation what, const char *value,
+								 const char *by, const char *why);
+extern wfe_map_counts *step_map_counts(wfe_step *st, int i);
+extern void step_map_write_counts(wfe_step *st, int i);
+
+/* Maps whose elements are child runs (map_child.c) */
+extern int	step_map_child_ok(wfe_step *st, int i);
+extern void step_release_element_child(wfe_step *st, int i, const char *input);
 
 #endif							/* WFE_STEP_INTERNAL_H */

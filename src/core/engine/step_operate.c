@@ -11,8 +11,8 @@
 #include "step_internal.h"
 
 /* An operator event: who, why and what the stage was. */
-static void
-operator_event(wfe_step *st, int i, const char *type, const char *by, const char *why)
+void
+step_operator_event(wfe_step *st, int i, const char *type, const char *by, const char *why)
 {
 	wfe_row    *r = wfe_step_row(st, i);
 	json_object *detail = json_object_new_object();
@@ -28,10 +28,10 @@ operator_event(wfe_step *st, int i, const char *type, const char *by, const char
  * queued, a wait waits again (with a new timeout), a sleep sleeps again,
  * a workflow stage starts a new child run.
  */
-static void
-new_attempt(wfe_step *st, int i)
+void
+step_new_attempt(wfe_step *st, int i)
 {
-	wfe_kind	kind = st->rp->stages[i].kind;
+	wfe_kind	kind = step_runs_child(st, i) ? WFE_K_WORKFLOW : st->rp->stages[i].kind;
 
 	if (kind == WFE_K_WAIT || kind == WFE_K_SLEEP || kind == WFE_K_WORKFLOW)
 	{
@@ -123,8 +123,11 @@ wfe_step_operate_problem(wfe_step *st, int i, wfe_operation op, const char *valu
 
 	if (!r->exists)
 		return wfe_arena_printf(&st->arena, "stage %s has no row in this run", s->name);
+	/* one element of a map (step_operate_element.c) */
+	if (i == st->elem_map && st->elem >= 0 && (op == WFE_OPERATE_REDRIVE || op == WFE_OPERATE_SKIP))
+		return step_element_operate_problem(st, i);
 	/* its elements have rows of their own: acting on the map alone would strand them */
-	if (s->kind == WFE_K_MAP && op != WFE_OPERATE_SKIP)
+	if (s->kind == WFE_K_MAP && op != WFE_OPERATE_SKIP && !(i == st->elem_map && st->elem >= 0))
 		return wfe_arena_printf(&st->arena, "stage %s is a map: only skip_stage (of a failed map) acts on it yet",
 								s->name);
 	switch (op)
@@ -269,8 +272,8 @@ reset(wfe_step *st, int i, const char *redo)
 /* reopen's redo[k]: 1 runs again (queued), RELEASE_AGAIN is released as a route would */
 #define RELEASE_AGAIN 2
 
-static const char *
-reopen(wfe_step *st, int i, const char *by, const char *why)
+const char *
+step_reopen(wfe_step *st, int i, const char *by, const char *why)
 {
 	const wfe_run_plan *rp = st->rp;
 	wfe_run    *run = st->run;
@@ -341,7 +344,7 @@ reopen(wfe_step *st, int i, const char *by, const char *why)
 			step_enqueue(st, k, NULL, 1, key);	/* its bound input is in its row: it runs itself */
 		}
 		else if (redo[k] == 1 && k != i)
-			new_attempt(st, k);
+			step_new_attempt(st, k);
 	for (int k = 0; k < rp->first_finaliser; k++)
 		if (redo[k] == RELEASE_AGAIN)
 			reset(st, k, redo);	/* waiting again now, so the action on i sees it live */
@@ -354,8 +357,8 @@ reopen(wfe_step *st, int i, const char *by, const char *why)
  * the run again at once (a decision failing as before), which cancels what
  * is under way, the stage acted on included.
  */
-static void
-release_again(wfe_step *st, const char *redo)
+void
+step_release_again(wfe_step *st, const char *redo)
 {
 	for (int k = 0; k < st->rp->first_finaliser && st->run->intent < 0; k++)
 		if (redo[k] == RELEASE_AGAIN)
@@ -390,18 +393,23 @@ wfe_step_operate(wfe_step *st, int i, wfe_operation what, const char *value, con
 	wfe_row    *r = wfe_step_row(st, i);
 	const char *again = NULL;	/* what a reopening releases after the action */
 
+	if (i == st->elem_map && st->elem >= 0 && (what == WFE_OPERATE_REDRIVE || what == WFE_OPERATE_SKIP))
+	{
+		step_element_operate(st, i, what, value, by, why);
+		return;
+	}
 	switch (what)
 	{
 		case WFE_OPERATE_REDRIVE:
 		case WFE_OPERATE_SKIP:
 			if (wfe_step_operate_reopens(st, what))
-				again = reopen(st, i, by, why);
+				again = step_reopen(st, i, by, why);
 			else
 				unskip_downstream(st, i);
-			operator_event(st, i, what == WFE_OPERATE_REDRIVE ? "stage.redriven" : "stage.skipped_by_operator",
+			step_operator_event(st, i, what == WFE_OPERATE_REDRIVE ? "stage.redriven" : "stage.skipped_by_operator",
 						   by, why);
 			if (what == WFE_OPERATE_REDRIVE)
-				new_attempt(st, i);
+				step_new_attempt(st, i);
 			else if (st->rp->stages[i].kind == WFE_K_DECISION)
 			{
 				/* decided by hand: the branch the operator named, as if its clause held */
@@ -422,14 +430,14 @@ wfe_step_operate(wfe_step *st, int i, wfe_operation what, const char *value, con
 			else
 				step_completed(st, i, value, BY_HAND);
 			if (again != NULL)
-				release_again(st, again);
+				step_release_again(st, again);
 			break;
 		case WFE_OPERATE_FAIL:
 			{
 				wfe_op	   *op = step_emit(st, WFE_OP_FENCE, i);
 				json_object *error = json_object_new_object();
 
-				operator_event(st, i, "stage.failed_by_operator", by, why);
+				step_operator_event(st, i, "stage.failed_by_operator", by, why);
 				/* the attempt is fenced first: whatever it reports later is stale */
 				op->flag = (r->state == WFE_DISPATCHED || r->state == WFE_RUNNING);
 				op->text = value;
@@ -447,7 +455,7 @@ wfe_step_operate(wfe_step *st, int i, wfe_operation what, const char *value, con
 			{
 				wfe_op	   *op = step_emit(st, WFE_OP_ENQUEUE, i);
 
-				operator_event(st, i, "stage.redispatched", by, why);
+				step_operator_event(st, i, "stage.redispatched", by, why);
 				/* the same attempt under a new fence: the old message's accept is stale */
 				op->flag = 0;
 				op->json = NULL;

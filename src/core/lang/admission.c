@@ -126,7 +126,7 @@ static const char *const task_sleep_keys[] = {
 static const char *const task_workflow_keys[] = {
 	"id", "workflow", "description", "depends_on", "critical", "dependency_policy",
 	"contexts", "awaits", "produces", "requires_outputs", "input", "retry",
-	"execution_deadline_ms", NULL
+	"execution_deadline_ms", "for_each", "max_concurrency", "tolerated_failures", NULL
 };
 static const char *const wait_executor_keys[] = {"signal", "timeout_ms", NULL};
 static const char *const wait_executor_required[] = {"signal", NULL};
@@ -894,7 +894,26 @@ read_map_items(wfe_model *m, wfe_stage *s, const wfe_ynode *map, const char *key
 			   key, wfe_ynode_describe(n));
 }
 
-/* A map stage's item: a worker (with its queue) or an action, and their settings. */
+/*
+ * A map item that runs a child workflow per element (map_child.c at run
+ * time): a workflow stage's keys, so no queue, cache or worker deadlines.
+ */
+static void
+read_map_child_item(wfe_model *m, wfe_stage *s, const wfe_ynode *item)
+{
+	static const char *const worker_only[] = {"queue", "cache", "queue_deadline_ms", "heartbeat_ms",
+	"rate_limit", NULL};
+
+	for (int k = 0; worker_only[k]; k++)
+		if (wfe_ymap_get(item, worker_only[k]) != NULL)
+			report(m, "schema.value", wfe_ymap_get(item, worker_only[k]), key_path(m, s->path, worker_only[k]),
+				   "a map item that runs a child workflow has no %s (a child run has no queue of its own)",
+				   worker_only[k]);
+	s->item_workflow = 1;
+	read_child(m, s, item);
+}
+
+/* A map stage's item: a worker (with its queue), an action or a child workflow, and their settings. */
 static void
 read_map_item(wfe_model *m, wfe_stage *s, const wfe_ynode *map)
 {
@@ -902,7 +921,8 @@ read_map_item(wfe_model *m, wfe_stage *s, const wfe_ynode *map)
 	const char *ipath = key_path(m, s->path, "item");
 	const char *saved = s->path;
 	int			has_worker,
-				has_action;
+				has_action,
+				has_child;
 
 	if (item == NULL)
 		return;
@@ -914,19 +934,20 @@ read_map_item(wfe_model *m, wfe_stage *s, const wfe_ynode *map)
 	check_keys(m, item, ipath, item_keys, none, "a map's item");
 	has_worker = wfe_ymap_get(item, "worker") != NULL;
 	has_action = wfe_ymap_get(item, "action") != NULL;
-	if (wfe_ymap_get(item, "workflow") != NULL)
-	{
-		report(m, "schema.value", wfe_ymap_get(item, "workflow"), key_path(m, ipath, "workflow"),
-			   "a map item that runs a child workflow is not supported yet: use a worker or an action");
-		return;
-	}
-	if (has_worker + has_action != 1)
+	has_child = wfe_ymap_get(item, "workflow") != NULL;
+	if (has_worker + has_action + has_child != 1)
 	{
 		report(m, "schema.required", item, ipath,
-			   "map '%s' needs one item executor: worker + queue, or action", s->name ? s->name : "?");
+			   "map '%s' needs one item executor: worker + queue, action, or workflow", s->name ? s->name : "?");
 		return;
 	}
 	s->path = ipath;			/* the item's settings are reported under /item */
+	if (has_child)
+	{
+		read_map_child_item(m, s, item);
+		s->path = saved;
+		return;
+	}
 	s->item_action = has_action;
 	if (has_action)
 		s->ref = get_contract_ref(m, item, "action", ipath);
@@ -1270,6 +1291,17 @@ read_task(wfe_model *m, wfe_stage *s, const wfe_ynode *map)
 		check_keys(m, map, s->path, task_workflow_keys, id_only, "a workflow task");
 		read_child(m, s, map);
 		read_task_common(m, s, map);
+		if (wfe_ymap_get(map, "for_each") != NULL)
+		{
+			/* a map whose elements are child runs */
+			s->item_workflow = 1;
+			s->type = WFE_ST_MAP;
+			read_map_items(m, s, map, "for_each");
+		}
+		else if (wfe_ymap_get(map, "max_concurrency") || wfe_ymap_get(map, "tolerated_failures"))
+			report(m, "schema.value", map, s->path,
+				   "task '%s' sets max_concurrency or tolerated_failures without for_each",
+				   s->name ? s->name : "?");
 		return;
 	}
 	if (wait != NULL || sleep != NULL)

@@ -349,11 +349,11 @@ wfe_contracts_check(wfe_model *m)
 		return;
 	for (int i = 0; i < m->nstages; i++)
 		if (m->stages[i].type == WFE_ST_ACTION || m->stages[i].type == WFE_ST_WORKER ||
-			m->stages[i].type == WFE_ST_MAP)
+			(m->stages[i].type == WFE_ST_MAP && !m->stages[i].item_workflow))
 			check_stage(m, &m->stages[i]);
 		else if (m->stages[i].type == WFE_ST_WAIT)
 			check_wait(m, &m->stages[i]);
-		else if (m->stages[i].type == WFE_ST_WORKFLOW)
+		else if (m->stages[i].type == WFE_ST_WORKFLOW || m->stages[i].type == WFE_ST_MAP)
 			check_child(m, &m->stages[i]);
 		else if (m->stages[i].type == WFE_ST_DECISION)
 			for (int k = 0; k < m->stages[i].nbranches; k++)

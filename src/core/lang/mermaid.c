@@ -195,7 +195,8 @@ declare_stage(mbuf *b, json_object *s, size_t i)
 		json_object *item = json_object_object_get(s, "item");
 		json_object *mc = json_object_object_get(s, "max_concurrency");
 		const char *w = get_str(item, "worker");
-		char	   *ref = label(w ? w : get_str(item, "action"));
+		const char *child = get_str(item, "workflow");
+		char	   *ref = label(w ? w : child ? child : get_str(item, "action"));
 		char	   *q = label(get_str(item, "queue"));
 		char		limit[48] = "";
 
@@ -203,6 +204,8 @@ declare_stage(mbuf *b, json_object *s, size_t i)
 			snprintf(limit, sizeof(limit), ", %lld at once", (long long) json_object_get_int64(mc));
 		if (w)
 			out(b, "  s%zu[/\"%s<br/><i>map: worker %s on %s%s</i>\"/]\n", i, name, ref, q, limit);
+		else if (child)
+			out(b, "  s%zu[/\"%s<br/><i>map: workflow %s%s</i>\"/]\n", i, name, ref, limit);
 		else
 			out(b, "  s%zu[/\"%s<br/><i>map: action %s%s</i>\"/]\n", i, name, ref, limit);
 		free(ref);

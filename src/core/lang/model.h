@@ -120,6 +120,7 @@ typedef struct wfe_stage
 	const wfe_ynode *items;		/* a "${...}" string, or a literal sequence */
 	const char *items_path;
 	int			item_action;	/* the item executor is an action (else a worker) */
+	int			item_workflow;	/* the item executor is a child workflow (ref: NAME[@VERSION]) */
 	long long	max_concurrency;	/* WFE_NONE: unlimited */
 	long long	tolerated_failures;
 

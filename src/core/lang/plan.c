@@ -122,7 +122,10 @@ add_map(json_object *o, const wfe_stage *s)
 	json_object_object_add(o, "items", s->items ? wfe_ynode_to_json(s->items) : NULL);
 	json_object_object_add(o, "max_concurrency", ms_json(s->max_concurrency));
 	json_object_object_add(o, "tolerated_failures", json_object_new_int64(s->tolerated_failures));
-	add_executor(item, s);
+	if (s->item_workflow)
+		add_child(item, s);
+	else
+		add_executor(item, s);
 	json_object_object_add(o, "item", item);
 }
 
@@ -295,7 +298,7 @@ contracts_json(const wfe_model *m)
 
 	/* a child workflow is no contract: definitions pin it at release */
 	for (int i = 0; i < m->nstages; i++)
-		if (m->stages[i].ref.name && m->stages[i].type != WFE_ST_WORKFLOW)
+		if (m->stages[i].ref.name && m->stages[i].type != WFE_ST_WORKFLOW && !m->stages[i].item_workflow)
 			all[n++] = m->stages[i].ref.name;
 	for (int i = 0; i < m->nfinalisers; i++)
 		all[n++] = m->finalisers[i].name;
