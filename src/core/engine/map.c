@@ -219,6 +219,7 @@ step_map_release(wfe_step *st, int i)
 	int64_t		n,
 				limit = st->io->max_map_items(st->io->arg);
 	json_object *inputs;
+	json_object *keys = NULL;
 	wfe_op	   *op;
 	json_object *detail;
 
@@ -248,15 +249,21 @@ step_map_release(wfe_step *st, int i)
 	}
 	/* each element's input, bound once, here: releasing it later reads nothing else */
 	inputs = step_hold(st, json_object_new_array_ext((int) n));
+	/* and its rate-limit key: one bucket per element's key value (dsl.md "Flow-control keys") */
+	if (s->rate_key != NULL)
+		keys = step_hold(st, json_object_new_array_ext((int) n));
 	for (int64_t k = 0; k < n; k++)
 	{
 		const char *code = NULL,
 				   *message = NULL;
 		const char *text;
+		const char *key = NULL;
 
 		json_object_object_add(root, "item", json_object_get(json_object_array_get_idx(items, (size_t) k)));
 		json_object_object_add(root, "item_index", json_object_new_int64(k));
 		text = step_bind(st, i, root, NULL, &code, &message);
+		if (text != NULL && step_rate_key(st, i, root, &key, &code, &message) < 0)
+			text = NULL;
 		if (text == NULL)
 		{
 			map_unbound(st, i, code, wfe_arena_printf(&st->arena, "element %lld: %s", (long long) k,
@@ -264,6 +271,8 @@ step_map_release(wfe_step *st, int i)
 			return;
 		}
 		json_object_array_add(inputs, json_object_new_string(text));
+		if (keys != NULL)
+			json_object_array_add(keys, json_object_new_string(key));
 	}
 	op = step_emit(st, WFE_OP_MAP_START, i);
 	r->state = WFE_RUNNING;
@@ -274,6 +283,7 @@ step_map_release(wfe_step *st, int i)
 	op->fence = r->fence;
 	op->text = s->item_worker ? "worker" : "action";
 	op->json = step_json_text(st, json_object_get(inputs));
+	op->json2 = keys ? step_json_text(st, json_object_get(keys)) : NULL;
 	memset(&st->counts, 0, sizeof(st->counts));
 	st->counts.total = n;
 	st->counts_loaded = 1;

@@ -458,21 +458,24 @@ step_bind(wfe_step *st, int i, json_object *root, const char *whose, const char 
 }
 
 /*
- * Bind stage i's rate-limit key (dsl.md "Flow-control keys") into its row,
- * for the enqueue to write.  Returns 0, or -1 with *code and *message set:
- * a key that fails to bind is the stage's binding failure.
+ * Bind stage i's rate-limit key (dsl.md "Flow-control keys") over root
+ * into *key (NULL: the stage has no keyed rate limit).  Returns 0, or -1
+ * with *code and *message set: a key that fails to bind is the stage's
+ * binding failure.  A map binds one per element, with item and item_index.
  */
-static int
-bind_rate_key(wfe_step *st, int i, const char **code, const char **message)
+int
+step_rate_key(wfe_step *st, int i, json_object *root, const char **key_out,
+			  const char **code, const char **message)
 {
 	const wfe_rp_stage *s = &st->rp->stages[i];
 	json_object *key;
 	wfe_bind_error err;
 
+	*key_out = NULL;
 	if (s->rate_key == NULL)
 		return 0;
 	memset(&err, 0, sizeof(err));
-	key = wfe_bind_input(s->rate_key, build_root(st, i, 0), NULL, NULL, &err);
+	key = wfe_bind_input(s->rate_key, root, NULL, NULL, &err);
 	if (key == NULL)
 	{
 		*code = wfe_arena_strdup(&st->arena, err.code ? err.code : WFE_BIND_TYPE);
@@ -481,15 +484,29 @@ bind_rate_key(wfe_step *st, int i, const char **code, const char **message)
 	}
 	/* a string is the key as it is; any other value, its canonical JSON */
 	if (json_object_get_type(key) == json_type_string)
-		wfe_step_row(st, i)->rate_key = wfe_arena_strdup(&st->arena, json_object_get_string(key));
+		*key_out = wfe_arena_strdup(&st->arena, json_object_get_string(key));
 	else
 	{
 		char	   *canon = wfe_canonical_json(key);
 
-		wfe_step_row(st, i)->rate_key = wfe_arena_strdup(&st->arena, canon ? canon : "null");
+		*key_out = wfe_arena_strdup(&st->arena, canon ? canon : "null");
 		free(canon);
 	}
 	json_object_put(key);
+	return 0;
+}
+
+/* Bind stage i's rate-limit key into its row, for the enqueue to write. */
+static int
+bind_rate_key(wfe_step *st, int i, const char **code, const char **message)
+{
+	const char *key;
+
+	if (st->rp->stages[i].rate_key == NULL)
+		return 0;
+	if (step_rate_key(st, i, build_root(st, i, 0), &key, code, message) < 0)
+		return -1;
+	wfe_step_row(st, i)->rate_key = key;
 	return 0;
 }
 

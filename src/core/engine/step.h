@@ -191,7 +191,8 @@ typedef enum wfe_op_kind
 								 * fence): text the workflow, json2 its version, json its context */
 	/* maps (an op about one element has elem >= 0: its stage is NAME[elem]) */
 	WFE_OP_MAP_START,			/* the map runs: attempt, fence; json: the elements' bound inputs
-								 * (a JSON array), text: their kind; its counter row from counts */
+								 * (a JSON array), text: their kind; its counter row from counts;
+								 * json2: the elements' bound rate-limit keys (an array; NULL: unkeyed) */
 	WFE_OP_MAP_COUNTS,			/* the map's counter row is counts */
 	WFE_OP_MAP_CANCEL			/* the map's elements under way are cancelled and fenced; json: error */
 } wfe_op_kind;
