@@ -646,11 +646,15 @@ io_now_us(void *arg)
 		(int64_t) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * USECS_PER_DAY;
 }
 
+/* stage i's bound input; the element's, while the step is about one of map i's (map.c) */
 static const char *
 io_stage_input(void *arg, int i)
 {
 	srv		   *s = arg;
-	Datum		v[2] = {Int64GetDatum(s->run_id), CStringGetTextDatum(s->rp->stages[i].name)};
+	Datum		v[2] = {Int64GetDatum(s->run_id),
+		CStringGetTextDatum(i == current_step.elem_map && current_step.elem >= 0
+							? wfe_map_element_name(s->rp->stages[i].name, current_step.elem)
+							: s->rp->stages[i].name)};
 
 	stmt_run(&q_stage_input, v, NULL);
 	return SPI_processed == 1 ? stmt_col(1) : NULL;

@@ -245,6 +245,13 @@ typedef struct wfe_step
 	wfe_row		elem_row;
 	int			counts_loaded;
 	wfe_map_counts counts;		/* elem_map's counter row, kept up to date */
+	/*
+	 * Elements completed from the result cache at their release in this
+	 * step (map.c): {"index": result}, for the aggregation to read (their
+	 * rows are written after the step); in_release while releasing them.
+	 */
+	struct json_object *map_hits;
+	int			in_release;
 } wfe_step;
 
 /* Start a step (releases what an interrupted earlier step still held). */
