@@ -2,6 +2,8 @@
 # item 2 and the visibility of item 5; runtime.md "Map elements", dsl.md
 # "Flow-control keys"), with the background worker and real logins:
 #
+# - the result cache per element: one element's entry answers an element
+#   of the same input in another run, never one of another input;
 # - flow-control keys per element: a map item's `rate_limit` with a key
 #   bound from `item` gives each element the bucket of its own key value
 #   (two elements of one key: the second is held; another key's goes), and
@@ -132,6 +134,44 @@ is(scalar(@u), 2, 'an unkeyed rate limit is one bucket for every element: its bu
 is(sql("SELECT count(*) FROM wfe.run_stages WHERE run_id = $unkeyed AND element IS NOT NULL AND held_until IS NOT NULL"),
 	'2', 'the other two are held');
 
+# the result cache: each element under the key of its own input
+sql(q{SELECT wfe.create_definition($y$
+name: cached
+version: "1.0.0"
+entry: render
+stages:
+  - name: render
+    type: map
+    items: "${context.lods}"
+    item:
+      worker: lod@1
+      queue: lods
+      input: { lod: "${item}" }
+      cache: { ttl_ms: 600000 }
+    on_success: completed
+    on_failure: failed
+$y$);
+SELECT wfe.approve('cached', '1.0.0');
+SELECT wfe.activate('cached', '1.0.0');});
+my $c1 = submit('cached', '{"lods": ["p", "q"]}');
+for my $t (grep { $_->[0] == $c1 } claim('worker_a', 10))
+{
+	my ($lod) = $t->[4] =~ /"lod": "(\w+)"/;
+	login('worker_a', "SELECT wfe.complete_task($t->[0], '$t->[1]', $t->[2], $t->[3], '{\"url\": \"$lod\"}')");
+}
+is(sql("SELECT state FROM wfe.runs WHERE run_id = $c1"), 'completed', 'a cached map ran its elements and completed');
+my $c2 = submit('cached', '{"lods": ["q", "r", "p"]}');
+is(elements($c2, 'state'), 'render[0]:completed,render[1]:queued,render[2]:completed',
+	'another run: the elements whose own input has an entry complete from it, "r" runs');
+is(elements($c2, 'attempt'), 'render[0]:0,render[1]:1,render[2]:0', '... the hits without an attempt');
+is(sql("SELECT count(DISTINCT cache_key) FROM wfe.run_stages WHERE run_id = $c2 AND element IS NOT NULL"), '3',
+	'each element has a key of its own');
+my ($r1) = grep { $_->[0] == $c2 } claim('worker_a', 10);
+login('worker_a', "SELECT wfe.complete_task($r1->[0], '$r1->[1]', $r1->[2], $r1->[3], '{\"url\": \"r\"}')");
+is(sql("SELECT result::text FROM wfe.run_stages WHERE run_id = $c2 AND stage = 'render'"),
+	'{"items": [{"url": "q"}, {"url": "r"}, {"url": "p"}], "failed": []}',
+	'the aggregation holds the cached results in element order');
+
 # --- 2. counts in the report and the picture, as the tenant's reader ------
 login('worker_a', "SELECT wfe.complete_task($t[0][0], '$t[0][1]', $t[0][2], $t[0][3], '{\"ok\": 0}')");
 login('worker_a', "SELECT wfe.fail_task($t[1][0], '$t[1][1]', $t[1][2], $t[1][3], '{\"code\": \"bad\"}', false)");
@@ -186,7 +226,7 @@ for my $q ("wfe.report($run)", "wfe.run_mermaid($run)", "wfe.run_timeline($run)"
 is("$s|$o", '|0', "tenant B's reader sees no counter row of A's map");
 ($s, $o) = login('reader_b', "SELECT count(*) FROM wfe.run_stages WHERE run_id = $run");
 is("$s|$o", '|0', '... nor any of its elements');
-($s, $o) = login('operator_b', "SELECT wfe.cancel($run, 'not yours')");
+($s, $o) = login('operator_b', "SELECT wfe.cancel_run($run, 'not yours')");
 is($s, '42704', "tenant B's operator cannot cancel A's map run (42704)");
 ($s, $o) = login('worker_b', "SELECT wfe.complete_task($r, '$e0->[1]', $a, $f, '{}')");
 is("$s|$o", '|unknown', "tenant B's worker reporting A's element with its real fence: unknown");
