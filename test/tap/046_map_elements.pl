@@ -14,7 +14,8 @@
 #   heartbeat, fail, complete_tasks and ack_cancel naming an element that
 #   is not one (bad index, the map's own name), a signal named like an
 #   element, and another tenant's reader, operator and worker on the map
-#   run (its report, picture, timeline, counter row, elements, cancel).
+#   run (its report, picture, timeline, counter row, elements, cancel, a
+#   report with the element's real fence, a claim).
 use strict;
 use warnings;
 
@@ -57,8 +58,7 @@ SELECT wfe.add_tenant_member('reader_a', 'A');
 SELECT wfe.add_tenant_member('worker_b', 'B');
 SELECT wfe.add_tenant_member('reader_b', 'B');
 SELECT wfe.add_tenant_member('operator_b', 'B');
-SELECT wfe.grant_queue('worker_a', 'lods');
-SELECT wfe.grant_queue('worker_b', 'lods');});
+SELECT wfe.grant_queue('worker_a', 'lods');});
 
 # define(NAME, RATE_LIMIT): a map over context.lods whose item takes RATE_LIMIT
 sub define
@@ -108,7 +108,7 @@ sub claim
 sub elements
 {
 	my ($run, $col) = @_;
-	return sql("SELECT string_agg(stage || ':' || coalesce($col::text, '-'), ',' ORDER BY element)"
+	return sql("SELECT string_agg(stage || ':' || coalesce(${col}::text, '-'), ',' ORDER BY element)"
 		  . " FROM wfe.run_stages WHERE run_id = $run AND element IS NOT NULL");
 }
 
@@ -122,7 +122,7 @@ my @t = claim('worker_a', 10);
 is(join(',', map { $_->[1] } @t), 'render[0],render[2],render[3]',
 	'one token per key value: render[1] shares "hi" with render[0] and is held; "lo" and "mid" go');
 is(sql("SELECT state || ' ' || (held_until IS NOT NULL) FROM wfe.run_stages WHERE run_id = $keyed AND stage = 'render[1]'"),
-	'queued t', 'render[1] stays queued, held until its bucket refills');
+	'queued true', 'render[1] stays queued, held until its bucket refills');
 is(sql("SELECT count(*) FROM wfe.run_stages WHERE run_id = $keyed AND element IS NOT NULL AND held_until IS NOT NULL"),
 	'1', '... and it alone');
 
@@ -227,9 +227,12 @@ is("$s|$o", '|0', "tenant B's reader sees no counter row of A's map");
 ($s, $o) = login('reader_b', "SELECT count(*) FROM wfe.run_stages WHERE run_id = $run");
 is("$s|$o", '|0', '... nor any of its elements');
 ($s, $o) = login('operator_b', "SELECT wfe.cancel_run($run, 'not yours')");
-is($s, '42704', "tenant B's operator cannot cancel A's map run (42704)");
+is("$s|$o", '|unknown', "tenant B's operator cancelling A's map run: unknown (no existence oracle)");
+# a queue grant serves every tenant (036): tenant B's worker, not granted A's queue
 ($s, $o) = login('worker_b', "SELECT wfe.complete_task($r, '$e0->[1]', $a, $f, '{}')");
 is("$s|$o", '|unknown', "tenant B's worker reporting A's element with its real fence: unknown");
+($s, $o) = login('worker_b', "SELECT count(*) FROM wfe.claim_task('lods', 'worker_b', 10)");
+isnt($s, '', "tenant B's worker cannot claim A's elements ($s)");
 is(sql("SELECT $snapshot"), $before, 'nothing of the run changed');
 ($s, $o) = login('worker_a', "SELECT wfe.complete_task($r, '$e0->[1]', $a, $f, '{}')");
 is("$s|$o", '|accepted', 'the element\'s own worker: accepted');
