@@ -3980,6 +3980,42 @@ COMMENT ON VIEW wfe.dashboard_stuck IS
 'Work that does not move: runs with no live attempt and no due timer, attempts past their deadline, overdue timers, tasks on a paused or full queue or of a full tenant, attempts a rate limit, keyed concurrency or an open circuit holds, dispatches unpublished for a minute, open dead letters.';
 GRANT SELECT ON wfe.dashboard_stuck TO wfe_reader, wfe_operator;
 
+-- Map visibility (issue 22: a map's element counts in wfe.report and
+-- wfe.run_mermaid; a map item's rate limit, one key per element).  The
+-- changed bodies (report, run_mermaid, _insert_run_stages) are in the final
+-- bodies below.
+-- A map's elements counted by state: its counter row's items (bound at
+-- release) and released, and one count per stage state over its element rows
+-- (the run_stages_elements index).  Every state is present, zero or not, so
+-- a reader needs no default; the elements max_concurrency still holds back
+-- are waiting (items - released of them).  NULL before the map's release.
+CREATE FUNCTION wfe._map_element_counts(p_run_id bigint, p_stage text, p_ordinal int)
+RETURNS jsonb
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT jsonb_build_object(
+               'items', m.total, 'released', m.released,
+               'waiting', count(*) FILTER (WHERE st.state = 'waiting'),
+               'queued', count(*) FILTER (WHERE st.state = 'queued'),
+               'dispatched', count(*) FILTER (WHERE st.state = 'dispatched'),
+               'running', count(*) FILTER (WHERE st.state = 'running'),
+               'retry_scheduled', count(*) FILTER (WHERE st.state = 'retry_scheduled'),
+               'completed', count(*) FILTER (WHERE st.state = 'completed'),
+               'failed', count(*) FILTER (WHERE st.state = 'failed'),
+               'timed_out', count(*) FILTER (WHERE st.state = 'timed_out'),
+               'cancelled', count(*) FILTER (WHERE st.state = 'cancelled'),
+               'skipped', count(*) FILTER (WHERE st.state = 'skipped'))
+      FROM wfe.run_maps AS m
+      LEFT JOIN wfe.run_stages AS st
+             ON st.run_id = m.run_id AND st.ordinal = p_ordinal AND st.element IS NOT NULL
+     WHERE m.run_id = p_run_id AND m.stage = p_stage
+     GROUP BY m.total, m.released;
+END;
+COMMENT ON FUNCTION wfe._map_element_counts(bigint, text, int) IS
+'A released map''s elements for wfe.report and wfe.run_mermaid: items, released, and a count per stage state; NULL before its release.';
+REVOKE ALL ON FUNCTION wfe._map_element_counts(bigint, text, int) FROM PUBLIC;
+
 -- Final bodies: every function whose text changed in 0.3.0, as src/sql has it.
 -- (Written by the same rule as the sections above: the whole text, copied.)
 
@@ -4490,7 +4526,7 @@ BEGIN ATOMIC
            (coalesce(ps.spec -> 'item', ps.spec) ->> 'execution_deadline_ms')::int,
            (coalesce(ps.spec -> 'item', ps.spec) ->> 'queue_deadline_ms')::int,
            (coalesce(ps.spec -> 'item', ps.spec) ->> 'heartbeat_ms')::int,
-           ps.spec -> 'rate_limit' ->> 'name'
+           coalesce(ps.spec -> 'item', ps.spec) -> 'rate_limit' ->> 'name'
       FROM wfe.plan_stages AS ps
       LEFT JOIN wfe.contracts AS c ON c.ref = coalesce(ps.spec ->> 'worker', ps.spec ->> 'action')
      WHERE ps.definition_id = p_run.definition_id;
@@ -4893,7 +4929,11 @@ BEGIN
                               'skip_reason', s.skip_reason,
                               'error', wfe._redact(s.error),
                               'result', wfe._redact(s.result))
-                          ORDER BY s.ordinal), '[]')
+                              -- a map's elements counted by state (runtime.md "Map elements")
+                              || CASE WHEN s.kind = 'map' AND s.element IS NULL
+                                      THEN jsonb_build_object('elements', wfe._map_element_counts(s.run_id, s.stage, s.ordinal))
+                                      ELSE '{}' END
+                          ORDER BY s.ordinal, s.element NULLS FIRST), '[]')
                      FROM wfe.run_stages AS s WHERE s.run_id = r.run_id),
         'outputs', (SELECT coalesce(jsonb_object_agg(o.task || '.' || o.key,
                                                 wfe._redact(jsonb_build_object(o.key, o.value)) -> o.key), '{}')
@@ -4925,6 +4965,8 @@ DECLARE
     v_class text;
     v_bold  text;
     v_children text;
+    v_node  text;
+    v_extra text;
 BEGIN
     SELECT d.plan INTO v_plan FROM wfe.definitions AS d WHERE d.definition_id = r.definition_id;
     v_chart := wfe._plan_mermaid(v_plan);
@@ -4989,6 +5031,35 @@ BEGIN
                                    WHERE c.parent_run_id = r.run_id AND c.parent_stage = n.stage
                                    ORDER BY c.run_id DESC LIMIT 1) AS x)
       INTO v_class, v_bold, v_children;
+    -- on the picture itself: a released map's node gains its elements'
+    -- counts by state, a workflow stage's node its latest child run (the
+    -- node's text is extended in place, so its shape and edges stay)
+    FOR v_node, v_extra IN
+        SELECT 's' || (p.i - 1),
+               CASE WHEN st.kind = 'map' THEN
+                        (SELECT format('<b>%s elements</b>', c.e ->> 'items')
+                                || coalesce(': ' || string_agg(format('%s %s', c.e ->> k.state, k.state), ', '
+                                                               ORDER BY k.o)
+                                                    FILTER (WHERE (c.e ->> k.state)::int > 0), '')
+                           FROM (SELECT wfe._map_element_counts(r.run_id, st.stage, st.ordinal) AS e) AS c,
+                                unnest(ARRAY['completed', 'failed', 'timed_out', 'cancelled', 'skipped', 'running',
+                                             'dispatched', 'retry_scheduled', 'queued', 'waiting'])
+                                    WITH ORDINALITY AS k(state, o)
+                          WHERE c.e IS NOT NULL
+                          GROUP BY c.e)
+                    ELSE (SELECT format('child run %s (%s)', c.run_id, c.state) FROM wfe.runs AS c
+                           WHERE c.parent_run_id = r.run_id AND c.parent_stage = st.stage
+                           ORDER BY c.run_id DESC LIMIT 1)
+               END
+          FROM jsonb_array_elements(v_plan -> 'stages') WITH ORDINALITY AS p(s, i)
+          JOIN wfe.run_stages AS st ON st.run_id = r.run_id AND st.stage = p.s ->> 'name'
+         WHERE st.kind IN ('map', 'workflow')
+    LOOP
+        CONTINUE WHEN v_extra IS NULL;
+        -- a map is drawn s<i>[/"..."/], a workflow stage s<i>[["..."]] (core/lang/mermaid.c)
+        v_chart := regexp_replace(v_chart, '^(  ' || v_node || '(\[/|\[\[)".*?)("/\]|"\]\])$',
+                                  '\1<br/>' || v_extra || '\3', 'n');
+    END LOOP;
     RETURN rtrim(v_chart, E'\n')
         || format(E'\n  %%%% run %s: %s\n', r.run_id, r.state)
         || E'  classDef done fill:#d8f3dc,stroke:#2d6a4f,color:#1b4332\n'
@@ -5937,10 +6008,12 @@ COMMENT ON FUNCTION wfe.accept_task(bigint, text, int, bigint, text, int) IS
 'Acceptance handshake for a pushed dispatch: the first call starts the attempt, under lease_ms (renewed by heartbeats) if given; a redelivery answers duplicate.';
 COMMENT ON FUNCTION wfe.tick(int) IS
 'One round by hand: fires due schedules and timers, times out expired attempts, runs queued in-database actions; returns how many it handled.';
+COMMENT ON FUNCTION wfe._map_element_counts(bigint, text, int) IS
+'A released map''s elements for wfe.report and wfe.run_mermaid: items, released, and a count per stage state; NULL before its release.';
 COMMENT ON FUNCTION wfe.run_timeline(bigint) IS
 'One row per stage attempt with its outcome, times, a text waterfall over the run''s life, and the child run a workflow stage''s attempt started; a child run''s first row names its parent run, stage and attempt.';
 COMMENT ON FUNCTION wfe.run_mermaid(bigint) IS
-'The plan''s Mermaid flowchart with each stage classed by its state in this run (done, failed, running, skipped, cancelled, waiting), the edges the run took drawn bold, and each workflow stage''s child run by id.';
+'The plan''s Mermaid flowchart with each stage classed by its state in this run (done, failed, running, skipped, cancelled, waiting), the edges the run took drawn bold, a map''s element counts by state and each workflow stage''s latest child run on their nodes, and each workflow stage''s child run by id.';
 COMMENT ON FUNCTION wfe._cron_next(text, text, timestamptz) IS
 'The first tick of cron in time_zone strictly after `after` (a nonexistent local time: the first instant after the gap; a repeated one: the first); NULL when none; 22023 for a bad expression (naming its field) or zone.';
 COMMENT ON FUNCTION wfe._schedule_key(text, timestamptz) IS

@@ -652,6 +652,7 @@ io_now_us(void *arg)
 		(int64_t) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * USECS_PER_DAY;
 }
 
+/* stage i's bound input; the element's, while the step is about one of map i's (map.c) */
 static const char *
 io_stage_input(void *arg, int i)
 {

@@ -21,16 +21,20 @@
 #include "wfe.h"
 #include "map.h"
 
-/* the elements, each with its bound input, and the counter row */
+/*
+ * the elements, each with its bound input and its rate limit (the map's
+ * row holds its item's) under its own bound key ($6: an array, or NULL),
+ * and the counter row
+ */
 static stmt q_elements = STMT(
 	"INSERT INTO wfe.run_stages (run_id, stage, tenant, ordinal, kind, queue, worker, handler, priority,"
-	"                            awaits, exec_ms, queue_ms, heartbeat_ms, input, element)"
+	"                            awaits, exec_ms, queue_ms, heartbeat_ms, input, element, rate_limit, rate_key)"
 	" SELECT m.run_id, m.stage || '[' || (e.n - 1) || ']', m.tenant, m.ordinal, $3, coalesce($4, c.queue),"
 	"        m.worker, c.handler, m.priority, m.awaits, m.exec_ms, m.queue_ms, m.heartbeat_ms, e.input::jsonb,"
-	"        e.n - 1"
+	"        e.n - 1, m.rate_limit, $6::jsonb ->> (e.n - 1)::int"
 	"   FROM wfe.run_stages AS m LEFT JOIN wfe.contracts AS c ON c.ref = m.worker,"
 	"        jsonb_array_elements_text($5::jsonb) WITH ORDINALITY AS e(input, n)"
-	"  WHERE m.run_id = $1 AND m.stage = $2", 5, I8, TX, TX, TX, TX);
+	"  WHERE m.run_id = $1 AND m.stage = $2", 6, I8, TX, TX, TX, TX, TX);
 static stmt q_start = STMT(
 	"UPDATE wfe.run_stages AS st"
 	"   SET state = 'running', attempt = $3, fence = $4, outcome = NULL, error = NULL, result = NULL,"
@@ -120,8 +124,8 @@ wfe_map_results(int64 run_id, int ordinal, int64 elem, const char *elem_result)
 void
 wfe_map_apply(int64 run_id, const char *tenant, const wfe_rp_stage *s, const wfe_op *op)
 {
-	Datum		v[5];
-	char		n[6] = "     ";
+	Datum		v[6];
+	char		n[7] = "      ";
 
 	v[0] = Int64GetDatum(run_id);
 	v[1] = CStringGetTextDatum(s->name);
@@ -134,6 +138,7 @@ wfe_map_apply(int64 run_id, const char *tenant, const wfe_rp_stage *s, const wfe
 			v[2] = CStringGetTextDatum(op->text);
 			v[3] = stmt_text_or_null(s->item_worker ? s->item_queue : NULL, &n[3]);
 			v[4] = CStringGetTextDatum(op->json);
+			v[5] = stmt_text_or_null(op->json2, &n[5]);
 			stmt_run(&q_elements, v, n);
 			v[2] = CStringGetTextDatum(tenant);
 			v[3] = Int32GetDatum((int32) op->counts.total);

@@ -98,7 +98,7 @@ BEGIN ATOMIC
            (coalesce(ps.spec -> 'item', ps.spec) ->> 'execution_deadline_ms')::int,
            (coalesce(ps.spec -> 'item', ps.spec) ->> 'queue_deadline_ms')::int,
            (coalesce(ps.spec -> 'item', ps.spec) ->> 'heartbeat_ms')::int,
-           ps.spec -> 'rate_limit' ->> 'name'
+           coalesce(ps.spec -> 'item', ps.spec) -> 'rate_limit' ->> 'name'
       FROM wfe.plan_stages AS ps
       LEFT JOIN wfe.contracts AS c ON c.ref = coalesce(ps.spec ->> 'worker', ps.spec ->> 'action')
      WHERE ps.definition_id = p_run.definition_id;

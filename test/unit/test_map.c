@@ -177,6 +177,9 @@ typedef struct msrv
 	int			aggregations;
 	int			finished;
 	const char *context;
+	const char *cached_input;	/* the one input the result cache has an entry for, or NULL */
+	const char *cached_result;
+	int			cache_lookups;
 } msrv;
 
 static void
@@ -275,11 +278,23 @@ m_fence_bits(void *arg)
 	return ++((msrv *) arg)->fence_seq;
 }
 
+/* The result cache: one entry, under the key of cached_input (the key is the input here). */
 static void
 m_cache_entry(void *arg, int i, const char *input, wfe_cache_entry *e)
 {
+	msrv	   *s = arg;
+	static char key[256];
+
 	memset(e, 0, sizeof(*e));
-	e->key = "sha256:0";
+	s->cache_lookups++;
+	snprintf(key, sizeof(key), "sha256:%s", input);
+	e->key = key;
+	if (s->cached_input && strcmp(input, s->cached_input) == 0)
+	{
+		e->found = 1;
+		e->digest_ok = 1;
+		e->result = s->cached_result;
+	}
 }
 
 static const char *
@@ -306,10 +321,21 @@ m_now(void *arg)
 	return 0;
 }
 
+static wfe_step step;
+
+/* The cache entry the next start() finds (its release looks elements up). */
+static const char *next_cached_input;
+static const char *next_cached_result;
+
+/* A stage's bound input; an element's while the step is about one (engine.c's io_stage_input). */
 static const char *
 m_stage_input(void *arg, int i)
 {
-	return ((msrv *) arg)->stages[i].input;
+	msrv	   *s = arg;
+
+	if (i == step.elem_map && step.elem >= 0)
+		return s->elems[step.elem].input;
+	return s->stages[i].input;
 }
 
 static wfe_step_io m_io = {
@@ -320,8 +346,6 @@ static wfe_step_io m_io = {
 	.load_element = m_load_element,.map_counts = m_map_counts,.map_results = m_map_results,
 	.max_map_items = m_limit
 };
-
-static wfe_step step;
 
 static char *
 dup(const char *s)
@@ -357,6 +381,14 @@ apply(msrv *s)
 			case WFE_OP_COMPLETE:
 				m->row.state = WFE_COMPLETED;
 				m->row.outcome = WFE_COMPLETED;
+				free(m->result);
+				m->result = dup(op->json);
+				break;
+			case WFE_OP_CACHE_HIT:
+				m->row.state = WFE_COMPLETED;
+				m->row.outcome = WFE_COMPLETED;
+				m->row.fence = op->fence;
+				m->row.cache_key = "hit";
 				free(m->result);
 				m->result = dup(op->json);
 				break;
@@ -449,6 +481,8 @@ start(const char *src, const char *context, int64_t limit)
 	s->elems = calloc(MAX_ELEMS, sizeof(mrow));
 	s->limit = limit;
 	s->context = context;
+	s->cached_input = next_cached_input;
+	s->cached_result = next_cached_result;
 	s->run.run_id = 7;
 	s->run.tenant = "t";
 	s->run.workflow = "m";
@@ -668,6 +702,69 @@ test_cost(void)
 	}
 }
 
+/*
+ * An item's cache: each element is looked up under the key of its own
+ * bound input when released; a hit completes it without an attempt and
+ * answers no element of another input; the aggregation reads the hits'
+ * results though their rows are written after the step.
+ */
+#define CACHED(extra) HEAD MAP(extra, "{ lod: \"${item}\" }\n      cache: { ttl_ms: 1000 }") AFTER("{}")
+
+static void
+test_element_cache(void)
+{
+	msrv	   *s;
+	int			map;
+	int			after;
+
+	/* a, b, a at once: the two a's hit, b runs under its own key */
+	next_cached_input = "{\"lod\":\"a\"}";
+	next_cached_result = "{\"url\":\"cached-a\"}";
+	s = start(CACHED(""), "{\"lods\": [\"a\", \"b\", \"a\"]}", 10000);
+	map = wfe_run_plan_find(s->rp, "render");
+	after = wfe_run_plan_find(s->rp, "after");
+	ok(s->cache_lookups == 3, "each element is looked up under its own key at its release (%d lookups)",
+	   s->cache_lookups);
+	ok(s->elems[0].row.state == WFE_COMPLETED && s->elems[0].row.attempt == 0 &&
+	   s->elems[2].row.state == WFE_COMPLETED && s->elems[2].row.attempt == 0,
+	   "the elements whose input has an entry complete from it, without an attempt");
+	ok(s->elems[1].row.state == WFE_QUEUED && s->elems[1].row.attempt == 1,
+	   "the entry of one element's input answers no element of another: render[1] runs");
+	ok(s->counts.completed == 2 && s->counts.released == 3, "the hits are counted as completed (%lld of %lld)",
+	   (long long) s->counts.completed, (long long) s->counts.total);
+	ok(s->stages[map].row.state == WFE_RUNNING && s->aggregations == 0, "the map runs on: one element is under way");
+	ok(strcmp(report(s, 1, 1, "{\"url\":\"b\"}", 0), "accepted") == 0, "render[1] completes");
+	ok(s->stages[map].row.state == WFE_COMPLETED && s->aggregations == 1, "its end aggregates, once");
+	ok(s->stages[map].result && strcmp(s->stages[map].result,
+		"{\"items\":[{\"url\":\"cached-a\"},{\"url\":\"b\"},{\"url\":\"cached-a\"}],\"failed\":[]}") == 0,
+	   "the result holds the cached results in element order: %s", s->stages[map].result);
+	ok(s->stages[after].row.state == WFE_QUEUED, "the next stage is released");
+	stop(s);
+
+	/* every element hits: the map completes at its release */
+	s = start(CACHED(""), "{\"lods\": [\"a\", \"a\"]}", 10000);
+	map = wfe_run_plan_find(s->rp, "render");
+	ok(s->stages[map].row.state == WFE_COMPLETED && s->aggregations == 1 &&
+	   strcmp(s->stages[map].result, "{\"items\":[{\"url\":\"cached-a\"},{\"url\":\"cached-a\"}],\"failed\":[]}") == 0,
+	   "every element a hit: the map completes at its release, aggregated once: %s", s->stages[map].result);
+	stop(s);
+
+	/* max_concurrency 1: b runs; its end releases the a's, which hit, and aggregates them */
+	s = start(CACHED("    max_concurrency: 1\n"), "{\"lods\": [\"b\", \"a\", \"a\"]}", 10000);
+	map = wfe_run_plan_find(s->rp, "render");
+	ok(s->cache_lookups == 1 && s->elems[0].row.state == WFE_QUEUED && s->elems[1].row.state == WFE_WAITING,
+	   "max_concurrency 1: render[0] looked up and runs, the others wait");
+	ok(strcmp(report(s, 0, 1, "{\"url\":\"b\"}", 0), "accepted") == 0, "render[0] completes");
+	ok(s->cache_lookups == 3 && s->elems[1].row.state == WFE_COMPLETED && s->elems[2].row.state == WFE_COMPLETED,
+	   "the next elements released are looked up with their own inputs, and hit");
+	ok(s->stages[map].row.state == WFE_COMPLETED && s->aggregations == 1 &&
+	   strcmp(s->stages[map].result,
+			  "{\"items\":[{\"url\":\"b\"},{\"url\":\"cached-a\"},{\"url\":\"cached-a\"}],\"failed\":[]}") == 0,
+	   "... and the same step aggregates once, with their results: %s", s->stages[map].result);
+	stop(s);
+	next_cached_input = next_cached_result = NULL;
+}
+
 int
 main(void)
 {
@@ -677,5 +774,6 @@ main(void)
 	test_run_cancelled();
 	test_release_failures();
 	test_cost();
+	test_element_cache();
 	return tap_done();
 }

@@ -132,13 +132,44 @@ under_way(const wfe_map_counts *c)
 }
 
 /*
- * Release the elements max_concurrency now allows, in index order.  fresh:
- * the rows were created in this step (their state is known: waiting, no
- * attempt) so they are not read back; fresh_inputs holds their bound
- * inputs, which a child run's start needs before the rows are written.
+ * Release element k (its row is the step's element row): a workflow item
+ * starts its child run; a cached item goes through the result cache under
+ * its own key -- the key of its own bound input, so one element's entry
+ * answers no other (dsl.md: each element has its own cache key).  A hit
+ * completes the element here: step_map_element_done counts it and keeps
+ * its result for the aggregation (in_release).  An element never waits on
+ * another attempt in flight under its key (so no wake-up has to find an
+ * element): it runs, and stores its result.  input: its bound input when
+ * known (the map's release: a child run's start needs it before the rows
+ * are written), else NULL.
  */
 static void
-release_more(wfe_step *st, int i, int fresh, json_object *fresh_inputs)
+release_element(wfe_step *st, int i, const char *input)
+{
+	if (st->rp->stages[i].item_workflow)
+	{
+		step_release_element_child(st, i, input);
+		return;
+	}
+	if (!step_cached(st, i))
+	{
+		step_enqueue(st, i, NULL, 1, NULL);	/* its input was bound at the map's release */
+		return;
+	}
+	if (input == NULL)
+		input = st->io->stage_input(st->io->arg, i);
+	st->in_release = 1;
+	step_cached_release(st, i, input ? input : "{}", 0);
+	st->in_release = 0;
+}
+
+/*
+ * Release the elements max_concurrency now allows, in index order.  fresh:
+ * the rows were created in this step (their state is known: waiting, no
+ * attempt) so they are not read back; inputs: their bound inputs then.
+ */
+static void
+release_more(wfe_step *st, int i, int fresh, json_object *inputs)
 {
 	const wfe_rp_stage *s = &st->rp->stages[i];
 	wfe_map_counts *c = counts(st, i);
@@ -148,7 +179,9 @@ release_more(wfe_step *st, int i, int fresh, json_object *fresh_inputs)
 	while (c->released < c->total &&
 		   (s->max_concurrency < 0 || under_way(c) < s->max_concurrency))
 	{
-		wfe_step_element(st, i, c->released);
+		int64_t		k = c->released;
+
+		wfe_step_element(st, i, k);
 		if (fresh)
 		{
 			wfe_row    *r = &st->elem_row;
@@ -162,15 +195,9 @@ release_more(wfe_step *st, int i, int fresh, json_object *fresh_inputs)
 			r->queue = s->item_worker ? s->item_queue : NULL;
 		}
 		c->released++;
-		if (!step_element_row(st)->exists || step_element_row(st)->state != WFE_WAITING)
-			continue;
-		/* its input was bound at the map's release */
-		if (s->item_workflow)
-			step_release_element_child(st, i, fresh_inputs == NULL ? NULL :
-									   json_object_get_string(json_object_array_get_idx(fresh_inputs,
-																						 (size_t) st->elem)));
-		else
-			step_enqueue(st, i, NULL, 1, NULL);
+		if (step_element_row(st)->exists && step_element_row(st)->state == WFE_WAITING)
+			release_element(st, i, inputs ? json_object_get_string(json_object_array_get_idx(inputs, (size_t) k))
+							: NULL);
 	}
 	st->elem = was;
 	st->elem_row = was_row;
@@ -182,6 +209,41 @@ map_complete(wfe_step *st, int i, const char *result)
 {
 	wfe_step_element(st, i, -1);
 	step_completed(st, i, result, BY_ATTEMPT);
+}
+
+/*
+ * Every element has ended: the one final aggregation.  last: the element
+ * whose end this step decides (-1: none), with its result (NULL: failed);
+ * the elements the cache completed in this step are read from map_hits,
+ * their rows not being written yet.
+ */
+static void
+aggregate(wfe_step *st, int i, int64_t last, const char *last_result)
+{
+	const char *result = st->io->map_results(st->io->arg, i, last, last_result);
+
+	if (st->map_hits != NULL)
+	{
+		json_object *agg = step_hold(st, step_jparse(result));
+		json_object *items = json_object_object_get(agg, "items");
+		json_object *failed = json_object_object_get(agg, "failed");
+		json_object *still = json_object_new_array();
+
+		json_object_object_foreach(st->map_hits, key, value)
+			json_object_array_put_idx(items, (size_t) strtoll(key, NULL, 10), json_object_get(value));
+		for (size_t k = 0; k < json_object_array_length(failed); k++)
+		{
+			json_object *e = json_object_array_get_idx(failed, k);
+			char		key[24];
+
+			snprintf(key, sizeof(key), "%lld", (long long) json_object_get_int64(e));
+			if (!json_object_object_get_ex(st->map_hits, key, NULL))
+				json_object_array_add(still, json_object_get(e));
+		}
+		json_object_object_add(agg, "failed", still);
+		result = step_json_text(st, json_object_get(agg));
+	}
+	map_complete(st, i, result);
 }
 
 /* The map fails without retry (binding, limits, tolerated_failures passed). */
@@ -240,6 +302,7 @@ step_map_release(wfe_step *st, int i)
 	int64_t		n,
 				limit = st->io->max_map_items(st->io->arg);
 	json_object *inputs;
+	json_object *keys = NULL;
 	wfe_op	   *op;
 	json_object *detail;
 
@@ -271,15 +334,21 @@ step_map_release(wfe_step *st, int i)
 	}
 	/* each element's input, bound once, here: releasing it later reads nothing else */
 	inputs = step_hold(st, json_object_new_array_ext((int) n));
+	/* and its rate-limit key: one bucket per element's key value (dsl.md "Flow-control keys") */
+	if (s->rate_key != NULL)
+		keys = step_hold(st, json_object_new_array_ext((int) n));
 	for (int64_t k = 0; k < n; k++)
 	{
 		const char *code = NULL,
 				   *message = NULL;
 		const char *text;
+		const char *key = NULL;
 
 		json_object_object_add(root, "item", json_object_get(json_object_array_get_idx(items, (size_t) k)));
 		json_object_object_add(root, "item_index", json_object_new_int64(k));
 		text = step_bind(st, i, root, NULL, &code, &message);
+		if (text != NULL && step_rate_key(st, i, root, &key, &code, &message) < 0)
+			text = NULL;
 		if (text == NULL)
 		{
 			step_map_unbound(st, i, code, wfe_arena_printf(&st->arena, "element %lld: %s", (long long) k,
@@ -287,6 +356,8 @@ step_map_release(wfe_step *st, int i)
 			return;
 		}
 		json_object_array_add(inputs, json_object_new_string(text));
+		if (keys != NULL)
+			json_object_array_add(keys, json_object_new_string(key));
 	}
 	op = step_emit(st, WFE_OP_MAP_START, i);
 	r->state = WFE_RUNNING;
@@ -297,6 +368,7 @@ step_map_release(wfe_step *st, int i)
 	op->fence = r->fence;
 	op->text = s->item_worker ? "worker" : s->item_workflow ? "workflow" : "action";
 	op->json = step_json_text(st, json_object_get(inputs));
+	op->json2 = keys ? step_json_text(st, json_object_get(keys)) : NULL;
 	memset(&st->counts, 0, sizeof(st->counts));
 	st->counts.total = n;
 	st->counts_loaded = 1;
@@ -313,6 +385,9 @@ step_map_release(wfe_step *st, int i)
 	}
 	release_more(st, i, 1, inputs);
 	write_counts(st, i);
+	/* the cache may have answered every element */
+	if (st->counts.completed == n && wfe_step_row(st, i)->state == WFE_RUNNING)
+		aggregate(st, i, -1, NULL);
 }
 
 /*
@@ -333,6 +408,17 @@ step_map_element_done(wfe_step *st, int i, wfe_state outcome)
 		c->completed++;
 	else
 		c->failed++;
+	if (st->in_release)
+	{
+		/* completed from the cache while released: release_more goes on, its caller aggregates */
+		char		key[24];
+
+		if (st->map_hits == NULL)
+			st->map_hits = step_hold(st, json_object_new_object());
+		snprintf(key, sizeof(key), "%lld", (long long) st->elem);
+		json_object_object_add(st->map_hits, key, step_jparse(step_element_row(st)->result));
+		return;
+	}
 	{
 		/* the map's own row: still running? (an operator may have ended it) */
 		int64_t		elem = st->elem;
@@ -366,12 +452,12 @@ step_map_element_done(wfe_step *st, int i, wfe_state outcome)
 	}
 	release_more(st, i, 0, NULL);
 	write_counts(st, i);
-	if (c->completed + c->failed == c->total)
+	if (c->completed + c->failed == c->total && map->state == WFE_RUNNING)
 	{
 		int64_t		last = st->elem;
 		const char *result = outcome == WFE_COMPLETED ? step_element_row(st)->result : NULL;
 
-		map_complete(st, i, st->io->map_results(st->io->arg, i, last, result));
+		aggregate(st, i, last, result);
 	}
 }
 

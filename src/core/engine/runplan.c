@@ -488,9 +488,10 @@ read_stage(wfe_run_plan *rp, int i, json_object *o)
 		if (s->kind == WFE_K_ACTION || s->kind == WFE_K_WORKER || s->kind == WFE_K_WORKFLOW ||
 			s->kind == WFE_K_MAP)
 		{
-			json_object *input = json_object_object_get(s->kind == WFE_K_MAP &&
-														json_object_object_get(o, "item") ?
-														json_object_object_get(o, "item") : o, "input");
+			/* a map's executor keys are its item's (core/lang/plan.c) */
+			json_object *exec = s->kind == WFE_K_MAP && json_object_object_get(o, "item") ?
+				json_object_object_get(o, "item") : o;
+			json_object *input = json_object_object_get(exec, "input");
 
 			s->input = input;
 			s->input_text = input ? wfe_canonical_json(input) : strdup("{}");
@@ -498,9 +499,9 @@ read_stage(wfe_run_plan *rp, int i, json_object *o)
 			if (!scan_template(&sc, input, 0) && !items_refs)
 				sc.roots = 0;
 			/* a keyed rate limit's key binds over the same root as the input */
-			if (json_object_get_type(json_object_object_get(o, "rate_limit")) == json_type_object)
+			if (json_object_get_type(json_object_object_get(exec, "rate_limit")) == json_type_object)
 			{
-				json_object *key = json_object_object_get(json_object_object_get(o, "rate_limit"), "key");
+				json_object *key = json_object_object_get(json_object_object_get(exec, "rate_limit"), "key");
 
 				if (json_object_get_type(key) == json_type_string)
 				{

@@ -458,35 +458,34 @@ step_bind(wfe_step *st, int i, json_object *root, const char *whose, const char 
 }
 
 /*
- * Bind stage i's rate-limit key (dsl.md "Flow-control keys") into its row,
- * for the enqueue to write.  Returns 0, or -1 with *code and *message set:
- * a key that fails to bind is the stage's binding failure.
+ * Bind a flow-control key (dsl.md "Flow-control keys"), the template expr
+ * (rate_limit.key or concurrency.key: what), over root into *key_out: a
+ * string as it is, any other value its canonical JSON.  Returns 0, or -1
+ * with *code and *message set: a key that fails to bind is the stage's
+ * binding failure.
  */
 static int
-bind_rate_key(wfe_step *st, int i, const char **code, const char **message)
+bind_key(wfe_step *st, json_object *expr, const char *what, json_object *root,
+		 const char **key_out, const char **code, const char **message)
 {
-	const wfe_rp_stage *s = &st->rp->stages[i];
 	json_object *key;
 	wfe_bind_error err;
 
-	if (s->rate_key == NULL)
-		return 0;
 	memset(&err, 0, sizeof(err));
-	key = wfe_bind_input(s->rate_key, build_root(st, i, 0), NULL, NULL, &err);
+	key = wfe_bind_input(expr, root, NULL, NULL, &err);
 	if (key == NULL)
 	{
 		*code = wfe_arena_strdup(&st->arena, err.code ? err.code : WFE_BIND_TYPE);
-		*message = wfe_arena_printf(&st->arena, "rate_limit.key: %s", err.message);
+		*message = wfe_arena_printf(&st->arena, "%s: %s", what, err.message);
 		return -1;
 	}
-	/* a string is the key as it is; any other value, its canonical JSON */
 	if (json_object_get_type(key) == json_type_string)
-		wfe_step_row(st, i)->rate_key = wfe_arena_strdup(&st->arena, json_object_get_string(key));
+		*key_out = wfe_arena_strdup(&st->arena, json_object_get_string(key));
 	else
 	{
 		char	   *canon = wfe_canonical_json(key);
 
-		wfe_step_row(st, i)->rate_key = wfe_arena_strdup(&st->arena, canon ? canon : "null");
+		*key_out = wfe_arena_strdup(&st->arena, canon ? canon : "null");
 		free(canon);
 	}
 	json_object_put(key);
@@ -494,39 +493,47 @@ bind_rate_key(wfe_step *st, int i, const char **code, const char **message)
 }
 
 /*
- * Bind stage i's concurrency key (dsl.md "Flow-control keys") into its row,
- * as bind_rate_key does: a string as it is, any other value its canonical
- * JSON; a key that fails to bind is the stage's binding failure.  (A long
- * key is stored as its digest by the server: concurrency.h.)
+ * Bind stage i's rate-limit key over root into *key_out (NULL: the stage
+ * has no keyed rate limit); see bind_key.  A map binds one per element,
+ * with item and item_index.
+ */
+int
+step_rate_key(wfe_step *st, int i, json_object *root, const char **key_out,
+			  const char **code, const char **message)
+{
+	*key_out = NULL;
+	if (st->rp->stages[i].rate_key == NULL)
+		return 0;
+	return bind_key(st, st->rp->stages[i].rate_key, "rate_limit.key", root, key_out, code, message);
+}
+
+/* Bind stage i's rate-limit key into its row, for the enqueue to write. */
+static int
+bind_rate_key(wfe_step *st, int i, const char **code, const char **message)
+{
+	const char *key;
+
+	if (st->rp->stages[i].rate_key == NULL)
+		return 0;
+	if (step_rate_key(st, i, build_root(st, i, 0), &key, code, message) < 0)
+		return -1;
+	wfe_step_row(st, i)->rate_key = key;
+	return 0;
+}
+
+/*
+ * Bind stage i's concurrency key into its row, as bind_rate_key does.  (A
+ * long key is stored as its digest by the server: concurrency.h.)
  */
 static int
 bind_concurrency_key(wfe_step *st, int i, const char **code, const char **message)
 {
 	const wfe_rp_stage *s = &st->rp->stages[i];
-	json_object *key;
-	wfe_bind_error err;
 
 	if (s->concurrency_key == NULL)
 		return 0;
-	memset(&err, 0, sizeof(err));
-	key = wfe_bind_input(s->concurrency_key, build_root(st, i, 0), NULL, NULL, &err);
-	if (key == NULL)
-	{
-		*code = wfe_arena_strdup(&st->arena, err.code ? err.code : WFE_BIND_TYPE);
-		*message = wfe_arena_printf(&st->arena, "concurrency.key: %s", err.message);
-		return -1;
-	}
-	if (json_object_get_type(key) == json_type_string)
-		wfe_step_row(st, i)->concurrency_key = wfe_arena_strdup(&st->arena, json_object_get_string(key));
-	else
-	{
-		char	   *canon = wfe_canonical_json(key);
-
-		wfe_step_row(st, i)->concurrency_key = wfe_arena_strdup(&st->arena, canon ? canon : "null");
-		free(canon);
-	}
-	json_object_put(key);
-	return 0;
+	return bind_key(st, s->concurrency_key, "concurrency.key", build_root(st, i, 0),
+					&wfe_step_row(st, i)->concurrency_key, code, message);
 }
 
 /* ---------------------------------------------------------------------

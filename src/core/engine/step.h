@@ -200,7 +200,8 @@ typedef enum wfe_op_kind
 								 * fence): text the workflow, json2 its version, json its context */
 	/* maps (an op about one element has elem >= 0: its stage is NAME[elem]) */
 	WFE_OP_MAP_START,			/* the map runs: attempt, fence; json: the elements' bound inputs
-								 * (a JSON array), text: their kind; its counter row from counts */
+								 * (a JSON array), text: their kind; its counter row from counts;
+								 * json2: the elements' bound rate-limit keys (an array; NULL: unkeyed) */
 	WFE_OP_MAP_COUNTS,			/* the map's counter row is counts */
 	WFE_OP_MAP_CANCEL			/* the map's elements under way are cancelled and fenced; json: error */
 } wfe_op_kind;
@@ -255,6 +256,13 @@ typedef struct wfe_step
 	wfe_row		elem_row;
 	int			counts_loaded;
 	wfe_map_counts counts;		/* elem_map's counter row, kept up to date */
+	/*
+	 * Elements completed from the result cache at their release in this
+	 * step (map.c): {"index": result}, for the aggregation to read (their
+	 * rows are written after the step); in_release while releasing them.
+	 */
+	struct json_object *map_hits;
+	int			in_release;
 } wfe_step;
 
 /* Start a step (releases what an interrupted earlier step still held). */

@@ -57,6 +57,8 @@ extern void step_map_unbound(wfe_step *st, int i, const char *code, const char *
 extern const char *step_bind(wfe_step *st, int i, json_object *root, const char *whose,
 							 const char **code, const char **message);
 extern json_object *step_root(wfe_step *st, int i);
+extern int	step_rate_key(wfe_step *st, int i, json_object *root, const char **key_out,
+						  const char **code, const char **message);
 
 /* The result cache (step_cache.c) */
 extern int step_cached(wfe_step *st, int i);

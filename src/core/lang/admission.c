@@ -98,7 +98,7 @@ static const char *const map_required[] = {
 };
 static const char *const item_keys[] = {
 	"worker", "queue", "action", "workflow", "input", "retry", "execution_deadline_ms",
-	"queue_deadline_ms", "heartbeat_ms", "cache", NULL
+	"queue_deadline_ms", "heartbeat_ms", "cache", "rate_limit", NULL
 };
 static const char *const branch_keys[] = {"when", "next", NULL};
 static const char *const task_keys[] = {
