@@ -3,9 +3,10 @@
 # preloaded and a workload in tenant A (completed, failed-and-retrying,
 # claimed and queued runs), a standby made with pg_basebackup -R and
 # started, its replay caught up; then a login with wfe_reader, a member of
-# A, reads every dashboard view, wfe.metrics, report, run_timeline,
-# run_mermaid, plan_mermaid, the transition tables, worker_status, bar and
-# human_ms on the standby.  None may fail (a write there fails with 25006,
+# A, reads every dashboard view (and wfe.schedules, wfe.idempotency),
+# wfe.metrics, report, run_timeline, run_mermaid, run_spans, plan_mermaid,
+# the transition tables, worker_status, bar and human_ms on the standby.
+# None may fail (a write there fails with 25006,
 # read_only_sql_transaction); each answers as it does on the primary where
 # its answer does not depend on the clock.
 use strict;
@@ -102,10 +103,16 @@ my @reads = (
 	[ 'SELECT * FROM wfe.dashboard_outbox', 'clock' ],
 	[ 'SELECT * FROM wfe.dashboard_cache', 'clock' ],
 	[ 'SELECT * FROM wfe.dashboard_tenants', 'clock' ],
+	[ 'SELECT * FROM wfe.dashboard_waits', 'clock' ],
+	[ 'SELECT * FROM wfe.dashboard_schedules', 'clock' ],
+	[ 'SELECT * FROM wfe.dashboard_ingress', 'clock' ],
+	[ 'SELECT * FROM wfe.schedules', 'clock' ],
+	[ 'SELECT * FROM wfe.idempotency', 'clock' ],
 	[ 'SELECT metric, labels, value FROM wfe.metrics ORDER BY 1, 2::text', 'exact' ],
 	map({ ([ "SELECT * FROM wfe.report($_)", 'clock' ],
 		   [ "SELECT * FROM wfe.run_timeline($_)", 'exact' ],
-		   [ "SELECT wfe.run_mermaid($_)", 'exact' ]) } @runs),
+		   [ "SELECT wfe.run_mermaid($_)", 'exact' ],
+		   [ "SELECT wfe.run_spans($_)", 'clock' ]) } @runs),
 	[ q{SELECT wfe.plan_mermaid('flow-a')}, 'exact' ],
 	[ 'SELECT * FROM wfe.stage_transitions()', 'exact' ],
 	[ 'SELECT * FROM wfe.run_transitions()', 'exact' ],
