@@ -82,7 +82,11 @@
 #   BENCH_SCALE_SECONDS   length of each measured claim-latency run (default
 #                         BENCH_SECONDS; each after WARMUP_SECONDS of warm-up)
 #   BENCH_SCALE_BACKLOG   queued runs of the backlog figure (default 20000)
-#   BENCH_SCALE_HISTORY   finished runs of the history figure (default 1000000)
+#   BENCH_SCALE_HISTORY   finished runs of the history figure (default 1000000;
+#                         10000000 for the ten-million figures: about 20 GB,
+#                         an hour to load on the shared machine)
+#   BENCH_SCALE_LOADERS   sessions loading that history at once (default 2)
+#   BENCH_SCALE_RETENTION_SECONDS  cap of the retention figure's loop (default 0: none)
 #   BENCH_SEED003_RUNS    runs in flight in seed 003's shape (default 10000)
 #   BENCH_SEED003_SECONDS length of that run (default 600; the goal is
 #                         900 steps/s sustained for 10 minutes)

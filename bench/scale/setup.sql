@@ -118,3 +118,16 @@ BEGIN
     RETURN extract(epoch FROM clock_timestamp() - t0) * 1000;
 END
 $$;
+
+-- bench_drop_ms(partition): DROP TABLE of a day partition of wfe.events,
+-- in ms by the server's clock (the retention figure, when its loop was
+-- capped before the pass would drop it).
+CREATE OR REPLACE FUNCTION bench_drop_ms(p_partition text)
+RETURNS float8 LANGUAGE plpgsql AS $$
+DECLARE
+    t0 timestamptz := clock_timestamp();
+BEGIN
+    EXECUTE format('DROP TABLE wfe.%I', p_partition);
+    RETURN extract(epoch FROM clock_timestamp() - t0) * 1000;
+END
+$$;

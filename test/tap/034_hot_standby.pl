@@ -3,9 +3,10 @@
 # preloaded and a workload in tenant A (completed, failed-and-retrying,
 # claimed and queued runs), a standby made with pg_basebackup -R and
 # started, its replay caught up; then a login with wfe_reader, a member of
-# A, reads every dashboard view, wfe.metrics, report, run_timeline,
-# run_mermaid, plan_mermaid, the transition tables, worker_status, bar and
-# human_ms on the standby.  None may fail (a write there fails with 25006,
+# A, reads every dashboard view (and wfe.schedules, wfe.idempotency),
+# wfe.metrics, report, run_timeline, run_mermaid, run_spans, plan_mermaid,
+# the transition tables, worker_status, bar and human_ms on the standby.
+# None may fail (a write there fails with 25006,
 # read_only_sql_transaction); each answers as it does on the primary where
 # its answer does not depend on the clock.
 use strict;
@@ -39,6 +40,7 @@ CREATE EXTENSION wfe;
 CREATE ROLE submitter LOGIN IN ROLE wfe_submitter;
 CREATE ROLE worker LOGIN IN ROLE wfe_worker;
 CREATE ROLE reader LOGIN IN ROLE wfe_reader;
+CREATE ROLE operator LOGIN IN ROLE wfe_operator;
 SELECT wfe.add_tenant_member('submitter', 'A');
 SELECT wfe.add_tenant_member('worker', 'A');
 SELECT wfe.add_tenant_member('reader', 'A');
@@ -92,7 +94,7 @@ ok($standby->poll_query_until('postgres', "SELECT pg_last_wal_replay_lsn() >= '$
 is($standby->safe_psql('postgres', 'SELECT pg_is_in_recovery()'), 't', 'the standby is in recovery (read only)');
 is($standby->safe_psql('postgres', 'SELECT count(*) FROM wfe.runs'), 4, 'the standby has the runs');
 
-# What the reader reads; CLOCK: its answer depends on now(), so only its row count is compared.
+# What the reader reads (or the role named third); CLOCK: its answer depends on now(), so only its row count is compared.
 my $run = $runs[0];
 my @reads = (
 	[ 'SELECT * FROM wfe.dashboard_runs', 'clock' ],
@@ -102,10 +104,16 @@ my @reads = (
 	[ 'SELECT * FROM wfe.dashboard_outbox', 'clock' ],
 	[ 'SELECT * FROM wfe.dashboard_cache', 'clock' ],
 	[ 'SELECT * FROM wfe.dashboard_tenants', 'clock' ],
+	[ 'SELECT * FROM wfe.dashboard_waits', 'clock' ],
+	[ 'SELECT * FROM wfe.dashboard_schedules', 'clock' ],
+	[ 'SELECT * FROM wfe.dashboard_ingress', 'clock', 'operator' ],    # an operator's view
+	[ 'SELECT * FROM wfe.schedules', 'clock' ],
+	[ 'SELECT * FROM wfe.idempotency', 'clock' ],
 	[ 'SELECT metric, labels, value FROM wfe.metrics ORDER BY 1, 2::text', 'exact' ],
 	map({ ([ "SELECT * FROM wfe.report($_)", 'clock' ],
 		   [ "SELECT * FROM wfe.run_timeline($_)", 'exact' ],
-		   [ "SELECT wfe.run_mermaid($_)", 'exact' ]) } @runs),
+		   [ "SELECT wfe.run_mermaid($_)", 'exact' ],
+		   [ "SELECT wfe.run_spans($_)", 'clock' ]) } @runs),
 	[ q{SELECT wfe.plan_mermaid('flow-a')}, 'exact' ],
 	[ 'SELECT * FROM wfe.stage_transitions()', 'exact' ],
 	[ 'SELECT * FROM wfe.run_transitions()', 'exact' ],
@@ -113,9 +121,10 @@ my @reads = (
 	[ 'SELECT wfe.bar(0.5), wfe.human_ms(123456)', 'exact' ]);
 for my $read (@reads)
 {
-	my ($q, $how) = @$read;
-	my ($st, $out) = login($standby, 'reader', $q);
-	my ($pst, $pout) = login($primary, 'reader', $q);
+	my ($q, $how, $role) = @$read;
+	$role //= 'reader';
+	my ($st, $out) = login($standby, $role, $q);
+	my ($pst, $pout) = login($primary, $role, $q);
 	is($st, '', "on the standby: $q") or next;
 	is($pst, '', "on the primary: $q") or next;
 	my @lines = grep { length } split /\n/, $out;
