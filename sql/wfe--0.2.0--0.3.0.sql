@@ -4019,6 +4019,33 @@ REVOKE ALL ON FUNCTION wfe._map_element_counts(bigint, text, int) FROM PUBLIC;
 -- Final bodies: every function whose text changed in 0.3.0, as src/sql has it.
 -- (Written by the same rule as the sections above: the whole text, copied.)
 
+CREATE OR REPLACE FUNCTION wfe.my_tenants()
+RETURNS text[]
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN CASE
+           WHEN coalesce((SELECT r.rolsuper FROM pg_catalog.pg_roles AS r
+                           WHERE r.oid OPERATOR(pg_catalog.=) wfe._caller()), false)
+                OR pg_catalog.pg_has_role(wfe._caller(), 'wfe_admin', 'USAGE') THEN NULL
+           ELSE (SELECT coalesce(pg_catalog.array_agg(DISTINCT m.tenant ORDER BY m.tenant), '{}')
+                   FROM wfe.tenant_members AS m
+                  WHERE pg_catalog.pg_has_role(wfe._caller(), m.role, 'USAGE'))
+           END;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION wfe._tenant_ok(p_tenant text)
+RETURNS boolean
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN coalesce(p_tenant OPERATOR(pg_catalog.=) ANY (wfe.my_tenants()), true);
+END
+$$;
+
 CREATE OR REPLACE FUNCTION wfe._check_tenant_member(p_role regrole, p_tenant text)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
@@ -4406,6 +4433,18 @@ BEGIN
 END
 $$;
 
+CREATE OR REPLACE FUNCTION wfe._event(p_run_id bigint, p_tenant text, p_stage text, p_attempt int,
+                           p_type text, p_detail jsonb DEFAULT NULL, p_fence bigint DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    INSERT INTO wfe.events (run_id, tenant, stage, attempt, type, detail, fence)
+    VALUES (p_run_id, p_tenant, p_stage, p_attempt, p_type, p_detail, p_fence);
+END
+$$;
+
 CREATE OR REPLACE FUNCTION wfe._message_id(p_run_id bigint, p_stage text, p_attempt int, p_fence bigint,
                                 p_kind text)
 RETURNS uuid
@@ -4510,11 +4549,25 @@ BEGIN
 END
 $$;
 
+CREATE OR REPLACE FUNCTION wfe._run_contracts(p_plan jsonb)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN (SELECT coalesce(jsonb_object_agg(c.ref, jsonb_build_object('kind', c.kind, 'queue', c.queue,
+                                                                       'handler', c.handler::text)), '{}')
+              FROM wfe.contracts AS c
+             WHERE c.ref IN (SELECT jsonb_array_elements_text(p_plan -> 'contracts')));
+END
+$$;
+
 CREATE OR REPLACE FUNCTION wfe._insert_run_stages(p_run wfe.runs)
 RETURNS void
-LANGUAGE sql VOLATILE
+LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
-BEGIN ATOMIC
+AS $$
+BEGIN
     INSERT INTO wfe.run_stages (run_id, stage, tenant, ordinal, kind, queue, worker, handler, priority,
                                 awaits, exec_ms, queue_ms, heartbeat_ms, rate_limit)
     SELECT p_run.run_id, ps.stage, p_run.tenant, ps.ordinal, ps.type,
@@ -4530,7 +4583,8 @@ BEGIN ATOMIC
       FROM wfe.plan_stages AS ps
       LEFT JOIN wfe.contracts AS c ON c.ref = coalesce(ps.spec ->> 'worker', ps.spec ->> 'action')
      WHERE ps.definition_id = p_run.definition_id;
-END;
+END
+$$;
 
 CREATE OR REPLACE FUNCTION wfe.submit(workflow text, context jsonb DEFAULT '{}', idempotency_key text DEFAULT NULL,
                            options jsonb DEFAULT '{}')

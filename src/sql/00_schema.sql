@@ -14,6 +14,11 @@
 --    elsewhere (pg_temp is never searched for functions or operators), so
 --    bodies use plain operators; SQL bodies written as BEGIN ATOMIC are bound
 --    when the script runs and cannot be captured afterwards either;
+--  * a function on a hot path that the planner cannot inline -- and with
+--    that SET clause it inlines no SQL function -- is PL/pgSQL, not SQL: a
+--    SQL function's statements are planned again for every query that calls
+--    it (every transaction, called from PL/pgSQL or SPI), PL/pgSQL keeps its
+--    plans for the session (docs/benchmarks.md, "The submit regression and the write path");
 --  * functions that write, or read tables their callers are not granted, are
 --    SECURITY DEFINER;
 --  * privileges stand beside what they grant: after each function's COMMENT,

@@ -7,16 +7,19 @@
 -- (FOR NO KEY UPDATE), then its stage rows.
 
 -- Append one event.  A fence it is about goes in p_fence, never in the
--- detail: readers see the detail, and a fence is a capability.
+-- detail: readers see the detail, and a fence is a capability.  PL/pgSQL:
+-- called once or more in most transactions (00_schema.sql's rules).
 CREATE FUNCTION wfe._event(p_run_id bigint, p_tenant text, p_stage text, p_attempt int,
                            p_type text, p_detail jsonb DEFAULT NULL, p_fence bigint DEFAULT NULL)
 RETURNS void
-LANGUAGE sql VOLATILE
+LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
-BEGIN ATOMIC
+AS $$
+BEGIN
     INSERT INTO wfe.events (run_id, tenant, stage, attempt, type, detail, fence)
     VALUES (p_run_id, p_tenant, p_stage, p_attempt, p_type, p_detail, p_fence);
-END;
+END
+$$;
 COMMENT ON FUNCTION wfe._event(bigint, text, text, int, text, jsonb, bigint) IS
 'Appends one row to the event log (p_fence: the fence it is about, kept out of the detail).';
 REVOKE ALL ON FUNCTION wfe._event(bigint, text, text, int, text, jsonb, bigint) FROM PUBLIC;

@@ -66,27 +66,32 @@ COMMENT ON FUNCTION wfe._submittable(text) IS
 REVOKE ALL ON FUNCTION wfe._submittable(text) FROM PUBLIC;
 
 -- The contract versions a run of a plan pins: {ref: {"kind", "queue", "handler"}}.
+-- PL/pgSQL, like every function a submit calls (00_schema.sql's rules).
 CREATE FUNCTION wfe._run_contracts(p_plan jsonb)
 RETURNS jsonb
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
-BEGIN ATOMIC
-    SELECT coalesce(jsonb_object_agg(c.ref, jsonb_build_object('kind', c.kind, 'queue', c.queue,
-                                                               'handler', c.handler::text)), '{}')
-      FROM wfe.contracts AS c
-     WHERE c.ref IN (SELECT jsonb_array_elements_text(p_plan -> 'contracts'));
-END;
+AS $$
+BEGIN
+    RETURN (SELECT coalesce(jsonb_object_agg(c.ref, jsonb_build_object('kind', c.kind, 'queue', c.queue,
+                                                                       'handler', c.handler::text)), '{}')
+              FROM wfe.contracts AS c
+             WHERE c.ref IN (SELECT jsonb_array_elements_text(p_plan -> 'contracts')));
+END
+$$;
 COMMENT ON FUNCTION wfe._run_contracts(jsonb) IS
 'The contract versions a new run of the plan pins (wfe.runs.contracts).';
 REVOKE ALL ON FUNCTION wfe._run_contracts(jsonb) FROM PUBLIC;
 
 -- A new run's stage rows, one per stage, task and finaliser of its plan
--- (a submitted run's and a child run's alike).
+-- (a submitted run's and a child run's alike).  PL/pgSQL: see
+-- wfe._run_contracts.
 CREATE FUNCTION wfe._insert_run_stages(p_run wfe.runs)
 RETURNS void
-LANGUAGE sql VOLATILE
+LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
-BEGIN ATOMIC
+AS $$
+BEGIN
     INSERT INTO wfe.run_stages (run_id, stage, tenant, ordinal, kind, queue, worker, handler, priority,
                                 awaits, exec_ms, queue_ms, heartbeat_ms, rate_limit)
     SELECT p_run.run_id, ps.stage, p_run.tenant, ps.ordinal, ps.type,
@@ -102,7 +107,8 @@ BEGIN ATOMIC
       FROM wfe.plan_stages AS ps
       LEFT JOIN wfe.contracts AS c ON c.ref = coalesce(ps.spec ->> 'worker', ps.spec ->> 'action')
      WHERE ps.definition_id = p_run.definition_id;
-END;
+END
+$$;
 COMMENT ON FUNCTION wfe._insert_run_stages(wfe.runs) IS
 'Inserts a new run''s stage rows (waiting), one per stage, task and finaliser of its plan.';
 REVOKE ALL ON FUNCTION wfe._insert_run_stages(wfe.runs) FROM PUBLIC;
