@@ -430,8 +430,7 @@ is( $node->safe_psql(
 	"complete_task accepts each of the $total claimed tasks");
 is( $node->safe_psql(
 		'postgres',
-		"SELECT count(*) FROM wfe.runs WHERE workflow IN ('tap-plan-flow', 'tap-plan-rl', 'tap-plan-fair') AND state = 'completed'"),
-		"SELECT count(*) FROM wfe.runs WHERE workflow IN ('tap-plan-flow', 'tap-plan-rl', 'tap-plan-kc') AND state = 'completed'"),
+		"SELECT count(*) FROM wfe.runs WHERE workflow IN ('tap-plan-flow', 'tap-plan-rl', 'tap-plan-fair', 'tap-plan-kc') AND state = 'completed'"),
 	$HISTORY + $total,
 	'their runs completed');
 

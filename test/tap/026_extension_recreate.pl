@@ -86,7 +86,7 @@ sql(workflow('pre-work', <<'YAML'));
     type: worker
     queue: rc-q
     worker: rc.work@1
-    queue_deadline_ms: 500
+    queue_deadline_ms: 3000
     on_success: completed
     on_failure: failed
 YAML
@@ -122,7 +122,7 @@ sql(workflow('post-work', <<'YAML'));
     type: worker
     queue: rc-q2
     worker: rc.other@1
-    queue_deadline_ms: 500
+    queue_deadline_ms: 3000
     on_success: second
     on_failure: failed
   - name: second
