@@ -1601,6 +1601,12 @@ sh_check_live(sh *h, const char *what)
 								  h->run.intent != WFE_RUN_COMPLETED)))
 			sh_violate(h, "after %s: the run finished %s but %s is still %s", what,
 					   wfe_run_state_name(h->run.state), sh_sname(h, i), wfe_state_name(s));
+		/* a map's elements end with it, or are cancelled with it */
+		for (int64_t e = 0; h->cur_elem < 0 && e < h->maps[i].n; e++)
+			if (sh_in_flight(h->maps[i].elems[e].state) || h->maps[i].elems[e].state == WFE_RETRY_SCHEDULED)
+				sh_violate(h, "after %s: the run finished %s but %s[%lld] is still %s", what,
+						   wfe_run_state_name(h->run.state), sh_sname(h, i), (long long) e,
+						   wfe_state_name(h->maps[i].elems[e].state));
 	}
 }
 
