@@ -296,6 +296,7 @@ static const char *const *const WORKFLOWS[] = {&FORKS, &MODEL_INGEST, &CHAIN, &T
 &WAITS, &TASKS_WAITS, &CHILDREN, &TASKS_CHILDREN, &MAPS, &MAPS_WIDE};
 #define NWORKFLOWS (sizeof(WORKFLOWS) / sizeof(WORKFLOWS[0]))
 static wfe_run_plan *plans[NWORKFLOWS];
+static int	reopen_elements;	/* act on a finished run's elements (see case 19) */
 
 static const char *const CONTEXTS[] = {
 	"{}",
@@ -345,6 +346,7 @@ LLVMFuzzerInitialize(int *argc, char ***argv)
 {
 	(void) argc;
 	(void) argv;
+	reopen_elements = getenv("FUZZ_STEP_REOPEN_ELEMENTS") != NULL;
 	for (size_t k = 0; k < NWORKFLOWS; k++)
 	{
 		plans[k] = sh_plan(*WORKFLOWS[k], (int64_t) k + 1);
@@ -591,13 +593,14 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 				 * an operator's redrive or skip of an element (refused when it may not act).  Not
 				 * of a finished run's yet: reopening a failed worker map resets its never-released
 				 * elements cancelled -> waiting, which wfe.stage_transitions() allows a workflow
-				 * element only (test/fuzz/repro/step-map-reopen-cancelled-worker-element).
+				 * element only (test/fuzz/repro/step-map-reopen-cancelled-worker-element:
+				 * FUZZ_STEP_REOPEN_ELEMENTS=1 build/fuzz/fuzz_step that-file).
 				 */
 				{
 					int			m = map_from(&h, i);
 					int64_t		e;
 
-					if (m < 0 || h.maps[m].n == 0 || h.run.finished)
+					if (m < 0 || h.maps[m].n == 0 || (h.run.finished && !reopen_elements))
 						break;
 					e = pick_element(&h, m, sel);
 					if (e < 0 || e >= h.maps[m].n)
