@@ -12,14 +12,21 @@
  * expired deadlines, retry timers (real and made up), in-database action
  * results, the run deadline, a cancel, an operator's redrive, skip, fail or
  * redispatch (reopening a failed run), the result cache's wake-ups (with
- * an entry, sound or tampered with, put there first).  Every op is applied to the rows as
+ * an entry, sound or tampered with, put there first), and for the maps
+ * (worker and child-run items, max_concurrency, tolerated_failures, items
+ * bound from the context or from another map's result): an element's
+ * reports with current, stale or next-generation fences and attempts, and
+ * about indexes past the end or negative; its child's end (completed,
+ * failed, cancelled); its retry timers, real and made up; its deadlines;
+ * an operator's redrive or skip of it.  Every op is applied to the rows as
  * engine.c applies it, and the harness's checks after every event abort
  * the process (so libFuzzer keeps the input) on: an illegal stage or run
  * transition, an op on a stage out of range, a fence or attempt that
  * decreases, a run that finishes twice or without intent, an intent set
  * twice, a core view of a row that differs from the row, a rejection that
  * wrote more than its callback.* event, a stuck run, a finished run that
- * left something waiting.  ASan, LSan and UBSan do the rest.
+ * left something waiting, and the map invariants step_harness.h lists.
+ * ASan, LSan and UBSan do the rest.
  *
  * Build and run: make fuzz (make test runs it briefly).
  */
@@ -236,18 +243,67 @@ static const char *TASKS_CHILDREN =
 "  - {id: b, worker: w.c@1, queue: q, depends_on: [a], requires_outputs: [{producer_task_id: a, key: url}],"
 " input: {u: '${outputs.a.url}'}}\n";
 
+/* Maps: worker items under max_concurrency and tolerated_failures, child-run items, a workflow stage. */
+static const char *MAPS =
+"name: maps\n"
+"version: \"1.0.0\"\n"
+"entry: render\n"
+"finalisers: [fin.one@1]\n"
+"stages:\n"
+"  - name: render\n"
+"    type: map\n"
+"    items: '${context.lods}'\n"
+"    max_concurrency: 2\n"
+"    tolerated_failures: 1\n"
+"    item: {worker: w.r@1, queue: q, input: {lod: '${item}', i: '${item_index}'},"
+" retry: {max_attempts: 2, initial_ms: 1, multiplier: 1, max_ms: 1, jitter: none}}\n"
+"    on_success: subs\n"
+"    on_failure: call\n"
+"  - name: subs\n"
+"    type: map\n"
+"    items: [1, 2, 3]\n"
+"    max_concurrency: 1\n"
+"    item: {workflow: sub, input: {x: '${item}'}, retry: {max_attempts: 2, initial_ms: 1}}\n"
+"    on_success: call\n"
+"    on_failure: failed\n"
+"  - {name: call, type: workflow, workflow: sub, input: {r: '${stages.render.result}'},"
+" on_success: completed, on_failure: failed}\n";
+
+/* Maps without bounds: child-run items, no tolerance, then a worker map reading the first. */
+static const char *MAPS_WIDE =
+"name: maps-wide\n"
+"version: \"1.0.0\"\n"
+"entry: fan\n"
+"stages:\n"
+"  - name: fan\n"
+"    type: map\n"
+"    items: '${context.lods}'\n"
+"    item: {workflow: sub@1.0.0, input: {x: '${item}'}}\n"
+"    on_success: each\n"
+"    on_failure: failed\n"
+"  - name: each\n"
+"    type: map\n"
+"    items: '${stages.fan.result.items}'\n"
+"    max_concurrency: 1\n"
+"    tolerated_failures: 5\n"
+"    item: {worker: w.e@1, queue: q, input: {v: '${item}'}}\n"
+"    on_success: completed\n"
+"    on_failure: failed\n";
+
 static const char *const CHILD_STATES[] = {"completed", "failed", "cancelled"};
 
 static const char *const *const WORKFLOWS[] = {&FORKS, &MODEL_INGEST, &CHAIN, &TASKS, &TASKS_PLAIN, &CACHED,
-&WAITS, &TASKS_WAITS, &CHILDREN, &TASKS_CHILDREN};
+&WAITS, &TASKS_WAITS, &CHILDREN, &TASKS_CHILDREN, &MAPS, &MAPS_WIDE};
 #define NWORKFLOWS (sizeof(WORKFLOWS) / sizeof(WORKFLOWS[0]))
 static wfe_run_plan *plans[NWORKFLOWS];
+static int	reopen_elements;	/* act on a finished run's elements (see case 19) */
 
 static const char *const CONTEXTS[] = {
 	"{}",
-	"{\"go\": true, \"x\": 1, \"modelId\": \"m\", \"amount\": 500}",
-	"{\"go\": false, \"x\": \"s\", \"modelId\": \"m\", \"amount\": 1}",
-	"{\"go\": 1, \"amount\": \"lots\"}",
+	"{\"go\": true, \"x\": 1, \"modelId\": \"m\", \"amount\": 500, \"lods\": [\"a\", \"b\", \"c\", \"d\"]}",
+	"{\"go\": false, \"x\": \"s\", \"modelId\": \"m\", \"amount\": 1, \"lods\": []}",
+	"{\"go\": 1, \"amount\": \"lots\", \"lods\": \"x\"}",
+	"{\"lods\": [1, {\"k\": 2}, null]}",
 };
 static const char *const EXEC_CONTEXTS[] = {NULL, "foreground", "background", "x"};
 static const double RANDOMS[] = {0.0, 0.25, 0.5, 0.999};
@@ -290,6 +346,7 @@ LLVMFuzzerInitialize(int *argc, char ***argv)
 {
 	(void) argc;
 	(void) argv;
+	reopen_elements = getenv("FUZZ_STEP_REOPEN_ELEMENTS") != NULL;
 	for (size_t k = 0; k < NWORKFLOWS; k++)
 	{
 		plans[k] = sh_plan(*WORKFLOWS[k], (int64_t) k + 1);
@@ -335,6 +392,80 @@ in_flight_from(const sh *h, int s)
 		if (st == WFE_QUEUED || st == WFE_DISPATCHED || st == WFE_RUNNING)
 			return i;
 	}
+	return -1;
+}
+
+/* The first element of map stage i (from e, wrapping) under way or awaiting its retry, or -1. */
+static int64_t
+element_in_flight(const sh *h, int i, int64_t e)
+{
+	const sh_map *m = &h->maps[i];
+
+	for (int64_t n = 0; n < m->n; n++)
+	{
+		int64_t		k = (e + n) % m->n;
+		wfe_state	st = m->elems[k].state;
+
+		if (st == WFE_QUEUED || st == WFE_DISPATCHED || st == WFE_RUNNING || st == WFE_RETRY_SCHEDULED)
+			return k;
+	}
+	return -1;
+}
+
+/* Element e of map i ends as a worker or its child would end it (sel picks how). */
+static void
+end_element(sh *h, int i, int64_t e, unsigned sel)
+{
+	sh_row	   *r = &h->maps[i].elems[e];
+
+	if (r->state == WFE_RETRY_SCHEDULED)
+	{
+		for (int k = h->ntimers - 1; k >= 0; k--)
+			if (h->timers[k].stage == i && h->timers[k].elem1 == e + 1 && !h->timers[k].fired)
+			{
+				sh_fire_timer(h, k);
+				return;
+			}
+		sh_retry_due_at(h, i, e, r->attempt, r->fence);
+	}
+	else if (h->rp->stages[i].item_workflow)
+		sh_child_ended_at(h, i, e, r->attempt, r->fence, 2000 + (int64_t) h->steps,
+						  CHILD_STATES[(sel >> 6) % 3], RESULTS[sel % N(RESULTS)]);
+	else
+	{
+		sh_claim_at(h, i, e);
+		r = &h->maps[i].elems[e];
+		if ((sel & 0xC0) == 0xC0)
+			sh_callback_at(h, i, e, WFE_CB_FAIL, r->attempt, r->fence, ERRORS[sel % N(ERRORS)], sel & 1);
+		else
+			sh_callback_at(h, i, e, WFE_CB_COMPLETE, r->attempt, r->fence, RESULTS[sel % N(RESULTS)], 1);
+	}
+}
+
+/* An element index near the map's: one of its own, or just past its end, or negative. */
+static int64_t
+pick_element(const sh *h, int i, unsigned sel)
+{
+	int64_t		n = h->maps[i].n;
+
+	switch ((sel >> 5) & 7)
+	{
+		case 6:
+			return n;			/* one past the last: no element */
+		case 7:
+			return (sel & 1) ? -1 : n + 7;
+		default:
+			return n > 0 ? (int64_t) (sel % (unsigned) n) : 0;
+	}
+}
+
+/* The first map stage from s (wrapping), or -1. */
+static int
+map_from(const sh *h, int s)
+{
+	for (int n = 0; n < h->nst; n++)
+		if (h->rp->stages[(s + n) % h->nst].kind == WFE_K_MAP)
+			return (s + n) % h->nst;
 	return -1;
 }
 
@@ -388,8 +519,96 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 		pos += 3;
 		pick_identity(&h, i, sel, &attempt, &fence);
-		switch (cmd % 17)
+		switch (cmd % 20)
 		{
+			case 17:
+				/* an element's report: complete or fail, accept or heartbeat, current or near identity */
+				{
+					int			m = map_from(&h, i);
+					int64_t		e;
+					int			a;
+					int64_t		f;
+
+					if (m < 0)
+						break;
+					e = pick_element(&h, m, sel);
+					a = e >= 0 && e < h.maps[m].n ? h.maps[m].elems[e].attempt : 1;
+					f = e >= 0 && e < h.maps[m].n ? h.maps[m].elems[e].fence : 1;
+					if ((sel & 3) == 1)
+						f -= 1;
+					else if ((sel & 3) == 2)
+						f = f + ((int64_t) 1 << 32);
+					else if ((sel & 3) == 3)
+						a -= 1;
+					if (e >= 0 && e < h.maps[m].n && (sel & 4))
+						sh_claim_at(&h, m, e);
+					switch ((sel >> 3) & 3)
+					{
+						case 0:
+							sh_callback_at(&h, m, e, WFE_CB_COMPLETE, a, f, RESULTS[sel % N(RESULTS)], 1);
+							break;
+						case 1:
+							sh_callback_at(&h, m, e, WFE_CB_FAIL, a, f, ERRORS[sel % N(ERRORS)], sel & 1);
+							break;
+						case 2:
+							sh_callback_at(&h, m, e, WFE_CB_ACCEPT, a, f, NULL, 1);
+							break;
+						default:
+							sh_callback_at(&h, m, e, WFE_CB_HEARTBEAT, a, f, NULL, 1);
+					}
+				}
+				break;
+			case 18:
+				/* an element's child ends, its retry timer (real or made up) fires, its deadline passes */
+				{
+					int			m = map_from(&h, i);
+					int64_t		e;
+
+					if (m < 0 || h.maps[m].n == 0)
+						break;
+					e = pick_element(&h, m, sel);
+					if (e < 0 || e >= h.maps[m].n)
+						break;
+					switch (sel & 3)
+					{
+						case 0:
+							sh_child_ended_at(&h, m, e, h.maps[m].elems[e].attempt,
+											  h.maps[m].elems[e].fence - ((sel >> 2) & 1), 3000 + (int64_t) sel,
+											  CHILD_STATES[(sel >> 3) % 3], RESULTS[(sel >> 2) % N(RESULTS)]);
+							break;
+						case 1:
+							sh_retry_due_at(&h, m, e, h.maps[m].elems[e].attempt - ((sel >> 2) & 1),
+											h.maps[m].elems[e].fence);
+							break;
+						case 2:
+							sh_expire_at(&h, m, e, (sel & 4) ? "heartbeat" : "execution");
+							break;
+						default:
+							end_element(&h, m, e, sel);
+					}
+				}
+				break;
+			case 19:
+				/*
+				 * an operator's redrive or skip of an element (refused when it may not act).  Not
+				 * of a finished run's yet: reopening a failed worker map resets its never-released
+				 * elements cancelled -> waiting, which wfe.stage_transitions() allows a workflow
+				 * element only (test/fuzz/repro/step-map-reopen-cancelled-worker-element:
+				 * FUZZ_STEP_REOPEN_ELEMENTS=1 build/fuzz/fuzz_step that-file).
+				 */
+				{
+					int			m = map_from(&h, i);
+					int64_t		e;
+
+					if (m < 0 || h.maps[m].n == 0 || (h.run.finished && !reopen_elements))
+						break;
+					e = pick_element(&h, m, sel);
+					if (e < 0 || e >= h.maps[m].n)
+						break;
+					sh_operate_at(&h, m, e, (sel & 1) ? WFE_OPERATE_SKIP : WFE_OPERATE_REDRIVE,
+								  (sel & 1) ? RESULTS[(sel >> 1) % N(RESULTS)] : NULL, "fuzz", "fuzz");
+				}
+				break;
 			case 14:
 				/* a signal for the run, whether or not anything waits for it now */
 				if (sel & 0x80)
@@ -486,6 +705,15 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 						sh_send_signal(&h, h.rp->stages[k].contract, RESULTS[sel % N(RESULTS)]);
 					else if (h.rp->stages[k].kind == WFE_K_SLEEP && h.ntimers > 0)
 						sh_fire_timer(&h, h.ntimers - 1);
+					else if (h.rp->stages[k].kind == WFE_K_MAP)
+					{
+						int64_t		e = element_in_flight(&h, k, (int64_t) sel);
+
+						if (e >= 0)
+							end_element(&h, k, e, sel);
+						else if (h.ntimers > 0)
+							sh_fire_timer(&h, h.ntimers - 1);
+					}
 					else if (h.rp->stages[k].kind == WFE_K_WORKFLOW)
 						sh_child_ended(&h, k, h.rows[k].attempt, h.rows[k].fence, 1000 + (int64_t) h.steps,
 									   CHILD_STATES[(sel >> 6) % 3], RESULTS[sel % N(RESULTS)]);

@@ -11,7 +11,12 @@
  * engine.c's entry points (a callback through the gate, the start, a retry
  * timer, an expired deadline, the run deadline, a cancel, an in-database
  * action's result) and the SQL-side transitions the core never sees (a poll
- * claim, the publisher's dispatch and give-back).
+ * claim, the publisher's dispatch and give-back).  Map stages have their
+ * element rows (NAME[i], made by MAP_START, read by io->load_element) and
+ * their counter row (io->map_counts), the element ops written to the
+ * element's row exactly as to a stage's (sh_elem_enter swaps it in), and
+ * the *_at entry points name an element: its reports, retry timers,
+ * deadlines, child's end, claim and an operator's action.
  *
  * After every event, sh_check() verifies what must always hold:
  *   - every stage state change the ops imply is in wfe_stage_transition_table
@@ -23,6 +28,13 @@
  *   - the core's copy of every row it read equals the row after the write
  *     (so the core's later decisions in a step saw what the database holds);
  *   - a gate rejection wrote exactly one callback.* event and nothing else;
+ *   - maps: an element's state changes are legal for its item's kind and its
+ *     fence and attempt never decrease; a map aggregates at most once per
+ *     attempt; its counters never exceed its elements (completed + failed
+ *     <= released <= total = elements, completed <= elements completed); no
+ *     element past the released ones runs; no more elements are under way
+ *     than max_concurrency, plus those an operator redrove (runtime.md
+ *     "Operator actions on one element");
  *   - optionally, liveness: a started run without intent has an attempt
  *     under way, a run with an intent is finalising or finished, a finished
  *     run has nothing waiting or under way it waits for.
@@ -93,6 +105,7 @@ typedef struct sh_timer
 	int64_t		delay_us;
 	int			fired;
 	char		kind;			/* 0 retry, 'w' a wait's timeout, 's' a sleep's end */
+	int64_t		elem1;			/* a map element's index + 1, or 0: the stage's own */
 } sh_timer;
 
 /* A signal kept for the run (wfe.signals): buffered, or taken by a wait. */
@@ -117,6 +130,7 @@ typedef struct sh_mark
 	int			stage;
 	int			attempt;
 	int64_t		fence;
+	int64_t		elem1;			/* a map element's index + 1, or 0: the stage's own */
 } sh_mark;
 
 /* A copy of one op of the last step (the core's strings die with the step). */
@@ -134,6 +148,16 @@ typedef struct sh_op
 	char	   *json;
 	char	   *json2;
 } sh_op;
+
+/* A map stage's elements (their rows of wfe.run_stages) and its wfe.run_maps row. */
+typedef struct sh_map
+{
+	sh_row	   *elems;
+	int64_t		n;
+	wfe_map_counts counts;
+	int			agg_attempt;	/* the map attempt that last aggregated (0: none) */
+	int			redriven;		/* operator redrives of its elements: each may run past max_concurrency */
+} sh_map;
 
 typedef struct sh sh;
 typedef void (*sh_violation_fn) (sh *h, const char *message);
@@ -188,6 +212,9 @@ struct sh
 	sh_mark    *children;		/* child runs started (WFE_OP_CHILD): stage, attempt, fence */
 	int			nchildren,
 				capchildren;
+	sh_map	   *maps;			/* per stage: a map's elements (n 0 for other stages) */
+	int			cur_map;		/* while an element's row is swapped into rows[cur_map]: */
+	int64_t		cur_elem;		/* its index, else -1 */
 	sh_op	   *ops;			/* the last step's ops */
 	int			nops,
 				capops;
@@ -316,7 +343,54 @@ sh_json_equal(const char *a, const char *b)
 static const char *
 sh_sname(const sh *h, int i)
 {
+	static char buf[160];
+
+	if (i >= 0 && i == h->cur_map && h->cur_elem >= 0)
+	{
+		snprintf(buf, sizeof(buf), "%s[%lld]", h->rp->stages[i].name, (long long) h->cur_elem);
+		return buf;
+	}
 	return i >= 0 && i < h->nst ? h->rp->stages[i].name : "(none)";
+}
+
+/*
+ * Swap element e's row of map stage i into rows[i] (and back): the
+ * writes, checks and SQL transitions then apply to the element's row as
+ * they do to a stage's, as engine.c and map.c write an element's row
+ * like any stage row.
+ */
+static void
+sh_elem_swap(sh *h, int i, int64_t e)
+{
+	sh_row		t = h->rows[i];
+
+	h->rows[i] = h->maps[i].elems[e];
+	h->maps[i].elems[e] = t;
+}
+
+static void
+sh_elem_enter(sh *h, int i, int64_t e)
+{
+	sh_elem_swap(h, i, e);
+	h->cur_map = i;
+	h->cur_elem = e;
+}
+
+static void
+sh_elem_leave(sh *h)
+{
+	if (h->cur_elem < 0)
+		return;
+	sh_elem_swap(h, h->cur_map, h->cur_elem);
+	h->cur_map = -1;
+	h->cur_elem = -1;
+}
+
+/* The row of stage i, or of its element elem (>= 0). */
+static sh_row *
+sh_rowp(sh *h, int i, int64_t elem)
+{
+	return elem >= 0 ? &h->maps[i].elems[elem] : &h->rows[i];
 }
 
 SH_FN int
@@ -486,7 +560,94 @@ sh_io_output(void *arg, const char *task, const char *key)
 static const char *
 sh_io_stage_input(void *arg, int i)
 {
-	return ((sh *) arg)->rows[i].input;
+	sh		   *h = arg;
+
+	if (i == h->st.elem_map && h->st.elem >= 0 && h->st.elem < h->maps[i].n)
+		return h->maps[i].elems[h->st.elem].input;
+	return h->rows[i].input;
+}
+
+/* An element's row (q_element): exists only for an index the map has. */
+static void
+sh_io_load_element(void *arg, int i, int64_t elem, wfe_row *row)
+{
+	sh		   *h = arg;
+	sh_row	   *r;
+
+	memset(row, 0, sizeof(*row));
+	if (i < 0 || i >= h->nst || h->rp->stages[i].kind != WFE_K_MAP)
+	{
+		sh_violate(h, "the core loads element %lld of stage %d, no map", (long long) elem, i);
+		return;
+	}
+	if (elem < 0 || elem >= h->maps[i].n)
+		return;
+	r = &h->maps[i].elems[elem];
+	row->exists = 1;
+	row->state = r->state;
+	row->attempt = r->attempt;
+	row->fence = r->fence;
+	row->outcome = r->outcome;
+	row->branch = r->branch;
+	row->awaits = r->awaits;
+	row->has_handler = r->has_handler;
+	row->queue = r->queue;
+	row->cache_key = r->cache_key;
+}
+
+/* The map's counter row (q_counts): all 0 when there is none. */
+static void
+sh_io_map_counts(void *arg, int i, wfe_map_counts *c)
+{
+	*c = ((sh *) arg)->maps[i].counts;
+}
+
+/* The cancelled elements, ascending (q_cancelled). */
+static int64_t
+sh_io_map_cancelled(void *arg, int i, int64_t *out, int64_t max)
+{
+	sh		   *h = arg;
+	int64_t		n = 0;
+
+	for (int64_t e = 0; e < h->maps[i].n && n < max; e++)
+		if (h->maps[i].elems[e].state == WFE_CANCELLED)
+			out[n++] = e;
+	return n;
+}
+
+/*
+ * The one aggregation (q_results): element order, the failed ones null
+ * and listed; elem ends now with elem_result.  Once per map attempt.
+ */
+static const char *
+sh_io_map_results(void *arg, int i, int64_t elem, const char *elem_result)
+{
+	sh		   *h = arg;
+	sh_map	   *m = &h->maps[i];
+	json_object *items = json_object_new_array();
+	json_object *failed = json_object_new_array();
+	json_object *o = json_object_new_object();
+	char	   *text;
+
+	if (m->agg_attempt == h->rows[i].attempt)
+		sh_violate(h, "%s: aggregated twice in attempt %d", sh_sname(h, i), h->rows[i].attempt);
+	m->agg_attempt = h->rows[i].attempt;
+	for (int64_t k = 0; k < m->n; k++)
+	{
+		const char *r = k == elem ? elem_result :
+			m->elems[k].state == WFE_COMPLETED ? (m->elems[k].result ? m->elems[k].result : "{}") : NULL;
+		json_object *v = r ? sh_parse(r) : NULL;
+
+		if (r == NULL)
+			json_object_array_add(failed, json_object_new_int64(k));
+		json_object_array_add(items, v);
+	}
+	json_object_object_add(o, "items", items);
+	json_object_object_add(o, "failed", failed);
+	text = sh_strdup(json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN));
+	json_object_put(o);
+	*SH_PUSH(h->garbage, h->ngarbage, h->capgarbage) = text;	/* lives until the step ends */
+	return text;
 }
 
 static struct json_object *
@@ -614,6 +775,10 @@ sh_init(sh *h, const wfe_run_plan *rp, const char *context, const char *executio
 	memset(h->rows, 0, sizeof(sh_row) * (size_t) (h->nst + 1));
 	h->input_schema = sh_realloc(NULL, sizeof(json_object *) * (size_t) (h->nst + 1));
 	h->output_schema = sh_realloc(NULL, sizeof(json_object *) * (size_t) (h->nst + 1));
+	h->maps = sh_realloc(NULL, sizeof(sh_map) * (size_t) (h->nst + 1));
+	memset(h->maps, 0, sizeof(sh_map) * (size_t) (h->nst + 1));
+	h->cur_map = -1;
+	h->cur_elem = -1;
 	memset(h->input_schema, 0, sizeof(json_object *) * (size_t) (h->nst + 1));
 	memset(h->output_schema, 0, sizeof(json_object *) * (size_t) (h->nst + 1));
 	for (int i = 0; i < h->nst; i++)
@@ -678,6 +843,30 @@ sh_set_schema(sh *h, int i, const char *input, const char *output)
 }
 
 static void
+sh_free_row(sh_row *r)
+{
+	free(r->queue);
+	free(r->input);
+	free(r->result);
+	free(r->error);
+	free(r->skip_reason);
+	free(r->claimed_by);
+	free(r->arrivals);
+	free(r->cache_key);
+}
+
+/* Drop map stage i's elements (and its counter row). */
+static void
+sh_free_elems(sh *h, int i)
+{
+	for (int64_t e = 0; e < h->maps[i].n; e++)
+		sh_free_row(&h->maps[i].elems[e]);
+	free(h->maps[i].elems);
+	h->maps[i].elems = NULL;
+	h->maps[i].n = 0;
+}
+
+static void
 sh_free_ops(sh *h)
 {
 	for (int k = 0; k < h->nops; k++)
@@ -693,22 +882,16 @@ SH_FN void
 sh_free(sh *h)
 {
 	wfe_step_end(&h->st);
+	sh_elem_leave(h);
 	for (int i = 0; i < h->nst; i++)
 	{
-		sh_row	   *r = &h->rows[i];
-
-		free(r->queue);
-		free(r->input);
-		free(r->result);
-		free(r->error);
-		free(r->skip_reason);
-		free(r->claimed_by);
-		free(r->arrivals);
-		free(r->cache_key);
+		sh_free_row(&h->rows[i]);
+		sh_free_elems(h, i);
 		json_object_put(h->input_schema[i]);
 		json_object_put(h->output_schema[i]);
 	}
 	free(h->rows);
+	free(h->maps);
 	free(h->input_schema);
 	free(h->output_schema);
 	for (int k = 0; k < h->nevents; k++)
@@ -773,6 +956,29 @@ sh_record_event(sh *h, int stage, int attempt, const char *type, const char *det
 		sh_violate(h, "an event without a type");
 }
 
+/* The kind of rows[i] as wfe.run_stages has it (an element's: its item's executor). */
+static const char *
+sh_kind(const sh *h, int i)
+{
+	const wfe_rp_stage *s = &h->rp->stages[i];
+
+	if (s->kind == WFE_K_MAP && i == h->cur_map)
+		return s->item_workflow ? "workflow" : s->item_worker ? "worker" : "action";
+	switch (s->kind)
+	{
+		case WFE_K_WAIT:
+			return "wait";
+		case WFE_K_SLEEP:
+			return "sleep";
+		case WFE_K_WORKFLOW:
+			return "workflow";
+		case WFE_K_MAP:
+			return "map";
+		default:
+			return "worker";
+	}
+}
+
 /* The stage trigger: refuse a transition the table does not list. */
 static void
 sh_move(sh *h, int i, wfe_state to, const char *by)
@@ -784,10 +990,7 @@ sh_move(sh *h, int i, wfe_state to, const char *by)
 		sh_violate(h, "%s: %s to state %d, which is no state", sh_sname(h, i), by, (int) to);
 		return;
 	}
-	if (!wfe_stage_transition_legal(h->rp->stages[i].kind == WFE_K_WAIT ? "wait" :
-									h->rp->stages[i].kind == WFE_K_SLEEP ? "sleep" :
-									h->rp->stages[i].kind == WFE_K_WORKFLOW ? "workflow" : "worker",
-									wfe_state_name(r->state), wfe_state_name(to)))
+	if (!wfe_stage_transition_legal(sh_kind(h, i), wfe_state_name(r->state), wfe_state_name(to)))
 		sh_violate(h, "%s: illegal stage transition %s -> %s (%s)", sh_sname(h, i),
 				   wfe_state_name(r->state), wfe_state_name(to), by);
 	r->state = to;
@@ -905,6 +1108,55 @@ sh_write_outputs(sh *h, int i, const char *keys_json, const char *reported)
 	json_object_put(result);
 }
 
+static int	sh_in_flight(wfe_state s);
+
+/*
+ * MAP_START (map.c's q_release): the map's row runs (attempt, fence), one
+ * waiting row per bound input, and the counter row.
+ */
+static void
+sh_map_start(sh *h, int i, const wfe_op *op)
+{
+	const wfe_rp_stage *s = &h->rp->stages[i];
+	json_object *in = sh_parse(op->json);
+	sh_map	   *m = &h->maps[i];
+
+	if (s->kind != WFE_K_MAP || op->elem >= 0 || !json_object_is_type(in, json_type_array))
+	{
+		sh_violate(h, "%s: MAP_START on a %s stage, element %lld, inputs %s", sh_sname(h, i),
+				   s->kind == WFE_K_MAP ? "map" : "non-map", (long long) op->elem, op->json ? op->json : "NULL");
+		json_object_put(in);
+		return;
+	}
+	sh_move(h, i, WFE_RUNNING, "map start");
+	sh_set_attempt(h, i, op->attempt, "map start");
+	sh_new_fence(h, i, h->rows[i].fence, op->fence, "map start");
+	h->rows[i].outcome = 0;
+	sh_set(h, &h->rows[i].error, NULL);
+	sh_free_elems(h, i);
+	m->n = (int64_t) json_object_array_length(in);
+	m->elems = sh_realloc(NULL, sizeof(sh_row) * (size_t) (m->n + 1));
+	memset(m->elems, 0, sizeof(sh_row) * (size_t) (m->n + 1));
+	for (int64_t e = 0; e < m->n; e++)
+	{
+		sh_row	   *r = &m->elems[e];
+
+		r->state = WFE_WAITING;
+		r->branch = -1;
+		r->awaits = 1;
+		r->queue = s->item_worker ? sh_strdup(s->item_queue) : NULL;
+		r->input = sh_strdup(json_object_to_json_string_ext(json_object_array_get_idx(in, e),
+															JSON_C_TO_STRING_PLAIN));
+	}
+	m->counts = op->counts;
+	m->agg_attempt = 0;
+	m->redriven = 0;
+	if (op->counts.total != m->n)
+		sh_violate(h, "%s: MAP_START binds %lld inputs, counts %lld", sh_sname(h, i), (long long) m->n,
+				   (long long) op->counts.total);
+	json_object_put(in);
+}
+
 /* Write the step's effects in order; reported is the callback's value. */
 static void
 sh_apply(sh *h, const char *reported)
@@ -942,6 +1194,18 @@ sh_apply(sh *h, const char *reported)
 		{
 			sh_violate(h, "op %d (kind %d) needs a stage and has none", k, (int) op->kind);
 			continue;
+		}
+		/* an event may name an element that does not exist (callback.unknown): it writes no row */
+		if (op->elem >= 0 && op->kind != WFE_OP_MAP_START && op->kind != WFE_OP_MAP_COUNTS &&
+			op->kind != WFE_OP_MAP_CANCEL && op->kind != WFE_OP_EVENT)
+		{
+			if (h->rp->stages[i].kind != WFE_K_MAP || op->elem >= h->maps[i].n)
+			{
+				sh_violate(h, "op %d (kind %d) names element %lld of %s, which has %lld", k, (int) op->kind,
+						   (long long) op->elem, sh_sname(h, i), (long long) h->maps[i].n);
+				continue;
+			}
+			sh_elem_enter(h, i, op->elem);
 		}
 		r = i >= 0 ? &h->rows[i] : NULL;
 		if (op->branch < WFE_KEEP_BRANCH || op->branch >= h->nst)
@@ -1012,6 +1276,7 @@ sh_apply(sh *h, const char *reported)
 					sh_set(h, &r->error, op->json ? op->json : "{}");
 					t = SH_PUSH(h->timers, h->ntimers, h->captimers);
 					t->stage = i;
+					t->elem1 = h->cur_elem + 1;
 					t->attempt = r->attempt;	/* RETURNING st.attempt, st.fence */
 					t->fence = r->fence;
 					t->delay_us = op->delay_us;
@@ -1103,6 +1368,7 @@ sh_apply(sh *h, const char *reported)
 					sh_timer   *t = SH_PUSH(h->timers, h->ntimers, h->captimers);
 
 					t->stage = i;
+					t->elem1 = h->cur_elem + 1;
 					t->attempt = op->attempt;
 					t->fence = op->fence;
 					t->delay_us = op->delay_us;
@@ -1230,7 +1496,8 @@ sh_apply(sh *h, const char *reported)
 				break;
 			case WFE_OP_CHILD:
 				/* engine.c starts a child run for the attempt it parked */
-				if (h->rp->stages[i].kind != WFE_K_WORKFLOW || r->state != WFE_RUNNING ||
+				if ((h->rp->stages[i].kind != WFE_K_WORKFLOW && !(i == h->cur_map && h->rp->stages[i].item_workflow)) ||
+					r->state != WFE_RUNNING ||
 					op->attempt != r->attempt || op->fence != r->fence || op->text == NULL ||
 					op->json == NULL || op->json2 == NULL)
 					sh_violate(h, "%s: CHILD for attempt %d while %s (attempt %d)", sh_sname(h, i),
@@ -1240,13 +1507,40 @@ sh_apply(sh *h, const char *reported)
 					sh_mark    *m = SH_PUSH(h->children, h->nchildren, h->capchildren);
 
 					m->stage = i;
+					m->elem1 = h->cur_elem + 1;
 					m->attempt = op->attempt;
 					m->fence = op->fence;
+				}
+				break;
+			case WFE_OP_MAP_START:
+				sh_map_start(h, i, op);
+				break;
+			case WFE_OP_MAP_COUNTS:
+				if (h->maps[i].n == 0 && op->counts.total > 0)
+					sh_violate(h, "%s: MAP_COUNTS for a map without elements", sh_sname(h, i));
+				h->maps[i].counts = op->counts;
+				break;
+			case WFE_OP_MAP_CANCEL:
+				if (op->json == NULL)
+					sh_violate(h, "%s: MAP_CANCEL without an error", sh_sname(h, i));
+				for (int64_t e = 0; e < h->maps[i].n; e++)
+				{
+					wfe_state	es = h->maps[i].elems[e].state;
+
+					if (es == WFE_WAITING || sh_in_flight(es))
+					{
+						sh_elem_enter(h, i, e);
+						sh_move(h, i, WFE_CANCELLED, "map cancel");
+						h->rows[i].fence += (int64_t) 1 << 32;	/* q_cancel_elements: the next generation */
+						sh_set(h, &h->rows[i].error, op->json);
+						sh_elem_leave(h);
+					}
 				}
 				break;
 			default:
 				sh_violate(h, "op %d has kind %d, which is no op", k, (int) op->kind);
 		}
+		sh_elem_leave(h);
 	}
 }
 
@@ -1307,6 +1601,54 @@ sh_check_live(sh *h, const char *what)
 								  h->run.intent != WFE_RUN_COMPLETED)))
 			sh_violate(h, "after %s: the run finished %s but %s is still %s", what,
 					   wfe_run_state_name(h->run.state), sh_sname(h, i), wfe_state_name(s));
+		/* a map's elements end with it, or are cancelled with it */
+		for (int64_t e = 0; h->cur_elem < 0 && e < h->maps[i].n; e++)
+			if (sh_in_flight(h->maps[i].elems[e].state) || h->maps[i].elems[e].state == WFE_RETRY_SCHEDULED)
+				sh_violate(h, "after %s: the run finished %s but %s[%lld] is still %s", what,
+						   wfe_run_state_name(h->run.state), sh_sname(h, i), (long long) e,
+						   wfe_state_name(h->maps[i].elems[e].state));
+	}
+}
+
+/*
+ * A map's counter row and its elements: the counts never exceed the items
+ * (completed + failed <= released <= total = elements), and no more
+ * elements are under way than max_concurrency lets run, plus those an
+ * operator redrove by hand (runtime.md "Operator actions on one element").
+ */
+static void
+sh_check_maps(sh *h, const char *what)
+{
+	for (int i = 0; i < h->nst; i++)
+	{
+		const sh_map *m = &h->maps[i];
+		const wfe_map_counts *c = &m->counts;
+		int64_t		busy = 0,
+					done = 0;
+
+		if (h->rp->stages[i].kind != WFE_K_MAP || m->n == 0)
+			continue;
+		if (c->completed < 0 || c->failed < 0 || c->completed + c->failed > c->released ||
+			c->released > c->total || c->total != m->n)
+			sh_violate(h, "after %s: %s: counts total %lld released %lld completed %lld failed %lld of %lld elements",
+					   what, sh_sname(h, i), (long long) c->total, (long long) c->released,
+					   (long long) c->completed, (long long) c->failed, (long long) m->n);
+		for (int64_t e = 0; e < m->n; e++)
+		{
+			busy += sh_in_flight(m->elems[e].state) || m->elems[e].state == WFE_RETRY_SCHEDULED;
+			done += m->elems[e].state == WFE_COMPLETED;
+			if (e >= c->released && m->elems[e].state != WFE_WAITING && m->elems[e].state != WFE_CANCELLED &&
+				m->elems[e].state != WFE_SKIPPED)
+				sh_violate(h, "after %s: %s[%lld] is %s, past the %lld released", what, sh_sname(h, i),
+						   (long long) e, wfe_state_name(m->elems[e].state), (long long) c->released);
+		}
+		if (c->completed > done)
+			sh_violate(h, "after %s: %s: %lld counted completed, %lld elements are", what, sh_sname(h, i),
+					   (long long) c->completed, (long long) done);
+		if (h->rp->stages[i].max_concurrency >= 0 && busy > h->rp->stages[i].max_concurrency + m->redriven)
+			sh_violate(h, "after %s: %s: %lld elements under way, max_concurrency %lld (%d redriven)", what,
+					   sh_sname(h, i), (long long) busy, (long long) h->rp->stages[i].max_concurrency,
+					   m->redriven);
 	}
 }
 
@@ -1331,6 +1673,19 @@ sh_check(sh *h, const char *what)
 					   wfe_state_name(c->state), c->attempt, (long long) c->fence, c->outcome, c->branch,
 					   wfe_state_name(r->state), r->attempt, (long long) r->fence, r->outcome, r->branch);
 	}
+	if (st->elem >= 0 && st->elem_map >= 0 && st->elem_map < h->nst && st->elem < h->maps[st->elem_map].n &&
+		st->elem_row.loaded && st->elem_row.exists)
+	{
+		const wfe_row *c = &st->elem_row;
+		const sh_row *r = &h->maps[st->elem_map].elems[st->elem];
+
+		if (c->state != r->state || c->attempt != r->attempt || c->fence != r->fence || c->outcome != r->outcome)
+			sh_violate(h, "after %s: %s[%lld]: the core holds %s/%d/%lld/outcome %d, the row %s/%d/%lld/outcome %d",
+					   what, sh_sname(h, st->elem_map), (long long) st->elem,
+					   wfe_state_name(c->state), c->attempt, (long long) c->fence, c->outcome,
+					   wfe_state_name(r->state), r->attempt, (long long) r->fence, r->outcome);
+	}
+	sh_check_maps(h, what);
 	if (st->run && (st->run->intent != h->run.intent || st->run->state != h->run.state ||
 					st->run->finished != h->run.finished))
 		sh_violate(h, "after %s: the core's run is %d/%s/%d, the row %d/%s/%d", what,
@@ -1366,6 +1721,10 @@ sh_begin(sh *h)
 	h->io.stage_input = sh_io_stage_input;
 	h->io.child = sh_io_child;
 	h->io.max_map_items = sh_io_max_map_items;
+	h->io.load_element = sh_io_load_element;
+	h->io.map_counts = sh_io_map_counts;
+	h->io.map_cancelled = sh_io_map_cancelled;
+	h->io.map_results = sh_io_map_results;
 	wfe_step_begin(&h->st, h->rp, &h->view, &h->io);
 }
 
@@ -1407,8 +1766,23 @@ static const char *const sh_cb_names[] = {"accept", "heartbeat", "complete", "fa
  * Returns the outcome word.
  */
 SH_FN const char *
+sh_callback_at(sh *h, int i, int64_t elem, wfe_callback cb, int attempt, int64_t fence, const char *value,
+			   int retryable);
+
+SH_FN const char *
 sh_callback(sh *h, int i, wfe_callback cb, int attempt, int64_t fence, const char *value,
 			int retryable)
+{
+	return sh_callback_at(h, i, -1, cb, attempt, fence, value, retryable);
+}
+
+/*
+ * The same about element elem (>= 0) of map stage i (NAME[elem]): an
+ * index wfe_map_element_of refuses (negative) is unknown before the core.
+ */
+SH_FN const char *
+sh_callback_at(sh *h, int i, int64_t elem, wfe_callback cb, int attempt, int64_t fence, const char *value,
+			   int retryable)
 {
 	wfe_row    *row;
 	const char *outcome;
@@ -1417,19 +1791,24 @@ sh_callback(sh *h, int i, wfe_callback cb, int attempt, int64_t fence, const cha
 	char		what[128];
 
 	/* engine.c: no worker reports a wait or a sleep */
-	if (i < 0 || i >= h->nst || h->rp->stages[i].kind == WFE_K_WAIT || h->rp->stages[i].kind == WFE_K_SLEEP)
+	if (i < 0 || i >= h->nst || h->rp->stages[i].kind == WFE_K_WAIT || h->rp->stages[i].kind == WFE_K_SLEEP ||
+		(elem >= 0 && h->rp->stages[i].kind != WFE_K_MAP) || elem < -1 ||
+		(h->rp->stages[i].kind == WFE_K_MAP && elem < 0))	/* engine.c: a map's elements are reported about */
 	{
 		sh_sql_event(h, -1, attempt, "callback.unknown");
 		return "unknown";
 	}
-	snprintf(what, sizeof(what), "%s %s (attempt %d, fence %lld)", sh_cb_names[cb],
-			 sh_sname(h, i), attempt, (long long) fence);
+	snprintf(what, sizeof(what), "%s %s[%lld] (attempt %d, fence %lld)", sh_cb_names[cb],
+			 sh_sname(h, i), (long long) elem, attempt, (long long) fence);
 	if (report && value == NULL)
 		value = "{}";			/* the SQL functions' default */
 	sh_begin(h);
+	if (elem >= 0)
+		wfe_step_element(&h->st, i, elem);
 	row = wfe_step_row(&h->st, i);
-	if (report && row->outcome == (cb == WFE_CB_COMPLETE ? WFE_COMPLETED : WFE_FAILED))
-		same = sh_json_equal(cb == WFE_CB_COMPLETE ? h->rows[i].result : h->rows[i].error, value);
+	if (report && row->exists && row->outcome == (cb == WFE_CB_COMPLETE ? WFE_COMPLETED : WFE_FAILED))
+		same = sh_json_equal(cb == WFE_CB_COMPLETE ? sh_rowp(h, i, elem)->result : sh_rowp(h, i, elem)->error,
+							 value);
 	outcome = wfe_step_gate(&h->st, i, cb, attempt, fence, same);
 	if (outcome == NULL)
 	{
@@ -1505,15 +1884,23 @@ sh_accept(sh *h, int i)
 
 /* A retry timer for (attempt, fence) fires: wfe._timer_fired(.., 'retry', ..). */
 SH_FN void
-sh_retry_due(sh *h, int i, int attempt, int64_t fence)
+sh_retry_due_at(sh *h, int i, int64_t elem, int attempt, int64_t fence)
 {
-	char		what[96];
+	char		what[128];
 
-	snprintf(what, sizeof(what), "retry timer of %s (attempt %d, fence %lld)", sh_sname(h, i),
-			 attempt, (long long) fence);
+	snprintf(what, sizeof(what), "retry timer of %s[%lld] (attempt %d, fence %lld)", sh_sname(h, i),
+			 (long long) elem, attempt, (long long) fence);
 	sh_begin(h);
+	if (elem >= 0)
+		wfe_step_element(&h->st, i, elem);
 	wfe_step_retry_due(&h->st, i, attempt, fence);
 	sh_end(h, NULL, what);
+}
+
+SH_FN void
+sh_retry_due(sh *h, int i, int attempt, int64_t fence)
+{
+	sh_retry_due_at(h, i, -1, attempt, fence);
 }
 
 /* Fire the cache_ready timers of the waiters a leader's end woke; how many fired. */
@@ -1549,7 +1936,7 @@ sh_fire_timer(sh *h, int k)
 	t->fired = 1;
 	if (t->kind == 0)
 	{
-		sh_retry_due(h, t->stage, t->attempt, t->fence);
+		sh_retry_due_at(h, t->stage, t->elem1 - 1, t->attempt, t->fence);
 		return 1;
 	}
 	snprintf(what, sizeof(what), "%s timer of %s", t->kind == 'w' ? "wait_timeout" : "sleep",
@@ -1568,12 +1955,24 @@ sh_fire_timer(sh *h, int k)
  * state with output (engine.c's child_ended timer fired for the parent).
  */
 SH_FN void
+sh_child_ended_at(sh *h, int i, int64_t elem, int attempt, int64_t fence, int64_t child, const char *state,
+				  const char *output)
+{
+	/* wfe_child_outcome finds no child of a map's own row: only its elements start children */
+	if (h->rp->stages[i].kind == WFE_K_MAP && elem < 0)
+		return;
+	sh_begin(h);
+	if (elem >= 0)
+		wfe_step_element(&h->st, i, elem);
+	wfe_step_child_ended(&h->st, i, attempt, fence, child, state, output);
+	sh_end(h, output, "child ended");
+}
+
+SH_FN void
 sh_child_ended(sh *h, int i, int attempt, int64_t fence, int64_t child, const char *state,
 			   const char *output)
 {
-	sh_begin(h);
-	wfe_step_child_ended(&h->st, i, attempt, fence, child, state, output);
-	sh_end(h, output, "child ended");
+	sh_child_ended_at(h, i, -1, attempt, fence, child, state, output);
 }
 
 /*
@@ -1617,20 +2016,31 @@ sh_fire_retry(sh *h, int i)
  * two, else the given one (execution or heartbeat).  Returns whether it did.
  */
 SH_FN int
-sh_expire(sh *h, int i, const char *clock)
+sh_expire_at(sh *h, int i, int64_t elem, const char *clock)
 {
-	wfe_state	s = h->rows[i].state;
-	char		what[96];
+	wfe_state	s = sh_rowp(h, i, elem)->state;
+	char		what[128];
 
+	/* a map's own row has no deadline: its elements have theirs */
+	if (h->rp->stages[i].kind == WFE_K_MAP && elem < 0)
+		return 0;
 	if (s != WFE_QUEUED && s != WFE_DISPATCHED && s != WFE_RUNNING)
 		return 0;
 	if (s != WFE_RUNNING)
 		clock = "queue";
-	snprintf(what, sizeof(what), "%s deadline of %s", clock, sh_sname(h, i));
+	snprintf(what, sizeof(what), "%s deadline of %s[%lld]", clock, sh_sname(h, i), (long long) elem);
 	sh_begin(h);
+	if (elem >= 0)
+		wfe_step_element(&h->st, i, elem);
 	wfe_step_expired(&h->st, i, clock, "2030-01-01 00:00:00+00", "\"2030-01-01T00:00:00+00:00\"");
 	sh_end(h, NULL, what);
 	return 1;
+}
+
+SH_FN int
+sh_expire(sh *h, int i, const char *clock)
+{
+	return sh_expire_at(h, i, -1, clock);
 }
 
 /* The run deadline timer (retired, so never fired, once the intent is set). */
@@ -1751,14 +2161,22 @@ sh_action_done(sh *h, int i, const char *result, const char *error)
  * done, else the core's refusal (a static copy; nothing was written).
  */
 SH_FN const char *
-sh_operate(sh *h, int i, wfe_operation op, const char *value, const char *by, const char *why)
+sh_operate_at(sh *h, int i, int64_t elem, wfe_operation op, const char *value, const char *by, const char *why)
 {
 	static char refusal[512];
 	const char *problem;
-	char		what[96];
+	char		what[128];
 
-	snprintf(what, sizeof(what), "operation %d on %s", (int) op, sh_sname(h, i));
+	snprintf(what, sizeof(what), "operation %d on %s[%lld]", (int) op, sh_sname(h, i), (long long) elem);
+	/* engine.c's operate_stage: of a map's own name only skip; else name an element */
+	if (h->rp->stages[i].kind == WFE_K_MAP && elem < 0 && op != WFE_OPERATE_SKIP)
+	{
+		snprintf(refusal, sizeof(refusal), "cannot act on map %s: name one of its elements", sh_sname(h, i));
+		return refusal;
+	}
 	sh_begin(h);
+	if (elem >= 0)
+		wfe_step_element(&h->st, i, elem);
 	problem = wfe_step_operate_problem(&h->st, i, op, value);
 	if (problem == NULL && op == WFE_OPERATE_SKIP && h->rp->stages[i].kind != WFE_K_DECISION)
 		problem = wfe_step_result_problem(&h->st, i, value ? value : "{}", h->output_schema[i]);
@@ -1769,9 +2187,34 @@ sh_operate(sh *h, int i, wfe_operation op, const char *value, const char *by, co
 		sh_collect(h);
 		return refusal;
 	}
+	/* a redriven element runs again at once, past max_concurrency (runtime.md) */
+	if (elem >= 0 && op != WFE_OPERATE_SKIP)
+		h->maps[i].redriven++;
 	wfe_step_operate(&h->st, i, op, value, by, why);
 	sh_end(h, op == WFE_OPERATE_SKIP ? (value ? value : "{}") : NULL, what);
 	return NULL;
+}
+
+SH_FN const char *
+sh_operate(sh *h, int i, wfe_operation op, const char *value, const char *by, const char *why)
+{
+	return sh_operate_at(h, i, -1, op, value, by, why);
+}
+
+/* wfe.claim_task of element elem of map stage i (a worker item's queued attempt). */
+SH_FN int
+sh_claim_at(sh *h, int i, int64_t elem)
+{
+	int			n;
+
+	if (elem < 0)
+		return sh_claim(h, i);
+	if (elem >= h->maps[i].n)
+		return 0;
+	sh_elem_enter(h, i, elem);
+	n = sh_claim(h, i);
+	sh_elem_leave(h);
+	return n;
 }
 
 /* ---------------------------------------------------------------------
