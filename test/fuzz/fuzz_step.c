@@ -296,7 +296,6 @@ static const char *const *const WORKFLOWS[] = {&FORKS, &MODEL_INGEST, &CHAIN, &T
 &WAITS, &TASKS_WAITS, &CHILDREN, &TASKS_CHILDREN, &MAPS, &MAPS_WIDE};
 #define NWORKFLOWS (sizeof(WORKFLOWS) / sizeof(WORKFLOWS[0]))
 static wfe_run_plan *plans[NWORKFLOWS];
-static int	reopen_elements;	/* act on a finished run's elements (see case 19) */
 
 static const char *const CONTEXTS[] = {
 	"{}",
@@ -346,7 +345,6 @@ LLVMFuzzerInitialize(int *argc, char ***argv)
 {
 	(void) argc;
 	(void) argv;
-	reopen_elements = getenv("FUZZ_STEP_REOPEN_ELEMENTS") != NULL;
 	for (size_t k = 0; k < NWORKFLOWS; k++)
 	{
 		plans[k] = sh_plan(*WORKFLOWS[k], (int64_t) k + 1);
@@ -590,17 +588,16 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 				break;
 			case 19:
 				/*
-				 * an operator's redrive or skip of an element (refused when it may not act).  Not
-				 * of a finished run's yet: reopening a failed worker map resets its never-released
-				 * elements cancelled -> waiting, which wfe.stage_transitions() allows a workflow
-				 * element only (test/fuzz/repro/step-map-reopen-cancelled-worker-element:
-				 * FUZZ_STEP_REOPEN_ELEMENTS=1 build/fuzz/fuzz_step that-file).
+				 * an operator's redrive or skip of an element (refused when it may not act), of a
+				 * finished run's too: reopening a failed worker map resets its never-released
+				 * elements cancelled -> waiting (test/fuzz/repro/step-map-reopen-cancelled-worker-element
+				 * found that wfe.stage_transitions() allowed it a workflow element only)
 				 */
 				{
 					int			m = map_from(&h, i);
 					int64_t		e;
 
-					if (m < 0 || h.maps[m].n == 0 || (h.run.finished && !reopen_elements))
+					if (m < 0 || h.maps[m].n == 0)
 						break;
 					e = pick_element(&h, m, sel);
 					if (e < 0 || e >= h.maps[m].n)

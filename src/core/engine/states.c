@@ -56,7 +56,10 @@ const wfe_transition wfe_stage_transition_table[] = {
 	{"failed", "waiting", "the run was reopened by an operator: runs again", NULL},
 	{"timed_out", "waiting", "the run was reopened by an operator: runs again", NULL},
 	{"skipped", "waiting", "the run was reopened by an operator: runs again", NULL},
-	{"cancelled", "waiting", "operator re-drive of a wait, a sleep or a workflow stage: released again", "wait sleep workflow"},
+	/* a map's elements have their item's kind: a redrive of the element whose
+	 * failure failed the map puts the ones it cancelled before their release
+	 * back to waiting their turn (step_operate_element.c) */
+	{"cancelled", "waiting", "operator re-drive: a wait, sleep, workflow stage or unreleased element", "wait sleep workflow worker action"},
 	{NULL, NULL, NULL, NULL}
 };
 
