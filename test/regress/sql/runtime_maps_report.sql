@@ -22,7 +22,8 @@ BEGIN
                       THEN wfe.fail_task(t.run_id, t.stage, t.attempt, t.fence, '{"code": "boom", "message": "no"}', false)
                       ELSE wfe.complete_task(t.run_id, t.stage, t.attempt, t.fence, jsonb_build_object('lod', t.input -> 'lod'))
                  END
-            FROM held AS t WHERE t.run_id = p_run AND t.stage = p_stage);
+            FROM held AS t WHERE t.run_id = p_run AND t.stage = p_stage
+           ORDER BY t.attempt DESC LIMIT 1);
 END
 $$;
 CREATE FUNCTION pg_temp.elements(p_run bigint)
@@ -98,6 +99,25 @@ SELECT pg_temp.map_node(:r3);
 SELECT run_id AS r4 FROM wfe.submit('rt-mr', '{"lods": "not a list"}') \gset
 SELECT pg_temp.elements(:r4);
 SELECT pg_temp.map_node(:r4);
+
+-- The element whose failure failed the map is redriven (operations.md
+-- "Recovery"): the run reopens, the map runs again, its released element
+-- that the failure cancelled runs again, and the never-released ones wait
+-- their turn -- cancelled -> waiting, which the stage trigger refused a
+-- worker item's elements until the step fuzzer found it.
+SELECT run_id AS r5 FROM wfe.submit('rt-mr', '{"lods": ["a", "b", "c", "d", "e"]}') \gset
+SELECT pg_temp.work(:r5, 'render[0]', true);
+SELECT pg_temp.work(:r5, 'render[1]', true);
+SELECT wfe.report(:r5) ->> 'state' AS state, pg_temp.elements(:r5) AS elements;
+SELECT wfe.redrive(:r5, 'render[1]', 'regress');
+SELECT wfe.report(:r5) ->> 'state' AS state, pg_temp.elements(:r5) AS elements;
+SELECT pg_temp.work(:r5, 'render[1]');
+SELECT pg_temp.work(:r5, 'render[2]');
+SELECT pg_temp.work(:r5, 'render[3]');
+SELECT pg_temp.work(:r5, 'render[4]');
+SELECT wfe.report(:r5) ->> 'state' AS state,
+       (SELECT s -> 'result' FROM jsonb_array_elements(wfe.report(:r5) -> 'stages') AS s
+         WHERE s ->> 'stage' = 'render') AS result;
 
 SET client_min_messages = warning;
 DROP EXTENSION wfe CASCADE;
