@@ -2649,8 +2649,12 @@ test_wait_signals(void)
 	   wfe_stage_transition_legal("sleep", "waiting", "running") &&
 	   !wfe_stage_transition_legal("worker", "waiting", "running") &&
 	   !wfe_stage_transition_legal("join", "waiting", "running") &&
-	   !wfe_stage_transition_legal("action", "cancelled", "waiting"),
-	   "transitions: waiting -> running (and cancelled -> waiting) are a wait's or a sleep's only");
+	   !wfe_stage_transition_legal("join", "cancelled", "waiting"),
+	   "transitions: waiting -> running is a wait's or a sleep's only; a join never goes cancelled -> waiting");
+	ok(wfe_stage_transition_legal("worker", "cancelled", "waiting") &&
+	   wfe_stage_transition_legal("action", "cancelled", "waiting"),
+	   "transitions: a worker's or an action's row may go cancelled -> waiting: a map's element its "
+	   "failure cancelled before release, when a redrive reopens the map");
 	run_open(&h, rp_waits, "{\"until\": \"2000-01-01T00:00:00Z\"}", NULL);
 	sh_start(&h);
 	expect_state(&h, "approve", WFE_RUNNING, "wait: released, it is running with no worker");
