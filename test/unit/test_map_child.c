@@ -342,6 +342,21 @@ static wfe_step_io m_io = {
 	.max_map_items = m_limit
 };
 
+/* An attempt queued (ENQUEUE) or parked running (PARK): its state, attempt, fence and bound input. */
+static void
+start_attempt(mrow *m, wfe_state state, int attempt, const wfe_op *op)
+{
+	m->row.state = state;
+	m->row.attempt = attempt;
+	m->row.fence = op->fence;
+	m->row.outcome = 0;
+	if (op->json)
+	{
+		free(m->input);
+		m->input = dup(op->json);
+	}
+}
+
 /* Apply the step's ops as engine.c, map.c and child.c do, then end it. */
 static void
 apply(msrv *s)
@@ -354,26 +369,10 @@ apply(msrv *s)
 		switch (op->kind)
 		{
 			case WFE_OP_ENQUEUE:
-				m->row.state = WFE_QUEUED;
-				m->row.attempt += op->flag;
-				m->row.fence = op->fence;
-				m->row.outcome = 0;
-				if (op->json)
-				{
-					free(m->input);
-					m->input = dup(op->json);
-				}
+				start_attempt(m, WFE_QUEUED, m->row.attempt + op->flag, op);
 				break;
 			case WFE_OP_PARK:
-				m->row.state = WFE_RUNNING;
-				m->row.attempt = op->attempt;
-				m->row.fence = op->fence;
-				m->row.outcome = 0;
-				if (op->json)
-				{
-					free(m->input);
-					m->input = dup(op->json);
-				}
+				start_attempt(m, WFE_RUNNING, op->attempt, op);
 				break;
 			case WFE_OP_CHILD:
 				{
