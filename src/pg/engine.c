@@ -972,10 +972,11 @@ room_freed(srv *s, const wfe_op *op)
 
 	if (op->stage < 0 ||
 		!(op->kind == WFE_OP_COMPLETE || op->kind == WFE_OP_FAIL || op->kind == WFE_OP_RETRY ||
-		  op->kind == WFE_OP_TIME_OUT || op->kind == WFE_OP_CANCEL))
+		  op->kind == WFE_OP_TIME_OUT || op->kind == WFE_OP_CANCEL || op->kind == WFE_OP_MAP_CANCEL))
 		return;
-	/* an element's row may no longer be the step's: its queue is its map's item's */
-	queue = op->elem >= 0 ? s->rp->stages[op->stage].item_queue : wfe_step_row(&current_step, op->stage)->queue;
+	/* an element's row may no longer be the step's: its queue is its map's item's (so are a map cancel's) */
+	queue = op->elem >= 0 || op->kind == WFE_OP_MAP_CANCEL ? s->rp->stages[op->stage].item_queue :
+		wfe_step_row(&current_step, op->stage)->queue;
 	if (queue == NULL || (op->elem < 0 && wfe_step_row(&current_step, op->stage)->has_handler))
 		return;
 	v[0] = CStringGetTextDatum(queue);
@@ -995,6 +996,21 @@ op_runs_child(const srv *s, const wfe_op *op)
 	const wfe_rp_stage *st = &s->rp->stages[op->stage];
 
 	return st->kind == WFE_K_WORKFLOW || (op->elem >= 0 && st->item_workflow);
+}
+
+/*
+ * An element its map's end cancelled (map.c): its stage.cancelled event, as
+ * the core writes a stage's (step.c, the intent's cancels), in the step's
+ * batch; its fence column names the attempt asked to stop (ack_cancel).
+ */
+static void
+element_cancelled(void *arg, const char *stage, int attempt, int64 fence, const char *was)
+{
+	bool		asked = strcmp(was, "dispatched") == 0 || strcmp(was, "running") == 0;
+
+	add_event((event_batch *) arg, stage, attempt, "stage.cancelled",
+			  psprintf("{\"was\": \"%s\", \"cancel_requested\": %s}", was, asked ? "true" : "false"),
+			  fence, false);
 }
 
 /* Write the effects the core decided, in order. */
@@ -1209,10 +1225,14 @@ apply(srv *s, const char *reported)
 				break;
 			case WFE_OP_MAP_START:
 			case WFE_OP_MAP_COUNTS:
-			case WFE_OP_MAP_CANCEL:
 				wfe_map_apply(s->run_id, s->run.tenant, &s->rp->stages[op->stage], op);
+				break;
+			case WFE_OP_MAP_CANCEL:
+				/* each element cancelled, as a stage's cancel records it; its pushed worker asked to stop */
+				if (wfe_map_cancel(s->run_id, &s->rp->stages[op->stage], op->json, element_cancelled, &events) > 0)
+					wfe_wake_at(GetCurrentTimestamp());	/* a request to publish */
 				/* the elements cancelled with their map: their live children too */
-				if (op->kind == WFE_OP_MAP_CANCEL && s->rp->stages[op->stage].item_workflow)
+				if (s->rp->stages[op->stage].item_workflow)
 					s->after = wfe_child_defer_cancel_map(s->after, s->run_id, stage,
 														  "map ended: its element was cancelled");
 				break;

@@ -63,13 +63,40 @@ static stmt q_results = STMT(
 	"                    WHEN st.state = 'completed' THEN st.result END AS result"
 	"          FROM wfe.run_stages AS st"
 	"         WHERE st.run_id = $1 AND st.ordinal = $2 AND st.element IS NOT NULL) AS x", 4, I8, I4, I4, TX);
-/* the elements under way when the map ends early: cancelled, their fences grown */
+/*
+ * The elements under way when the map ends early (past tolerated_failures,
+ * or the run's intent or cancel): cancelled and fenced as a stage's cancel
+ * is (engine.c's q_cancel, q_cancel_message).  Each one dispatched or
+ * running on a broker queue gets a cancel message naming the fence its
+ * worker holds, so that worker stops and its ack_cancel is accepted.  Old
+ * is locked first: the row a claim or accept_task committed meanwhile is
+ * the one whose state decides.  Returns, for the stage.cancelled events,
+ * the elements that had an attempt: (stage, attempt, fence asked to stop,
+ * state it was in, cancel messages written).
+ */
 static stmt q_cancel_elements = STMT(
-	"UPDATE wfe.run_stages AS st"
-	"   SET state = 'cancelled', fence = ((st.fence >> 32) + 1) << 32, finished_at = now(),"
-	"       error = $3::jsonb, deadline_at = NULL"
-	" WHERE st.run_id = $1 AND st.ordinal = $2 AND st.element IS NOT NULL"
-	"   AND st.state IN ('waiting', 'queued', 'dispatched', 'running', 'retry_scheduled')", 3, I8, I4, TX);
+	"WITH old AS ("
+	"  SELECT st.stage, st.state, st.fence FROM wfe.run_stages AS st"
+	"   WHERE st.run_id = $1 AND st.ordinal = $2 AND st.element IS NOT NULL"
+	"     AND st.state IN ('waiting', 'queued', 'dispatched', 'running', 'retry_scheduled')"
+	"     FOR UPDATE),"
+	" c AS ("
+	"  UPDATE wfe.run_stages AS st"
+	"     SET state = 'cancelled', fence = ((st.fence >> 32) + 1) << 32, finished_at = now(),"
+	"         error = $3::jsonb, deadline_at = NULL"
+	"    FROM old WHERE st.run_id = $1 AND st.stage = old.stage"
+	"  RETURNING st.stage, st.element, st.tenant, st.queue, st.attempt, st.fence, old.fence AS asked, old.state AS was),"
+	" m AS ("
+	"  INSERT INTO wfe.outbox (tenant, run_id, stage, attempt, fence, kind, exchange, routing_key, message_id, body)"
+	"  SELECT c.tenant, $1, c.stage, c.attempt, c.fence, 'cancel', wfe._exchange('cancel'),"
+	"         wfe._routing_key('cancel', q.queue), wfe._message_id($1, c.stage, c.attempt, c.fence, 'cancel'),"
+	"         jsonb_build_object('run_id', $1, 'stage', c.stage, 'attempt', c.attempt, 'fence', c.asked,"
+	"                            'reason', $3::jsonb ->> 'message')"
+	"    FROM c JOIN wfe.queues AS q ON q.queue = c.queue AND q.delivery = 'broker'"
+	"   WHERE c.was IN ('dispatched', 'running')"
+	"  RETURNING 1)"
+	" SELECT c.stage, c.attempt, c.asked, c.was, (SELECT count(*) FROM m) FROM c"
+	"  WHERE c.was <> 'waiting' ORDER BY c.element", 3, I8, I4, TX);
 
 /* an operator reopening a failed map: the elements its failure cancelled */
 static stmt q_cancelled = STMT(
@@ -150,12 +177,26 @@ wfe_map_apply(int64 run_id, const char *tenant, const wfe_rp_stage *s, const wfe
 			v[4] = Int32GetDatum((int32) op->counts.failed);
 			stmt_run(&q_counts_write, v, NULL);
 			break;
-		case WFE_OP_MAP_CANCEL:
-			v[1] = Int32GetDatum(s->ordinal);
-			v[2] = CStringGetTextDatum(op->json ? op->json : "{}");
-			stmt_run(&q_cancel_elements, v, NULL);
-			break;
 		default:
 			elog(ERROR, "wfe: op %d is no map op", (int) op->kind);
 	}
+}
+
+int64
+wfe_map_cancel(int64 run_id, const wfe_rp_stage *s, const char *error, wfe_map_cancelled_fn each, void *arg)
+{
+	Datum		v[3] = {Int64GetDatum(run_id), Int32GetDatum(s->ordinal), CStringGetTextDatum(error ? error : "{}")};
+	int64		sent = 0;
+
+	stmt_run(&q_cancel_elements, v, NULL);
+	for (uint64 k = 0; k < SPI_processed; k++)
+	{
+		HeapTuple	t = SPI_tuptable->vals[k];
+		TupleDesc	d = SPI_tuptable->tupdesc;
+
+		each(arg, SPI_getvalue(t, d, 1), pg_strtoint32(SPI_getvalue(t, d, 2)),
+			 pg_strtoint64(SPI_getvalue(t, d, 3)), SPI_getvalue(t, d, 4));
+		sent = pg_strtoint64(SPI_getvalue(t, d, 5));
+	}
+	return sent;
 }

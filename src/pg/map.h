@@ -15,7 +15,18 @@ extern void wfe_map_read_counts(int64 run_id, const char *map, wfe_map_counts *c
 extern const char *wfe_map_results(int64 run_id, int ordinal, int64 elem, const char *elem_result);
 /* the indices of the map's cancelled elements, ascending, at most max into out; how many */
 extern int64 wfe_map_cancelled(int64 run_id, int ordinal, int64_t *out, int64_t max);
-/* write a MAP_START, MAP_COUNTS or MAP_CANCEL op of map stage s */
+/* write a MAP_START or MAP_COUNTS op of map stage s */
 extern void wfe_map_apply(int64 run_id, const char *tenant, const wfe_rp_stage *s, const wfe_op *op);
+
+/* an element the map's end cancelled: its name, attempt, the fence asked to stop, the state it was in */
+typedef void (*wfe_map_cancelled_fn) (void *arg, const char *stage, int attempt, int64 fence, const char *was);
+
+/*
+ * a MAP_CANCEL op of map stage s: its elements under way cancelled and
+ * fenced, each that had an attempt passed to each (in element order);
+ * returns how many cancel messages to broker workers were written
+ */
+extern int64 wfe_map_cancel(int64 run_id, const wfe_rp_stage *s, const char *error, wfe_map_cancelled_fn each,
+							void *arg);
 
 #endif							/* WFE_PG_MAP_H */

@@ -138,9 +138,10 @@ DECLARE
     v_paused boolean;
 BEGIN
     PERFORM wfe._operator_target(redispatch.run_id, redispatch.stage, redispatch.reason);
+    -- (a map's own row has no queue: wfe._operate says to name an element, 42809)
     SELECT st.queue, q.delivery = 'broker', q.paused INTO v_queue, v_broker, v_paused
       FROM wfe.run_stages AS st LEFT JOIN wfe.queues AS q ON q.queue = st.queue
-     WHERE st.run_id = redispatch.run_id AND st.stage = redispatch.stage;
+     WHERE st.run_id = redispatch.run_id AND st.stage = redispatch.stage AND st.kind <> 'map';
     IF FOUND AND NOT coalesce(v_broker, false) THEN
         RAISE EXCEPTION 'cannot redispatch stage "%" of run %: queue "%" is a poll queue', redispatch.stage,
                         redispatch.run_id, coalesce(v_queue, '(none)')
