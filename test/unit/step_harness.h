@@ -1490,6 +1490,7 @@ sh_apply(sh *h, const char *reported)
 					sh_mark    *m = SH_PUSH(h->cancels, h->ncancels, h->capcancels);
 
 					m->stage = i;
+					m->elem1 = h->cur_elem + 1;
 					m->attempt = op->attempt;
 					m->fence = op->prev_fence;
 				}
@@ -1529,10 +1530,30 @@ sh_apply(sh *h, const char *reported)
 
 					if (es == WFE_WAITING || sh_in_flight(es))
 					{
+						int64_t		asked;
+
 						sh_elem_enter(h, i, e);
+						asked = h->rows[i].fence;
 						sh_move(h, i, WFE_CANCELLED, "map cancel");
 						h->rows[i].fence += (int64_t) 1 << 32;	/* q_cancel_elements: the next generation */
 						sh_set(h, &h->rows[i].error, op->json);
+						/* an element that had an attempt: its stage.cancelled, naming the fence asked to stop */
+						if (es != WFE_WAITING)
+						{
+							sh_record_event(h, i, h->rows[i].attempt, "stage.cancelled", NULL);
+							h->events[h->nevents - 1].fenced = 1;
+							h->events[h->nevents - 1].fence = asked;
+						}
+						/* its pushed worker is asked to stop (a queue's delivery mode is no core matter) */
+						if ((es == WFE_DISPATCHED || es == WFE_RUNNING) && h->rows[i].queue != NULL)
+						{
+							sh_mark    *m = SH_PUSH(h->cancels, h->ncancels, h->capcancels);
+
+							m->stage = i;
+							m->elem1 = e + 1;
+							m->attempt = h->rows[i].attempt;
+							m->fence = asked;
+						}
 						sh_elem_leave(h);
 					}
 				}
@@ -2187,8 +2208,8 @@ sh_operate_at(sh *h, int i, int64_t elem, wfe_operation op, const char *value, c
 		sh_collect(h);
 		return refusal;
 	}
-	/* a redriven element runs again at once, past max_concurrency (runtime.md) */
-	if (elem >= 0 && op != WFE_OPERATE_SKIP)
+	/* a redriven element runs again at once, past max_concurrency (runtime.md); a failed or re-dispatched one does not */
+	if (elem >= 0 && op == WFE_OPERATE_REDRIVE)
 		h->maps[i].redriven++;
 	wfe_step_operate(&h->st, i, op, value, by, why);
 	sh_end(h, op == WFE_OPERATE_SKIP ? (value ? value : "{}") : NULL, what);

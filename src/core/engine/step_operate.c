@@ -120,9 +120,12 @@ wfe_step_operate_problem(wfe_step *st, int i, wfe_operation op, const char *valu
 	wfe_row    *r = wfe_step_row(st, i);
 	wfe_run    *run = st->run;
 	const char *state = wfe_state_name(r->state);
+	/* what fail and redispatch act on: a stage, or one map element */
+	const char *name = i == st->elem_map && st->elem >= 0 ?
+		wfe_arena_printf(&st->arena, "%s[%lld]", s->name, (long long) st->elem) : s->name;
 
 	if (!r->exists)
-		return wfe_arena_printf(&st->arena, "stage %s has no row in this run", s->name);
+		return wfe_arena_printf(&st->arena, "stage %s has no row in this run", name);
 	/* one element of a map (step_operate_element.c) */
 	if (i == st->elem_map && st->elem >= 0 && (op == WFE_OPERATE_REDRIVE || op == WFE_OPERATE_SKIP))
 		return step_element_operate_problem(st, i);
@@ -166,16 +169,16 @@ wfe_step_operate_problem(wfe_step *st, int i, wfe_operation op, const char *valu
 				return wfe_arena_printf(&st->arena, "the run ended %s", wfe_run_state_name(run->state));
 			if (!WFE_STATE_IN_FLIGHT(r->state))
 				return wfe_arena_printf(&st->arena, "stage %s is %s; only an attempt under way (queued, dispatched, running, retry_scheduled) is failed by hand",
-										s->name, state);
+										name, state);
 			return NULL;
 		case WFE_OPERATE_REDISPATCH:
 			if (run->finished)
 				return wfe_arena_printf(&st->arena, "the run ended %s", wfe_run_state_name(run->state));
 			if (r->state != WFE_QUEUED && r->state != WFE_DISPATCHED)
 				return wfe_arena_printf(&st->arena, "stage %s is %s; only a queued or dispatched attempt is re-dispatched",
-										s->name, state);
+										name, state);
 			if (r->queue == NULL || r->has_handler)
-				return wfe_arena_printf(&st->arena, "stage %s is not served by a worker queue", s->name);
+				return wfe_arena_printf(&st->arena, "stage %s is not served by a worker queue", name);
 			return NULL;
 	}
 	return "unknown operation";
