@@ -602,8 +602,16 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 					e = pick_element(&h, m, sel);
 					if (e < 0 || e >= h.maps[m].n)
 						break;
-					sh_operate_at(&h, m, e, (sel & 1) ? WFE_OPERATE_SKIP : WFE_OPERATE_REDRIVE,
-								  (sel & 1) ? RESULTS[(sel >> 1) % N(RESULTS)] : NULL, "fuzz", "fuzz");
+					/* ... or its fail_stage or redispatch (an attempt under way fenced, a new dispatch) */
+					{
+						static const wfe_operation OPS[] = {WFE_OPERATE_REDRIVE, WFE_OPERATE_SKIP,
+						WFE_OPERATE_FAIL, WFE_OPERATE_REDISPATCH};
+						wfe_operation what = OPS[sel & 3];
+
+						sh_operate_at(&h, m, e, what,
+									  what == WFE_OPERATE_SKIP ? RESULTS[(sel >> 2) % N(RESULTS)] :
+									  what == WFE_OPERATE_FAIL ? "fuzz" : NULL, "fuzz", "fuzz");
+					}
 				}
 				break;
 			case 14:
