@@ -14,7 +14,8 @@
 #   the old message's accept stale, the new one's taken;
 # - a map failing past tolerated_failures, and a run cancelled, ask each
 #   worker holding an element to stop; its ack_cancel is accepted, a
-#   stale one (another fence) is stale.
+#   stale one (another fence) is stale; the cancelled elements free their
+#   queue's max_in_flight room in the same transaction.
 use strict;
 use warnings;
 
@@ -208,5 +209,15 @@ is(worker("wfe.ack_cancel($run, 'render[0]', 1, $d->{'render[0]'}{fence})"), 'ac
 is(worker("wfe.ack_cancel($run, 'render[1]', 2, $d->{'render[1]'}{fence})"), 'stale', 'an ack of another attempt: stale');
 is(sql("SELECT string_agg(state, ',' ORDER BY element) FROM wfe.run_stages WHERE run_id = $run AND element IS NOT NULL"),
 	'cancelled,cancelled,cancelled', 'every element cancelled');
+
+# --- 6. the elements a map's end cancels free their queue's room at once ----
+sql("SELECT wfe.configure_queue('lods', 'broker', 2)");
+my $r1 = submit('["h", "i", "j"]');
+my $r2 = submit('["k", "l"]');
+my $dispatched = "SELECT count(*) FROM wfe.outbox WHERE kind = 'dispatch' AND run_id = %s";
+is(sql(sprintf($dispatched, $r1)) . '/' . sql(sprintf($dispatched, $r2)), '2/0',
+	'max_in_flight 2: two elements of the first run dispatched, the second run\'s held');
+($s) = login('operator_a', "SELECT wfe.cancel_run($r1, 'make room')");
+is(sql(sprintf($dispatched, $r2)), '2', "cancelling the first run frees its elements' room: the second run's go");
 
 done_testing();
