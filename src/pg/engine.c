@@ -112,7 +112,9 @@ static stmt q_enqueue = STMT(
 	"       concurrency_key = coalesce(CASE WHEN octet_length($8) > " CppAsString2(WFE_CONCURRENCY_KEY_BYTES)
 	"                                       THEN 'sha256:' || encode(sha256(convert_to($8, 'UTF8')), 'hex')"
 	"                                       ELSE $8 END, st.concurrency_key),"
-	"       concurrency_max = coalesce($9, st.concurrency_max)"
+	"       concurrency_max = coalesce($9, st.concurrency_max),"
+	/* run_stages_fair has the tasks of fair queues only (fairness.c) */
+	"       fair = EXISTS (SELECT 1 FROM wfe.queues AS q WHERE q.queue = st.queue AND q.fairness = 'tenant')"
 	" WHERE st.run_id = $1 AND st.stage = $2"
 	" RETURNING st.deadline_at, st.handler IS NOT NULL, st.queue", 9, I8, TX, BO, TX, I8, TX, TX, TX, I4);
 /* the result cache (cache.c): completed from an entry; waiting on an attempt in flight */
