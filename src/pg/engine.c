@@ -263,7 +263,13 @@ static stmt q_expiring = STMT(
 	"            ELSE 'execution' END"
 	"  FROM wfe.run_stages AS st WHERE st.run_id = $1 AND st.stage = $2"
 	"   AND st.state IN ('queued', 'dispatched', 'running') AND st.deadline_at <= now()"
-	"   FOR UPDATE", 2, I8, TX);
+	/*
+	 * a stage row another transaction holds is passed over: that one moves
+	 * the attempt, and a claim holds it before the run (claim.c), so
+	 * waiting here, run held, could close a circle (docs/architecture.md
+	 * "Lock order"); a deadline still due is the next round's
+	 */
+	"   FOR UPDATE SKIP LOCKED", 2, I8, TX);
 
 /*
  * Who may call back about a stage is decided before any lock is taken
@@ -1634,8 +1640,8 @@ wfe_timer_fired(PG_FUNCTION_ARGS)
 
 /*
  * wfe._expire(run_id, stage) RETURNS boolean: time out the attempt whose
- * deadline passed, if it still is the one that expired.  A run another
- * transaction holds is left to it (SKIP LOCKED).
+ * deadline passed, if it still is the one that expired.  A run or a
+ * stage row another transaction holds is left to it (SKIP LOCKED).
  */
 Datum
 wfe_expire(PG_FUNCTION_ARGS)

@@ -40,36 +40,50 @@
 #include "spi_stmt.h"
 #include "wfe.h"
 
-/* tenants read per claim at most: the cost of a claim stays bounded */
+/*
+ * tenants read per claim at most: the cost of a claim stays bounded (more
+ * are read in turns: wfe_fair_shares)
+ */
 #define FAIR_TENANTS_MAX 1000
 /* "queue" 0x1f "tenant"; both names are at most 63 bytes */
 #define FAIR_KEY_MAX 130
 
 /*
- * The tenants with ready work on $1, each with the priority of its next
- * task, its weight and its task limit, by a skip scan of run_stages_fair
- * (which holds the queued tasks of fair queues only: run_stages.fair).
+ * The tenants with ready work on $1 after $2 (at most $3 of them), each
+ * with the priority of its next task, its weight and its task limit, by a
+ * skip scan of run_stages_fair (which holds the queued tasks of fair
+ * queues only: run_stages.fair); then the same from the first tenant up
+ * to $2, for a window that wraps around.
  */
-static stmt q_fair_heads = STMT(
-	"WITH RECURSIVE h AS ("
-	"  (SELECT p.tenant, p.priority FROM wfe.run_stages AS p"
-	"    WHERE p.queue = $1 AND p.state = 'queued' AND p.held_until IS NULL AND p.fair"
-	"    ORDER BY p.tenant, p.priority DESC, p.ready_at LIMIT 1)"
-	"  UNION ALL"
-	"  SELECT n.tenant, n.priority FROM h, LATERAL ("
-	"    SELECT p.tenant, p.priority FROM wfe.run_stages AS p"
-	"     WHERE p.queue = $1 AND p.state = 'queued' AND p.held_until IS NULL AND p.fair AND p.tenant > h.tenant"
-	"     ORDER BY p.tenant, p.priority DESC, p.ready_at LIMIT 1) AS n"
-	")"
-	" SELECT h.tenant, h.priority, coalesce(l.weight, 1), l.max_tasks_in_flight"
-	"   FROM (SELECT * FROM h LIMIT " CppAsString2(FAIR_TENANTS_MAX) ") AS h"
-	"   LEFT JOIN wfe.tenant_limits AS l ON l.tenant = h.tenant", 1, TX);
+#define FAIR_HEADS(FROM, NEXT) \
+	"WITH RECURSIVE h AS (" \
+	"  (SELECT p.tenant, p.priority FROM wfe.run_stages AS p" \
+	"    WHERE p.queue = $1 AND p.state = 'queued' AND p.held_until IS NULL AND p.fair" FROM \
+	"    ORDER BY p.tenant, p.priority DESC, p.ready_at LIMIT 1)" \
+	"  UNION ALL" \
+	"  SELECT n.tenant, n.priority FROM h, LATERAL (" \
+	"    SELECT p.tenant, p.priority FROM wfe.run_stages AS p" \
+	"     WHERE p.queue = $1 AND p.state = 'queued' AND p.held_until IS NULL AND p.fair" NEXT \
+	"       AND p.tenant > h.tenant" \
+	"     ORDER BY p.tenant, p.priority DESC, p.ready_at LIMIT 1) AS n" \
+	")" \
+	/* (lookups per tenant, not a join, which could give the tenants out of order) */ \
+	" SELECT h.tenant, h.priority," \
+	"        coalesce((SELECT l.weight FROM wfe.tenant_limits AS l WHERE l.tenant = h.tenant), 1)," \
+	"        (SELECT l.max_tasks_in_flight FROM wfe.tenant_limits AS l WHERE l.tenant = h.tenant)" \
+	"   FROM (SELECT * FROM h LIMIT $3) AS h"
+static stmt q_fair_heads = STMT(FAIR_HEADS(" AND p.tenant > $2", ""), 3, TX, TX, I4);
+static stmt q_fair_heads_wrap = STMT(FAIR_HEADS(" AND p.tenant <= $2", " AND p.tenant <= $2"), 3, TX, TX, I4);
 
-/* A tenant's pass on a queue (tenant "": the queue's virtual time). */
+/*
+ * A tenant's pass on a queue (tenant "": the queue's virtual time, and
+ * where the next claim's window of tenants starts: after next).
+ */
 typedef struct fair_pass
 {
 	char		key[FAIR_KEY_MAX];
 	double		pass;
+	char		next[NAMEDATALEN];
 } fair_pass;
 
 static HTAB *passes = NULL;
@@ -94,8 +108,35 @@ pass_of(const char *queue, const char *tenant, double start)
 	snprintf(key, sizeof(key), "%s\x1f%s", queue, tenant);
 	p = hash_search(passes, key, HASH_ENTER, &found);
 	if (!found)
+	{
 		p->pass = start;
+		p->next[0] = '\0';
+	}
 	return p;
+}
+
+/*
+ * Append the tenants q reads (at most max, bound: $2) to the arrays from
+ * index at; returns how many there are now.
+ */
+static int
+read_heads(stmt *q, const char *queue, const char *bound, int max, int at,
+		   char **name, int *prio, int *weight, int *cap)
+{
+	Datum		v[3] = {CStringGetTextDatum(queue), CStringGetTextDatum(bound), Int32GetDatum(max)};
+
+	stmt_run(q, v, NULL);
+	for (uint64 k = 0; k < SPI_processed; k++, at++)
+	{
+		HeapTuple	t = SPI_tuptable->vals[k];
+		char	   *limit = SPI_getvalue(t, SPI_tuptable->tupdesc, 4);
+
+		name[at] = SPI_getvalue(t, SPI_tuptable->tupdesc, 1);
+		prio[at] = pg_strtoint32(SPI_getvalue(t, SPI_tuptable->tupdesc, 2));
+		weight[at] = Max(pg_strtoint32(SPI_getvalue(t, SPI_tuptable->tupdesc, 3)), 1);
+		cap[at] = limit ? pg_strtoint32(limit) : -1;	/* -1: no task limit */
+	}
+	return at;
 }
 
 /* strcmp order of two tenant names (lock order: 74_admission.sql) */
@@ -115,7 +156,6 @@ name_cmp(const void *a, const void *b)
 int
 wfe_fair_shares(const char *queue, int room, wfe_fair_share **shares, bool *ready)
 {
-	Datum		v[1] = {CStringGetTextDatum(queue)};
 	int			n;
 	int			free_top = PG_INT32_MIN;
 	int			top = PG_INT32_MIN;
@@ -132,26 +172,29 @@ wfe_fair_shares(const char *queue, int room, wfe_fair_share **shares, bool *read
 	int		   *scap;
 	fair_pass  *vt;
 
-	stmt_run(&q_fair_heads, v, NULL);
-	n = (int) SPI_processed;
+	/*
+	 * At most FAIR_TENANTS_MAX tenants, from after the last one the
+	 * previous claim read when that one had to stop there (else from the
+	 * first), wrapping around: with more tenants than that, each is read
+	 * within a few claims.
+	 */
+	vt = pass_of(queue, "", 0);
+	name = palloc(sizeof(char *) * FAIR_TENANTS_MAX);
+	prio = palloc(sizeof(int) * FAIR_TENANTS_MAX);
+	weight = palloc(sizeof(int) * FAIR_TENANTS_MAX);
+	cap = palloc(sizeof(int) * FAIR_TENANTS_MAX);
+	limited = palloc(sizeof(char *) * FAIR_TENANTS_MAX);
+	n = read_heads(&q_fair_heads, queue, vt->next, FAIR_TENANTS_MAX, 0, name, prio, weight, cap);
+	if (n < FAIR_TENANTS_MAX && vt->next[0] != '\0')
+		n = read_heads(&q_fair_heads_wrap, queue, vt->next, FAIR_TENANTS_MAX - n, n, name, prio, weight, cap);
 	*ready = n > 0;
-	name = palloc(sizeof(char *) * Max(n, 1));
-	prio = palloc(sizeof(int) * Max(n, 1));
-	weight = palloc(sizeof(int) * Max(n, 1));
-	cap = palloc(sizeof(int) * Max(n, 1));
-	limited = palloc(sizeof(char *) * Max(n, 1));
+	if (n == FAIR_TENANTS_MAX)
+		strlcpy(vt->next, name[n - 1], sizeof(vt->next));
+	else
+		vt->next[0] = '\0';
 	for (int k = 0; k < n; k++)
-	{
-		HeapTuple	t = SPI_tuptable->vals[k];
-		char	   *limit = SPI_getvalue(t, SPI_tuptable->tupdesc, 4);
-
-		name[k] = SPI_getvalue(t, SPI_tuptable->tupdesc, 1);
-		prio[k] = pg_strtoint32(SPI_getvalue(t, SPI_tuptable->tupdesc, 2));
-		weight[k] = Max(pg_strtoint32(SPI_getvalue(t, SPI_tuptable->tupdesc, 3)), 1);
-		cap[k] = limit ? pg_strtoint32(limit) : -1;		/* -1: no task limit */
 		if (cap[k] < 0)
 			free_top = Max(free_top, prio[k]);
-	}
 
 	/*
 	 * The limited tenants that could be served (none of them below a
@@ -179,7 +222,6 @@ wfe_fair_shares(const char *queue, int room, wfe_fair_share **shares, bool *read
 	pass = palloc(sizeof(fair_pass *) * Max(n, 1));
 	step = palloc(sizeof(double) * Max(n, 1));
 	scap = palloc(sizeof(int) * Max(n, 1));
-	vt = pass_of(queue, "", 0);
 	for (int k = 0; k < n; k++)
 	{
 		if (prio[k] != top || cap[k] == 0)

@@ -16,7 +16,8 @@
 #    caps the weight;
 # 5. run_stages_fair holds the ready tasks of fair queues only: a queue
 #    that is not fair leaves it empty; making it fair marks its queued
-#    tasks (and claims then share them); making it unfair again unmarks them.
+#    tasks (and claims then share them); making it unfair again unmarks them;
+# 6. a claim reads 1,000 tenants at most: the next one reads on from there.
 # Every claim is made by a real login with only the wfe_worker role.
 use strict;
 use warnings;
@@ -150,6 +151,19 @@ is(fair_entries('nf'), 0, 'made unfair again: unmarked');
 is(claims(2, 1, 'nf'), 'p,p', 'and claimed oldest first');
 queue_tasks('q', 1, 0, 'nf');
 is(fair_entries('nf'), 0, 'a task released on it now is not marked either');
+
+# --- 6. more tenants than a claim reads ------------------------------------
+# 1,000 tenants a0001..a1000 with a task each, then zz: a claim reads 1,000
+# tenants at most; the next claim of the same backend reads on from there
+# (zz), wrapping around, so zz is served second, not after the 1,000.
+sql(q{SELECT wfe.configure_queue('nf', fairness => 'tenant')});
+claims(100, 1, 'nf');    # what nf had queued
+is(sql(q{SELECT count(*) FROM wfe.run_stages WHERE queue = 'nf' AND state = 'queued'}), 0, 'nf has nothing queued');
+sql(q{SELECT count(*) FROM (SELECT wfe.submit('nf', '{}', NULL, jsonb_build_object('tenant', 'a' || lpad(g::text, 4, '0')))
+                              FROM generate_series(1, 1000) AS g) AS s});
+queue_tasks('zz', 1, 0, 'nf');
+is(claims(2, 0, 'nf'), 'a0001,zz',
+	'1,001 tenants: the first claim serves the first of the 1,000 it read, the next reads on and serves zz');
 
 $node->stop;
 done_testing();
