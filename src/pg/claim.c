@@ -117,9 +117,15 @@ static stmt q_queue_limit = STMT(
 	"           FOR NO KEY UPDATE),"
 	"       EXISTS (SELECT 1 FROM wfe.tenant_limits AS l WHERE l.max_tasks_in_flight IS NOT NULL),"
 	"       EXISTS (SELECT 1 FROM wfe.rate_limits)"
-	/* keyed concurrency among the queue's ready tasks (79_concurrency.sql: one index probe) */
-	"    OR EXISTS (SELECT 1 FROM wfe.run_stages AS k WHERE k.queue = $1 AND k.state = 'queued'"
-	"                  AND k.concurrency_key IS NOT NULL AND k.held_until IS NULL)", 1, TX);
+	/*
+	 * keyed concurrency among the queue's ready tasks (79_concurrency.sql:
+	 * one index probe).  A scalar subquery in the index's order, not an
+	 * EXISTS: with many keyed tasks queued, an EXISTS costs a Seq Scan as
+	 * finding one at once, and reads the backlog when they lie far in.
+	 */
+	"    OR coalesce((SELECT true FROM wfe.run_stages AS k WHERE k.queue = $1 AND k.state = 'queued'"
+	"                    AND k.concurrency_key IS NOT NULL AND k.held_until IS NULL"
+	"                  ORDER BY k.queue, k.state, k.tenant, k.concurrency_key LIMIT 1), false)", 1, TX);
 static stmt q_queue_busy = STMT(
 	"SELECT count(*)::int FROM wfe.run_stages AS st"
 	" WHERE st.queue = $1 AND st.state IN ('dispatched', 'running')", 1, TX);

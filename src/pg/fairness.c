@@ -139,17 +139,19 @@ read_heads(stmt *q, const char *queue, const char *bound, int max, int at,
 	return at;
 }
 
-/* strcmp order of two tenant names (lock order: 74_admission.sql) */
+/* strcmp order of two tenants given by index into the names arg (lock order: 74_admission.sql) */
 static int
-name_cmp(const void *a, const void *b)
+name_cmp(const void *a, const void *b, void *arg)
 {
-	return strcmp(*(char *const *) a, *(char *const *) b);
+	char	  **name = arg;
+
+	return strcmp(name[*(const int *) a], name[*(const int *) b]);
 }
 
 /*
  * Shares of room tasks of queue for the tenants with ready work at the
  * highest priority ready among those with room: *shares gets one per
- * tenant given any, in tenant order; returns how many (0: nothing ready,
+ * tenant given any, in the order read; returns how many (0: nothing ready,
  * or every tenant at its limit; *ready says which).  Each share must be
  * handed back with wfe_fair_took once its claim ran.
  */
@@ -165,7 +167,7 @@ wfe_fair_shares(const char *queue, int room, wfe_fair_share **shares, bool *read
 	int		   *prio;
 	int		   *weight;
 	int		   *cap;
-	char	  **limited;
+	int		   *limited;
 	wfe_fair_share *s;
 	fair_pass **pass;
 	double	   *step;
@@ -183,7 +185,7 @@ wfe_fair_shares(const char *queue, int room, wfe_fair_share **shares, bool *read
 	prio = palloc(sizeof(int) * FAIR_TENANTS_MAX);
 	weight = palloc(sizeof(int) * FAIR_TENANTS_MAX);
 	cap = palloc(sizeof(int) * FAIR_TENANTS_MAX);
-	limited = palloc(sizeof(char *) * FAIR_TENANTS_MAX);
+	limited = palloc(sizeof(int) * FAIR_TENANTS_MAX);
 	n = read_heads(&q_fair_heads, queue, vt->next, FAIR_TENANTS_MAX, 0, name, prio, weight, cap);
 	if (n < FAIR_TENANTS_MAX && vt->next[0] != '\0')
 		n = read_heads(&q_fair_heads_wrap, queue, vt->next, FAIR_TENANTS_MAX - n, n, name, prio, weight, cap);
@@ -204,16 +206,10 @@ wfe_fair_shares(const char *queue, int room, wfe_fair_share **shares, bool *read
 	 */
 	for (int k = 0; k < n; k++)
 		if (cap[k] >= 0 && prio[k] >= free_top)
-			limited[nlimited++] = name[k];
-	qsort(limited, nlimited, sizeof(char *), name_cmp);
+			limited[nlimited++] = k;
+	qsort_arg(limited, nlimited, sizeof(int), name_cmp, name);
 	for (int j = 0; j < nlimited; j++)
-	{
-		int			k = 0;
-
-		while (name[k] != limited[j])
-			k++;
-		cap[k] = wfe_tenant_room(limited[j], cap[k]);
-	}
+		cap[limited[j]] = wfe_tenant_room(name[limited[j]], cap[limited[j]]);
 	for (int k = 0; k < n; k++)
 		if (cap[k] != 0 && (cap[k] < 0 || prio[k] >= free_top))
 			top = Max(top, prio[k]);
@@ -237,7 +233,7 @@ wfe_fair_shares(const char *queue, int room, wfe_fair_share **shares, bool *read
 		step[out] = 1.0 / s[out].weight;
 		out++;
 	}
-	/* one task at a time to the lowest pass with room left (ties: tenant order) */
+	/* one task at a time to the lowest pass with room left (ties: the order read) */
 	for (int r = 0; r < room; r++)
 	{
 		int			best = -1;
