@@ -4024,6 +4024,7 @@ REVOKE ALL ON FUNCTION wfe._map_element_counts(bigint, text, int) FROM PUBLIC;
 ALTER TABLE wfe.run_stages ADD COLUMN fair boolean NOT NULL DEFAULT false;
 COMMENT ON COLUMN wfe.run_stages.fair IS
 'Whether the task''s queue serves tenants fairly (fairness = ''tenant''), set at release and when the queue''s fairness changes: only such tasks have an entry in run_stages_fair.';
+GRANT SELECT (fair) ON wfe.run_stages TO wfe_reader, wfe_operator;
 DROP INDEX wfe.run_stages_fair;
 CREATE INDEX run_stages_fair ON wfe.run_stages (queue, tenant, priority DESC, ready_at)
     WHERE state = 'queued' AND held_until IS NULL AND fair;

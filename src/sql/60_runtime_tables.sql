@@ -252,6 +252,7 @@ COMMENT ON COLUMN wfe.run_stages.rate_key IS
 'The bound key of a keyed rate limit: the attempt''s bucket is (rate_limit, tenant, rate_key).';
 COMMENT ON COLUMN wfe.run_stages.fair IS
 'Whether the task''s queue serves tenants fairly (fairness = ''tenant''), set at release and when the queue''s fairness changes: only such tasks have an entry in run_stages_fair.';
+GRANT SELECT (fair) ON wfe.run_stages TO wfe_reader, wfe_operator;
 COMMENT ON COLUMN wfe.run_stages.held_until IS
 'A queued attempt held by its rate limit until then (infinity: its bucket is not configured); NULL: ready.';
 -- The held attempts, by when they are due (the worker's timer, wfe._release_rate_held).
