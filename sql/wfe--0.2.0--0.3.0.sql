@@ -4016,6 +4016,19 @@ COMMENT ON FUNCTION wfe._map_element_counts(bigint, text, int) IS
 'A released map''s elements for wfe.report and wfe.run_mermaid: items, released, and a count per stage state; NULL before its release.';
 REVOKE ALL ON FUNCTION wfe._map_element_counts(bigint, text, int) FROM PUBLIC;
 
+-- run_stages_fair for fair queues only (issue 24, fairness2): the column
+-- run_stages.fair, set at release and when a queue's fairness changes
+-- (configure_queue, in the final bodies), is in the index's predicate, so
+-- the tasks of queues that are not fair take no entry.  (No queue was
+-- fair in 0.2.0: every row starts false.)
+ALTER TABLE wfe.run_stages ADD COLUMN fair boolean NOT NULL DEFAULT false;
+COMMENT ON COLUMN wfe.run_stages.fair IS
+'Whether the task''s queue serves tenants fairly (fairness = ''tenant''), set at release and when the queue''s fairness changes: only such tasks have an entry in run_stages_fair.';
+GRANT SELECT (fair) ON wfe.run_stages TO wfe_reader, wfe_operator;
+DROP INDEX wfe.run_stages_fair;
+CREATE INDEX run_stages_fair ON wfe.run_stages (queue, tenant, priority DESC, ready_at)
+    WHERE state = 'queued' AND held_until IS NULL AND fair;
+
 -- Final bodies: every function whose text changed in 0.3.0, as src/sql has it.
 -- (Written by the same rule as the sections above: the whole text, copied.)
 
@@ -4788,6 +4801,95 @@ BEGIN
     UPDATE wfe.dead_letters AS d SET resolved_at = now(), resolved_by = wfe._identity(), resolution = 'cancelled'
      WHERE d.run_id = r.run_id AND d.resolved_at IS NULL;
     RETURN 'accepted';
+END
+$$;
+
+CREATE OR REPLACE FUNCTION wfe.configure_queue(queue text, delivery text DEFAULT 'poll', max_in_flight int DEFAULT NULL,
+                                    paused boolean DEFAULT false, fairness text DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_was        text;
+    v_was_paused boolean;
+    v_was_fair   text;
+    c            record;
+BEGIN
+    IF configure_queue.queue IS NULL OR configure_queue.delivery IS NULL OR configure_queue.paused IS NULL THEN
+        RAISE EXCEPTION 'queue, delivery and paused must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    PERFORM wfe._check_queue_name(configure_queue.queue);
+    IF configure_queue.delivery NOT IN ('poll', 'broker') THEN
+        RAISE EXCEPTION 'delivery must be poll or broker, not "%"', configure_queue.delivery
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF configure_queue.max_in_flight IS NOT NULL AND configure_queue.max_in_flight < 1 THEN
+        RAISE EXCEPTION 'max_in_flight must be positive' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF configure_queue.fairness NOT IN ('none', 'tenant') THEN
+        RAISE EXCEPTION 'fairness must be none or tenant, not "%"', configure_queue.fairness
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'tenant: claims serve the tenants with ready work by weight; NULL keeps the queue''s.';
+    END IF;
+    SELECT q.delivery, q.paused, q.fairness INTO v_was, v_was_paused, v_was_fair
+      FROM wfe.queues AS q WHERE q.queue = configure_queue.queue FOR UPDATE;
+    -- fairness NULL: the queue keeps what it has (none when new)
+    INSERT INTO wfe.queues AS q (queue, delivery, max_in_flight, paused, fairness)
+    VALUES (configure_queue.queue, configure_queue.delivery, configure_queue.max_in_flight, configure_queue.paused,
+            coalesce(configure_queue.fairness, 'none'))
+    ON CONFLICT (queue) DO UPDATE
+       SET delivery = excluded.delivery, max_in_flight = excluded.max_in_flight,
+           paused = excluded.paused, updated_at = now(),
+           fairness = coalesce(configure_queue.fairness, q.fairness);
+    -- The tasks waiting follow a change of fairness: run_stages_fair holds
+    -- the ready tasks of fair queues only (run_stages.fair, set at release).
+    IF coalesce(configure_queue.fairness, v_was_fair, 'none') <> coalesce(v_was_fair, 'none') THEN
+        UPDATE wfe.run_stages AS st SET fair = (configure_queue.fairness = 'tenant')
+         WHERE st.queue = configure_queue.queue AND st.state IN ('queued', 'dispatched');
+    END IF;
+    -- Tasks waiting in the old mode follow the queue into the new one: to
+    -- broker (or resumed as broker), queued attempts get their dispatch
+    -- message; to poll, dispatched attempts become claimable (a broker worker
+    -- that still accepts one is answered duplicate once a poll worker has it).
+    -- A paused queue keeps everything as it is until it is resumed.
+    IF configure_queue.paused THEN
+        NULL;                       -- paused: what waits stays queued
+    ELSIF configure_queue.delivery = 'broker'
+          AND (coalesce(v_was, 'poll') = 'poll' OR coalesce(v_was_paused, false)) THEN
+        -- Every queued attempt without a dispatch message still to publish
+        -- is re-dispatched through the engine: a new fence, a new message.
+        -- (One whose earlier message was published -- broker, then poll,
+        -- then broker again -- would otherwise wait for a message that is
+        -- gone.)  No stage row is locked here: the engine locks the run,
+        -- then the stage, and one that moved on meanwhile is passed over.
+        FOR c IN SELECT st.run_id, st.stage FROM wfe.run_stages AS st
+                  WHERE st.queue = configure_queue.queue AND st.state = 'queued' AND st.handler IS NULL
+                    AND NOT EXISTS (SELECT 1 FROM wfe.outbox AS o
+                                     WHERE o.run_id = st.run_id AND o.stage = st.stage
+                                       AND o.attempt = st.attempt AND o.fence = st.fence
+                                       AND o.kind = 'dispatch' AND o.state <> 'published')
+                  ORDER BY st.run_id, st.stage
+        LOOP
+            BEGIN
+                PERFORM wfe._operate(c.run_id, c.stage, 'redispatch', NULL, wfe._identity(),
+                                     format('queue %s switched to broker delivery', configure_queue.queue));
+            EXCEPTION WHEN object_not_in_prerequisite_state THEN
+                NULL;
+            END;
+        END LOOP;
+    ELSIF configure_queue.delivery = 'poll' AND (v_was = 'broker' OR coalesce(v_was_paused, false)) THEN
+        UPDATE wfe.run_stages AS st SET state = 'queued'
+         WHERE st.queue = configure_queue.queue AND st.state = 'dispatched';
+        PERFORM wfe._notify_ready(configure_queue.queue);     -- resumed or switched: wake the pollers
+    ELSIF configure_queue.delivery = 'broker' THEN
+        -- the same mode, maybe a raised or lifted max_in_flight: what fits now goes
+        PERFORM wfe._release_held(configure_queue.queue, NULL);
+    ELSE
+        PERFORM wfe._notify_ready(configure_queue.queue);     -- the same for pollers
+    END IF;
+    PERFORM wfe._wake(now());      -- the publisher declares a new broker queue's topology
 END
 $$;
 

@@ -82,7 +82,7 @@ static stmt q_claim_limited = STMT(CLAIM_UPDATE "ARRAY(" CLAIM_PICK TENANT_PICK 
  * other tenants have queued.
  */
 #define FAIR_PICK \
-	"   AND p.tenant = $5 AND p.priority = $6" \
+	"   AND p.fair AND p.tenant = $5 AND p.priority = $6" \
 	" ORDER BY p.tenant, p.priority DESC, p.ready_at LIMIT $3" \
 	"   FOR UPDATE SKIP LOCKED"
 static stmt q_claim_fair = STMT(CLAIM_UPDATE "ARRAY(" CLAIM_PICK FAIR_PICK ")" CLAIM_REST, 6, TX, TX, I4, I4, TX, I4);
@@ -117,9 +117,15 @@ static stmt q_queue_limit = STMT(
 	"           FOR NO KEY UPDATE),"
 	"       EXISTS (SELECT 1 FROM wfe.tenant_limits AS l WHERE l.max_tasks_in_flight IS NOT NULL),"
 	"       EXISTS (SELECT 1 FROM wfe.rate_limits)"
-	/* keyed concurrency among the queue's ready tasks (79_concurrency.sql: one index probe) */
-	"    OR EXISTS (SELECT 1 FROM wfe.run_stages AS k WHERE k.queue = $1 AND k.state = 'queued'"
-	"                  AND k.concurrency_key IS NOT NULL AND k.held_until IS NULL)", 1, TX);
+	/*
+	 * keyed concurrency among the queue's ready tasks (79_concurrency.sql:
+	 * one index probe).  A scalar subquery in the index's order, not an
+	 * EXISTS: with many keyed tasks queued, an EXISTS costs a Seq Scan as
+	 * finding one at once, and reads the backlog when they lie far in.
+	 */
+	"    OR coalesce((SELECT true FROM wfe.run_stages AS k WHERE k.queue = $1 AND k.state = 'queued'"
+	"                    AND k.concurrency_key IS NOT NULL AND k.held_until IS NULL"
+	"                  ORDER BY k.queue, k.state, k.tenant, k.concurrency_key LIMIT 1), false)", 1, TX);
 static stmt q_queue_busy = STMT(
 	"SELECT count(*)::int FROM wfe.run_stages AS st"
 	" WHERE st.queue = $1 AND st.state IN ('dispatched', 'running')", 1, TX);
@@ -140,6 +146,24 @@ static stmt q_tenants_limited = STMT(
 	" ORDER BY l.tenant COLLATE \"C\"", 2, TX, I4);
 static stmt q_lock_tenant = STMT("SELECT wfe._lock_tenant($1)", 1, TX);
 static stmt q_tenant_busy = STMT("SELECT wfe._tenant_in_flight($1)", 1, TX);
+
+/*
+ * How many more tasks a tenant with task limit limit may be given: its
+ * lock taken (0 when it is busy out of lock order: its tasks wait for the
+ * next claim), then its tasks in flight counted.  The caller asks in lock
+ * order (tenants by name, COLLATE "C").
+ */
+int
+wfe_tenant_room(const char *tenant, int limit)
+{
+	Datum		v[1] = {CStringGetTextDatum(tenant)};
+
+	stmt_run(&q_lock_tenant, v, NULL);
+	if (!stmt_bool(1))
+		return 0;
+	stmt_run(&q_tenant_busy, v, NULL);
+	return Max(limit - pg_strtoint32(stmt_col(1)), 0);
+}
 
 /* The limited tenants a claim may take tasks of, and how many each. */
 typedef struct tenant_room
@@ -172,14 +196,8 @@ tenant_rooms(Datum queue, int room, tenant_room *t)
 	t->room = palloc(sizeof(int) * Max(listed, 1));
 	for (int k = 0; k < listed; k++)
 	{
-		Datum		v[1] = {CStringGetTextDatum(names[k])};
-		int			room;
+		int			room = wfe_tenant_room(names[k], limits[k]);
 
-		stmt_run(&q_lock_tenant, v, NULL);
-		if (!stmt_bool(1))
-			continue;			/* busy out of lock order: its tasks wait for the next claim */
-		stmt_run(&q_tenant_busy, v, NULL);
-		room = limits[k] - pg_strtoint32(stmt_col(1));
 		if (room <= 0)
 			continue;
 		t->name[t->n] = names[k];
@@ -303,25 +321,32 @@ claim_emit(ReturnSetInfo *rsinfo, TimestampTz *due, tenant_room *tr)
 
 /*
  * A fair queue's claim (fairness.c): room shared between the tenants with
- * ready work by weight, one claim statement per tenant given any.  A round
- * that comes short (a tenant ran out at that priority, or another claimer
- * holds its next tasks) is followed by another, a few at most.  Returns
- * how many were claimed.
+ * ready work (and room under their task limits) by weight, one claim
+ * statement per tenant given any.  A round that leaves room (a tenant ran
+ * out at that priority, another claimer holds its next tasks, or the
+ * tenants' limits left some unshared) is followed by another, a few at
+ * most.  Returns how many were claimed;
+ * *none_fair says the queue had no task marked fair ready at all (a task
+ * released while the queue was being made fair: the caller's plain claim
+ * takes it).
  */
 static uint64
 claim_fair(ReturnSetInfo *rsinfo, const char *queue, Datum *v, const char *n, int room, bool rated,
-		   TimestampTz *due)
+		   TimestampTz *due, bool *none_fair)
 {
 	uint64		claimed = 0;
 	tenant_room none = {0, NULL, NULL};
 
+	*none_fair = false;
 	for (int round = 0; round < 4 && room > 0; round++)
 	{
 		wfe_fair_share *shares;
-		int			ns = wfe_fair_shares(queue, room, &shares);
-		bool		short_round = false;
+		bool		ready;
+		int			ns = wfe_fair_shares(queue, room, &shares, &ready);
 		uint64		before = claimed;
 
+		if (round == 0 && !ready)
+			*none_fair = true;
 		if (ns == 0)
 			break;
 		for (int k = 0; k < ns; k++)
@@ -341,13 +366,16 @@ claim_fair(ReturnSetInfo *rsinfo, const char *queue, Datum *v, const char *n, in
 				stmt_run(&q_claim_fair, w, m);
 			got = (int) claim_emit(rsinfo, due, &none);
 			wfe_fair_took(queue, &shares[k], got);
-			if (got < shares[k].n)
-				short_round = true;
 			claimed += got;
 			room -= got;
 		}
-		/* all taken, or nothing at all (a paused queue, every next task locked) */
-		if (!short_round || claimed == before)
+		/*
+		 * nothing at all (a paused queue, every next task locked, every
+		 * tenant full): done.  Room left after a round that took something
+		 * (a tenant ran short, or its limit left room unshared) goes to
+		 * another round, which serves the tenants that still have room.
+		 */
+		if (claimed == before)
 			break;
 	}
 	return claimed;
@@ -422,15 +450,18 @@ wfe_claim_task(PG_FUNCTION_ARGS)
 		}
 		/* an open circuit lets none go, a half-open one its probe (circuit.c) */
 		room = wfe_circuit_claim_room(queue, room);
+		claimed = 0;
+		/* a fair queue shares the room between its tenants with room (fairness.c) */
+		if (room > 0 && wfe_queue_is_fair(queue))
+		{
+			bool		none_fair;
+
+			claimed = claim_fair(rsinfo, queue, v, n, room, rated, &due, &none_fair);
+			if (!none_fair)
+				room = 0;
+		}
 		if (tenants_limited && room > 0)
 			tenant_rooms(v[0], room, &tr);
-		claimed = 0;
-		/* a fair queue shares the room between its tenants (fairness.c) */
-		if (room > 0 && !tenants_limited && wfe_queue_is_fair(queue))
-		{
-			claimed = claim_fair(rsinfo, queue, v, n, room, rated, &due);
-			room = 0;
-		}
 		/*
 		 * Without tenant limits, one claim.  With them, rounds of at most the
 		 * smallest room of a limited tenant still allowed, so no round can

@@ -112,7 +112,9 @@ static stmt q_enqueue = STMT(
 	"       concurrency_key = coalesce(CASE WHEN octet_length($8) > " CppAsString2(WFE_CONCURRENCY_KEY_BYTES)
 	"                                       THEN 'sha256:' || encode(sha256(convert_to($8, 'UTF8')), 'hex')"
 	"                                       ELSE $8 END, st.concurrency_key),"
-	"       concurrency_max = coalesce($9, st.concurrency_max)"
+	"       concurrency_max = coalesce($9, st.concurrency_max),"
+	/* run_stages_fair has the tasks of fair queues only (fairness.c) */
+	"       fair = EXISTS (SELECT 1 FROM wfe.queues AS q WHERE q.queue = st.queue AND q.fairness = 'tenant')"
 	" WHERE st.run_id = $1 AND st.stage = $2"
 	" RETURNING st.deadline_at, st.handler IS NOT NULL, st.queue", 9, I8, TX, BO, TX, I8, TX, TX, TX, I4);
 /* the result cache (cache.c): completed from an entry; waiting on an attempt in flight */
@@ -261,7 +263,13 @@ static stmt q_expiring = STMT(
 	"            ELSE 'execution' END"
 	"  FROM wfe.run_stages AS st WHERE st.run_id = $1 AND st.stage = $2"
 	"   AND st.state IN ('queued', 'dispatched', 'running') AND st.deadline_at <= now()"
-	"   FOR UPDATE", 2, I8, TX);
+	/*
+	 * a stage row another transaction holds is passed over: that one moves
+	 * the attempt, and a claim holds it before the run (claim.c), so
+	 * waiting here, run held, could close a circle (docs/architecture.md
+	 * "Lock order"); a deadline still due is the next round's
+	 */
+	"   FOR UPDATE SKIP LOCKED", 2, I8, TX);
 
 /*
  * Who may call back about a stage is decided before any lock is taken
@@ -1652,8 +1660,8 @@ wfe_timer_fired(PG_FUNCTION_ARGS)
 
 /*
  * wfe._expire(run_id, stage) RETURNS boolean: time out the attempt whose
- * deadline passed, if it still is the one that expired.  A run another
- * transaction holds is left to it (SKIP LOCKED).
+ * deadline passed, if it still is the one that expired.  A run or a
+ * stage row another transaction holds is left to it (SKIP LOCKED).
  */
 Datum
 wfe_expire(PG_FUNCTION_ARGS)

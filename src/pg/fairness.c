@@ -15,6 +15,13 @@
  * queue's virtual time (the pass last served), so it gets no burst for
  * the time it had no work.
  *
+ * A tenant with a task limit (max_tasks_in_flight) is served as far as
+ * its room goes: its lock is taken (in lock order, like every admission:
+ * 74_admission.sql) and its tasks in flight counted, and the stride only
+ * gives it what fits.  A tenant at its limit is passed over, and what it
+ * would have had goes to the others -- to a lower priority level, when
+ * every tenant of the highest is full.
+ *
  * The passes live in this backend's memory, not in a table: a claim writes
  * nothing and waits for no other claimer (no hot row per queue, which is
  * what made peers' global limits cost half their throughput).  Each claimer
@@ -33,35 +40,50 @@
 #include "spi_stmt.h"
 #include "wfe.h"
 
-/* tenants read per claim at most: the cost of a claim stays bounded */
+/*
+ * tenants read per claim at most: the cost of a claim stays bounded (more
+ * are read in turns: wfe_fair_shares)
+ */
 #define FAIR_TENANTS_MAX 1000
 /* "queue" 0x1f "tenant"; both names are at most 63 bytes */
 #define FAIR_KEY_MAX 130
 
 /*
- * The tenants with ready work on $1, each with the priority of its next
- * task and its weight, by a skip scan of run_stages_fair.
+ * The tenants with ready work on $1 after $2 (at most $3 of them), each
+ * with the priority of its next task, its weight and its task limit, by a
+ * skip scan of run_stages_fair (which holds the queued tasks of fair
+ * queues only: run_stages.fair); then the same from the first tenant up
+ * to $2, for a window that wraps around.
  */
-static stmt q_fair_heads = STMT(
-	"WITH RECURSIVE h AS ("
-	"  (SELECT p.tenant, p.priority FROM wfe.run_stages AS p"
-	"    WHERE p.queue = $1 AND p.state = 'queued' AND p.held_until IS NULL"
-	"    ORDER BY p.tenant, p.priority DESC, p.ready_at LIMIT 1)"
-	"  UNION ALL"
-	"  SELECT n.tenant, n.priority FROM h, LATERAL ("
-	"    SELECT p.tenant, p.priority FROM wfe.run_stages AS p"
-	"     WHERE p.queue = $1 AND p.state = 'queued' AND p.held_until IS NULL AND p.tenant > h.tenant"
-	"     ORDER BY p.tenant, p.priority DESC, p.ready_at LIMIT 1) AS n"
-	")"
-	" SELECT h.tenant, h.priority,"
-	"        coalesce((SELECT l.weight FROM wfe.tenant_limits AS l WHERE l.tenant = h.tenant), 1)"
-	"   FROM (SELECT * FROM h LIMIT " CppAsString2(FAIR_TENANTS_MAX) ") AS h", 1, TX);
+#define FAIR_HEADS(FROM, NEXT) \
+	"WITH RECURSIVE h AS (" \
+	"  (SELECT p.tenant, p.priority FROM wfe.run_stages AS p" \
+	"    WHERE p.queue = $1 AND p.state = 'queued' AND p.held_until IS NULL AND p.fair" FROM \
+	"    ORDER BY p.tenant, p.priority DESC, p.ready_at LIMIT 1)" \
+	"  UNION ALL" \
+	"  SELECT n.tenant, n.priority FROM h, LATERAL (" \
+	"    SELECT p.tenant, p.priority FROM wfe.run_stages AS p" \
+	"     WHERE p.queue = $1 AND p.state = 'queued' AND p.held_until IS NULL AND p.fair" NEXT \
+	"       AND p.tenant > h.tenant" \
+	"     ORDER BY p.tenant, p.priority DESC, p.ready_at LIMIT 1) AS n" \
+	")" \
+	/* (lookups per tenant, not a join, which could give the tenants out of order) */ \
+	" SELECT h.tenant, h.priority," \
+	"        coalesce((SELECT l.weight FROM wfe.tenant_limits AS l WHERE l.tenant = h.tenant), 1)," \
+	"        (SELECT l.max_tasks_in_flight FROM wfe.tenant_limits AS l WHERE l.tenant = h.tenant)" \
+	"   FROM (SELECT * FROM h LIMIT $3) AS h"
+static stmt q_fair_heads = STMT(FAIR_HEADS(" AND p.tenant > $2", ""), 3, TX, TX, I4);
+static stmt q_fair_heads_wrap = STMT(FAIR_HEADS(" AND p.tenant <= $2", " AND p.tenant <= $2"), 3, TX, TX, I4);
 
-/* A tenant's pass on a queue (tenant "": the queue's virtual time). */
+/*
+ * A tenant's pass on a queue (tenant "": the queue's virtual time, and
+ * where the next claim's window of tenants starts: after next).
+ */
 typedef struct fair_pass
 {
 	char		key[FAIR_KEY_MAX];
 	double		pass;
+	char		next[NAMEDATALEN];
 } fair_pass;
 
 static HTAB *passes = NULL;
@@ -86,47 +108,124 @@ pass_of(const char *queue, const char *tenant, double start)
 	snprintf(key, sizeof(key), "%s\x1f%s", queue, tenant);
 	p = hash_search(passes, key, HASH_ENTER, &found);
 	if (!found)
+	{
 		p->pass = start;
+		p->next[0] = '\0';
+	}
 	return p;
 }
 
 /*
+ * Append the tenants q reads (at most max, bound: $2) to the arrays from
+ * index at; returns how many there are now.
+ */
+static int
+read_heads(stmt *q, const char *queue, const char *bound, int max, int at,
+		   char **name, int *prio, int *weight, int *cap)
+{
+	Datum		v[3] = {CStringGetTextDatum(queue), CStringGetTextDatum(bound), Int32GetDatum(max)};
+
+	stmt_run(q, v, NULL);
+	for (uint64 k = 0; k < SPI_processed; k++, at++)
+	{
+		HeapTuple	t = SPI_tuptable->vals[k];
+		char	   *limit = SPI_getvalue(t, SPI_tuptable->tupdesc, 4);
+
+		name[at] = SPI_getvalue(t, SPI_tuptable->tupdesc, 1);
+		prio[at] = pg_strtoint32(SPI_getvalue(t, SPI_tuptable->tupdesc, 2));
+		weight[at] = Max(pg_strtoint32(SPI_getvalue(t, SPI_tuptable->tupdesc, 3)), 1);
+		cap[at] = limit ? pg_strtoint32(limit) : -1;	/* -1: no task limit */
+	}
+	return at;
+}
+
+/* strcmp order of two tenants given by index into the names arg (lock order: 74_admission.sql) */
+static int
+name_cmp(const void *a, const void *b, void *arg)
+{
+	char	  **name = arg;
+
+	return strcmp(name[*(const int *) a], name[*(const int *) b]);
+}
+
+/*
  * Shares of room tasks of queue for the tenants with ready work at the
- * highest priority ready: *shares gets one per tenant given any, in
- * tenant order; returns how many (0: nothing ready).  Each share must be
+ * highest priority ready among those with room: *shares gets one per
+ * tenant given any, in the order read; returns how many (0: nothing ready,
+ * or every tenant at its limit; *ready says which).  Each share must be
  * handed back with wfe_fair_took once its claim ran.
  */
 int
-wfe_fair_shares(const char *queue, int room, wfe_fair_share **shares)
+wfe_fair_shares(const char *queue, int room, wfe_fair_share **shares, bool *ready)
 {
-	Datum		v[1] = {CStringGetTextDatum(queue)};
 	int			n;
+	int			free_top = PG_INT32_MIN;
 	int			top = PG_INT32_MIN;
 	int			out = 0;
+	int			nlimited = 0;
+	char	  **name;
+	int		   *prio;
+	int		   *weight;
+	int		   *cap;
+	int		   *limited;
 	wfe_fair_share *s;
 	fair_pass **pass;
 	double	   *step;
+	int		   *scap;
 	fair_pass  *vt;
 
-	stmt_run(&q_fair_heads, v, NULL);
-	n = (int) SPI_processed;
+	/*
+	 * At most FAIR_TENANTS_MAX tenants, from after the last one the
+	 * previous claim read when that one had to stop there (else from the
+	 * first), wrapping around: with more tenants than that, each is read
+	 * within a few claims.
+	 */
+	vt = pass_of(queue, "", 0);
+	name = palloc(sizeof(char *) * FAIR_TENANTS_MAX);
+	prio = palloc(sizeof(int) * FAIR_TENANTS_MAX);
+	weight = palloc(sizeof(int) * FAIR_TENANTS_MAX);
+	cap = palloc(sizeof(int) * FAIR_TENANTS_MAX);
+	limited = palloc(sizeof(int) * FAIR_TENANTS_MAX);
+	n = read_heads(&q_fair_heads, queue, vt->next, FAIR_TENANTS_MAX, 0, name, prio, weight, cap);
+	if (n < FAIR_TENANTS_MAX && vt->next[0] != '\0')
+		n = read_heads(&q_fair_heads_wrap, queue, vt->next, FAIR_TENANTS_MAX - n, n, name, prio, weight, cap);
+	*ready = n > 0;
+	if (n == FAIR_TENANTS_MAX)
+		strlcpy(vt->next, name[n - 1], sizeof(vt->next));
+	else
+		vt->next[0] = '\0';
+	for (int k = 0; k < n; k++)
+		if (cap[k] < 0)
+			free_top = Max(free_top, prio[k]);
+
+	/*
+	 * The limited tenants that could be served (none of them below a
+	 * tenant without a limit in priority): locked in lock order, each then
+	 * counted, so cap is what each may still take.  (Their SPI results
+	 * replace the heads', which were copied out above.)
+	 */
+	for (int k = 0; k < n; k++)
+		if (cap[k] >= 0 && prio[k] >= free_top)
+			limited[nlimited++] = k;
+	qsort_arg(limited, nlimited, sizeof(int), name_cmp, name);
+	for (int j = 0; j < nlimited; j++)
+		cap[limited[j]] = wfe_tenant_room(name[limited[j]], cap[limited[j]]);
+	for (int k = 0; k < n; k++)
+		if (cap[k] != 0 && (cap[k] < 0 || prio[k] >= free_top))
+			top = Max(top, prio[k]);
+
 	s = palloc0(sizeof(wfe_fair_share) * Max(n, 1));
 	pass = palloc(sizeof(fair_pass *) * Max(n, 1));
 	step = palloc(sizeof(double) * Max(n, 1));
-	for (int k = 0; k < n; k++)
-		top = Max(top, pg_strtoint32(SPI_getvalue(SPI_tuptable->vals[k], SPI_tuptable->tupdesc, 2)));
-	vt = pass_of(queue, "", 0);
+	scap = palloc(sizeof(int) * Max(n, 1));
 	for (int k = 0; k < n; k++)
 	{
-		HeapTuple	t = SPI_tuptable->vals[k];
-		int			weight;
-
-		if (pg_strtoint32(SPI_getvalue(t, SPI_tuptable->tupdesc, 2)) != top)
-			continue;			/* lower priority: served when the higher is done */
-		weight = pg_strtoint32(SPI_getvalue(t, SPI_tuptable->tupdesc, 3));
-		s[out].tenant = SPI_getvalue(t, SPI_tuptable->tupdesc, 1);
+		if (prio[k] != top || cap[k] == 0)
+			continue;			/* lower priority: served when the higher is done; full: passed over */
+		s[out].tenant = name[k];
 		s[out].priority = top;
-		s[out].weight = Max(weight, 1);
+		s[out].weight = weight[k];
+		scap[out] = cap[k] < 0 ? room : cap[k];
 		pass[out] = pass_of(queue, s[out].tenant, vt->pass);
 		/* back after a while: from the queue's virtual time, no burst for the time away */
 		if (pass[out]->pass < vt->pass)
@@ -134,14 +233,16 @@ wfe_fair_shares(const char *queue, int room, wfe_fair_share **shares)
 		step[out] = 1.0 / s[out].weight;
 		out++;
 	}
-	/* one task at a time to the lowest pass (ties: tenant order) */
-	for (int r = 0; r < room && out > 0; r++)
+	/* one task at a time to the lowest pass with room left (ties: the order read) */
+	for (int r = 0; r < room; r++)
 	{
-		int			best = 0;
+		int			best = -1;
 
-		for (int k = 1; k < out; k++)
-			if (pass[k]->pass < pass[best]->pass)
+		for (int k = 0; k < out; k++)
+			if (s[k].n < scap[k] && (best < 0 || pass[k]->pass < pass[best]->pass))
 				best = k;
+		if (best < 0)
+			break;				/* every tenant served is at its limit */
 		vt->pass = pass[best]->pass;
 		pass[best]->pass += step[best];
 		s[best].n++;

@@ -34,8 +34,10 @@ typedef struct wfe_fair_share
 	int			weight;
 	int			n;				/* tasks given to the tenant (0: none this claim) */
 } wfe_fair_share;
-extern int	wfe_fair_shares(const char *queue, int room, wfe_fair_share **shares);
+extern int	wfe_fair_shares(const char *queue, int room, wfe_fair_share **shares, bool *ready);
 extern void wfe_fair_took(const char *queue, const wfe_fair_share *share, int got);
+/* claim.c: how many more tasks a tenant with a task limit may be given (its lock taken) */
+extern int	wfe_tenant_room(const char *tenant, int limit);
 extern void wfe_rate_admit(int n, struct ItemPointerData **tids, char **limit, char **key, char **tenant,
 						   bool *take);
 /* concurrency.c: which locked claim candidates fit their key (the others are held or left ready) */

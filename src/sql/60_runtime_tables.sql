@@ -185,6 +185,7 @@ CREATE TABLE wfe.run_stages (
     element         int CONSTRAINT run_stages_element CHECK (element >= 0),
     concurrency_key text,
     concurrency_max int CONSTRAINT run_stages_concurrency_max CHECK (concurrency_max >= 1),
+    fair            boolean NOT NULL DEFAULT false,
     PRIMARY KEY (run_id, stage),
     -- kind in action, worker, decision, fork, join, finaliser; state one of
     -- wfe.stage_transitions()'s; attempt, fence >= 0; outcome NULL,
@@ -249,6 +250,9 @@ COMMENT ON COLUMN wfe.run_stages.rate_limit IS
 'The token bucket (wfe.rate_limits) each attempt takes a token from before it is claimed; NULL: none.';
 COMMENT ON COLUMN wfe.run_stages.rate_key IS
 'The bound key of a keyed rate limit: the attempt''s bucket is (rate_limit, tenant, rate_key).';
+COMMENT ON COLUMN wfe.run_stages.fair IS
+'Whether the task''s queue serves tenants fairly (fairness = ''tenant''), set at release and when the queue''s fairness changes: only such tasks have an entry in run_stages_fair.';
+GRANT SELECT (fair) ON wfe.run_stages TO wfe_reader, wfe_operator;
 COMMENT ON COLUMN wfe.run_stages.held_until IS
 'A queued attempt held by its rate limit until then (infinity: its bucket is not configured); NULL: ready.';
 -- The held attempts, by when they are due (the worker's timer, wfe._release_rate_held).
@@ -260,8 +264,10 @@ CREATE INDEX run_stages_ready ON wfe.run_stages (queue, priority DESC, ready_at)
     WHERE state = 'queued' AND held_until IS NULL;
 -- A fair queue's claims (fairness => 'tenant', src/pg/fairness.c): the
 -- tenants with ready work, one probe each, and each tenant's next tasks.
+-- Only the tasks of fair queues (run_stages.fair) have an entry: the
+-- others' releases and claims pay nothing for it.
 CREATE INDEX run_stages_fair ON wfe.run_stages (queue, tenant, priority DESC, ready_at)
-    WHERE state = 'queued' AND held_until IS NULL;
+    WHERE state = 'queued' AND held_until IS NULL AND fair;
 -- The clocks: queued, dispatched or running attempts with a deadline.
 CREATE INDEX run_stages_deadline ON wfe.run_stages (deadline_at)
     WHERE state IN ('queued', 'dispatched', 'running') AND deadline_at IS NOT NULL;    -- wfe._stage_clocked

@@ -29,6 +29,7 @@ AS $$
 DECLARE
     v_was        text;
     v_was_paused boolean;
+    v_was_fair   text;
     c            record;
 BEGIN
     IF configure_queue.queue IS NULL OR configure_queue.delivery IS NULL OR configure_queue.paused IS NULL THEN
@@ -47,7 +48,7 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value',
                   HINT = 'tenant: claims serve the tenants with ready work by weight; NULL keeps the queue''s.';
     END IF;
-    SELECT q.delivery, q.paused INTO v_was, v_was_paused
+    SELECT q.delivery, q.paused, q.fairness INTO v_was, v_was_paused, v_was_fair
       FROM wfe.queues AS q WHERE q.queue = configure_queue.queue FOR UPDATE;
     -- fairness NULL: the queue keeps what it has (none when new)
     INSERT INTO wfe.queues AS q (queue, delivery, max_in_flight, paused, fairness)
@@ -57,6 +58,12 @@ BEGIN
        SET delivery = excluded.delivery, max_in_flight = excluded.max_in_flight,
            paused = excluded.paused, updated_at = now(),
            fairness = coalesce(configure_queue.fairness, q.fairness);
+    -- The tasks waiting follow a change of fairness: run_stages_fair holds
+    -- the ready tasks of fair queues only (run_stages.fair, set at release).
+    IF coalesce(configure_queue.fairness, v_was_fair, 'none') <> coalesce(v_was_fair, 'none') THEN
+        UPDATE wfe.run_stages AS st SET fair = (configure_queue.fairness = 'tenant')
+         WHERE st.queue = configure_queue.queue AND st.state IN ('queued', 'dispatched');
+    END IF;
     -- Tasks waiting in the old mode follow the queue into the new one: to
     -- broker (or resumed as broker), queued attempts get their dispatch
     -- message; to poll, dispatched attempts become claimable (a broker worker
