@@ -4023,6 +4023,10 @@ REVOKE ALL ON FUNCTION wfe._map_element_counts(bigint, text, int) FROM PUBLIC;
 -- signature, is in the final bodies below.  The envelope is the same as
 -- 0.2.0's, but for its times: body.deadline_at and body.created_at are
 -- written in UTC whatever the releasing session's TimeZone.
+--
+-- wfe.ack_cancel is C too (its gate: src/core/engine/cancel_ack.c; its
+-- record: src/pg/cancel_ack.c), same signature, answers, events and
+-- SQLSTATEs; its text is in the final bodies as well.
 -- ---------------------------------------------------------------------
 
 -- Final bodies: every function whose text changed in 0.3.0, as src/sql has it.
@@ -4765,44 +4769,9 @@ $$;
 
 CREATE OR REPLACE FUNCTION wfe.ack_cancel(run_id bigint, stage text, attempt int, fence bigint)
 RETURNS text
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-#variable_conflict use_column
-DECLARE
-    s wfe.run_stages;
-BEGIN
-    IF ack_cancel.run_id IS NULL OR ack_cancel.stage IS NULL OR ack_cancel.attempt IS NULL
-       OR ack_cancel.fence IS NULL THEN
-        RAISE EXCEPTION 'run_id, stage, attempt and fence must not be null'
-            USING ERRCODE = 'null_value_not_allowed';
-    END IF;
-    PERFORM wfe._admit_name(ack_cancel.stage, 'stage');
-    SELECT * INTO s FROM wfe.run_stages AS st
-     WHERE st.run_id = ack_cancel.run_id AND st.stage = ack_cancel.stage;
-    IF NOT FOUND THEN
-        RETURN 'unknown';
-    END IF;
-    -- who may call back: the callbacks' rule (src/pg/grants.c)
-    IF NOT wfe._may_call_back(s.queue, s.tenant, s.handler IS NOT NULL, s.run_id, s.stage, 'report for') THEN
-        RETURN 'unknown';
-    END IF;
-    -- the cancelled attempt is the one whose fence the cancel superseded
-    -- (stage.cancelled names it in its fence column)
-    IF s.attempt <> ack_cancel.attempt OR s.state <> 'cancelled'
-       OR NOT EXISTS (SELECT 1 FROM wfe.events AS e
-                       WHERE e.run_id = s.run_id AND e.stage = s.stage AND e.attempt = s.attempt
-                         AND e.type = 'stage.cancelled' AND e.fence = ack_cancel.fence)
-    THEN
-        PERFORM wfe._event(s.run_id, s.tenant, s.stage, ack_cancel.attempt, 'callback.stale',
-                           jsonb_build_object('callback', 'ack_cancel'), ack_cancel.fence);
-        RETURN 'stale';
-    END IF;
-    PERFORM wfe._event(s.run_id, s.tenant, s.stage, s.attempt, 'stage.cancel_acknowledged',
-                       NULL, ack_cancel.fence);
-    RETURN 'accepted';
-END
-$$;
+AS 'MODULE_PATHNAME', 'wfe_ack_cancel'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp;
 
 CREATE OR REPLACE FUNCTION wfe.cache_invalidate(key text DEFAULT NULL, contract text DEFAULT NULL,
                                      tenant text DEFAULT NULL)

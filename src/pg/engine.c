@@ -901,6 +901,22 @@ write_event(srv *s, const char *stage, int attempt, const char *type, const char
 	write_events(s, &b);
 }
 
+/*
+ * Append one event about a run outside a step (wfe.ack_cancel's record,
+ * cancel_ack.c), through the same writer as the step's events.
+ */
+void
+wfe_engine_event(int64 run_id, const char *tenant, const char *stage, int attempt, const char *type,
+				 const char *detail, int64 fence)
+{
+	srv			s;
+
+	memset(&s, 0, sizeof(s));
+	s.run_id = run_id;
+	s.run.tenant = tenant;
+	write_event(&s, stage, attempt, type, detail, fence);
+}
+
 /* After a release: wake the worker for a deadline or an action, dispatch, or notify pollers. */
 static void
 after_enqueue(srv *s, const char *stage)
