@@ -4029,6 +4029,19 @@ DROP INDEX wfe.run_stages_fair;
 CREATE INDEX run_stages_fair ON wfe.run_stages (queue, tenant, priority DESC, ready_at)
     WHERE state = 'queued' AND held_until IS NULL AND fair;
 
+-- ---------------------------------------------------------------------
+-- Dispatch envelopes built by the core (issue 24 item 1): wfe._dispatch
+-- is C now (src/core/engine/envelope.c builds the envelope,
+-- src/pg/dispatch.c writes it); its text, LANGUAGE C with the same
+-- signature, is in the final bodies below.  The envelope is the same as
+-- 0.2.0's, but for its times: body.deadline_at and body.created_at are
+-- written in UTC whatever the releasing session's TimeZone.
+--
+-- wfe.ack_cancel is C too (its gate: src/core/engine/cancel_ack.c; its
+-- record: src/pg/cancel_ack.c), same signature, answers, events and
+-- SQLSTATEs; its text is in the final bodies as well.
+-- ---------------------------------------------------------------------
+
 -- Final bodies: every function whose text changed in 0.3.0, as src/sql has it.
 -- (Written by the same rule as the sections above: the whole text, copied.)
 
@@ -4480,63 +4493,8 @@ $$;
 
 CREATE OR REPLACE FUNCTION wfe._dispatch(p_run wfe.runs, p_stage wfe.run_stages)
 RETURNS void
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    v_id    uuid := wfe._message_id(p_run.run_id, p_stage.stage, p_stage.attempt, p_stage.fence, 'dispatch');
-    v_text  text := coalesce(p_stage.input, '{}')::text;
-    v_bytes int := octet_length(v_text);
-    v_track text := 'small';
-    v_hash  text;
-    v_ref   jsonb;
-    v_tp    text := wfe._attempt_traceparent(p_run.trace_id, p_run.span_id, p_run.trace_flags,
-                                             p_stage.stage, p_stage.attempt);
-BEGIN
-    IF v_bytes > wfe._setting('wfe.track_threshold_bytes')::int THEN
-        v_track := 'large';
-        v_hash := encode(sha256(convert_to(v_text, 'UTF8')), 'hex');
-        -- the reference names the attempt: only its holder may fetch it (wfe.fetch_payload)
-        v_ref := jsonb_build_object('bucket', 'wfe.payloads', 'key', 'sha256:' || v_hash,
-                                    'sha256', v_hash, 'bytes', v_bytes,
-                                    'run_id', p_run.run_id, 'stage', p_stage.stage,
-                                    'attempt', p_stage.attempt, 'fence', p_stage.fence);
-        INSERT INTO wfe.payloads (key, tenant, bytes, body, run_id, stage)
-        VALUES ('sha256:' || v_hash, p_run.tenant, v_bytes, coalesce(p_stage.input, '{}'),
-                p_run.run_id, p_stage.stage)
-        ON CONFLICT (run_id, stage, key) DO NOTHING;
-    END IF;
-    INSERT INTO wfe.outbox (tenant, run_id, stage, attempt, fence, kind, exchange, routing_key,
-                            message_id, headers, body)
-    VALUES (p_run.tenant, p_run.run_id, p_stage.stage, p_stage.attempt, p_stage.fence, 'dispatch',
-            wfe._exchange('dispatch'), wfe._routing_key('dispatch', p_stage.queue, v_track), v_id,
-            jsonb_build_object(
-                'x-wfe-run-id', p_run.run_id::text, 'x-wfe-stage', p_stage.stage,
-                'x-wfe-attempt', p_stage.attempt::text, 'x-wfe-fence', p_stage.fence::text,
-                'x-wfe-digest', p_run.definition_digest, 'x-wfe-contract', p_stage.worker,
-                'x-wfe-tenant', p_run.tenant, 'x-wfe-track', v_track, 'traceparent', v_tp,
-                -- ISO 8601 in UTC, whatever the releasing session's DateStyle and TimeZone
-                'x-wfe-deadline', coalesce(to_char(p_stage.deadline_at AT TIME ZONE 'UTC',
-                                                   'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'), '')),
-            jsonb_build_object(
-                'message_id', v_id, 'correlation_id', p_run.run_id::text,
-                'workflow_name', p_run.workflow, 'workflow_version', p_run.version,
-                'definition_digest', p_run.definition_digest, 'run_id', p_run.run_id,
-                'stage', p_stage.stage, 'attempt', p_stage.attempt, 'fence', p_stage.fence,
-                'worker', p_stage.worker, 'track', v_track,
-                -- what a pushed worker needs to keep the attempt alive
-                'heartbeat_ms', p_stage.heartbeat_ms, 'execution_deadline_ms', p_stage.exec_ms,
-                'headers', jsonb_build_object('content_type', 'application/json',
-                                              'source', 'wfe', 'tenant', p_run.tenant),
-                'idempotency_key', p_run.run_id || ':' || p_stage.stage || ':' || p_stage.attempt,
-                'deadline_at', p_stage.deadline_at,
-                'payload_inline', CASE WHEN v_track = 'small' THEN coalesce(p_stage.input, '{}') END,
-                'payload_ref', v_ref,
-                'traceparent', v_tp,
-                'created_at', now()));
-    PERFORM wfe._wake(now());               -- the publisher has a message
-END
-$$;
+AS 'MODULE_PATHNAME', 'wfe_dispatch_sql'
+LANGUAGE C VOLATILE;
 
 CREATE OR REPLACE FUNCTION wfe._idempotent_run(p_tenant text, p_workflow text, p_key text, p_context jsonb)
 RETURNS bigint
@@ -4913,44 +4871,9 @@ $$;
 
 CREATE OR REPLACE FUNCTION wfe.ack_cancel(run_id bigint, stage text, attempt int, fence bigint)
 RETURNS text
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-#variable_conflict use_column
-DECLARE
-    s wfe.run_stages;
-BEGIN
-    IF ack_cancel.run_id IS NULL OR ack_cancel.stage IS NULL OR ack_cancel.attempt IS NULL
-       OR ack_cancel.fence IS NULL THEN
-        RAISE EXCEPTION 'run_id, stage, attempt and fence must not be null'
-            USING ERRCODE = 'null_value_not_allowed';
-    END IF;
-    PERFORM wfe._admit_name(ack_cancel.stage, 'stage');
-    SELECT * INTO s FROM wfe.run_stages AS st
-     WHERE st.run_id = ack_cancel.run_id AND st.stage = ack_cancel.stage;
-    IF NOT FOUND THEN
-        RETURN 'unknown';
-    END IF;
-    -- who may call back: the callbacks' rule (src/pg/grants.c)
-    IF NOT wfe._may_call_back(s.queue, s.tenant, s.handler IS NOT NULL, s.run_id, s.stage, 'report for') THEN
-        RETURN 'unknown';
-    END IF;
-    -- the cancelled attempt is the one whose fence the cancel superseded
-    -- (stage.cancelled names it in its fence column)
-    IF s.attempt <> ack_cancel.attempt OR s.state <> 'cancelled'
-       OR NOT EXISTS (SELECT 1 FROM wfe.events AS e
-                       WHERE e.run_id = s.run_id AND e.stage = s.stage AND e.attempt = s.attempt
-                         AND e.type = 'stage.cancelled' AND e.fence = ack_cancel.fence)
-    THEN
-        PERFORM wfe._event(s.run_id, s.tenant, s.stage, ack_cancel.attempt, 'callback.stale',
-                           jsonb_build_object('callback', 'ack_cancel'), ack_cancel.fence);
-        RETURN 'stale';
-    END IF;
-    PERFORM wfe._event(s.run_id, s.tenant, s.stage, s.attempt, 'stage.cancel_acknowledged',
-                       NULL, ack_cancel.fence);
-    RETURN 'accepted';
-END
-$$;
+AS 'MODULE_PATHNAME', 'wfe_ack_cancel'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp;
 
 CREATE OR REPLACE FUNCTION wfe.cache_invalidate(key text DEFAULT NULL, contract text DEFAULT NULL,
                                      tenant text DEFAULT NULL)

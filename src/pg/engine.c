@@ -35,6 +35,7 @@
 #include "core/engine/step.h"
 #include "child.h"
 #include "deadline.h"
+#include "dispatch.h"
 #include "map.h"
 #include "core/flow/concurrency.h"
 #include "spi_stmt.h"
@@ -131,9 +132,13 @@ static stmt q_stage_input = STMT(
 	"SELECT st.input::text FROM wfe.run_stages AS st WHERE st.run_id = $1 AND st.stage = $2", 2, I8, TX);
 static stmt q_queue_mode = STMT(
 	"SELECT q.delivery = 'broker', q.paused FROM wfe.queues AS q WHERE q.queue = $1", 1, TX);
-/* a broker queue's max_in_flight and its tenant's max_tasks_in_flight hold the dispatch (wfe._broker_admit) */
+/*
+ * a broker queue's max_in_flight and its tenant's max_tasks_in_flight hold
+ * the dispatch (wfe._broker_admit); an admitted attempt is read for its
+ * envelope in the same statement (dispatch.c)
+ */
 static stmt q_dispatch = STMT(
-	"SELECT wfe._dispatch(r, s) FROM wfe.runs AS r, wfe.run_stages AS s"
+	"SELECT " WFE_DISPATCH_COLUMNS " FROM wfe.runs AS r, wfe.run_stages AS s"
 	" WHERE r.run_id = $1 AND s.run_id = $1 AND s.stage = $2 AND wfe._broker_admit(s.queue, s.tenant)", 2, I8, TX);
 static stmt q_resolve = STMT(
 	"UPDATE wfe.run_stages AS st"
@@ -904,6 +909,22 @@ write_event(srv *s, const char *stage, int attempt, const char *type, const char
 	write_events(s, &b);
 }
 
+/*
+ * Append one event about a run outside a step (wfe.ack_cancel's record,
+ * cancel_ack.c), through the same writer as the step's events.
+ */
+void
+wfe_engine_event(int64 run_id, const char *tenant, const char *stage, int attempt, const char *type,
+				 const char *detail, int64 fence)
+{
+	srv			s;
+
+	memset(&s, 0, sizeof(s));
+	s.run_id = run_id;
+	s.run.tenant = tenant;
+	write_event(&s, stage, attempt, type, detail, fence);
+}
+
 /* After a release: wake the worker for a deadline or an action, dispatch, or notify pollers. */
 static void
 after_enqueue(srv *s, const char *stage)
@@ -937,6 +958,8 @@ after_enqueue(srv *s, const char *stage)
 			Datum		d[2] = {Int64GetDatum(s->run_id), CStringGetTextDatum(stage)};
 
 			stmt_run(&q_dispatch, d, NULL);
+			if (SPI_processed == 1)
+				wfe_dispatch_row(SPI_tuptable->vals[0], SPI_tuptable->tupdesc);
 		}
 		else
 			wfe_ready_released(queue);	/* poll workers that wait hear of it at commit */

@@ -110,6 +110,10 @@ extern bool wfe_acts_for_tenant(const char *tenant);
 extern bool wfe_may_call_back(const char *queue, const char *tenant, bool has_handler,
 							  int64 run_id, const char *stage, const char *what);
 
+/* Append one event about a run outside a step, through the engine's writer (engine.c). */
+extern void wfe_engine_event(int64 run_id, const char *tenant, const char *stage, int attempt,
+							 const char *type, const char *detail, int64 fence);
+
 /* Schedules (schedule.c; GUC wfe.max_schedule_catch_up). */
 extern int	wfe_max_schedule_catch_up;
 

@@ -102,66 +102,14 @@ REVOKE ALL ON FUNCTION wfe._notify_ready(text) FROM PUBLIC;
 
 -- Queue a dispatch message in the outbox for a broker-mode queue.  An input
 -- over wfe.track_threshold_bytes goes on the large track: stored once by its
--- SHA-256 in wfe.payloads, the envelope carrying only a reference.
+-- SHA-256 in wfe.payloads, the envelope carrying only a reference.  The
+-- envelope is built by the core (src/core/engine/envelope.c) and written by
+-- src/pg/dispatch.c, which the engine calls directly; this face serves the
+-- release of held work.
 CREATE FUNCTION wfe._dispatch(p_run wfe.runs, p_stage wfe.run_stages)
 RETURNS void
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    v_id    uuid := wfe._message_id(p_run.run_id, p_stage.stage, p_stage.attempt, p_stage.fence, 'dispatch');
-    v_text  text := coalesce(p_stage.input, '{}')::text;
-    v_bytes int := octet_length(v_text);
-    v_track text := 'small';
-    v_hash  text;
-    v_ref   jsonb;
-    v_tp    text := wfe._attempt_traceparent(p_run.trace_id, p_run.span_id, p_run.trace_flags,
-                                             p_stage.stage, p_stage.attempt);
-BEGIN
-    IF v_bytes > wfe._setting('wfe.track_threshold_bytes')::int THEN
-        v_track := 'large';
-        v_hash := encode(sha256(convert_to(v_text, 'UTF8')), 'hex');
-        -- the reference names the attempt: only its holder may fetch it (wfe.fetch_payload)
-        v_ref := jsonb_build_object('bucket', 'wfe.payloads', 'key', 'sha256:' || v_hash,
-                                    'sha256', v_hash, 'bytes', v_bytes,
-                                    'run_id', p_run.run_id, 'stage', p_stage.stage,
-                                    'attempt', p_stage.attempt, 'fence', p_stage.fence);
-        INSERT INTO wfe.payloads (key, tenant, bytes, body, run_id, stage)
-        VALUES ('sha256:' || v_hash, p_run.tenant, v_bytes, coalesce(p_stage.input, '{}'),
-                p_run.run_id, p_stage.stage)
-        ON CONFLICT (run_id, stage, key) DO NOTHING;
-    END IF;
-    INSERT INTO wfe.outbox (tenant, run_id, stage, attempt, fence, kind, exchange, routing_key,
-                            message_id, headers, body)
-    VALUES (p_run.tenant, p_run.run_id, p_stage.stage, p_stage.attempt, p_stage.fence, 'dispatch',
-            wfe._exchange('dispatch'), wfe._routing_key('dispatch', p_stage.queue, v_track), v_id,
-            jsonb_build_object(
-                'x-wfe-run-id', p_run.run_id::text, 'x-wfe-stage', p_stage.stage,
-                'x-wfe-attempt', p_stage.attempt::text, 'x-wfe-fence', p_stage.fence::text,
-                'x-wfe-digest', p_run.definition_digest, 'x-wfe-contract', p_stage.worker,
-                'x-wfe-tenant', p_run.tenant, 'x-wfe-track', v_track, 'traceparent', v_tp,
-                -- ISO 8601 in UTC, whatever the releasing session's DateStyle and TimeZone
-                'x-wfe-deadline', coalesce(to_char(p_stage.deadline_at AT TIME ZONE 'UTC',
-                                                   'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'), '')),
-            jsonb_build_object(
-                'message_id', v_id, 'correlation_id', p_run.run_id::text,
-                'workflow_name', p_run.workflow, 'workflow_version', p_run.version,
-                'definition_digest', p_run.definition_digest, 'run_id', p_run.run_id,
-                'stage', p_stage.stage, 'attempt', p_stage.attempt, 'fence', p_stage.fence,
-                'worker', p_stage.worker, 'track', v_track,
-                -- what a pushed worker needs to keep the attempt alive
-                'heartbeat_ms', p_stage.heartbeat_ms, 'execution_deadline_ms', p_stage.exec_ms,
-                'headers', jsonb_build_object('content_type', 'application/json',
-                                              'source', 'wfe', 'tenant', p_run.tenant),
-                'idempotency_key', p_run.run_id || ':' || p_stage.stage || ':' || p_stage.attempt,
-                'deadline_at', p_stage.deadline_at,
-                'payload_inline', CASE WHEN v_track = 'small' THEN coalesce(p_stage.input, '{}') END,
-                'payload_ref', v_ref,
-                'traceparent', v_tp,
-                'created_at', now()));
-    PERFORM wfe._wake(now());               -- the publisher has a message
-END
-$$;
+AS 'MODULE_PATHNAME', 'wfe_dispatch_sql'
+LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION wfe._dispatch(wfe.runs, wfe.run_stages) IS
 'Writes the dispatch message of a released attempt to the outbox (broker-mode queues), by reference on the large track.';
 REVOKE ALL ON FUNCTION wfe._dispatch(wfe.runs, wfe.run_stages) FROM PUBLIC;

@@ -25,7 +25,7 @@ REVOKE ALL ON FUNCTION wfe._queue_grants_changed() FROM PUBLIC;
 CREATE TRIGGER queue_grants_changed AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON wfe.queue_grants
     FOR EACH STATEMENT EXECUTE FUNCTION wfe._queue_grants_changed();
 
--- The callbacks' rule of who may call back (src/pg/grants.c), for ack_cancel.
+-- The callbacks' rule of who may call back (src/pg/grants.c), for fetch_payload.
 CREATE FUNCTION wfe._may_call_back(queue text, tenant text, handler boolean, run_id bigint, stage text, what text)
 RETURNS boolean AS 'MODULE_PATHNAME', 'wfe_may_call_back_sql' LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION wfe._may_call_back(text, text, boolean, bigint, text, text) IS

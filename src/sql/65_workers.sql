@@ -83,47 +83,14 @@ COMMENT ON FUNCTION wfe.complete_tasks(jsonb) IS
 REVOKE ALL ON FUNCTION wfe.complete_tasks(jsonb) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION wfe.complete_tasks(jsonb) TO wfe_worker;
 
--- A pushed worker acknowledges a cooperative cancellation request.
+-- A pushed worker acknowledges a cooperative cancellation request: the
+-- gate is the core's (src/core/engine/cancel_ack.c), the record
+-- src/pg/cancel_ack.c's.  Who may call back is the callbacks' rule.
 CREATE FUNCTION wfe.ack_cancel(run_id bigint, stage text, attempt int, fence bigint)
 RETURNS text
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-#variable_conflict use_column
-DECLARE
-    s wfe.run_stages;
-BEGIN
-    IF ack_cancel.run_id IS NULL OR ack_cancel.stage IS NULL OR ack_cancel.attempt IS NULL
-       OR ack_cancel.fence IS NULL THEN
-        RAISE EXCEPTION 'run_id, stage, attempt and fence must not be null'
-            USING ERRCODE = 'null_value_not_allowed';
-    END IF;
-    PERFORM wfe._admit_name(ack_cancel.stage, 'stage');
-    SELECT * INTO s FROM wfe.run_stages AS st
-     WHERE st.run_id = ack_cancel.run_id AND st.stage = ack_cancel.stage;
-    IF NOT FOUND THEN
-        RETURN 'unknown';
-    END IF;
-    -- who may call back: the callbacks' rule (src/pg/grants.c)
-    IF NOT wfe._may_call_back(s.queue, s.tenant, s.handler IS NOT NULL, s.run_id, s.stage, 'report for') THEN
-        RETURN 'unknown';
-    END IF;
-    -- the cancelled attempt is the one whose fence the cancel superseded
-    -- (stage.cancelled names it in its fence column)
-    IF s.attempt <> ack_cancel.attempt OR s.state <> 'cancelled'
-       OR NOT EXISTS (SELECT 1 FROM wfe.events AS e
-                       WHERE e.run_id = s.run_id AND e.stage = s.stage AND e.attempt = s.attempt
-                         AND e.type = 'stage.cancelled' AND e.fence = ack_cancel.fence)
-    THEN
-        PERFORM wfe._event(s.run_id, s.tenant, s.stage, ack_cancel.attempt, 'callback.stale',
-                           jsonb_build_object('callback', 'ack_cancel'), ack_cancel.fence);
-        RETURN 'stale';
-    END IF;
-    PERFORM wfe._event(s.run_id, s.tenant, s.stage, s.attempt, 'stage.cancel_acknowledged',
-                       NULL, ack_cancel.fence);
-    RETURN 'accepted';
-END
-$$;
+AS 'MODULE_PATHNAME', 'wfe_ack_cancel'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION wfe.ack_cancel(bigint, text, int, bigint) IS
 'Records a worker''s acknowledgement of a cooperative cancellation request.';
 REVOKE ALL ON FUNCTION wfe.ack_cancel(bigint, text, int, bigint) FROM PUBLIC;
