@@ -114,7 +114,11 @@ static stmt q_enqueue = STMT(
 	"                                       ELSE $8 END, st.concurrency_key),"
 	"       concurrency_max = coalesce($9, st.concurrency_max)"
 	" WHERE st.run_id = $1 AND st.stage = $2"
-	" RETURNING st.deadline_at, st.handler IS NOT NULL, st.queue", 9, I8, TX, BO, TX, I8, TX, TX, TX, I4);
+	/* and what after_enqueue() needs of its queue: no statement of its own */
+	" RETURNING st.deadline_at, st.handler IS NOT NULL, st.queue,"
+	"           (SELECT q.delivery = 'broker' FROM wfe.queues AS q WHERE q.queue = st.queue),"
+	"           (SELECT q.paused FROM wfe.queues AS q WHERE q.queue = st.queue)",
+	9, I8, TX, BO, TX, I8, TX, TX, TX, I4);
 /* the result cache (cache.c): completed from an entry; waiting on an attempt in flight */
 static stmt q_cache_hit = STMT(
 	"UPDATE wfe.run_stages AS st"
@@ -127,8 +131,6 @@ static stmt q_cache_wait = STMT(
 	" WHERE st.run_id = $1 AND st.stage = $2", 4, I8, TX, TX, TX);
 static stmt q_stage_input = STMT(
 	"SELECT st.input::text FROM wfe.run_stages AS st WHERE st.run_id = $1 AND st.stage = $2", 2, I8, TX);
-static stmt q_queue_mode = STMT(
-	"SELECT q.delivery = 'broker', q.paused FROM wfe.queues AS q WHERE q.queue = $1", 1, TX);
 /* a broker queue's max_in_flight and its tenant's max_tasks_in_flight hold the dispatch (wfe._broker_admit) */
 static stmt q_dispatch = STMT(
 	"SELECT wfe._dispatch(r, s) FROM wfe.runs AS r, wfe.run_stages AS s"
@@ -896,7 +898,10 @@ write_event(srv *s, const char *stage, int attempt, const char *type, const char
 	write_events(s, &b);
 }
 
-/* After a release: wake the worker for a deadline or an action, dispatch, or notify pollers. */
+/*
+ * After a release (q_enqueue's row in SPI_tuptable): wake the worker for a
+ * deadline or an action, dispatch, or notify pollers.
+ */
 static void
 after_enqueue(srv *s, const char *stage)
 {
@@ -911,16 +916,10 @@ after_enqueue(srv *s, const char *stage)
 		wfe_wake_at(GetCurrentTimestamp());	/* an in-database action to run */
 	else if (queue != NULL)
 	{
-		Datum		v[2] = {CStringGetTextDatum(queue)};
-		bool		broker = false,
-					paused = false;
+		/* a queue without a row in wfe.queues is a poll queue, not paused */
+		bool		broker = stmt_bool(4);
+		bool		paused = stmt_bool(5);
 
-		stmt_run(&q_queue_mode, v, NULL);
-		if (SPI_processed == 1)
-		{
-			broker = stmt_bool(1);
-			paused = stmt_bool(2);
-		}
 		/* a paused queue keeps its tasks queued: dispatched or announced on resume */
 		if (paused)
 			return;
