@@ -40,7 +40,7 @@ sql("SELECT wfe.register_worker('tw.step\@1', 'tw')");
 sql("SELECT wfe.create_definition(\$src\$$src\$src\$)");
 sql("SELECT wfe.approve('tw-chain', '1.0.0')");
 sql("SELECT wfe.activate('tw-chain', '1.0.0')");
-sql("SELECT wfe.submit('tw-chain', '{}') FROM generate_series(1, 4)");
+sql("SELECT wfe.submit('tw-chain', '{}') FROM generate_series(1, 20)");
 
 # Steps back to back, each claim and each completion its own transaction.
 my $rounds = sql('SELECT rounds FROM wfe.worker_status()');
@@ -91,9 +91,16 @@ BEGIN
 END
 $$;
 SQL
-my $leased = sql(<<'SQL');
-SELECT run_id || ':' || stage || ':' || attempt FROM wfe.claim_task('tw', 'w3', 1, lease_ms => 300)
-SQL
+# (twenty runs each have a task queued at any time but the one the loop
+# holds; a claim that finds none, a race with the loop, is tried again)
+my $leased = '';
+for (1 .. 20)
+{
+	$leased = sql("SELECT run_id || ':' || stage || ':' || attempt "
+		  . "FROM wfe.claim_task('tw', 'w3', 1, lease_ms => 300)");
+	last if $leased ne '';
+}
+BAIL_OUT('no task to claim with a lease') if $leased eq '';
 my ($run, $stage, $attempt) = split /:/, $leased;
 my $t1 = time;
 ok( $node->poll_query_until(
