@@ -102,7 +102,7 @@ wfe_xact_callback(XactEvent event, void *arg)
 		{
 			/*
 			 * The worker is in a round, and this work is not due yet: it
-			 * sleeps no later than this (wfe_bgw_sleep_until) rather than
+			 * sleeps no later than this (plan_sleep in bgw.c) rather than
 			 * going round again at once.  Every claim asks to be woken by
 			 * its execution deadline, mostly an hour away: under a steady
 			 * claim load a latch set for each kept the worker going round
