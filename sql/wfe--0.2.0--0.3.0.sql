@@ -4040,6 +4040,12 @@ CREATE INDEX run_stages_fair ON wfe.run_stages (queue, tenant, priority DESC, re
 -- wfe.ack_cancel is C too (its gate: src/core/engine/cancel_ack.c; its
 -- record: src/pg/cancel_ack.c), same signature, answers, events and
 -- SQLSTATEs; its text is in the final bodies as well.
+
+-- ---------------------------------------------------------------------
+-- The write path (issue 24, item 3): wfe._next_due_ms, which the
+-- background worker calls after every round, is PL/pgSQL (its plan kept
+-- for the session, not planned at each call); its body is in the final
+-- bodies below.  Nothing else in the catalog changes.
 -- ---------------------------------------------------------------------
 
 -- Final bodies: every function whose text changed in 0.3.0, as src/sql has it.
@@ -5374,22 +5380,24 @@ $$;
 
 CREATE OR REPLACE FUNCTION wfe._next_due_ms()
 RETURNS bigint
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
-BEGIN ATOMIC
+AS $$
+BEGIN
     -- NULL when nothing is due (greatest() would turn that into 0)
-    SELECT CASE WHEN min(due) IS NOT NULL
-                THEN greatest(0, ceil(extract(epoch FROM min(due) - clock_timestamp()) * 1000))::bigint END
-      FROM (SELECT min(t.due_at) AS due FROM wfe.timers AS t WHERE t.fired_at IS NULL
-            UNION ALL
-            SELECT min(st.deadline_at) FROM wfe.run_stages AS st
-             WHERE wfe._stage_clocked(st.state) AND st.deadline_at IS NOT NULL
-            UNION ALL
-            SELECT min(st.ready_at) FROM wfe.run_stages AS st
-             WHERE st.state = 'queued' AND st.handler IS NOT NULL
-            UNION ALL
-            SELECT min(s.next_fire_at) FROM wfe.schedule_defs AS s WHERE NOT s.paused) AS d;
-END;
+    RETURN (SELECT CASE WHEN min(due) IS NOT NULL
+                        THEN greatest(0, ceil(extract(epoch FROM min(due) - clock_timestamp()) * 1000))::bigint END
+              FROM (SELECT min(t.due_at) AS due FROM wfe.timers AS t WHERE t.fired_at IS NULL
+                    UNION ALL
+                    SELECT min(st.deadline_at) FROM wfe.run_stages AS st
+                     WHERE wfe._stage_clocked(st.state) AND st.deadline_at IS NOT NULL
+                    UNION ALL
+                    SELECT min(st.ready_at) FROM wfe.run_stages AS st
+                     WHERE st.state = 'queued' AND st.handler IS NOT NULL
+                    UNION ALL
+                    SELECT min(s.next_fire_at) FROM wfe.schedule_defs AS s WHERE NOT s.paused) AS d);
+END
+$$;
 
 CREATE OR REPLACE FUNCTION wfe._repair()
 RETURNS int

@@ -69,6 +69,7 @@ bgw_detach(int code, Datum arg)
 	wfe_shared->bgw_latch = NULL;
 	wfe_shared->bgw_pid = 0;
 	wfe_shared->sleeping_until = 0;
+	wfe_shared->due_while_awake = 0;
 	SpinLockRelease(&wfe_shared->mutex);
 }
 
@@ -172,6 +173,30 @@ set_sleeping_until(TimestampTz until)
 	SpinLockAcquire(&wfe_shared->mutex);
 	wfe_shared->sleeping_until = until;
 	SpinLockRelease(&wfe_shared->mutex);
+}
+
+/*
+ * Plan the sleep after a round: sleep_ms from now, or less when a commit
+ * during the round asked for work due sooner (shmem.c leaves such a
+ * request there instead of setting the latch).  Returns the milliseconds
+ * to sleep; 0: something is due already, go round again.
+ */
+static long
+plan_sleep(long sleep_ms)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	TimestampTz until = TimestampTzPlusMilliseconds(now, sleep_ms);
+
+	SpinLockAcquire(&wfe_shared->mutex);
+	if (wfe_shared->due_while_awake != 0 && wfe_shared->due_while_awake < until)
+		until = wfe_shared->due_while_awake;
+	wfe_shared->due_while_awake = 0;
+	wfe_shared->sleeping_until = until;
+	SpinLockRelease(&wfe_shared->mutex);
+	if (until <= now)
+		return 0;
+	/* rounded up: waking a millisecond early would find nothing due */
+	return (long) ((until - now + 999) / 1000);
 }
 
 /*
@@ -320,7 +345,9 @@ wfe_bgw_main(Datum main_arg)
 		if (more || ShutdownRequestPending)
 			continue;
 
-		set_sleeping_until(TimestampTzPlusMilliseconds(GetCurrentTimestamp(), sleep_ms));
+		sleep_ms = plan_sleep(sleep_ms);
+		if (sleep_ms == 0)
+			continue;
 		pgstat_report_activity(STATE_IDLE, "wfe worker: waiting");
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 						 sleep_ms, PG_WAIT_EXTENSION);

@@ -47,6 +47,7 @@ typedef struct WfeShared
 	Latch	   *bgw_latch;		/* NULL while no background worker runs */
 	int			bgw_pid;
 	TimestampTz sleeping_until; /* the background worker's planned wakeup */
+	TimestampTz due_while_awake;	/* earliest future work committed during a round (0: none) */
 	TimestampTz wake_requested_at;	/* last commit that set the latch */
 	TimestampTz woke_at;		/* when the background worker last woke for it */
 	int64		wakeups_sent;

@@ -76,6 +76,7 @@ static void
 wfe_xact_callback(XactEvent event, void *arg)
 {
 	TimestampTz due = pending_wake_at;
+	TimestampTz now;
 	Latch	   *latch = NULL;
 
 	/*
@@ -92,14 +93,31 @@ wfe_xact_callback(XactEvent event, void *arg)
 		event == XACT_EVENT_PREPARE)
 		return;
 
+	now = GetCurrentTimestamp();
 	SpinLockAcquire(&wfe_shared->mutex);
 	/* wake only a sleeper that would otherwise oversleep this work */
 	if (wfe_shared->bgw_latch != NULL && due < wfe_shared->sleeping_until)
 	{
-		latch = wfe_shared->bgw_latch;
-		wfe_shared->sleeping_until = due;
-		wfe_shared->wake_requested_at = GetCurrentTimestamp();
-		wfe_shared->wakeups_sent++;
+		if (wfe_shared->sleeping_until == DT_NOEND && due > now)
+		{
+			/*
+			 * The worker is in a round, and this work is not due yet: it
+			 * sleeps no later than this (plan_sleep in bgw.c) rather than
+			 * going round again at once.  Every claim asks to be woken by
+			 * its execution deadline, mostly an hour away: under a steady
+			 * claim load a latch set for each kept the worker going round
+			 * after round for nothing (docs/benchmarks.md "The write path").
+			 */
+			if (wfe_shared->due_while_awake == 0 || due < wfe_shared->due_while_awake)
+				wfe_shared->due_while_awake = due;
+		}
+		else
+		{
+			latch = wfe_shared->bgw_latch;
+			wfe_shared->sleeping_until = due;
+			wfe_shared->wake_requested_at = now;
+			wfe_shared->wakeups_sent++;
+		}
 	}
 	SpinLockRelease(&wfe_shared->mutex);
 	if (latch)

@@ -117,7 +117,11 @@ static stmt q_enqueue = STMT(
 	/* run_stages_fair has the tasks of fair queues only (fairness.c) */
 	"       fair = EXISTS (SELECT 1 FROM wfe.queues AS q WHERE q.queue = st.queue AND q.fairness = 'tenant')"
 	" WHERE st.run_id = $1 AND st.stage = $2"
-	" RETURNING st.deadline_at, st.handler IS NOT NULL, st.queue", 9, I8, TX, BO, TX, I8, TX, TX, TX, I4);
+	/* and what after_enqueue() needs of its queue: no statement of its own */
+	" RETURNING st.deadline_at, st.handler IS NOT NULL, st.queue,"
+	"           (SELECT q.delivery = 'broker' FROM wfe.queues AS q WHERE q.queue = st.queue),"
+	"           (SELECT q.paused FROM wfe.queues AS q WHERE q.queue = st.queue)",
+	9, I8, TX, BO, TX, I8, TX, TX, TX, I4);
 /* the result cache (cache.c): completed from an entry; waiting on an attempt in flight */
 static stmt q_cache_hit = STMT(
 	"UPDATE wfe.run_stages AS st"
@@ -130,8 +134,6 @@ static stmt q_cache_wait = STMT(
 	" WHERE st.run_id = $1 AND st.stage = $2", 4, I8, TX, TX, TX);
 static stmt q_stage_input = STMT(
 	"SELECT st.input::text FROM wfe.run_stages AS st WHERE st.run_id = $1 AND st.stage = $2", 2, I8, TX);
-static stmt q_queue_mode = STMT(
-	"SELECT q.delivery = 'broker', q.paused FROM wfe.queues AS q WHERE q.queue = $1", 1, TX);
 /*
  * a broker queue's max_in_flight and its tenant's max_tasks_in_flight hold
  * the dispatch (wfe._broker_admit); an admitted attempt is read for its
@@ -925,7 +927,10 @@ wfe_engine_event(int64 run_id, const char *tenant, const char *stage, int attemp
 	write_event(&s, stage, attempt, type, detail, fence);
 }
 
-/* After a release: wake the worker for a deadline or an action, dispatch, or notify pollers. */
+/*
+ * After a release (q_enqueue's row in SPI_tuptable): wake the worker for a
+ * deadline or an action, dispatch, or notify pollers.
+ */
 static void
 after_enqueue(srv *s, const char *stage)
 {
@@ -940,16 +945,10 @@ after_enqueue(srv *s, const char *stage)
 		wfe_wake_at(GetCurrentTimestamp());	/* an in-database action to run */
 	else if (queue != NULL)
 	{
-		Datum		v[2] = {CStringGetTextDatum(queue)};
-		bool		broker = false,
-					paused = false;
+		/* a queue without a row in wfe.queues is a poll queue, not paused */
+		bool		broker = stmt_bool(4);
+		bool		paused = stmt_bool(5);
 
-		stmt_run(&q_queue_mode, v, NULL);
-		if (SPI_processed == 1)
-		{
-			broker = stmt_bool(1);
-			paused = stmt_bool(2);
-		}
 		/* a paused queue keeps its tasks queued: dispatched or announced on resume */
 		if (paused)
 			return;

@@ -204,24 +204,30 @@ COMMENT ON FUNCTION wfe._run_next_handler(text) IS
 REVOKE ALL ON FUNCTION wfe._run_next_handler(text) FROM PUBLIC;
 
 -- Milliseconds until the next timer, deadline or queued action is due.
+-- PL/pgSQL, not SQL: the worker asks after every round, and a SQL
+-- function that pins search_path is not inlined, so its body was parsed
+-- and planned at every call (2 ms idle, tens under load: docs/benchmarks.md
+-- "The write path"); PL/pgSQL keeps the plan for the session.
 CREATE FUNCTION wfe._next_due_ms()
 RETURNS bigint
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
-BEGIN ATOMIC
+AS $$
+BEGIN
     -- NULL when nothing is due (greatest() would turn that into 0)
-    SELECT CASE WHEN min(due) IS NOT NULL
-                THEN greatest(0, ceil(extract(epoch FROM min(due) - clock_timestamp()) * 1000))::bigint END
-      FROM (SELECT min(t.due_at) AS due FROM wfe.timers AS t WHERE t.fired_at IS NULL
-            UNION ALL
-            SELECT min(st.deadline_at) FROM wfe.run_stages AS st
-             WHERE wfe._stage_clocked(st.state) AND st.deadline_at IS NOT NULL
-            UNION ALL
-            SELECT min(st.ready_at) FROM wfe.run_stages AS st
-             WHERE st.state = 'queued' AND st.handler IS NOT NULL
-            UNION ALL
-            SELECT min(s.next_fire_at) FROM wfe.schedule_defs AS s WHERE NOT s.paused) AS d;
-END;
+    RETURN (SELECT CASE WHEN min(due) IS NOT NULL
+                        THEN greatest(0, ceil(extract(epoch FROM min(due) - clock_timestamp()) * 1000))::bigint END
+              FROM (SELECT min(t.due_at) AS due FROM wfe.timers AS t WHERE t.fired_at IS NULL
+                    UNION ALL
+                    SELECT min(st.deadline_at) FROM wfe.run_stages AS st
+                     WHERE wfe._stage_clocked(st.state) AND st.deadline_at IS NOT NULL
+                    UNION ALL
+                    SELECT min(st.ready_at) FROM wfe.run_stages AS st
+                     WHERE st.state = 'queued' AND st.handler IS NOT NULL
+                    UNION ALL
+                    SELECT min(s.next_fire_at) FROM wfe.schedule_defs AS s WHERE NOT s.paused) AS d);
+END
+$$;
 COMMENT ON FUNCTION wfe._next_due_ms() IS
 'How long the background worker may sleep: until the earliest timer, deadline, queued action or schedule tick (NULL: nothing due).';
 REVOKE ALL ON FUNCTION wfe._next_due_ms() FROM PUBLIC;

@@ -1,0 +1,121 @@
+#!/bin/bash
+# step-profile.sh OUTDIR — where one batch-1 poll step's time and WAL go
+# (docs/benchmarks.md "The write path").
+#
+# A private cluster shaped like `make bench`'s (wfe and pg_stat_statements
+# preloaded, defaults otherwise, pg_stat_statements.track = all,
+# track_functions = all), the bench schema (bench/sql/setup.sql, the
+# 200-stage chain), then one after the other, 4 clients each, after 2 s
+# of warm-up:
+#   - the floor (bench/pgbench/floor-step.sql), steps/s;
+#   - wfe batch 1 (bench/pgbench/wfe-step.sql, as the worker role), SECS s.
+# Writes into OUTDIR: summary.txt (steps/s, the ratio, WAL records and
+# bytes per step read back with pg_walinspect, nested statements per step,
+# the background worker's rounds), wal.txt (WAL records per step by
+# resource manager, record type and relation), stmts.txt (statements by
+# time per step), funcs.txt (pg_stat_user_functions), hot.txt (updates
+# and HOT updates per table).
+#
+# Environment: PG_CONFIG (the PostgreSQL to use, with wfe installed),
+# CLUSTER_FIRST_PORT, SECS (default 15), RUNS (runs submitted, default 150),
+# FILLFACTOR (set on wfe.run_stages before the runs are submitted).
+# The machine is shared: run it under nice, compare runs made back to back.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+. test/harness/lib.sh
+. test/harness/cluster.sh
+
+OUT=${1:?usage: step-profile.sh OUTDIR}
+SECS=${SECS:-15}
+RUNS=${RUNS:-150}
+BIN=$(pg_path bindir)
+mkdir -p "$OUT"
+: >"$OUT/summary.txt"
+WORKDIR=$(make_workdir)
+trap 'cluster_stop; rm -rf "$WORKDIR"' EXIT
+
+cluster_start "$WORKDIR"
+cluster_createdb wfe_bench
+cat >>"$CLUSTER_DIR/data/postgresql.conf" <<EOF
+shared_preload_libraries = 'wfe,pg_stat_statements'
+wfe.database = 'wfe_bench'
+pg_stat_statements.track = all
+pg_stat_statements.max = 5000
+track_functions = all
+EOF
+cluster_pg_ctl -l "$CLUSTER_DIR/server.log" -m fast -w -t 60 restart >/dev/null
+
+# chain NAME STAGES QUEUE WORKER: as bench/run.sh's
+# shellcheck disable=SC2016  # ${context.x} is the definition's, not ours
+chain() {
+	local i next
+	printf 'name: %s\nversion: "1.0.0"\nentry: s001\nstages:\n' "$1"
+	for ((i = 1; i <= $2; i++)); do
+		next=completed
+		[ "$i" -eq "$2" ] || next=$(printf 's%03d' $((i + 1)))
+		printf '  - name: s%03d\n    type: worker\n    queue: %s\n    worker: %s\n    input: { x: "${context.x}" }\n    on_success: %s\n    on_failure: failed\n' \
+			"$i" "$3" "$4" "$next"
+	done
+}
+chain bench-steps 200 bench bench.step@1 >"$WORKDIR/steps.yaml"
+chain bench-submit 12 bench-submit bench.submit@1 >"$WORKDIR/submit.yaml"
+Q() { "$BIN/psql" -X -q -v ON_ERROR_STOP=1 -d wfe_bench -At "$@"; }
+Q -v steps="$WORKDIR/steps.yaml" -v submit="$WORKDIR/submit.yaml" -f bench/sql/setup.sql >/dev/null
+Q -c "CREATE EXTENSION pg_walinspect"
+[ -z "${FILLFACTOR:-}" ] || Q -c "ALTER TABLE wfe.run_stages SET (fillfactor = $FILLFACTOR)"
+Q -c "INSERT INTO bench_jobs (queue, state, payload)
+      SELECT 'bench', 'done', jsonb_build_object('x', i) FROM generate_series(1, 50000) AS i" \
+  -c "INSERT INTO bench_jobs (queue, state, payload)
+      SELECT 'bench', 'ready', jsonb_build_object('x', i) FROM generate_series(1, 1000) AS i"
+Q -c "SELECT count(*) FROM (SELECT wfe.submit('bench-steps', jsonb_build_object('x', i))
+                            FROM generate_series(1, $RUNS) AS i) AS s" >/dev/null
+Q -c "VACUUM ANALYZE" -c "CHECKPOINT"
+
+# pgb SCRIPT SECONDS: 4 clients, as PGB_USER when set
+pgb() {
+	PGUSER=${PGB_USER:-$PGUSER} timeout $(($2 + 60)) "$BIN/pgbench" -n -M prepared -c 4 -j 4 -T "$2" \
+		-f "bench/pgbench/$1" wfe_bench >/dev/null 2>&1
+}
+
+pgb floor-step.sql 2
+n0=$(Q -c "SELECT count(*) FROM bench_jobs WHERE state = 'done'")
+pgb floor-step.sql "$SECS"
+n1=$(Q -c "SELECT count(*) FROM bench_jobs WHERE state = 'done'")
+echo "floor steps/s: $(((n1 - n0) / SECS))" | tee -a "$OUT/summary.txt"
+
+PGB_USER=bench_worker pgb wfe-step.sql 2
+Q -c "CHECKPOINT" -c "SELECT pg_stat_statements_reset()" -c "SELECT pg_stat_reset()" >/dev/null
+r0=$(Q -c "SELECT rounds FROM wfe.worker_status()")
+s0=$(Q -c "SELECT count(*) FROM wfe.events WHERE type = 'stage.completed'")
+lsn0=$(Q -c "SELECT pg_current_wal_insert_lsn()")
+PGB_USER=bench_worker pgb wfe-step.sql "$SECS"
+lsn1=$(Q -c "SELECT pg_current_wal_insert_lsn()")
+s1=$(Q -c "SELECT count(*) FROM wfe.events WHERE type = 'stage.completed'")
+r1=$(Q -c "SELECT rounds FROM wfe.worker_status()")
+st=$((s1 - s0))
+# everything below is read after the measured run, so it is not in the figures
+Q -c "SELECT 'wfe1 steps/s: ' || $st / $SECS || ' (' || $st || ' steps); ratio to the floor '
+             || round($st::numeric / $((n1 - n0)), 2)" | tee -a "$OUT/summary.txt"
+Q -c "SELECT 'WAL records/step ' || round(count(*)::numeric / $st, 2)
+             || ', bytes/step ' || round(sum(record_length)::numeric / $st)
+             || ', FPI/step ' || round(count(*) FILTER (WHERE fpi_length > 0)::numeric / $st, 2)
+        FROM pg_get_wal_records_info('$lsn0', '$lsn1')" | tee -a "$OUT/summary.txt"
+Q -c "SELECT round(count(*)::numeric / $st, 2) AS per_step, resource_manager, record_type, coalesce(c.relname, w.rel)
+        FROM (SELECT *, (regexp_match(block_ref, 'rel [0-9]+/[0-9]+/([0-9]+)'))[1] AS rel
+                FROM pg_get_wal_records_info('$lsn0', '$lsn1')) AS w
+        LEFT JOIN pg_class AS c ON c.relfilenode::text = w.rel
+       GROUP BY 2, 3, 4 ORDER BY 1 DESC" >"$OUT/wal.txt"
+Q -c "SELECT 'statement ms/step: claim_task ' || round(sum(total_exec_time) FILTER (WHERE query LIKE '%claim_task%')::numeric / $st, 3)
+             || ', complete_task ' || round(sum(total_exec_time) FILTER (WHERE query LIKE '%complete_task%')::numeric / $st, 3)
+             || ', background worker ' || round(sum(total_exec_time) FILTER (WHERE query LIKE '%wfe.\_%')::numeric / $st, 3)
+        FROM pg_stat_statements WHERE toplevel" | tee -a "$OUT/summary.txt"
+Q -c "SELECT 'nested statements/step: ' || round(sum(calls)::numeric / $st, 2) FROM pg_stat_statements WHERE NOT toplevel" |
+	tee -a "$OUT/summary.txt"
+echo "background worker rounds: $((r1 - r0)) in $SECS s" | tee -a "$OUT/summary.txt"
+Q -c "SELECT round(total_exec_time::numeric / $st, 3) AS ms_step, round(calls::numeric / $st, 2) AS calls_step, toplevel,
+             left(regexp_replace(query, '\s+', ' ', 'g'), 150)
+        FROM pg_stat_statements WHERE calls > 0 ORDER BY toplevel DESC, total_exec_time DESC LIMIT 40" >"$OUT/stmts.txt"
+Q -c "SELECT relname, n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE n_tup_upd > 0 ORDER BY n_tup_upd DESC" >"$OUT/hot.txt"
+Q -c "SELECT funcname, calls, round(self_time::numeric / $st, 3) FROM pg_stat_user_functions ORDER BY self_time DESC" >"$OUT/funcs.txt"
+Q -c "SELECT 'run_stages: ' || pg_relation_size('wfe.run_stages') / 8192 || ' pages, '
+             || (SELECT count(*) FROM wfe.run_stages) || ' rows'" | tee -a "$OUT/summary.txt"
