@@ -18,6 +18,7 @@
 #include "catalog/pg_type.h"
 #include "storage/itemptr.h"
 
+#include "admission.h"
 #include "deadline.h"
 #include "spi_stmt.h"
 #include "bgw/bgw.h"
@@ -128,7 +129,7 @@ static stmt q_queue_busy = STMT(
  * A tenant's task limit (max_tasks_in_flight), the same way: the limited
  * tenants among the next $2 tasks of the queue (a peek without locks, as
  * long as the room, whatever the backlog), in lock order (74_admission.sql),
- * each locked (wfe._lock_tenant) and then counted in a statement of its own.
+ * each locked (admission.c, in lock order) and then counted in a statement of its own.
  * A limited tenant further down is passed over by this claim, not overrun.
  */
 static stmt q_tenants_limited = STMT(
@@ -138,8 +139,6 @@ static stmt q_tenants_limited = STMT(
 	"                                        ORDER BY p.priority DESC, p.ready_at LIMIT $2) AS n) AS t"
 	"  JOIN wfe.tenant_limits AS l ON l.tenant = t.tenant AND l.max_tasks_in_flight IS NOT NULL"
 	" ORDER BY l.tenant COLLATE \"C\"", 2, TX, I4);
-static stmt q_lock_tenant = STMT("SELECT wfe._lock_tenant($1)", 1, TX);
-static stmt q_tenant_busy = STMT("SELECT wfe._tenant_in_flight($1)", 1, TX);
 
 /* The limited tenants a claim may take tasks of, and how many each. */
 typedef struct tenant_room
@@ -172,14 +171,11 @@ tenant_rooms(Datum queue, int room, tenant_room *t)
 	t->room = palloc(sizeof(int) * Max(listed, 1));
 	for (int k = 0; k < listed; k++)
 	{
-		Datum		v[1] = {CStringGetTextDatum(names[k])};
 		int			room;
 
-		stmt_run(&q_lock_tenant, v, NULL);
-		if (!stmt_bool(1))
+		if (!wfe_admission_lock_tenant(names[k]))
 			continue;			/* busy out of lock order: its tasks wait for the next claim */
-		stmt_run(&q_tenant_busy, v, NULL);
-		room = limits[k] - pg_strtoint32(stmt_col(1));
+		room = limits[k] - wfe_admission_tenant_in_flight(names[k]);
 		if (room <= 0)
 			continue;
 		t->name[t->n] = names[k];
