@@ -31,7 +31,9 @@
  */
 #include "postgres.h"
 
+#include "access/tupdesc.h"
 #include "access/xact.h"
+#include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "funcapi.h"
@@ -83,11 +85,13 @@ static stmt q_rechecks = STMT(
 	"WITH d AS (DELETE FROM wfe.admission_recheck RETURNING queue, tenant)"
 	" SELECT x.queue, x.tenant FROM (SELECT DISTINCT d.queue, d.tenant FROM d) AS x"
 	" ORDER BY x.tenant COLLATE \"C\", x.queue COLLATE \"C\"", 0);
-/* a released broker task's limits ($1 its queue, $2 its tenant); NULL: none */
+/* a released broker task's limits ($1 its queue, $2 its tenant; $3, $4 its row's key); NULL: none */
 static stmt q_limits = STMT(
 	"SELECT (SELECT q.max_in_flight FROM wfe.queues AS q WHERE q.queue = $1 AND q.max_in_flight IS NOT NULL),"
 	"       (SELECT t.max_tasks_in_flight FROM wfe.tenant_limits AS t"
-	"         WHERE t.tenant = $2 AND t.max_tasks_in_flight IS NOT NULL)", 2, TX, TX);
+	"         WHERE t.tenant = $2 AND t.max_tasks_in_flight IS NOT NULL),"
+	"       st.concurrency_key, st.concurrency_max"
+	"  FROM wfe.run_stages AS st WHERE st.run_id = $3 AND st.stage = $4", 4, TX, TX, I8, TX);
 /* the common end of a task, nothing limited, costs this one statement */
 static stmt q_limited = STMT(
 	"SELECT EXISTS (SELECT 1 FROM wfe.queues AS q"
@@ -132,12 +136,12 @@ static stmt q_candidates = STMT(
 	"SELECT h.run_id, h.stage, h.queue, h.tenant, q.max_in_flight IS NOT NULL, l.tenant IS NOT NULL"
 	"  FROM (SELECT st.run_id, st.stage, st.queue, st.tenant, st.priority, st.ready_at, st.attempt, st.fence"
 	"          FROM wfe.run_stages AS st"
-	"         WHERE $2 AND st.queue = $1 AND st.state = 'queued' AND st.handler IS NULL"
+	"         WHERE $2 AND st.queue = $1 AND st.state = 'queued' AND st.handler IS NULL AND st.held_until IS NULL"
 	"        UNION"
 	"        SELECT st.run_id, st.stage, st.queue, st.tenant, st.priority, st.ready_at, st.attempt, st.fence"
 	"          FROM wfe.runs AS r JOIN wfe.run_stages AS st ON st.run_id = r.run_id"
 	"         WHERE $4 AND r.tenant = $3 AND r.finished_at IS NULL"
-	"           AND st.state = 'queued' AND st.handler IS NULL) AS h"
+	"           AND st.state = 'queued' AND st.handler IS NULL AND st.held_until IS NULL) AS h"
 	"  JOIN wfe.queues AS q ON q.queue = h.queue AND q.delivery = 'broker' AND NOT q.paused"
 	"  LEFT JOIN wfe.tenant_limits AS l ON l.tenant = h.tenant AND l.max_tasks_in_flight IS NOT NULL"
 	" WHERE NOT EXISTS (SELECT 1 FROM wfe.outbox AS o"
@@ -287,19 +291,30 @@ dispatch(int64 run_id, const char *stage)
 }
 
 /*
- * A broker task was released: may one more task of its queue and tenant
- * be dispatched now?  The limits' locks, tenant first, then the counts.
+ * A broker task was released: may it be dispatched now?  Its key's slot
+ * first (keyed concurrency, concurrency.c: a task its key holds takes no
+ * room of its queue or tenant), then one more task of its queue and
+ * tenant: the limits' locks, tenant first, then the counts.
  */
 static bool
-admit(const char *queue, const char *tenant)
+admit(int64 run_id, const char *stage, const char *queue, const char *tenant)
 {
-	Datum		v[2] = {CStringGetTextDatum(queue), CStringGetTextDatum(tenant)};
+	Datum		v[4] = {CStringGetTextDatum(queue), CStringGetTextDatum(tenant), Int64GetDatum(run_id),
+	CStringGetTextDatum(stage)};
 	char	   *queue_max,
-			   *tenant_max;
+			   *tenant_max,
+			   *key;
+	int			key_max;
 
 	stmt_run(&q_limits, v, NULL);
+	if (SPI_processed != 1)
+		return false;
 	queue_max = stmt_col(1);
 	tenant_max = stmt_col(2);
+	key = stmt_col(3);
+	key_max = key != NULL ? pg_strtoint32(stmt_col(4)) : 0;
+	if (key != NULL && !wfe_concurrency_dispatch(run_id, stage, queue, tenant, key, key_max))
+		return false;
 	if (queue_max == NULL && tenant_max == NULL)
 		return true;
 	if (tenant_max != NULL && !limit_lock(WFE_LIMIT_TENANT, tenant))
@@ -316,7 +331,7 @@ admit(const char *queue, const char *tenant)
 void
 wfe_admission_dispatch(int64 run_id, const char *stage, const char *queue, const char *tenant)
 {
-	if (admit(queue, tenant))
+	if (admit(run_id, stage, queue, tenant))
 		dispatch(run_id, stage);
 }
 
@@ -541,8 +556,23 @@ wfe_release_held_sql(PG_FUNCTION_ARGS)
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	List	   *wake;
 	ListCell   *lc;
+	MemoryContext old;
 
-	InitMaterializedSRF(fcinfo, MAT_SRF_USE_EXPECTED_DESC);
+	/*
+	 * A set of text, materialized.  (InitMaterializedSRF wants a row type, or
+	 * an expected descriptor, which a call in a select list does not have:
+	 * wfe.configure_queue's PERFORM.)
+	 */
+	if (rsinfo == NULL || !IsA(rsinfo, ReturnSetInfo) || (rsinfo->allowedModes & SFRM_Materialize) == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("set-valued function called in context that cannot accept a set")));
+	old = MemoryContextSwitchTo(rsinfo->econtext->ecxt_per_query_memory);
+	rsinfo->setDesc = CreateTemplateTupleDesc(1);
+	TupleDescInitEntry(rsinfo->setDesc, (AttrNumber) 1, "queue", TEXTOID, -1, 0);
+	rsinfo->setResult = tuplestore_begin_heap(true, false, work_mem);
+	rsinfo->returnMode = SFRM_Materialize;
+	MemoryContextSwitchTo(old);
 	SPI_connect();
 	wake = release_held(PG_ARGISNULL(0) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(0)),
 						PG_ARGISNULL(1) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(1)));

@@ -17,4 +17,8 @@ extern void wfe_admission_dispatch(int64 run_id, const char *stage, const char *
 /* A task of queue and tenant ended or left: release the held tasks that now fit, wake the pollers concerned. */
 extern void wfe_admission_room_freed(const char *queue, const char *tenant);
 
+/* concurrency.c: keyed concurrency at a broker dispatch -- may it go (else it is held)? */
+extern bool wfe_concurrency_dispatch(int64 run_id, const char *stage, const char *queue, const char *tenant,
+									 const char *key, int max);
+
 #endif							/* WFE_PG_ADMISSION_H */
