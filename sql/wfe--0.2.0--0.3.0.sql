@@ -4048,6 +4048,21 @@ CREATE INDEX run_stages_fair ON wfe.run_stages (queue, tenant, priority DESC, re
 -- bodies below.  Nothing else in the catalog changes.
 -- ---------------------------------------------------------------------
 
+-- ---------------------------------------------------------------------
+-- Admission in C (issue 24, item 1): the queue and tenant task limits'
+-- counts, locks, lock order and held-task release move from PL/pgSQL to
+-- src/pg/admission.c, deciding with src/core/flow/admission.c; the
+-- transaction's "greatest lock waited for" is C state, no longer the
+-- wfe_admission.* settings.  wfe._lock_tenant, wfe._release_held and
+-- wfe._recheck_admission become LANGUAGE C (final bodies below); the rest
+-- goes.
+-- ---------------------------------------------------------------------
+DROP FUNCTION wfe._broker_admit(text, text);
+DROP FUNCTION wfe._lock_queue(text);
+DROP FUNCTION wfe._recheck_later(text, text);
+DROP FUNCTION wfe._broker_in_flight(text);
+DROP FUNCTION wfe._tenant_in_flight(text);
+
 -- Final bodies: every function whose text changed in 0.3.0, as src/sql has it.
 -- (Written by the same rule as the sections above: the whole text, copied.)
 
@@ -5638,78 +5653,14 @@ BEGIN
 END
 $$;
 
+CREATE OR REPLACE FUNCTION wfe._recheck_admission()
+RETURNS int AS 'MODULE_PATHNAME', 'wfe_recheck_admission' LANGUAGE C VOLATILE STRICT;
+
 CREATE OR REPLACE FUNCTION wfe._lock_tenant(p_tenant text)
-RETURNS boolean
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    v_max text := coalesce(current_setting('wfe_admission.tenant', true), '');
-BEGIN
-    IF coalesce(current_setting('wfe_admission.queue', true), '') <> ''
-       OR (v_max <> '' AND p_tenant COLLATE "C" <= v_max COLLATE "C") THEN
-        -- out of order (or already held: a held lock is granted again at once)
-        IF wfe._lock('wfe.max_tasks_in_flight', p_tenant, true) THEN
-            RETURN true;
-        END IF;
-        PERFORM wfe._recheck_later(NULL, p_tenant);
-        RETURN false;
-    END IF;
-    PERFORM wfe._lock('wfe.max_tasks_in_flight', p_tenant, false);
-    PERFORM set_config('wfe_admission.tenant', p_tenant, true);
-    RETURN true;
-END
-$$;
+RETURNS boolean AS 'MODULE_PATHNAME', 'wfe_lock_tenant_sql' LANGUAGE C VOLATILE STRICT;
 
-CREATE OR REPLACE FUNCTION wfe._lock_queue(p_queue text)
-RETURNS boolean
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    v_max text := coalesce(current_setting('wfe_admission.queue', true), '');
-BEGIN
-    IF v_max <> '' AND p_queue COLLATE "C" <= v_max COLLATE "C" THEN
-        IF wfe._lock('wfe.max_in_flight', p_queue, true) THEN
-            RETURN true;
-        END IF;
-        PERFORM wfe._recheck_later(p_queue, NULL);
-        RETURN false;
-    END IF;
-    PERFORM wfe._lock('wfe.max_in_flight', p_queue, false);
-    PERFORM set_config('wfe_admission.queue', p_queue, true);
-    RETURN true;
-END
-$$;
-
-CREATE OR REPLACE FUNCTION wfe._broker_in_flight(p_queue text)
-RETURNS int
-LANGUAGE sql STABLE
-SET search_path = pg_catalog, pg_temp
-BEGIN ATOMIC
-    SELECT count(*)::int FROM wfe.run_stages AS st
-     WHERE st.queue = p_queue
-       AND (wfe._stage_handed_out(st.state)
-            OR (st.state = 'queued'
-                AND EXISTS (SELECT 1 FROM wfe.outbox AS o
-                             WHERE o.run_id = st.run_id AND o.stage = st.stage AND o.attempt = st.attempt
-                               AND o.fence = st.fence AND o.kind = 'dispatch' AND o.state <> 'published')));
-END;
-
-CREATE OR REPLACE FUNCTION wfe._tenant_in_flight(p_tenant text)
-RETURNS int
-LANGUAGE sql STABLE
-SET search_path = pg_catalog, pg_temp
-BEGIN ATOMIC
-    SELECT count(*)::int FROM wfe.runs AS r JOIN wfe.run_stages AS st ON st.run_id = r.run_id
-     WHERE r.tenant = p_tenant AND r.finished_at IS NULL
-       AND st.queue IS NOT NULL AND st.handler IS NULL
-       AND (wfe._stage_handed_out(st.state)
-            OR (st.state = 'queued'
-                AND EXISTS (SELECT 1 FROM wfe.outbox AS o
-                             WHERE o.run_id = st.run_id AND o.stage = st.stage AND o.attempt = st.attempt
-                               AND o.fence = st.fence AND o.kind = 'dispatch' AND o.state <> 'published')));
-END;
+CREATE OR REPLACE FUNCTION wfe._release_held(p_queue text, p_tenant text)
+RETURNS SETOF text AS 'MODULE_PATHNAME', 'wfe_release_held_sql' LANGUAGE C VOLATILE;
 
 CREATE OR REPLACE FUNCTION wfe._resolve_dead_letters(p_run_id bigint, p_stage text, p_resolution text)
 RETURNS void

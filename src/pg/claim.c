@@ -18,6 +18,7 @@
 #include "catalog/pg_type.h"
 #include "storage/itemptr.h"
 
+#include "admission.h"
 #include "deadline.h"
 #include "spi_stmt.h"
 #include "bgw/bgw.h"
@@ -134,7 +135,7 @@ static stmt q_queue_busy = STMT(
  * A tenant's task limit (max_tasks_in_flight), the same way: the limited
  * tenants among the next $2 tasks of the queue (a peek without locks, as
  * long as the room, whatever the backlog), in lock order (74_admission.sql),
- * each locked (wfe._lock_tenant) and then counted in a statement of its own.
+ * each locked (admission.c, in lock order) and then counted in a statement of its own.
  * A limited tenant further down is passed over by this claim, not overrun.
  */
 static stmt q_tenants_limited = STMT(
@@ -144,8 +145,6 @@ static stmt q_tenants_limited = STMT(
 	"                                        ORDER BY p.priority DESC, p.ready_at LIMIT $2) AS n) AS t"
 	"  JOIN wfe.tenant_limits AS l ON l.tenant = t.tenant AND l.max_tasks_in_flight IS NOT NULL"
 	" ORDER BY l.tenant COLLATE \"C\"", 2, TX, I4);
-static stmt q_lock_tenant = STMT("SELECT wfe._lock_tenant($1)", 1, TX);
-static stmt q_tenant_busy = STMT("SELECT wfe._tenant_in_flight($1)", 1, TX);
 
 /*
  * How many more tasks a tenant with task limit limit may be given: its
@@ -156,13 +155,9 @@ static stmt q_tenant_busy = STMT("SELECT wfe._tenant_in_flight($1)", 1, TX);
 int
 wfe_tenant_room(const char *tenant, int limit)
 {
-	Datum		v[1] = {CStringGetTextDatum(tenant)};
-
-	stmt_run(&q_lock_tenant, v, NULL);
-	if (!stmt_bool(1))
+	if (!wfe_admission_lock_tenant(tenant))
 		return 0;
-	stmt_run(&q_tenant_busy, v, NULL);
-	return Max(limit - pg_strtoint32(stmt_col(1)), 0);
+	return Max(limit - wfe_admission_tenant_in_flight(tenant), 0);
 }
 
 /* The limited tenants a claim may take tasks of, and how many each. */

@@ -33,6 +33,7 @@
 #include "utils/timestamp.h"
 
 #include "core/flow/concurrency.h"
+#include "admission.h"
 #include "spi_stmt.h"
 #include "bgw/bgw.h"
 #include "wfe.h"
@@ -58,7 +59,15 @@ static stmt q_release = STMT(
 	"                               AND (h.rate_limit IS NULL OR EXISTS (SELECT 1 FROM wfe.rate_limits AS l"
 	"                                                                    WHERE l.name = h.rate_limit))"
 	"                             ORDER BY h.priority DESC, h.ready_at LIMIT $4"
-	"                               FOR UPDATE SKIP LOCKED))", 4, TX, TX, TX, I4);
+	"                               FOR UPDATE SKIP LOCKED))"
+	" RETURNING st.run_id, st.stage", 4, TX, TX, TX, I4);
+/* a broker dispatch's key held: out of the count until an attempt of its key ends */
+static stmt q_hold_stage = STMT(
+	"UPDATE wfe.run_stages AS st SET held_until = 'infinity' WHERE st.run_id = $1 AND st.stage = $2", 2, I8, TX);
+/* released attempts of a broker queue are dispatched, not claimed */
+static stmt q_broker_open = STMT(
+	"SELECT EXISTS (SELECT 1 FROM wfe.queues AS q WHERE q.queue = $1 AND q.delivery = 'broker' AND NOT q.paused)",
+	1, TX);
 static stmt q_ended = STMT(
 	"SELECT st.queue, st.tenant, st.concurrency_key, st.concurrency_max FROM wfe.run_stages AS st"
 	" WHERE st.run_id = $1 AND st.stage = $2 AND st.concurrency_key IS NOT NULL AND st.queue IS NOT NULL",
@@ -186,10 +195,59 @@ key_release(const char *queue, const char *tenant, const char *key, int max)
 		Datum		v[4] = {CStringGetTextDatum(queue), CStringGetTextDatum(tenant),
 		CStringGetTextDatum(key), Int32GetDatum(room)};
 
+		int			n;
+		int64	   *run_id;
+		char	  **stage;
+		Datum		q[1] = {CStringGetTextDatum(queue)};
+
 		stmt_run(&q_release, v, NULL);
-		if (SPI_processed > 0)
+		n = (int) SPI_processed;
+		if (n == 0)
+			return;
+		run_id = palloc(sizeof(int64) * n);
+		stage = palloc(sizeof(char *) * n);
+		for (int k = 0; k < n; k++)
+		{
+			run_id[k] = pg_strtoint64(SPI_getvalue(SPI_tuptable->vals[k], SPI_tuptable->tupdesc, 1));
+			stage[k] = SPI_getvalue(SPI_tuptable->vals[k], SPI_tuptable->tupdesc, 2);
+		}
+		stmt_run(&q_broker_open, q, NULL);
+		if (!stmt_bool(1))
 			wfe_ready_released(queue);	/* its pollers hear of it at commit */
+		else
+			/* a broker queue's: dispatched now, within its queue's and tenant's limits */
+			for (int k = 0; k < n; k++)
+				wfe_admission_dispatch(run_id[k], stage[k], queue, tenant);
 	}
+}
+
+/*
+ * A broker task of (queue, tenant) with keyed concurrency (key, max) is
+ * being dispatched: may it go?  Its row is queued and not held, so the
+ * key's count includes it.  The key's lock is only tried, as at an
+ * attempt's end (the lock order above): a miss holds the task and hands the
+ * key to the worker's next round, which releases what fits.  A full key
+ * holds it until an attempt of the key ends (wfe_concurrency_freed).
+ */
+bool
+wfe_concurrency_dispatch(int64 run_id, const char *stage, const char *queue, const char *tenant,
+						 const char *key, int max)
+{
+	Datum		v[2] = {Int64GetDatum(run_id), CStringGetTextDatum(stage)};
+
+	if (!wfe_lock("wfe.concurrency", key_lock_name(queue, tenant, key), true))
+	{
+		Datum		r[4] = {CStringGetTextDatum(queue), CStringGetTextDatum(tenant),
+		CStringGetTextDatum(key), Int32GetDatum(max)};
+
+		stmt_run(&q_recheck_later, r, NULL);
+		wfe_wake_at(GetCurrentTimestamp());
+	}
+	/* the others busy: the count, less this task, at most max of them */
+	else if (wfe_slots_room(max, key_count(&q_busy, queue, tenant, key, max + 1) - 1) > 0)
+		return true;
+	stmt_run(&q_hold_stage, v, NULL);
+	return false;
 }
 
 /*

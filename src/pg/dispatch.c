@@ -5,9 +5,10 @@
  * wakes the publisher.  The message's id, exchange and routing key come
  * from message.c and src/amqp/topology.c, as everywhere else.
  *
- * Two callers: the engine's release of an attempt to a broker-mode queue
- * (engine.c, behind wfe._broker_admit), and wfe._dispatch(runs, run_stages),
- * which the release of held work calls from SQL (74_admission.sql).
+ * Two callers: broker admission (admission.c: a released attempt its
+ * queue's and tenant's limits and its key admit, and held work released),
+ * and wfe._dispatch(runs, run_stages), kept SQL-callable for tests and
+ * tools.
  */
 #include "postgres.h"
 

@@ -33,6 +33,7 @@
 #include "core/lang/compile.h"
 #include "core/engine/runplan.h"
 #include "core/engine/step.h"
+#include "admission.h"
 #include "child.h"
 #include "deadline.h"
 #include "dispatch.h"
@@ -134,14 +135,6 @@ static stmt q_cache_wait = STMT(
 	" WHERE st.run_id = $1 AND st.stage = $2", 4, I8, TX, TX, TX);
 static stmt q_stage_input = STMT(
 	"SELECT st.input::text FROM wfe.run_stages AS st WHERE st.run_id = $1 AND st.stage = $2", 2, I8, TX);
-/*
- * a broker queue's max_in_flight and its tenant's max_tasks_in_flight hold
- * the dispatch (wfe._broker_admit); an admitted attempt is read for its
- * envelope in the same statement (dispatch.c)
- */
-static stmt q_dispatch = STMT(
-	"SELECT " WFE_DISPATCH_COLUMNS " FROM wfe.runs AS r, wfe.run_stages AS s"
-	" WHERE r.run_id = $1 AND s.run_id = $1 AND s.stage = $2 AND wfe._broker_admit(s.queue, s.tenant)", 2, I8, TX);
 static stmt q_resolve = STMT(
 	"UPDATE wfe.run_stages AS st"
 	"   SET state = $3, attempt = 1, fence = $8, outcome = $3, result = $4::jsonb, error = $5::jsonb,"
@@ -952,14 +945,8 @@ after_enqueue(srv *s, const char *stage)
 		/* a paused queue keeps its tasks queued: dispatched or announced on resume */
 		if (paused)
 			return;
-		if (broker)
-		{
-			Datum		d[2] = {Int64GetDatum(s->run_id), CStringGetTextDatum(stage)};
-
-			stmt_run(&q_dispatch, d, NULL);
-			if (SPI_processed == 1)
-				wfe_dispatch_row(SPI_tuptable->vals[0], SPI_tuptable->tupdesc);
-		}
+		if (broker)				/* its queue's max_in_flight and its tenant's max_tasks_in_flight may hold it */
+			wfe_admission_dispatch(s->run_id, stage, queue, s->run.tenant ? s->run.tenant : "");
 		else
 			wfe_ready_released(queue);	/* poll workers that wait hear of it at commit */
 	}
@@ -979,26 +966,17 @@ static stmt q_fence = STMT(
 	"UPDATE wfe.run_stages AS st SET fence = $3"
 	" WHERE st.run_id = $1 AND st.stage = $2 RETURNING st.queue", 3, I8, TX, I8);
 
-/* the common case, nothing limited, costs this one statement */
-static stmt q_limited = STMT(
-	"SELECT EXISTS (SELECT 1 FROM wfe.queues AS q"
-	"                WHERE q.queue = $1 AND q.max_in_flight IS NOT NULL AND NOT q.paused)"
-	"    OR EXISTS (SELECT 1 FROM wfe.tenant_limits AS t"
-	"                WHERE t.tenant = $2 AND t.max_tasks_in_flight IS NOT NULL)", 2, TX, TX);
-static stmt q_release_held = STMT("SELECT q FROM wfe._release_held($1, $2) AS q", 2, TX, TX);
-
 /*
  * A task ended or left (completed, failed, retried later, timed out,
  * cancelled), its row written: room for the next queued one, if its queue
  * (max_in_flight) or its tenant (max_tasks_in_flight) is limited.  Broker:
  * the held tasks that now fit are dispatched; poll: the claimers waiting on
- * the queues concerned hear of it at commit (wfe._release_held says which).
+ * the queues concerned hear of it at commit (admission.c says which).
  */
 static void
 room_freed(srv *s, const wfe_op *op)
 {
 	const char *queue;
-	Datum		v[2];
 
 	if (op->stage < 0 ||
 		!(op->kind == WFE_OP_COMPLETE || op->kind == WFE_OP_FAIL || op->kind == WFE_OP_RETRY ||
@@ -1009,14 +987,7 @@ room_freed(srv *s, const wfe_op *op)
 		wfe_step_row(&current_step, op->stage)->queue;
 	if (queue == NULL || (op->elem < 0 && wfe_step_row(&current_step, op->stage)->has_handler))
 		return;
-	v[0] = CStringGetTextDatum(queue);
-	v[1] = CStringGetTextDatum(s->run.tenant ? s->run.tenant : "");
-	stmt_run(&q_limited, v, NULL);
-	if (!stmt_bool(1))
-		return;
-	stmt_run(&q_release_held, v, NULL);
-	for (uint64 k = 0; k < SPI_processed; k++)
-		wfe_ready_released(SPI_getvalue(SPI_tuptable->vals[k], SPI_tuptable->tupdesc, 1));
+	wfe_admission_room_freed(queue, s->run.tenant ? s->run.tenant : "");
 }
 
 /* Is op about an attempt a child run carries (a workflow stage, an element of a map of child runs)? */

@@ -69,3 +69,10 @@ stmt_text_or_null(const char *s, char *null)
 	return s ? CStringGetTextDatum(s) : (Datum) 0;
 }
 
+
+/* Open a prepared statement as a cursor (not read-only, as stmt_run), to fetch its rows in batches. */
+Portal
+stmt_cursor(stmt *s, Datum *values, const char *nulls)
+{
+	return SPI_cursor_open(NULL, prepared(s), values, nulls, false);
+}

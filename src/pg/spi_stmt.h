@@ -25,6 +25,8 @@ typedef struct stmt
 
 /* Run a statement (nulls as SPI wants them, ' ' or 'n', or NULL for none). */
 extern int	stmt_run(stmt *s, Datum *values, const char *nulls);
+/* Open it as a cursor, for SPI_cursor_fetch (rows in batches) and SPI_cursor_close. */
+extern Portal stmt_cursor(stmt *s, Datum *values, const char *nulls);
 /* Column c (1-based) of the last result's row 0: text (or NULL), boolean. */
 extern char *stmt_col(int c);
 extern bool stmt_bool(int c);

@@ -101,28 +101,12 @@ REVOKE ALL ON FUNCTION wfe._admit_run(text, text) FROM PUBLIC;
 
 
 -- Tasks in flight: max_in_flight of a queue, max_tasks_in_flight of a
--- tenant.  A task is in flight when it is dispatched or running, or queued
--- with a dispatch message of its current fence still to publish; stages of
--- in-database actions (handler) are not tasks.  A task over a limit stays
--- queued: a poll queue's claim_task takes no more than the room (claim.c),
--- a broker release writes no dispatch message (held), and when a task ends
--- the engine dispatches the held ones that now fit (wfe._release_held).
---
--- Each limit has a transaction lock (wfe._lock: the limit's name and the
--- queue or tenant; a lock no login can take, src/pg/locks.c), taken before the count, which is a statement of its own
--- after it, so two admissions cannot both take the last slot.  Lock order,
--- after the run locks and the wfe.queues row (configure_queue, a poll
--- claim): tenant locks in name order (C collation), then queue locks in name
--- order.  A transaction that decides several times (a step that ends one
--- task and releases the next, a tick round, a batch of callbacks) could be
--- asked for a lock out of that order: then it only tries it (wfe._lock_tenant,
--- wfe._lock_queue), so no two admissions ever wait for each other in a
--- circle.  A broker task a failed try kept held is not forgotten: the
--- tenant or queue goes into wfe.admission_recheck, and the background
--- worker's next round (or wfe.tick) releases what fits, in a transaction
--- that holds nothing yet.  The greatest tenant and queue a transaction has
--- locked are kept in two transaction-local settings (wfe_admission.tenant,
--- wfe_admission.queue).
+-- tenant.  A task over a limit stays queued: a poll queue's claim takes no
+-- more than the room, a broker release writes no dispatch message (held),
+-- and when a task ends the engine dispatches the held ones that now fit.
+-- The counts, the limits' locks, their order (tenants by name, then queues;
+-- out of order a lock is only tried) and the release are C: src/pg/admission.c,
+-- deciding with src/core/flow/admission.c.
 
 -- Tenants and queues whose held tasks a failed try may have kept back.
 CREATE TABLE wfe.admission_recheck (
@@ -135,310 +119,24 @@ CREATE TABLE wfe.admission_recheck (
 COMMENT ON TABLE wfe.admission_recheck IS
 'A queue or tenant whose lock an admission could only try, and missed: the next worker round releases its held tasks (wfe._release_held).';
 
--- Remember a missed try; the background worker is woken at commit.
-CREATE FUNCTION wfe._recheck_later(p_queue text, p_tenant text)
-RETURNS void
-LANGUAGE sql VOLATILE
-SET search_path = pg_catalog, pg_temp
-BEGIN ATOMIC
-    INSERT INTO wfe.admission_recheck (queue, tenant) VALUES (p_queue, p_tenant);
-    SELECT wfe._wake(now());
-END;
-COMMENT ON FUNCTION wfe._recheck_later(text, text) IS
-'Records a queue or tenant whose lock was busy out of order, for the next worker round, and wakes the worker at commit.';
-REVOKE ALL ON FUNCTION wfe._recheck_later(text, text) FROM PUBLIC;
-
--- The worker round's first item: release what missed tries kept back.
 CREATE FUNCTION wfe._recheck_admission()
-RETURNS int
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    c record;
-    n int := 0;
-BEGIN
-    FOR c IN WITH d AS (DELETE FROM wfe.admission_recheck RETURNING queue, tenant)
-             SELECT x.queue, x.tenant FROM (SELECT DISTINCT d.queue, d.tenant FROM d) AS x
-              ORDER BY x.tenant COLLATE "C", x.queue COLLATE "C"
-    LOOP
-        PERFORM wfe._notify_ready(q) FROM wfe._release_held(c.queue, c.tenant) AS q;
-        n := n + 1;
-    END LOOP;
-    RETURN n;
-END
-$$;
+RETURNS int AS 'MODULE_PATHNAME', 'wfe_recheck_admission' LANGUAGE C VOLATILE STRICT;
 COMMENT ON FUNCTION wfe._recheck_admission() IS
 'Releases the held tasks of the queues and tenants in wfe.admission_recheck (emptying it); returns how many it rechecked.';
 REVOKE ALL ON FUNCTION wfe._recheck_admission() FROM PUBLIC;
 
--- Takes a tenant's task-limit lock: waits when that keeps the order, else only tries.
 CREATE FUNCTION wfe._lock_tenant(p_tenant text)
-RETURNS boolean
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    v_max text := coalesce(current_setting('wfe_admission.tenant', true), '');
-BEGIN
-    IF coalesce(current_setting('wfe_admission.queue', true), '') <> ''
-       OR (v_max <> '' AND p_tenant COLLATE "C" <= v_max COLLATE "C") THEN
-        -- out of order (or already held: a held lock is granted again at once)
-        IF wfe._lock('wfe.max_tasks_in_flight', p_tenant, true) THEN
-            RETURN true;
-        END IF;
-        PERFORM wfe._recheck_later(NULL, p_tenant);
-        RETURN false;
-    END IF;
-    PERFORM wfe._lock('wfe.max_tasks_in_flight', p_tenant, false);
-    PERFORM set_config('wfe_admission.tenant', p_tenant, true);
-    RETURN true;
-END
-$$;
+RETURNS boolean AS 'MODULE_PATHNAME', 'wfe_lock_tenant_sql' LANGUAGE C VOLATILE STRICT;
 COMMENT ON FUNCTION wfe._lock_tenant(text) IS
 'Takes a tenant''s max_tasks_in_flight lock, waiting only in lock order (tenants by name before any queue); out of order it only tries, and a miss is rechecked later.';
 REVOKE ALL ON FUNCTION wfe._lock_tenant(text) FROM PUBLIC;
 
--- Takes a limited broker queue's max_in_flight lock: waits when that keeps the order, else only tries.
-CREATE FUNCTION wfe._lock_queue(p_queue text)
-RETURNS boolean
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    v_max text := coalesce(current_setting('wfe_admission.queue', true), '');
-BEGIN
-    IF v_max <> '' AND p_queue COLLATE "C" <= v_max COLLATE "C" THEN
-        IF wfe._lock('wfe.max_in_flight', p_queue, true) THEN
-            RETURN true;
-        END IF;
-        PERFORM wfe._recheck_later(p_queue, NULL);
-        RETURN false;
-    END IF;
-    PERFORM wfe._lock('wfe.max_in_flight', p_queue, false);
-    PERFORM set_config('wfe_admission.queue', p_queue, true);
-    RETURN true;
-END
-$$;
-COMMENT ON FUNCTION wfe._lock_queue(text) IS
-'Takes a broker queue''s max_in_flight lock, waiting only in lock order (queues by name, after the tenants); out of order it only tries, and a miss is rechecked later.  From then on tenant locks are only tried.';
-REVOKE ALL ON FUNCTION wfe._lock_queue(text) FROM PUBLIC;
-
-CREATE FUNCTION wfe._broker_in_flight(p_queue text)
-RETURNS int
-LANGUAGE sql STABLE
-SET search_path = pg_catalog, pg_temp
-BEGIN ATOMIC
-    SELECT count(*)::int FROM wfe.run_stages AS st
-     WHERE st.queue = p_queue
-       AND (wfe._stage_handed_out(st.state)
-            OR (st.state = 'queued'
-                AND EXISTS (SELECT 1 FROM wfe.outbox AS o
-                             WHERE o.run_id = st.run_id AND o.stage = st.stage AND o.attempt = st.attempt
-                               AND o.fence = st.fence AND o.kind = 'dispatch' AND o.state <> 'published')));
-END;
-COMMENT ON FUNCTION wfe._broker_in_flight(text) IS
-'Tasks of a broker queue in flight: dispatched, running, or queued with an unpublished dispatch of their current fence.';
-REVOKE ALL ON FUNCTION wfe._broker_in_flight(text) FROM PUBLIC;
-
--- Through the tenant's unfinished runs (runs_unfinished_tenant): the cost
--- follows the tenant's runs in flight, not the size of wfe.run_stages.
-CREATE FUNCTION wfe._tenant_in_flight(p_tenant text)
-RETURNS int
-LANGUAGE sql STABLE
-SET search_path = pg_catalog, pg_temp
-BEGIN ATOMIC
-    SELECT count(*)::int FROM wfe.runs AS r JOIN wfe.run_stages AS st ON st.run_id = r.run_id
-     WHERE r.tenant = p_tenant AND r.finished_at IS NULL
-       AND st.queue IS NOT NULL AND st.handler IS NULL
-       AND (wfe._stage_handed_out(st.state)
-            OR (st.state = 'queued'
-                AND EXISTS (SELECT 1 FROM wfe.outbox AS o
-                             WHERE o.run_id = st.run_id AND o.stage = st.stage AND o.attempt = st.attempt
-                               AND o.fence = st.fence AND o.kind = 'dispatch' AND o.state <> 'published')));
-END;
-COMMENT ON FUNCTION wfe._tenant_in_flight(text) IS
-'A tenant''s tasks in flight, poll and broker: dispatched, running, or queued with an unpublished dispatch of their current fence.';
-REVOKE ALL ON FUNCTION wfe._tenant_in_flight(text) FROM PUBLIC;
-
-CREATE FUNCTION wfe._broker_admit(p_queue text, p_tenant text)
-RETURNS boolean
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    v_queue  int;
-    v_tenant int;
-BEGIN
-    SELECT q.max_in_flight INTO v_queue FROM wfe.queues AS q
-     WHERE q.queue = p_queue AND q.max_in_flight IS NOT NULL;
-    SELECT t.max_tasks_in_flight INTO v_tenant FROM wfe.tenant_limits AS t
-     WHERE t.tenant = p_tenant AND t.max_tasks_in_flight IS NOT NULL;
-    IF v_queue IS NULL AND v_tenant IS NULL THEN
-        RETURN true;
-    END IF;
-    -- the lock order: the tenant, then the queue; the counts after both
-    IF v_tenant IS NOT NULL AND NOT wfe._lock_tenant(p_tenant) THEN
-        RETURN false;               -- busy out of order: held, rechecked by the next worker round
-    END IF;
-    IF v_queue IS NOT NULL THEN
-        IF NOT wfe._lock_queue(p_queue) THEN
-            RETURN false;
-        END IF;
-        IF wfe._broker_in_flight(p_queue) >= v_queue THEN
-            RETURN false;
-        END IF;
-    END IF;
-    RETURN v_tenant IS NULL OR wfe._tenant_in_flight(p_tenant) < v_tenant;
-END
-$$;
-COMMENT ON FUNCTION wfe._broker_admit(text, text) IS
-'May one more task of this broker queue and tenant be dispatched now (max_in_flight, max_tasks_in_flight)?  Takes the limits'' locks, tenant first.';
-REVOKE ALL ON FUNCTION wfe._broker_admit(text, text) FROM PUBLIC;
-
--- Room appeared: a task of p_queue and p_tenant ended, or (p_queue NULL)
--- the tenant's limit was raised or lifted, or (p_tenant NULL) the queue's.  Dispatches the held broker tasks that now fit
--- both limits -- those of p_queue when it is a limited broker queue, and
--- those of p_tenant in any broker queue when the tenant is limited --
--- highest priority first, then oldest; returns the poll queues whose
--- claimers should be woken (p_queue when it is a limited poll queue, and
--- the poll queues where a limited p_tenant has queued tasks).
+-- Room appeared: (p_queue NULL) the tenant's limit was raised or lifted,
+-- or (p_tenant NULL) the queue's.  Dispatches the held broker tasks that
+-- now fit both limits, highest priority first, then oldest; returns the
+-- poll queues whose claimers should be woken.
 CREATE FUNCTION wfe._release_held(p_queue text, p_tenant text)
-RETURNS SETOF text
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    v_queue_side  boolean;
-    v_tenant_side boolean;
-    v_limited     boolean;         -- p_tenant has a task limit
-    v_bounded     boolean;         -- p_queue is a broker queue with a limit
-    v_tenants     jsonb := '{}';    -- tenant -> room, for the tenants whose lock we hold
-    v_queues      jsonb := '{}';    -- queue -> room, for the limited queues whose lock we hold
-    t             record;
-    c             record;
-BEGIN
-    v_bounded := EXISTS (SELECT 1 FROM wfe.queues AS q
-                          WHERE q.queue = p_queue AND q.delivery = 'broker' AND NOT q.paused
-                            AND q.max_in_flight IS NOT NULL);
-    -- without a tenant, the queue's limit changed: lifted, everything held in it may go
-    v_queue_side := v_bounded
-                    OR (p_tenant IS NULL AND EXISTS (SELECT 1 FROM wfe.queues AS q
-                                                      WHERE q.queue = p_queue AND q.delivery = 'broker'
-                                                        AND NOT q.paused));
-    v_limited := EXISTS (SELECT 1 FROM wfe.tenant_limits AS l
-                          WHERE l.tenant = p_tenant AND l.max_tasks_in_flight IS NOT NULL);
-    -- without a queue, the tenant's limit changed: lifted, everything of it held may go
-    v_tenant_side := v_limited OR (p_queue IS NULL AND p_tenant IS NOT NULL);
-    IF EXISTS (SELECT 1 FROM wfe.queues AS q
-                WHERE q.queue = p_queue AND q.delivery = 'poll' AND NOT q.paused
-                  AND q.max_in_flight IS NOT NULL) THEN
-        RETURN NEXT p_queue;
-    END IF;
-    IF NOT v_queue_side AND NOT v_tenant_side THEN
-        RETURN;
-    END IF;
-
-    -- The tenant locks first, in name order: p_tenant, and the limited
-    -- tenants with tasks held in p_queue.
-    FOR t IN SELECT l.tenant, l.max_tasks_in_flight FROM wfe.tenant_limits AS l
-              WHERE l.max_tasks_in_flight IS NOT NULL
-                AND ((v_limited AND l.tenant = p_tenant)
-                     OR (v_queue_side AND EXISTS (SELECT 1 FROM wfe.run_stages AS st
-                                                   WHERE st.queue = p_queue AND st.state = 'queued'
-                                                     AND st.tenant = l.tenant)))
-              ORDER BY l.tenant COLLATE "C"
-    LOOP
-        IF wfe._lock_tenant(t.tenant) THEN
-            v_tenants := v_tenants || jsonb_build_object(t.tenant, t.max_tasks_in_flight);
-        END IF;
-    END LOOP;
-    v_tenant_side := v_tenant_side AND (NOT v_limited OR v_tenants ? p_tenant);
-    -- The tenants' rooms, counted after their locks (statements of their own).
-    FOR t IN SELECT k AS name FROM jsonb_object_keys(v_tenants) AS k LOOP
-        v_tenants := jsonb_set(v_tenants, ARRAY[t.name],
-                               to_jsonb((v_tenants ->> t.name)::int - wfe._tenant_in_flight(t.name)));
-    END LOOP;
-    -- A task of a limited tenant ended: only if that left it exactly one
-    -- slot was it at its limit before, so only then can a task of it be
-    -- waiting for room (each end releases what fits, one after the other).
-    IF v_limited AND p_queue IS NOT NULL AND (v_tenants ->> p_tenant)::int IS DISTINCT FROM 1 THEN
-        v_tenant_side := false;
-    END IF;
-    IF v_tenant_side THEN
-        -- its pollers (a queue without a wfe.queues row is an unlimited poll queue)
-        RETURN QUERY SELECT DISTINCT st.queue
-                       FROM wfe.runs AS r JOIN wfe.run_stages AS st ON st.run_id = r.run_id
-                       LEFT JOIN wfe.queues AS q ON q.queue = st.queue
-                      WHERE r.tenant = p_tenant AND r.finished_at IS NULL
-                        AND st.state = 'queued' AND st.handler IS NULL AND st.queue IS NOT NULL
-                        AND coalesce(q.delivery, 'poll') = 'poll' AND NOT coalesce(q.paused, false);
-    END IF;
-    IF NOT v_queue_side AND NOT v_tenant_side THEN
-        RETURN;
-    END IF;
-    -- Then the queue locks, in name order: p_queue, and the limited broker
-    -- queues where p_tenant has held tasks.
-    FOR t IN SELECT q.queue, q.max_in_flight FROM wfe.queues AS q
-              WHERE q.delivery = 'broker' AND NOT q.paused AND q.max_in_flight IS NOT NULL
-                AND ((v_bounded AND q.queue = p_queue)
-                     OR (v_tenant_side AND EXISTS (SELECT 1 FROM wfe.runs AS r JOIN wfe.run_stages AS st
-                                                          ON st.run_id = r.run_id
-                                                    WHERE r.tenant = p_tenant AND r.finished_at IS NULL
-                                                      AND st.queue = q.queue AND st.state = 'queued')))
-              ORDER BY q.queue COLLATE "C"
-    LOOP
-        IF wfe._lock_queue(t.queue) THEN
-            v_queues := v_queues || jsonb_build_object(t.queue, t.max_in_flight);
-        END IF;
-    END LOOP;
-    v_queue_side := v_queue_side AND (NOT v_bounded OR v_queues ? p_queue);
-    -- The queues' rooms, counted after their locks.
-    FOR t IN SELECT k AS name FROM jsonb_object_keys(v_queues) AS k LOOP
-        v_queues := jsonb_set(v_queues, ARRAY[t.name],
-                              to_jsonb((v_queues ->> t.name)::int - wfe._broker_in_flight(t.name)));
-    END LOOP;
-
-    -- the candidates: held in p_queue (its ready index), or held of p_tenant (its unfinished runs)
-    FOR c IN SELECT h.run_id, h.stage, h.queue, h.tenant, q.max_in_flight IS NOT NULL AS queue_limited
-               FROM (SELECT st.run_id, st.stage, st.queue, st.tenant, st.priority, st.ready_at, st.attempt, st.fence
-                       FROM wfe.run_stages AS st
-                      WHERE v_queue_side AND st.queue = p_queue AND st.state = 'queued' AND st.handler IS NULL
-                     UNION
-                     SELECT st.run_id, st.stage, st.queue, st.tenant, st.priority, st.ready_at, st.attempt, st.fence
-                       FROM wfe.runs AS r JOIN wfe.run_stages AS st ON st.run_id = r.run_id
-                      WHERE v_tenant_side AND r.tenant = p_tenant AND r.finished_at IS NULL
-                        AND st.state = 'queued' AND st.handler IS NULL) AS h
-               JOIN wfe.queues AS q ON q.queue = h.queue AND q.delivery = 'broker' AND NOT q.paused
-              WHERE NOT EXISTS (SELECT 1 FROM wfe.outbox AS o
-                                 WHERE o.run_id = h.run_id AND o.stage = h.stage AND o.attempt = h.attempt
-                                   AND o.fence = h.fence AND o.kind = 'dispatch' AND o.state <> 'published')
-              ORDER BY h.priority DESC, h.ready_at, h.run_id, h.stage
-    LOOP
-        EXIT WHEN (NOT v_queue_side OR (v_bounded AND (v_queues ->> p_queue)::int <= 0))
-              AND (NOT v_tenant_side OR (v_limited AND (v_tenants ->> p_tenant)::int <= 0));
-        -- both limits must hold: a limit we do not hold the lock of (a
-        -- tenant that was busy, or limited since) keeps its task held
-        IF c.queue_limited AND coalesce((v_queues ->> c.queue)::int, 0) <= 0 THEN
-            CONTINUE;
-        END IF;
-        IF v_tenants ? c.tenant THEN
-            CONTINUE WHEN (v_tenants ->> c.tenant)::int <= 0;
-        ELSIF EXISTS (SELECT 1 FROM wfe.tenant_limits AS l
-                       WHERE l.tenant = c.tenant AND l.max_tasks_in_flight IS NOT NULL) THEN
-            CONTINUE;
-        END IF;
-        PERFORM wfe._dispatch(r, s) FROM wfe.runs AS r, wfe.run_stages AS s
-          WHERE r.run_id = c.run_id AND s.run_id = c.run_id AND s.stage = c.stage;
-        IF c.queue_limited THEN
-            v_queues := jsonb_set(v_queues, ARRAY[c.queue], to_jsonb((v_queues ->> c.queue)::int - 1));
-        END IF;
-        IF v_tenants ? c.tenant THEN
-            v_tenants := jsonb_set(v_tenants, ARRAY[c.tenant], to_jsonb((v_tenants ->> c.tenant)::int - 1));
-        END IF;
-    END LOOP;
-END
-$$;
+RETURNS SETOF text AS 'MODULE_PATHNAME', 'wfe_release_held_sql' LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION wfe._release_held(text, text) IS
 'Room in a limited broker queue or for a limited tenant: dispatches the held tasks that fit both limits, highest priority then oldest; returns the poll queues to wake.';
 REVOKE ALL ON FUNCTION wfe._release_held(text, text) FROM PUBLIC;

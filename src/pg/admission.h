@@ -1,0 +1,24 @@
+/*
+ * admission.h — queue and tenant task limits, the server side (admission.c;
+ * the decisions: src/core/flow/admission.h).
+ */
+#ifndef WFE_PG_ADMISSION_H
+#define WFE_PG_ADMISSION_H
+
+/* Take a tenant's max_tasks_in_flight lock in lock order, else only try (a miss is rechecked later). */
+extern bool wfe_admission_lock_tenant(const char *tenant);
+
+/* A tenant's tasks in flight, poll and broker (counted after its lock). */
+extern int	wfe_admission_tenant_in_flight(const char *tenant);
+
+/* A broker task was released (queued): dispatch it if its queue's and tenant's limits have room, else hold it. */
+extern void wfe_admission_dispatch(int64 run_id, const char *stage, const char *queue, const char *tenant);
+
+/* A task of queue and tenant ended or left: release the held tasks that now fit, wake the pollers concerned. */
+extern void wfe_admission_room_freed(const char *queue, const char *tenant);
+
+/* concurrency.c: keyed concurrency at a broker dispatch -- may it go (else it is held)? */
+extern bool wfe_concurrency_dispatch(int64 run_id, const char *stage, const char *queue, const char *tenant,
+									 const char *key, int max);
+
+#endif							/* WFE_PG_ADMISSION_H */
