@@ -4063,6 +4063,20 @@ DROP FUNCTION wfe._recheck_later(text, text);
 DROP FUNCTION wfe._broker_in_flight(text);
 DROP FUNCTION wfe._tenant_in_flight(text);
 
+-- ---------------------------------------------------------------------
+-- Submit in C (issue 24, items 1 and 3): wfe.submit, a child run's start
+-- and the admission of one more run in flight are C (src/pg/submit.c, the
+-- decisions in src/core/engine/submit.c); wfe.submit and wfe._submittable
+-- keep their signatures (their C bodies are in the final bodies below),
+-- and the PL/pgSQL helpers nothing calls any more go.
+-- ---------------------------------------------------------------------
+DROP FUNCTION wfe._idempotent_run(text, text, text, jsonb);
+DROP FUNCTION wfe._run_contracts(jsonb);
+DROP FUNCTION wfe._insert_run_stages(wfe.runs);
+DROP FUNCTION wfe._start_child(bigint, text, int, text, text, jsonb);
+DROP FUNCTION wfe._admit_run(text, text);
+DROP FUNCTION wfe._traceparent(jsonb);
+
 -- Final bodies: every function whose text changed in 0.3.0, as src/sql has it.
 -- (Written by the same rule as the sections above: the whole text, copied.)
 
@@ -4517,235 +4531,17 @@ RETURNS void
 AS 'MODULE_PATHNAME', 'wfe_dispatch_sql'
 LANGUAGE C VOLATILE;
 
-CREATE OR REPLACE FUNCTION wfe._idempotent_run(p_tenant text, p_workflow text, p_key text, p_context jsonb)
-RETURNS bigint
-LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    v_run_id  bigint;
-    v_context jsonb;
-BEGIN
-    SELECT x.run_id, x.context INTO v_run_id, v_context
-      FROM wfe.runs AS x
-     WHERE x.tenant = p_tenant AND x.workflow = p_workflow AND x.idempotency_key = p_key
-       AND wfe._run_keeps_key(x.state);
-    IF v_run_id IS NOT NULL AND v_context <> p_context THEN
-        RAISE EXCEPTION 'idempotency key "%" of workflow "%" was already used with a different context',
-                p_key, p_workflow
-            USING ERRCODE = 'invalid_parameter_value',
-                  DETAIL = format('Run %s was submitted with this key.', v_run_id),
-                  HINT = 'Use a new key for a different request, or resubmit the same context.';
-    END IF;
-    RETURN v_run_id;
-END
-$$;
-
-CREATE OR REPLACE FUNCTION wfe._run_contracts(p_plan jsonb)
-RETURNS jsonb
-LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    RETURN (SELECT coalesce(jsonb_object_agg(c.ref, jsonb_build_object('kind', c.kind, 'queue', c.queue,
-                                                                       'handler', c.handler::text)), '{}')
-              FROM wfe.contracts AS c
-             WHERE c.ref IN (SELECT jsonb_array_elements_text(p_plan -> 'contracts')));
-END
-$$;
-
-CREATE OR REPLACE FUNCTION wfe._insert_run_stages(p_run wfe.runs)
-RETURNS void
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    INSERT INTO wfe.run_stages (run_id, stage, tenant, ordinal, kind, queue, worker, handler, priority,
-                                awaits, exec_ms, queue_ms, heartbeat_ms, rate_limit)
-    SELECT p_run.run_id, ps.stage, p_run.tenant, ps.ordinal, ps.type,
-           CASE WHEN ps.type = 'worker' THEN ps.spec ->> 'queue' ELSE c.queue END,
-           coalesce(ps.spec ->> 'worker', ps.spec ->> 'action', ps.spec ->> 'signal',
-                    ps.spec -> 'item' ->> 'worker', ps.spec -> 'item' ->> 'action'), c.handler, p_run.priority,
-           coalesce((ps.spec ->> 'awaits')::boolean, true),
-           -- a map's are its item's (its elements' rows copy them: src/pg/map.c)
-           (coalesce(ps.spec -> 'item', ps.spec) ->> 'execution_deadline_ms')::int,
-           (coalesce(ps.spec -> 'item', ps.spec) ->> 'queue_deadline_ms')::int,
-           (coalesce(ps.spec -> 'item', ps.spec) ->> 'heartbeat_ms')::int,
-           coalesce(ps.spec -> 'item', ps.spec) -> 'rate_limit' ->> 'name'
-      FROM wfe.plan_stages AS ps
-      LEFT JOIN wfe.contracts AS c ON c.ref = coalesce(ps.spec ->> 'worker', ps.spec ->> 'action')
-     WHERE ps.definition_id = p_run.definition_id;
-END
-$$;
+CREATE OR REPLACE FUNCTION wfe._submittable(p_workflow text)
+RETURNS wfe.definitions
+AS 'MODULE_PATHNAME', 'wfe_submittable'
+LANGUAGE C STABLE;
 
 CREATE OR REPLACE FUNCTION wfe.submit(workflow text, context jsonb DEFAULT '{}', idempotency_key text DEFAULT NULL,
                            options jsonb DEFAULT '{}')
 RETURNS TABLE (run_id bigint, accepted boolean)
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-#variable_conflict use_column
-DECLARE
-    d          wfe.definitions;
-    r          wfe.runs;
-    v_context  jsonb := coalesce(submit.context, '{}');
-    v_opts     jsonb := coalesce(submit.options, '{}');
-    v_tenant   text;
-    v_priority int := 0;
-    v_deadline bigint;
-    v_start    timestamptz;
-    v_existing bigint;
-    v_bad      text;
-    v_trace    text[];
-BEGIN
-    IF submit.workflow IS NULL THEN
-        RAISE EXCEPTION 'workflow must not be null' USING ERRCODE = 'null_value_not_allowed';
-    END IF;
-    -- the admission limits, before anything is built from the arguments
-    PERFORM wfe._admit_name(submit.workflow, 'workflow');
-    PERFORM wfe._admit_name(submit.idempotency_key, 'idempotency_key');
-    PERFORM wfe._admit(v_context, 'context');
-    PERFORM wfe._admit(v_opts, 'options');
-    IF jsonb_typeof(v_context) <> 'object' THEN
-        RAISE EXCEPTION 'context must be a JSON object, not %', jsonb_typeof(v_context)
-            USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    IF jsonb_typeof(v_opts) <> 'object' THEN
-        RAISE EXCEPTION 'options must be a JSON object, not %', jsonb_typeof(v_opts)
-            USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    IF jsonb_typeof(v_opts) = 'object' THEN
-        PERFORM wfe._admit_name(k, 'submit option key') FROM jsonb_object_keys(v_opts) AS k;
-        IF jsonb_typeof(v_opts -> 'execution_context') = 'string' THEN
-            PERFORM wfe._admit_name(v_opts ->> 'execution_context', 'execution_context');
-        END IF;
-    END IF;
-    SELECT string_agg(k, ', ') INTO v_bad FROM jsonb_object_keys(v_opts) AS k
-     WHERE k NOT IN ('tenant', 'execution_context', 'run_deadline_ms', 'priority', 'not_before', 'traceparent');
-    IF v_bad IS NOT NULL THEN
-        RAISE EXCEPTION 'unknown submit option: %', v_bad
-            USING ERRCODE = 'invalid_parameter_value',
-                  HINT = 'Options are tenant, execution_context, run_deadline_ms, priority, not_before and traceparent.';
-    END IF;
-    v_tenant := coalesce(v_opts ->> 'tenant', 'default');
-    PERFORM wfe._check_tenant_name(v_tenant);
-    -- a role submits only for the tenants it acts for, the default one too
-    IF NOT wfe._tenant_ok(v_tenant) THEN
-        RAISE EXCEPTION 'role "%" does not act for tenant "%"', wfe._caller(), v_tenant
-            USING ERRCODE = 'insufficient_privilege',
-                  HINT = 'An administrator maps a role to a tenant with wfe.add_tenant_member(role, tenant).';
-    END IF;
-    IF v_opts ? 'priority' THEN
-        IF jsonb_typeof(v_opts -> 'priority') <> 'number'
-           OR (v_opts ->> 'priority')::numeric NOT BETWEEN -1000000 AND 1000000
-           OR (v_opts ->> 'priority')::numeric % 1 <> 0 THEN
-            RAISE EXCEPTION 'priority must be an integer between -1000000 and 1000000, not %', v_opts -> 'priority'
-                USING ERRCODE = 'invalid_parameter_value';
-        END IF;
-        v_priority := (v_opts ->> 'priority')::int;
-    END IF;
-    IF v_opts ? 'run_deadline_ms' THEN
-        IF jsonb_typeof(v_opts -> 'run_deadline_ms') <> 'number'
-           OR (v_opts ->> 'run_deadline_ms')::numeric < 1
-           OR (v_opts ->> 'run_deadline_ms')::numeric % 1 <> 0 THEN
-            RAISE EXCEPTION 'run_deadline_ms must be a positive integer, not %', v_opts -> 'run_deadline_ms'
-                USING ERRCODE = 'invalid_parameter_value';
-        END IF;
-    END IF;
-    IF v_opts ? 'not_before' THEN
-        BEGIN
-            v_start := (v_opts ->> 'not_before')::timestamptz;
-        EXCEPTION WHEN invalid_datetime_format OR datetime_field_overflow THEN
-            RAISE EXCEPTION 'not_before must be a timestamp, not %', v_opts -> 'not_before'
-                USING ERRCODE = 'invalid_parameter_value';
-        END;
-    END IF;
-    IF v_opts ? 'traceparent' THEN
-        v_trace := wfe._traceparent(v_opts -> 'traceparent');
-    END IF;
-    IF v_opts ? 'execution_context' AND jsonb_typeof(v_opts -> 'execution_context') <> 'string' THEN
-        RAISE EXCEPTION 'execution_context must be a string' USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-
-    d := wfe._submittable(submit.workflow);
-    v_deadline := coalesce((v_opts ->> 'run_deadline_ms')::bigint, (d.plan ->> 'run_deadline_ms')::bigint);
-
-    -- The definition's context_schema, checked by the one validator.
-    IF jsonb_typeof(d.plan -> 'context_schema') IN ('object', 'boolean') THEN
-        v_bad := wfe._validate(d.plan -> 'context_schema', v_context);
-        IF v_bad IS NOT NULL THEN
-            RAISE EXCEPTION 'context does not satisfy the context_schema of %@%: %', d.workflow, d.version, v_bad
-                USING ERRCODE = 'invalid_parameter_value',
-                      HINT = 'The message names the context path and the schema keyword it breaks.';
-        END IF;
-    END IF;
-
-    IF submit.idempotency_key IS NOT NULL THEN
-        v_existing := wfe._idempotent_run(v_tenant, d.workflow, submit.idempotency_key, v_context);
-        IF v_existing IS NOT NULL THEN
-            -- an insert, not a counter on the run: no lock on a run in flight
-            PERFORM wfe._event(v_existing, v_tenant, NULL, NULL, 'run.deduplicated',
-                               jsonb_build_object('by', wfe._identity()));
-            RETURN QUERY SELECT v_existing, false;
-            RETURN;
-        END IF;
-    END IF;
-
-    -- Admission: the tenant's runs in flight (wfe.configure_tenant)
-    PERFORM wfe._admit_run(v_tenant, 'Submit');
-
-    INSERT INTO wfe.runs AS x (tenant, workflow, version, definition_id, definition_digest, dsl_version,
-                               compiler_version, engine_version, contracts, context, execution_context,
-                               idempotency_key, priority, not_before, deadline_at, form,
-                               trace_id, trace_parent, trace_flags)
-    VALUES (v_tenant, d.workflow, d.version, d.definition_id, d.digest, d.dsl_version, d.compiler_version,
-            (SELECT e.extversion FROM pg_catalog.pg_extension AS e WHERE e.extname = 'wfe'),
-            wfe._run_contracts(d.plan),
-            v_context, coalesce(v_opts ->> 'execution_context', d.plan ->> 'context'),
-            submit.idempotency_key, v_priority, v_start,
-            now() + make_interval(secs => v_deadline / 1000.0), d.plan ->> 'form',
-            coalesce(v_trace[1], wfe._random_hex(32)), v_trace[2], coalesce(v_trace[3], '01'))
-    ON CONFLICT (tenant, workflow, idempotency_key)
-       WHERE idempotency_key IS NOT NULL AND wfe._run_keeps_key(state)
-       DO NOTHING
-    RETURNING x.* INTO r;
-    IF NOT FOUND THEN
-        -- A concurrent submit with the same key won: answer with its run.
-        -- (Should that run have failed in between, the key is free again:
-        -- the caller's retry starts a new run.)
-        v_existing := wfe._idempotent_run(v_tenant, d.workflow, submit.idempotency_key, v_context);
-        IF v_existing IS NULL THEN
-            RAISE EXCEPTION 'idempotency key "%" was released while this submit ran', submit.idempotency_key
-                USING ERRCODE = 'serialization_failure',
-                      HINT = 'Submit again: the run that held the key has ended failed or cancelled.';
-        END IF;
-        PERFORM wfe._event(v_existing, v_tenant, NULL, NULL, 'run.deduplicated',
-                           jsonb_build_object('by', wfe._identity()));
-        RETURN QUERY SELECT v_existing, false;
-        RETURN;
-    END IF;
-
-    PERFORM wfe._insert_run_stages(r);
-
-    PERFORM wfe._event(r.run_id, r.tenant, NULL, NULL, 'run.submitted',
-                       jsonb_build_object('workflow', r.workflow, 'version', r.version,
-                                          'digest', r.definition_digest, 'idempotency_key', r.idempotency_key)
-                       || wfe._submit_via());
-    IF r.deadline_at IS NOT NULL THEN
-        INSERT INTO wfe.timers (tenant, run_id, kind, due_at)
-        VALUES (r.tenant, r.run_id, 'run_deadline', r.deadline_at);
-        PERFORM wfe._wake(r.deadline_at);
-    END IF;
-    IF v_start IS NOT NULL AND v_start > now() THEN
-        INSERT INTO wfe.timers (tenant, run_id, kind, due_at)
-        VALUES (r.tenant, r.run_id, 'not_before', v_start);
-        PERFORM wfe._wake(v_start);
-    ELSE
-        PERFORM wfe._start_run(r.run_id);
-    END IF;
-    RETURN QUERY SELECT r.run_id, true;
-END
-$$;
+AS 'MODULE_PATHNAME', 'wfe_submit'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp;
 
 CREATE OR REPLACE FUNCTION wfe.cancel_run(run_id bigint, reason text DEFAULT NULL)
 RETURNS text
@@ -5627,32 +5423,6 @@ BEGIN
 END
 $$;
 
-CREATE OR REPLACE FUNCTION wfe._admit_run(p_tenant text, p_again text)
-RETURNS void
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    v_limit int;
-    v_live  bigint;
-BEGIN
-    SELECT t.max_runs_in_flight INTO v_limit FROM wfe.tenant_limits AS t
-     WHERE t.tenant = p_tenant AND t.max_runs_in_flight IS NOT NULL;
-    IF v_limit IS NULL THEN
-        RETURN;
-    END IF;
-    PERFORM wfe._lock('wfe.max_runs_in_flight', p_tenant, false);
-    SELECT count(*) INTO v_live FROM wfe.runs AS x WHERE x.tenant = p_tenant AND x.finished_at IS NULL;
-    IF v_live >= v_limit THEN
-        RAISE EXCEPTION 'tenant "%" has % runs in flight, its max_runs_in_flight', p_tenant, v_live
-            USING ERRCODE = 'configuration_limit_exceeded',
-                  DETAIL = format('Limit max_runs_in_flight = %s (wfe.tenant_limits).', v_limit),
-                  HINT = format('%s again when a run has finished, or raise the limit with wfe.configure_tenant.',
-                                p_again);
-    END IF;
-END
-$$;
-
 CREATE OR REPLACE FUNCTION wfe._recheck_admission()
 RETURNS int AS 'MODULE_PATHNAME', 'wfe_recheck_admission' LANGUAGE C VOLATILE STRICT;
 
@@ -6003,8 +5773,6 @@ COMMENT ON FUNCTION wfe._lock(text, text, boolean) IS
 'Takes wfe''s transaction lock (space, key), which no login can take: waits (bounded by lock_timeout), or with try only takes it if free; returns whether it was taken.';
 COMMENT ON FUNCTION wfe._random_hex(int) IS
 'Random lowercase hex digits (at most 32): new trace and span ids.';
-COMMENT ON FUNCTION wfe._traceparent(jsonb) IS
-'Reads a W3C traceparent (submit option): {trace id, parent span id, flags}, or 22023 naming the option.';
 COMMENT ON FUNCTION wfe._attempt_span_id(text, text, int) IS
 'The span id of an attempt: derived from the run''s span id, the stage and the attempt number.';
 COMMENT ON FUNCTION wfe._attempt_traceparent(text, text, text, text, int) IS
@@ -6029,12 +5797,6 @@ COMMENT ON FUNCTION wfe._ready_tag(text) IS
 'The wfe_task_ready payload of a queue: lowercase hex HMAC-SHA256 of its name under wfe.ready_key. Internal.';
 COMMENT ON FUNCTION wfe._notify_ready(text) IS
 'NOTIFY wfe_task_ready with the queue''s tag (wfe._ready_tag; once per transaction and queue), unless wfe.notify is off.';
-COMMENT ON FUNCTION wfe._run_contracts(jsonb) IS
-'The contract versions a new run of the plan pins (wfe.runs.contracts).';
-COMMENT ON FUNCTION wfe._insert_run_stages(wfe.runs) IS
-'Inserts a new run''s stage rows (waiting), one per stage, task and finaliser of its plan.';
-COMMENT ON FUNCTION wfe._start_child(bigint, text, int, text, text, jsonb) IS
-'Starts the child run of a parent''s workflow stage attempt (the engine calls it under the parent''s lock); returns its run_id.';
 COMMENT ON FUNCTION wfe._cancel_children(bigint, text, text) IS
 'Cancels the live child runs of a parent''s workflow stage whose attempt ended otherwise (the engine calls it under the parent''s lock).';
 COMMENT ON FUNCTION wfe.configure_queue(text, text, int, boolean, text) IS
@@ -6114,8 +5876,6 @@ COMMENT ON FUNCTION wfe.fetch_payload(jsonb) IS
 'The input a large-track envelope refers to, for a holder of the attempt the reference names, after checking its SHA-256 against the reference.';
 COMMENT ON FUNCTION wfe.configure_tenant(text, int, int, int) IS
 'Sets a tenant''s limits: runs in flight (submit refuses more with 53400) and tasks in flight (held queued, released when room appears), NULL is unlimited; and its weight on fair queues (NULL keeps it).';
-COMMENT ON FUNCTION wfe._admit_run(text, text) IS
-'Admits one more run of a tenant in flight (a submit, or a redrive or skip_stage reopening a failed run): 53400 at its max_runs_in_flight.';
 COMMENT ON FUNCTION wfe.callback(text, text) IS
 'A worker''s report signed by its gateway: the gate''s outcome word when authentic; otherwise unauthenticated (recorded in wfe.unauthenticated_callbacks), expired or replayed (recorded as events of the run).';
 COMMENT ON FUNCTION wfe._redact(jsonb) IS

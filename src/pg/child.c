@@ -4,7 +4,7 @@
  * The step core decides (core/engine/child.c); this file answers its
  * questions (which definition a workflow stage names, how deep a child
  * would be) and writes what it decided once the step is over: starting a
- * child run (wfe._start_child), cancelling the live child of an attempt
+ * child run (wfe_start_child, submit.c), cancelling the live child of an attempt
  * that ended otherwise (wfe._cancel_children), and, when a child run ends,
  * the child_ended timer that brings its end to the parent.
  *
@@ -37,8 +37,6 @@ static stmt q_depth = STMT(
 	"  UNION ALL"
 	"  SELECT r.parent_run_id, up.n + 1 FROM wfe.runs AS r JOIN up ON r.run_id = up.parent WHERE up.n < 1000)"
 	" SELECT max(up.n) FROM up", 1, I8);
-static stmt q_start = STMT(
-	"SELECT wfe._start_child($1, $2, $3, $4, $5, $6::jsonb)", 6, I8, TX, I4, TX, TX, TX);
 static stmt q_cancel = STMT(
 	"SELECT wfe._cancel_children($1, $2, $3)", 3, I8, TX, TX);
 /* every element of map $2 with a live child (the elements' names are $2[k]) */
@@ -155,13 +153,7 @@ wfe_child_run(List *work)
 		v[0] = Int64GetDatum(w->parent);
 		v[1] = CStringGetTextDatum(w->stage);
 		if (w->start)
-		{
-			v[2] = Int32GetDatum(w->attempt);
-			v[3] = CStringGetTextDatum(w->workflow);
-			v[4] = CStringGetTextDatum(w->version);
-			v[5] = CStringGetTextDatum(w->context);
-			stmt_run(&q_start, v, n);
-		}
+			wfe_start_child(w->parent, w->stage, w->attempt, w->workflow, w->version, w->context);
 		else
 		{
 			v[2] = stmt_text_or_null(w->reason, &n[2]);

@@ -1913,18 +1913,14 @@ wfe_complete_tasks(PG_FUNCTION_ARGS)
 
 /*
  * One more run of tenant in flight (an ended run reopened): the admission a
- * submit passes, wfe._admit_run (53400 over max_runs_in_flight; again names
+ * submit passes, wfe_admit_run (53400 over max_runs_in_flight; again names
  * what to do again, for its hint).  Taken under the run's lock: the lock
  * order is the run, then its tenant's run limit.
  */
 static void
 admit_run(const char *tenant, const char *again)
 {
-	Oid			types[2] = {TEXTOID, TEXTOID};
-	Datum		args[2] = {CStringGetTextDatum(tenant), CStringGetTextDatum(again)};
-
-	if (SPI_execute_with_args("SELECT wfe._admit_run($1, $2)", 2, types, args, NULL, false, 1) != SPI_OK_SELECT)
-		elog(ERROR, "wfe: could not admit a reopened run");
+	wfe_admit_run(tenant, again);
 }
 
 /*

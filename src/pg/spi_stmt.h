@@ -13,7 +13,7 @@ typedef struct stmt
 {
 	const char *sql;
 	int			nargs;
-	Oid			types[10];
+	Oid			types[16];
 	SPIPlanPtr	plan;
 } stmt;
 

@@ -117,4 +117,9 @@ extern void wfe_engine_event(int64 run_id, const char *tenant, const char *stage
 /* Schedules (schedule.c; GUC wfe.max_schedule_catch_up). */
 extern int	wfe_max_schedule_catch_up;
 
+/* submit.c: admitting one more run of a tenant (53400), starting a child run (both under SPI) */
+extern void wfe_admit_run(const char *tenant, const char *again);
+extern void wfe_start_child(int64 parent, const char *stage, int attempt, const char *workflow,
+							const char *version, const char *context);
+
 #endif							/* WFE_WFE_H */

@@ -14,34 +14,8 @@ COMMENT ON FUNCTION wfe._random_hex(int) IS
 'Random lowercase hex digits (at most 32): new trace and span ids.';
 REVOKE ALL ON FUNCTION wfe._random_hex(int) FROM PUBLIC;
 
--- A submitter's traceparent, read as W3C Trace Context says: version 00 is
--- exactly "00-<trace id>-<parent id>-<flags>"; a later version (not ff) may
--- carry more after a "-", which is ignored; ids are lowercase hex and not
--- all zero.  Only the sampled flag is passed on (the others are reserved:
--- a propagator sets them to zero).  Returns {trace id, parent id, flags}.
-CREATE FUNCTION wfe._traceparent(p_value jsonb)
-RETURNS text[]
-LANGUAGE plpgsql IMMUTABLE
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    m text[];
-BEGIN
-    IF jsonb_typeof(p_value) = 'string' THEN
-        m := regexp_match(p_value #>> '{}', '^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?$');
-    END IF;
-    IF m IS NULL OR m[1] = 'ff' OR (m[1] = '00' AND m[5] IS NOT NULL)
-       OR m[2] = repeat('0', 32) OR m[3] = repeat('0', 16) THEN
-        RAISE EXCEPTION 'option traceparent must be a W3C traceparent, not %', left(p_value::text, 80)
-            USING ERRCODE = 'invalid_parameter_value',
-                  HINT = 'Write "00-<32 lowercase hex trace id>-<16 lowercase hex parent id>-<2 hex flags>", ids not all zero.';
-    END IF;
-    RETURN ARRAY[m[2], m[3], CASE WHEN ('x' || m[4])::bit(8) & B'00000001' = B'00000001' THEN '01' ELSE '00' END];
-END
-$$;
-COMMENT ON FUNCTION wfe._traceparent(jsonb) IS
-'Reads a W3C traceparent (submit option): {trace id, parent span id, flags}, or 22023 naming the option.';
-REVOKE ALL ON FUNCTION wfe._traceparent(jsonb) FROM PUBLIC;
+-- A submitter's traceparent is read by the core (wfe_traceparent_read,
+-- src/core/engine/submit.c) as W3C Trace Context says.
 
 -- The span id of a run's attempt: a child of the run's span.  NB: both
 -- bodies are immutable (p_attempt::text: text || int is only stable), so

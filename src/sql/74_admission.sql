@@ -62,42 +62,8 @@ COMMENT ON FUNCTION wfe.configure_tenant(text, int, int, int) IS
 REVOKE ALL ON FUNCTION wfe.configure_tenant(text, int, int, int) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION wfe.configure_tenant(text, int, int, int) TO wfe_admin;
 
--- Runs in flight: one more run of p_tenant is about to be in flight -- a
--- submit (replay is one), or an operator's redrive or skip_stage that
--- reopens a run that ended failed.  One admission of a limited tenant at a
--- time counts and decides, so two cannot both take the last slot; the count
--- is a statement of its own after the lock, so (under READ COMMITTED) it
--- sees what the previous one committed.  Lock order: the run locks first
--- (a reopening holds its run's), then this one.  p_again says what to do
--- again, for the hint.
-CREATE FUNCTION wfe._admit_run(p_tenant text, p_again text)
-RETURNS void
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    v_limit int;
-    v_live  bigint;
-BEGIN
-    SELECT t.max_runs_in_flight INTO v_limit FROM wfe.tenant_limits AS t
-     WHERE t.tenant = p_tenant AND t.max_runs_in_flight IS NOT NULL;
-    IF v_limit IS NULL THEN
-        RETURN;
-    END IF;
-    PERFORM wfe._lock('wfe.max_runs_in_flight', p_tenant, false);
-    SELECT count(*) INTO v_live FROM wfe.runs AS x WHERE x.tenant = p_tenant AND x.finished_at IS NULL;
-    IF v_live >= v_limit THEN
-        RAISE EXCEPTION 'tenant "%" has % runs in flight, its max_runs_in_flight', p_tenant, v_live
-            USING ERRCODE = 'configuration_limit_exceeded',
-                  DETAIL = format('Limit max_runs_in_flight = %s (wfe.tenant_limits).', v_limit),
-                  HINT = format('%s again when a run has finished, or raise the limit with wfe.configure_tenant.',
-                                p_again);
-    END IF;
-END
-$$;
-COMMENT ON FUNCTION wfe._admit_run(text, text) IS
-'Admits one more run of a tenant in flight (a submit, or a redrive or skip_stage reopening a failed run): 53400 at its max_runs_in_flight.';
-REVOKE ALL ON FUNCTION wfe._admit_run(text, text) FROM PUBLIC;
+-- Runs in flight: one more run of a tenant is admitted by wfe_admit_run
+-- (src/pg/submit.c), for a submit and for an operator's reopening of a run.
 
 
 -- Tasks in flight: max_in_flight of a queue, max_tasks_in_flight of a

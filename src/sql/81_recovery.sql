@@ -17,7 +17,7 @@
 -- but its tenant read, so no message, SQLSTATE or lock wait tells the two
 -- apart.  An action that
 -- reopens an ended run is admitted against its tenant's max_runs_in_flight
--- like a submit (wfe._operate, wfe._admit_run).
+-- like a submit (wfe._operate; wfe_admit_run, src/pg/submit.c).
 
 CREATE FUNCTION wfe._operate(run_id bigint, stage text, operation text, value text, by text, why text)
 RETURNS void AS 'MODULE_PATHNAME', 'wfe_operate' LANGUAGE C VOLATILE;

@@ -193,8 +193,9 @@ for my $call ([ 'cancel_run', "wfe.cancel_run(%s, 'b')" ], [ 'report', 'wfe.repo
 		is(sql("SELECT $snapshot"), $before, '... and nothing of A changed');
 	}
 }
+# a child run is started by the engine in C (src/pg/submit.c): no SQL function to call
 my ($st, $o, $msg) = login('op_b', "SELECT wfe._start_child($r6, 'publish', 1, 'publish-asset', '1.0.0', '{\"asset\": \"x\"}')");
-is($st, '42501', "B adopting a child under A's run through the engine's function: 42501");
+is($st, '42883', "B adopting a child under A's run: the engine has no SQL function for it (42883)");
 is(sql("SELECT $snapshot"), $before, '... and nothing of A changed');
 ($st, $o, $msg) = login('op_b', "SELECT wfe._cancel_children($r6, 'publish', 'b')");
 is($st, '42501', "B cancelling A's children through the engine's function: 42501");
