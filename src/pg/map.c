@@ -17,6 +17,7 @@
 #include "utils/builtins.h"
 
 #include "core/engine/step.h"
+#include "core/flow/concurrency.h"
 #include "spi_stmt.h"
 #include "wfe.h"
 #include "map.h"
@@ -24,31 +25,44 @@
 /*
  * the elements, each with its bound input and its rate limit (the map's
  * row holds its item's) under its own bound key ($6: an array, or NULL),
- * and the counter row
+ * its own bound concurrency key ($7: an array, or NULL; max $8), and the
+ * counter row
  */
 static stmt q_elements = STMT(
 	"INSERT INTO wfe.run_stages (run_id, stage, tenant, ordinal, kind, queue, worker, handler, priority,"
-	"                            awaits, exec_ms, queue_ms, heartbeat_ms, input, element, rate_limit, rate_key)"
+	"                            awaits, exec_ms, queue_ms, heartbeat_ms, input, element, rate_limit, rate_key,"
+	"                            concurrency_key, concurrency_max)"
 	" SELECT m.run_id, m.stage || '[' || (e.n - 1) || ']', m.tenant, m.ordinal, $3, coalesce($4, c.queue),"
 	"        m.worker, c.handler, m.priority, m.awaits, m.exec_ms, m.queue_ms, m.heartbeat_ms, e.input::jsonb,"
-	"        e.n - 1, m.rate_limit, $6::jsonb ->> (e.n - 1)::int"
+	"        e.n - 1, m.rate_limit, $6::jsonb ->> (e.n - 1)::int,"
+	"        " WFE_SQL_CONCURRENCY_KEY("($7::jsonb ->> (e.n - 1)::int)") ", CASE WHEN $7 IS NOT NULL THEN $8 END"
 	"   FROM wfe.run_stages AS m LEFT JOIN wfe.contracts AS c ON c.ref = m.worker,"
 	"        jsonb_array_elements_text($5::jsonb) WITH ORDINALITY AS e(input, n)"
-	"  WHERE m.run_id = $1 AND m.stage = $2", 6, I8, TX, TX, TX, TX, TX);
+	"  WHERE m.run_id = $1 AND m.stage = $2", 8, I8, TX, TX, TX, TX, TX, TX, I4);
 static stmt q_start = STMT(
 	"UPDATE wfe.run_stages AS st"
 	"   SET state = 'running', attempt = $3, fence = $4, outcome = NULL, error = NULL, result = NULL,"
 	"       ready_at = now(), started_at = now(), finished_at = NULL, deadline_at = NULL"
 	" WHERE st.run_id = $1 AND st.stage = $2", 4, I8, TX, I4, I8);
 static stmt q_counts_insert = STMT(
-	"INSERT INTO wfe.run_maps (run_id, stage, tenant, total, released, completed, failed)"
-	" VALUES ($1, $2, $3, $4, 0, 0, 0)", 4, I8, TX, TX, I4);
+	"INSERT INTO wfe.run_maps (run_id, stage, tenant, total, released, completed, failed, held)"
+	" VALUES ($1, $2, $3, $4, 0, 0, 0, 0)", 4, I8, TX, TX, I4);
 static stmt q_counts_write = STMT(
-	"UPDATE wfe.run_maps AS m SET released = $3, completed = $4, failed = $5"
-	" WHERE m.run_id = $1 AND m.stage = $2", 5, I8, TX, I4, I4, I4);
+	"UPDATE wfe.run_maps AS m SET released = $3, completed = $4, failed = $5, held = $6"
+	" WHERE m.run_id = $1 AND m.stage = $2", 6, I8, TX, I4, I4, I4, I4);
 static stmt q_counts_read = STMT(
-	"SELECT m.total, m.released, m.completed, m.failed FROM wfe.run_maps AS m"
+	"SELECT m.total, m.released, m.completed, m.failed, m.held FROM wfe.run_maps AS m"
 	" WHERE m.run_id = $1 AND m.stage = $2", 2, I8, TX);
+/*
+ * a held element: waiting below the released ones (asked only while the
+ * counter row counts some: an operator's redrive, rare; over the
+ * run_stages_elements index)
+ */
+static stmt q_held = STMT(
+	"SELECT st.element FROM wfe.run_stages AS st"
+	" WHERE st.run_id = $1 AND st.ordinal = $2 AND st.element IS NOT NULL AND st.element < $3"
+	"   AND st.state = 'waiting'"
+	" ORDER BY st.element LIMIT 1", 3, I8, I4, I4);
 /*
  * the one final aggregation: results in element order, a failed element's
  * null; element $3, whose end the step is deciding, ended with $4 (NULL:
@@ -63,13 +77,21 @@ static stmt q_results = STMT(
 	"                    WHEN st.state = 'completed' THEN st.result END AS result"
 	"          FROM wfe.run_stages AS st"
 	"         WHERE st.run_id = $1 AND st.ordinal = $2 AND st.element IS NOT NULL) AS x", 4, I8, I4, I4, TX);
-/* the elements under way when the map ends early: cancelled, their fences grown */
+/*
+ * the elements under way when the map ends early: cancelled, their fences
+ * grown; the concurrency keys they held or waited for (their slots free)
+ */
 static stmt q_cancel_elements = STMT(
-	"UPDATE wfe.run_stages AS st"
+	"WITH c AS (UPDATE wfe.run_stages AS st"
 	"   SET state = 'cancelled', fence = ((st.fence >> 32) + 1) << 32, finished_at = now(),"
 	"       error = $3::jsonb, deadline_at = NULL"
 	" WHERE st.run_id = $1 AND st.ordinal = $2 AND st.element IS NOT NULL"
-	"   AND st.state IN ('waiting', 'queued', 'dispatched', 'running', 'retry_scheduled')", 3, I8, I4, TX);
+	"   AND st.state IN ('waiting', 'queued', 'dispatched', 'running', 'retry_scheduled')"
+	" RETURNING st.queue, st.tenant, st.concurrency_key, st.concurrency_max)"
+	" SELECT c.queue, c.tenant, c.concurrency_key, min(c.concurrency_max) FROM c"
+	"  WHERE c.concurrency_key IS NOT NULL AND c.queue IS NOT NULL"
+	"  GROUP BY c.queue, c.tenant, c.concurrency_key"
+	"  ORDER BY c.queue COLLATE \"C\", c.tenant COLLATE \"C\", c.concurrency_key COLLATE \"C\"", 3, I8, I4, TX);
 
 /* an operator reopening a failed map: the elements its failure cancelled */
 static stmt q_cancelled = STMT(
@@ -87,6 +109,15 @@ wfe_map_cancelled(int64 run_id, int ordinal, int64_t *out, int64_t max)
 	for (uint64 k = 0; k < SPI_processed && n < max; k++)
 		out[n++] = pg_strtoint64(SPI_getvalue(SPI_tuptable->vals[k], SPI_tuptable->tupdesc, 1));
 	return n;
+}
+
+int64
+wfe_map_held(int64 run_id, int ordinal, int64 below)
+{
+	Datum		v[3] = {Int64GetDatum(run_id), Int32GetDatum(ordinal), Int32GetDatum((int32) below)};
+
+	stmt_run(&q_held, v, NULL);
+	return SPI_processed == 1 ? pg_strtoint64(stmt_col(1)) : -1;
 }
 
 char *
@@ -108,6 +139,7 @@ wfe_map_read_counts(int64 run_id, const char *map, wfe_map_counts *c)
 	c->released = pg_strtoint64(stmt_col(2));
 	c->completed = pg_strtoint64(stmt_col(3));
 	c->failed = pg_strtoint64(stmt_col(4));
+	c->held = pg_strtoint64(stmt_col(5));
 }
 
 const char *
@@ -121,11 +153,26 @@ wfe_map_results(int64 run_id, int ordinal, int64 elem, const char *elem_result)
 	return stmt_col(1);
 }
 
+/* The keys q_cancel_elements returned: each has slots free now (pg/concurrency.c). */
+static void
+cancelled_keys_freed(void)
+{
+	int			n = (int) SPI_processed;
+	char	  **row = palloc(sizeof(char *) * 4 * Max(n, 1));
+
+	/* copied out first: each release runs statements of its own */
+	for (int k = 0; k < n; k++)
+		for (int c = 0; c < 4; c++)
+			row[k * 4 + c] = SPI_getvalue(SPI_tuptable->vals[k], SPI_tuptable->tupdesc, c + 1);
+	for (int k = 0; k < n; k++)
+		wfe_concurrency_key_freed(row[k * 4], row[k * 4 + 1], row[k * 4 + 2], pg_strtoint32(row[k * 4 + 3]));
+}
+
 void
 wfe_map_apply(int64 run_id, const char *tenant, const wfe_rp_stage *s, const wfe_op *op)
 {
-	Datum		v[6];
-	char		n[7] = "      ";
+	Datum		v[8];
+	char		n[9] = "        ";
 
 	v[0] = Int64GetDatum(run_id);
 	v[1] = CStringGetTextDatum(s->name);
@@ -139,6 +186,8 @@ wfe_map_apply(int64 run_id, const char *tenant, const wfe_rp_stage *s, const wfe
 			v[3] = stmt_text_or_null(s->item_worker ? s->item_queue : NULL, &n[3]);
 			v[4] = CStringGetTextDatum(op->json);
 			v[5] = stmt_text_or_null(op->json2, &n[5]);
+			v[6] = stmt_text_or_null(op->concurrency_key, &n[6]);
+			v[7] = Int32GetDatum(op->concurrency_max);
 			stmt_run(&q_elements, v, n);
 			v[2] = CStringGetTextDatum(tenant);
 			v[3] = Int32GetDatum((int32) op->counts.total);
@@ -148,12 +197,14 @@ wfe_map_apply(int64 run_id, const char *tenant, const wfe_rp_stage *s, const wfe
 			v[2] = Int32GetDatum((int32) op->counts.released);
 			v[3] = Int32GetDatum((int32) op->counts.completed);
 			v[4] = Int32GetDatum((int32) op->counts.failed);
+			v[5] = Int32GetDatum((int32) op->counts.held);
 			stmt_run(&q_counts_write, v, NULL);
 			break;
 		case WFE_OP_MAP_CANCEL:
 			v[1] = Int32GetDatum(s->ordinal);
 			v[2] = CStringGetTextDatum(op->json ? op->json : "{}");
 			stmt_run(&q_cancel_elements, v, NULL);
+			cancelled_keys_freed();
 			break;
 		default:
 			elog(ERROR, "wfe: op %d is no map op", (int) op->kind);
