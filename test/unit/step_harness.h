@@ -1164,6 +1164,23 @@ sh_map_start(sh *h, int i, const wfe_op *op)
 	if (op->counts.total != m->n)
 		sh_violate(h, "%s: MAP_START binds %lld inputs, counts %lld", sh_sname(h, i), (long long) m->n,
 				   (long long) op->counts.total);
+	/* an item's concurrency: one bound key per element (a string each), with the item's max */
+	if ((s->concurrency_key != NULL) != (op->concurrency_key != NULL))
+		sh_violate(h, "%s: MAP_START with%s concurrency keys for an item with%s concurrency", sh_sname(h, i),
+				   op->concurrency_key ? "" : "out", s->concurrency_key ? "" : "out");
+	else if (op->concurrency_key != NULL)
+	{
+		json_object *keys = sh_parse(op->concurrency_key);
+		int			bad = !json_object_is_type(keys, json_type_array) ||
+			(int64_t) json_object_array_length(keys) != m->n || op->concurrency_max != s->concurrency_max;
+
+		for (int64_t e = 0; !bad && e < m->n; e++)
+			bad = !json_object_is_type(json_object_array_get_idx(keys, e), json_type_string);
+		if (bad)
+			sh_violate(h, "%s: MAP_START concurrency keys %s (max %d) for %lld elements", sh_sname(h, i),
+					   op->concurrency_key, op->concurrency_max, (long long) m->n);
+		json_object_put(keys);
+	}
 	json_object_put(in);
 }
 
