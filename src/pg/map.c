@@ -54,14 +54,15 @@ static stmt q_counts_read = STMT(
 	"SELECT m.total, m.released, m.completed, m.failed, m.held FROM wfe.run_maps AS m"
 	" WHERE m.run_id = $1 AND m.stage = $2", 2, I8, TX);
 /*
- * a held element: waiting below the released ones (asked only while the
- * counter row counts some: an operator's redrive, rare; over the
- * run_stages_elements index)
+ * a held element: waiting below the released ones, or cancelled there
+ * when an operator's reopening of the map resets it in this very step
+ * (asked only while the counter row counts some: an operator's redrive,
+ * rare; over the run_stages_elements index)
  */
 static stmt q_held = STMT(
 	"SELECT st.element FROM wfe.run_stages AS st"
 	" WHERE st.run_id = $1 AND st.ordinal = $2 AND st.element IS NOT NULL AND st.element < $3"
-	"   AND st.state = 'waiting'"
+	"   AND st.state IN ('waiting', 'cancelled')"
 	" ORDER BY st.element LIMIT 1", 3, I8, I4, I4);
 /*
  * the one final aggregation: results in element order, a failed element's

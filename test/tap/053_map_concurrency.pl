@@ -228,7 +228,7 @@ my ($t3) = grep { /^$f1 m\[0\] / } @got;
 is(ok_login('worker', "SELECT wfe.fail_task($r, '$s', $at, $f, '{\"code\": \"bad\"}', false)"), 'accepted',
 	'the first run\'s c3 element fails for good');
 is(sql("SELECT st.state || ' ' || (st.held_until IS NULL) FROM wfe.run_stages AS st WHERE st.run_id = $f2 AND st.stage = 'm[0]'"),
-	'queued t', "the map failed, its c4 element was cancelled, and that made the other run's c4 ready at once");
+	'queued true', "the map failed, its c4 element was cancelled, and that made the other run's c4 ready at once");
 is(sql("SELECT state FROM wfe.run_stages WHERE run_id = $f1 AND stage = 'm[1]'"), 'cancelled', '(cancelled)');
 ($r, $s, $at, $f) = split / /, (claim(10))[0];
 ok_login('worker', "SELECT wfe.complete_task($r, '$s', $at, $f, '{}')");

@@ -621,7 +621,7 @@ sh_io_map_held(void *arg, int i, int64_t below)
 	sh		   *h = arg;
 
 	for (int64_t e = 0; e < h->maps[i].n && e < below; e++)
-		if (h->maps[i].elems[e].state == WFE_WAITING)
+		if (h->maps[i].elems[e].state == WFE_WAITING || h->maps[i].elems[e].state == WFE_CANCELLED)
 			return e;
 	return -1;
 }

@@ -251,7 +251,7 @@ m_map_held(void *arg, int i, int64_t below)
 	msrv	   *s = arg;
 
 	for (int64_t k = 0; k < below && k < s->nelems; k++)
-		if (s->elems[k].row.state == WFE_WAITING)
+		if (s->elems[k].row.state == WFE_WAITING || s->elems[k].row.state == WFE_CANCELLED)
 			return k;
 	return -1;
 }

@@ -231,7 +231,14 @@ release_more(wfe_step *st, int i, int fresh, json_object *inputs)
 			r->queue = s->item_worker ? s->item_queue : NULL;
 		}
 		c->released++;
-		if (step_element_row(st)->exists && step_element_row(st)->state == WFE_WAITING)
+		/*
+		 * waiting; or cancelled, as read before this step's writes: an
+		 * operator's reopening of the failed map reset it to waiting in
+		 * this very step (step_operate_element.c), and with a running map
+		 * nothing else leaves an unreleased element cancelled
+		 */
+		if (step_element_row(st)->exists &&
+			(step_element_row(st)->state == WFE_WAITING || step_element_row(st)->state == WFE_CANCELLED))
 			release_element(st, i, inputs ? json_object_get_string(json_object_array_get_idx(inputs, (size_t) k))
 							: NULL);
 	}

@@ -156,8 +156,9 @@ typedef struct wfe_step_io
 	int64_t		(*map_cancelled) (void *arg, int stage, int64_t *out, int64_t max);
 	/*
 	 * The lowest index below `below` of map stage's elements that wait
-	 * (held for a slot: wfe_map_counts.held), or -1.  Asked only while
-	 * some are held.
+	 * (held for a slot: wfe_map_counts.held) -- or are cancelled, as an
+	 * operator's reopening of the map resets them in the same step -- or
+	 * -1.  Asked only while some are held.
 	 */
 	int64_t		(*map_held) (void *arg, int stage, int64_t below);
 	void		(*map_counts) (void *arg, int stage, wfe_map_counts *c);
