@@ -14,7 +14,12 @@
  * release, which binds and creates them (once), and the one final
  * aggregation of their results.  An element's end reads and writes its own
  * row, the map's counter row (wfe_map_counts) and, while elements wait
- * for max_concurrency, the row of the next one to release.
+ * for max_concurrency, the row of the next one to release (a held one --
+ * an operator's redrive that found no slot -- first).
+ *
+ * An item's keyed concurrency (concurrency: {key, max}) binds one key per
+ * element at the release, with item and item_index, and MAP_START writes
+ * it into each element's row; the claim gates elements by it as any stage.
  */
 #include <stdio.h>
 #include <stdlib.h>

@@ -4,7 +4,9 @@
  *
  * The element must have failed (or timed out) for good.  Either its map is
  * still running (the failure was tolerated) and only the element and the
- * counter row change; or its map failed past tolerated_failures and ended
+ * counter row change -- a redriven element waits for a slot when the map
+ * has max_concurrency elements under way (held: map.c releases it at the
+ * next end of one of them); or its map failed past tolerated_failures and ended
  * the run, which is then reopened as a redrive reopens it: the map runs
  * again (a new attempt of its row), the elements its failure cancelled run
  * again (those that were under way get a new attempt; those never released
