@@ -4077,6 +4077,13 @@ DROP FUNCTION wfe._start_child(bigint, text, int, text, text, jsonb);
 DROP FUNCTION wfe._admit_run(text, text);
 DROP FUNCTION wfe._traceparent(jsonb);
 
+-- Keyed concurrency on map elements; an element redriven while its map's
+-- max_concurrency is full waits for a slot (issue 22, mapconc): the count of
+-- such held elements in each map's counter row (src/core/engine/map.c).
+ALTER TABLE wfe.run_maps ADD COLUMN held int NOT NULL DEFAULT 0 CONSTRAINT run_maps_held CHECK (held >= 0);
+COMMENT ON COLUMN wfe.run_maps.held IS
+'Released elements an operator redrove while max_concurrency was full: waiting for a slot, released as the map''s elements end';
+
 -- Final bodies: every function whose text changed in 0.3.0, as src/sql has it.
 -- (Written by the same rule as the sections above: the whole text, copied.)
 

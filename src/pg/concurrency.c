@@ -270,6 +270,16 @@ wfe_concurrency_freed(int64 run_id, const char *stage)
 	tenant = stmt_col(2);
 	key = stmt_col(3);
 	max = pg_strtoint32(stmt_col(4));
+	wfe_concurrency_key_freed(queue, tenant, key, max);
+}
+
+/*
+ * An attempt of key (queue, tenant, key, max) ended: release what fits
+ * now, or leave the key to the worker's round when its lock is busy.
+ */
+void
+wfe_concurrency_key_freed(const char *queue, const char *tenant, const char *key, int max)
+{
 	if (wfe_lock("wfe.concurrency", key_lock_name(queue, tenant, key), true))
 		key_release(queue, tenant, key, max);
 	else

@@ -111,9 +111,7 @@ static stmt q_enqueue = STMT(
 	"                         THEN 'infinity'::timestamptz END,"
 	"       rate_key = coalesce($7, st.rate_key),"
 	/* keyed concurrency's key; a long one as its digest (src/core/flow/concurrency.h) */
-	"       concurrency_key = coalesce(CASE WHEN octet_length($8) > " CppAsString2(WFE_CONCURRENCY_KEY_BYTES)
-	"                                       THEN 'sha256:' || encode(sha256(convert_to($8, 'UTF8')), 'hex')"
-	"                                       ELSE $8 END, st.concurrency_key),"
+	"       concurrency_key = coalesce(" WFE_SQL_CONCURRENCY_KEY("$8") ", st.concurrency_key),"
 	"       concurrency_max = coalesce($9, st.concurrency_max),"
 	/* run_stages_fair has the tasks of fair queues only (fairness.c) */
 	"       fair = EXISTS (SELECT 1 FROM wfe.queues AS q WHERE q.queue = st.queue AND q.fairness = 'tenant')"
@@ -715,6 +713,15 @@ io_map_cancelled(void *arg, int i, int64_t *out, int64_t max)
 	return wfe_map_cancelled(s->run_id, s->rp->stages[i].ordinal, out, max);
 }
 
+/* io->map_held: the lowest held element of map stage i (map.c). */
+static int64_t
+io_map_held(void *arg, int i, int64_t below)
+{
+	srv		   *s = arg;
+
+	return wfe_map_held(s->run_id, s->rp->stages[i].ordinal, below);
+}
+
 static int64_t
 io_max_map_items(void *arg)
 {
@@ -806,7 +813,7 @@ begin(srv *s, int64 run_id, run_lock how)
 		.buffered_signal = io_buffered_signal,.now_us = io_now_us,.stage_input = io_stage_input,
 		.child = io_child,
 		.load_element = io_load_element,.map_counts = io_map_counts,.map_results = io_map_results,
-		.map_cancelled = io_map_cancelled,
+		.map_cancelled = io_map_cancelled,.map_held = io_map_held,
 		.max_map_items = io_max_map_items
 	};
 	wfe_step_begin(&current_step, s->rp, &s->run, &s->io);
@@ -1271,8 +1278,9 @@ apply(srv *s, const char *reported)
 				break;
 		}
 		room_freed(s, op);
-		/* an attempt of a stage with keyed concurrency left its slot (concurrency.c) */
-		if (op->stage >= 0 && op->elem < 0 && s->rp->stages[op->stage].concurrency_key != NULL &&
+		/* an attempt of a stage (or map element) with keyed concurrency left its slot (concurrency.c) */
+		if (op->stage >= 0 && s->rp->stages[op->stage].concurrency_key != NULL &&
+			(op->elem >= 0 || s->rp->stages[op->stage].kind != WFE_K_MAP) &&
 			(op->kind == WFE_OP_COMPLETE || op->kind == WFE_OP_FAIL || op->kind == WFE_OP_RETRY ||
 			 op->kind == WFE_OP_TIME_OUT || op->kind == WFE_OP_CANCEL || op->kind == WFE_OP_SKIP ||
 			 op->kind == WFE_OP_RESET || op->kind == WFE_OP_FENCE))

@@ -15,6 +15,8 @@ extern void wfe_map_read_counts(int64 run_id, const char *map, wfe_map_counts *c
 extern const char *wfe_map_results(int64 run_id, int ordinal, int64 elem, const char *elem_result);
 /* the indices of the map's cancelled elements, ascending, at most max into out; how many */
 extern int64 wfe_map_cancelled(int64 run_id, int ordinal, int64_t *out, int64_t max);
+/* the lowest index below `below` of the map's elements waiting (held for a slot), or -1 */
+extern int64 wfe_map_held(int64 run_id, int ordinal, int64 below);
 /* write a MAP_START or MAP_COUNTS op of map stage s */
 extern void wfe_map_apply(int64 run_id, const char *tenant, const wfe_rp_stage *s, const wfe_op *op);
 

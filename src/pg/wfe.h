@@ -45,6 +45,15 @@ extern void wfe_concurrency_admit(const char *queue, int n, struct ItemPointerDa
 								  char **key, int *max, bool *take);
 /* concurrency.c: an attempt of a stage with keyed concurrency ended: release what now fits */
 extern void wfe_concurrency_freed(int64 run_id, const char *stage);
+/* concurrency.c: ...the same, for a key already known (a map's elements cancelled at once) */
+extern void wfe_concurrency_key_freed(const char *queue, const char *tenant, const char *key, int max);
+/*
+ * The SQL that stores a bound concurrency key (text expression x): as it
+ * is, or a long one as its digest (core/flow/concurrency.h).
+ */
+#define WFE_SQL_CONCURRENCY_KEY(x) \
+	"CASE WHEN octet_length(" x ") > " CppAsString2(WFE_CONCURRENCY_KEY_BYTES) \
+	" THEN 'sha256:' || encode(sha256(convert_to(" x ", 'UTF8')), 'hex') ELSE " x " END"
 extern int	wfe_max_expression_bytes;
 extern bool wfe_four_eyes;
 extern bool wfe_schema_format_assertion;

@@ -231,10 +231,13 @@ CREATE TABLE wfe.run_maps (
     released   int NOT NULL DEFAULT 0,
     completed  int NOT NULL DEFAULT 0,
     failed     int NOT NULL DEFAULT 0,
+    held       int NOT NULL DEFAULT 0 CONSTRAINT run_maps_held CHECK (held >= 0),
     PRIMARY KEY (run_id, stage)
 );
 COMMENT ON TABLE wfe.run_maps IS
 'Per released map stage: its elements bound (total), released (in index order, as max_concurrency allows), completed and failed for good';
+COMMENT ON COLUMN wfe.run_maps.held IS
+'Released elements an operator redrove while max_concurrency was full: waiting for a slot, released as the map''s elements end';
 GRANT SELECT ON wfe.run_maps TO wfe_reader, wfe_operator;
 -- row-level security like every table that carries a tenant (76_tenant_rls.sql)
 ALTER TABLE wfe.run_maps ENABLE ROW LEVEL SECURITY;

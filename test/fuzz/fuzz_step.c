@@ -269,7 +269,10 @@ static const char *MAPS =
 "  - {name: call, type: workflow, workflow: sub, input: {r: '${stages.render.result}'},"
 " on_success: completed, on_failure: failed}\n";
 
-/* Maps without bounds: child-run items, no tolerance, then a worker map reading the first. */
+/*
+ * Maps without bounds: child-run items, no tolerance, then a worker map
+ * reading the first, each element under a concurrency key of its own item.
+ */
 static const char *MAPS_WIDE =
 "name: maps-wide\n"
 "version: \"1.0.0\"\n"
@@ -286,7 +289,7 @@ static const char *MAPS_WIDE =
 "    items: '${stages.fan.result.items}'\n"
 "    max_concurrency: 1\n"
 "    tolerated_failures: 5\n"
-"    item: {worker: w.e@1, queue: q, input: {v: '${item}'}}\n"
+"    item: {worker: w.e@1, queue: q, input: {v: '${item}'}, concurrency: {key: 'v-${item}', max: 1}}\n"
 "    on_success: completed\n"
 "    on_failure: failed\n";
 

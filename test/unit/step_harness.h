@@ -33,8 +33,8 @@
  *     attempt; its counters never exceed its elements (completed + failed
  *     <= released <= total = elements, completed <= elements completed); no
  *     element past the released ones runs; no more elements are under way
- *     than max_concurrency, plus those an operator redrove (runtime.md
- *     "Operator actions on one element");
+ *     than max_concurrency, an operator's redrive included (it waits for a
+ *     slot: runtime.md "Operator actions on one element");
  *   - optionally, liveness: a started run without intent has an attempt
  *     under way, a run with an intent is finalising or finished, a finished
  *     run has nothing waiting or under way it waits for.
@@ -156,7 +156,6 @@ typedef struct sh_map
 	int64_t		n;
 	wfe_map_counts counts;
 	int			agg_attempt;	/* the map attempt that last aggregated (0: none) */
-	int			redriven;		/* operator redrives of its elements: each may run past max_concurrency */
 } sh_map;
 
 typedef struct sh sh;
@@ -613,6 +612,18 @@ sh_io_map_cancelled(void *arg, int i, int64_t *out, int64_t max)
 		if (h->maps[i].elems[e].state == WFE_CANCELLED)
 			out[n++] = e;
 	return n;
+}
+
+/* The lowest held element: waiting below the released ones (q_held). */
+static int64_t
+sh_io_map_held(void *arg, int i, int64_t below)
+{
+	sh		   *h = arg;
+
+	for (int64_t e = 0; e < h->maps[i].n && e < below; e++)
+		if (h->maps[i].elems[e].state == WFE_WAITING || h->maps[i].elems[e].state == WFE_CANCELLED)
+			return e;
+	return -1;
 }
 
 /*
@@ -1150,10 +1161,26 @@ sh_map_start(sh *h, int i, const wfe_op *op)
 	}
 	m->counts = op->counts;
 	m->agg_attempt = 0;
-	m->redriven = 0;
 	if (op->counts.total != m->n)
 		sh_violate(h, "%s: MAP_START binds %lld inputs, counts %lld", sh_sname(h, i), (long long) m->n,
 				   (long long) op->counts.total);
+	/* an item's concurrency: one bound key per element (a string each), with the item's max */
+	if ((s->concurrency_key != NULL) != (op->concurrency_key != NULL))
+		sh_violate(h, "%s: MAP_START with%s concurrency keys for an item with%s concurrency", sh_sname(h, i),
+				   op->concurrency_key ? "" : "out", s->concurrency_key ? "" : "out");
+	else if (op->concurrency_key != NULL)
+	{
+		json_object *keys = sh_parse(op->concurrency_key);
+		int			bad = !json_object_is_type(keys, json_type_array) ||
+			(int64_t) json_object_array_length(keys) != m->n || op->concurrency_max != s->concurrency_max;
+
+		for (int64_t e = 0; !bad && e < m->n; e++)
+			bad = !json_object_is_type(json_object_array_get_idx(keys, e), json_type_string);
+		if (bad)
+			sh_violate(h, "%s: MAP_START concurrency keys %s (max %d) for %lld elements", sh_sname(h, i),
+					   op->concurrency_key, op->concurrency_max, (long long) m->n);
+		json_object_put(keys);
+	}
 	json_object_put(in);
 }
 
@@ -1633,9 +1660,10 @@ sh_check_live(sh *h, const char *what)
 
 /*
  * A map's counter row and its elements: the counts never exceed the items
- * (completed + failed <= released <= total = elements), and no more
- * elements are under way than max_concurrency lets run, plus those an
- * operator redrove by hand (runtime.md "Operator actions on one element").
+ * (completed + failed + held <= released <= total = elements), as many
+ * elements wait below the released ones as are held, and no more elements
+ * are under way than max_concurrency lets run, an operator's redrive
+ * included (runtime.md "Operator actions on one element").
  */
 static void
 sh_check_maps(sh *h, const char *what)
@@ -1645,19 +1673,22 @@ sh_check_maps(sh *h, const char *what)
 		const sh_map *m = &h->maps[i];
 		const wfe_map_counts *c = &m->counts;
 		int64_t		busy = 0,
-					done = 0;
+					done = 0,
+					held = 0;
 
 		if (h->rp->stages[i].kind != WFE_K_MAP || m->n == 0)
 			continue;
-		if (c->completed < 0 || c->failed < 0 || c->completed + c->failed > c->released ||
+		if (c->completed < 0 || c->failed < 0 || c->held < 0 ||
+			c->completed + c->failed + c->held > c->released ||
 			c->released > c->total || c->total != m->n)
-			sh_violate(h, "after %s: %s: counts total %lld released %lld completed %lld failed %lld of %lld elements",
+			sh_violate(h, "after %s: %s: counts total %lld released %lld completed %lld failed %lld held %lld of %lld elements",
 					   what, sh_sname(h, i), (long long) c->total, (long long) c->released,
-					   (long long) c->completed, (long long) c->failed, (long long) m->n);
+					   (long long) c->completed, (long long) c->failed, (long long) c->held, (long long) m->n);
 		for (int64_t e = 0; e < m->n; e++)
 		{
 			busy += sh_in_flight(m->elems[e].state) || m->elems[e].state == WFE_RETRY_SCHEDULED;
 			done += m->elems[e].state == WFE_COMPLETED;
+			held += e < c->released && m->elems[e].state == WFE_WAITING;
 			if (e >= c->released && m->elems[e].state != WFE_WAITING && m->elems[e].state != WFE_CANCELLED &&
 				m->elems[e].state != WFE_SKIPPED)
 				sh_violate(h, "after %s: %s[%lld] is %s, past the %lld released", what, sh_sname(h, i),
@@ -1666,10 +1697,12 @@ sh_check_maps(sh *h, const char *what)
 		if (c->completed > done)
 			sh_violate(h, "after %s: %s: %lld counted completed, %lld elements are", what, sh_sname(h, i),
 					   (long long) c->completed, (long long) done);
-		if (h->rp->stages[i].max_concurrency >= 0 && busy > h->rp->stages[i].max_concurrency + m->redriven)
-			sh_violate(h, "after %s: %s: %lld elements under way, max_concurrency %lld (%d redriven)", what,
-					   sh_sname(h, i), (long long) busy, (long long) h->rp->stages[i].max_concurrency,
-					   m->redriven);
+		if (h->rows[i].state == WFE_RUNNING && held != c->held)
+			sh_violate(h, "after %s: %s: %lld elements wait below the released ones, %lld counted held", what,
+					   sh_sname(h, i), (long long) held, (long long) c->held);
+		if (h->rp->stages[i].max_concurrency >= 0 && busy > h->rp->stages[i].max_concurrency)
+			sh_violate(h, "after %s: %s: %lld elements under way, max_concurrency %lld", what,
+					   sh_sname(h, i), (long long) busy, (long long) h->rp->stages[i].max_concurrency);
 	}
 }
 
@@ -1745,6 +1778,7 @@ sh_begin(sh *h)
 	h->io.load_element = sh_io_load_element;
 	h->io.map_counts = sh_io_map_counts;
 	h->io.map_cancelled = sh_io_map_cancelled;
+	h->io.map_held = sh_io_map_held;
 	h->io.map_results = sh_io_map_results;
 	wfe_step_begin(&h->st, h->rp, &h->view, &h->io);
 }
@@ -2208,9 +2242,6 @@ sh_operate_at(sh *h, int i, int64_t elem, wfe_operation op, const char *value, c
 		sh_collect(h);
 		return refusal;
 	}
-	/* a redriven element runs again at once, past max_concurrency (runtime.md); a failed or re-dispatched one does not */
-	if (elem >= 0 && op == WFE_OPERATE_REDRIVE)
-		h->maps[i].redriven++;
 	wfe_step_operate(&h->st, i, op, value, by, why);
 	sh_end(h, op == WFE_OPERATE_SKIP ? (value ? value : "{}") : NULL, what);
 	return NULL;

@@ -159,6 +159,8 @@ typedef struct mrow
 	wfe_row		row;
 	char	   *result;
 	char	   *input;
+	char	   *concurrency_key;	/* an element's, written by MAP_START */
+	int			concurrency_max;
 } mrow;
 
 typedef struct msrv
@@ -240,6 +242,18 @@ m_map_results(void *arg, int i, int64_t elem, const char *elem_result)
 	n += snprintf(out + n, cap - n, "],\"failed\":%s}", json_object_to_json_string_ext(failed, JSON_C_TO_STRING_PLAIN));
 	json_object_put(failed);
 	return out;
+}
+
+/* The lowest held element: waiting below `below` (map.c's q_held). */
+static int64_t
+m_map_held(void *arg, int i, int64_t below)
+{
+	msrv	   *s = arg;
+
+	for (int64_t k = 0; k < below && k < s->nelems; k++)
+		if (s->elems[k].row.state == WFE_WAITING || s->elems[k].row.state == WFE_CANCELLED)
+			return k;
+	return -1;
 }
 
 static int64_t
@@ -344,7 +358,7 @@ static wfe_step_io m_io = {
 	.output_schema = m_no_schema,.cache_entry = m_cache_entry,.cache_leader = m_null,
 	.buffered_signal = m_buffered,.now_us = m_now,.stage_input = m_stage_input,
 	.load_element = m_load_element,.map_counts = m_map_counts,.map_results = m_map_results,
-	.max_map_items = m_limit
+	.max_map_items = m_limit,.map_held = m_map_held
 };
 
 static char *
@@ -415,9 +429,14 @@ apply(msrv *s)
 			case WFE_OP_SKIP:
 				m->row.state = WFE_SKIPPED;
 				break;
+			case WFE_OP_RESET:
+				m->row.state = WFE_WAITING;
+				m->row.outcome = 0;
+				break;
 			case WFE_OP_MAP_START:
 				{
 					json_object *in = wfe_json_parse(op->json);
+					json_object *keys = op->concurrency_key ? wfe_json_parse(op->concurrency_key) : NULL;
 
 					m->row.state = WFE_RUNNING;
 					m->row.attempt = op->attempt;
@@ -432,11 +451,18 @@ apply(msrv *s)
 						s->elems[e].row.awaits = 1;
 						s->elems[e].row.queue = "render";
 						s->elems[e].input = dup(json_object_get_string(json_object_array_get_idx(in, e)));
+						if (keys != NULL)
+						{
+							s->elems[e].concurrency_key =
+								dup(json_object_get_string(json_object_array_get_idx(keys, e)));
+							s->elems[e].concurrency_max = op->concurrency_max;
+						}
 					}
 					s->counts = op->counts;
 					s->has_counts = 1;
 					s->element_writes += s->nelems;
 					json_object_put(in);
+					json_object_put(keys);
 				}
 				break;
 			case WFE_OP_MAP_COUNTS:
@@ -511,6 +537,7 @@ stop(msrv *s)
 	{
 		free(s->elems[e].result);
 		free(s->elems[e].input);
+		free(s->elems[e].concurrency_key);
 	}
 	for (int i = 0; i < 8; i++)
 	{
@@ -765,6 +792,178 @@ test_element_cache(void)
 	next_cached_input = next_cached_result = NULL;
 }
 
+/* An operator's action on one element (wfe._operate): the problem, or NULL and the action applied. */
+static const char *
+operate(msrv *s, const char *name, wfe_operation what, const char *value)
+{
+	static char problem[512];
+	int64_t		elem = -1;
+	int			i = wfe_map_element_of(s->rp, name, &elem);
+	const char *p;
+
+	m_io.arg = s;
+	wfe_step_begin(&step, s->rp, &s->run, &m_io);
+	wfe_step_element(&step, i, elem);
+	p = wfe_step_operate_problem(&step, i, what, value);
+	if (p != NULL)
+	{
+		snprintf(problem, sizeof(problem), "%s", p);
+		wfe_step_end(&step);
+		return problem;
+	}
+	wfe_step_operate(&step, i, what, value, "ops", "by hand");
+	apply(s);
+	return NULL;
+}
+
+/* Elements under way: queued or running (what max_concurrency bounds). */
+static int
+under_way(msrv *s)
+{
+	return count_state(s, WFE_QUEUED) + count_state(s, WFE_RUNNING);
+}
+
+/*
+ * A map item's concurrency: {key, max}: the compiler's rules, and each
+ * element's key bound at the map's release with item and item_index,
+ * handed to the server with the elements (MAP_START), so each element row
+ * carries its own key for the claim to gate.
+ */
+#define KEYED(key, max) HEAD MAP("    max_concurrency: 3\n", \
+	"{ lod: \"${item.lod}\" }\n      concurrency: { key: " key ", max: " max " }") AFTER("{}")
+
+static void
+test_item_concurrency(void)
+{
+	static const struct
+	{
+		const char *src;
+		const char *want;
+		const char *what;
+	}			cases[] = {
+		{KEYED("\"${item.customer}\"", "1"), "", "concurrency on a map's item, its key from item"},
+		{KEYED("\"${context.tenant}-${item_index}\"", "2"), "", "a key from the context and item_index"},
+		{KEYED("\"${item.customer}\"", "0"), "schema.value /stages/0/item/concurrency/max", "max 0"},
+		{KEYED("\"${item.customer}\"", "100001"), "schema.value /stages/0/item/concurrency/max",
+		"max over 100000"},
+		{KEYED("\"${item.customer}\"", "two"), "schema.type /stages/0/item/concurrency/max", "max not a number"},
+		{KEYED("\"${nope.customer}\"", "1"), "expr.unknown_root /stages/0/item/concurrency/key",
+		"an unknown root in the key"},
+		{KEYED("customer", "1"), "schema.value /stages/0/item/concurrency/key", "a key that interpolates nothing"},
+		{"name: t\nversion: \"1.0.0\"\ntasks:\n  - id: render\n    worker: render@1\n    queue: render\n"
+			"    for_each: \"${context.lods}\"\n    concurrency: { key: \"${item.customer}\", max: 1 }\n",
+		"", "a for_each task's concurrency, its key from item"},
+		{"name: t\nversion: \"1.0.0\"\ntasks:\n  - id: render\n    worker: render@1\n    queue: render\n"
+			"    concurrency: { key: \"${item.customer}\", max: 1 }\n",
+		"expr.unknown_root /tasks/0/concurrency/key", "item in the key of a task without for_each"},
+		{HEAD "  - name: render\n    type: map\n    items: \"${context.lods}\"\n"
+			"    item: { workflow: child, concurrency: { key: \"${item}\", max: 1 } }\n"
+			"    on_success: completed\n    on_failure: failed\n",
+		"schema.value /stages/0/item/concurrency", "an item that runs a child workflow has no concurrency"},
+	};
+	msrv	   *s;
+	int			map;
+
+	for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++)
+	{
+		wfe_compile_result *r = compile_limit(cases[k].src, 0);
+		const char *got = r->ok ? "" : first_diag(r);
+
+		ok(strcmp(got, cases[k].want) == 0, "compile: %s: '%s' (got '%s')", cases[k].what, cases[k].want, got);
+		wfe_compile_result_free(r);
+	}
+	{
+		wfe_compile_result *r = compile_limit(cases[0].src, 0);
+
+		ok(r->ok && strstr(r->plan_text, "\"concurrency\":{\"key\":\"${item.customer}\",\"max\":1}"),
+		   "the plan keeps the item's concurrency");
+		wfe_compile_result_free(r);
+	}
+
+	s = start(KEYED("\"${item.customer}\"", "1"),
+			  "{\"lods\": [{\"lod\": 0, \"customer\": \"acme\"}, {\"lod\": 1, \"customer\": 7},"
+			  " {\"lod\": 2, \"customer\": \"acme\"}, {\"lod\": 3, \"customer\": \"zeta\"}]}", 10000);
+	map = wfe_run_plan_find(s->rp, "render");
+	ok(s->stages[map].row.state == WFE_RUNNING && s->elems[0].concurrency_key &&
+	   strcmp(s->elems[0].concurrency_key, "acme") == 0 && strcmp(s->elems[1].concurrency_key, "7") == 0 &&
+	   strcmp(s->elems[3].concurrency_key, "zeta") == 0 && s->elems[2].concurrency_max == 1,
+	   "each element carries its own key (a string as it is, a number its JSON) and max");
+	ok(count_state(s, WFE_QUEUED) == 3, "the key gates the claim, not the release: max_concurrency's 3 are queued");
+	stop(s);
+
+	s = start(KEYED("\"${item.customer}\"", "1"),
+			  "{\"lods\": [{\"lod\": 0, \"customer\": \"acme\"}, {\"lod\": 1}]}", 10000);
+	ok(s->stages[map].row.state == WFE_FAILED && strstr(s->stages[map].result, "binding.missing") &&
+	   strstr(s->stages[map].result, "element 1: concurrency.key") && s->nelems == 0,
+	   "a key that does not bind for one element: the map's binding failure naming it, no element (%s)",
+	   s->stages[map].result);
+	stop(s);
+
+	s = start(HEAD MAP("", "{ lod: \"${item}\" }") AFTER("{}"), "{\"lods\": [1, 2]}", 10000);
+	ok(s->elems[0].concurrency_key == NULL, "an item without concurrency: no keys");
+	stop(s);
+}
+
+/*
+ * A redrive of a failed element while its map runs: the element waits for
+ * a slot when max_concurrency is full (held), and the next end of one of
+ * the map's elements releases it -- never more under way than the bound.
+ */
+static void
+test_redrive_respects_max_concurrency(void)
+{
+	msrv	   *s = start(HEAD MAP("    max_concurrency: 2\n    tolerated_failures: 1\n", "{ lod: \"${item}\" }")
+						  AFTER("{}"), "{\"lods\": [0, 1, 2, 3, 4]}", 10000);
+	int			map = wfe_run_plan_find(s->rp, "render");
+
+	report(s, 0, 0, "{\"code\":\"x\"}", 0);
+	ok(s->elems[0].row.state == WFE_FAILED && under_way(s) == 2 && s->counts.released == 3,
+	   "render[0] fails for good (tolerated): render[2] takes its slot, 2 under way");
+	ok(operate(s, "render[0]", WFE_OPERATE_REDRIVE, NULL) == NULL, "render[0] is redriven while the map runs");
+	ok(s->elems[0].row.state == WFE_WAITING && under_way(s) == 2 && s->counts.held == 1 &&
+	   s->counts.failed == 0,
+	   "max_concurrency full: render[0] waits for a slot (held), still 2 under way (%d)", under_way(s));
+	report(s, 1, 1, "{\"v\":1}", 0);
+	ok(s->elems[0].row.state == WFE_QUEUED && s->elems[0].row.attempt == 2 && s->counts.held == 0 &&
+	   s->elems[3].row.state == WFE_WAITING && under_way(s) == 2,
+	   "render[1] ends: the held render[0] takes its slot (attempt 2) before render[3]; 2 under way");
+	report(s, 0, 1, "{\"v\":0}", 0);
+	ok(s->elems[3].row.state == WFE_QUEUED && under_way(s) == 2, "render[0] ends: render[3] goes");
+	report(s, 2, 1, "{\"v\":2}", 0);
+	report(s, 3, 1, "{\"v\":3}", 0);
+	report(s, 4, 1, "{\"v\":4}", 0);
+	ok(s->stages[map].row.state == WFE_COMPLETED && s->aggregations == 1 &&
+	   strcmp(s->stages[map].result, "{\"items\":[{\"v\":0},{\"v\":1},{\"v\":2},{\"v\":3},{\"v\":4}],\"failed\":[]}") == 0,
+	   "the map completes once, the redriven element's result in its place: %s", s->stages[map].result);
+	stop(s);
+
+	/* a slot free: the redrive goes at once */
+	s = start(HEAD MAP("    max_concurrency: 2\n    tolerated_failures: 1\n", "{ lod: \"${item}\" }")
+			  AFTER("{}"), "{\"lods\": [0, 1]}", 10000);
+	report(s, 0, 0, "{\"code\":\"x\"}", 0);
+	ok(under_way(s) == 1, "render[0] failed for good, one under way");
+	ok(operate(s, "render[0]", WFE_OPERATE_REDRIVE, NULL) == NULL && s->elems[0].row.state == WFE_QUEUED &&
+	   s->counts.held == 0 && under_way(s) == 2, "a slot free: the redriven element is queued at once");
+	stop(s);
+
+	/* two held: released one per ended element, lowest index first */
+	s = start(HEAD MAP("    max_concurrency: 1\n    tolerated_failures: 2\n", "{ lod: \"${item}\" }")
+			  AFTER("{}"), "{\"lods\": [0, 1, 2, 3]}", 10000);
+	report(s, 0, 0, "{\"code\":\"x\"}", 0);
+	report(s, 1, 0, "{\"code\":\"x\"}", 0);
+	ok(s->elems[2].row.state == WFE_QUEUED && under_way(s) == 1, "two failed for good, render[2] under way");
+	operate(s, "render[1]", WFE_OPERATE_REDRIVE, NULL);
+	operate(s, "render[0]", WFE_OPERATE_REDRIVE, NULL);
+	ok(s->counts.held == 2 && under_way(s) == 1, "both redriven: both held, one under way");
+	report(s, 2, 1, "{}", 0);
+	ok(s->elems[0].row.state == WFE_QUEUED && s->elems[1].row.state == WFE_WAITING && under_way(s) == 1 &&
+	   s->counts.held == 1, "render[2] ends: render[0] goes, render[1] still held");
+	report(s, 0, 1, "{}", 0);
+	ok(s->elems[1].row.state == WFE_QUEUED && s->elems[3].row.state == WFE_WAITING && under_way(s) == 1,
+	   "render[0] ends: render[1] goes before render[3]");
+	stop(s);
+}
+
 int
 main(void)
 {
@@ -775,5 +974,7 @@ main(void)
 	test_release_failures();
 	test_cost();
 	test_element_cache();
+	test_item_concurrency();
+	test_redrive_respects_max_concurrency();
 	return tap_done();
 }

@@ -14,7 +14,12 @@
  * release, which binds and creates them (once), and the one final
  * aggregation of their results.  An element's end reads and writes its own
  * row, the map's counter row (wfe_map_counts) and, while elements wait
- * for max_concurrency, the row of the next one to release.
+ * for max_concurrency, the row of the next one to release (a held one --
+ * an operator's redrive that found no slot -- first).
+ *
+ * An item's keyed concurrency (concurrency: {key, max}) binds one key per
+ * element at the release, with item and item_index, and MAP_START writes
+ * it into each element's row; the claim gates elements by it as any stage.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -124,11 +129,45 @@ step_map_write_counts(wfe_step *st, int i)
 	write_counts(st, i);
 }
 
-/* Elements released and not ended: what max_concurrency bounds. */
-static int64_t
-under_way(const wfe_map_counts *c)
+/* Elements released and not ended, less those held for a slot: what max_concurrency bounds. */
+int64_t
+step_map_under_way(const wfe_map_counts *c)
 {
-	return c->released - c->completed - c->failed;
+	return c->released - c->completed - c->failed - c->held;
+}
+
+/* Has map stage i a slot for one more element under way? */
+int
+step_map_has_slot(wfe_step *st, int i)
+{
+	const wfe_rp_stage *s = &st->rp->stages[i];
+
+	return s->max_concurrency < 0 || step_map_under_way(counts(st, i)) < s->max_concurrency;
+}
+
+/*
+ * Release the held elements (redriven while max_concurrency was full:
+ * step_operate_element.c) that now have a slot, lowest index first, before
+ * any element not released yet: they were under way before.
+ */
+static void
+release_held(wfe_step *st, int i)
+{
+	wfe_map_counts *c = counts(st, i);
+
+	while (c->held > 0 && step_map_has_slot(st, i))
+	{
+		int64_t		k = st->io->map_held ? st->io->map_held(st->io->arg, i, c->released) : -1;
+
+		c->held--;
+		if (k < 0)
+			continue;			/* none waits any more (ended by an operator): nothing to release */
+		wfe_step_element(st, i, k);
+		if (step_runs_child(st, i))
+			step_release_child(st, i, 1);	/* a new child run */
+		else
+			step_enqueue(st, i, NULL, 1, NULL);
+	}
 }
 
 /*
@@ -176,8 +215,10 @@ release_more(wfe_step *st, int i, int fresh, json_object *inputs)
 	int64_t		was = st->elem;
 	wfe_row		was_row = st->elem_row;	/* the ended element's, as this step left it */
 
+	if (c->held > 0)
+		release_held(st, i);
 	while (c->released < c->total &&
-		   (s->max_concurrency < 0 || under_way(c) < s->max_concurrency))
+		   (s->max_concurrency < 0 || step_map_under_way(c) < s->max_concurrency))
 	{
 		int64_t		k = c->released;
 
@@ -195,7 +236,14 @@ release_more(wfe_step *st, int i, int fresh, json_object *inputs)
 			r->queue = s->item_worker ? s->item_queue : NULL;
 		}
 		c->released++;
-		if (step_element_row(st)->exists && step_element_row(st)->state == WFE_WAITING)
+		/*
+		 * waiting; or cancelled, as read before this step's writes: an
+		 * operator's reopening of the failed map reset it to waiting in
+		 * this very step (step_operate_element.c), and with a running map
+		 * nothing else leaves an unreleased element cancelled
+		 */
+		if (step_element_row(st)->exists &&
+			(step_element_row(st)->state == WFE_WAITING || step_element_row(st)->state == WFE_CANCELLED))
 			release_element(st, i, inputs ? json_object_get_string(json_object_array_get_idx(inputs, (size_t) k))
 							: NULL);
 	}
@@ -303,6 +351,7 @@ step_map_release(wfe_step *st, int i)
 				limit = st->io->max_map_items(st->io->arg);
 	json_object *inputs;
 	json_object *keys = NULL;
+	json_object *ckeys = NULL;
 	wfe_op	   *op;
 	json_object *detail;
 
@@ -337,17 +386,23 @@ step_map_release(wfe_step *st, int i)
 	/* and its rate-limit key: one bucket per element's key value (dsl.md "Flow-control keys") */
 	if (s->rate_key != NULL)
 		keys = step_hold(st, json_object_new_array_ext((int) n));
+	/* and its concurrency key: each element takes a slot of its own key value */
+	if (s->concurrency_key != NULL)
+		ckeys = step_hold(st, json_object_new_array_ext((int) n));
 	for (int64_t k = 0; k < n; k++)
 	{
 		const char *code = NULL,
 				   *message = NULL;
 		const char *text;
 		const char *key = NULL;
+		const char *ckey = NULL;
 
 		json_object_object_add(root, "item", json_object_get(json_object_array_get_idx(items, (size_t) k)));
 		json_object_object_add(root, "item_index", json_object_new_int64(k));
 		text = step_bind(st, i, root, NULL, &code, &message);
 		if (text != NULL && step_rate_key(st, i, root, &key, &code, &message) < 0)
+			text = NULL;
+		if (text != NULL && step_concurrency_key(st, i, root, &ckey, &code, &message) < 0)
 			text = NULL;
 		if (text == NULL)
 		{
@@ -358,6 +413,8 @@ step_map_release(wfe_step *st, int i)
 		json_object_array_add(inputs, json_object_new_string(text));
 		if (keys != NULL)
 			json_object_array_add(keys, json_object_new_string(key));
+		if (ckeys != NULL)
+			json_object_array_add(ckeys, json_object_new_string(ckey));
 	}
 	op = step_emit(st, WFE_OP_MAP_START, i);
 	r->state = WFE_RUNNING;
@@ -369,6 +426,8 @@ step_map_release(wfe_step *st, int i)
 	op->text = s->item_worker ? "worker" : s->item_workflow ? "workflow" : "action";
 	op->json = step_json_text(st, json_object_get(inputs));
 	op->json2 = keys ? step_json_text(st, json_object_get(keys)) : NULL;
+	op->concurrency_key = ckeys ? step_json_text(st, json_object_get(ckeys)) : NULL;
+	op->concurrency_max = s->concurrency_max;
 	memset(&st->counts, 0, sizeof(st->counts));
 	st->counts.total = n;
 	st->counts_loaded = 1;

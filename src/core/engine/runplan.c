@@ -510,10 +510,10 @@ read_stage(wfe_run_plan *rp, int i, json_object *o)
 						sc.roots = 0;
 				}
 			}
-			/* so does a keyed concurrency's key (dsl.md "Flow-control keys") */
-			if (json_object_get_type(json_object_object_get(o, "concurrency")) == json_type_object)
+			/* so does a keyed concurrency's key (dsl.md "Flow-control keys"; a map's: its item's) */
+			if (json_object_get_type(json_object_object_get(exec, "concurrency")) == json_type_object)
 			{
-				json_object *c = json_object_object_get(o, "concurrency");
+				json_object *c = json_object_object_get(exec, "concurrency");
 				json_object *key = json_object_object_get(c, "key");
 				json_object *max = json_object_object_get(c, "max");
 

@@ -522,6 +522,21 @@ bind_rate_key(wfe_step *st, int i, const char **code, const char **message)
 }
 
 /*
+ * Bind stage i's concurrency key over root into *key_out (NULL: the stage
+ * has no keyed concurrency), as step_rate_key does: a map binds one per
+ * element, with item and item_index.
+ */
+int
+step_concurrency_key(wfe_step *st, int i, json_object *root, const char **key_out,
+					 const char **code, const char **message)
+{
+	*key_out = NULL;
+	if (st->rp->stages[i].concurrency_key == NULL)
+		return 0;
+	return bind_key(st, st->rp->stages[i].concurrency_key, "concurrency.key", root, key_out, code, message);
+}
+
+/*
  * Bind stage i's concurrency key into its row, as bind_rate_key does.  (A
  * long key is stored as its digest by the server: concurrency.h.)
  */
@@ -532,8 +547,8 @@ bind_concurrency_key(wfe_step *st, int i, const char **code, const char **messag
 
 	if (s->concurrency_key == NULL)
 		return 0;
-	return bind_key(st, s->concurrency_key, "concurrency.key", build_root(st, i, 0),
-					&wfe_step_row(st, i)->concurrency_key, code, message);
+	return step_concurrency_key(st, i, build_root(st, i, 0), &wfe_step_row(st, i)->concurrency_key,
+								code, message);
 }
 
 /* ---------------------------------------------------------------------

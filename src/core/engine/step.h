@@ -94,6 +94,8 @@ typedef struct wfe_map_counts
 	int64_t		released;		/* elements 0..released-1 were released */
 	int64_t		completed;		/* elements that completed */
 	int64_t		failed;			/* elements that failed for good */
+	int64_t		held;			/* elements (below released) an operator redrove while
+								 * max_concurrency was full: waiting for a slot */
 } wfe_map_counts;
 
 /* The I/O hooks: what the core may ask the server for; every hook may raise. */
@@ -152,6 +154,13 @@ typedef struct wfe_step_io
 	 * many elements).  NULL: none.
 	 */
 	int64_t		(*map_cancelled) (void *arg, int stage, int64_t *out, int64_t max);
+	/*
+	 * The lowest index below `below` of map stage's elements that wait
+	 * (held for a slot: wfe_map_counts.held) -- or are cancelled, as an
+	 * operator's reopening of the map resets them in the same step -- or
+	 * -1.  Asked only while some are held.
+	 */
+	int64_t		(*map_held) (void *arg, int stage, int64_t below);
 	void		(*map_counts) (void *arg, int stage, wfe_map_counts *c);
 	const char *(*map_results) (void *arg, int stage, int64_t elem, const char *elem_result);
 	int64_t		(*max_map_items) (void *arg);
@@ -201,7 +210,9 @@ typedef enum wfe_op_kind
 	/* maps (an op about one element has elem >= 0: its stage is NAME[elem]) */
 	WFE_OP_MAP_START,			/* the map runs: attempt, fence; json: the elements' bound inputs
 								 * (a JSON array), text: their kind; its counter row from counts;
-								 * json2: the elements' bound rate-limit keys (an array; NULL: unkeyed) */
+								 * json2: the elements' bound rate-limit keys (an array; NULL: unkeyed);
+								 * concurrency_key: their bound concurrency keys (an array; NULL: unkeyed),
+								 * concurrency_max: its max */
 	WFE_OP_MAP_COUNTS,			/* the map's counter row is counts */
 	WFE_OP_MAP_CANCEL			/* the map's elements under way are cancelled and fenced; json: error */
 } wfe_op_kind;
@@ -224,8 +235,8 @@ typedef struct wfe_op
 	const char *json;
 	const char *json2;
 	int64_t		elem;			/* a map element's index, or -1: the op is about the stage itself */
-	const char *concurrency_key;	/* ENQUEUE: the bound concurrency key, or NULL */
-	int			concurrency_max;	/* ENQUEUE: its max, with a key */
+	const char *concurrency_key;	/* ENQUEUE: the bound concurrency key, or NULL; MAP_START: the elements' */
+	int			concurrency_max;	/* ENQUEUE, MAP_START: its max, with a key */
 	wfe_map_counts counts;		/* MAP_START, MAP_COUNTS */
 } wfe_op;
 

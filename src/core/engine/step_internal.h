@@ -59,6 +59,10 @@ extern const char *step_bind(wfe_step *st, int i, json_object *root, const char 
 extern json_object *step_root(wfe_step *st, int i);
 extern int	step_rate_key(wfe_step *st, int i, json_object *root, const char **key_out,
 						  const char **code, const char **message);
+extern int64_t step_map_under_way(const wfe_map_counts *c);
+extern int	step_map_has_slot(wfe_step *st, int i);
+extern int	step_concurrency_key(wfe_step *st, int i, json_object *root, const char **key_out,
+								 const char **code, const char **message);
 
 /* The result cache (step_cache.c) */
 extern int step_cached(wfe_step *st, int i);

@@ -4,7 +4,9 @@
  *
  * The element must have failed (or timed out) for good.  Either its map is
  * still running (the failure was tolerated) and only the element and the
- * counter row change; or its map failed past tolerated_failures and ended
+ * counter row change -- a redriven element waits for a slot when the map
+ * has max_concurrency elements under way (held: map.c releases it at the
+ * next end of one of them); or its map failed past tolerated_failures and ended
  * the run, which is then reopened as a redrive reopens it: the map runs
  * again (a new attempt of its row), the elements its failure cancelled run
  * again (those that were under way get a new attempt; those never released
@@ -94,16 +96,27 @@ reopen_map(wfe_step *st, int i)
 	cancelled = wfe_arena_alloc(&st->arena, sizeof(int64_t) * (size_t) (c->total > 0 ? c->total : 1));
 	if (st->io->map_cancelled)
 		n = st->io->map_cancelled(st->io->arg, i, cancelled, c->total);
+	/*
+	 * Those released (under way or held when the map failed) take the
+	 * slots max_concurrency gives, lowest index first; the rest are held
+	 * until an element ends.
+	 */
+	c->held = 0;
+	for (int64_t k = 0; k < n; k++)
+		c->held += cancelled[k] < c->released;
 	for (int64_t k = 0; k < n; k++)
 	{
 		wfe_step_element(st, i, cancelled[k]);
 		if (!step_element_row(st)->exists)
 			continue;
-		if (cancelled[k] < c->released)
-			step_new_attempt(st, i);	/* it was under way: it counts as under way still */
+		if (cancelled[k] < c->released && step_map_has_slot(st, i))
+		{
+			c->held--;
+			step_new_attempt(st, i);	/* it was under way: under way again */
+		}
 		else
 		{
-			/* never released: it waits for its turn under max_concurrency */
+			/* never released, or held: it waits for its turn under max_concurrency */
 			step_emit(st, WFE_OP_RESET, i);
 			step_element_row(st)->state = WFE_WAITING;
 			step_element_row(st)->outcome = 0;
@@ -111,6 +124,37 @@ reopen_map(wfe_step *st, int i)
 	}
 	wfe_step_element(st, i, elem);
 	st->elem_row = elem_row;
+}
+
+/*
+ * Has the map a slot for the element being redriven, which (no longer
+ * failed) the counts now take as under way?  max_concurrency bounds it as
+ * any element: the others under way leave it room or not.
+ */
+static int
+redrive_has_slot(wfe_step *st, int i)
+{
+	const wfe_rp_stage *s = &st->rp->stages[i];
+
+	return s->max_concurrency < 0 || step_map_under_way(step_map_counts(st, i)) <= s->max_concurrency;
+}
+
+/*
+ * The redriven element waits for a slot of its map: waiting again, held
+ * (counted in the map's counter row), released by the next end of one of
+ * its map's elements (map.c) -- so a redrive never puts more elements
+ * under way than max_concurrency.
+ */
+static void
+hold(wfe_step *st, int i)
+{
+	wfe_row    *r = wfe_step_row(st, i);
+
+	step_emit(st, WFE_OP_RESET, i);
+	r->state = WFE_WAITING;
+	r->outcome = 0;
+	step_map_counts(st, i)->held++;
+	step_map_write_counts(st, i);
 }
 
 void
@@ -133,7 +177,9 @@ step_element_operate(wfe_step *st, int i, wfe_operation what, const char *value,
 	step_operator_event(st, i, what == WFE_OPERATE_REDRIVE ? "stage.redriven" : "stage.skipped_by_operator",
 						by, why);
 	c->failed--;				/* the element is no longer failed for good */
-	if (what == WFE_OPERATE_REDRIVE)
+	if (what == WFE_OPERATE_REDRIVE && !redrive_has_slot(st, i))
+		hold(st, i);
+	else if (what == WFE_OPERATE_REDRIVE)
 	{
 		step_new_attempt(st, i);
 		step_map_write_counts(st, i);

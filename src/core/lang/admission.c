@@ -98,7 +98,7 @@ static const char *const map_required[] = {
 };
 static const char *const item_keys[] = {
 	"worker", "queue", "action", "workflow", "input", "retry", "execution_deadline_ms",
-	"queue_deadline_ms", "heartbeat_ms", "cache", "rate_limit", NULL
+	"queue_deadline_ms", "heartbeat_ms", "cache", "rate_limit", "concurrency", NULL
 };
 static const char *const branch_keys[] = {"when", "next", NULL};
 static const char *const task_keys[] = {
@@ -863,13 +863,6 @@ read_map_items(wfe_model *m, wfe_stage *s, const wfe_ynode *map, const char *key
 	s->max_concurrency = WFE_NONE;
 	s->tolerated_failures = 0;
 	get_count(m, map, "max_concurrency", s->path, &s->max_concurrency);
-	if (wfe_ymap_get(map, "concurrency") != NULL)
-	{
-		report(m, "schema.value", wfe_ymap_get(map, "concurrency"), key_path(m, s->path, "concurrency"),
-			   "concurrency is not available on a map yet: max_concurrency bounds its elements");
-		s->concurrency_key = NULL;
-		s->concurrency_max = WFE_NONE;
-	}
 	get_count(m, map, "tolerated_failures", s->path, &s->tolerated_failures);
 	if (s->max_concurrency == 0)
 		report(m, "schema.value", wfe_ymap_get(map, "max_concurrency"),
@@ -902,7 +895,7 @@ static void
 read_map_child_item(wfe_model *m, wfe_stage *s, const wfe_ynode *item)
 {
 	static const char *const worker_only[] = {"queue", "cache", "queue_deadline_ms", "heartbeat_ms",
-	"rate_limit", NULL};
+	"rate_limit", "concurrency", NULL};
 
 	for (int k = 0; worker_only[k]; k++)
 		if (wfe_ymap_get(item, worker_only[k]) != NULL)
@@ -959,14 +952,7 @@ read_map_item(wfe_model *m, wfe_stage *s, const wfe_ynode *map)
 			report(m, "schema.required", item, ipath, "a worker item needs a queue");
 		check_queue(m, s);
 	}
-	read_executor_settings(m, s, item);
-	if (s->concurrency_key != NULL)
-	{
-		report(m, "schema.value", wfe_ymap_get(item, "concurrency"), key_path(m, ipath, "concurrency"),
-			   "concurrency is not available on a map yet: max_concurrency bounds its elements");
-		s->concurrency_key = NULL;
-		s->concurrency_max = WFE_NONE;
-	}
+	read_executor_settings(m, s, item);	/* its concurrency: {key, max} binds per element */
 	if (has_action)
 	{
 		s->queue_deadline_ms = m->default_queue_deadline_ms;

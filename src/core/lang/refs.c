@@ -313,7 +313,7 @@ wfe_refs_check(wfe_model *m)
 		if (s->items != NULL && s->name != NULL)
 			scan_input(m, i, s->items, s->items_path, 0);
 		if (s->concurrency_key_node != NULL && s->concurrency_key != NULL && s->name != NULL)
-			scan_input(m, i, s->concurrency_key_node, s->concurrency_key_path, 0);
+			scan_input(m, i, s->concurrency_key_node, s->concurrency_key_path, s->type == WFE_ST_MAP);
 	}
 	if (m->output != NULL)
 		scan_input(m, -1, m->output, "/output", 0);
