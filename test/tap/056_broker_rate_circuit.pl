@@ -8,7 +8,8 @@
 #    token's due, no dispatch message) and in dashboard_stuck as rate
 #    limited; the worker's timer dispatches them, never faster than the
 #    rate (each dispatch message's insert time logged); RabbitMQ gets all 9.
-# 2. A circuit on another broker queue (ratio 0.5, min_calls 2, open 2 s):
+#    A changed rate dispatches the held ones through it at once.
+# 2. A circuit on another broker queue (ratio 0.5, min_calls 2, open 6 s):
 #    two dispatched attempts fail, it opens; 4 runs submitted then get no
 #    dispatch message and show in dashboard_stuck as circuit open; its half
 #    opening dispatches exactly one, the probe; the probe completes, the
@@ -85,10 +86,21 @@ is(sql(q{SELECT count(*) FROM wfe.run_stages WHERE queue = 'trlq' AND held_until
 WfeRabbit::wait_published($node, 'rate');
 is($rabbit->queue_messages('wfe.trlq.small'), 9, 'RabbitMQ holds the nine');
 
+# A changed rate tries its held broker tasks again at once (not at their old due)
+sql(q{SELECT wfe.configure_rate_limit('api', 0.02, 1)});
+sql(q{SELECT wfe.submit('trl', jsonb_build_object('n', g, 'data', '{}'::jsonb)) FROM generate_series(1, 3) AS g});
+cmp_ok(sql(q{SELECT count(*) FROM wfe.run_stages WHERE queue = 'trlq' AND held_until > now() + interval '20 seconds'}),
+	'>=', 2, 'at 0.02/s, two or more are held for tens of seconds');
+sql(q{SELECT wfe.configure_rate_limit('api', 100, 10)});
+ok( $node->poll_query_until('postgres',
+		q{SELECT count(*) = 12 AND (SELECT count(*) FROM wfe.run_stages WHERE held_until IS NOT NULL) = 0
+		    FROM public.dispatch_log WHERE queue = 'trlq'}),
+	'configure_rate_limit: the worker dispatches them now, through the new rate');
+
 #
 # 2. A circuit on a broker queue.
 #
-sql(q{SELECT wfe.configure_circuit('tcbq', 0.5, 2, 60000, 2000)});
+sql(q{SELECT wfe.configure_circuit('tcbq', 0.5, 2, 60000, 6000)});
 
 # accept and end every dispatched attempt of tcbq with OUTCOME; how many
 sub end_dispatched
