@@ -5439,6 +5439,73 @@ RETURNS boolean AS 'MODULE_PATHNAME', 'wfe_lock_tenant_sql' LANGUAGE C VOLATILE 
 CREATE OR REPLACE FUNCTION wfe._release_held(p_queue text, p_tenant text)
 RETURNS SETOF text AS 'MODULE_PATHNAME', 'wfe_release_held_sql' LANGUAGE C VOLATILE;
 
+CREATE OR REPLACE FUNCTION wfe.configure_rate_limit(name text, per_second numeric, burst int DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_burst int;
+    v_queue text;
+BEGIN
+    IF configure_rate_limit.name IS NULL THEN
+        RAISE EXCEPTION 'name must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    PERFORM wfe._admit_name(configure_rate_limit.name, 'rate limit name');
+    IF configure_rate_limit.name !~ '^[A-Za-z0-9][A-Za-z0-9._-]*$' THEN
+        RAISE EXCEPTION 'rate limit name "%" is not valid', configure_rate_limit.name
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Use letters, digits, ".", "_" and "-", starting with a letter or digit.';
+    END IF;
+    IF configure_rate_limit.per_second IS NULL THEN
+        -- dropped: its queued attempts wait until it is configured again
+        PERFORM wfe._rate_buckets_reset(configure_rate_limit.name, true);
+        UPDATE wfe.run_stages AS st SET held_until = 'infinity'
+         WHERE st.rate_limit = configure_rate_limit.name AND st.state = 'queued';
+        DELETE FROM wfe.rate_limits AS l WHERE l.name = configure_rate_limit.name;
+        RETURN;
+    END IF;
+    IF configure_rate_limit.per_second <= 0 THEN
+        RAISE EXCEPTION 'per_second must be positive, not %', configure_rate_limit.per_second
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'NULL drops the rate limit.';
+    END IF;
+    IF configure_rate_limit.burst < 1 THEN
+        RAISE EXCEPTION 'burst must be at least 1, not %', configure_rate_limit.burst
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'NULL is one second''s tokens (at least 1).';
+    END IF;
+    v_burst := coalesce(configure_rate_limit.burst, greatest(1, ceil(configure_rate_limit.per_second))::int);
+    INSERT INTO wfe.rate_limits AS l (name, per_second, burst)
+    VALUES (configure_rate_limit.name, configure_rate_limit.per_second, v_burst)
+    ON CONFLICT (name) DO UPDATE
+       SET per_second = excluded.per_second, burst = excluded.burst,
+           updated_at = now(), updated_by = wfe._identity();
+    -- a new bucket starts full; a changed one keeps its tokens, within the new burst
+    INSERT INTO wfe.rate_buckets AS b (name, tenant, key, tokens, at)
+    VALUES (configure_rate_limit.name, '', '', v_burst, now())
+    ON CONFLICT (name, tenant, key) DO NOTHING;
+    UPDATE wfe.rate_buckets AS b SET tokens = least(b.tokens, v_burst), held_through = NULL
+     WHERE b.name = configure_rate_limit.name;
+    PERFORM wfe._rate_buckets_reset(configure_rate_limit.name, false);
+    -- what waited for it (or for the old rate) is tried again now
+    FOR v_queue IN WITH x AS (UPDATE wfe.run_stages AS st SET held_until = NULL
+                               WHERE st.rate_limit = configure_rate_limit.name AND st.held_until IS NOT NULL
+                               RETURNING st.queue)
+                   SELECT DISTINCT x.queue FROM x
+    LOOP
+        PERFORM wfe._notify_ready(v_queue);
+        -- a broker queue's are dispatched, through every gate, by the worker's next round (admission.c)
+        INSERT INTO wfe.admission_recheck (queue)
+        SELECT q.queue FROM wfe.queues AS q WHERE q.queue = v_queue AND q.delivery = 'broker' AND NOT q.paused;
+        IF FOUND THEN
+            PERFORM wfe._wake(now());
+        END IF;
+    END LOOP;
+END
+$$;
+
 CREATE OR REPLACE FUNCTION wfe._resolve_dead_letters(p_run_id bigint, p_stage text, p_resolution text)
 RETURNS void
 LANGUAGE sql VOLATILE

@@ -133,6 +133,15 @@ static stmt q_release_queues = STMT(
 	"                            WHERE r.tenant = $3 AND r.finished_at IS NULL"
 	"                              AND st.queue = q.queue AND st.state = 'queued')))"
 	" ORDER BY q.queue COLLATE \"C\"", 4, TX, BO, TX, BO);
+/* a queue's broker tasks held back, in dispatch order (wfe_admission_release_queue) */
+static stmt q_queue_held = STMT(
+	"SELECT st.run_id, st.stage, coalesce(st.tenant, '') FROM wfe.run_stages AS st"
+	"  JOIN wfe.queues AS q ON q.queue = st.queue AND q.delivery = 'broker' AND NOT q.paused"
+	" WHERE st.queue = $1 AND st.state = 'queued' AND st.handler IS NULL AND st.held_until IS NULL"
+	"   AND NOT EXISTS (SELECT 1 FROM wfe.outbox AS o"
+	"                    WHERE o.run_id = st.run_id AND o.stage = st.stage AND o.attempt = st.attempt"
+	"                      AND o.fence = st.fence AND o.kind = 'dispatch' AND o.state <> 'published')"
+	" ORDER BY st.priority DESC, st.ready_at, st.run_id, st.stage", 1, TX);
 /* the candidates: held in $1 (its ready index, $2), or held of $3 (its unfinished runs, $4), in dispatch order */
 static stmt q_candidates = STMT(
 	"SELECT h.run_id, h.stage, h.queue, h.tenant, q.max_in_flight IS NOT NULL, l.tenant IS NOT NULL"
@@ -279,6 +288,36 @@ wfe_admission_tenant_in_flight(const char *tenant)
 	return count_of(&q_tenant_in_flight, tenant);
 }
 
+/* What the gates said of a broker task about to be dispatched. */
+typedef enum admit_verdict
+{
+	ADMIT_GO,					/* dispatch it */
+	ADMIT_HELD,					/* held by its key, its tenant, a busy lock or its rate limit */
+	ADMIT_QUEUE_FULL,			/* held: its queue is at max_in_flight */
+	ADMIT_CIRCUIT				/* held: its queue's circuit is open, or half open with the probe out */
+} admit_verdict;
+
+/*
+ * The last gates of a broker task the limits let go: its queue's circuit
+ * (open: none; half open: one probe), then its rate limit's token (none:
+ * held until it is due, ratelimit.c).  The circuit first, so that a task
+ * it holds takes no token; a probe whose task gets no token is given back.
+ * Neither writes anything for a task the circuit holds: it stays queued,
+ * not held_until, and the half opening or closing releases it
+ * (wfe_admission_release_queue).
+ */
+static admit_verdict
+flow_admit(int64 run_id, const char *stage, const char *queue)
+{
+	bool		token;
+
+	if (wfe_circuit_claim_room(queue, 1) == 0)
+		return ADMIT_CIRCUIT;
+	token = wfe_rate_dispatch(run_id, stage);
+	wfe_circuit_claim_done(token ? 1 : 0);
+	return token ? ADMIT_GO : ADMIT_HELD;
+}
+
 /* The one place a broker task is dispatched: its message written to the outbox. */
 static void
 dispatch(int64 run_id, const char *stage)
@@ -287,12 +326,15 @@ dispatch(int64 run_id, const char *stage)
 }
 
 /*
- * A broker task was released: may it be dispatched now?  Its key's slot
- * first (keyed concurrency, concurrency.c: a task its key holds takes no
- * room of its queue or tenant), then one more task of its queue and
- * tenant: the limits' locks, tenant first, then the counts.
+ * A broker task was released: may it be dispatched now?  The gates, in
+ * order, each passed before the next is asked, so that a task one holds
+ * takes nothing of the next: its key's slot (keyed concurrency,
+ * concurrency.c), then one more task of its queue and tenant (the limits'
+ * locks, tenant first, then the counts; room is only counted, never
+ * taken, so a later gate's hold leaves it), then its queue's circuit and
+ * its rate limit's token (flow_admit).
  */
-static bool
+static admit_verdict
 admit(int64 run_id, const char *stage, const char *queue, const char *tenant)
 {
 	Datum		v[4] = {CStringGetTextDatum(queue), CStringGetTextDatum(tenant), Int64GetDatum(run_id),
@@ -304,31 +346,91 @@ admit(int64 run_id, const char *stage, const char *queue, const char *tenant)
 
 	stmt_run(&q_limits, v, NULL);
 	if (SPI_processed != 1)
-		return false;
+		return ADMIT_HELD;
 	queue_max = stmt_col(1);
 	tenant_max = stmt_col(2);
 	key = stmt_col(3);
 	key_max = key != NULL ? pg_strtoint32(stmt_col(4)) : 0;
 	if (key != NULL && !wfe_concurrency_dispatch(run_id, stage, queue, tenant, key, key_max))
-		return false;
-	if (queue_max == NULL && tenant_max == NULL)
-		return true;
+		return ADMIT_HELD;
 	if (tenant_max != NULL && !limit_lock(WFE_LIMIT_TENANT, tenant))
-		return false;			/* busy out of order: held, rechecked by the next worker round */
+		return ADMIT_HELD;		/* busy out of order: held, rechecked by the next worker round */
+	if (queue_max != NULL && !limit_lock(WFE_LIMIT_QUEUE, queue))
+		return ADMIT_HELD;
 	if (queue_max != NULL &&
-		(!limit_lock(WFE_LIMIT_QUEUE, queue) ||
-		 wfe_slots_room(pg_strtoint32(queue_max), count_of(&q_queue_in_flight, queue)) <= 0))
-		return false;
-	return tenant_max == NULL ||
-		wfe_slots_room(pg_strtoint32(tenant_max), count_of(&q_tenant_in_flight, tenant)) > 0;
+		wfe_slots_room(pg_strtoint32(queue_max), count_of(&q_queue_in_flight, queue)) <= 0)
+		return ADMIT_QUEUE_FULL;
+	if (tenant_max != NULL &&
+		wfe_slots_room(pg_strtoint32(tenant_max), count_of(&q_tenant_in_flight, tenant)) <= 0)
+		return ADMIT_HELD;
+	return flow_admit(run_id, stage, queue);
 }
 
 /* A broker task was released (admission.h). */
 void
 wfe_admission_dispatch(int64 run_id, const char *stage, const char *queue, const char *tenant)
 {
-	if (admit(run_id, stage, queue, tenant))
+	if (admit(run_id, stage, queue, tenant) == ADMIT_GO)
 		dispatch(run_id, stage);
+}
+
+/*
+ * A broker queue's circuit half opened or closed (admission.h): its tasks
+ * the circuit held (queued, not held_until, no dispatch message) are
+ * dispatched through every gate, in dispatch order, until one finds the
+ * circuit or the queue full again -- half open, the first is the probe.
+ * Not release_held: the circuit held tasks of limited tenants too, whose
+ * room no end of a task will announce.
+ */
+void
+wfe_admission_release_queue(const char *queue)
+{
+	Datum		v[1] = {CStringGetTextDatum(queue)};
+	Portal		cursor = stmt_cursor(&q_queue_held, v, NULL);
+	int64	   *run_id = palloc(sizeof(int64) * RELEASE_BATCH);
+	char	  **stage = palloc(sizeof(char *) * RELEASE_BATCH);
+	char	  **tenant = palloc(sizeof(char *) * RELEASE_BATCH);
+	bool		more = true;
+
+	while (more)
+	{
+		int			n;
+
+		SPI_cursor_fetch(cursor, true, RELEASE_BATCH);
+		n = (int) SPI_processed;
+		if (n == 0)
+			break;
+		for (int k = 0; k < n; k++)
+		{
+			run_id[k] = pg_strtoint64(SPI_getvalue(SPI_tuptable->vals[k], SPI_tuptable->tupdesc, 1));
+			stage[k] = SPI_getvalue(SPI_tuptable->vals[k], SPI_tuptable->tupdesc, 2);
+			tenant[k] = SPI_getvalue(SPI_tuptable->vals[k], SPI_tuptable->tupdesc, 3);
+		}
+		for (int k = 0; k < n && more; k++)
+		{
+			admit_verdict verdict = admit(run_id[k], stage[k], queue, tenant[k]);
+
+			if (verdict == ADMIT_GO)
+				dispatch(run_id[k], stage[k]);
+			more = verdict != ADMIT_CIRCUIT && verdict != ADMIT_QUEUE_FULL;
+		}
+	}
+	SPI_cursor_close(cursor);
+}
+
+/*
+ * A broker queue's circuit closed inside an attempt's end (admission.h):
+ * its held tasks are released by the worker's next round (a transaction
+ * that holds nothing yet), not inside the counting trigger.
+ */
+void
+wfe_admission_recheck_queue(const char *queue)
+{
+	Datum		v[2] = {CStringGetTextDatum(queue), (Datum) 0};
+	char		nulls[2] = {' ', 'n'};
+
+	stmt_run(&q_recheck_later, v, nulls);
+	wfe_wake_at(GetCurrentTimestamp());
 }
 
 /* The limits a release holds the locks of: their names and rooms (slot 0: a limit not held, room 0). */
@@ -401,6 +503,7 @@ release_candidates(Portal cursor, const wfe_release_scope *scope, release_rooms 
 {
 	int64	   *run_id = palloc(sizeof(int64) * RELEASE_BATCH);
 	char	  **stage = palloc(sizeof(char *) * RELEASE_BATCH);
+	char	  **queues = palloc(sizeof(char *) * RELEASE_BATCH);
 	int		   *qslot = palloc(sizeof(int) * RELEASE_BATCH);
 	int		   *tslot = palloc(sizeof(int) * RELEASE_BATCH);
 	bool	   *go = palloc(sizeof(bool) * RELEASE_BATCH);
@@ -422,13 +525,26 @@ release_candidates(Portal cursor, const wfe_release_scope *scope, release_rooms 
 
 			run_id[k] = pg_strtoint64(SPI_getvalue(row, desc, 1));
 			stage[k] = SPI_getvalue(row, desc, 2);
+			queues[k] = queue;
 			qslot[k] = SPI_getvalue(row, desc, 5)[0] == 't' ? rooms_slot(r, WFE_LIMIT_QUEUE, queue) : -1;
 			tslot[k] = SPI_getvalue(row, desc, 6)[0] == 't' ? rooms_slot(r, WFE_LIMIT_TENANT, tenant) : -1;
 		}
 		wfe_release_pick(scope, n, qslot, tslot, r->room, go);
 		for (int k = 0; k < n; k++)
-			if (go[k])
+		{
+			if (!go[k])
+				continue;
+			if (flow_admit(run_id[k], stage[k], queues[k]) == ADMIT_GO)
 				dispatch(run_id[k], stage[k]);
+			else
+			{
+				/* held by its circuit or rate limit: the room it was given goes to the next batch */
+				if (qslot[k] > 0)
+					r->room[qslot[k]]++;
+				if (tslot[k] > 0)
+					r->room[tslot[k]]++;
+			}
+		}
 	}
 }
 
@@ -613,6 +729,9 @@ wfe_recheck_admission(PG_FUNCTION_ARGS)
 
 		foreach(lc, release_held(queue[k], tenant[k]))
 			wfe_ready_released(strVal(lfirst(lc)));
+		/* a queue alone: its circuit may have closed (wfe_admission_recheck_queue) */
+		if (tenant[k] == NULL && queue[k] != NULL)
+			wfe_admission_release_queue(queue[k]);
 	}
 	SPI_finish();
 	PG_RETURN_INT32(n);

@@ -14,6 +14,15 @@ extern int	wfe_admission_tenant_in_flight(const char *tenant);
 /* A broker task was released (queued): dispatch it if its queue's and tenant's limits have room, else hold it. */
 extern void wfe_admission_dispatch(int64 run_id, const char *stage, const char *queue, const char *tenant);
 
+/* A broker queue's circuit half opened or closed: dispatch what it held, through every gate. */
+extern void wfe_admission_release_queue(const char *queue);
+
+/* ...the same by the worker's next round (a circuit closed inside an attempt's counting trigger). */
+extern void wfe_admission_recheck_queue(const char *queue);
+
+/* ratelimit.c: a broker task's rate-limit token -- may it go (else it is held until the token is due)? */
+extern bool wfe_rate_dispatch(int64 run_id, const char *stage);
+
 /* A task of queue and tenant ended or left: release the held tasks that now fit, wake the pollers concerned. */
 extern void wfe_admission_room_freed(const char *queue, const char *tenant);
 

@@ -27,6 +27,7 @@
 #include "utils/timestamp.h"
 
 #include "core/flow/circuit.h"
+#include "admission.h"
 #include "spi_stmt.h"
 #include "bgw/bgw.h"
 #include "wfe.h"
@@ -176,9 +177,12 @@ wfe_circuit_attempt_ended(const char *queue, bool failed)
 		wfe_circuit_change change = wfe_circuit_record(&c, &conf, GetCurrentTimestamp(), failed);
 
 		circuit_store(queue, &conf, &c, change);
-		/* closed again: what the circuit held back may go now */
+		/* closed again: what the circuit held back may go now (a broker queue's: the worker's next round) */
 		if (change == WFE_CIRCUIT_CLOSED_AGAIN)
+		{
 			wfe_ready_released(queue);
+			wfe_admission_recheck_queue(queue);
+		}
 	}
 }
 
@@ -211,6 +215,8 @@ wfe_half_open_circuits(PG_FUNCTION_ARGS)
 			continue;
 		circuit_store(queues[k], &conf, &c, wfe_circuit_tick(&c, &conf, GetCurrentTimestamp()));
 		wfe_ready_released(queues[k]);
+		/* a broker queue's held tasks: the first is the probe (admission.c) */
+		wfe_admission_release_queue(queues[k]);
 	}
 	stmt_run(&q_next_open, NULL, NULL);
 	{

@@ -32,6 +32,7 @@
 #include "utils/timestamp.h"
 
 #include "core/flow/ratelimit.h"
+#include "admission.h"
 #include "spi_stmt.h"
 #include "bgw/bgw.h"
 #include "bgw/ratebuckets.h"
@@ -63,12 +64,21 @@ static stmt q_limit = STMT(
 	"SELECT l.per_second, l.burst FROM wfe.rate_limits AS l WHERE l.name = $1", 1, TX);
 static stmt q_hold = STMT(
 	"UPDATE wfe.run_stages AS st SET held_until = $2 WHERE st.ctid = $1", 2, TIDOID, TS);
+/* ...returning each one's queue, and whether it is a broker task to dispatch (then its run, stage, tenant) */
 static stmt q_release = STMT(
 	"UPDATE wfe.run_stages AS st SET held_until = NULL"
 	" WHERE st.ctid = ANY (ARRAY(SELECT h.ctid FROM wfe.run_stages AS h"
 	"                             WHERE h.held_until <= now() ORDER BY h.held_until LIMIT $1"
 	"                               FOR UPDATE SKIP LOCKED))"
-	" RETURNING st.queue", 1, I4);
+	" RETURNING st.queue,"
+	"           st.state = 'queued' AND st.handler IS NULL"
+	"           AND EXISTS (SELECT 1 FROM wfe.queues AS q"
+	"                        WHERE q.queue = st.queue AND q.delivery = 'broker' AND NOT q.paused),"
+	"           st.run_id, st.stage, coalesce(st.tenant, '')", 1, I4);
+/* a broker task's bucket: its row's ctid, rate limit, key and tenant */
+static stmt q_stage_rate = STMT(
+	"SELECT st.ctid, st.rate_limit, st.rate_key, coalesce(st.tenant, '') FROM wfe.run_stages AS st"
+	" WHERE st.run_id = $1 AND st.stage = $2 AND st.rate_limit IS NOT NULL", 2, I8, TX);
 static stmt q_next_held = STMT(
 	"SELECT min(h.held_until) FROM wfe.run_stages AS h WHERE h.held_until < 'infinity'", 0);
 
@@ -292,6 +302,36 @@ wfe_rate_admit(int n, ItemPointer *tids, char **limit, char **key, char **tenant
 		wfe_wake_at(first_due);
 }
 
+/*
+ * A broker task is being dispatched (admission.c): take its token, if it
+ * names a rate limit.  Without one it is held as a claim's candidate is
+ * (held_until its token's due, the worker's timer set), and
+ * wfe._release_rate_held dispatches it then.
+ */
+bool
+wfe_rate_dispatch(int64 run_id, const char *stage)
+{
+	Datum		v[2] = {Int64GetDatum(run_id), CStringGetTextDatum(stage)};
+	ItemPointerData tid;
+	ItemPointer tids[1] = {&tid};
+	char	   *limit[1],
+			   *key[1],
+			   *tenant[1];
+	bool		isnull;
+	bool		take[1];
+
+	stmt_run(&q_stage_rate, v, NULL);
+	if (SPI_processed != 1)
+		return true;
+	ItemPointerCopy((ItemPointer) DatumGetPointer(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
+																1, &isnull)), &tid);
+	limit[0] = stmt_col(2);
+	key[0] = stmt_col(3);
+	tenant[0] = stmt_col(4);
+	wfe_rate_admit(1, tids, limit, key, tenant, take);
+	return take[0];
+}
+
 PG_FUNCTION_INFO_V1(wfe_release_rate_held);
 
 /*
@@ -308,12 +348,31 @@ wfe_release_rate_held(PG_FUNCTION_ARGS)
 	SPI_connect();
 	stmt_run(&q_release, v, NULL);
 	released = (int) SPI_processed;
-	for (int k = 0; k < released; k++)
 	{
-		char	   *queue = SPI_getvalue(SPI_tuptable->vals[k], SPI_tuptable->tupdesc, 1);
+		char	  **queue = palloc(sizeof(char *) * Max(released, 1));
+		bool	   *broker = palloc(sizeof(bool) * Max(released, 1));
+		int64	   *run_id = palloc(sizeof(int64) * Max(released, 1));
+		char	  **stage = palloc(sizeof(char *) * Max(released, 1));
+		char	  **tenant = palloc(sizeof(char *) * Max(released, 1));
 
-		if (queue != NULL)
-			wfe_ready_released(queue);
+		for (int k = 0; k < released; k++)
+		{
+			HeapTuple	t = SPI_tuptable->vals[k];
+			TupleDesc	d = SPI_tuptable->tupdesc;
+			char	   *b = SPI_getvalue(t, d, 2);
+
+			queue[k] = SPI_getvalue(t, d, 1);
+			broker[k] = b != NULL && b[0] == 't';
+			run_id[k] = pg_strtoint64(SPI_getvalue(t, d, 3));
+			stage[k] = SPI_getvalue(t, d, 4);
+			tenant[k] = SPI_getvalue(t, d, 5);
+		}
+		/* a poll task's pollers hear of it; a broker task is dispatched, through every gate again */
+		for (int k = 0; k < released; k++)
+			if (broker[k])
+				wfe_admission_dispatch(run_id[k], stage[k], queue[k], tenant[k]);
+			else if (queue[k] != NULL)
+				wfe_ready_released(queue[k]);
 	}
 	stmt_run(&q_next_held, NULL, NULL);
 	{

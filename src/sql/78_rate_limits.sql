@@ -109,6 +109,12 @@ BEGIN
                    SELECT DISTINCT x.queue FROM x
     LOOP
         PERFORM wfe._notify_ready(v_queue);
+        -- a broker queue's are dispatched, through every gate, by the worker's next round (admission.c)
+        INSERT INTO wfe.admission_recheck (queue)
+        SELECT q.queue FROM wfe.queues AS q WHERE q.queue = v_queue AND q.delivery = 'broker' AND NOT q.paused;
+        IF FOUND THEN
+            PERFORM wfe._wake(now());
+        END IF;
     END LOOP;
 END
 $$;
