@@ -91,8 +91,8 @@ static stmt q_limits = STMT(
 	"SELECT (SELECT q.max_in_flight FROM wfe.queues AS q WHERE q.queue = $1 AND q.max_in_flight IS NOT NULL),"
 	"       (SELECT t.max_tasks_in_flight FROM wfe.tenant_limits AS t"
 	"         WHERE t.tenant = $2 AND t.max_tasks_in_flight IS NOT NULL),"
-	/* a map element's key is its map's (max_concurrency), released by the map: not gated here */
-	"       CASE WHEN st.element IS NULL THEN st.concurrency_key END, st.concurrency_max"
+	/* a map element's own key (its item's concurrency) too: its map counts it released either way */
+	"       st.concurrency_key, st.concurrency_max"
 	"  FROM wfe.run_stages AS st WHERE st.run_id = $3 AND st.stage = $4", 4, TX, TX, I8, TX);
 /* the common end of a task, nothing limited, costs this one statement */
 static stmt q_limited = STMT(
