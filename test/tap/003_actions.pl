@@ -191,7 +191,11 @@ SQL
 # longer than the 0.6 s of slow actions ahead of the locked run)
 my $holder = $node->background_psql('postgres');
 my $slow = sql("SELECT string_agg(s.run_id::text, ',') FROM generate_series(1, 3) AS i, LATERAL wfe.submit('tap-slow', jsonb_build_object('i', i)) AS s");
-my $locked = sql("SELECT run_id FROM wfe.submit('tap-act', '{\"v\": 7}')");
+# submitted and locked from the holder's session, one statement after the
+# other: a psql started in between (a loaded machine's second or more) let
+# the worker run the action before the lock was taken
+my $locked = $holder->query_safe("SELECT run_id FROM wfe.submit('tap-act', '{\"v\": 7}');");
+chomp $locked;
 $holder->query_safe("BEGIN;\nSELECT 1 FROM wfe.runs WHERE run_id = $locked FOR UPDATE;");
 ok( $node->poll_query_until(
 		'postgres', "SELECT bool_and(state = 'completed') FROM wfe.runs WHERE run_id IN ($slow)"),

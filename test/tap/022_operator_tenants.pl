@@ -26,6 +26,7 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use WfeLogin;
 
 my $node = PostgreSQL::Test::Cluster->new('wfe_operator_tenants');
 $node->init;
@@ -36,13 +37,8 @@ sub sql { return $node->safe_psql('postgres', $_[0]); }
 # (SQLSTATE or '', stdout, the error's message, all of stderr)
 sub login
 {
-	my ($role, $q) = @_;
-	my ($out, $err) = ('', '');
-	$node->psql('postgres', "\\set VERBOSITY verbose\n$q", stdout => \$out, stderr => \$err,
-		on_error_stop => 1, extra_params => [ '-U', $role ]);
-	my ($state) = $err =~ /ERROR:\s+([0-9A-Z]{5}):/;
-	my ($msg) = $err =~ /ERROR:\s+[0-9A-Z]{5}:\s+(.*)/;
-	return ($state // '', $out, $msg // '', $err);
+	my $r = WfeLogin::as_login($node, @_);
+	return ($r->{state}, $r->{out}, $r->{msg}, $r->{err});
 }
 
 sql('CREATE EXTENSION wfe');

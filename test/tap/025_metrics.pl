@@ -14,6 +14,7 @@ use Cwd qw(abs_path);
 use File::Basename qw(dirname);
 use HTTP::Tiny;
 use IPC::Run;
+use WfeLogin;
 
 my $top = abs_path(dirname(__FILE__) . '/../..');
 my $node = PostgreSQL::Test::Cluster->new('wfe_metrics');
@@ -24,14 +25,8 @@ sub sql { return $node->safe_psql('postgres', $_[0]); }
 # login(ROLE, SQL): (SQLSTATE or '', stdout), connected as ROLE itself
 sub login
 {
-	my ($role, $q) = @_;
-	my ($out, $err) = ('', '');
-	$node->psql('postgres', "\\set VERBOSITY verbose\n$q", stdout => \$out, stderr => \$err,
-		on_error_stop => 1, extra_params => [ '-U', lc $role ]);
-	my ($state) = $err =~ /ERROR:\s+([0-9A-Z]{5}):/;
-	# a login that fails (FATAL) is no answer either
-	$state //= $err =~ /\S/ ? "psql: $err" : '';
-	return ($state, $out);
+	my $r = WfeLogin::as_login($node, lc $_[0], $_[1], strict => 1);
+	return ($r->{state}, $r->{out});
 }
 
 # series(ROLE, METRIC): {labels-as-text => value} of one metric as ROLE sees it

@@ -19,6 +19,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Digest::SHA qw(hmac_sha256_hex);
+use WfeLogin;
 
 my $node = PostgreSQL::Test::Cluster->new('wfe_signals');
 $node->init;
@@ -28,13 +29,8 @@ sub sql { return $node->safe_psql('postgres', $_[0]); }
 # login(ROLE, SQL): run SQL as login ROLE; (SQLSTATE or '', stdout, message)
 sub login
 {
-	my ($role, $q) = @_;
-	my ($out, $err) = ('', '');
-	$node->psql('postgres', "\\set VERBOSITY verbose\n$q", stdout => \$out, stderr => \$err,
-		on_error_stop => 1, extra_params => [ '-U', $role ]);
-	my ($state) = $err =~ /ERROR:\s+([0-9A-Z]{5}):/;
-	my ($msg) = $err =~ /ERROR:\s+[0-9A-Z]{5}:\s+(.*)/;
-	return ($state // '', $out, $msg // '');
+	my $r = WfeLogin::as_login($node, @_);
+	return ($r->{state}, $r->{out}, $r->{msg});
 }
 
 sql('CREATE EXTENSION wfe');

@@ -22,6 +22,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use JSON::PP;
+use WfeLogin;
 
 my $node = PostgreSQL::Test::Cluster->new('wfe_redaction');
 $node->init;
@@ -31,13 +32,8 @@ sub sql { return $node->safe_psql('postgres', $_[0]); }
 # login(ROLE, SQL): (SQLSTATE or '', stdout, stderr), connected as ROLE itself
 sub login
 {
-	my ($role, $q) = @_;
-	my ($out, $err) = ('', '');
-	$node->psql('postgres', "\\set VERBOSITY verbose\n$q", stdout => \$out, stderr => \$err,
-		on_error_stop => 1, extra_params => [ '-U', lc $role ]);
-	my ($state) = $err =~ /ERROR:\s+([0-9A-Z]{5}):/;
-	$state //= $err =~ /\S/ ? "psql: $err" : '';
-	return ($state, $out, $err);
+	my $r = WfeLogin::as_login($node, lc $_[0], $_[1], strict => 1);
+	return ($r->{state}, $r->{out}, $r->{err});
 }
 
 sub ok_login

@@ -15,6 +15,7 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use WfeLogin;
 
 my $primary = PostgreSQL::Test::Cluster->new('wfe_primary');
 $primary->init(allows_streaming => 1);
@@ -26,13 +27,8 @@ sub sql { return $primary->safe_psql('postgres', $_[0]); }
 # login(NODE, ROLE, SQL): (SQLSTATE or '', stdout), connected as ROLE itself
 sub login
 {
-	my ($node, $role, $q) = @_;
-	my ($out, $err) = ('', '');
-	$node->psql('postgres', "\\set VERBOSITY verbose\n$q", stdout => \$out, stderr => \$err,
-		on_error_stop => 1, extra_params => [ '-U', $role ]);
-	my ($state) = $err =~ /ERROR:\s+([0-9A-Z]{5}):/;
-	$state //= $err =~ /\S/ ? "psql: $err" : '';
-	return ($state, $out);
+	my $r = WfeLogin::as_login($_[0], @_[1, 2], strict => 1);
+	return ($r->{state}, $r->{out});
 }
 
 sql(q{

@@ -23,6 +23,7 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use WfeLogin;
 
 my $node = PostgreSQL::Test::Cluster->new('wfe_maps');
 $node->init;
@@ -36,12 +37,8 @@ sub sql { return $node->safe_psql('postgres', $_[0]); }
 # login(ROLE, SQL): run SQL as login ROLE; (SQLSTATE or '', stdout)
 sub login
 {
-	my ($role, $q) = @_;
-	my ($out, $err) = ('', '');
-	$node->psql('postgres', "\\set VERBOSITY verbose\n$q", stdout => \$out, stderr => \$err,
-		on_error_stop => 1, extra_params => [ '-U', $role ]);
-	my ($state) = $err =~ /ERROR:\s+([0-9A-Z]{5}):/;
-	return ($state // '', $out);
+	my $r = WfeLogin::as_login($node, @_);
+	return ($r->{state}, $r->{out});
 }
 
 sql('CREATE EXTENSION wfe');

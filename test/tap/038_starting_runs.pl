@@ -32,6 +32,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(usleep);
 use WfeRabbit;
+use WfeLogin;
 
 my $rabbit = WfeRabbit->new('starting');
 $rabbit->start;
@@ -54,12 +55,8 @@ sub example
 # login(ROLE, SQL): (SQLSTATE or '', stdout) of SQL run by login ROLE.
 sub login
 {
-	my ($role, $q) = @_;
-	my ($out, $err) = ('', '');
-	$node->psql('postgres', "\\set VERBOSITY verbose\n$q", stdout => \$out, stderr => \$err,
-		on_error_stop => 1, extra_params => [ '-U', $role ]);
-	my ($state) = $err =~ /ERROR:\s+([0-9A-Z]{5}):/;
-	return ($state // '', $out);
+	my $r = WfeLogin::as_login($node, @_);
+	return ($r->{state}, $r->{out});
 }
 
 sql(<<'SQL');

@@ -24,6 +24,7 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use WfeLogin;
 
 my $node = PostgreSQL::Test::Cluster->new('wfe_map_children');
 $node->init;
@@ -42,13 +43,8 @@ sub wait_for { my ($q, $what) = @_; ok($node->poll_query_until('postgres', $q), 
 # login(ROLE, SQL): run SQL as login ROLE; (SQLSTATE or '', stdout, message)
 sub login
 {
-	my ($role, $q) = @_;
-	my ($out, $err) = ('', '');
-	$node->psql('postgres', "\\set VERBOSITY verbose\n$q", stdout => \$out, stderr => \$err,
-		on_error_stop => 1, extra_params => [ '-U', $role ]);
-	my ($state) = $err =~ /ERROR:\s+([0-9A-Z]{5}):/;
-	my ($msg) = $err =~ /ERROR:\s+[0-9A-Z]{5}:\s+(.*)/;
-	return ($state // '', $out, $msg // '');
+	my $r = WfeLogin::as_login($node, @_);
+	return ($r->{state}, $r->{out}, $r->{msg});
 }
 
 sub define

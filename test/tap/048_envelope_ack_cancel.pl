@@ -19,6 +19,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use WfeRabbit;
+use WfeLogin;
 
 my $rabbit = WfeRabbit->new('envelope');
 $rabbit->start;
@@ -33,12 +34,8 @@ sub jsonb { return '$j$' . $json->encode($_[0]) . '$j$::jsonb'; }
 # login(ROLE, SQL): run SQL as a real login of ROLE; (SQLSTATE or '', stdout).
 sub login
 {
-	my ($role, $q) = @_;
-	my ($out, $err) = ('', '');
-	$node->psql('postgres', "\\set VERBOSITY verbose\n$q", stdout => \$out, stderr => \$err,
-		on_error_stop => 1, extra_params => [ '-U', $role ]);
-	my ($state) = $err =~ /ERROR:\s+([0-9A-Z]{5}):/;
-	return ($state // '', $out);
+	my $r = WfeLogin::as_login($node, @_);
+	return ($r->{state}, $r->{out});
 }
 
 WfeRabbit::linear_workflow($node, 'tap-envelope', 'envq', 'a', 'b');

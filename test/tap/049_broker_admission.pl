@@ -21,6 +21,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use WfeRabbit;
+use WfeLogin;
 
 my $worker_bin = WfeRabbit::top_dir() . '/build/wfe-worker';
 plan skip_all => "$worker_bin is not built" unless -x $worker_bin;
@@ -34,12 +35,8 @@ sub sql { return $node->safe_psql('postgres', $_[0]); }
 # login(ROLE, SQL): run SQL as a real login; returns (SQLSTATE or '', stderr).
 sub login
 {
-	my ($role, $q) = @_;
-	my ($out, $err) = ('', '');
-	$node->psql('postgres', "\\set VERBOSITY verbose\n$q", stdout => \$out, stderr => \$err,
-		on_error_stop => 1, extra_params => [ '-U', $role ]);
-	my ($state) = $err =~ /ERROR:\s+([0-9A-Z]{5}):/;
-	return ($state // '', $err);
+	my $r = WfeLogin::as_login($node, @_);
+	return ($r->{state}, $r->{err});
 }
 
 WfeRabbit::linear_workflow($node, 'tkc', 'tkc',
