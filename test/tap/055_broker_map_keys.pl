@@ -24,6 +24,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use WfeRabbit;
+use WfeLogin;
 
 my $rabbit = WfeRabbit->new('brokermapkeys');
 $rabbit->start;
@@ -35,13 +36,8 @@ sub sql { return $node->safe_psql('postgres', $_[0]); }
 # psql as a login: (SQLSTATE or '', stdout, stderr)
 sub login
 {
-	my ($role, $q) = @_;
-	my ($out, $err) = ('', '');
-	$node->psql('postgres', "\\set VERBOSITY verbose\n$q", stdout => \$out, stderr => \$err,
-		on_error_stop => 1, extra_params => [ '-U', $role ]);
-	my ($state) = $err =~ /ERROR:\s+([0-9A-Z]{5}):/;
-	$state //= $err =~ /\S/ ? "psql: $err" : '';
-	return ($state, $out, $err);
+	my $r = WfeLogin::as_login($node, @_, strict => 1);
+	return ($r->{state}, $r->{out}, $r->{err});
 }
 
 sub ok_login
