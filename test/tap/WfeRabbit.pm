@@ -351,6 +351,52 @@ sub running_nodes
 	return sort($out =~ /'?([A-Za-z0-9_.-]+\@[A-Za-z0-9_.-]+)'?/g);
 }
 
+# The members of quorum queue QUEUE as this node reports them: a list of
+# [node name, Raft state] ("leader", "follower", or another state such as
+# "noproc" for a member that is not running); empty when it cannot tell.
+sub quorum_members
+{
+	my ($self, $queue) = @_;
+	my ($rc, $out, $err) = $self->_run(
+		[ "$RABBIT_BIN/rabbitmq-queues", '-n', $self->{nodename}, '-q', '--formatter', 'json',
+		  'quorum_status', $queue ], 60);
+	return () if $rc != 0;
+	my $rows = eval { decode_json($out) };
+	return () unless ref $rows eq 'ARRAY';
+	return map { [ $_->{'Node Name'} // '?', $_->{'Raft State'} // '?' ] } @$rows;
+}
+
+# Wait until each of QUEUES has a running member on each of the cluster's
+# NODES nodes (one leader, the rest followers), as this node sees them: the
+# cluster can then lose any one node and keep every queue available.  (A
+# member can still be starting some time after its node joined, under
+# load; killing another node then would take its queue's quorum with it.)
+# True when ready; false at the timeout, saying what it saw.
+sub await_quorum
+{
+	my ($self, $nodes, @queues) = @_;
+	my $deadline = time + $PostgreSQL::Test::Utils::timeout_default;
+	my $seen;
+	while (1)
+	{
+		my $ready = 1;
+		$seen = '';
+		for my $q (@queues)
+		{
+			my @m = $self->quorum_members($q);
+			my $live = grep { $_->[1] =~ /^(?:leader|follower)$/ } @m;
+			my $leaders = grep { $_->[1] eq 'leader' } @m;
+			$seen .= "$q: " . join(', ', map { "@$_" } @m) . '; ';
+			$ready &&= $live == $nodes && $leaders == 1;
+		}
+		return 1 if $ready;
+		last if time >= $deadline;
+		usleep(500_000);
+	}
+	diag "quorum queues not ready: $seen";
+	return 0;
+}
+
 # The node's name (name@localhost).
 sub nodename { return $_[0]->{nodename}; }
 
