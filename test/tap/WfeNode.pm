@@ -1,0 +1,91 @@
+# WfeNode.pm: the set-up the TAP tests share -- a started node with wfe,
+# the logins that act on it, and workflows defined from their YAML.
+#
+#   my $node = WfeNode::node('wfe_timers', preload => 1, conf => "wfe.poll_interval_ms = 200\n");
+#   WfeNode::worker_runs($node);
+#   WfeNode::logins($node, nobody => '', worker => 'wfe_worker', sub_a => 'wfe_submitter A');
+#   WfeNode::tenant_logins($node, [qw(A B)], qw(submitter reader));   # submitter_a ... reader_b
+#   WfeNode::workflow($node, $yaml);    # created, approved and activated
+#
+# Everything happens in database postgres.  The broker tests start their
+# node through WfeRabbit::wfe_node, which adds the broker's settings.
+package WfeNode;
+
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Cluster;
+use Test::More;
+
+# node(NAME, %opt): a started PostgreSQL node, with CREATE EXTENSION wfe
+# done.  preload => 1: wfe is preloaded and its background worker serves
+# database postgres; conf => TEXT: more postgresql.conf lines, after wfe's
+# (so that they win); extension => 0: the extension is not created;
+# init => [ARGS]: the arguments of PostgreSQL::Test::Cluster's init.
+sub node
+{
+	my ($name, %opt) = @_;
+	my $node = PostgreSQL::Test::Cluster->new($name);
+	$node->init(@{ $opt{init} // [] });
+	my $conf = ($opt{preload} ? "shared_preload_libraries = 'wfe'\nwfe.database = 'postgres'\n" : '')
+	  . ($opt{conf} // '');
+	$node->append_conf('postgresql.conf', $conf) if $conf ne '';
+	$node->start;
+	$node->safe_psql('postgres', 'CREATE EXTENSION wfe') if $opt{extension} // 1;
+	return $node;
+}
+
+# worker_runs(NODE, %opt): one assertion: the background worker runs (it
+# has a pid, and has run a round).  rounds => 0: a pid is enough (with an
+# hour's poll interval the first round may not come soon); what => the
+# assertion's name.
+sub worker_runs
+{
+	my ($node, %opt) = @_;
+	my $cond = ($opt{rounds} // 1) ? 'pid IS NOT NULL AND rounds > 0' : 'pid IS NOT NULL';
+	return ok($node->poll_query_until('postgres', "SELECT $cond FROM wfe.worker_status()"),
+		$opt{what} // 'the worker runs');
+}
+
+# logins(NODE, LOGIN => 'GROUP TENANT', ...): create each LOGIN role, a
+# member of the role GROUP (wfe_worker, say) if given, acting for TENANT if
+# given; '' for a login with neither.  In the order given, in one
+# transaction.
+sub logins
+{
+	my ($node, @spec) = @_;
+	my $sql = '';
+	while (my ($login, $as) = splice(@spec, 0, 2))
+	{
+		my ($group, $tenant) = split ' ', $as;
+		$sql .= "CREATE ROLE $login LOGIN" . ($group ? " IN ROLE $group" : '') . ";\n";
+		$sql .= "SELECT wfe.add_tenant_member('$login', '$tenant');\n" if defined $tenant;
+	}
+	$node->safe_psql('postgres', $sql);
+	return;
+}
+
+# tenant_logins(NODE, [TENANTS], KINDS...): for each tenant T and each kind
+# K (submitter, reader, operator, worker), the login K_t (t: T in lower
+# case) in role wfe_K, acting for T.
+sub tenant_logins
+{
+	my ($node, $tenants, @kinds) = @_;
+	logins($node, map { my $t = $_; map { ("${_}_\L$t", "wfe_$_ $t") } @kinds } @$tenants);
+	return;
+}
+
+# workflow(NODE, YAML): create the definition YAML, approve and activate it
+# (the name and version are read from the YAML); returns the name.
+sub workflow
+{
+	my ($node, $yaml) = @_;
+	my ($name) = $yaml =~ /^name:\s*(\S+)/m or die "workflow: no name in the YAML:\n$yaml";
+	my ($version) = $yaml =~ /^version:\s*"?([^"\s]+)/m or die "workflow: no version in the YAML:\n$yaml";
+	$node->safe_psql('postgres', qq{SELECT wfe.create_definition(\$y\$$yaml\$y\$);
+SELECT wfe.approve('$name', '$version');
+SELECT wfe.activate('$name', '$version');});
+	return $name;
+}
+
+1;
