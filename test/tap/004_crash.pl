@@ -13,20 +13,16 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(usleep);
+use WfeNode;
 
 my $name = 'wfe_crash';
-my $node = PostgreSQL::Test::Cluster->new($name);
-$node->init;
-$node->append_conf('postgresql.conf',
-	"shared_preload_libraries = 'wfe'\n"
-	  . "wfe.database = 'postgres'\n"
-	  . "wfe.poll_interval_ms = 200\n"
+my $node = WfeNode::node($name, preload => 1,
+	conf => "wfe.poll_interval_ms = 200\n"
 	  # PostgreSQL::Test::Cluster turns this off; a killed backend must
 	  # make the postmaster reinitialise, not stop
 	  . "restart_after_crash = on\n"
 	  # the background loop's statement would otherwise fill the log
-	  . "log_statement = none");
-$node->start;
+	  . "log_statement = none\n");
 
 sub sql { return $node->safe_psql('postgres', $_[0]); }
 
@@ -35,7 +31,6 @@ sub sql { return $node->safe_psql('postgres', $_[0]); }
 # dispatches are outbox rows; no publisher is configured, so a test relay
 # plays the broker and its consumer).
 sql(<<'SQL');
-CREATE EXTENSION wfe;
 CREATE SCHEMA tap;
 CREATE FUNCTION public.tap_inc(input jsonb) RETURNS jsonb
 LANGUAGE sql AS $$ SELECT jsonb_build_object('n', coalesce((input ->> 'n')::int, 0) + 1) $$;
