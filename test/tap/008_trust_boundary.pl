@@ -31,13 +31,13 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(usleep);
 
+use WfeNode;
 use WfeRabbit;
 
 my $rabbit = WfeRabbit->new('trust');
 $rabbit->start;
 my $node = WfeRabbit::wfe_node('wfe_trust', $rabbit, "wfe.poll_interval_ms = 100\n");
-ok($node->poll_query_until('postgres', 'SELECT pid IS NOT NULL AND rounds > 0 FROM wfe.worker_status()'),
-	'the worker runs');
+WfeNode::worker_runs($node);
 
 # While the hostile search_path is set (part 2), every session of ours
 # names its own path when it connects (PGOPTIONS).
@@ -68,14 +68,14 @@ sub refused
 sub superusers { return sql("SELECT string_agg(rolname, ',' ORDER BY rolname) FROM pg_roles WHERE rolsuper"); }
 my $superusers = superusers();
 
+# w_a and w_b are workers of the default tenant; w_c of none
+WfeNode::logins($node,
+	adm => 'wfe_admin',
+	mallory => '',
+	w_a => 'wfe_worker default',
+	w_b => 'wfe_worker default',
+	w_c => 'wfe_worker');
 sql(<<'SQL');
-CREATE ROLE adm LOGIN IN ROLE wfe_admin;
-CREATE ROLE mallory LOGIN;
-CREATE ROLE w_a LOGIN IN ROLE wfe_worker;
-CREATE ROLE w_b LOGIN IN ROLE wfe_worker;
-CREATE ROLE w_c LOGIN IN ROLE wfe_worker;
--- w_a and w_b are workers of the default tenant; w_c of none
-SELECT wfe.add_tenant_member('w_a', 'default'), wfe.add_tenant_member('w_b', 'default');
 CREATE SCHEMA adm_s AUTHORIZATION adm;
 CREATE SCHEMA mal_s AUTHORIZATION mallory;
 CREATE TABLE public.side_effects (what text);
