@@ -26,18 +26,12 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use WfeNode;
 
-my $node = PostgreSQL::Test::Cluster->new('wfe_rate_limits');
-$node->init;
-$node->append_conf('postgresql.conf',
-	"shared_preload_libraries = 'wfe'\n"
-	  . "wfe.database = 'postgres'\n"
-	  . "wfe.poll_interval_ms = 3600000\n"
-	  . "wfe.max_rate_keys = 3");
-$node->start;
-$node->safe_psql('postgres', 'CREATE EXTENSION wfe');
-ok($node->poll_query_until('postgres', 'SELECT pid IS NOT NULL FROM wfe.worker_status()'),
-	'the worker runs');
+my $node = WfeNode::node('wfe_rate_limits', preload => 1,
+	conf => "wfe.poll_interval_ms = 3600000\n"
+	  . "wfe.max_rate_keys = 3\n");
+WfeNode::worker_runs($node, rounds => 0);
 
 sub sql { return $node->safe_psql('postgres', $_[0]); }
 
