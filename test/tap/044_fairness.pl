@@ -19,11 +19,9 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use WfeNode;
 
-my $node = PostgreSQL::Test::Cluster->new('wfe_fairness');
-$node->init;
-$node->start;
-$node->safe_psql('postgres', 'CREATE EXTENSION wfe');
+my $node = WfeNode::node('wfe_fairness');
 
 sub sql { return $node->safe_psql('postgres', $_[0]); }
 
@@ -37,11 +35,12 @@ sub as_login
 	return ($status, $err);
 }
 
+WfeNode::logins($node,
+	root_admin => 'wfe_admin',
+	nobody => '',
+	a_worker => 'wfe_worker',
+	small_operator => 'wfe_operator');
 sql(q{
-CREATE ROLE root_admin LOGIN IN ROLE wfe_admin;
-CREATE ROLE nobody LOGIN;
-CREATE ROLE a_worker LOGIN IN ROLE wfe_worker;
-CREATE ROLE small_operator LOGIN IN ROLE wfe_operator;
 INSERT INTO wfe.tenant_members (role, tenant) VALUES ('small_operator', 'small');
 SELECT wfe.register_worker('tap.fair@1', 'fq');
 SELECT wfe.create_definition($y$
