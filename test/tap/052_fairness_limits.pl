@@ -25,17 +25,15 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use WfeNode;
 
-my $node = PostgreSQL::Test::Cluster->new('wfe_fair_limits');
-$node->init;
-$node->start;
-$node->safe_psql('postgres', 'CREATE EXTENSION wfe');
+my $node = WfeNode::node('wfe_fair_limits');
 
 sub sql { return $node->safe_psql('postgres', $_[0]); }
 # a query as the worker login
 sub as_worker { return $node->safe_psql('postgres', $_[0], extra_params => ['-U', 'a_worker']); }
 
-sql(q{CREATE ROLE a_worker LOGIN IN ROLE wfe_worker;});
+WfeNode::logins($node, a_worker => 'wfe_worker');
 # one workflow per queue: fl and f4 fair, nf not (yet)
 for my $q ('fl', 'f4', 'nf')
 {

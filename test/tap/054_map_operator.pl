@@ -24,6 +24,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use WfeRabbit;
 use WfeLogin;
+use WfeNode;
 
 my $rabbit = WfeRabbit->new('mapops');
 $rabbit->start;
@@ -38,14 +39,12 @@ sub login
 	return ($r->{state}, $r->{out}, $r->{msg});
 }
 
+WfeNode::logins($node,
+	worker_a => 'wfe_worker A',
+	operator_a => 'wfe_operator A',
+	operator_b => 'wfe_operator B');
 sql(q{SELECT wfe.register_worker('lod@1', 'lods', '{"type": "object"}', '{"type": "object"}');
 SELECT wfe.configure_queue('lods', 'broker');
-CREATE ROLE worker_a LOGIN IN ROLE wfe_worker;
-CREATE ROLE operator_a LOGIN IN ROLE wfe_operator;
-CREATE ROLE operator_b LOGIN IN ROLE wfe_operator;
-SELECT wfe.add_tenant_member('worker_a', 'A');
-SELECT wfe.add_tenant_member('operator_a', 'A');
-SELECT wfe.add_tenant_member('operator_b', 'B');
 SELECT wfe.grant_queue('worker_a', 'lods');
 SELECT wfe.create_definition($y$
 name: lods

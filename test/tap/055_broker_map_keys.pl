@@ -23,6 +23,7 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use WfeNode;
 use WfeRabbit;
 use WfeLogin;
 
@@ -48,12 +49,9 @@ sub ok_login
 	return $out;
 }
 
-for my $t (qw(a b))
-{
-	sql("CREATE ROLE submitter_$t LOGIN IN ROLE wfe_submitter; SELECT wfe.add_tenant_member('submitter_$t', '\U$t\E');"
-		  . "CREATE ROLE reader_$t LOGIN IN ROLE wfe_reader; SELECT wfe.add_tenant_member('reader_$t', '\U$t\E');");
-}
-sql(q{CREATE ROLE worker LOGIN IN ROLE wfe_worker;
+WfeNode::tenant_logins($node, [qw(A B)], qw(submitter reader));
+WfeNode::logins($node, worker => 'wfe_worker');
+sql(q{
 SELECT wfe.register_worker('tap.bk@1', 'bk');
 SELECT wfe.configure_queue('bk', 'broker');
 SELECT wfe.grant_queue('worker', 'bk');
