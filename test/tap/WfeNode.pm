@@ -47,19 +47,19 @@ sub worker_runs
 		$opt{what} // 'the worker runs');
 }
 
-# logins(NODE, LOGIN => 'GROUP TENANT', ...): create each LOGIN role, a
-# member of the role GROUP (wfe_worker, say) if given, acting for TENANT if
-# given; '' for a login with neither.  In the order given, in one
-# transaction.
+# logins(NODE, LOGIN => 'GROUPS TENANTS', ...): create each LOGIN role, a
+# member of GROUPS (wfe_worker, say, or wfe_submitter,wfe_reader) if
+# given, acting for each of TENANTS (space-separated) if given; '' for a
+# login with neither.  In the order given, in one transaction.
 sub logins
 {
 	my ($node, @spec) = @_;
 	my $sql = '';
 	while (my ($login, $as) = splice(@spec, 0, 2))
 	{
-		my ($group, $tenant) = split ' ', $as;
-		$sql .= "CREATE ROLE $login LOGIN" . ($group ? " IN ROLE $group" : '') . ";\n";
-		$sql .= "SELECT wfe.add_tenant_member('$login', '$tenant');\n" if defined $tenant;
+		my ($groups, @tenants) = split ' ', $as;
+		$sql .= "CREATE ROLE $login LOGIN" . ($groups ? " IN ROLE $groups" : '') . ";\n";
+		$sql .= "SELECT wfe.add_tenant_member('$login', '$_');\n" for @tenants;
 	}
 	$node->safe_psql('postgres', $sql);
 	return;
