@@ -43,9 +43,7 @@ $lines
     on_failure: $on_failure
 $extra
 YAML
-	sql("SELECT wfe.create_definition(\$y\$$yaml\$y\$)");
-	sql("SELECT wfe.approve('$name', '1.0.0')");
-	sql("SELECT wfe.activate('$name', '1.0.0')");
+	WfeNode::workflow($node, $yaml);
 }
 
 sub submit

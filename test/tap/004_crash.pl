@@ -38,7 +38,8 @@ SELECT wfe.register_worker('tap.first@1', 'tap-crash-a');
 SELECT wfe.register_action('tap.inc@1', handler => 'public.tap_inc(jsonb)');
 SELECT wfe.register_worker('tap.last@1', 'tap-crash-b');
 SELECT wfe.configure_queue('tap-crash-b', 'broker');
-SELECT wfe.create_definition($y$
+SQL
+WfeNode::workflow($node, <<'YAML');
 name: tap-crash
 version: "1.0.0"
 entry: first
@@ -62,10 +63,8 @@ stages:
     worker: tap.last@1
     on_success: completed
     on_failure: failed
-$y$);
-SELECT wfe.approve('tap-crash', '1.0.0');
-SELECT wfe.activate('tap-crash', '1.0.0');
-
+YAML
+sql(<<'SQL');
 -- What a broker would deliver: the dispatch row of each attempt of a
 -- broker-queue stage that is queued (or, redelivered, running).
 CREATE VIEW tap.deliveries AS

@@ -27,8 +27,7 @@ sub sql { return $node->safe_psql('postgres', $_[0]); }
 # queue is ever used, so no other queue's claimers share its slot.
 my $queue = 'tap-ready-q';
 sql("SELECT wfe.register_worker('tap.ready\@1', '$queue')");
-sql(<<"SQL");
-SELECT wfe.create_definition(\$y\$
+WfeNode::workflow($node, <<"YAML");
 name: tap-ready
 version: "1.0.0"
 entry: work
@@ -39,10 +38,7 @@ stages:
     worker: tap.ready\@1
     on_success: completed
     on_failure: failed
-\$y\$);
-SELECT wfe.approve('tap-ready', '1.0.0');
-SELECT wfe.activate('tap-ready', '1.0.0');
-SQL
+YAML
 my $submit = "SELECT run_id FROM wfe.submit('tap-ready', '{}')";
 WfeNode::logins($node, outsider => '', poller => 'wfe_worker');
 sql(<<"SQL");
