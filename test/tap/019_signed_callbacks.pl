@@ -71,16 +71,14 @@ sql(<<'SQL');
 SELECT wfe.register_worker('sig.step@1', 'sig-jobs');
 SELECT wfe.grant_queue('gw', 'sig-jobs');
 SQL
-sql(q{SELECT wfe.create_definition($y$
+WfeNode::workflow($node, <<'YAML');
 name: sig-flow
 version: "1.0.0"
 entry: a
 stages:
   - { name: a, type: worker, queue: sig-jobs, worker: sig.step@1, input: { v: "${context.v}" }, on_success: b, on_failure: failed }
   - { name: b, type: worker, queue: sig-jobs, worker: sig.step@1, input: { v: "${context.v}" }, on_success: completed, on_failure: failed }
-$y$);
-SELECT wfe.approve('sig-flow', '1.0.0');
-SELECT wfe.activate('sig-flow', '1.0.0');});
+YAML
 
 # The secrets, in hex: gw1's current one, a wrong one, and rotation's next one.
 my %secret = (

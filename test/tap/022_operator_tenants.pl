@@ -44,8 +44,8 @@ WfeNode::tenant_logins($node, [qw(A B)], 'operator');
 # one definition per queue: work, then next, on the same queue; no retries
 for my $q (qw(qa qb qs))
 {
-	sql(qq{SELECT wfe.register_worker('t.$q\@1', '$q');
-SELECT wfe.create_definition(\$y\$
+	sql(qq{SELECT wfe.register_worker('t.$q\@1', '$q');});
+	WfeNode::workflow($node, <<"YAML");
 name: flow-$q
 version: "1.0.0"
 entry: work
@@ -63,9 +63,7 @@ stages:
     worker: t.$q\@1
     on_success: completed
     on_failure: failed
-\$y\$);
-SELECT wfe.approve('flow-$q', '1.0.0');
-SELECT wfe.activate('flow-$q', '1.0.0');});
+YAML
 }
 
 # submit(TENANT, QUEUE): a run of flow-QUEUE for TENANT (as a superuser)

@@ -35,7 +35,7 @@ sub login
 sql(q{SELECT wfe.register_signal('sig.approval@1',
   '{"type": "object", "required": ["approved"], "properties": {"approved": {"type": "boolean"}}}')});
 sql(q{SELECT wfe.register_signal('sig.other@1')});
-sql(q{SELECT wfe.create_definition($y$
+WfeNode::workflow($node, <<'YAML');
 name: review
 version: "1.0.0"
 entry: approve
@@ -46,9 +46,7 @@ stages:
     timeout_ms: 86400000
     on_success: completed
     on_failure: failed
-$y$);
-SELECT wfe.approve('review', '1.0.0');
-SELECT wfe.activate('review', '1.0.0');});
+YAML
 WfeNode::logins($node,
 	nogrant_a => 'wfe_submitter A',
 	sender_a => 'wfe_submitter A',
