@@ -46,9 +46,8 @@ sub login
 	return ($r->{state}, $r->{out});
 }
 
-sql(<<'SQL');
-SELECT wfe.register_worker('sch.step@1', 'sch-work');
-SELECT wfe.create_definition($y$
+sql(q{SELECT wfe.register_worker('sch.step@1', 'sch-work')});
+WfeNode::workflow($node, <<'YAML');
 name: sch
 version: "1.0.0"
 entry: step
@@ -59,10 +58,7 @@ stages:
     worker: sch.step@1
     on_success: completed
     on_failure: failed
-$y$);
-SELECT wfe.approve('sch', '1.0.0');
-SELECT wfe.activate('sch', '1.0.0');
-SQL
+YAML
 WfeNode::logins($node,
 	sub_a => 'wfe_submitter A',
 	sub_b => 'wfe_submitter B',

@@ -46,8 +46,8 @@ my $queue = 'tap-pooled';
 WfeNode::logins($node, wk => 'wfe_worker');
 sql(qq{
 SELECT wfe.register_worker('tap.pooled\@1', '$queue');
-SELECT wfe.grant_queue('wk', '$queue');
-SELECT wfe.create_definition(\$y\$
+SELECT wfe.grant_queue('wk', '$queue');});
+WfeNode::workflow($node, <<"YAML");
 name: tap-pooled
 version: "1.0.0"
 entry: work
@@ -58,10 +58,7 @@ stages:
     worker: tap.pooled\@1
     on_success: completed
     on_failure: failed
-\$y\$);
-SELECT wfe.approve('tap-pooled', '1.0.0');
-SELECT wfe.activate('tap-pooled', '1.0.0');
-});
+YAML
 
 # pgbouncer, on loopback, in front of the node's Unix socket.
 my $dir = $PostgreSQL::Test::Utils::tmp_check;

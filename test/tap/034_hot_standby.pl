@@ -35,8 +35,8 @@ WfeNode::logins($primary,
 	operator => 'wfe_operator');
 sql(q{
 SELECT wfe.register_worker('t.qa@1', 'qa');
-SELECT wfe.grant_queue('worker', 'qa');
-SELECT wfe.create_definition($y$
+SELECT wfe.grant_queue('worker', 'qa');});
+WfeNode::workflow($primary, <<'YAML');
 name: flow-a
 version: "1.0.0"
 entry: first
@@ -48,10 +48,7 @@ stages:
     retry: {max_attempts: 3, initial_ms: 600000, multiplier: 1, max_ms: 600000, jitter: none}
     on_success: completed
     on_failure: failed
-$y$);
-SELECT wfe.approve('flow-a', '1.0.0');
-SELECT wfe.activate('flow-a', '1.0.0');
-});
+YAML
 
 # The workload, as the logins that do it: four runs; four claims, which
 # complete, fail (its retry is 10 minutes away), complete, and stay running.

@@ -37,16 +37,8 @@ sub login
 	return ($r->{state}, $r->{out}, $r->{msg});
 }
 
-sub define
-{
-	my ($yaml, $name, $version) = @_;
-	sql("SELECT wfe.create_definition(\$y\$$yaml\$y\$)");
-	sql("SELECT wfe.approve('$name', '$version')");
-	sql("SELECT wfe.activate('$name', '$version')");
-}
-
 sql(q{SELECT wfe.register_worker('tapch.pack@1', 'tapch')});
-define(<<'YAML', 'publish-asset', '1.0.0');
+WfeNode::workflow($node, <<'YAML');
 name: publish-asset
 version: "1.0.0"
 context_schema: {type: object, required: [asset], properties: {asset: {type: string}}}
@@ -56,7 +48,7 @@ stages:
   - {name: pack, type: worker, worker: tapch.pack@1, queue: tapch, input: {asset: "${context.asset}"},
      retry: {max_attempts: 1}, on_success: completed, on_failure: failed}
 YAML
-define(<<'YAML', 'ingest', '1.0.0');
+WfeNode::workflow($node, <<'YAML');
 name: ingest
 version: "1.0.0"
 entry: publish
@@ -133,14 +125,14 @@ wait_for("SELECT state = 'failed' FROM wfe.runs WHERE run_id = $r4", 'cancelled 
 is(sql("SELECT error ->> 'code' FROM wfe.run_stages WHERE run_id = $r4"), 'child.cancelled', '... with child.cancelled');
 
 # 5. The depth limit
-define(<<'YAML', 'rec', '1.0.0');
+WfeNode::workflow($node, <<'YAML');
 name: rec
 version: "1.0.0"
 entry: a
 stages:
   - {name: a, type: worker, worker: tapch.pack@1, queue: tapch, on_success: completed, on_failure: failed}
 YAML
-define(<<'YAML', 'rec', '2.0.0');
+WfeNode::workflow($node, <<'YAML');
 name: rec
 version: "2.0.0"
 entry: deeper

@@ -47,7 +47,7 @@ SELECT wfe.grant_queue('worker_a', 'publish');});
 sub define
 {
 	my ($name, $keys) = @_;
-	sql(qq{SELECT wfe.create_definition(\$y\$
+	WfeNode::workflow($node, <<"YAML");
 name: $name
 version: "1.0.0"
 entry: render
@@ -69,9 +69,7 @@ $keys    item:
     input: { renders: "\${stages.render.result}" }
     on_success: completed
     on_failure: failed
-\$y\$);
-SELECT wfe.approve('$name', '1.0.0');
-SELECT wfe.activate('$name', '1.0.0');});
+YAML
 }
 define('lods', "    max_concurrency: 2\n");
 define('strict', "    tolerated_failures: 1\n");
