@@ -48,9 +48,8 @@ sub as_role
 sub workflow
 {
 	my ($name, $queue, $rl) = @_;
-	sql(qq{
-SELECT wfe.register_worker('tap.$name\@1', '$queue');
-SELECT wfe.create_definition(\$y\$
+	sql(qq{SELECT wfe.register_worker('tap.$name\@1', '$queue');});
+	WfeNode::workflow($node, <<"YAML");
 name: $name
 version: "1.0.0"
 entry: a
@@ -62,9 +61,7 @@ stages:
     rate_limit: $rl
     on_success: completed
     on_failure: failed
-\$y\$);
-SELECT wfe.approve('$name', '1.0.0');
-SELECT wfe.activate('$name', '1.0.0');});
+YAML
 	return;
 }
 

@@ -42,8 +42,8 @@ WfeNode::logins($node,
 	worker => 'wfe_worker');
 sql(q{
 SELECT wfe.register_worker('tap.p@1', 'pq');
-SELECT wfe.grant_queue('worker', 'pq');
-SELECT wfe.create_definition($y$
+SELECT wfe.grant_queue('worker', 'pq');});
+WfeNode::workflow($node, <<'YAML');
 name: prio
 version: "1.0.0"
 entry: a
@@ -60,9 +60,7 @@ stages:
     worker: tap.p@1
     on_success: completed
     on_failure: failed
-$y$);
-SELECT wfe.approve('prio', '1.0.0');
-SELECT wfe.activate('prio', '1.0.0');});
+YAML
 my @run = map { sql(q{SELECT run_id FROM wfe.submit('prio', '{}', NULL, '{"tenant": "A"}')}) } 1 .. 3;
 
 # --- 1. the order follows ---------------------------------------------------

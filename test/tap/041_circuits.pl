@@ -40,9 +40,8 @@ WfeNode::logins($node,
 	nobody => '',
 	a_worker => 'wfe_worker',
 	an_operator => 'wfe_operator');
-sql(q{
-SELECT wfe.register_worker('tap.cb@1', 'cbq');
-SELECT wfe.create_definition($y$
+sql(q{SELECT wfe.register_worker('tap.cb@1', 'cbq');});
+WfeNode::workflow($node, <<'YAML');
 name: cb
 version: "1.0.0"
 entry: a
@@ -53,9 +52,7 @@ stages:
     worker: tap.cb@1
     on_success: completed
     on_failure: failed
-$y$);
-SELECT wfe.approve('cb', '1.0.0');
-SELECT wfe.activate('cb', '1.0.0');});
+YAML
 
 # --- 1. bad input -----------------------------------------------------------
 my ($st, $err);
