@@ -42,16 +42,15 @@ WfeNode::logins($node,
 	small_operator => 'wfe_operator');
 sql(q{
 INSERT INTO wfe.tenant_members (role, tenant) VALUES ('small_operator', 'small');
-SELECT wfe.register_worker('tap.fair@1', 'fq');
-SELECT wfe.create_definition($y$
+SELECT wfe.register_worker('tap.fair@1', 'fq');});
+WfeNode::workflow($node, <<'YAML');
 name: fair
 version: "1.0.0"
 entry: a
 stages:
   - { name: a, type: worker, queue: fq, worker: tap.fair@1, on_success: completed, on_failure: failed }
-$y$);
-SELECT wfe.approve('fair', '1.0.0');
-SELECT wfe.activate('fair', '1.0.0');
+YAML
+sql(q{
 SELECT wfe.configure_queue('fq', fairness => 'tenant');
 SELECT wfe.configure_tenant('big', weight => 1);
 SELECT wfe.configure_tenant('small', weight => 1);});

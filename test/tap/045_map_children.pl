@@ -40,16 +40,8 @@ sub login
 	return ($r->{state}, $r->{out}, $r->{msg});
 }
 
-sub define
-{
-	my ($yaml, $name, $version) = @_;
-	sql("SELECT wfe.create_definition(\$y\$$yaml\$y\$)");
-	sql("SELECT wfe.approve('$name', '$version')");
-	sql("SELECT wfe.activate('$name', '$version')");
-}
-
 sql(q{SELECT wfe.register_worker('tapmc.pack@1', 'tapmc')});
-define(<<'YAML', 'publish-asset', '1.0.0');
+WfeNode::workflow($node, <<'YAML');
 name: publish-asset
 version: "1.0.0"
 context_schema: {type: object, required: [asset], properties: {asset: {type: string}}}
@@ -59,7 +51,7 @@ stages:
   - {name: pack, type: worker, worker: tapmc.pack@1, queue: tapmc, input: {asset: "${context.asset}"},
      retry: {max_attempts: 1}, on_success: completed, on_failure: failed}
 YAML
-define(<<'YAML', 'lods', '1.0.0');
+WfeNode::workflow($node, <<'YAML');
 name: lods
 version: "1.0.0"
 entry: publish

@@ -52,7 +52,7 @@ SELECT wfe.grant_queue('worker_a', 'lods');});
 sub define
 {
 	my ($name, $rate) = @_;
-	sql(qq{SELECT wfe.create_definition(\$y\$
+	WfeNode::workflow($node, <<"YAML");
 name: $name
 version: "1.0.0"
 entry: render
@@ -69,9 +69,7 @@ stages:
       rate_limit: $rate
     on_success: completed
     on_failure: failed
-\$y\$);
-SELECT wfe.approve('$name', '1.0.0');
-SELECT wfe.activate('$name', '1.0.0');});
+YAML
 }
 define('keyed', '{ name: per_lod, key: "${item}" }');
 define('unkeyed', 'shared');
@@ -123,7 +121,7 @@ is(sql("SELECT count(*) FROM wfe.run_stages WHERE run_id = $unkeyed AND element 
 	'2', 'the other two are held');
 
 # the result cache: each element under the key of its own input
-sql(q{SELECT wfe.create_definition($y$
+WfeNode::workflow($node, <<'YAML');
 name: cached
 version: "1.0.0"
 entry: render
@@ -138,9 +136,7 @@ stages:
       cache: { ttl_ms: 600000 }
     on_success: completed
     on_failure: failed
-$y$);
-SELECT wfe.approve('cached', '1.0.0');
-SELECT wfe.activate('cached', '1.0.0');});
+YAML
 my $c1 = submit('cached', '{"lods": ["p", "q"]}');
 for my $t (grep { $_->[0] == $c1 } claim('worker_a', 10))
 {
