@@ -29,9 +29,7 @@ for my $i (1 .. 400)
 		  . "    on_success: %s\n    on_failure: failed\n", $i, $next);
 }
 sql("SELECT wfe.register_worker('tw.step\@1', 'tw')");
-sql("SELECT wfe.create_definition(\$src\$$src\$src\$)");
-sql("SELECT wfe.approve('tw-chain', '1.0.0')");
-sql("SELECT wfe.activate('tw-chain', '1.0.0')");
+WfeNode::workflow($node, $src);
 sql("SELECT wfe.submit('tw-chain', '{}') FROM generate_series(1, 20)");
 
 # Steps back to back, each claim and each completion its own transaction.

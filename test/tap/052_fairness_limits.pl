@@ -37,18 +37,15 @@ WfeNode::logins($node, a_worker => 'wfe_worker');
 # one workflow per queue: fl and f4 fair, nf not (yet)
 for my $q ('fl', 'f4', 'nf')
 {
-	sql(qq{
-SELECT wfe.register_worker('tap.$q\@1', '$q');
-SELECT wfe.create_definition(\$y\$
+	sql(qq{SELECT wfe.register_worker('tap.$q\@1', '$q');});
+	WfeNode::workflow($node, <<"YAML");
 name: $q
 version: "1.0.0"
 entry: a
 stages:
   - { name: a, type: worker, queue: $q, worker: tap.$q\@1, on_success: completed, on_failure: failed }
-\$y\$);
-SELECT wfe.approve('$q', '1.0.0');
-SELECT wfe.activate('$q', '1.0.0');
-SELECT wfe.grant_queue('a_worker', '$q');});
+YAML
+	sql(qq{SELECT wfe.grant_queue('a_worker', '$q');});
 }
 sql(q{SELECT wfe.configure_queue('fl', fairness => 'tenant');
       SELECT wfe.configure_queue('f4', fairness => 'tenant');

@@ -45,8 +45,8 @@ WfeNode::logins($node,
 	operator_b => 'wfe_operator B');
 sql(q{SELECT wfe.register_worker('lod@1', 'lods', '{"type": "object"}', '{"type": "object"}');
 SELECT wfe.configure_queue('lods', 'broker');
-SELECT wfe.grant_queue('worker_a', 'lods');
-SELECT wfe.create_definition($y$
+SELECT wfe.grant_queue('worker_a', 'lods');});
+WfeNode::workflow($node, <<'YAML');
 name: lods
 version: "1.0.0"
 entry: render
@@ -62,9 +62,7 @@ stages:
       retry: { max_attempts: 3, initial_ms: 100 }
     on_success: completed
     on_failure: failed
-$y$);
-SELECT wfe.approve('lods', '1.0.0');
-SELECT wfe.activate('lods', '1.0.0');});
+YAML
 WfeRabbit::wait_connected($node, 'start');
 # the cancel requests of queue lods, as a broker worker's control consumer binds them
 $rabbit->probe_ok('declare-queue', 'tap.cancel');

@@ -54,8 +54,8 @@ WfeNode::logins($node, worker => 'wfe_worker');
 sql(q{
 SELECT wfe.register_worker('tap.bk@1', 'bk');
 SELECT wfe.configure_queue('bk', 'broker');
-SELECT wfe.grant_queue('worker', 'bk');
-SELECT wfe.create_definition($y$
+SELECT wfe.grant_queue('worker', 'bk');});
+WfeNode::workflow($node, <<'YAML');
 name: per-customer
 version: "1.0.0"
 entry: m
@@ -71,9 +71,7 @@ stages:
       concurrency: { key: "${item.customer}", max: 2 }
     on_success: completed
     on_failure: failed
-$y$);
-SELECT wfe.approve('per-customer', '1.0.0');
-SELECT wfe.activate('per-customer', '1.0.0');});
+YAML
 WfeRabbit::wait_connected($node, 'start');
 
 # tenant A's elements of key c1 dispatched or running, logged at every change of their rows and dispatches
