@@ -6,6 +6,7 @@
 #   WfeNode::logins($node, nobody => '', worker => 'wfe_worker', sub_a => 'wfe_submitter A');
 #   WfeNode::tenant_logins($node, [qw(A B)], qw(submitter reader));   # submitter_a ... reader_b
 #   WfeNode::workflow($node, $yaml);    # created, approved and activated
+#   WfeNode::tenant_flows($node, [qw(A B)], "    retry: {max_attempts: 1}\n");   # flow-a, flow-b
 #
 # Everything happens in database postgres.  The broker tests start their
 # node through WfeRabbit::wfe_node, which adds the broker's settings.
@@ -86,6 +87,27 @@ sub workflow
 SELECT wfe.approve('$name', '$version');
 SELECT wfe.activate('$name', '$version');});
 	return $name;
+}
+
+# tenant_flows(NODE, [TENANTS], STAGE_LINES, %opt): for each tenant T (t:
+# T in lower case), the queue qt, its worker contract t.qt@1 granted to the
+# login worker_t, and the active workflow flow-t of one worker stage, work,
+# on qt, with STAGE_LINES (YAML lines of the stage's keys).  broker => 1:
+# qt is a broker-mode queue.
+sub tenant_flows
+{
+	my ($node, $tenants, $lines, %opt) = @_;
+	for my $t (map { lc } @$tenants)
+	{
+		$node->safe_psql('postgres',
+			"SELECT wfe.register_worker('t.q$t\@1', 'q$t');\nSELECT wfe.grant_queue('worker_$t', 'q$t');\n"
+			  . ($opt{broker} ? "SELECT wfe.configure_queue('q$t', 'broker');\n" : ''));
+		workflow($node, "name: flow-$t\nversion: \"1.0.0\"\nentry: work\nstages:\n"
+			  . "  - name: work\n    type: worker\n    queue: q$t\n    worker: t.q$t\@1\n"
+			  . $lines
+			  . "    on_success: completed\n    on_failure: failed\n");
+	}
+	return;
 }
 
 1;
