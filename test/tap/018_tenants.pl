@@ -29,24 +29,8 @@ sub as
 
 my @kinds = qw(operator reader submitter worker);
 WfeNode::tenant_logins($node, [qw(A B)], @kinds);
-for my $t (qw(A B))
-{
-	my $q = lc("q$t");
-	sql("SELECT wfe.register_worker('t.$q\@1', '$q'); SELECT wfe.grant_queue('worker_$t', '$q');");
-	WfeNode::workflow($node, <<"YAML");
-name: flow-\L$t\E
-version: "1.0.0"
-entry: work
-stages:
-  - name: work
-    type: worker
-    queue: $q
-    worker: t.$q\@1
-    retry: {max_attempts: 3, initial_ms: 60000, multiplier: 1, max_ms: 60000, jitter: none}
-    on_success: completed
-    on_failure: failed
-YAML
-}
+WfeNode::tenant_flows($node, [qw(A B)],
+	"    retry: {max_attempts: 3, initial_ms: 60000, multiplier: 1, max_ms: 60000, jitter: none}\n");
 my ($s, $o) = as('submitter_A', 'SELECT wfe.my_tenants()');
 is($o, '{A}', "my_tenants: A's submitter acts for A");
 ($s, $o) = as('reader_B', 'SELECT wfe.my_tenants()');

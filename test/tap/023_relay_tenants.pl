@@ -50,25 +50,7 @@ sub as
 sql('ALTER DATABASE postgres SET wfe.track_threshold_bytes = 1024');
 WfeNode::logins($node, nobody => '');
 WfeNode::tenant_logins($node, [qw(A B)], qw(operator reader submitter worker));
-for my $t (qw(A B))
-{
-	my $q = lc("q$t");
-	sql("SELECT wfe.register_worker('t.$q\@1', '$q'); SELECT wfe.grant_queue('worker_$t', '$q');"
-		  . "SELECT wfe.configure_queue('$q', 'broker');");
-	WfeNode::workflow($node, <<"YAML");
-name: flow-\L$t\E
-version: "1.0.0"
-entry: work
-stages:
-  - name: work
-    type: worker
-    queue: $q
-    worker: t.$q\@1
-    input: { doc: "\${context.doc}" }
-    on_success: completed
-    on_failure: failed
-YAML
-}
+WfeNode::tenant_flows($node, [qw(A B)], "    input: { doc: \"\${context.doc}\" }\n", broker => 1);
 
 # A's document: a large input, dispatched by reference
 my $doc = 'contract-of-A ' . ('x' x 2000);

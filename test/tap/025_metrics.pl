@@ -39,24 +39,8 @@ sub series
 }
 
 WfeNode::tenant_logins($node, [qw(A B)], qw(reader submitter worker));
-for my $t (qw(A B))
-{
-	my $q = lc("q$t");
-	sql("SELECT wfe.register_worker('t.$q\@1', '$q'); SELECT wfe.grant_queue('worker_$t', '$q');");
-	WfeNode::workflow($node, <<"YAML");
-name: flow-\L$t\E
-version: "1.0.0"
-entry: work
-stages:
-  - name: work
-    type: worker
-    queue: $q
-    worker: t.$q\@1
-    retry: {max_attempts: 3, initial_ms: 600000, multiplier: 1, max_ms: 600000, jitter: none}
-    on_success: completed
-    on_failure: failed
-YAML
-}
+WfeNode::tenant_flows($node, [qw(A B)],
+	"    retry: {max_attempts: 3, initial_ms: 600000, multiplier: 1, max_ms: 600000, jitter: none}\n");
 WfeNode::logins($node, nobody => '');
 # a configured queue has its series at 0 while idle (KEDA scales to zero on it)
 sql(q{SELECT wfe.configure_queue('qidle')});
