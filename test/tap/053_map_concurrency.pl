@@ -36,13 +36,8 @@ sub login
 	return ($r->{state}, $r->{out}, $r->{err});
 }
 
-sub ok_login
-{
-	my ($role, $q) = @_;
-	my ($st, $out, $err) = login($role, $q);
-	is($st, '', "$role: " . substr($q =~ s/\s+/ /gr, 0, 70)) or diag($err);
-	return $out;
-}
+# ok_login(ROLE, SQL): WfeLogin::ok_login on this node
+sub ok_login { return WfeLogin::ok_login($node, @_); }
 
 WfeNode::tenant_logins($node, [qw(A B)], qw(submitter reader operator));
 WfeNode::logins($node, worker => 'wfe_worker');
