@@ -25,8 +25,7 @@ use Test::More;
 use WfeLogin;
 use WfeNode;
 
-my $node = WfeNode::node('wfe_map_elements', preload => 1,
-	conf => "wfe.poll_interval_ms = 100\n");
+my $node = WfeNode::node('wfe_map_elements', preload => 1, conf => "wfe.poll_interval_ms = 100\n");
 sub sql { return $node->safe_psql('postgres', $_[0]); }
 
 # login(ROLE, SQL): run SQL as login ROLE; (SQLSTATE or '', stdout)
