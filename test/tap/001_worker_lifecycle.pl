@@ -13,16 +13,12 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(usleep);
+use WfeNode;
 
-my $node = PostgreSQL::Test::Cluster->new('wfe_lifecycle');
-$node->init;
-$node->append_conf('postgresql.conf',
-	"shared_preload_libraries = 'wfe'\n"
-	  . "wfe.database = 'postgres'\n"
-	  . "wfe.poll_interval_ms = 200\n"
+my $node = WfeNode::node('wfe_lifecycle', preload => 1, extension => 0,
+	conf => "wfe.poll_interval_ms = 200\n"
 	  # PostgreSQL::Test::Cluster turns this off; the crash test needs it
-	  . "restart_after_crash = on");
-$node->start;
+	  . "restart_after_crash = on\n");
 
 # The worker's pid as pg_stat_activity shows it ('' when there is none).
 sub worker_pid

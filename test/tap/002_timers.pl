@@ -12,18 +12,10 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use WfeNode;
 
-my $node = PostgreSQL::Test::Cluster->new('wfe_timers');
-$node->init;
-$node->append_conf('postgresql.conf',
-	"shared_preload_libraries = 'wfe'\n"
-	  . "wfe.database = 'postgres'\n"
-	  . "wfe.poll_interval_ms = 200");
-$node->start;
-$node->safe_psql('postgres', 'CREATE EXTENSION wfe');
-ok( $node->poll_query_until(
-		'postgres', 'SELECT pid IS NOT NULL AND rounds > 0 FROM wfe.worker_status()'),
-	'the worker runs');
+my $node = WfeNode::node('wfe_timers', preload => 1, conf => "wfe.poll_interval_ms = 200\n");
+WfeNode::worker_runs($node);
 
 sub sql { return $node->safe_psql('postgres', $_[0]); }
 
@@ -51,9 +43,7 @@ $lines
     on_failure: $on_failure
 $extra
 YAML
-	sql("SELECT wfe.create_definition(\$y\$$yaml\$y\$)");
-	sql("SELECT wfe.approve('$name', '1.0.0')");
-	sql("SELECT wfe.activate('$name', '1.0.0')");
+	WfeNode::workflow($node, $yaml);
 }
 
 sub submit

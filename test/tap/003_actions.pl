@@ -13,18 +13,10 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use WfeNode;
 
-my $node = PostgreSQL::Test::Cluster->new('wfe_actions');
-$node->init;
-$node->append_conf('postgresql.conf',
-	"shared_preload_libraries = 'wfe'\n"
-	  . "wfe.database = 'postgres'\n"
-	  . "wfe.poll_interval_ms = 200");
-$node->start;
-$node->safe_psql('postgres', 'CREATE EXTENSION wfe');
-ok( $node->poll_query_until(
-		'postgres', 'SELECT pid IS NOT NULL AND rounds > 0 FROM wfe.worker_status()'),
-	'the worker runs');
+my $node = WfeNode::node('wfe_actions', preload => 1, conf => "wfe.poll_interval_ms = 200\n");
+WfeNode::worker_runs($node);
 
 sub sql { return $node->safe_psql('postgres', $_[0]); }
 
@@ -59,7 +51,8 @@ $$;
 SELECT wfe.register_action('tap.double@1', handler => 'public.tap_double(jsonb)');
 SELECT wfe.register_action('tap.flaky@1', handler => 'public.tap_flaky(jsonb)');
 SELECT wfe.register_action('tap.broken@1', handler => 'public.tap_broken(jsonb)');
-SELECT wfe.create_definition($y$
+SQL
+WfeNode::workflow($node, <<'YAML');
 name: tap-act
 version: "1.0.0"
 entry: double
@@ -76,10 +69,8 @@ stages:
     retry: {max_attempts: 3, initial_ms: 100, multiplier: 1, max_ms: 100, jitter: none}
     on_success: completed
     on_failure: failed
-$y$);
-SELECT wfe.approve('tap-act', '1.0.0');
-SELECT wfe.activate('tap-act', '1.0.0');
-SELECT wfe.create_definition($y$
+YAML
+WfeNode::workflow($node, <<'YAML');
 name: tap-bad
 version: "1.0.0"
 entry: broken
@@ -90,10 +81,7 @@ stages:
     retry: {max_attempts: 2, initial_ms: 100, multiplier: 1, max_ms: 100, jitter: none}
     on_success: completed
     on_failure: failed
-$y$);
-SELECT wfe.approve('tap-bad', '1.0.0');
-SELECT wfe.activate('tap-bad', '1.0.0');
-SQL
+YAML
 pass('handlers, contracts and workflows set up');
 
 #
@@ -172,7 +160,8 @@ sql(<<'SQL');
 CREATE FUNCTION public.tap_slow(input jsonb) RETURNS jsonb
 LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep(0.2); RETURN input; END $$;
 SELECT wfe.register_action('tap.slow@1', handler => 'public.tap_slow(jsonb)');
-SELECT wfe.create_definition($y$
+SQL
+WfeNode::workflow($node, <<'YAML');
 name: tap-slow
 version: "1.0.0"
 entry: slow
@@ -182,10 +171,7 @@ stages:
     action: tap.slow@1
     on_success: completed
     on_failure: failed
-$y$);
-SELECT wfe.approve('tap-slow', '1.0.0');
-SELECT wfe.activate('tap-slow', '1.0.0');
-SQL
+YAML
 # (LATERAL, with i in its arguments: a submit per row, not one for all three)
 # (the holder's session starts first: on a loaded machine its start took
 # longer than the 0.6 s of slow actions ahead of the locked run)

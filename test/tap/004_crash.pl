@@ -13,20 +13,16 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(usleep);
+use WfeNode;
 
 my $name = 'wfe_crash';
-my $node = PostgreSQL::Test::Cluster->new($name);
-$node->init;
-$node->append_conf('postgresql.conf',
-	"shared_preload_libraries = 'wfe'\n"
-	  . "wfe.database = 'postgres'\n"
-	  . "wfe.poll_interval_ms = 200\n"
+my $node = WfeNode::node($name, preload => 1,
+	conf => "wfe.poll_interval_ms = 200\n"
 	  # PostgreSQL::Test::Cluster turns this off; a killed backend must
 	  # make the postmaster reinitialise, not stop
 	  . "restart_after_crash = on\n"
 	  # the background loop's statement would otherwise fill the log
-	  . "log_statement = none");
-$node->start;
+	  . "log_statement = none\n");
 
 sub sql { return $node->safe_psql('postgres', $_[0]); }
 
@@ -35,7 +31,6 @@ sub sql { return $node->safe_psql('postgres', $_[0]); }
 # dispatches are outbox rows; no publisher is configured, so a test relay
 # plays the broker and its consumer).
 sql(<<'SQL');
-CREATE EXTENSION wfe;
 CREATE SCHEMA tap;
 CREATE FUNCTION public.tap_inc(input jsonb) RETURNS jsonb
 LANGUAGE sql AS $$ SELECT jsonb_build_object('n', coalesce((input ->> 'n')::int, 0) + 1) $$;
@@ -43,7 +38,8 @@ SELECT wfe.register_worker('tap.first@1', 'tap-crash-a');
 SELECT wfe.register_action('tap.inc@1', handler => 'public.tap_inc(jsonb)');
 SELECT wfe.register_worker('tap.last@1', 'tap-crash-b');
 SELECT wfe.configure_queue('tap-crash-b', 'broker');
-SELECT wfe.create_definition($y$
+SQL
+WfeNode::workflow($node, <<'YAML');
 name: tap-crash
 version: "1.0.0"
 entry: first
@@ -67,10 +63,8 @@ stages:
     worker: tap.last@1
     on_success: completed
     on_failure: failed
-$y$);
-SELECT wfe.approve('tap-crash', '1.0.0');
-SELECT wfe.activate('tap-crash', '1.0.0');
-
+YAML
+sql(<<'SQL');
 -- What a broker would deliver: the dispatch row of each attempt of a
 -- broker-queue stage that is queued (or, redelivered, running).
 CREATE VIEW tap.deliveries AS

@@ -62,6 +62,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(sleep time);
+use WfeNode;
 
 my $top = abs_path(dirname(__FILE__) . '/../..');
 
@@ -74,13 +75,7 @@ my %released    = ('0.2.0' => '5cdb0c74016dab025d7426fdee56b81196cccf7e3c47a35d7
 my $fixtures    = "$top/test/tap/upgrade/$from";
 my ($to)        = slurp_file("$top/wfe.control") =~ /^default_version\s*=\s*'([^']+)'/m;
 
-my $node = PostgreSQL::Test::Cluster->new('wfe_upgrade');
-$node->init;
-$node->append_conf('postgresql.conf',
-	"shared_preload_libraries = 'wfe'\n"
-	  . "wfe.database = 'postgres'\n"
-	  . "wfe.poll_interval_ms = 200");
-$node->start;
+my $node = WfeNode::node('wfe_upgrade', preload => 1, extension => 0, conf => "wfe.poll_interval_ms = 200\n");
 
 # SQL in database DB (default "upgraded"); the output, chomped.
 sub sql

@@ -38,6 +38,7 @@ use JSON::PP;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use WfeNode;
 
 my $BACKLOG  = 20_000;    # queued runs left when the claims start
 my $RL_BACKLOG = 10_000;  # queued runs of the rate-limited queue
@@ -48,9 +49,7 @@ my $BIG_ROWS = 500;       # a wfe table with more rows is a big one
 my @SIZES    = (1, 10, 1000);
 my $CALLS    = 7;         # per size and session: past the 5 custom plans
 
-my $node = PostgreSQL::Test::Cluster->new('wfe_claim_plan');
-$node->init;
-$node->start;
+my $node = WfeNode::node('wfe_claim_plan');
 
 # psql that dies on error and returns (stdout, stderr); notices go to stderr
 sub run_sql
@@ -72,7 +71,6 @@ sub run_sql
 #
 $node->safe_psql(
 	'postgres', q{
-CREATE EXTENSION wfe;
 SELECT wfe.register_worker('tap-plan.step@1', 'tap-plan-jobs');
 SELECT wfe.create_definition($y$
 name: tap-plan-flow

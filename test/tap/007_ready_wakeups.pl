@@ -16,16 +16,10 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(usleep);
 use Digest::SHA qw(sha256 hmac_sha256_hex);
+use WfeNode;
 
-my $node = PostgreSQL::Test::Cluster->new('wfe_ready');
-$node->init;
-$node->append_conf('postgresql.conf',
-	"shared_preload_libraries = 'wfe'\n" . "wfe.database = 'postgres'\n");
-$node->start;
-$node->safe_psql('postgres', 'CREATE EXTENSION wfe');
-ok( $node->poll_query_until(
-		'postgres', 'SELECT pid IS NOT NULL AND rounds > 0 FROM wfe.worker_status()'),
-	'the worker runs (the library is preloaded: shared memory exists)');
+my $node = WfeNode::node('wfe_ready', preload => 1);
+WfeNode::worker_runs($node, what => 'the worker runs (the library is preloaded: shared memory exists)');
 
 sub sql { return $node->safe_psql('postgres', $_[0]); }
 
@@ -33,8 +27,7 @@ sub sql { return $node->safe_psql('postgres', $_[0]); }
 # queue is ever used, so no other queue's claimers share its slot.
 my $queue = 'tap-ready-q';
 sql("SELECT wfe.register_worker('tap.ready\@1', '$queue')");
-sql(<<"SQL");
-SELECT wfe.create_definition(\$y\$
+WfeNode::workflow($node, <<"YAML");
 name: tap-ready
 version: "1.0.0"
 entry: work
@@ -45,14 +38,10 @@ stages:
     worker: tap.ready\@1
     on_success: completed
     on_failure: failed
-\$y\$);
-SELECT wfe.approve('tap-ready', '1.0.0');
-SELECT wfe.activate('tap-ready', '1.0.0');
-SQL
+YAML
 my $submit = "SELECT run_id FROM wfe.submit('tap-ready', '{}')";
+WfeNode::logins($node, outsider => '', poller => 'wfe_worker');
 sql(<<"SQL");
-CREATE ROLE outsider LOGIN;
-CREATE ROLE poller LOGIN IN ROLE wfe_worker;
 SELECT wfe.grant_queue('poller', '$queue');
 SQL
 

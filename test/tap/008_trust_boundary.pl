@@ -31,13 +31,13 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(usleep);
 
+use WfeNode;
 use WfeRabbit;
 
 my $rabbit = WfeRabbit->new('trust');
 $rabbit->start;
 my $node = WfeRabbit::wfe_node('wfe_trust', $rabbit, "wfe.poll_interval_ms = 100\n");
-ok($node->poll_query_until('postgres', 'SELECT pid IS NOT NULL AND rounds > 0 FROM wfe.worker_status()'),
-	'the worker runs');
+WfeNode::worker_runs($node);
 
 # While the hostile search_path is set (part 2), every session of ours
 # names its own path when it connects (PGOPTIONS).
@@ -68,14 +68,14 @@ sub refused
 sub superusers { return sql("SELECT string_agg(rolname, ',' ORDER BY rolname) FROM pg_roles WHERE rolsuper"); }
 my $superusers = superusers();
 
+# w_a and w_b are workers of the default tenant; w_c of none
+WfeNode::logins($node,
+	adm => 'wfe_admin',
+	mallory => '',
+	w_a => 'wfe_worker default',
+	w_b => 'wfe_worker default',
+	w_c => 'wfe_worker');
 sql(<<'SQL');
-CREATE ROLE adm LOGIN IN ROLE wfe_admin;
-CREATE ROLE mallory LOGIN;
-CREATE ROLE w_a LOGIN IN ROLE wfe_worker;
-CREATE ROLE w_b LOGIN IN ROLE wfe_worker;
-CREATE ROLE w_c LOGIN IN ROLE wfe_worker;
--- w_a and w_b are workers of the default tenant; w_c of none
-SELECT wfe.add_tenant_member('w_a', 'default'), wfe.add_tenant_member('w_b', 'default');
 CREATE SCHEMA adm_s AUTHORIZATION adm;
 CREATE SCHEMA mal_s AUTHORIZATION mallory;
 CREATE TABLE public.side_effects (what text);
@@ -126,8 +126,7 @@ is(sql(q{SELECT string_agg(ref || '=' || run_as::text, ',' ORDER BY ref) FROM wf
 sub action_workflow
 {
 	my ($name, $action) = @_;
-	sql(<<"SQL");
-SELECT wfe.create_definition(\$y\$
+	WfeNode::workflow($node, <<"YAML");
 name: $name
 version: "1.0.0"
 entry: act
@@ -137,10 +136,7 @@ stages:
     action: $action
     on_success: completed
     on_failure: failed
-\$y\$);
-SELECT wfe.approve('$name', '1.0.0');
-SELECT wfe.activate('$name', '1.0.0');
-SQL
+YAML
 	return;
 }
 action_workflow('tb-grab', 'tb.grab@1');
@@ -345,7 +341,8 @@ SELECT wfe.register_worker('tb.step@1', 'tb-q');
 SELECT wfe.grant_queue('w_a', 'tb-q');
 CREATE FUNCTION public.tb_check(input jsonb) RETURNS jsonb LANGUAGE sql AS $$ SELECT '{"approved": false}'::jsonb $$;
 SELECT wfe.register_action('tb.check@1', handler => 'public.tb_check(jsonb)');
-SELECT wfe.create_definition($y$
+SQL
+WfeNode::workflow($node, <<'YAML');
 name: tb-forge
 version: "1.0.0"
 entry: work
@@ -361,10 +358,7 @@ stages:
     action: tb.check@1
     on_success: completed
     on_failure: failed
-$y$);
-SELECT wfe.approve('tb-forge', '1.0.0');
-SELECT wfe.activate('tb-forge', '1.0.0');
-SQL
+YAML
 my $r = sql(q{SELECT run_id FROM wfe.submit('tb-forge', '{}')});
 my ($att, $fence) = split /\|/, sql("SELECT attempt, fence FROM wfe.run_stages WHERE run_id = $r AND stage = 'work'");
 my $snapshot = "SELECT string_agg(stage || ':' || state || ':' || attempt || ':' || fence, ',' ORDER BY stage) FROM wfe.run_stages WHERE run_id = $r";
@@ -466,9 +460,8 @@ is($out, 'accepted', '6: a context and a result at the depth limit go through bi
 # ---------------------------------------------------------------------
 # A bug simulated with triggers: releasing any stage of run P raises; every
 # event of run Q raises (so not even its failure can be recorded).
-sql(<<'SQL');
-SELECT wfe.register_worker('tb.slow@1', 'tb-slow');
-SELECT wfe.create_definition($y$
+sql(q{SELECT wfe.register_worker('tb.slow@1', 'tb-slow')});
+WfeNode::workflow($node, <<'YAML');
 name: tb-clock
 version: "1.0.0"
 entry: work
@@ -480,9 +473,8 @@ stages:
     queue_deadline_ms: 1500
     on_success: completed
     on_failure: failed
-$y$);
-SELECT wfe.approve('tb-clock', '1.0.0');
-SELECT wfe.activate('tb-clock', '1.0.0');
+YAML
+sql(<<'SQL');
 CREATE TABLE public.poisoned (run_id bigint, what text);
 CREATE FUNCTION public.poison_release() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN

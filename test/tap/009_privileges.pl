@@ -43,6 +43,7 @@ use File::Basename qw(dirname);
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use WfeNode;
 
 my $CHECK = "\x{2713}";    # ✓
 my @ROLES = qw(wfe_admin wfe_author wfe_approver wfe_submitter wfe_worker wfe_operator wfe_reader);
@@ -108,14 +109,12 @@ my $matrix = parse_matrix(decode('UTF-8', slurp_file($doc_path), Encode::FB_CROA
 #
 # A cluster with the extension and the login roles.
 #
-my $node = PostgreSQL::Test::Cluster->new('wfe_privileges');
-$node->init;
-$node->start;
+my $node = WfeNode::node('wfe_privileges');
 
 my $logins = join("\n",
 	map { $_ eq 'none' ? "CREATE ROLE $LOGIN{$_} LOGIN;" : "CREATE ROLE $LOGIN{$_} LOGIN IN ROLE $_;" }
 	  @COLUMNS);
-$node->safe_psql('postgres', "CREATE EXTENSION wfe;\n$logins");
+$node->safe_psql('postgres', $logins);
 # every login acts for the default tenant (operations.md "Tenants"): this
 # test is about privileges, 018_tenants.pl about tenants
 $node->safe_psql('postgres', join("\n", map { "SELECT wfe.add_tenant_member('$LOGIN{$_}', 'default');" } @COLUMNS));

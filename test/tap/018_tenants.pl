@@ -10,10 +10,9 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use WfeNode;
 
-my $node = PostgreSQL::Test::Cluster->new('wfe_tenants');
-$node->init;
-$node->start;
+my $node = WfeNode::node('wfe_tenants');
 sub sql { return $node->safe_psql('postgres', $_[0]); }
 
 # as(ROLE, SQL): (SQLSTATE or '', stdout, the error's message)
@@ -28,31 +27,10 @@ sub as
 	return ($state // '', $out, $msg // '', $err);
 }
 
-my %role = (submitter => 'wfe_submitter', reader => 'wfe_reader', operator => 'wfe_operator', worker => 'wfe_worker');
-sql('CREATE EXTENSION wfe');
-for my $t (qw(A B))
-{
-	my $q = lc("q$t");
-	sql(join("\n",
-		(map { "CREATE ROLE ${_}_$t LOGIN IN ROLE $role{$_}; SELECT wfe.add_tenant_member('${_}_$t', '$t');" } sort keys %role),
-		"SELECT wfe.register_worker('t.$q\@1', '$q');",
-		"SELECT wfe.grant_queue('worker_$t', '$q');",
-		"SELECT wfe.create_definition(\$y\$
-name: flow-\L$t\E
-version: \"1.0.0\"
-entry: work
-stages:
-  - name: work
-    type: worker
-    queue: $q
-    worker: t.$q\@1
-    retry: {max_attempts: 3, initial_ms: 60000, multiplier: 1, max_ms: 60000, jitter: none}
-    on_success: completed
-    on_failure: failed
-\$y\$);",
-		"SELECT wfe.approve('flow-\L$t\E', '1.0.0');",
-		"SELECT wfe.activate('flow-\L$t\E', '1.0.0');"));
-}
+my @kinds = qw(operator reader submitter worker);
+WfeNode::tenant_logins($node, [qw(A B)], @kinds);
+WfeNode::tenant_flows($node, [qw(A B)],
+	"    retry: {max_attempts: 3, initial_ms: 60000, multiplier: 1, max_ms: 60000, jitter: none}\n");
 my ($s, $o) = as('submitter_A', 'SELECT wfe.my_tenants()');
 is($o, '{A}', "my_tenants: A's submitter acts for A");
 ($s, $o) = as('reader_B', 'SELECT wfe.my_tenants()');
@@ -92,7 +70,7 @@ like($conflict[3], qr/DETAIL:\s+Run $rb was submitted with this key/, "a conflic
 unlike($conflict[3], qr/\b$ra\b/, "... and never A's");
 
 # the functions that take a run: A's run answers as a run that does not exist
-for my $r (map { "${_}_B" } sort keys %role)
+for my $r (map { "${_}_B" } @kinds)
 {
 	for my $call (
 		[ 'report', 'SELECT wfe.report(%s)' ],

@@ -36,15 +36,13 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(usleep);
+use WfeNode;
 
 my $top = abs_path(dirname(__FILE__) . '/../..');
 my $signer = "$top/scripts/wfe-sign-callback";
 
-my $node = PostgreSQL::Test::Cluster->new('wfe_signed');
-$node->init;
 # preloaded, so the wfe.* settings are defined before any session sets them
-$node->append_conf('postgresql.conf', "shared_preload_libraries = 'wfe'\nwfe.database = 'postgres'\n");
-$node->start;
+my $node = WfeNode::node('wfe_signed', preload => 1);
 
 sub sql { return $node->safe_psql('postgres', $_[0]); }
 
@@ -60,30 +58,27 @@ sub as_role
 	return ($state // '', $out, $err);
 }
 
+WfeNode::logins($node,
+	adm => 'wfe_admin',
+	gw => 'wfe_worker',                 # the gateway, granted the queue
+	# another gateway, not granted it; it acts for the run's tenant, so it
+	# is told why (operations.md "Tenants")
+	gw_other => 'wfe_worker default',
+	sub => 'wfe_submitter default',
+	rdr => 'wfe_reader',
+	opr => 'wfe_operator');
 sql(<<'SQL');
-CREATE EXTENSION wfe;
-CREATE ROLE adm LOGIN IN ROLE wfe_admin;
-CREATE ROLE gw LOGIN IN ROLE wfe_worker;          -- the gateway, granted the queue
-CREATE ROLE gw_other LOGIN IN ROLE wfe_worker;    -- another gateway, not granted it
--- it acts for the run's tenant, so it is told why (operations.md "Tenants")
-SELECT wfe.add_tenant_member('gw_other', 'default');
-CREATE ROLE sub LOGIN IN ROLE wfe_submitter;
-SELECT wfe.add_tenant_member('sub', 'default');
-CREATE ROLE rdr LOGIN IN ROLE wfe_reader;
-CREATE ROLE opr LOGIN IN ROLE wfe_operator;
 SELECT wfe.register_worker('sig.step@1', 'sig-jobs');
 SELECT wfe.grant_queue('gw', 'sig-jobs');
 SQL
-sql(q{SELECT wfe.create_definition($y$
+WfeNode::workflow($node, <<'YAML');
 name: sig-flow
 version: "1.0.0"
 entry: a
 stages:
   - { name: a, type: worker, queue: sig-jobs, worker: sig.step@1, input: { v: "${context.v}" }, on_success: b, on_failure: failed }
   - { name: b, type: worker, queue: sig-jobs, worker: sig.step@1, input: { v: "${context.v}" }, on_success: completed, on_failure: failed }
-$y$);
-SELECT wfe.approve('sig-flow', '1.0.0');
-SELECT wfe.activate('sig-flow', '1.0.0');});
+YAML
 
 # The secrets, in hex: gw1's current one, a wrong one, and rotation's next one.
 my %secret = (

@@ -33,19 +33,12 @@ use IPC::Run;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use WfeNode;
 
-my $node = PostgreSQL::Test::Cluster->new('wfe_cache');
-$node->init;
-$node->append_conf('postgresql.conf',
-	"shared_preload_libraries = 'wfe'\n"
-	  . "wfe.database = 'postgres'\n"
-	  . "wfe.poll_interval_ms = 200\n"
-	  . "max_connections = 50");
-$node->start;
-$node->safe_psql('postgres', 'CREATE EXTENSION wfe');
-ok( $node->poll_query_until(
-		'postgres', 'SELECT pid IS NOT NULL AND rounds > 0 FROM wfe.worker_status()'),
-	'the worker runs');
+my $node = WfeNode::node('wfe_cache', preload => 1,
+	conf => "wfe.poll_interval_ms = 200\n"
+	  . "max_connections = 50\n");
+WfeNode::worker_runs($node);
 
 sub sql { return $node->safe_psql('postgres', $_[0]); }
 
@@ -82,7 +75,7 @@ sub define
 {
 	my ($name, $ttl, $extra) = @_;
 	$extra //= "    retry: { max_attempts: 1 }\n";
-	sql(qq{SELECT wfe.create_definition(\$y\$
+	WfeNode::workflow($node, <<"YAML");
 name: $name
 version: "1.0.0"
 entry: embed
@@ -103,9 +96,7 @@ $extra    on_success: check
         next: completed
       - when: "true"
         next: failed
-\$y\$)});
-	sql("SELECT wfe.approve('$name', '1.0.0')");
-	sql("SELECT wfe.activate('$name', '1.0.0')");
+YAML
 }
 define('cached', 600000);
 define('brief',  1500);
@@ -204,7 +195,7 @@ is(entry($k1), "$r1 1 {\"tag\": \"good\", \"vec\": [1, 2]} " . digest($good_cano
 # release looks up).
 sql(q{SELECT wfe.register_worker('embedb@1', 'embedb', '{"type": "object"}', '{"type": "object", "required": ["vec"]}')});
 sql(q{SELECT wfe.configure_queue('embedb', 'broker')});
-sql(q{SELECT wfe.create_definition($y$
+WfeNode::workflow($node, <<'YAML');
 name: brokered
 version: "1.0.0"
 entry: embed
@@ -217,9 +208,7 @@ stages:
     cache: { ttl_ms: 600000 }
     on_success: completed
     on_failure: failed
-$y$)});
-sql("SELECT wfe.approve('brokered', '1.0.0')");
-sql("SELECT wfe.activate('brokered', '1.0.0')");
+YAML
 my $kbk = digest(qq({"contract":"embedb\@1","implementation":"queue:embedb","input":{"text":"seeded"},)
 	  . qq("schemas":"$schemas","tenant":"default","v":1}));
 sql(qq{INSERT INTO wfe.cache_entries (key, tenant, contract, result, result_digest, run_id, stage, attempt, expires_at)
@@ -301,7 +290,7 @@ is(entry($k1), "$ri 1 {\"tag\": \"good\", \"vec\": [1, 2]} " . digest($good_cano
 sub tasks_version
 {
 	my ($version, $produces) = @_;
-	sql(qq{SELECT wfe.create_definition(\$y\$
+	WfeNode::workflow($node, <<"YAML");
 name: produced
 version: "$version"
 tasks:
@@ -311,9 +300,7 @@ tasks:
     input: { text: "\${context.text}" }
     cache: { ttl_ms: 60000 }
     produces: [$produces]
-\$y\$)});
-	sql("SELECT wfe.approve('produced', '$version')");
-	sql("SELECT wfe.activate('produced', '$version')");
+YAML
 }
 tasks_version('1.0.0', '{key: vec, type: array}');
 my $kp = key_of('tasks');
@@ -509,7 +496,7 @@ complete($t[0], $good);
 is(sql("SELECT count(*) FROM wfe.timers WHERE run_id = $ww"), '0', '... its end wakes no cancelled waiter');
 
 # two stages of one run with one key, released in one step: one attempt, the other waits on it
-sql(q{SELECT wfe.create_definition($y$
+WfeNode::workflow($node, <<'YAML');
 name: twin
 version: "1.0.0"
 tasks:
@@ -523,9 +510,7 @@ tasks:
     queue: embed
     input: { text: "${context.text}" }
     cache: { ttl_ms: 600000 }
-$y$)});
-sql("SELECT wfe.approve('twin', '1.0.0')");
-sql("SELECT wfe.activate('twin', '1.0.0')");
+YAML
 my $rtw2 = submit('twin', 'twin');
 is(stage_row($rtw2, 'a') . ' / ' . stage_row($rtw2, 'b'), 'queued miss 1 / waiting waiting 0',
 	'twins: of two tasks released together under one key, one runs and the other waits on it');
@@ -540,7 +525,7 @@ is(stage_row($rtw2, 'b'), 'completed coalesced 0', '... b from a\'s result');
 
 # a stage released by the end of its own run's attempt under the same key
 # (s1 -> s2, one input): that attempt is over, so s2 must not wait on it
-sql(q{SELECT wfe.create_definition($y$
+WfeNode::workflow($node, <<'YAML');
 name: twice
 version: "1.0.0"
 entry: s1
@@ -562,9 +547,7 @@ stages:
     cache: { ttl_ms: 600000 }
     on_success: completed
     on_failure: failed
-$y$)});
-sql("SELECT wfe.approve('twice', '1.0.0')");
-sql("SELECT wfe.activate('twice', '1.0.0')");
+YAML
 for my $how (qw(completes fails))
 {
 	my $r = submit('twice', "twice-$how");
@@ -684,7 +667,8 @@ CREATE FUNCTION public.tap_square(input jsonb) RETURNS jsonb
 LANGUAGE sql AS $$ SELECT jsonb_build_object('sq', (input ->> 'v')::int * (input ->> 'v')::int,
                                              'call', nextval('public.tap_calls')) $$;
 SELECT wfe.register_action('square@1', handler => 'public.tap_square(jsonb)', output_schema => '{"required": ["sq"]}');
-SELECT wfe.create_definition($y$
+SQL
+WfeNode::workflow($node, <<'YAML');
 name: squared
 version: "1.0.0"
 entry: square
@@ -696,10 +680,7 @@ stages:
     cache: { ttl_ms: 60000 }
     on_success: completed
     on_failure: failed
-$y$);
-SELECT wfe.approve('squared', '1.0.0');
-SELECT wfe.activate('squared', '1.0.0');
-SQL
+YAML
 my $ra_1 = sql(q{SELECT run_id FROM wfe.submit('squared', '{"v": 7}')});
 ok($node->poll_query_until('postgres', "SELECT state = 'completed' FROM wfe.runs WHERE run_id = $ra_1"),
 	'action: the first run completes (the worker ran the handler)');

@@ -29,6 +29,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use WfeRabbit;
+use WfeNode;
 
 my $worker_bin = WfeRabbit::top_dir() . '/build/wfe-worker';
 plan skip_all => "$worker_bin is not built" unless -x $worker_bin;
@@ -70,9 +71,8 @@ CREATE TRIGGER log_in_flight AFTER INSERT ON wfe.outbox
 sub poll_workflow
 {
 	my ($queue) = @_;
-	sql(qq{
-SELECT wfe.register_worker('tap.$queue\@1', '$queue');
-SELECT wfe.create_definition(\$y\$
+	sql(qq{SELECT wfe.register_worker('tap.$queue\@1', '$queue');});
+	WfeNode::workflow($node, <<"YAML");
 name: $queue
 version: "1.0.0"
 entry: a
@@ -83,9 +83,7 @@ stages:
     worker: tap.$queue\@1
     on_success: completed
     on_failure: failed
-\$y\$);
-SELECT wfe.approve('$queue', '1.0.0');
-SELECT wfe.activate('$queue', '1.0.0');});
+YAML
 	return;
 }
 

@@ -27,10 +27,9 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use WfeLogin;
+use WfeNode;
 
-my $node = PostgreSQL::Test::Cluster->new('wfe_operator_tenants');
-$node->init;
-$node->start;
+my $node = WfeNode::node('wfe_operator_tenants');
 sub sql { return $node->safe_psql('postgres', $_[0]); }
 
 # login(ROLE, SQL): run SQL in a connection of its own as login ROLE;
@@ -41,16 +40,12 @@ sub login
 	return ($r->{state}, $r->{out}, $r->{msg}, $r->{err});
 }
 
-sql('CREATE EXTENSION wfe');
-for my $t (qw(A B))
-{
-	sql("CREATE ROLE operator_\L$t\E LOGIN IN ROLE wfe_operator; SELECT wfe.add_tenant_member('operator_\L$t\E', '$t');");
-}
+WfeNode::tenant_logins($node, [qw(A B)], 'operator');
 # one definition per queue: work, then next, on the same queue; no retries
 for my $q (qw(qa qb qs))
 {
-	sql(qq{SELECT wfe.register_worker('t.$q\@1', '$q');
-SELECT wfe.create_definition(\$y\$
+	sql(qq{SELECT wfe.register_worker('t.$q\@1', '$q');});
+	WfeNode::workflow($node, <<"YAML");
 name: flow-$q
 version: "1.0.0"
 entry: work
@@ -68,9 +63,7 @@ stages:
     worker: t.$q\@1
     on_success: completed
     on_failure: failed
-\$y\$);
-SELECT wfe.approve('flow-$q', '1.0.0');
-SELECT wfe.activate('flow-$q', '1.0.0');});
+YAML
 }
 
 # submit(TENANT, QUEUE): a run of flow-QUEUE for TENANT (as a superuser)

@@ -29,10 +29,9 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time);
+use WfeNode;
 
-my $node = PostgreSQL::Test::Cluster->new('wfe_relay_tenants');
-$node->init;
-$node->start;
+my $node = WfeNode::node('wfe_relay_tenants');
 sub sql { return $node->safe_psql('postgres', $_[0]); }
 
 # as(ROLE, SQL): (SQLSTATE or '', stdout, the error's message)
@@ -49,33 +48,9 @@ sub as
 
 # inputs over 1 KiB go on the large track (by reference, wfe.payloads)
 sql('ALTER DATABASE postgres SET wfe.track_threshold_bytes = 1024');
-my %role = (submitter => 'wfe_submitter', reader => 'wfe_reader', operator => 'wfe_operator', worker => 'wfe_worker');
-sql('CREATE EXTENSION wfe');
-sql('CREATE ROLE nobody LOGIN');
-for my $t (qw(A B))
-{
-	my $q = lc("q$t");
-	sql(join("\n",
-		(map { "CREATE ROLE ${_}_$t LOGIN IN ROLE $role{$_}; SELECT wfe.add_tenant_member('${_}_$t', '$t');" } sort keys %role),
-		"SELECT wfe.register_worker('t.$q\@1', '$q');",
-		"SELECT wfe.grant_queue('worker_$t', '$q');",
-		"SELECT wfe.configure_queue('$q', 'broker');",
-		"SELECT wfe.create_definition(\$y\$
-name: flow-\L$t\E
-version: \"1.0.0\"
-entry: work
-stages:
-  - name: work
-    type: worker
-    queue: $q
-    worker: t.$q\@1
-    input: { doc: \"\${context.doc}\" }
-    on_success: completed
-    on_failure: failed
-\$y\$);",
-		"SELECT wfe.approve('flow-\L$t\E', '1.0.0');",
-		"SELECT wfe.activate('flow-\L$t\E', '1.0.0');"));
-}
+WfeNode::logins($node, nobody => '');
+WfeNode::tenant_logins($node, [qw(A B)], qw(operator reader submitter worker));
+WfeNode::tenant_flows($node, [qw(A B)], "    input: { doc: \"\${context.doc}\" }\n", broker => 1);
 
 # A's document: a large input, dispatched by reference
 my $doc = 'contract-of-A ' . ('x' x 2000);

@@ -17,18 +17,10 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time);
+use WfeNode;
 
-my $node = PostgreSQL::Test::Cluster->new('wfe_schema_budget');
-$node->init;
-$node->append_conf('postgresql.conf',
-	"shared_preload_libraries = 'wfe'\n"
-	  . "wfe.database = 'postgres'\n"
-	  . "wfe.poll_interval_ms = 200");
-$node->start;
-$node->safe_psql('postgres', 'CREATE EXTENSION wfe');
-ok( $node->poll_query_until(
-		'postgres', 'SELECT pid IS NOT NULL AND rounds > 0 FROM wfe.worker_status()'),
-	'the worker runs');
+my $node = WfeNode::node('wfe_schema_budget', preload => 1, conf => "wfe.poll_interval_ms = 200\n");
+WfeNode::worker_runs($node);
 
 sub sql { return $node->safe_psql('postgres', $_[0]); }
 

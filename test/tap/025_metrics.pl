@@ -15,11 +15,10 @@ use File::Basename qw(dirname);
 use HTTP::Tiny;
 use IPC::Run;
 use WfeLogin;
+use WfeNode;
 
 my $top = abs_path(dirname(__FILE__) . '/../..');
-my $node = PostgreSQL::Test::Cluster->new('wfe_metrics');
-$node->init;
-$node->start;
+my $node = WfeNode::node('wfe_metrics');
 sub sql { return $node->safe_psql('postgres', $_[0]); }
 
 # login(ROLE, SQL): (SQLSTATE or '', stdout), connected as ROLE itself
@@ -39,32 +38,10 @@ sub series
 	return { map { split /=(?=[^=]*$)/ } grep { length } split /\n/, $out };
 }
 
-my %role = (submitter => 'wfe_submitter', reader => 'wfe_reader', worker => 'wfe_worker');
-sql('CREATE EXTENSION wfe');
-for my $t (qw(A B))
-{
-	my $q = lc("q$t");
-	sql(join("\n",
-		(map { "CREATE ROLE ${_}_$t LOGIN IN ROLE $role{$_}; SELECT wfe.add_tenant_member('${_}_$t', '$t');" } sort keys %role),
-		"SELECT wfe.register_worker('t.$q\@1', '$q');",
-		"SELECT wfe.grant_queue('worker_$t', '$q');",
-		"SELECT wfe.create_definition(\$y\$
-name: flow-\L$t\E
-version: \"1.0.0\"
-entry: work
-stages:
-  - name: work
-    type: worker
-    queue: $q
-    worker: t.$q\@1
-    retry: {max_attempts: 3, initial_ms: 600000, multiplier: 1, max_ms: 600000, jitter: none}
-    on_success: completed
-    on_failure: failed
-\$y\$);",
-		"SELECT wfe.approve('flow-\L$t\E', '1.0.0');",
-		"SELECT wfe.activate('flow-\L$t\E', '1.0.0');"));
-}
-sql('CREATE ROLE nobody LOGIN');
+WfeNode::tenant_logins($node, [qw(A B)], qw(reader submitter worker));
+WfeNode::tenant_flows($node, [qw(A B)],
+	"    retry: {max_attempts: 3, initial_ms: 600000, multiplier: 1, max_ms: 600000, jitter: none}\n");
+WfeNode::logins($node, nobody => '');
 # a configured queue has its series at 0 while idle (KEDA scales to zero on it)
 sql(q{SELECT wfe.configure_queue('qidle')});
 

@@ -19,17 +19,13 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use WfeNode;
 
-my $node = PostgreSQL::Test::Cluster->new('wfe_recreate');
-$node->init;
-$node->append_conf('postgresql.conf',
-	"shared_preload_libraries = 'wfe'\n"
-	  . "wfe.database = 'postgres'\n"
-	  . "wfe.poll_interval_ms = 100\n"
+my $node = WfeNode::node('wfe_recreate', preload => 1, extension => 0,
+	conf => "wfe.poll_interval_ms = 100\n"
 	  # a killed worker must make the postmaster reinitialise, not stop
 	  . "restart_after_crash = on\n"
 	  . "log_statement = none\n");
-$node->start;
 
 sub sql { return $node->safe_psql('postgres', $_[0]); }
 

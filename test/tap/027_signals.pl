@@ -20,10 +20,9 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Digest::SHA qw(hmac_sha256_hex);
 use WfeLogin;
+use WfeNode;
 
-my $node = PostgreSQL::Test::Cluster->new('wfe_signals');
-$node->init;
-$node->start;
+my $node = WfeNode::node('wfe_signals');
 sub sql { return $node->safe_psql('postgres', $_[0]); }
 
 # login(ROLE, SQL): run SQL as login ROLE; (SQLSTATE or '', stdout, message)
@@ -33,11 +32,10 @@ sub login
 	return ($r->{state}, $r->{out}, $r->{msg});
 }
 
-sql('CREATE EXTENSION wfe');
 sql(q{SELECT wfe.register_signal('sig.approval@1',
   '{"type": "object", "required": ["approved"], "properties": {"approved": {"type": "boolean"}}}')});
 sql(q{SELECT wfe.register_signal('sig.other@1')});
-sql(q{SELECT wfe.create_definition($y$
+WfeNode::workflow($node, <<'YAML');
 name: review
 version: "1.0.0"
 entry: approve
@@ -48,15 +46,12 @@ stages:
     timeout_ms: 86400000
     on_success: completed
     on_failure: failed
-$y$);
-SELECT wfe.approve('review', '1.0.0');
-SELECT wfe.activate('review', '1.0.0');});
-sql(q{CREATE ROLE nogrant_a LOGIN IN ROLE wfe_submitter;
-CREATE ROLE sender_a LOGIN IN ROLE wfe_submitter;
-CREATE ROLE sender_b LOGIN IN ROLE wfe_submitter;
-SELECT wfe.add_tenant_member('nogrant_a', 'A');
-SELECT wfe.add_tenant_member('sender_a', 'A');
-SELECT wfe.add_tenant_member('sender_b', 'B');
+YAML
+WfeNode::logins($node,
+	nogrant_a => 'wfe_submitter A',
+	sender_a => 'wfe_submitter A',
+	sender_b => 'wfe_submitter B');
+sql(q{
 SELECT wfe.grant_signal('sender_a', 'sig.approval@1');
 SELECT wfe.grant_signal('sender_a', 'sig.other@1');
 SELECT wfe.grant_signal('sender_b', 'sig.approval@1');});

@@ -29,16 +29,12 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(usleep);
 use WfeLogin;
+use WfeNode;
 
-my $node = PostgreSQL::Test::Cluster->new('wfe_schedules');
-$node->init;
-$node->append_conf('postgresql.conf',
-	"shared_preload_libraries = 'wfe'\n"
-	  . "wfe.database = 'postgres'\n"
-	  . "wfe.poll_interval_ms = 500\n"
+my $node = WfeNode::node('wfe_schedules', preload => 1,
+	conf => "wfe.poll_interval_ms = 500\n"
 	  . "restart_after_crash = on\n"
 	  . "log_statement = none\n");
-$node->start;
 
 sub sql { return $node->safe_psql('postgres', $_[0]); }
 
@@ -50,10 +46,8 @@ sub login
 	return ($r->{state}, $r->{out});
 }
 
-sql(<<'SQL');
-CREATE EXTENSION wfe;
-SELECT wfe.register_worker('sch.step@1', 'sch-work');
-SELECT wfe.create_definition($y$
+sql(q{SELECT wfe.register_worker('sch.step@1', 'sch-work')});
+WfeNode::workflow($node, <<'YAML');
 name: sch
 version: "1.0.0"
 entry: step
@@ -64,19 +58,14 @@ stages:
     worker: sch.step@1
     on_success: completed
     on_failure: failed
-$y$);
-SELECT wfe.approve('sch', '1.0.0');
-SELECT wfe.activate('sch', '1.0.0');
-CREATE ROLE sub_a LOGIN IN ROLE wfe_submitter;
-CREATE ROLE sub_b LOGIN IN ROLE wfe_submitter;
-CREATE ROLE read_a LOGIN IN ROLE wfe_reader;
-CREATE ROLE read_b LOGIN IN ROLE wfe_reader;
-CREATE ROLE op_a LOGIN IN ROLE wfe_operator;
-CREATE ROLE op_b LOGIN IN ROLE wfe_operator;
-SELECT wfe.add_tenant_member('sub_a', 'A'), wfe.add_tenant_member('read_a', 'A'),
-       wfe.add_tenant_member('op_a', 'A'), wfe.add_tenant_member('sub_b', 'B'),
-       wfe.add_tenant_member('read_b', 'B'), wfe.add_tenant_member('op_b', 'B');
-SQL
+YAML
+WfeNode::logins($node,
+	sub_a => 'wfe_submitter A',
+	sub_b => 'wfe_submitter B',
+	read_a => 'wfe_reader A',
+	read_b => 'wfe_reader B',
+	op_a => 'wfe_operator A',
+	op_b => 'wfe_operator B');
 ok($node->poll_query_until('postgres', 'SELECT rounds > 0 FROM wfe.worker_status()'), 'the worker runs');
 
 # The schedules the tests below plan by hand start in 2100 ($LATER): none

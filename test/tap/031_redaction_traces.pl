@@ -23,10 +23,9 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use JSON::PP;
 use WfeLogin;
+use WfeNode;
 
-my $node = PostgreSQL::Test::Cluster->new('wfe_redaction');
-$node->init;
-$node->start;
+my $node = WfeNode::node('wfe_redaction');
 sub sql { return $node->safe_psql('postgres', $_[0]); }
 
 # login(ROLE, SQL): (SQLSTATE or '', stdout, stderr), connected as ROLE itself
@@ -44,26 +43,18 @@ sub ok_login
 	return $out;
 }
 
-my %role = (submitter => 'wfe_submitter', reader => 'wfe_reader', operator => 'wfe_operator',
-	worker => 'wfe_worker');
-sql('CREATE EXTENSION wfe');
 # the setting as an operator would set it: for the database, by a superuser,
 # in a session that has loaded wfe (which checks the value)
 sql(q{LOAD 'wfe'; ALTER DATABASE postgres SET wfe.redact_keys = 'password, api_key, reason'});
 sql(q{ALTER DATABASE postgres SET wfe.publish_events = on});
-for my $t (qw(A B))
-{
-	sql(join("\n",
-		(map { "CREATE ROLE ${_}_$t LOGIN IN ROLE $role{$_}; SELECT wfe.add_tenant_member('${_}_$t', '$t');" }
-			sort keys %role)));
-}
+WfeNode::tenant_logins($node, [qw(A B)], qw(operator reader submitter worker));
 sql(q{
 SELECT wfe.register_worker('t.q@1', 'q');
 SELECT wfe.register_worker('t.qb@1', 'qb');
 SELECT wfe.grant_queue('worker_A', 'q');
 SELECT wfe.grant_queue('worker_B', 'q');
-SELECT wfe.configure_queue('qb', 'broker');
-SELECT wfe.create_definition($y$
+SELECT wfe.configure_queue('qb', 'broker');});
+WfeNode::workflow($node, <<'YAML');
 name: flow
 version: "1.0.0"
 entry: work
@@ -76,10 +67,8 @@ stages:
     retry: { max_attempts: 1 }
     on_success: completed
     on_failure: failed
-$y$);
-SELECT wfe.approve('flow', '1.0.0');
-SELECT wfe.activate('flow', '1.0.0');
-SELECT wfe.create_definition($y$
+YAML
+WfeNode::workflow($node, <<'YAML');
 name: pushed
 version: "1.0.0"
 entry: work
@@ -91,10 +80,7 @@ stages:
     input: { doc: "${context.doc}" }
     on_success: completed
     on_failure: failed
-$y$);
-SELECT wfe.approve('pushed', '1.0.0');
-SELECT wfe.activate('pushed', '1.0.0');
-});
+YAML
 
 # ---- who may set wfe.redact_keys -----------------------------------------
 # Before the session loads wfe the setting is a placeholder, which SET

@@ -24,6 +24,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use WfeRabbit;
+use WfeNode;
 
 my $top = WfeRabbit::top_dir();
 my $worker_bin = "$top/build/wfe-worker";
@@ -37,21 +38,16 @@ my $WFE_WORKERS = 70;
 my $PY_WORKERS = 15;
 my $CLIENTS = $WFE_WORKERS + 2 * $PY_WORKERS;    # 100
 
-my $node = PostgreSQL::Test::Cluster->new('wfe_pgbouncer');
-$node->init;
-$node->append_conf('postgresql.conf',
-	"shared_preload_libraries = 'wfe'\nwfe.database = 'postgres'\nmax_connections = 50\n");
-$node->start;
+my $node = WfeNode::node('wfe_pgbouncer', preload => 1, conf => "max_connections = 50\n");
 
 sub sql { return $node->safe_psql('postgres', $_[0]); }
 
 my $queue = 'tap-pooled';
+WfeNode::logins($node, wk => 'wfe_worker');
 sql(qq{
-CREATE EXTENSION wfe;
-CREATE ROLE wk LOGIN IN ROLE wfe_worker;
 SELECT wfe.register_worker('tap.pooled\@1', '$queue');
-SELECT wfe.grant_queue('wk', '$queue');
-SELECT wfe.create_definition(\$y\$
+SELECT wfe.grant_queue('wk', '$queue');});
+WfeNode::workflow($node, <<"YAML");
 name: tap-pooled
 version: "1.0.0"
 entry: work
@@ -62,10 +58,7 @@ stages:
     worker: tap.pooled\@1
     on_success: completed
     on_failure: failed
-\$y\$);
-SELECT wfe.approve('tap-pooled', '1.0.0');
-SELECT wfe.activate('tap-pooled', '1.0.0');
-});
+YAML
 
 # pgbouncer, on loopback, in front of the node's Unix socket.
 my $dir = $PostgreSQL::Test::Utils::tmp_check;

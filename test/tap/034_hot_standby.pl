@@ -16,12 +16,9 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use WfeLogin;
+use WfeNode;
 
-my $primary = PostgreSQL::Test::Cluster->new('wfe_primary');
-$primary->init(allows_streaming => 1);
-$primary->append_conf('postgresql.conf',
-	"shared_preload_libraries = 'wfe'\nwfe.database = 'postgres'\n");
-$primary->start;
+my $primary = WfeNode::node('wfe_primary', preload => 1, init => [ allows_streaming => 1 ]);
 sub sql { return $primary->safe_psql('postgres', $_[0]); }
 
 # login(NODE, ROLE, SQL): (SQLSTATE or '', stdout), connected as ROLE itself
@@ -31,18 +28,15 @@ sub login
 	return ($r->{state}, $r->{out});
 }
 
+WfeNode::logins($primary,
+	submitter => 'wfe_submitter A',
+	worker => 'wfe_worker A',
+	reader => 'wfe_reader A',
+	operator => 'wfe_operator');
 sql(q{
-CREATE EXTENSION wfe;
-CREATE ROLE submitter LOGIN IN ROLE wfe_submitter;
-CREATE ROLE worker LOGIN IN ROLE wfe_worker;
-CREATE ROLE reader LOGIN IN ROLE wfe_reader;
-CREATE ROLE operator LOGIN IN ROLE wfe_operator;
-SELECT wfe.add_tenant_member('submitter', 'A');
-SELECT wfe.add_tenant_member('worker', 'A');
-SELECT wfe.add_tenant_member('reader', 'A');
 SELECT wfe.register_worker('t.qa@1', 'qa');
-SELECT wfe.grant_queue('worker', 'qa');
-SELECT wfe.create_definition($y$
+SELECT wfe.grant_queue('worker', 'qa');});
+WfeNode::workflow($primary, <<'YAML');
 name: flow-a
 version: "1.0.0"
 entry: first
@@ -54,10 +48,7 @@ stages:
     retry: {max_attempts: 3, initial_ms: 600000, multiplier: 1, max_ms: 600000, jitter: none}
     on_success: completed
     on_failure: failed
-$y$);
-SELECT wfe.approve('flow-a', '1.0.0');
-SELECT wfe.activate('flow-a', '1.0.0');
-});
+YAML
 
 # The workload, as the logins that do it: four runs; four claims, which
 # complete, fail (its retry is 10 minutes away), complete, and stay running.

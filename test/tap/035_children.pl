@@ -22,17 +22,10 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use WfeLogin;
+use WfeNode;
 
-my $node = PostgreSQL::Test::Cluster->new('wfe_children');
-$node->init;
-$node->append_conf('postgresql.conf',
-	"shared_preload_libraries = 'wfe'\n"
-	  . "wfe.database = 'postgres'\n"
-	  . "wfe.poll_interval_ms = 200");
-$node->start;
-$node->safe_psql('postgres', 'CREATE EXTENSION wfe');
-ok($node->poll_query_until('postgres', 'SELECT pid IS NOT NULL AND rounds > 0 FROM wfe.worker_status()'),
-	'the worker runs');
+my $node = WfeNode::node('wfe_children', preload => 1, conf => "wfe.poll_interval_ms = 200\n");
+WfeNode::worker_runs($node);
 
 sub sql { return $node->safe_psql('postgres', $_[0]); }
 sub wait_for { my ($q, $what) = @_; ok($node->poll_query_until('postgres', $q), $what); }
@@ -44,16 +37,8 @@ sub login
 	return ($r->{state}, $r->{out}, $r->{msg});
 }
 
-sub define
-{
-	my ($yaml, $name, $version) = @_;
-	sql("SELECT wfe.create_definition(\$y\$$yaml\$y\$)");
-	sql("SELECT wfe.approve('$name', '$version')");
-	sql("SELECT wfe.activate('$name', '$version')");
-}
-
 sql(q{SELECT wfe.register_worker('tapch.pack@1', 'tapch')});
-define(<<'YAML', 'publish-asset', '1.0.0');
+WfeNode::workflow($node, <<'YAML');
 name: publish-asset
 version: "1.0.0"
 context_schema: {type: object, required: [asset], properties: {asset: {type: string}}}
@@ -63,7 +48,7 @@ stages:
   - {name: pack, type: worker, worker: tapch.pack@1, queue: tapch, input: {asset: "${context.asset}"},
      retry: {max_attempts: 1}, on_success: completed, on_failure: failed}
 YAML
-define(<<'YAML', 'ingest', '1.0.0');
+WfeNode::workflow($node, <<'YAML');
 name: ingest
 version: "1.0.0"
 entry: publish
@@ -140,14 +125,14 @@ wait_for("SELECT state = 'failed' FROM wfe.runs WHERE run_id = $r4", 'cancelled 
 is(sql("SELECT error ->> 'code' FROM wfe.run_stages WHERE run_id = $r4"), 'child.cancelled', '... with child.cancelled');
 
 # 5. The depth limit
-define(<<'YAML', 'rec', '1.0.0');
+WfeNode::workflow($node, <<'YAML');
 name: rec
 version: "1.0.0"
 entry: a
 stages:
   - {name: a, type: worker, worker: tapch.pack@1, queue: tapch, on_success: completed, on_failure: failed}
 YAML
-define(<<'YAML', 'rec', '2.0.0');
+WfeNode::workflow($node, <<'YAML');
 name: rec
 version: "2.0.0"
 entry: deeper

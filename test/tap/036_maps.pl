@@ -24,14 +24,9 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use WfeLogin;
+use WfeNode;
 
-my $node = PostgreSQL::Test::Cluster->new('wfe_maps');
-$node->init;
-$node->append_conf('postgresql.conf',
-	"shared_preload_libraries = 'wfe'\n"
-	  . "wfe.database = 'postgres'\n"
-	  . "wfe.poll_interval_ms = 100\n");
-$node->start;
+my $node = WfeNode::node('wfe_maps', preload => 1, conf => "wfe.poll_interval_ms = 100\n");
 sub sql { return $node->safe_psql('postgres', $_[0]); }
 
 # login(ROLE, SQL): run SQL as login ROLE; (SQLSTATE or '', stdout)
@@ -41,13 +36,9 @@ sub login
 	return ($r->{state}, $r->{out});
 }
 
-sql('CREATE EXTENSION wfe');
+WfeNode::logins($node, worker_a => 'wfe_worker A', worker_b => 'wfe_worker B');
 sql(q{SELECT wfe.register_worker('render@1', 'render', '{"type": "object"}', '{"type": "object"}');
 SELECT wfe.register_worker('publish@1', 'publish', '{"type": "object"}', '{"type": "object"}');
-CREATE ROLE worker_a LOGIN IN ROLE wfe_worker;
-CREATE ROLE worker_b LOGIN IN ROLE wfe_worker;
-SELECT wfe.add_tenant_member('worker_a', 'A');
-SELECT wfe.add_tenant_member('worker_b', 'B');
 SELECT wfe.grant_queue('worker_a', 'render');
 SELECT wfe.grant_queue('worker_a', 'publish');});
 
@@ -56,7 +47,7 @@ SELECT wfe.grant_queue('worker_a', 'publish');});
 sub define
 {
 	my ($name, $keys) = @_;
-	sql(qq{SELECT wfe.create_definition(\$y\$
+	WfeNode::workflow($node, <<"YAML");
 name: $name
 version: "1.0.0"
 entry: render
@@ -78,9 +69,7 @@ $keys    item:
     input: { renders: "\${stages.render.result}" }
     on_success: completed
     on_failure: failed
-\$y\$);
-SELECT wfe.approve('$name', '1.0.0');
-SELECT wfe.activate('$name', '1.0.0');});
+YAML
 }
 define('lods', "    max_concurrency: 2\n");
 define('strict', "    tolerated_failures: 1\n");

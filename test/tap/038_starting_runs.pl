@@ -33,6 +33,7 @@ use Test::More;
 use Time::HiRes qw(usleep);
 use WfeRabbit;
 use WfeLogin;
+use WfeNode;
 
 my $rabbit = WfeRabbit->new('starting');
 $rabbit->start;
@@ -59,9 +60,8 @@ sub login
 	return ($r->{state}, $r->{out});
 }
 
-sql(<<'SQL');
-SELECT wfe.register_worker('orders.intake@1', 'orders');
-SELECT wfe.create_definition($y$
+sql(q{SELECT wfe.register_worker('orders.intake@1', 'orders')});
+WfeNode::workflow($node, <<'YAML');
 name: order-intake
 version: "1.0.0"
 context_schema:
@@ -79,13 +79,8 @@ stages:
     worker: orders.intake@1
     on_success: completed
     on_failure: failed
-$y$);
-SELECT wfe.approve('order-intake', '1.0.0');
-SELECT wfe.activate('order-intake', '1.0.0');
-CREATE ROLE app_writer LOGIN IN ROLE wfe_submitter, wfe_reader;
-CREATE ROLE app_nosubmit LOGIN;
-SELECT wfe.add_tenant_member('app_writer', 'default');
-SQL
+YAML
+WfeNode::logins($node, app_writer => 'wfe_submitter,wfe_reader default', app_nosubmit => '');
 
 #
 # 1. The table trigger.

@@ -27,6 +27,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(usleep);
 use WfeRabbit;
+use WfeNode;
 
 my $rabbit = WfeRabbit->new('ingress');
 $rabbit->start;
@@ -91,15 +92,13 @@ sub next_dead
 	return $dead;
 }
 
-sql(q{
-CREATE ROLE ingress_a LOGIN IN ROLE wfe_submitter;
-SELECT wfe.add_tenant_member('ingress_a', 'A');
-CREATE ROLE submitter_b LOGIN IN ROLE wfe_submitter;
-SELECT wfe.add_tenant_member('submitter_b', 'B');
-CREATE ROLE nobody_ LOGIN;
-CREATE ROLE admin_x LOGIN IN ROLE wfe_admin;
-SELECT wfe.register_worker('tap.ing@1', 'ing');
-SELECT wfe.create_definition($y$
+WfeNode::logins($node,
+	ingress_a => 'wfe_submitter A',
+	submitter_b => 'wfe_submitter B',
+	nobody_ => '',
+	admin_x => 'wfe_admin');
+sql(q{SELECT wfe.register_worker('tap.ing@1', 'ing');});
+WfeNode::workflow($node, <<'YAML');
 name: ingest
 version: "1.0.0"
 context_schema:
@@ -116,9 +115,7 @@ stages:
     input: { n: "${context.n}" }
     on_success: completed
     on_failure: failed
-$y$);
-SELECT wfe.approve('ingest', '1.0.0');
-SELECT wfe.activate('ingest', '1.0.0');});
+YAML
 WfeRabbit::wait_connected($node, 'start');
 
 #

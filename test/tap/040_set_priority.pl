@@ -17,10 +17,9 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use WfeNode;
 
-my $node = PostgreSQL::Test::Cluster->new('wfe_set_priority');
-$node->init;
-$node->start;
+my $node = WfeNode::node('wfe_set_priority');
 
 sub sql { return $node->safe_psql('postgres', $_[0]); }
 
@@ -35,18 +34,16 @@ sub as_login
 	return ($state // '', $out, $err);
 }
 
-sql('CREATE EXTENSION wfe');
+WfeNode::logins($node,
+	op_a => 'wfe_operator A',
+	op_b => 'wfe_operator B',
+	nobody => '',
+	reader => 'wfe_reader',
+	worker => 'wfe_worker');
 sql(q{
-CREATE ROLE op_a LOGIN IN ROLE wfe_operator;
-CREATE ROLE op_b LOGIN IN ROLE wfe_operator;
-SELECT wfe.add_tenant_member('op_a', 'A');
-SELECT wfe.add_tenant_member('op_b', 'B');
-CREATE ROLE nobody LOGIN;
-CREATE ROLE reader LOGIN IN ROLE wfe_reader;
-CREATE ROLE worker LOGIN IN ROLE wfe_worker;
 SELECT wfe.register_worker('tap.p@1', 'pq');
-SELECT wfe.grant_queue('worker', 'pq');
-SELECT wfe.create_definition($y$
+SELECT wfe.grant_queue('worker', 'pq');});
+WfeNode::workflow($node, <<'YAML');
 name: prio
 version: "1.0.0"
 entry: a
@@ -63,9 +60,7 @@ stages:
     worker: tap.p@1
     on_success: completed
     on_failure: failed
-$y$);
-SELECT wfe.approve('prio', '1.0.0');
-SELECT wfe.activate('prio', '1.0.0');});
+YAML
 my @run = map { sql(q{SELECT run_id FROM wfe.submit('prio', '{}', NULL, '{"tenant": "A"}')}) } 1 .. 3;
 
 # --- 1. the order follows ---------------------------------------------------

@@ -18,17 +18,10 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use WfeNode;
 
-my $node = PostgreSQL::Test::Cluster->new('wfe_circuits');
-$node->init;
-$node->append_conf('postgresql.conf',
-	"shared_preload_libraries = 'wfe'\n"
-	  . "wfe.database = 'postgres'\n"
-	  . "wfe.poll_interval_ms = 3600000");
-$node->start;
-$node->safe_psql('postgres', 'CREATE EXTENSION wfe');
-ok($node->poll_query_until('postgres', 'SELECT pid IS NOT NULL FROM wfe.worker_status()'),
-	'the worker runs');
+my $node = WfeNode::node('wfe_circuits', preload => 1, conf => "wfe.poll_interval_ms = 3600000\n");
+WfeNode::worker_runs($node, rounds => 0);
 
 sub sql { return $node->safe_psql('postgres', $_[0]); }
 
@@ -42,13 +35,13 @@ sub as_login
 	return ($status, $err);
 }
 
-sql(q{
-CREATE ROLE root_admin LOGIN IN ROLE wfe_admin;
-CREATE ROLE nobody LOGIN;
-CREATE ROLE a_worker LOGIN IN ROLE wfe_worker;
-CREATE ROLE an_operator LOGIN IN ROLE wfe_operator;
-SELECT wfe.register_worker('tap.cb@1', 'cbq');
-SELECT wfe.create_definition($y$
+WfeNode::logins($node,
+	root_admin => 'wfe_admin',
+	nobody => '',
+	a_worker => 'wfe_worker',
+	an_operator => 'wfe_operator');
+sql(q{SELECT wfe.register_worker('tap.cb@1', 'cbq');});
+WfeNode::workflow($node, <<'YAML');
 name: cb
 version: "1.0.0"
 entry: a
@@ -59,9 +52,7 @@ stages:
     worker: tap.cb@1
     on_success: completed
     on_failure: failed
-$y$);
-SELECT wfe.approve('cb', '1.0.0');
-SELECT wfe.activate('cb', '1.0.0');});
+YAML
 
 # --- 1. bad input -----------------------------------------------------------
 my ($st, $err);

@@ -27,6 +27,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(usleep);
 use WfeRabbit;
+use WfeNode;
 
 my $rabbit = WfeRabbit->new('faults');
 $rabbit->start;
@@ -274,8 +275,7 @@ is(sql(q{SELECT rejected FROM wfe.dashboard_ingress WHERE ingress = 'cmds'}), 0,
 #
 # 5. A flood does not starve the timers.
 #
-sql(<<'SQL');
-SELECT wfe.create_definition($y$
+WfeNode::workflow($node, <<'YAML');
 name: nap
 version: "1.0.0"
 entry: nap
@@ -284,10 +284,7 @@ stages:
     type: sleep
     duration_ms: 300
     on_success: completed
-$y$);
-SELECT wfe.approve('nap', '1.0.0');
-SELECT wfe.activate('nap', '1.0.0');
-SQL
+YAML
 my $flood = 2000;
 publish(join('', map { envelope("f$_") . "\n" } 1 .. $flood), '-l');
 ok($node->poll_query_until('postgres', q{SELECT count(*) > 0 FROM wfe.runs WHERE idempotency_key LIKE 'key-f%'}),

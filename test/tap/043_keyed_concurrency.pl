@@ -22,17 +22,10 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use WfeLogin;
+use WfeNode;
 
-my $node = PostgreSQL::Test::Cluster->new('wfe_keyed_concurrency');
-$node->init;
-$node->append_conf('postgresql.conf',
-	"shared_preload_libraries = 'wfe'\n"
-	  . "wfe.database = 'postgres'\n"
-	  . "wfe.poll_interval_ms = 3600000\n");
-$node->start;
-$node->safe_psql('postgres', 'CREATE EXTENSION wfe');
-ok($node->poll_query_until('postgres', 'SELECT pid IS NOT NULL FROM wfe.worker_status()'),
-	'the worker runs');
+my $node = WfeNode::node('wfe_keyed_concurrency', preload => 1, conf => "wfe.poll_interval_ms = 3600000\n");
+WfeNode::worker_runs($node, rounds => 0);
 
 sub sql { return $node->safe_psql('postgres', $_[0]); }
 
@@ -43,21 +36,12 @@ sub login
 	return ($r->{state}, $r->{out}, $r->{err});
 }
 
-sub ok_login
-{
-	my ($role, $q) = @_;
-	my ($st, $out, $err) = login($role, $q);
-	is($st, '', "$role: " . substr($q =~ s/\s+/ /gr, 0, 70)) or diag($err);
-	return $out;
-}
+# ok_login(ROLE, SQL): WfeLogin::ok_login on this node
+sub ok_login { return WfeLogin::ok_login($node, @_); }
 
-for my $t (qw(a b))
-{
-	sql("CREATE ROLE submitter_$t LOGIN IN ROLE wfe_submitter; SELECT wfe.add_tenant_member('submitter_$t', '\U$t\E');"
-		  . "CREATE ROLE reader_$t LOGIN IN ROLE wfe_reader; SELECT wfe.add_tenant_member('reader_$t', '\U$t\E');"
-		  . "CREATE ROLE operator_$t LOGIN IN ROLE wfe_operator; SELECT wfe.add_tenant_member('operator_$t', '\U$t\E');");
-}
-sql(q{CREATE ROLE worker LOGIN IN ROLE wfe_worker;
+WfeNode::tenant_logins($node, [qw(A B)], qw(submitter reader operator));
+WfeNode::logins($node, worker => 'wfe_worker');
+sql(q{
 SELECT wfe.register_worker('tap.kc@1', 'kq');
 SELECT wfe.grant_queue('worker', 'kq');});
 

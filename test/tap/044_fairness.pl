@@ -19,11 +19,9 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use WfeNode;
 
-my $node = PostgreSQL::Test::Cluster->new('wfe_fairness');
-$node->init;
-$node->start;
-$node->safe_psql('postgres', 'CREATE EXTENSION wfe');
+my $node = WfeNode::node('wfe_fairness');
 
 sub sql { return $node->safe_psql('postgres', $_[0]); }
 
@@ -37,22 +35,22 @@ sub as_login
 	return ($status, $err);
 }
 
+WfeNode::logins($node,
+	root_admin => 'wfe_admin',
+	nobody => '',
+	a_worker => 'wfe_worker',
+	small_operator => 'wfe_operator');
 sql(q{
-CREATE ROLE root_admin LOGIN IN ROLE wfe_admin;
-CREATE ROLE nobody LOGIN;
-CREATE ROLE a_worker LOGIN IN ROLE wfe_worker;
-CREATE ROLE small_operator LOGIN IN ROLE wfe_operator;
 INSERT INTO wfe.tenant_members (role, tenant) VALUES ('small_operator', 'small');
-SELECT wfe.register_worker('tap.fair@1', 'fq');
-SELECT wfe.create_definition($y$
+SELECT wfe.register_worker('tap.fair@1', 'fq');});
+WfeNode::workflow($node, <<'YAML');
 name: fair
 version: "1.0.0"
 entry: a
 stages:
   - { name: a, type: worker, queue: fq, worker: tap.fair@1, on_success: completed, on_failure: failed }
-$y$);
-SELECT wfe.approve('fair', '1.0.0');
-SELECT wfe.activate('fair', '1.0.0');
+YAML
+sql(q{
 SELECT wfe.configure_queue('fq', fairness => 'tenant');
 SELECT wfe.configure_tenant('big', weight => 1);
 SELECT wfe.configure_tenant('small', weight => 1);});

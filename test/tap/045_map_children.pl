@@ -25,17 +25,10 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use WfeLogin;
+use WfeNode;
 
-my $node = PostgreSQL::Test::Cluster->new('wfe_map_children');
-$node->init;
-$node->append_conf('postgresql.conf',
-	"shared_preload_libraries = 'wfe'\n"
-	  . "wfe.database = 'postgres'\n"
-	  . "wfe.poll_interval_ms = 200");
-$node->start;
-$node->safe_psql('postgres', 'CREATE EXTENSION wfe');
-ok($node->poll_query_until('postgres', 'SELECT pid IS NOT NULL AND rounds > 0 FROM wfe.worker_status()'),
-	'the worker runs');
+my $node = WfeNode::node('wfe_map_children', preload => 1, conf => "wfe.poll_interval_ms = 200\n");
+WfeNode::worker_runs($node);
 
 sub sql { return $node->safe_psql('postgres', $_[0]); }
 sub wait_for { my ($q, $what) = @_; ok($node->poll_query_until('postgres', $q), $what); }
@@ -47,16 +40,8 @@ sub login
 	return ($r->{state}, $r->{out}, $r->{msg});
 }
 
-sub define
-{
-	my ($yaml, $name, $version) = @_;
-	sql("SELECT wfe.create_definition(\$y\$$yaml\$y\$)");
-	sql("SELECT wfe.approve('$name', '$version')");
-	sql("SELECT wfe.activate('$name', '$version')");
-}
-
 sql(q{SELECT wfe.register_worker('tapmc.pack@1', 'tapmc')});
-define(<<'YAML', 'publish-asset', '1.0.0');
+WfeNode::workflow($node, <<'YAML');
 name: publish-asset
 version: "1.0.0"
 context_schema: {type: object, required: [asset], properties: {asset: {type: string}}}
@@ -66,7 +51,7 @@ stages:
   - {name: pack, type: worker, worker: tapmc.pack@1, queue: tapmc, input: {asset: "${context.asset}"},
      retry: {max_attempts: 1}, on_success: completed, on_failure: failed}
 YAML
-define(<<'YAML', 'lods', '1.0.0');
+WfeNode::workflow($node, <<'YAML');
 name: lods
 version: "1.0.0"
 entry: publish

@@ -23,14 +23,9 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use WfeLogin;
+use WfeNode;
 
-my $node = PostgreSQL::Test::Cluster->new('wfe_map_elements');
-$node->init;
-$node->append_conf('postgresql.conf',
-	"shared_preload_libraries = 'wfe'\n"
-	  . "wfe.database = 'postgres'\n"
-	  . "wfe.poll_interval_ms = 100\n");
-$node->start;
+my $node = WfeNode::node('wfe_map_elements', preload => 1, conf => "wfe.poll_interval_ms = 100\n");
 sub sql { return $node->safe_psql('postgres', $_[0]); }
 
 # login(ROLE, SQL): run SQL as login ROLE; (SQLSTATE or '', stdout)
@@ -40,28 +35,23 @@ sub login
 	return ($r->{state}, $r->{out});
 }
 
-sql('CREATE EXTENSION wfe');
+WfeNode::logins($node,
+	worker_a => 'wfe_worker A',
+	worker_b => 'wfe_worker B',
+	reader_a => 'wfe_reader A',
+	reader_b => 'wfe_reader B',
+	operator_b => 'wfe_operator B');
 sql(q{SELECT wfe.register_worker('lod@1', 'lods', '{"type": "object"}', '{"type": "object"}');
 SELECT wfe.register_signal('go@1');
 SELECT wfe.configure_rate_limit('per_lod', 0.0001, 1);
 SELECT wfe.configure_rate_limit('shared', 0.0001, 2);
-CREATE ROLE worker_a LOGIN IN ROLE wfe_worker;
-CREATE ROLE worker_b LOGIN IN ROLE wfe_worker;
-CREATE ROLE reader_a LOGIN IN ROLE wfe_reader;
-CREATE ROLE reader_b LOGIN IN ROLE wfe_reader;
-CREATE ROLE operator_b LOGIN IN ROLE wfe_operator;
-SELECT wfe.add_tenant_member('worker_a', 'A');
-SELECT wfe.add_tenant_member('reader_a', 'A');
-SELECT wfe.add_tenant_member('worker_b', 'B');
-SELECT wfe.add_tenant_member('reader_b', 'B');
-SELECT wfe.add_tenant_member('operator_b', 'B');
 SELECT wfe.grant_queue('worker_a', 'lods');});
 
 # define(NAME, RATE_LIMIT): a map over context.lods whose item takes RATE_LIMIT
 sub define
 {
 	my ($name, $rate) = @_;
-	sql(qq{SELECT wfe.create_definition(\$y\$
+	WfeNode::workflow($node, <<"YAML");
 name: $name
 version: "1.0.0"
 entry: render
@@ -78,9 +68,7 @@ stages:
       rate_limit: $rate
     on_success: completed
     on_failure: failed
-\$y\$);
-SELECT wfe.approve('$name', '1.0.0');
-SELECT wfe.activate('$name', '1.0.0');});
+YAML
 }
 define('keyed', '{ name: per_lod, key: "${item}" }');
 define('unkeyed', 'shared');
@@ -132,7 +120,7 @@ is(sql("SELECT count(*) FROM wfe.run_stages WHERE run_id = $unkeyed AND element 
 	'2', 'the other two are held');
 
 # the result cache: each element under the key of its own input
-sql(q{SELECT wfe.create_definition($y$
+WfeNode::workflow($node, <<'YAML');
 name: cached
 version: "1.0.0"
 entry: render
@@ -147,9 +135,7 @@ stages:
       cache: { ttl_ms: 600000 }
     on_success: completed
     on_failure: failed
-$y$);
-SELECT wfe.approve('cached', '1.0.0');
-SELECT wfe.activate('cached', '1.0.0');});
+YAML
 my $c1 = submit('cached', '{"lods": ["p", "q"]}');
 for my $t (grep { $_->[0] == $c1 } claim('worker_a', 10))
 {

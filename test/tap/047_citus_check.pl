@@ -16,15 +16,13 @@ use File::Basename qw(dirname);
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use WfeNode;
 
 my $top = dirname(__FILE__) . '/../..';
 my $script = slurp_file("$top/scripts/citus-check.sql");
 my $page = slurp_file("$top/docs/scaling.md");
 
-my $node = PostgreSQL::Test::Cluster->new('wfe_citus');
-$node->init;
-$node->start;
-$node->safe_psql('postgres', 'CREATE EXTENSION wfe');
+my $node = WfeNode::node('wfe_citus');
 
 # check(): the script's FAIL and warn lines, as "table|rule|verdict", sorted
 sub check

@@ -20,6 +20,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use WfeRabbit;
 use WfeLogin;
+use WfeNode;
 
 my $rabbit = WfeRabbit->new('envelope');
 $rabbit->start;
@@ -39,16 +40,13 @@ sub login
 }
 
 WfeRabbit::linear_workflow($node, 'tap-envelope', 'envq', 'a', 'b');
+WfeNode::logins($node,
+	submitter_a => 'wfe_submitter A',
+	worker_a => 'wfe_worker A',
+	worker_a_other => 'wfe_worker A',
+	worker_b => 'wfe_worker B',
+	nobody => '');
 sql(q{
-CREATE ROLE submitter_a LOGIN IN ROLE wfe_submitter;
-CREATE ROLE worker_a LOGIN IN ROLE wfe_worker;
-CREATE ROLE worker_a_other LOGIN IN ROLE wfe_worker;
-CREATE ROLE worker_b LOGIN IN ROLE wfe_worker;
-CREATE ROLE nobody LOGIN;
-SELECT wfe.add_tenant_member('submitter_a', 'A');
-SELECT wfe.add_tenant_member('worker_a', 'A');
-SELECT wfe.add_tenant_member('worker_a_other', 'A');
-SELECT wfe.add_tenant_member('worker_b', 'B');
 SELECT wfe.grant_queue('worker_a', 'envq');
 SELECT wfe.register_worker('tap.envb@1', 'envb');
 SELECT wfe.grant_queue('worker_b', 'envb');});

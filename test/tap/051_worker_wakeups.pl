@@ -13,18 +13,10 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time);
+use WfeNode;
 
-my $node = PostgreSQL::Test::Cluster->new('wfe_wakeups');
-$node->init;
-$node->append_conf('postgresql.conf',
-	"shared_preload_libraries = 'wfe'\n"
-	  . "wfe.database = 'postgres'\n"
-	  . "wfe.poll_interval_ms = 1000");
-$node->start;
-$node->safe_psql('postgres', 'CREATE EXTENSION wfe');
-ok( $node->poll_query_until(
-		'postgres', 'SELECT pid IS NOT NULL AND rounds > 0 FROM wfe.worker_status()'),
-	'the worker runs');
+my $node = WfeNode::node('wfe_wakeups', preload => 1, conf => "wfe.poll_interval_ms = 1000\n");
+WfeNode::worker_runs($node);
 
 sub sql { return $node->safe_psql('postgres', $_[0]); }
 
@@ -37,9 +29,7 @@ for my $i (1 .. 400)
 		  . "    on_success: %s\n    on_failure: failed\n", $i, $next);
 }
 sql("SELECT wfe.register_worker('tw.step\@1', 'tw')");
-sql("SELECT wfe.create_definition(\$src\$$src\$src\$)");
-sql("SELECT wfe.approve('tw-chain', '1.0.0')");
-sql("SELECT wfe.activate('tw-chain', '1.0.0')");
+WfeNode::workflow($node, $src);
 sql("SELECT wfe.submit('tw-chain', '{}') FROM generate_series(1, 20)");
 
 # Steps back to back, each claim and each completion its own transaction.

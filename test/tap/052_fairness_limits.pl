@@ -25,32 +25,27 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use WfeNode;
 
-my $node = PostgreSQL::Test::Cluster->new('wfe_fair_limits');
-$node->init;
-$node->start;
-$node->safe_psql('postgres', 'CREATE EXTENSION wfe');
+my $node = WfeNode::node('wfe_fair_limits');
 
 sub sql { return $node->safe_psql('postgres', $_[0]); }
 # a query as the worker login
 sub as_worker { return $node->safe_psql('postgres', $_[0], extra_params => ['-U', 'a_worker']); }
 
-sql(q{CREATE ROLE a_worker LOGIN IN ROLE wfe_worker;});
+WfeNode::logins($node, a_worker => 'wfe_worker');
 # one workflow per queue: fl and f4 fair, nf not (yet)
 for my $q ('fl', 'f4', 'nf')
 {
-	sql(qq{
-SELECT wfe.register_worker('tap.$q\@1', '$q');
-SELECT wfe.create_definition(\$y\$
+	sql(qq{SELECT wfe.register_worker('tap.$q\@1', '$q');});
+	WfeNode::workflow($node, <<"YAML");
 name: $q
 version: "1.0.0"
 entry: a
 stages:
   - { name: a, type: worker, queue: $q, worker: tap.$q\@1, on_success: completed, on_failure: failed }
-\$y\$);
-SELECT wfe.approve('$q', '1.0.0');
-SELECT wfe.activate('$q', '1.0.0');
-SELECT wfe.grant_queue('a_worker', '$q');});
+YAML
+	sql(qq{SELECT wfe.grant_queue('a_worker', '$q');});
 }
 sql(q{SELECT wfe.configure_queue('fl', fairness => 'tenant');
       SELECT wfe.configure_queue('f4', fairness => 'tenant');

@@ -24,6 +24,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use WfeRabbit;
 use WfeLogin;
+use WfeNode;
 
 my $rabbit = WfeRabbit->new('mapops');
 $rabbit->start;
@@ -38,16 +39,14 @@ sub login
 	return ($r->{state}, $r->{out}, $r->{msg});
 }
 
+WfeNode::logins($node,
+	worker_a => 'wfe_worker A',
+	operator_a => 'wfe_operator A',
+	operator_b => 'wfe_operator B');
 sql(q{SELECT wfe.register_worker('lod@1', 'lods', '{"type": "object"}', '{"type": "object"}');
 SELECT wfe.configure_queue('lods', 'broker');
-CREATE ROLE worker_a LOGIN IN ROLE wfe_worker;
-CREATE ROLE operator_a LOGIN IN ROLE wfe_operator;
-CREATE ROLE operator_b LOGIN IN ROLE wfe_operator;
-SELECT wfe.add_tenant_member('worker_a', 'A');
-SELECT wfe.add_tenant_member('operator_a', 'A');
-SELECT wfe.add_tenant_member('operator_b', 'B');
-SELECT wfe.grant_queue('worker_a', 'lods');
-SELECT wfe.create_definition($y$
+SELECT wfe.grant_queue('worker_a', 'lods');});
+WfeNode::workflow($node, <<'YAML');
 name: lods
 version: "1.0.0"
 entry: render
@@ -63,9 +62,7 @@ stages:
       retry: { max_attempts: 3, initial_ms: 100 }
     on_success: completed
     on_failure: failed
-$y$);
-SELECT wfe.approve('lods', '1.0.0');
-SELECT wfe.activate('lods', '1.0.0');});
+YAML
 WfeRabbit::wait_connected($node, 'start');
 # the cancel requests of queue lods, as a broker worker's control consumer binds them
 $rabbit->probe_ok('declare-queue', 'tap.cancel');

@@ -23,6 +23,7 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use WfeNode;
 use WfeRabbit;
 use WfeLogin;
 
@@ -40,24 +41,16 @@ sub login
 	return ($r->{state}, $r->{out}, $r->{err});
 }
 
-sub ok_login
-{
-	my ($role, $q) = @_;
-	my ($st, $out, $err) = login($role, $q);
-	is($st, '', "$role: " . substr($q =~ s/\s+/ /gr, 0, 70)) or diag($err);
-	return $out;
-}
+# ok_login(ROLE, SQL): WfeLogin::ok_login on this node
+sub ok_login { return WfeLogin::ok_login($node, @_); }
 
-for my $t (qw(a b))
-{
-	sql("CREATE ROLE submitter_$t LOGIN IN ROLE wfe_submitter; SELECT wfe.add_tenant_member('submitter_$t', '\U$t\E');"
-		  . "CREATE ROLE reader_$t LOGIN IN ROLE wfe_reader; SELECT wfe.add_tenant_member('reader_$t', '\U$t\E');");
-}
-sql(q{CREATE ROLE worker LOGIN IN ROLE wfe_worker;
+WfeNode::tenant_logins($node, [qw(A B)], qw(submitter reader));
+WfeNode::logins($node, worker => 'wfe_worker');
+sql(q{
 SELECT wfe.register_worker('tap.bk@1', 'bk');
 SELECT wfe.configure_queue('bk', 'broker');
-SELECT wfe.grant_queue('worker', 'bk');
-SELECT wfe.create_definition($y$
+SELECT wfe.grant_queue('worker', 'bk');});
+WfeNode::workflow($node, <<'YAML');
 name: per-customer
 version: "1.0.0"
 entry: m
@@ -73,9 +66,7 @@ stages:
       concurrency: { key: "${item.customer}", max: 2 }
     on_success: completed
     on_failure: failed
-$y$);
-SELECT wfe.approve('per-customer', '1.0.0');
-SELECT wfe.activate('per-customer', '1.0.0');});
+YAML
 WfeRabbit::wait_connected($node, 'start');
 
 # tenant A's elements of key c1 dispatched or running, logged at every change of their rows and dispatches

@@ -7,6 +7,8 @@ package WfeLogin;
 use strict;
 use warnings;
 
+use Test::More;
+
 # as_login(NODE, ROLE, SQL, %opt): run SQL in database postgres as ROLE and
 # return { state, out, err, msg }: state is the error's SQLSTATE or ''; with
 # strict => 1, any other stderr (a login that fails with FATAL, say) is an
@@ -21,6 +23,16 @@ sub as_login
 	my ($msg) = $err =~ /ERROR:\s+[0-9A-Z]{5}:\s+(.*)/;
 	$state //= $opt{strict} && $err =~ /\S/ ? "psql: $err" : '';
 	return { state => $state, out => $out, err => $err, msg => $msg // '' };
+}
+
+# ok_login(NODE, ROLE, SQL): one assertion, that SQL runs as login ROLE
+# without an error (strict); its stdout.
+sub ok_login
+{
+	my ($node, $role, $q) = @_;
+	my $r = as_login($node, $role, $q, strict => 1);
+	is($r->{state}, '', "$role: " . substr($q =~ s/\s+/ /gr, 0, 70)) or diag($r->{err});
+	return $r->{out};
 }
 
 1;

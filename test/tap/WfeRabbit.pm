@@ -37,6 +37,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(usleep);
+use WfeNode;
 
 # Where the Debian package puts the server scripts.
 my $RABBIT_BIN = '/usr/lib/rabbitmq/bin';
@@ -472,25 +473,19 @@ sub queue_messages
 # The set-up the broker tests share.
 #
 
-# wfe_node(NAME, RABBIT, EXTRA_CONF): a started PostgreSQL node with wfe
-# preloaded, its background worker publishing to RABBIT, and the extension
-# created.
+# wfe_node(NAME, RABBIT, EXTRA_CONF): a started node (WfeNode::node, wfe
+# preloaded and created), its background worker publishing to RABBIT;
+# EXTRA_CONF comes last, so that it wins.
 sub wfe_node
 {
 	my ($name, $rabbit, $extra) = @_;
-	my $node = PostgreSQL::Test::Cluster->new($name);
-	$node->init;
-	$node->append_conf('postgresql.conf',
-		"shared_preload_libraries = 'wfe'\n"
-		  . "wfe.database = 'postgres'\n"
-		  . "wfe.poll_interval_ms = 200\n"
+	return WfeNode::node($name,
+		preload => 1,
+		conf => "wfe.poll_interval_ms = 200\n"
 		  . "wfe.amqp_uri = '" . $rabbit->uri . "'\n"
 		  . "wfe.broker_retry_ttl_ms = 500\n"
 		  . "log_min_messages = info\n"
 		  . ($extra // ''));
-	$node->start;
-	$node->safe_psql('postgres', 'CREATE EXTENSION wfe');
-	return $node;
 }
 
 # linear_workflow(NODE, NAME, QUEUE, STAGES...): a worker contract on QUEUE
@@ -513,10 +508,8 @@ sub linear_workflow
 	}
 	$node->safe_psql('postgres', qq{
 SELECT wfe.register_worker('tap.$queue\@1', '$queue');
-SELECT wfe.configure_queue('$queue', 'broker');
-SELECT wfe.create_definition(\$y\$$yaml\$y\$);
-SELECT wfe.approve('$name', '1.0.0');
-SELECT wfe.activate('$name', '1.0.0');});
+SELECT wfe.configure_queue('$queue', 'broker');});
+	WfeNode::workflow($node, $yaml);
 	return;
 }
 
