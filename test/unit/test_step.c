@@ -2364,6 +2364,16 @@ test_fail_stage(void)
 	   "fail: a running attempt is failed by hand");
 	op = sh_find_op(&h, WFE_OP_FENCE, a);
 	ok(op && op->flag == 1 && op->fence == F(2), "fail: the attempt is fenced (2) and asked to stop");
+	{
+		/* what ack_cancel's gate reads: the request names the fence the worker holds */
+		long long	named = -1;
+
+		for (int k = 0; k < h.nevents; k++)
+			if (h.events[k].stage == a && strcmp(h.events[k].type, "stage.failed_by_operator") == 0)
+				named = h.events[k].fenced ? h.events[k].fence : -2;
+		ok(named == F(1),
+		   "fail: stage.failed_by_operator names the fence the worker holds (1), as the cancel message does");
+	}
 	op = sh_find_op(&h, WFE_OP_FAIL, a);
 	ok(op && op->state == WFE_FAILED && op->flag == 0, "fail: FAIL without retry or dead letter");
 	expect_str(op ? sh_json_get(op->json, "code") : NULL, "operator.failed", "fail: error operator.failed");
