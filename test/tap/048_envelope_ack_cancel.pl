@@ -175,12 +175,11 @@ is("$st$out", 'unknown', "tenant B's worker, after: still unknown");
 # worker is asked to stop as for a cancel, and acknowledges the same way.
 #
 ($st, my $run2) = login('submitter_a',
-	"SELECT run_id FROM wfe.submit('tap-envelope', '{\"n\": 2}', options => '{\"tenant\": \"A\"}')");
+	"SELECT run_id FROM wfe.submit('tap-envelope', ${\ jsonb({ n => 2, data => $blob })}, options => '{\"tenant\": \"A\"}')");
 chomp $run2;
-ok($node->poll_query_until('postgres',
-		"SELECT state = 'dispatched' FROM wfe.run_stages WHERE run_id = $run2 AND stage = 'a'"),
-	'a second run is dispatched');
-my $fence2 = sql("SELECT fence FROM wfe.run_stages WHERE run_id = $run2 AND stage = 'a'");
+@m = $rabbit->probe_json('consume', 'wfe.envq.large', 1, 60);
+is($m[0] && $m[0]{body}{run_id}, $run2, 'a second run is dispatched');
+my $fence2 = $m[0] ? $m[0]{body}{fence} : -1;
 ($st, $out) = login('worker_a', "SELECT wfe.accept_task($run2, 'a', 1, $fence2, 'w-a')");
 chomp $out;
 is("$st$out", 'accepted', 'tenant A\'s worker accepts it');
