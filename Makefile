@@ -10,7 +10,7 @@
 #   make check-regress   pg_regress alone, on a private cluster
 #   make installcheck    regress, isolation and TAP against the installed server (PGXS;
 #                        as a user that may run initdb, with lc_messages = C)
-#   make fuzz            libFuzzer over the compiler and the step core for FUZZ_SECONDS (600)
+#   make fuzz            libFuzzer over the compiler and the cores for FUZZ_SECONDS (600)
 #   make META.json       regenerate it after changing the version in wfe.control
 #   make deps            install the Debian packages the project needs
 
@@ -95,6 +95,7 @@ FUZZ_TARGET  = build/fuzz/fuzz_compile
 FUZZ_STEP    = build/fuzz/fuzz_step
 FUZZ_EXPR    = build/fuzz/fuzz_expr
 FUZZ_SCHEMA  = build/fuzz/fuzz_schema
+FUZZ_FLOW    = build/fuzz/fuzz_flow
 FUZZ_SECONDS = 600
 # the core as the fuzz targets link it: coverage without libFuzzer's main
 FUZZ_OBJ_CFLAGS = $(subst -fsanitize=fuzzer,-fsanitize=fuzzer-no-link,$(FUZZ_CFLAGS))
@@ -178,11 +179,12 @@ $(PROBE): test/tools/amqp-probe.c
 	$(CC) $(WFE_CFLAGS) -o $@ $< $(PROBE_LIBS)
 
 # The libFuzzer targets: each harness linked with the core, compiled once
-# for all four (instrumented for coverage, sanitized) under build/fuzz/obj.
+# for all five (instrumented for coverage, sanitized) under build/fuzz/obj.
 # fuzz_step drives the step core through the unit tests' in-memory server
 # (test/unit/step_harness.h); fuzz_expr drives the CEL expression core;
-# fuzz_schema feeds the JSON Schema validator and the regex engine.
-fuzz-target: $(FUZZ_TARGET) $(FUZZ_STEP) $(FUZZ_EXPR) $(FUZZ_SCHEMA)
+# fuzz_schema feeds the JSON Schema validator and the regex engine;
+# fuzz_flow drives the flow controls' core (src/core/flow/).
+fuzz-target: $(FUZZ_TARGET) $(FUZZ_STEP) $(FUZZ_EXPR) $(FUZZ_SCHEMA) $(FUZZ_FLOW)
 
 build/fuzz/fuzz_%: test/fuzz/fuzz_%.c $(FUZZ_OBJS) $(wildcard test/unit/*.h)
 	@mkdir -p $(@D)

@@ -16,16 +16,17 @@
 #include "wfe.h"
 
 /*
- * The stage as it is, and whether a stage.cancelled event of its attempt
- * names the fence acknowledged (that event's fence column is the fence the
- * cancellation superseded).  No lock: the answer is a record, not a
- * transition, and a cancelled stage does not change again.
+ * The stage as it is, and whether a request to stop its attempt (a
+ * stage.cancelled or stage.failed_by_operator event of that attempt) names
+ * the fence acknowledged: those events' fence column is the fence the
+ * request superseded.  No lock: the answer is a record, not a transition,
+ * and the events it reads are never changed.
  */
 static stmt q_stage = STMT(
-	"SELECT st.queue, st.tenant, st.handler IS NOT NULL, st.state, st.attempt,"
+	"SELECT st.queue, st.tenant, st.handler IS NOT NULL, st.attempt,"
 	"       EXISTS (SELECT 1 FROM wfe.events AS e"
 	"                WHERE e.run_id = st.run_id AND e.stage = st.stage AND e.attempt = st.attempt"
-	"                  AND e.type = 'stage.cancelled' AND e.fence = $3)"
+	"                  AND e.type IN ('stage.cancelled', 'stage.failed_by_operator') AND e.fence = $3)"
 	"  FROM wfe.run_stages AS st WHERE st.run_id = $1 AND st.stage = $2", 3, I8, TX, I8);
 
 /* Decide and record one acknowledgement; its answer. */
@@ -43,9 +44,8 @@ ack_cancel(int64 run_id, const char *stage, int attempt, int64 fence)
 	if (SPI_processed == 1)
 	{
 		tenant = stmt_col(2);
-		in.state = (wfe_state) wfe_state_from_name(stmt_col(4));
-		in.row_attempt = pg_strtoint32(stmt_col(5));
-		in.cancel_named_fence = stmt_bool(6);
+		in.row_attempt = pg_strtoint32(stmt_col(4));
+		in.stop_named_fence = stmt_bool(5);
 		/* who may call back: the callbacks' rule (a stranger's answer is unknown; 42501 for some) */
 		in.exists = wfe_may_call_back(stmt_col(1), tenant, stmt_bool(3), run_id, stage, "report for");
 	}

@@ -18,14 +18,18 @@
  * reports with current, stale or next-generation fences and attempts, and
  * about indexes past the end or negative; its child's end (completed,
  * failed, cancelled); its retry timers, real and made up; its deadlines;
- * an operator's redrive or skip of it.  Every op is applied to the rows as
+ * an operator's redrive or skip of it; and for the flow-control keys
+ * (rate_limit and concurrency keyed on the context or a result, binding or
+ * failing to): every release, retry, redrive and redispatch of a keyed
+ * stage.  Every op is applied to the rows as
  * engine.c applies it, and the harness's checks after every event abort
  * the process (so libFuzzer keeps the input) on: an illegal stage or run
  * transition, an op on a stage out of range, a fence or attempt that
  * decreases, a run that finishes twice or without intent, an intent set
  * twice, a core view of a row that differs from the row, a rejection that
  * wrote more than its callback.* event, a stuck run, a finished run that
- * left something waiting, and the map invariants step_harness.h lists.
+ * left something waiting, a keyed stage queued without its bound key (or
+ * an unkeyed one with one), and the map invariants step_harness.h lists.
  * ASan, LSan and UBSan do the rest.
  *
  * Build and run: make fuzz (make test runs it briefly).
@@ -293,10 +297,34 @@ static const char *MAPS_WIDE =
 "    on_success: completed\n"
 "    on_failure: failed\n";
 
+/*
+ * Flow-control keys (dsl.md "Flow-control keys"): keyed and unkeyed rate
+ * limits, keyed concurrency, keys bound from the context (absent in some
+ * contexts: the stage's binding failure) and from an earlier result, on a
+ * retried stage, fork branches and a failure route.
+ */
+static const char *FLOW =
+"name: flow\n"
+"version: \"1.0.0\"\n"
+"entry: a\n"
+"stages:\n"
+"  - {name: a, type: worker, queue: q, worker: w.a@1, rate_limit: {name: api, key: '${context.modelId}'},"
+" retry: {max_attempts: 2, initial_ms: 1}, on_success: f, on_failure: b}\n"
+"  - {name: f, type: fork, branches: [c, d]}\n"
+"  - {name: c, type: worker, queue: q, worker: w.c@1, concurrency: {key: 'k-${context.x}', max: 1},"
+" on_success: j, on_failure: j}\n"
+"  - {name: d, type: worker, queue: q, worker: w.d@1, rate_limit: api,"
+" concurrency: {key: '${stages.a.result.tok}', max: 2}, retry: {max_attempts: 3, initial_ms: 1},"
+" on_success: j, on_failure: j}\n"
+"  - {name: j, type: join, required: [c, d], acceptable_terminal_states: [completed, failed],"
+" on_success: completed, on_failure: failed}\n"
+"  - {name: b, type: worker, queue: q, worker: w.b@1, rate_limit: {name: api, key: '${context.amount}'},"
+" concurrency: {key: '${context.go}', max: 3}, on_success: completed, on_failure: failed}\n";
+
 static const char *const CHILD_STATES[] = {"completed", "failed", "cancelled"};
 
 static const char *const *const WORKFLOWS[] = {&FORKS, &MODEL_INGEST, &CHAIN, &TASKS, &TASKS_PLAIN, &CACHED,
-&WAITS, &TASKS_WAITS, &CHILDREN, &TASKS_CHILDREN, &MAPS, &MAPS_WIDE};
+&WAITS, &TASKS_WAITS, &CHILDREN, &TASKS_CHILDREN, &MAPS, &MAPS_WIDE, &FLOW};
 #define NWORKFLOWS (sizeof(WORKFLOWS) / sizeof(WORKFLOWS[0]))
 static wfe_run_plan *plans[NWORKFLOWS];
 

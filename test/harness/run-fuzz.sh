@@ -3,17 +3,19 @@
 #
 #   test/harness/run-fuzz.sh SECONDS CORPUS_DIR ARTIFACT_DIR
 #
-# Four targets: fuzz_compile (the compiler, 2/5 of SECONDS), fuzz_step
-# (the step core, 1/5), fuzz_expr (CEL expressions, 1/5) and fuzz_schema
-# (the JSON Schema validator and the regex engine, the rest).  The seeds in
-# test/fuzz/corpus (YAML), test/fuzz/corpus-step (event sequences),
-# test/fuzz/corpus-expr (expressions) and test/fuzz/corpus-schema
-# ("SCHEMA\0VALUE", a pattern's first line) are read but never written:
-# libFuzzer adds the inputs it finds to the first corpus directory,
-# CORPUS_DIR for fuzz_compile, CORPUS_DIR-step, -expr and -schema for the
-# others.  A crash, a leak, a broken invariant, a timeout (5 s per input)
-# or more than 1 GiB of memory fails the run and leaves the input in
-# ARTIFACT_DIR (prefixed step-, expr- and schema- for the last three).
+# Five targets: fuzz_compile (the compiler, the rest of SECONDS), fuzz_step
+# (the step core, 1/5), fuzz_expr (CEL expressions, 1/5), fuzz_schema
+# (the JSON Schema validator and the regex engine, 1/5) and fuzz_flow (the
+# flow controls, 1/10).  The seeds in test/fuzz/corpus (YAML),
+# test/fuzz/corpus-step (event sequences), test/fuzz/corpus-expr
+# (expressions), test/fuzz/corpus-schema ("SCHEMA\0VALUE", a pattern's
+# first line) and test/fuzz/corpus-flow (event sequences) are read but
+# never written: libFuzzer adds the inputs it finds to the first corpus
+# directory, CORPUS_DIR for fuzz_compile, CORPUS_DIR-step, -expr, -schema
+# and -flow for the others.  A crash, a leak, a broken invariant, a timeout
+# (5 s per input) or more than 1 GiB of memory fails the run and leaves the
+# input in ARTIFACT_DIR (prefixed step-, expr-, schema- and flow- for the
+# last four).
 # Counts as one test per target.
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -46,9 +48,9 @@ run_target() {
 
 main() {
 	local seconds=$1 corpus=${2%/} artifacts=${3%/} step_seconds compile_seconds
-	local passed=0 failed=0 name expr_seconds schema_seconds
+	local passed=0 failed=0 name expr_seconds schema_seconds flow_seconds
 
-	for name in fuzz_compile fuzz_step fuzz_expr fuzz_schema; do
+	for name in fuzz_compile fuzz_step fuzz_expr fuzz_schema fuzz_flow; do
 		[ -x "$WFE_TOP/build/fuzz/$name" ] || { say "fuzz: build/fuzz/$name is missing (make fuzz-target)"; exit 2; }
 	done
 	mkdir -p "$artifacts"
@@ -58,7 +60,9 @@ main() {
 	[ "$expr_seconds" -ge 1 ] || expr_seconds=1
 	schema_seconds=$((seconds / 5))
 	[ "$schema_seconds" -ge 1 ] || schema_seconds=1
-	compile_seconds=$((seconds - step_seconds - expr_seconds - schema_seconds))
+	flow_seconds=$((seconds / 10))
+	[ "$flow_seconds" -ge 1 ] || flow_seconds=1
+	compile_seconds=$((seconds - step_seconds - expr_seconds - schema_seconds - flow_seconds))
 	[ "$compile_seconds" -ge 1 ] || compile_seconds=1
 
 	if run_target fuzz_compile "$compile_seconds" "$corpus" "$WFE_TOP/test/fuzz/corpus" \
@@ -81,6 +85,12 @@ main() {
 	fi
 	if run_target fuzz_schema "$schema_seconds" "$corpus-schema" "$WFE_TOP/test/fuzz/corpus-schema" \
 		"$artifacts/schema-" "$artifacts/fuzz-schema.log"; then
+		passed=$((passed + 1))
+	else
+		failed=$((failed + 1))
+	fi
+	if run_target fuzz_flow "$flow_seconds" "$corpus-flow" "$WFE_TOP/test/fuzz/corpus-flow" \
+		"$artifacts/flow-" "$artifacts/fuzz-flow.log"; then
 		passed=$((passed + 1))
 	else
 		failed=$((failed + 1))

@@ -22,8 +22,11 @@
 #
 # The same again with each flow control on (operations.md "Flow control"):
 # a second queue whose stage takes a token of a rate limit far above the
-# load (RL_BACKLOG queued runs beside the first backlog), claimed the same
-# way, so the pick, the bucket and the claim by tuple id are checked too;
+# load and which has a circuit, closed (RL_BACKLOG queued runs beside the
+# first backlog), claimed the same way, so the pick, the bucket, the
+# circuit's row and the claim by tuple id are checked too; 200 runs of the
+# first backlog raised by set_priority, so its claims walk the ready index
+# across priorities;
 # a third queue with fairness => 'tenant' (FAIR_BACKLOG queued runs of
 # five tenants, one of them with half), so the skip scan over the tenants
 # and each tenant's claim are checked, and no claim walks run_stages_ready
@@ -41,7 +44,7 @@ use Test::More;
 use WfeNode;
 
 my $BACKLOG  = 20_000;    # queued runs left when the claims start
-my $RL_BACKLOG = 10_000;  # queued runs of the rate-limited queue
+my $RL_BACKLOG = 20_000;  # queued runs of the rate-limited queue (with a circuit)
 my $FAIR_BACKLOG = 20_000; # queued runs of the fair queue, over five tenants
 my $KC_BACKLOG = 20_000;  # queued runs of the queue with keyed concurrency
 my $HISTORY  = 3_000;     # runs claimed and completed before that
@@ -92,6 +95,7 @@ stages:
 $y$);
 SELECT wfe.approve('tap-plan-rl', '1.0.0');
 SELECT wfe.activate('tap-plan-rl', '1.0.0');
+SELECT wfe.configure_circuit('tap-plan-rl', 1.0, 1000000);
 SELECT wfe.register_worker('tap-plan.fair@1', 'tap-plan-fair');
 SELECT wfe.create_definition($y$
 name: tap-plan-fair
@@ -182,6 +186,13 @@ is($node->safe_psql('postgres', "SELECT count(DISTINCT tenant) || ' ' || count(*
 	"5 $FAIR_BACKLOG", "$FAIR_BACKLOG tasks of five tenants queued on the fair queue");
 is($node->safe_psql('postgres', "SELECT count(*) FROM wfe.run_stages WHERE queue = 'tap-plan-kc' AND state = 'queued' AND concurrency_key IS NOT NULL"),
 	$KC_BACKLOG, "$KC_BACKLOG tasks with keyed concurrency queued");
+# some of the backlog moved ahead: the claims walk the ready index across priority levels
+is( $node->safe_psql(
+		'postgres',
+		"SELECT count(*) FROM (SELECT wfe.set_priority(r.run_id, 5) FROM wfe.runs AS r "
+		  . "WHERE r.workflow = 'tap-plan-flow' AND r.finished_at IS NULL ORDER BY r.run_id DESC LIMIT 200) AS p"),
+	200,
+	'200 runs of the backlog raised by set_priority');
 $node->safe_psql('postgres', 'VACUUM ANALYZE');
 note sprintf('set-up took %d s', time - $t0);
 
@@ -333,7 +344,7 @@ sub plans_from
 my @sessions;
 for my $queue ('tap-plan-jobs', 'tap-plan-rl', 'tap-plan-fair', 'tap-plan-kc')
 {
-	my $tag = $queue eq 'tap-plan-rl' ? 'rate limit, '
+	my $tag = $queue eq 'tap-plan-rl' ? 'rate limit and circuit, '
 	  : $queue eq 'tap-plan-fair' ? 'fairness, '
 	  : $queue eq 'tap-plan-kc' ? 'keyed concurrency, '
 	  : '';

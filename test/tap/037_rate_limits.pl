@@ -1,7 +1,9 @@
 # Rate limits (operations.md "Flow control", dsl.md "Flow-control keys").
 #
-# 1. Bad input: a rate of 0, a burst below 1 (22023, naming it); a role
-#    that is not wfe_admin is refused (42501) and nothing changes.
+# 1. Bad input, as a real login of wfe_admin: a rate of 0 or below, a
+#    burst below 1 (22023, naming the parameter), for a new limit and for
+#    one already configured -- nothing is made or changed; a role that is
+#    not wfe_admin is refused (42501) and nothing changes.
 # 2. The compiler: ratelimit.unknown is a warning, a malformed rate_limit
 #    an error.
 # 3. The window property, shortened: with ample work, a claimer that
@@ -11,7 +13,8 @@
 #    timer makes them ready again -- its poll interval is an hour, so
 #    nothing polls.
 # 4. A stage naming a rate limit that is not configured waits (shown in
-#    dashboard_stuck); configuring it releases the attempt.
+#    dashboard_stuck); configuring it releases the attempt.  So does an
+#    attempt already queued when its limit is dropped (per_second NULL).
 # 5. The attack: keyed buckets come from a run's data: at
 #    wfe.max_rate_keys buckets per limit and tenant, more keys share the
 #    overflow bucket (the table stays bounded); no wfe role reads the
@@ -27,6 +30,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use WfeNode;
+use WfeLogin;
 
 my $node = WfeNode::node('wfe_rate_limits', preload => 1,
 	conf => "wfe.poll_interval_ms = 3600000\n"
@@ -66,12 +70,37 @@ YAML
 }
 
 # --- 1. bad input -----------------------------------------------------------
-sql(q{CREATE ROLE alice LOGIN IN ROLE wfe_operator; CREATE ROLE root_admin IN ROLE wfe_admin;});
-my ($st, $err) = as_role('root_admin', q{SELECT wfe.configure_rate_limit('api', 0)});
-like($err, qr/per_second must be positive/, 'a rate of 0 is refused, naming per_second');
-($st, $err) = as_role('root_admin', q{\set VERBOSITY verbose
-SELECT wfe.configure_rate_limit('api', 5, 0)});
-like($err, qr/22023.*burst must be at least 1/s, 'a burst of 0 is refused (22023), naming burst');
+sql(q{CREATE ROLE alice LOGIN IN ROLE wfe_operator; CREATE ROLE root_admin IN ROLE wfe_admin;
+CREATE ROLE admin_login LOGIN IN ROLE wfe_admin;});
+# everything configure_rate_limit may touch
+sub limits_now
+{
+	return sql(q{SELECT coalesce(string_agg(name || ' ' || per_second || ' ' || burst || ' ' || updated_at, ',' ORDER BY name), '-')
+	                  || ' / ' || (SELECT count(*) FROM wfe.rate_buckets) FROM wfe.rate_limits});
+}
+my $before = limits_now();
+my ($st, $err);
+for my $case ([ q{'api', 0}, qr/per_second must be positive, not 0/, 'a rate of 0' ],
+	[ q{'api', -2.5}, qr/per_second must be positive, not -2\.5/, 'a negative rate' ],
+	[ q{'api', 5, 0}, qr/burst must be at least 1, not 0/, 'a burst of 0' ],
+	[ q{'api', 5, -3}, qr/burst must be at least 1, not -3/, 'a negative burst' ])
+{
+	my $r = WfeLogin::as_login($node, 'admin_login', "SELECT wfe.configure_rate_limit($case->[0])", strict => 1);
+	is($r->{state}, '22023', "$case->[2] is refused (22023)");
+	like($r->{msg}, $case->[1], '... naming the parameter');
+}
+is(limits_now(), $before, 'and nothing was configured');
+# the same for a limit already configured: it stays as it was
+is(WfeLogin::as_login($node, 'admin_login', q{SELECT wfe.configure_rate_limit('kept', 2, 3)})->{state}, '',
+	'an admin login configures a limit');
+$before = limits_now();
+for my $args (q{'kept', 0}, q{'kept', -1, 3}, q{'kept', 2, 0})
+{
+	is(WfeLogin::as_login($node, 'admin_login', "SELECT wfe.configure_rate_limit($args)")->{state}, '22023',
+		"changing it to ($args) is refused (22023)");
+}
+is(limits_now(), $before, 'and the limit and its bucket are as they were');
+sql(q{SELECT wfe.configure_rate_limit('kept', NULL)});
 ($st, $err) = as_role('alice', q{SELECT wfe.configure_rate_limit('api', 5, 5)});
 like($err, qr/permission denied/, 'an operator may not configure a rate limit');
 is(sql('SELECT count(*) FROM wfe.rate_limits'), '0', 'and nothing was configured');
@@ -155,6 +184,14 @@ is(sql(qq{SELECT problem || ': ' || detail FROM wfe.dashboard_stuck WHERE run_id
 	'rate limit unknown: later is not configured', 'dashboard_stuck says why');
 sql(q{SET ROLE root_admin; SELECT wfe.configure_rate_limit('later', 100)});
 is(sql(q{SELECT count(*) FROM wfe.claim_task('rlq2', 'w2', 5)}), '1', 'configuring it releases the attempt');
+# an attempt queued (ready) when its limit is dropped waits too, until it is configured again
+$run = sql(q{SELECT run_id FROM wfe.submit('rl2', '{}')});
+sql(q{SET ROLE root_admin; SELECT wfe.configure_rate_limit('later', NULL)});
+is(sql(q{SELECT count(*) FROM wfe.claim_task('rlq2', 'w2', 5)}), '0', 'a queued attempt whose limit was dropped is not claimed');
+is(sql(qq{SELECT problem || ': ' || detail FROM wfe.dashboard_stuck WHERE run_id = $run}),
+	'rate limit unknown: later is not configured', 'dashboard_stuck says why');
+sql(q{SET ROLE root_admin; SELECT wfe.configure_rate_limit('later', 100)});
+is(sql(q{SELECT count(*) FROM wfe.claim_task('rlq2', 'w2', 5)}), '1', 'configuring it again releases the attempt');
 
 # --- 5. keyed buckets: bounded, and invisible ------------------------------
 sql(q{SET ROLE root_admin; SELECT wfe.configure_rate_limit('per_customer', 1000)});

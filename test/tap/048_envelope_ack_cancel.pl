@@ -10,7 +10,12 @@
 #    stage: no event); tenant B's worker and a login of tenant A without
 #    the queue are refused (unknown; 42501) and nothing changes; bad
 #    arguments keep their SQLSTATEs (22004, 22023, 42501 without
-#    wfe_worker).
+#    wfe_worker);
+#  - an operator's fail_stage of an attempt a broker worker holds: the
+#    worker gets a cancel message naming its fence, and its ack_cancel of
+#    that fence is accepted as after a run's cancel (stage.failed_by_operator
+#    names the fence); the new fence, another attempt and tenant B's
+#    worker are answered as above.
 use strict;
 use warnings;
 
@@ -162,6 +167,47 @@ is(sql("SELECT state || ' ' || fence FROM wfe.run_stages WHERE run_id = $run AND
 ($st, $out) = login('worker_b', "SELECT wfe.ack_cancel($run, 'a', 1, $fence)");
 chomp $out;
 is("$st$out", 'unknown', "tenant B's worker, after: still unknown");
+
+#
+# fail_stage: the operator fails the attempt a broker worker holds; the
+# worker is asked to stop as for a cancel, and acknowledges the same way.
+#
+($st, my $run2) = login('submitter_a',
+	"SELECT run_id FROM wfe.submit('tap-envelope', ${\ jsonb({ n => 2, data => $blob })}, options => '{\"tenant\": \"A\"}')");
+chomp $run2;
+@m = $rabbit->probe_json('consume', 'wfe.envq.large', 1, 60);
+is($m[0] && $m[0]{body}{run_id}, $run2, 'a second run is dispatched');
+my $fence2 = $m[0] ? $m[0]{body}{fence} : -1;
+($st, $out) = login('worker_a', "SELECT wfe.accept_task($run2, 'a', 1, $fence2, 'w-a')");
+chomp $out;
+is("$st$out", 'accepted', 'tenant A\'s worker accepts it');
+sql("SELECT wfe.fail_stage($run2, 'a', 'the host is gone')");
+my $new_fence2 = sql("SELECT fence FROM wfe.run_stages WHERE run_id = $run2 AND stage = 'a'");
+is(sql("SELECT state || ' ' || attempt FROM wfe.run_stages WHERE run_id = $run2 AND stage = 'a'"),
+	'failed 1', 'the operator failed the attempt');
+is( sql(qq{SELECT count(*) FROM wfe.outbox WHERE run_id = $run2 AND stage = 'a' AND kind = 'cancel'
+            AND (body ->> 'fence')::bigint = $fence2}),
+	1, 'the worker gets a cancel message naming the fence it holds');
+is( sql(qq{SELECT count(*) FROM wfe.events WHERE run_id = $run2 AND stage = 'a' AND type = 'stage.failed_by_operator'
+            AND fence = $fence2}),
+	1, 'stage.failed_by_operator names it too');
+($st, $out) = login('worker_b', "SELECT wfe.ack_cancel($run2, 'a', 1, $fence2)");
+chomp $out;
+is("$st$out", 'unknown', "tenant B's worker acknowledging it: unknown");
+($st, $out) = login('worker_a', "SELECT wfe.ack_cancel($run2, 'a', 1, $new_fence2)");
+chomp $out;
+is("$st$out", 'stale', 'after fail_stage, the new fence (never asked to stop): stale');
+($st, $out) = login('worker_a', "SELECT wfe.ack_cancel($run2, 'a', 2, $fence2)");
+chomp $out;
+is("$st$out", 'stale', 'after fail_stage, another attempt: stale');
+($st, $out) = login('worker_a', "SELECT wfe.ack_cancel($run2, 'a', 1, $fence2)");
+chomp $out;
+is("$st$out", 'accepted', 'after fail_stage, the fence the worker held: accepted');
+is( sql(qq{SELECT tenant || ' ' || attempt || ' ' || fence FROM wfe.events
+            WHERE run_id = $run2 AND type = 'stage.cancel_acknowledged'}),
+	"A 1 $fence2", 'stage.cancel_acknowledged recorded, naming the fence');
+is(sql("SELECT state || ' ' || fence FROM wfe.run_stages WHERE run_id = $run2 AND stage = 'a'"),
+	"failed $new_fence2", 'the stage is as the operator left it');
 
 WfeRabbit::wait_published($node, 'the end');
 $node->stop;

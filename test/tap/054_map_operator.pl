@@ -9,7 +9,8 @@
 #   counter row, events, timers and outbox);
 # - fail_stage of an element a worker is running: failed at once (no
 #   retry), counted against tolerated_failures, the worker asked to stop
-#   on cancel.<queue> with the fence it holds, its later report stale;
+#   on cancel.<queue> with the fence it holds, its later report stale,
+#   its ack_cancel of that fence accepted;
 # - redispatch of a dispatched element: a new message with a new fence,
 #   the old message's accept stale, the new one's taken;
 # - a map failing past tolerated_failures, and a run cancelled, ask each
@@ -155,6 +156,9 @@ is($c->{'render[0]'}{body}{fence}, $d->{'render[0]'}{fence}, '... naming the fen
 is(worker("wfe.complete_task($run, 'render[0]', 1, $d->{'render[0]'}{fence}, '{}')"), 'stale',
 	'its late completion: stale');
 is(sql("SELECT state FROM wfe.run_stages WHERE run_id = $run AND stage = 'render[0]'"), 'failed', '... nothing changed');
+is(worker("wfe.ack_cancel($run, 'render[0]', 1, $d->{'render[0]'}{fence})"), 'accepted',
+	'its ack_cancel of the fence it held: accepted, as after a cancel');
+is(worker("wfe.ack_cancel($run, 'render[0]', 1, $d->{'render[1]'}{fence})"), 'stale', '... another fence: stale');
 
 # --- 3. redispatch of a dispatched element --------------------------------
 ($s) = login('operator_a', "SELECT wfe.redispatch($run, 'render[1]', 'message lost')");

@@ -77,6 +77,8 @@ typedef struct sh_row
 	char	   *claimed_by;
 	char	   *arrivals;		/* (result -> 'arrivals')::text */
 	char	   *cache_key;
+	char	   *rate_key;		/* the bound rate_limit.key and concurrency.key (run_stages' columns) */
+	char	   *concurrency_key;
 } sh_row;
 
 /* A result cache entry (wfe.cache_entries): key, result, whether its digest holds. */
@@ -864,6 +866,8 @@ sh_free_row(sh_row *r)
 	free(r->claimed_by);
 	free(r->arrivals);
 	free(r->cache_key);
+	free(r->rate_key);
+	free(r->concurrency_key);
 }
 
 /* Drop map stage i's elements (and its counter row). */
@@ -1255,6 +1259,26 @@ sh_apply(sh *h, const char *reported)
 					sh_set(h, &r->input, op->json);
 				if (op->text)
 					sh_set(h, &r->cache_key, op->text);
+				/*
+				 * Flow-control keys (dsl.md "Flow-control keys"): bound at a release,
+				 * NULL keeps the row's.  A keyed stage must never be queued without
+				 * its key -- the server would then claim it past its bucket or slots
+				 * -- and a stage without one must never get one.
+				 */
+				if (op->json2)
+					sh_set(h, &r->rate_key, op->json2);
+				if (op->concurrency_key)
+					sh_set(h, &r->concurrency_key, op->concurrency_key);
+				if (op->elem < 0 &&
+					((h->rp->stages[i].rate_key != NULL) != (r->rate_key != NULL) ||
+					 (h->rp->stages[i].concurrency_key != NULL) != (r->concurrency_key != NULL) ||
+					 (op->concurrency_key != NULL && op->concurrency_max != h->rp->stages[i].concurrency_max)))
+					sh_violate(h, "%s: queued with rate key %s and concurrency key %s (max %d) for a stage"
+							   " with%s rate_limit.key and with%s concurrency", sh_sname(h, i),
+							   r->rate_key ? r->rate_key : "(none)",
+							   r->concurrency_key ? r->concurrency_key : "(none)", op->concurrency_max,
+							   h->rp->stages[i].rate_key ? "" : "out",
+							   h->rp->stages[i].concurrency_key ? "" : "out");
 				r->outcome = 0;
 				sh_set(h, &r->error, NULL);
 				sh_set(h, &r->claimed_by, NULL);
@@ -2211,9 +2235,12 @@ sh_action_done(sh *h, int i, const char *result, const char *error)
 	return 1;
 }
 
+SH_FN const char *sh_json_get(const char *json, const char *key);
+
 /*
  * wfe._operate: an operator's action on stage i.  Returns NULL when it was
- * done, else the core's refusal (a static copy; nothing was written).
+ * done, else the core's refusal, or wfe.redrive's (a static copy; nothing
+ * was written).
  */
 SH_FN const char *
 sh_operate_at(sh *h, int i, int64_t elem, wfe_operation op, const char *value, const char *by, const char *why)
@@ -2228,6 +2255,19 @@ sh_operate_at(sh *h, int i, int64_t elem, wfe_operation op, const char *value, c
 	{
 		snprintf(refusal, sizeof(refusal), "cannot act on map %s: name one of its elements", sh_sname(h, i));
 		return refusal;
+	}
+	/* wfe.redrive's own refusal (src/sql/81_recovery.sql): a binding failure would fail again */
+	if (op == WFE_OPERATE_REDRIVE && (elem < 0 || elem < h->maps[i].n))
+	{
+		const sh_row *r = elem >= 0 ? &h->maps[i].elems[elem] : &h->rows[i];
+		const char *code = r->state == WFE_FAILED && r->error ? sh_json_get(r->error, "code") : NULL;
+
+		if (code != NULL && strncmp(code, "binding.", 8) == 0)
+		{
+			snprintf(refusal, sizeof(refusal), "cannot redrive stage %s: its input could not be bound (%s)",
+					 sh_sname(h, i), code);
+			return refusal;
+		}
 	}
 	sh_begin(h);
 	if (elem >= 0)

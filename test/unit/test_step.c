@@ -608,6 +608,17 @@ static wfe_run_plan *rp_waits,
 static wfe_run_plan *rp_cache_twin,
 		   *rp_cache_twice;
 
+/* Flow-control keys (dsl.md "Flow-control keys"): a keyed rate limit and keyed concurrency on a retried stage. */
+static const char *FLOW_KEYS =
+"name: flow-keys\n"
+"version: \"1.0.0\"\n"
+"entry: a\n"
+"stages:\n"
+"  - {name: a, type: worker, queue: qa, worker: w.a@1, rate_limit: {name: api, key: '${context.customer}'},"
+" concurrency: {key: 'c-${context.customer}', max: 2}, retry: {max_attempts: 2, initial_ms: 1},"
+" on_success: completed, on_failure: failed}\n";
+static wfe_run_plan *rp_flow_keys;
+
 static wfe_run_plan *rp_linear,
 		   *rp_jitter,
 		   *rp_model,
@@ -2364,6 +2375,16 @@ test_fail_stage(void)
 	   "fail: a running attempt is failed by hand");
 	op = sh_find_op(&h, WFE_OP_FENCE, a);
 	ok(op && op->flag == 1 && op->fence == F(2), "fail: the attempt is fenced (2) and asked to stop");
+	{
+		/* what ack_cancel's gate reads: the request names the fence the worker holds */
+		long long	named = -1;
+
+		for (int k = 0; k < h.nevents; k++)
+			if (h.events[k].stage == a && strcmp(h.events[k].type, "stage.failed_by_operator") == 0)
+				named = h.events[k].fenced ? h.events[k].fence : -2;
+		ok(named == F(1),
+		   "fail: stage.failed_by_operator names the fence the worker holds (1), as the cancel message does");
+	}
 	op = sh_find_op(&h, WFE_OP_FAIL, a);
 	ok(op && op->state == WFE_FAILED && op->flag == 0, "fail: FAIL without retry or dead letter");
 	expect_str(op ? sh_json_get(op->json, "code") : NULL, "operator.failed", "fail: error operator.failed");
@@ -2384,6 +2405,49 @@ test_fail_stage(void)
 	sh_fire_retry(&h, a);
 	expect_state(&h, "a", WFE_FAILED, "fail retry: the retry timer does nothing afterwards");
 	run_close(&h, "fail a scheduled retry");
+}
+
+/*
+ * Flow-control keys: bound at the release and written with the attempt
+ * (the server's bucket and slot), kept by a retry, and a key that fails
+ * to bind is the stage's binding failure.
+ */
+static void
+test_flow_keys(void)
+{
+	sh			h;
+	int			a;
+	const sh_op *op;
+
+	run_open(&h, rp_flow_keys, "{\"customer\": \"acme\"}", NULL);
+	a = X(&h, "a");
+	sh_start(&h);
+	op = sh_find_op(&h, WFE_OP_ENQUEUE, a);
+	/* (the harness checks the ENQUEUE's max against the plan's) */
+	ok(op && op->json2 && strcmp(op->json2, "acme") == 0 && h.rows[a].concurrency_key &&
+	   strcmp(h.rows[a].concurrency_key, "c-acme") == 0,
+	   "flow keys: the release binds the rate key (acme) and the concurrency key (c-acme)");
+	sh_fail(&h, a, "{\"code\": \"flaky\"}", 1);
+	expect_state(&h, "a", WFE_RETRY_SCHEDULED, "flow keys");
+	sh_fire_retry(&h, a);
+	expect_state(&h, "a", WFE_QUEUED, "flow keys: the retry");
+	ok(h.rows[a].attempt == 2 && h.rows[a].rate_key && strcmp(h.rows[a].rate_key, "acme") == 0 &&
+	   h.rows[a].concurrency_key && strcmp(h.rows[a].concurrency_key, "c-acme") == 0,
+	   "flow keys: the retry's attempt keeps its bucket and slot key");
+	sh_complete(&h, a, "{}");
+	run_close(&h, "flow keys bound");
+
+	run_open(&h, rp_flow_keys, "{}", NULL);
+	a = X(&h, "a");
+	sh_start(&h);
+	op = sh_find_op(&h, WFE_OP_BIND_FAILED, a);
+	expect_str(op ? sh_json_get(op->json, "code") : NULL, "binding.missing",
+			   "flow keys: a key that does not bind is the stage's binding failure");
+	ok(op && strstr(op->json, "rate_limit.key") != NULL, "flow keys: ... naming rate_limit.key (%s)",
+	   op ? op->json : "none");
+	ok(sh_find_op(&h, WFE_OP_ENQUEUE, a) == NULL && h.rows[a].state == WFE_FAILED && h.ntimers == 0,
+	   "flow keys: nothing is queued without its key, and nothing retried");
+	run_close(&h, "flow key unbound");
 }
 
 static void
@@ -2877,7 +2941,7 @@ main(void)
 		{&rp_tasks_edge, TASKS_EDGE}, {&rp_tasks_bind, TASKS_BIND}, {&rp_cached, CACHED},
 		{&rp_cached_tail, CACHED_TAIL}, {&rp_two_joins, TWO_JOINS},
 		{&rp_cache_twin, CACHE_TWIN}, {&rp_cache_twice, CACHE_TWICE}, {&rp_waits, WAITS}, {&rp_tasks_waits, TASKS_WAITS},
-		{&rp_output, OUTPUT},
+		{&rp_output, OUTPUT}, {&rp_flow_keys, FLOW_KEYS},
 	};
 
 	for (size_t k = 0; k < sizeof(plans) / sizeof(plans[0]); k++)
@@ -2919,6 +2983,7 @@ main(void)
 	test_reopen_fork_unreleased();
 	test_reopen_cause();
 	test_fail_stage();
+	test_flow_keys();
 	test_redispatch();
 	test_cache();
 	test_cache_same_step();

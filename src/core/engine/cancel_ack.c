@@ -5,17 +5,20 @@
 
 /*
  * Decide an acknowledgement.  The attempt asked to stop is the one whose
- * fence the cancellation superseded: the stage is cancelled, still at that
- * attempt, and its stage.cancelled event names the fence the worker held.
- * Anything else (a later attempt, a stage not cancelled, a fence never
- * asked to stop) is stale.
+ * fence a request to stop superseded: the stage is still at that attempt,
+ * and a stage.cancelled or stage.failed_by_operator event of it names the
+ * fence the worker held.  The stage's state does not matter: what follows
+ * the request at the same attempt (an operator's skip_stage of the stage
+ * fail_stage failed) does not unask it, and a new attempt (a redrive, a
+ * retry) is another attempt.  Anything else (a later or earlier attempt,
+ * a fence never asked to stop) is stale.
  */
 wfe_cancel_ack
 wfe_cancel_ack_gate(const wfe_cancel_ack_in *in)
 {
 	if (!in->exists)
 		return WFE_CANCEL_ACK_UNKNOWN;
-	if (in->row_attempt != in->attempt || in->state != WFE_CANCELLED || !in->cancel_named_fence)
+	if (in->row_attempt != in->attempt || !in->stop_named_fence)
 		return WFE_CANCEL_ACK_STALE;
 	return WFE_CANCEL_ACK_ACCEPTED;
 }

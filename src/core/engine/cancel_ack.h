@@ -1,13 +1,17 @@
 /*
  * cancel_ack.h — the gate of wfe.ack_cancel (runtime.md "Cancellation"):
- * is a pushed worker's acknowledgement of a cancellation request about
- * the attempt that was asked to stop?  Pure C, no PostgreSQL headers; the
+ * is a pushed worker's acknowledgement of a request to stop about the
+ * attempt that was asked to stop?  Pure C, no PostgreSQL headers; the
  * server layer (src/pg/cancel_ack.c) reads the stage and writes the event.
+ *
+ * Two things ask a worker to stop an attempt, each fencing it and writing
+ * an event whose fence column is the fence the worker holds: a run's
+ * cancel or terminal intent (stage.cancelled) and an operator's fail_stage
+ * (stage.failed_by_operator).  A broker worker gets the same cancel
+ * message for both, so both are acknowledged the same way.
  */
 #ifndef WFE_CANCEL_ACK_H
 #define WFE_CANCEL_ACK_H
-
-#include "states.h"
 
 /* ack_cancel's answers, as the spec words them (wfe_cancel_ack_word). */
 typedef enum wfe_cancel_ack
@@ -21,11 +25,10 @@ typedef enum wfe_cancel_ack
 typedef struct wfe_cancel_ack_in
 {
 	int			exists;			/* the stage row exists and the caller may call back about it */
-	wfe_state	state;			/* the row's state and attempt */
-	int			row_attempt;
+	int			row_attempt;	/* the row's attempt */
 	int			attempt;		/* the attempt the worker acknowledges */
-	int			cancel_named_fence; /* a stage.cancelled event of the row's attempt names the
-									 * worker's fence (the fence the cancel superseded) */
+	int			stop_named_fence;	/* a request to stop the row's attempt (stage.cancelled,
+									 * stage.failed_by_operator) names the worker's fence */
 } wfe_cancel_ack_in;
 
 /* Decide an acknowledgement. */
