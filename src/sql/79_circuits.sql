@@ -3,7 +3,8 @@
 -- min_calls of its attempts ended and the share that failed or timed out is
 -- >= failure_ratio; open, no attempt of the queue is released for open_ms;
 -- then exactly one goes (half open): its success closes the circuit, its
--- failure opens it again.  The decisions are src/core/flow/circuit.c; the
+-- failure opens it again; the row keeps the probe's task, so that no other
+-- attempt's end (one released before the circuit opened) decides.  The decisions are src/core/flow/circuit.c; the
 -- claim applies them (src/pg/circuit.c); held work stays queued.  Which
 -- queues have a circuit is cached per backend (79_fairness.sql's trigger).
 
