@@ -182,17 +182,17 @@ like($probe, qr/^\d+$/, 'half open: one probe is claimed');
 is(sql(q{SELECT probe_run_id || ' ' || probe_stage FROM wfe.circuits WHERE queue = 'cbq'}), "$probe a",
 	"the circuit keeps the probe's task");
 is(end_one('w', 'complete'), 'accepted', 'an attempt released before the circuit opened completes');
-is(circuit(), 'half_open t', '... and does not close it: it is not the probe');
+is(circuit(), 'half_open true', '... and does not close it: it is not the probe');
 end_one('w', 'fail') for 1 .. 3;
-is(circuit(), 'half_open t', 'three more fail (over min_calls 4 and the ratio): it does not open again');
+is(circuit(), 'half_open true', 'three more fail (over min_calls 4 and the ratio): it does not open again');
 is(sql(q{SELECT calls || ' ' || failures FROM wfe.circuits WHERE queue = 'cbq'}), '4 3', '... they count in the window');
 is(sql(q{SELECT count(*) FROM wfe.claim_task('cbq', 'w', 5)}), '0', '... and no second probe goes');
 sql("SELECT wfe.cancel_run($probe)");
-is(circuit(), 'half_open f', 'the probe cancelled: given back, still half open');
+is(circuit(), 'half_open false', 'the probe cancelled: given back, still half open');
 my $probe2 = sql(q{SELECT run_id FROM wfe.claim_task('cbq', 'probe2', 5)});
 ok($probe2 =~ /^\d+$/ && $probe2 != $probe, 'the next claim takes another probe');
 is(end_one('probe2', 'complete'), 'accepted', 'it completes');
-is(circuit(), 'closed f', "the probe's own success closes it");
+is(circuit(), 'closed false', "the probe's own success closes it");
 is(sql(q{SELECT count(*) FROM wfe.claim_task('cbq', 'w', 5)}), '1', 'closed: the last one goes');
 end_one('w', 'complete');
 

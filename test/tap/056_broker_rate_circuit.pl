@@ -171,11 +171,11 @@ my $probe = sql(q{SELECT run_id FROM wfe.submit('tcb', jsonb_build_object('n', 9
 is(sql("SELECT count(*) FROM public.dispatch_log WHERE run_id = $probe"), '1', 'half open: it is dispatched, the probe');
 is(sql(q{SELECT probe_run_id FROM wfe.circuits WHERE queue = 'tcbq'}), $probe, "the circuit keeps the probe's task");
 is(end_run($old[0], 'complete'), 'accepted', 'an attempt dispatched before the half opening completes');
-is(circuit(), 'half_open t', '... and does not close it: it is not the probe');
+is(circuit(), 'half_open true', '... and does not close it: it is not the probe');
 end_run($_, 'fail') for @old[1, 2];
-is(circuit(), 'half_open t', 'two fail (min_calls 2, ratio 0.5): it does not open again');
+is(circuit(), 'half_open true', 'two fail (min_calls 2, ratio 0.5): it does not open again');
 is(end_run($probe, 'complete'), 'accepted', 'the probe completes');
-is(circuit(), 'closed f', "the probe's own success closes it");
+is(circuit(), 'closed false', "the probe's own success closes it");
 WfeRabbit::wait_published($node, 'probe identity');
 
 $node->stop;
