@@ -3458,6 +3458,9 @@ CREATE TABLE wfe.circuits (
                   CONSTRAINT circuits_state CHECK (state IN ('closed', 'open', 'half_open')),
     since         timestamptz NOT NULL DEFAULT now(),
     probe_out     boolean NOT NULL DEFAULT false,
+    -- the probe's task while it is out: only its own end decides (src/pg/circuit.c)
+    probe_run_id  bigint,
+    probe_stage   text,
     win_start     timestamptz NOT NULL DEFAULT now(),
     calls         int NOT NULL DEFAULT 0,
     failures      int NOT NULL DEFAULT 0,
@@ -3468,7 +3471,10 @@ CREATE TABLE wfe.circuits (
 );
 COMMENT ON TABLE wfe.circuits IS
 'Circuit breakers per queue: configuration, state (closed, open, half_open) since when, and the sliding window''s counts.';
-GRANT SELECT ON wfe.circuits TO wfe_reader, wfe_operator, wfe_admin;
+-- every column but the probe's task, which names a run of any tenant
+GRANT SELECT (queue, failure_ratio, min_calls, window_ms, open_ms, state, since, probe_out,
+              win_start, calls, failures, prev_calls, prev_failures, updated_at, updated_by)
+    ON wfe.circuits TO wfe_reader, wfe_operator, wfe_admin;
 SELECT pg_catalog.pg_extension_config_dump('wfe.circuits', '');
 
 -- A circuit's change of state, in the event log (no run: tenant 'default').
@@ -3568,7 +3574,8 @@ BEGIN
                   HINT = 'wfe.configure_circuit gives a queue one.';
     END IF;
     UPDATE wfe.circuits AS c
-       SET state = 'closed', since = now(), probe_out = false, win_start = now(),
+       SET state = 'closed', since = now(), probe_out = false, probe_run_id = NULL, probe_stage = NULL,
+           win_start = now(),
            calls = 0, failures = 0, prev_calls = 0, prev_failures = 0
      WHERE c.queue = reset_circuit.queue;
     IF v_state <> 'closed' THEN
@@ -4083,6 +4090,226 @@ DROP FUNCTION wfe._traceparent(jsonb);
 ALTER TABLE wfe.run_maps ADD COLUMN held int NOT NULL DEFAULT 0 CONSTRAINT run_maps_held CHECK (held >= 0);
 COMMENT ON COLUMN wfe.run_maps.held IS
 'Released elements an operator redrove while max_concurrency was full: waiting for a slot, released as the map''s elements end';
+
+-- ---------------------------------------------------------------------
+-- Circuits and flow control where operators look (issue 24, circuits2):
+-- wfe.circuits keeps the half-open probe's task (probe_run_id,
+-- probe_stage: in the table above, not readable by wfe_reader) so that only
+-- the probe's own end decides; dashboard_queues' state shows the circuit
+-- (open, for how long yet, or half_open); wfe.metrics gains
+-- wfe_circuit_open, wfe_rate_limited, wfe_signals_buffered and
+-- wfe_schedule_next_fire_seconds.  Same columns: replaced in place.
+-- ---------------------------------------------------------------------
+CREATE OR REPLACE VIEW wfe.dashboard_queues WITH (security_invoker = true) AS
+WITH settings AS (
+    -- NB: wfe._setting is not the readers' to call (this view is
+    -- security_invoker), so the default stands here too, for a session that
+    -- has not loaded the library
+    SELECT coalesce(current_setting('wfe.track_threshold_bytes', true)::int, 524288) AS threshold
+), live AS (
+    SELECT st.queue,
+           CASE WHEN q.delivery = 'broker' THEN
+                CASE WHEN octet_length(coalesce(st.input, '{}')::text) > s.threshold THEN 'large' ELSE 'small' END
+                ELSE 'poll' END AS track,
+           count(*) FILTER (WHERE st.state = 'queued') AS depth,
+           min(st.ready_at) FILTER (WHERE st.state = 'queued') AS oldest_ready,
+           count(*) FILTER (WHERE st.state IN ('dispatched', 'running')) AS in_flight
+      FROM wfe.run_stages AS st
+      LEFT JOIN wfe.queues AS q ON q.queue = st.queue
+      CROSS JOIN settings AS s
+     WHERE st.state IN ('queued', 'dispatched', 'running') AND st.queue IS NOT NULL
+     GROUP BY 1, 2
+), started AS (
+    -- attempts that started in the last hour, in runs live or finished in it
+    SELECT st.queue,
+           CASE WHEN q.delivery = 'broker' THEN
+                CASE WHEN octet_length(coalesce(st.input, '{}')::text) > s.threshold THEN 'large' ELSE 'small' END
+                ELSE 'poll' END AS track,
+           percentile_cont(0.5) WITHIN GROUP (ORDER BY st.started_at - st.ready_at) AS p50,
+           percentile_cont(0.95) WITHIN GROUP (ORDER BY st.started_at - st.ready_at) AS p95,
+           sum(st.attempt - 1)::double precision / nullif(sum(st.attempt), 0) AS retry_rate
+      FROM wfe.runs AS r
+      JOIN wfe.run_stages AS st ON st.run_id = r.run_id
+      LEFT JOIN wfe.queues AS q ON q.queue = st.queue
+      CROSS JOIN settings AS s
+     WHERE (r.finished_at IS NULL OR r.finished_at >= now() - interval '1 hour')
+       AND st.started_at >= now() - interval '1 hour' AND st.queue IS NOT NULL
+     GROUP BY 1, 2
+), dead AS (
+    SELECT st.queue, count(*) AS dead_letters
+      FROM wfe.dead_letters AS d
+      JOIN wfe.run_stages AS st ON st.run_id = d.run_id AND st.stage = d.stage
+     WHERE d.resolved_at IS NULL
+     GROUP BY st.queue
+), names AS (
+    SELECT l.queue, l.track FROM live AS l
+    UNION SELECT s.queue, s.track FROM started AS s
+    UNION SELECT q.queue, CASE WHEN q.delivery = 'broker' THEN 'small' ELSE 'poll' END FROM wfe.queues AS q
+    UNION SELECT d.queue, CASE WHEN q.delivery = 'broker' THEN 'small' ELSE 'poll' END
+      FROM dead AS d LEFT JOIN wfe.queues AS q ON q.queue = d.queue
+    -- a circuit is operational state every reader sees (79_circuits.sql), like wfe.queues
+    UNION SELECT c.queue, CASE WHEN q.delivery = 'broker' THEN 'small' ELSE 'poll' END
+      FROM wfe.circuits AS c LEFT JOIN wfe.queues AS q ON q.queue = c.queue
+)
+SELECT n.queue, n.track,
+       coalesce(l.depth, 0) AS depth,
+       wfe.human_ms(extract(epoch FROM now() - l.oldest_ready) * 1000) AS oldest,
+       coalesce(l.in_flight, 0) AS in_flight,
+       q.max_in_flight AS max,
+       wfe.human_ms(extract(epoch FROM s.p50) * 1000) AS wait_p50,
+       wfe.human_ms(extract(epoch FROM s.p95) * 1000) AS wait_p95,
+       wfe.bar(s.retry_rate, 4) AS retries,
+       -- a queue's dead letters are counted on its first track only
+       CASE WHEN n.track IN ('poll', 'small') THEN coalesce(d.dead_letters, 0) ELSE 0 END AS dlq,
+       -- what holds its work back: paused or full, and its circuit breaker
+       -- when not closed (open: how long until it half opens)
+       concat_ws(', ',
+                 CASE WHEN q.paused THEN 'paused'
+                      WHEN sum(l.in_flight) OVER (PARTITION BY n.queue) >= q.max_in_flight THEN 'full' END,
+                 CASE c.state WHEN 'open' THEN 'open '
+                      || wfe.human_ms(greatest(0, extract(epoch FROM c.since - now()) * 1000 + c.open_ms))
+                      WHEN 'half_open' THEN 'half_open' END) AS state
+  FROM names AS n
+  LEFT JOIN wfe.queues AS q ON q.queue = n.queue
+  LEFT JOIN wfe.circuits AS c ON c.queue = n.queue
+  LEFT JOIN live AS l ON l.queue = n.queue AND l.track = n.track
+  LEFT JOIN started AS s ON s.queue = n.queue AND s.track = n.track
+  LEFT JOIN dead AS d ON d.queue = n.queue
+ ORDER BY n.queue, n.track;
+COMMENT ON VIEW wfe.dashboard_queues IS
+'Per queue and track (poll, or the broker''s small and large): depth, oldest ready age, in flight and limit, dequeue wait p50/p95 and retry rate over the last hour, open dead letters, and what holds its work back: paused or full, its circuit breaker open (for how long yet) or half_open.';
+
+CREATE OR REPLACE VIEW wfe.metrics WITH (security_invoker = true) AS
+WITH settings AS (
+    SELECT coalesce(current_setting('wfe.track_threshold_bytes', true)::int, 524288) AS threshold
+), live AS (
+    SELECT st.queue,
+           CASE WHEN q.delivery = 'broker' THEN
+                CASE WHEN octet_length(coalesce(st.input, '{}')::text) > s.threshold THEN 'large' ELSE 'small' END
+                ELSE 'poll' END AS track,
+           count(*) FILTER (WHERE st.state = 'queued') AS depth,
+           min(st.ready_at) FILTER (WHERE st.state = 'queued') AS oldest_ready,
+           count(*) FILTER (WHERE st.state IN ('dispatched', 'running')) AS in_flight
+      FROM wfe.run_stages AS st
+      LEFT JOIN wfe.queues AS q ON q.queue = st.queue
+     CROSS JOIN settings AS s
+     WHERE st.state IN ('queued', 'dispatched', 'running') AND st.queue IS NOT NULL    -- wfe._stage_clocked
+     GROUP BY 1, 2
+), tracks AS (
+    -- every configured queue has its series, 0 when idle (KEDA scales to zero on it)
+    SELECT l.queue, l.track FROM live AS l
+    UNION SELECT q.queue, CASE WHEN q.delivery = 'broker' THEN 'small' ELSE 'poll' END FROM wfe.queues AS q
+), queues AS (
+    SELECT t.queue FROM tracks AS t GROUP BY t.queue
+), dead AS (
+    -- an in-database action's stage has no queue: ''
+    SELECT coalesce(st.queue, '') AS queue, count(*) AS dead
+      FROM wfe.dead_letters AS d
+      JOIN wfe.run_stages AS st ON st.run_id = d.run_id AND st.stage = d.stage
+     WHERE d.resolved_at IS NULL
+     GROUP BY 1
+), rate_held AS (
+    -- held for a token (held_until its due), or by a bucket not configured
+    -- (infinity); an infinite hold of a configured bucket's attempt with a
+    -- concurrency key is its key's (dashboard_stuck says the same)
+    SELECT st.rate_limit AS bucket, count(*) AS held
+      FROM wfe.run_stages AS st
+     WHERE st.held_until IS NOT NULL AND st.state = 'queued' AND st.rate_limit IS NOT NULL
+       AND (st.held_until <> 'infinity' OR st.concurrency_key IS NULL
+            OR NOT EXISTS (SELECT 1 FROM wfe.rate_limits AS l WHERE l.name = st.rate_limit))
+     GROUP BY 1
+), buffered AS (
+    -- a finished run's signal no wait took is kept with it, but not buffered
+    SELECT g.signal, count(*) AS buffered
+      FROM wfe.signals AS g
+     WHERE g.taken_at IS NULL
+       AND EXISTS (SELECT 1 FROM wfe.runs AS r WHERE r.run_id = g.run_id AND r.finished_at IS NULL)
+     GROUP BY 1
+), counters(metric, labelled, help) AS (
+    VALUES ('wfe_runs_finished_total', true, 'Runs that finished, per workflow and final state.'),
+           ('wfe_stage_attempts_total', true,
+            'Attempts that ended, per workflow, stage and outcome (completed, failed, timed_out, cancelled).'),
+           ('wfe_cache_hits_total', false,
+            'Cached stages released with a result from the cache (hit) or from the attempt in flight under their key (coalesced).'),
+           ('wfe_cache_misses_total', false, 'Cached stages released with no result under their key, so run.'),
+           ('wfe_idempotent_submits_total', true,
+            'Submits with an idempotency key: result created (a new run) or deduplicated (the existing run).')
+)
+SELECT 'wfe_runs' AS metric, jsonb_build_object('workflow', r.workflow, 'state', r.state) AS labels,
+       count(*)::double precision AS value, 'gauge' AS kind,
+       'Runs in flight, per workflow and state.' AS help
+  FROM wfe.runs AS r
+ WHERE r.finished_at IS NULL
+ GROUP BY r.workflow, r.state
+UNION ALL
+SELECT k.metric, coalesce(c.labels, '{}'), coalesce(sum(c.value), 0)::double precision, 'counter', k.help
+  FROM counters AS k
+  LEFT JOIN wfe.metric_counters AS c ON c.metric = k.metric
+ GROUP BY k.metric, c.labels, k.labelled, k.help
+ -- a counter without labels is there at 0 before it first counts
+HAVING c.labels IS NOT NULL OR NOT k.labelled
+UNION ALL
+SELECT 'wfe_queue_depth', jsonb_build_object('queue', t.queue, 'track', t.track),
+       coalesce(l.depth, 0)::double precision, 'gauge',
+       'Tasks queued (ready, not yet handed out), per queue and track (poll, or the broker''s small and large).'
+  FROM tracks AS t
+  LEFT JOIN live AS l ON l.queue = t.queue AND l.track = t.track
+UNION ALL
+SELECT 'wfe_queue_oldest_ready_seconds', jsonb_build_object('queue', q.queue),
+       coalesce(extract(epoch FROM now() - (SELECT min(l.oldest_ready) FROM live AS l WHERE l.queue = q.queue)), 0)::double precision,
+       'gauge', 'Age of the oldest queued task of the queue, in seconds (0: none queued).'
+  FROM queues AS q
+UNION ALL
+SELECT 'wfe_tasks_in_flight', jsonb_build_object('queue', q.queue),
+       coalesce((SELECT sum(l.in_flight) FROM live AS l WHERE l.queue = q.queue), 0)::double precision,
+       'gauge', 'Tasks dispatched or running, per queue.'
+  FROM queues AS q
+UNION ALL
+SELECT 'wfe_outbox_pending', '{}', count(*)::double precision, 'gauge',
+       'Outbox messages not yet published.'
+  FROM wfe.outbox AS o
+ WHERE o.state = 'pending'
+UNION ALL
+SELECT 'wfe_outbox_oldest_pending_seconds', '{}',
+       coalesce(extract(epoch FROM now() - min(o.created_at)), 0)::double precision, 'gauge',
+       'Age of the oldest pending outbox message, in seconds (0: none pending).'
+  FROM wfe.outbox AS o
+ WHERE o.state = 'pending'
+UNION ALL
+SELECT 'wfe_dead_letters', jsonb_build_object('queue', n.queue), coalesce(d.dead, 0)::double precision, 'gauge',
+       'Open (unresolved) dead letters, per queue of their stage.'
+  FROM (SELECT q.queue FROM queues AS q UNION SELECT d.queue FROM dead AS d) AS n
+  LEFT JOIN dead AS d ON d.queue = n.queue
+UNION ALL
+SELECT 'wfe_timers_due', '{}', count(*)::double precision, 'gauge',
+       'Timers due and not fired yet (more than a few: the background worker or wfe.tick is behind).'
+  FROM wfe.timers AS t
+ WHERE t.fired_at IS NULL AND t.due_at <= now()
+UNION ALL
+-- circuits and rate limits are configuration every reader sees, like wfe.queues
+SELECT 'wfe_circuit_open', jsonb_build_object('queue', c.queue),
+       CASE c.state WHEN 'open' THEN 1 WHEN 'half_open' THEN 0.5 ELSE 0 END::double precision, 'gauge',
+       'Whether the queue''s circuit breaker is open (1), half open: one probe goes (0.5), or closed (0).'
+  FROM wfe.circuits AS c
+UNION ALL
+SELECT 'wfe_rate_limited', jsonb_build_object('bucket', n.bucket), coalesce(h.held, 0)::double precision, 'gauge',
+       'Attempts held by the rate limit now: queued, waiting for a token (or for a bucket not configured).'
+  FROM (SELECT l.name AS bucket FROM wfe.rate_limits AS l UNION SELECT h.bucket FROM rate_held AS h) AS n
+  LEFT JOIN rate_held AS h ON h.bucket = n.bucket
+UNION ALL
+SELECT 'wfe_signals_buffered', jsonb_build_object('signal', n.signal), coalesce(b.buffered, 0)::double precision,
+       'gauge', 'Signals received for a wait not released yet, kept (buffered) until it is, per signal.'
+  FROM (SELECT c.ref AS signal FROM wfe.contracts AS c WHERE c.kind = 'signal'
+        UNION SELECT b.signal FROM buffered AS b) AS n
+  LEFT JOIN buffered AS b ON b.signal = n.signal
+UNION ALL
+SELECT 'wfe_schedule_next_fire_seconds', jsonb_build_object('schedule', s.name),
+       extract(epoch FROM s.next_fire_at - now())::double precision, 'gauge',
+       'Seconds until the schedule fires next (below 0: overdue); none while it is paused or has ended.'
+  FROM wfe.schedule_defs AS s
+ WHERE NOT s.paused AND s.next_fire_at IS NOT NULL;
+COMMENT ON VIEW wfe.metrics IS
+'The Prometheus data model, one row per series: metric name, labels, value, kind (gauge or counter), help; under the reader''s row-level security.';
 
 -- Final bodies: every function whose text changed in 0.3.0, as src/sql has it.
 -- (Written by the same rule as the sections above: the whole text, copied.)

@@ -314,7 +314,7 @@ flow_admit(int64 run_id, const char *stage, const char *queue)
 	if (wfe_circuit_claim_room(queue, 1) == 0)
 		return ADMIT_CIRCUIT;
 	token = wfe_rate_dispatch(run_id, stage);
-	wfe_circuit_claim_done(token ? 1 : 0);
+	wfe_circuit_claim_done(token ? 1 : 0, run_id, stage);
 	return token ? ADMIT_GO : ADMIT_HELD;
 }
 

@@ -279,10 +279,17 @@ claim_rated(stmt *pick, Datum *w, const char *m)
 	return picked;
 }
 
+/* The last task a claim took: a half-open circuit's probe is it (circuit.c). */
+static struct
+{
+	int64		run_id;
+	char	   *stage;
+} claim_last;
+
 /*
  * Put the rows a claim statement returned (SPI_tuptable) into the result,
- * noting the earliest execution deadline in *due and what each limited
- * tenant of t took; returns how many.
+ * noting the earliest execution deadline in *due, what each limited
+ * tenant of t took and the last task (claim_last); returns how many.
  */
 static uint64
 claim_emit(ReturnSetInfo *rsinfo, TimestampTz *due, tenant_room *tr)
@@ -302,6 +309,8 @@ claim_emit(ReturnSetInfo *rsinfo, TimestampTz *due, tenant_room *tr)
 		if (!nulls[8] && (*due == 0 || DatumGetTimestampTz(values[8]) < *due))
 			*due = DatumGetTimestampTz(values[8]);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+		claim_last.run_id = DatumGetInt64(values[0]);
+		claim_last.stage = TextDatumGetCString(values[1]);
 		if (!nulls[12])
 		{
 			char	   *tenant = TextDatumGetCString(values[12]);
@@ -507,7 +516,7 @@ wfe_claim_task(PG_FUNCTION_ARGS)
 					j++;
 		}
 	}
-	wfe_circuit_claim_done((int) claimed);
+	wfe_circuit_claim_done((int) claimed, claim_last.run_id, claim_last.stage);
 	if (due != 0)
 		wfe_wake_at(due);
 	wfe_ready_claim_end(queue, &ticket, claimed < (uint64) max_tasks);

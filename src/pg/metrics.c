@@ -138,17 +138,17 @@ wfe_metrics_count(PG_FUNCTION_ARGS)
 		id = pg_strtoint64(stmt_col(1));	/* before the circuit's statements */
 		/*
 		 * The queue's circuit breaker (circuit.c) counts the same ends,
-		 * but only of attempts that ran (dispatched or running before),
-		 * and a cancelled one says nothing about the queue's health.  A
-		 * queue without a circuit costs a look at a cached list.
+		 * but only of attempts that ran (dispatched or running before); a
+		 * cancelled one says nothing about the queue's health, but may be
+		 * the half-open probe, which is then given back.  A queue without
+		 * a circuit costs a look at a cached list.
 		 */
 		{
 			char	   *queue = col_text(td, tuple, "queue");
 			char	   *was = col_text(td, td->tg_trigtuple, "state");
 
-			if (queue != NULL && strcmp(state, "cancelled") != 0 &&
-				(strcmp(was, "dispatched") == 0 || strcmp(was, "running") == 0))
-				wfe_circuit_attempt_ended(queue, strcmp(state, "completed") != 0);
+			if (queue != NULL && (strcmp(was, "dispatched") == 0 || strcmp(was, "running") == 0))
+				wfe_circuit_attempt_ended(queue, DatumGetInt64(v[2]), col_text(td, tuple, "stage"), state);
 		}
 	}
 	else

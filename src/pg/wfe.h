@@ -21,8 +21,8 @@ extern int	wfe_max_rate_keys;
 struct ItemPointerData;
 /* circuit.c: how many of room a claim from queue may take; then what it took */
 extern int	wfe_circuit_claim_room(const char *queue, int room);
-extern void wfe_circuit_claim_done(int claimed);
-extern void wfe_circuit_attempt_ended(const char *queue, bool failed);
+extern void wfe_circuit_claim_done(int claimed, int64 run_id, const char *stage);
+extern void wfe_circuit_attempt_ended(const char *queue, int64 run_id, const char *stage, const char *state);
 /* flow_cache.c: which queues have a circuit, which serve tenants fairly (cached per backend) */
 extern bool wfe_queue_has_circuit(const char *queue);
 extern bool wfe_queue_is_fair(const char *queue);

@@ -3,7 +3,8 @@
 -- min_calls of its attempts ended and the share that failed or timed out is
 -- >= failure_ratio; open, no attempt of the queue is released for open_ms;
 -- then exactly one goes (half open): its success closes the circuit, its
--- failure opens it again.  The decisions are src/core/flow/circuit.c; the
+-- failure opens it again; the row keeps the probe's task, so that no other
+-- attempt's end (one released before the circuit opened) decides.  The decisions are src/core/flow/circuit.c; the
 -- claim applies them (src/pg/circuit.c); held work stays queued.  Which
 -- queues have a circuit is cached per backend (79_fairness.sql's trigger).
 
@@ -18,6 +19,9 @@ CREATE TABLE wfe.circuits (
                   CONSTRAINT circuits_state CHECK (state IN ('closed', 'open', 'half_open')),
     since         timestamptz NOT NULL DEFAULT now(),
     probe_out     boolean NOT NULL DEFAULT false,
+    -- the probe's task while it is out: only its own end decides (src/pg/circuit.c)
+    probe_run_id  bigint,
+    probe_stage   text,
     win_start     timestamptz NOT NULL DEFAULT now(),
     calls         int NOT NULL DEFAULT 0,
     failures      int NOT NULL DEFAULT 0,
@@ -28,7 +32,10 @@ CREATE TABLE wfe.circuits (
 );
 COMMENT ON TABLE wfe.circuits IS
 'Circuit breakers per queue: configuration, state (closed, open, half_open) since when, and the sliding window''s counts.';
-GRANT SELECT ON wfe.circuits TO wfe_reader, wfe_operator, wfe_admin;
+-- every column but the probe's task, which names a run of any tenant
+GRANT SELECT (queue, failure_ratio, min_calls, window_ms, open_ms, state, since, probe_out,
+              win_start, calls, failures, prev_calls, prev_failures, updated_at, updated_by)
+    ON wfe.circuits TO wfe_reader, wfe_operator, wfe_admin;
 SELECT pg_catalog.pg_extension_config_dump('wfe.circuits', '');
 
 -- A circuit's change of state, in the event log (no run: tenant 'default').
@@ -134,7 +141,8 @@ BEGIN
                   HINT = 'wfe.configure_circuit gives a queue one.';
     END IF;
     UPDATE wfe.circuits AS c
-       SET state = 'closed', since = now(), probe_out = false, win_start = now(),
+       SET state = 'closed', since = now(), probe_out = false, probe_run_id = NULL, probe_stage = NULL,
+           win_start = now(),
            calls = 0, failures = 0, prev_calls = 0, prev_failures = 0
      WHERE c.queue = reset_circuit.queue;
     IF v_state <> 'closed' THEN

@@ -129,6 +129,9 @@ WITH settings AS (
     UNION SELECT q.queue, CASE WHEN q.delivery = 'broker' THEN 'small' ELSE 'poll' END FROM wfe.queues AS q
     UNION SELECT d.queue, CASE WHEN q.delivery = 'broker' THEN 'small' ELSE 'poll' END
       FROM dead AS d LEFT JOIN wfe.queues AS q ON q.queue = d.queue
+    -- a circuit is operational state every reader sees (79_circuits.sql), like wfe.queues
+    UNION SELECT c.queue, CASE WHEN q.delivery = 'broker' THEN 'small' ELSE 'poll' END
+      FROM wfe.circuits AS c LEFT JOIN wfe.queues AS q ON q.queue = c.queue
 )
 SELECT n.queue, n.track,
        coalesce(l.depth, 0) AS depth,
@@ -140,17 +143,23 @@ SELECT n.queue, n.track,
        wfe.bar(s.retry_rate, 4) AS retries,
        -- a queue's dead letters are counted on its first track only
        CASE WHEN n.track IN ('poll', 'small') THEN coalesce(d.dead_letters, 0) ELSE 0 END AS dlq,
-       CASE WHEN q.paused THEN 'paused'
-            WHEN sum(l.in_flight) OVER (PARTITION BY n.queue) >= q.max_in_flight THEN 'full'
-            ELSE '' END AS state
+       -- what holds its work back: paused or full, and its circuit breaker
+       -- when not closed (open: how long until it half opens)
+       concat_ws(', ',
+                 CASE WHEN q.paused THEN 'paused'
+                      WHEN sum(l.in_flight) OVER (PARTITION BY n.queue) >= q.max_in_flight THEN 'full' END,
+                 CASE c.state WHEN 'open' THEN 'open '
+                      || wfe.human_ms(greatest(0, extract(epoch FROM c.since - now()) * 1000 + c.open_ms))
+                      WHEN 'half_open' THEN 'half_open' END) AS state
   FROM names AS n
   LEFT JOIN wfe.queues AS q ON q.queue = n.queue
+  LEFT JOIN wfe.circuits AS c ON c.queue = n.queue
   LEFT JOIN live AS l ON l.queue = n.queue AND l.track = n.track
   LEFT JOIN started AS s ON s.queue = n.queue AND s.track = n.track
   LEFT JOIN dead AS d ON d.queue = n.queue
  ORDER BY n.queue, n.track;
 COMMENT ON VIEW wfe.dashboard_queues IS
-'Per queue and track (poll, or the broker''s small and large): depth, oldest ready age, in flight and limit, dequeue wait p50/p95 and retry rate over the last hour, open dead letters, paused or full.';
+'Per queue and track (poll, or the broker''s small and large): depth, oldest ready age, in flight and limit, dequeue wait p50/p95 and retry rate over the last hour, open dead letters, and what holds its work back: paused or full, its circuit breaker open (for how long yet) or half_open.';
 GRANT SELECT ON wfe.dashboard_queues TO wfe_reader, wfe_operator;
 
 -- The outbox and its publisher: one row.

@@ -3,9 +3,11 @@
 --
 -- wfe.metrics is the Prometheus data model as a view: one row per series.
 -- Gauges are read from live work only, through the partial indexes of
--- unfinished runs, live stages, pending outbox rows, unfired timers and
--- open dead letters, so a scrape costs the same at 1M finished runs as at
--- 1,000 (docs/benchmarks.md).  Counters cannot be counted from history
+-- unfinished runs, live stages, pending outbox rows, unfired timers, open
+-- dead letters, attempts held by a rate limit, buffered signals and active
+-- schedules, and from the few rows of configuration (circuits, rate
+-- limits), so a scrape costs the same at 1M finished runs as at 1,000
+-- (docs/benchmarks.md).  Counters cannot be counted from history
 -- (retention deletes it, and counting it is the scan a scrape must not
 -- do): triggers add a row of +1 to wfe.metric_counters as each thing
 -- happens, and the view sums them.  Those rows are only ever inserted, so
@@ -109,6 +111,23 @@ WITH settings AS (
       JOIN wfe.run_stages AS st ON st.run_id = d.run_id AND st.stage = d.stage
      WHERE d.resolved_at IS NULL
      GROUP BY 1
+), rate_held AS (
+    -- held for a token (held_until its due), or by a bucket not configured
+    -- (infinity); an infinite hold of a configured bucket's attempt with a
+    -- concurrency key is its key's (dashboard_stuck says the same)
+    SELECT st.rate_limit AS bucket, count(*) AS held
+      FROM wfe.run_stages AS st
+     WHERE st.held_until IS NOT NULL AND st.state = 'queued' AND st.rate_limit IS NOT NULL
+       AND (st.held_until <> 'infinity' OR st.concurrency_key IS NULL
+            OR NOT EXISTS (SELECT 1 FROM wfe.rate_limits AS l WHERE l.name = st.rate_limit))
+     GROUP BY 1
+), buffered AS (
+    -- a finished run's signal no wait took is kept with it, but not buffered
+    SELECT g.signal, count(*) AS buffered
+      FROM wfe.signals AS g
+     WHERE g.taken_at IS NULL
+       AND EXISTS (SELECT 1 FROM wfe.runs AS r WHERE r.run_id = g.run_id AND r.finished_at IS NULL)
+     GROUP BY 1
 ), counters(metric, labelled, help) AS (
     VALUES ('wfe_runs_finished_total', true, 'Runs that finished, per workflow and final state.'),
            ('wfe_stage_attempts_total', true,
@@ -168,7 +187,30 @@ UNION ALL
 SELECT 'wfe_timers_due', '{}', count(*)::double precision, 'gauge',
        'Timers due and not fired yet (more than a few: the background worker or wfe.tick is behind).'
   FROM wfe.timers AS t
- WHERE t.fired_at IS NULL AND t.due_at <= now();
+ WHERE t.fired_at IS NULL AND t.due_at <= now()
+UNION ALL
+-- circuits and rate limits are configuration every reader sees, like wfe.queues
+SELECT 'wfe_circuit_open', jsonb_build_object('queue', c.queue),
+       CASE c.state WHEN 'open' THEN 1 WHEN 'half_open' THEN 0.5 ELSE 0 END::double precision, 'gauge',
+       'Whether the queue''s circuit breaker is open (1), half open: one probe goes (0.5), or closed (0).'
+  FROM wfe.circuits AS c
+UNION ALL
+SELECT 'wfe_rate_limited', jsonb_build_object('bucket', n.bucket), coalesce(h.held, 0)::double precision, 'gauge',
+       'Attempts held by the rate limit now: queued, waiting for a token (or for a bucket not configured).'
+  FROM (SELECT l.name AS bucket FROM wfe.rate_limits AS l UNION SELECT h.bucket FROM rate_held AS h) AS n
+  LEFT JOIN rate_held AS h ON h.bucket = n.bucket
+UNION ALL
+SELECT 'wfe_signals_buffered', jsonb_build_object('signal', n.signal), coalesce(b.buffered, 0)::double precision,
+       'gauge', 'Signals received for a wait not released yet, kept (buffered) until it is, per signal.'
+  FROM (SELECT c.ref AS signal FROM wfe.contracts AS c WHERE c.kind = 'signal'
+        UNION SELECT b.signal FROM buffered AS b) AS n
+  LEFT JOIN buffered AS b ON b.signal = n.signal
+UNION ALL
+SELECT 'wfe_schedule_next_fire_seconds', jsonb_build_object('schedule', s.name),
+       extract(epoch FROM s.next_fire_at - now())::double precision, 'gauge',
+       'Seconds until the schedule fires next (below 0: overdue); none while it is paused or has ended.'
+  FROM wfe.schedule_defs AS s
+ WHERE NOT s.paused AND s.next_fire_at IS NOT NULL;
 COMMENT ON VIEW wfe.metrics IS
 'The Prometheus data model, one row per series: metric name, labels, value, kind (gauge or counter), help; under the reader''s row-level security.';
 GRANT SELECT ON wfe.metrics TO wfe_reader, wfe_operator;

@@ -3,7 +3,10 @@
 # A's work and never B's (not even the name of B's queue; a configured
 # queue, which is no tenant's, is there at 0), B's reader the reverse, a superuser the sum; a reader cannot
 # write the counters, and a login without wfe_reader reads nothing.  The
-# counters stay exact when their rows are folded.
+# counters stay exact when their rows are folded.  The series of rate
+# limits, buffered signals and schedules are per tenant the same way; a
+# circuit is configuration every reader sees, as wfe.circuits (but the
+# probe's task, which names a run); a reader configures and resets nothing.
 use strict;
 use warnings;
 
@@ -131,6 +134,95 @@ is("$st|$out", '|0', "reader_A reads no counter row of B's");
 ($st) = login('nobody', 'SELECT count(*) FROM wfe.metrics');
 is($st, '42501', 'a login without wfe_reader reads no metric');
 
+# --- flow control, signals and schedules ------------------------------------
+# A rate limit of one token (unkeyed: every tenant's) on queue qr, two runs
+# each of A and B claimed at once: A's first takes the token, the other
+# three are held.  A signal buffered for one run of A and two of B (their
+# waits are behind a worker stage).  A schedule each.  Circuits on qidle
+# (half open) and qr (closed): configuration, like a configured queue.
+sql(q{
+SELECT wfe.register_worker('t.qr@1', 'qr');
+SELECT wfe.register_worker('t.qs@1', 'qs');
+SELECT wfe.register_signal('sig.go@1');
+SELECT wfe.configure_rate_limit('rl', 0.001, 1);
+SELECT wfe.create_definition($y$
+name: held
+version: "1.0.0"
+entry: work
+stages:
+  - name: work
+    type: worker
+    queue: qr
+    worker: t.qr@1
+    rate_limit: rl
+    on_success: completed
+    on_failure: failed
+$y$);
+SELECT wfe.approve('held', '1.0.0');
+SELECT wfe.activate('held', '1.0.0');
+SELECT wfe.create_definition($y$
+name: waits
+version: "1.0.0"
+entry: first
+stages:
+  - name: first
+    type: worker
+    queue: qs
+    worker: t.qs@1
+    on_success: go
+    on_failure: failed
+  - name: go
+    type: wait
+    signal: sig.go@1
+    timeout_ms: 86400000
+    on_success: completed
+    on_failure: failed
+$y$);
+SELECT wfe.approve('waits', '1.0.0');
+SELECT wfe.activate('waits', '1.0.0');
+SELECT wfe.submit('held', '{}', NULL, jsonb_build_object('tenant', t)) FROM unnest(ARRAY['A', 'A', 'B', 'B']) AS t;
+SELECT count(*) FROM wfe.claim_task('qr', 'wr', 4);
+SELECT wfe.signal(r.run_id, 'sig.go@1')
+  FROM (SELECT (wfe.submit('waits', '{}', NULL, jsonb_build_object('tenant', t))).run_id
+          FROM unnest(ARRAY['A', 'B', 'B']) AS t) AS r;
+SELECT wfe.create_schedule('nightly-' || lower(t), 'waits', '0 3 * * *', '{}', jsonb_build_object('tenant', t))
+  FROM unnest(ARRAY['A', 'B']) AS t;
+SELECT wfe.configure_circuit(q, 0.5) FROM unnest(ARRAY['qidle', 'qr']) AS q;
+UPDATE wfe.circuits SET state = 'half_open', since = now() WHERE queue = 'qidle';});
+my $circuits = { '{"queue": "qr"}' => 0, '{"queue": "qidle"}' => 0.5 };
+for my $r (['reader_A', 1, 1, 'nightly-a'], ['reader_B', 2, 2, 'nightly-b'], ['postgres', 3, 3, 'nightly-a nightly-b'])
+{
+	my ($who, $held, $buffered, $schedules) = @$r;
+	is_deeply(series($who, 'wfe_rate_limited'), { '{"bucket": "rl"}' => $held },
+		"$who: wfe_rate_limited counts its own attempts held for a token: $held");
+	is_deeply(series($who, 'wfe_signals_buffered'), { '{"signal": "sig.go@1"}' => $buffered },
+		"$who: wfe_signals_buffered counts its own buffered signals: $buffered");
+	my $next = series($who, 'wfe_schedule_next_fire_seconds');
+	is(join(' ', map { /"schedule": "([^"]+)"/ } sort keys %$next), $schedules,
+		"$who: wfe_schedule_next_fire_seconds has its own schedules only");
+	ok(!grep({ $_ <= 0 || $_ > 86400 } values %$next), "... each fires within a day");
+	is_deeply(series($who, 'wfe_circuit_open'), $circuits,
+		"$who: wfe_circuit_open: qidle half open (0.5), qr closed (0)");
+}
+($st, $out) = login('reader_A', q{SELECT queue || ' ' || state FROM wfe.dashboard_queues WHERE queue IN ('qidle', 'qb') ORDER BY 1});
+is("$st|$out", '|qidle half_open', "reader_A's dashboard_queues: qidle's circuit is half_open, and B's queue qb is not there");
+($st, $out) = login('reader_A', q{SELECT count(*) FROM wfe.metrics WHERE labels::text ~ 'nightly-b|flow-b|"qb"'});
+is("$st|$out", '|0', 'no new series names anything of B for reader_A');
+# the circuits' doors: the probe's task names a run of any tenant, and only admins configure
+my $circuit_rows = 'SELECT c::text FROM wfe.circuits AS c ORDER BY queue';
+$before = sql($circuit_rows);
+for my $q (q{SELECT probe_run_id FROM wfe.circuits}, q{SELECT * FROM wfe.circuits},
+	q{UPDATE wfe.circuits SET state = 'closed'}, q{SELECT wfe.reset_circuit('qidle')},
+	q{SELECT wfe.configure_circuit('qidle', NULL)}, q{SELECT wfe.configure_rate_limit('rl', NULL)})
+{
+	($st) = login('reader_A', $q);
+	is($st, '42501', "reader_A is refused: $q");
+}
+($st, $out) = login('reader_A', q{SELECT queue || ' ' || state || ' ' || probe_out FROM wfe.circuits ORDER BY 1});
+is("$st|$out", "|qidle half_open f\nqr closed f", '... but reads the circuits without the probe columns');
+is(sql($circuit_rows), $before, '... and the circuits are unchanged');
+is(sql(q{SELECT count(*) FROM wfe.rate_limits}), '1', '... and so is the rate limit');
+
 # folding: 600 more keyed runs of A; the counter stays exact, its rows few
 sql(q{SELECT wfe.submit('flow-a', '{}', 'bulk-' || i, '{"tenant": "A"}') FROM generate_series(1, 600) AS i});
 is(series('reader_A', 'wfe_idempotent_submits_total')->{'{"result": "created"}'}, 603, 'the counter counts 603 keyed runs');
@@ -181,7 +273,14 @@ my $want = sql(q{SELECT string_agg(metric || '{' || coalesce((SELECT string_agg(
                                                          FROM jsonb_each_text(labels) AS e(k, v)), '') || '}=' || value, E'\n')
                    FROM wfe.metrics});
 my %want = map { split /=(?=[^=]*$)/ } split /\n/, $want;
-# ages grow between the scrape and the query after it: within 60 s, not above
+# ages grow between the scrape and the query after it: within 60 s, not
+# above; the seconds to a schedule's next firing shrink: within 60 s, not below
+for my $k (grep { /^wfe_schedule_next_fire_seconds\{/ } keys %want)
+{
+	my $left = delete $scraped{$k};
+	ok(defined $left && $left >= $want{$k} && $left < $want{$k} + 60, "$k: $want{$k} s, scraped ${\($left // 'nothing')}");
+	delete $want{$k};
+}
 for my $k (grep { /_seconds\{/ } keys %want)
 {
 	my $age = delete $scraped{$k};

@@ -11,6 +11,11 @@
 #    an hour) half opens it after open_ms (circuit.half_open); exactly one
 #    probe is claimed; its failure opens it again, and after open_ms the
 #    next probe's success closes it (circuit.closed) and the rest go.
+# 3b. Only the probe's own end decides a half-open circuit: attempts
+#    released before it opened end meanwhile, count in the window and
+#    neither close it nor open it again; a cancelled probe is given back
+#    and the next claim takes another (poll claims; broker dispatches:
+#    056_broker_rate_circuit.pl).
 # 4. reset_circuit closes an open circuit at once; failure_ratio NULL drops it.
 use strict;
 use warnings;
@@ -144,6 +149,43 @@ is(claim_end(5, 'complete'), '6', "the next probe is claimed and succeeds");
 is(sql(q{SELECT state FROM wfe.circuits WHERE queue = 'cbq'}), 'closed', "the probe's success closes it");
 is(sql(q{SELECT count(*) FROM wfe.events WHERE type = 'circuit.closed'}), '2', 'circuit.closed was logged');
 is(sql(q{SELECT count(*) FROM wfe.claim_task('cbq', 'w', 10)}), '4', 'closed: the rest go');
+
+# --- 3b. only the probe's own end decides -------------------------------------
+# The four just claimed are out, released while the circuit was closed; it
+# opens and half opens meanwhile (by hand: the cool-down is tested above).
+sub circuit { return sql(q{SELECT state || ' ' || probe_out FROM wfe.circuits WHERE queue = 'cbq'}); }
+
+# end the oldest running attempt claimed by WORKER: complete | fail
+sub end_one
+{
+	my ($worker, $outcome) = @_;
+	my $end = $outcome eq 'fail'
+	  ? q{wfe.fail_task(t.run_id, t.stage, t.attempt, t.fence, '{"error": "down"}', false)}
+	  : q{wfe.complete_task(t.run_id, t.stage, t.attempt, t.fence, '{}')};
+	return sql(qq{SELECT $end FROM wfe.run_stages AS t
+                   WHERE t.queue = 'cbq' AND t.state = 'running' AND t.claimed_by = '$worker'
+                   ORDER BY t.run_id LIMIT 1});
+}
+sql(q{UPDATE wfe.circuits SET state = 'half_open', since = now() WHERE queue = 'cbq'});
+sql(q{SELECT wfe.submit('cb', '{}') FROM generate_series(1, 3)});
+my $probe = sql(q{SELECT run_id FROM wfe.claim_task('cbq', 'probe1', 5)});
+like($probe, qr/^\d+$/, 'half open: one probe is claimed');
+is(sql(q{SELECT probe_run_id || ' ' || probe_stage FROM wfe.circuits WHERE queue = 'cbq'}), "$probe a",
+	"the circuit keeps the probe's task");
+is(end_one('w', 'complete'), 'accepted', 'an attempt released before the circuit opened completes');
+is(circuit(), 'half_open true', '... and does not close it: it is not the probe');
+end_one('w', 'fail') for 1 .. 3;
+is(circuit(), 'half_open true', 'three more fail (over min_calls 4 and the ratio): it does not open again');
+is(sql(q{SELECT calls || ' ' || failures FROM wfe.circuits WHERE queue = 'cbq'}), '4 3', '... they count in the window');
+is(sql(q{SELECT count(*) FROM wfe.claim_task('cbq', 'w', 5)}), '0', '... and no second probe goes');
+sql("SELECT wfe.cancel_run($probe)");
+is(circuit(), 'half_open false', 'the probe cancelled: given back, still half open');
+my $probe2 = sql(q{SELECT run_id FROM wfe.claim_task('cbq', 'probe2', 5)});
+ok($probe2 =~ /^\d+$/ && $probe2 != $probe, 'the next claim takes another probe');
+is(end_one('probe2', 'complete'), 'accepted', 'it completes');
+is(circuit(), 'closed false', "the probe's own success closes it");
+is(sql(q{SELECT count(*) FROM wfe.claim_task('cbq', 'w', 5)}), '1', 'closed: the last one goes');
+end_one('w', 'complete');
 
 # --- 4. reset and drop --------------------------------------------------------
 sql(q{UPDATE wfe.circuits SET state = 'open', since = now()});

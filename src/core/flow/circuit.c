@@ -123,10 +123,22 @@ wfe_circuit_admit(wfe_circuit *c, const wfe_circuit_conf *conf, int64_t now_us,
 	return 0;
 }
 
+/* Count an ended attempt in the window. */
+static void
+window_count(wfe_circuit *c, const wfe_circuit_conf *conf, int64_t now_us, bool failed)
+{
+	window_roll(c, conf, now_us);
+	c->calls++;
+	if (failed)
+		c->failures++;
+}
+
 /* An attempt of the queue ended. */
 wfe_circuit_change
-wfe_circuit_record(wfe_circuit *c, const wfe_circuit_conf *conf, int64_t now_us, bool failed)
+wfe_circuit_record(wfe_circuit *c, const wfe_circuit_conf *conf, int64_t now_us,
+				   wfe_circuit_outcome outcome, bool probe)
 {
+	bool		failed = outcome == WFE_CIRCUIT_FAILED;
 	double		calls,
 				failures;
 
@@ -138,21 +150,31 @@ wfe_circuit_record(wfe_circuit *c, const wfe_circuit_conf *conf, int64_t now_us,
 		case WFE_CIRCUIT_HALF_OPEN:
 
 			/*
-			 * Only the probe was released since the circuit opened, but an
-			 * attempt released before may still end now: only an outcome
-			 * after the probe went out decides.
+			 * Only the probe was released since the circuit opened, but
+			 * attempts released before may still end now, before or after
+			 * the probe went out: they count, as they would closed, and
+			 * decide nothing -- only the probe's own outcome does.
 			 */
-			if (!c->probe_out)
+			if (!(probe && c->probe_out))
+			{
+				if (outcome != WFE_CIRCUIT_CANCELLED)
+					window_count(c, conf, now_us, failed);
 				return WFE_CIRCUIT_SAME;
+			}
+			if (outcome == WFE_CIRCUIT_CANCELLED)
+			{
+				/* a cancelled probe said nothing: the next claim takes another */
+				c->probe_out = false;
+				return WFE_CIRCUIT_PROBE_BACK;
+			}
 			enter(c, failed ? WFE_CIRCUIT_OPEN : WFE_CIRCUIT_CLOSED, now_us);
 			return failed ? WFE_CIRCUIT_OPENED : WFE_CIRCUIT_CLOSED_AGAIN;
 		case WFE_CIRCUIT_CLOSED:
 			break;
 	}
-	window_roll(c, conf, now_us);
-	c->calls++;
-	if (failed)
-		c->failures++;
+	if (outcome == WFE_CIRCUIT_CANCELLED)
+		return WFE_CIRCUIT_SAME;
+	window_count(c, conf, now_us, failed);
 	wfe_circuit_window(c, conf, now_us, &calls, &failures);
 	/* a small epsilon: 0.5 x 2 calls must reach a ratio of 0.5 */
 	if (calls + 1e-9 >= conf->min_calls && failures + 1e-9 >= conf->failure_ratio * calls)

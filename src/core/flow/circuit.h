@@ -4,7 +4,7 @@
  *
  * A circuit is closed (attempts go), open (none go, for open_us) or half
  * open (exactly one probe goes; its success closes the circuit, its failure
- * opens it again).  It opens when, over the last window_us, at least
+ * opens it again; no other attempt's end decides it).  It opens when, over the last window_us, at least
  * min_calls attempts ended and the share that failed is >= failure_ratio.
  * The window is a sliding-window counter: the current fixed window's counts
  * plus the previous window's weighted by how much of it still overlaps the
@@ -54,8 +54,17 @@ typedef enum wfe_circuit_change
 	WFE_CIRCUIT_SAME = 0,
 	WFE_CIRCUIT_OPENED,
 	WFE_CIRCUIT_HALF_OPENED,
-	WFE_CIRCUIT_CLOSED_AGAIN
+	WFE_CIRCUIT_CLOSED_AGAIN,
+	WFE_CIRCUIT_PROBE_BACK		/* the probe was cancelled: another may go (no event) */
 } wfe_circuit_change;
+
+/* How an attempt ended, for wfe_circuit_record. */
+typedef enum wfe_circuit_outcome
+{
+	WFE_CIRCUIT_SUCCEEDED = 0,
+	WFE_CIRCUIT_FAILED,			/* failed (retried or not) or timed out */
+	WFE_CIRCUIT_CANCELLED		/* says nothing of the queue's health */
+} wfe_circuit_outcome;
 
 /* A closed circuit with an empty window starting at now_us. */
 extern void wfe_circuit_init(wfe_circuit *c, int64_t now_us);
@@ -75,13 +84,17 @@ extern int	wfe_circuit_admit(wfe_circuit *c, const wfe_circuit_conf *conf, int64
 							  int want, wfe_circuit_change *change);
 
 /*
- * An attempt of the queue ended (failed: failed or timed out).  Closed: it
- * counts in the window, and may open the circuit.  Half open: it is the
- * probe's outcome.  Open: an attempt released before the circuit opened;
- * it does not count.
+ * An attempt of the queue ended; probe says it is the half-open probe
+ * admit let through (the server layer keeps the probe's identity).
+ * Closed: it counts in the window, and may open the circuit.  Half open:
+ * the probe's own end decides (success closes, failure opens again, a
+ * cancelled probe is given back); any other attempt's end -- one released
+ * before the circuit opened -- counts in the window and decides nothing.
+ * Open: an attempt released before the circuit opened; it does not count.
+ * A cancelled attempt never counts.
  */
 extern wfe_circuit_change wfe_circuit_record(wfe_circuit *c, const wfe_circuit_conf *conf,
-											 int64_t now_us, bool failed);
+											 int64_t now_us, wfe_circuit_outcome outcome, bool probe);
 
 /* The estimated (calls, failures) over the last window_us, for dashboards. */
 extern void wfe_circuit_window(const wfe_circuit *c, const wfe_circuit_conf *conf, int64_t now_us,
