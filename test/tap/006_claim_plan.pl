@@ -31,6 +31,12 @@
 # and a fourth queue whose stage has keyed concurrency (KC_BACKLOG queued
 # runs over 20 key values, max far above the load), so the keys' locks,
 # their in-flight counts and the claim by tuple id are checked with it.
+#
+# And the release of held broker tasks on a fair queue (max_in_flight 5,
+# FB_BACKLOG held runs of five tenants, one of them with half): the queue's
+# limit is raised by 1 or 10 and wfe._release_held releases that many, by
+# weight; the same checks, and no release walks run_stages_ready (the
+# queue's held backlog in dispatch order) instead of each tenant's next.
 use strict;
 use warnings;
 
@@ -43,6 +49,7 @@ my $BACKLOG  = 20_000;    # queued runs left when the claims start
 my $RL_BACKLOG = 10_000;  # queued runs of the rate-limited queue
 my $FAIR_BACKLOG = 20_000; # queued runs of the fair queue, over five tenants
 my $KC_BACKLOG = 20_000;  # queued runs of the queue with keyed concurrency
+my $FB_BACKLOG = 10_000;  # held runs of the fair broker queue, over five tenants
 my $HISTORY  = 3_000;     # runs claimed and completed before that
 my $BIG_ROWS = 500;       # a wfe table with more rows is a big one
 my @SIZES    = (1, 10, 1000);
@@ -116,6 +123,17 @@ stages:
 $y$);
 SELECT wfe.approve('tap-plan-kc', '1.0.0');
 SELECT wfe.activate('tap-plan-kc', '1.0.0');
+SELECT wfe.register_worker('tap-plan.fb@1', 'tap-plan-fb');
+SELECT wfe.create_definition($y$
+name: tap-plan-fb
+version: "1.0.0"
+entry: a
+stages:
+  - { name: a, type: worker, queue: tap-plan-fb, worker: tap-plan.fb@1, on_success: completed, on_failure: failed }
+$y$);
+SELECT wfe.approve('tap-plan-fb', '1.0.0');
+SELECT wfe.activate('tap-plan-fb', '1.0.0');
+SELECT wfe.configure_queue('tap-plan-fb', 'broker', 5, fairness => 'tenant');
 CREATE TABLE public.tap_claimed (session text, call int, max_tasks int,
     run_id bigint, stage text, attempt int, fence bigint);
 });
@@ -150,6 +168,15 @@ is( $node->safe_psql(
 		  . "LATERAL wfe.submit('tap-plan-kc', jsonb_build_object('k', 'key-' || i % 20)) AS s WHERE s.accepted"),
 	$KC_BACKLOG,
 	'the runs with keyed concurrency are submitted');
+# the fair broker queue: five dispatched, the rest held; half of them fb-t1's, submitted first
+is( $node->safe_psql(
+		'postgres',
+		"SELECT count(*) FROM generate_series(1, $FB_BACKLOG) AS i, "
+		  . "LATERAL wfe.submit('tap-plan-fb', jsonb_build_object('v', i), NULL, "
+		  . "jsonb_build_object('tenant', 'fb-t' || CASE WHEN i <= $FB_BACKLOG / 2 THEN 1 ELSE 2 + i % 4 END)) AS s "
+		  . "WHERE s.accepted"),
+	$FB_BACKLOG,
+	'the fair broker queue\'s runs are submitted');
 
 # history: claimed and completed a thousand at a time
 $node->safe_psql(
@@ -271,6 +298,9 @@ sub big_table_read
 	return ($rows{$rel} // 0) > $BIG_ROWS ? $rel : undef;
 }
 
+# the sessions checked now are releases of held broker tasks
+my $releases = 0;
+
 # the offending nodes of a plan tree: { node => why }
 sub offences
 {
@@ -278,6 +308,11 @@ sub offences
 	$bad //= {};
 	if (my $rel = big_table_read($n))
 	{
+		# a fair queue's release must not walk the queue's held backlog in dispatch order
+		if ($releases && ($n->{'Index Name'} // '') eq 'run_stages_ready')
+		{
+			$bad->{$n} = "a release walked run_stages_ready (the queue's held backlog); wfe.$rel has $rows{$rel} rows";
+		}
 		my $type = $n->{'Node Type'};
 		my $size = "wfe.$rel has $rows{$rel} rows";
 		if ($type eq 'Index Scan' || $type eq 'Index Only Scan')
@@ -415,6 +450,69 @@ SET client_min_messages = notice;
 		  . " offending plan(s) (every plan: tmp_check/$file):\n\n"
 		  . join("\n", @offending));
 }
+
+#
+# The releases of the fair broker queue's held tasks: the limit raised by
+# SIZE, then wfe._release_held as configure_queue calls it, CALLS times per
+# size, each session fresh (custom and generic plans).
+#
+$releases = 1;
+my $released = 5;
+for my $size (1, 10)
+{
+	my $name = "fair release of $size";
+	my $sql = q{
+LOAD 'auto_explain';
+SET auto_explain.log_min_duration = 0;
+SET auto_explain.log_nested_statements = on;
+SET auto_explain.log_analyze = off;
+SET auto_explain.log_verbose = on;
+SET auto_explain.log_format = json;
+SET auto_explain.log_level = notice;
+SET client_min_messages = notice;
+};
+	for my $call (1 .. $CALLS)
+	{
+		$sql .= "UPDATE wfe.queues SET max_in_flight = max_in_flight + $size WHERE queue = 'tap-plan-fb';\n"
+		  . "SELECT count(*) AS tap_released FROM wfe._release_held('tap-plan-fb', NULL);\n";
+	}
+	$released += $size * $CALLS;
+	my (undef, $err) = run_sql($sql, "the releases ($name)");
+	(my $file = "releases-$size.log") =~ s/[=, ]+/-/g;
+	PostgreSQL::Test::Utils::append_to_file("$PostgreSQL::Test::Utils::tmp_check/$file", $err);
+	is( $node->safe_psql('postgres',
+			"SELECT count(*) FROM wfe.outbox AS o JOIN wfe.run_stages AS st USING (run_id, stage)
+			  WHERE st.queue = 'tap-plan-fb' AND o.kind = 'dispatch'"),
+		$released, "$name: each release dispatched $size");
+	my (@calls, @current, %seen, @offending);
+	for my $p (plans_from($err))
+	{
+		if ($p->{text} =~ /tap_released/)
+		{
+			push @calls, [@current];
+			@current = ();
+			next;
+		}
+		push @current, $p;
+		my $bad = offences($p->{plan});
+		next unless %$bad;
+		my $shown = render($p->{plan}, $bad);
+		push @offending, "Query Text: $p->{text}\n$shown" unless $seen{ $p->{text} . $shown }++;
+	}
+	my $covered = grep { grep { ($_->{text} =~ /run_stages_fair|p\.fair/) && reads_big($_->{plan}) } @$_ } @calls;
+	is(scalar(@calls) . ' ' . $covered, "$CALLS $CALLS",
+		"$name: auto_explain showed, for each release, the fair walk reading run_stages");
+	ok(!@offending, "$name: no plan scans a big wfe table, nor the held backlog in order")
+	  or diag(scalar(@offending) . " offending plan(s) (every plan: tmp_check/$file):\n\n" . join("\n", @offending));
+}
+# weights 1: the 77 released went to the five tenants in turn (7 and 70, each
+# session's passes from 0), whatever fb-t1's backlog
+is( $node->safe_psql('postgres',
+		"SELECT string_agg(n::text, ' ' ORDER BY tenant) FROM (SELECT st.tenant, count(*) AS n
+		   FROM wfe.outbox AS o JOIN wfe.run_stages AS st USING (run_id, stage)
+		  WHERE st.queue = 'tap-plan-fb' AND o.kind = 'dispatch' GROUP BY st.tenant) AS x"),
+	'21 16 15 15 15', 'the releases shared by tenant (fb-t1 had the 5 dispatched at submit too)');
+$releases = 0;
 
 #
 # Each claimed task completes.
