@@ -67,8 +67,23 @@ sub submit
 {
 	my ($tenant, $n) = @_;
 	return split /\n/, sql(qq{SELECT s.run_id FROM generate_series(1, $n) AS g,
-	                             LATERAL wfe.submit('tfb', '{}', NULL, '{"tenant": "$tenant"}') AS s
+	                             LATERAL wfe.submit('tfb', jsonb_build_object('n', g, 'data', '{}'::jsonb), NULL,
+	                                                '{"tenant": "$tenant"}') AS s
 	                            ORDER BY s.run_id});
+}
+
+# the queue's held tasks: queued, no dispatch message
+sub held
+{
+	return sql(q{SELECT count(*) FROM wfe.run_stages AS s WHERE s.queue = 'tfbq' AND s.state = 'queued'
+	               AND NOT EXISTS (SELECT 1 FROM wfe.outbox AS o WHERE o.run_id = s.run_id)});
+}
+
+# wait until N runs have started (the worker starts submitted runs)
+sub started
+{
+	return $node->poll_query_until('postgres',
+		"SELECT count(*) = $_[0] FROM wfe.run_stages WHERE queue = 'tfbq' AND state <> 'waiting'");
 }
 
 # End the tasks of the queue one at a time, each once RabbitMQ has it, until
@@ -104,11 +119,10 @@ sub order_after
 sql(q{SELECT wfe.configure_queue('tfbq', 'broker', 2, fairness => 'tenant')});
 my @big = submit('big', 20);
 my @small = submit('small', 6);
+ok(started(26), 'the 26 runs start');
 is(sql(q{SELECT string_agg(left(tenant, 1), '' ORDER BY id) FROM public.dispatch_log}), 'bb',
-	'max_in_flight 2: two of big dispatched at submit');
-is( sql(q{SELECT count(*) FROM wfe.run_stages AS s WHERE s.queue = 'tfbq' AND s.state = 'queued'
-             AND NOT EXISTS (SELECT 1 FROM wfe.outbox AS o WHERE o.run_id = s.run_id)}),
-	'24', "big's 18 and small's 6 are held");
+	'max_in_flight 2: two of big dispatched as they start');
+is(held(), '24', "big's 18 and small's 6 are held");
 ok(end_all(26), 'every held task is dispatched as tasks end');
 is(order_after(0, 2), ('bss' x 3) . ('b' x 15),
 	'released by weight (small 2, big 1): big, small, small, ..., then big alone');
@@ -126,6 +140,8 @@ sql(q{SELECT wfe.configure_queue('tfbq', 'broker', 2, fairness => 'none')});
 my $mark = sql(q{SELECT max(id) FROM public.dispatch_log});
 submit('big', 20);
 submit('small', 6);
+ok(started(52), 'the 26 runs start');
+is(held(), '24', "big's 18 and small's 6 are held");
 ok(end_all(52), 'fairness off: every held task is dispatched as tasks end');
 is(order_after($mark, 2), ('b' x 18) . ('s' x 6), "fairness off: big's 18 held first, then small's 6");
 is(sql(q{SELECT max(in_flight) FROM public.dispatch_log}), '2', 'never more than max_in_flight in flight');
