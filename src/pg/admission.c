@@ -162,14 +162,16 @@ static stmt q_candidates = STMT(
 	" ORDER BY h.priority DESC, h.ready_at, h.run_id, h.stage", 4, TX, BO, TX, BO);
 /*
  * A fair queue's release (release_fair): one tenant's held tasks at one
- * priority ($1 queue, $2 tenant, $3 priority), oldest first, walked in
- * run_stages_fair from the tenant's first, whatever the others hold.
+ * priority ($1 queue, $2 tenant, $3 priority), oldest first, at most $4 (the
+ * room: more cannot go), walked in run_stages_fair from the tenant's
+ * first, whatever the others hold.  (The limit also keeps the generic plan
+ * on that walk, not a sort of the tenant's whole backlog.)
  */
 static stmt q_tenant_held = STMT(
 	"SELECT p.run_id, p.stage FROM wfe.run_stages AS p"
 	" WHERE p.queue = $1 AND p.state = 'queued' AND p.held_until IS NULL AND p.fair"
 	"   AND p.tenant = $2 AND p.priority = $3" WFE_SQL_HELD("p")
-	" ORDER BY p.tenant, p.priority DESC, p.ready_at", 3, TX, TX, I4);
+	" ORDER BY p.tenant, p.priority DESC, p.ready_at LIMIT $4", 4, TX, TX, I4, I4);
 
 /* ---- the locks this transaction waited for ---- */
 
@@ -563,17 +565,19 @@ release_candidates(Portal cursor, const wfe_release_scope *scope, release_rooms 
 
 /*
  * Dispatch the next held task of tenant at priority in queue that its
- * circuit and rate limit let go, walking the tenant's open cursor *walk
- * (opened at the first call): a task its rate limit holds passes its room
- * to the tenant's next.  Returns ADMIT_GO (one dispatched), ADMIT_CIRCUIT
- * (the circuit holds the queue), or ADMIT_HELD (the tenant has no more).
+ * circuit and rate limit let go, walking the tenant's cursor *walk (opened
+ * at the first call, over its next room tasks): a task its rate limit
+ * holds passes its room to the tenant's next.  Returns ADMIT_GO (one
+ * dispatched), ADMIT_CIRCUIT (the circuit holds the queue), or ADMIT_HELD
+ * (the tenant has no more this release).
  */
 static admit_verdict
-release_tenant_next(const char *queue, const char *tenant, int priority, Portal *walk)
+release_tenant_next(const char *queue, const char *tenant, int priority, int room, Portal *walk)
 {
 	if (*walk == NULL)
 	{
-		Datum		v[3] = {CStringGetTextDatum(queue), CStringGetTextDatum(tenant), Int32GetDatum(priority)};
+		Datum		v[4] = {CStringGetTextDatum(queue), CStringGetTextDatum(tenant), Int32GetDatum(priority),
+		Int32GetDatum(room)};
 
 		*walk = stmt_cursor(&q_tenant_held, v, NULL);
 	}
@@ -641,7 +645,7 @@ release_fair(const char *queue, const wfe_release_scope *scope, release_rooms *r
 		top = wfe_fair_top(f.t, f.n, f.vt);
 		while (*room > 0 && (k = wfe_fair_next(f.t, f.n, top, &f.vt)) >= 0)
 		{
-			admit_verdict verdict = release_tenant_next(queue, f.tenant[k], top, &walk[k]);
+			admit_verdict verdict = release_tenant_next(queue, f.tenant[k], top, *room, &walk[k]);
 
 			if (verdict == ADMIT_GO)
 			{
