@@ -364,6 +364,43 @@ sub plans_from
 	return @plans;
 }
 
+# a session's set-up: auto_explain sends every plan, nested ones too, as JSON NOTICEs
+my $AUTO_EXPLAIN = q{
+LOAD 'auto_explain';
+SET auto_explain.log_min_duration = 0;
+SET auto_explain.log_nested_statements = on;
+SET auto_explain.log_analyze = off;
+SET auto_explain.log_verbose = on;
+SET auto_explain.log_format = json;
+SET auto_explain.log_level = notice;
+SET client_min_messages = notice;
+};
+
+# the plans on psql's stderr ERR, grouped by call (a plan whose text matches
+# MARKER ends one), and the offending ones, each shown once: (calls,
+# offending, how many plans)
+sub calls_and_offences
+{
+	my ($err, $marker) = @_;
+	my (@calls, @current, %seen, @offending);
+	my @plans = plans_from($err);
+	for my $p (@plans)
+	{
+		if ($p->{text} =~ $marker)
+		{
+			push @calls, [@current];
+			@current = ();
+			next;
+		}
+		push @current, $p;
+		my $bad = offences($p->{plan});
+		next unless %$bad;
+		my $shown = render($p->{plan}, $bad);
+		push @offending, "Query Text: $p->{text}\n$shown" unless $seen{ $p->{text} . $shown }++;
+	}
+	return (\@calls, \@offending, scalar(@plans));
+}
+
 #
 # The claims.
 #
@@ -381,16 +418,7 @@ for my $queue ('tap-plan-jobs', 'tap-plan-rl', 'tap-plan-fair', 'tap-plan-kc')
 my $total = 0;
 for my $s (@sessions)
 {
-	my $sql = q{
-LOAD 'auto_explain';
-SET auto_explain.log_min_duration = 0;
-SET auto_explain.log_nested_statements = on;
-SET auto_explain.log_analyze = off;
-SET auto_explain.log_verbose = on;
-SET auto_explain.log_format = json;
-SET auto_explain.log_level = notice;
-SET client_min_messages = notice;
-};
+	my $sql = $AUTO_EXPLAIN;
 	$sql .= "SET plan_cache_mode = $s->{mode};\n" if $s->{mode};
 	my ($call, $expected) = (0, 0);
 	for my $size (@{ $s->{sizes} })
@@ -421,28 +449,14 @@ SET client_min_messages = notice;
 		"$s->{name}: each of the $call claims returned max_tasks tasks");
 
 	# the plans, attributed to the claim whose top-level INSERT ends them
-	my @plans = plans_from($err);
-	my (@calls, @current, %seen, @offending);
-	for my $p (@plans)
-	{
-		if ($p->{text} =~ /tap_claimed/)
-		{
-			push @calls, [@current];
-			@current = ();
-			next;
-		}
-		push @current, $p;
-		my $bad = offences($p->{plan});
-		next unless %$bad;
-		my $shown = render($p->{plan}, $bad);
-		push @offending, "Query Text: $p->{text}\n$shown" unless $seen{ $p->{text} . $shown }++;
-	}
-	my $covered = grep { grep { reads_big($_->{plan}) } @$_ } @calls;
-	is( scalar(@calls) . ' ' . $covered,
+	my ($calls, $offending, $nplans) = calls_and_offences($err, qr/tap_claimed/);
+	my @offending = @$offending;
+	my $covered = grep { grep { reads_big($_->{plan}) } @$_ } @$calls;
+	is( scalar(@$calls) . ' ' . $covered,
 		"$call $call",
 		"$s->{name}: auto_explain showed, for each of the $call claims, "
 		  . 'nested plans that read a big wfe table ('
-		  . scalar(@plans)
+		  . $nplans
 		  . ' plans in all)')
 	  or diag "psql's stderr (first 4000 characters):\n" . substr($err, 0, 4000);
 	ok(!@offending, "$s->{name}: no plan scans a big wfe table")
@@ -461,16 +475,7 @@ my $released = 5;
 for my $size (1, 10)
 {
 	my $name = "fair release of $size";
-	my $sql = q{
-LOAD 'auto_explain';
-SET auto_explain.log_min_duration = 0;
-SET auto_explain.log_nested_statements = on;
-SET auto_explain.log_analyze = off;
-SET auto_explain.log_verbose = on;
-SET auto_explain.log_format = json;
-SET auto_explain.log_level = notice;
-SET client_min_messages = notice;
-};
+	my $sql = $AUTO_EXPLAIN;
 	for my $call (1 .. $CALLS)
 	{
 		$sql .= "UPDATE wfe.queues SET max_in_flight = max_in_flight + $size WHERE queue = 'tap-plan-fb';\n"
@@ -484,23 +489,10 @@ SET client_min_messages = notice;
 			"SELECT count(*) FROM wfe.outbox AS o JOIN wfe.run_stages AS st USING (run_id, stage)
 			  WHERE st.queue = 'tap-plan-fb' AND o.kind = 'dispatch'"),
 		$released, "$name: each release dispatched $size");
-	my (@calls, @current, %seen, @offending);
-	for my $p (plans_from($err))
-	{
-		if ($p->{text} =~ /tap_released/)
-		{
-			push @calls, [@current];
-			@current = ();
-			next;
-		}
-		push @current, $p;
-		my $bad = offences($p->{plan});
-		next unless %$bad;
-		my $shown = render($p->{plan}, $bad);
-		push @offending, "Query Text: $p->{text}\n$shown" unless $seen{ $p->{text} . $shown }++;
-	}
-	my $covered = grep { grep { ($_->{text} =~ /run_stages_fair|p\.fair/) && reads_big($_->{plan}) } @$_ } @calls;
-	is(scalar(@calls) . ' ' . $covered, "$CALLS $CALLS",
+	my ($calls, $offending) = calls_and_offences($err, qr/tap_released/);
+	my @offending = @$offending;
+	my $covered = grep { grep { ($_->{text} =~ /p\.fair/) && reads_big($_->{plan}) } @$_ } @$calls;
+	is(scalar(@$calls) . ' ' . $covered, "$CALLS $CALLS",
 		"$name: auto_explain showed, for each release, the fair walk reading run_stages");
 	ok(!@offending, "$name: no plan scans a big wfe table, nor the held backlog in order")
 	  or diag(scalar(@offending) . " offending plan(s) (every plan: tmp_check/$file):\n\n" . join("\n", @offending));
