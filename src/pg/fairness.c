@@ -13,7 +13,8 @@
  * has a pass that grows by 1/weight per task it is given, and the lowest
  * pass goes first; a tenant that comes back after a while starts at the
  * queue's virtual time (the pass last served), so it gets no burst for
- * the time it had no work.
+ * the time it had no work (the rule: src/core/flow/fairness.c; the passes
+ * are kept here).
  *
  * A tenant with a task limit (max_tasks_in_flight) is served as far as
  * its room goes: its lock is taken (in lock order, like every admission:
@@ -25,8 +26,8 @@
  * A broker queue is not claimed: its tasks over a limit are held, and the
  * release of held tasks when room frees (admission.c) serves its tenants
  * the same way, one task at a time (wfe_fair_held, wfe_fair_keep): the
- * tenants with held tasks are read the same way, the held ones only (no
- * dispatch message), and the same stride decides (src/core/flow/fairness.c).
+ * tenants are read by the same skip scan, counting held tasks only (no
+ * dispatch message), and the same stride decides.
  *
  * The passes live in this backend's memory, not in a table: a claim writes
  * nothing and waits for no other claimer (no hot row per queue, which is
