@@ -61,6 +61,7 @@ SELECT wfe.configure_tenant('small', weight => 2);
 # One session ends the tasks: a broker worker's connection (its releases'
 # passes live in its backend, as a claimer's do).
 my $session = $node->background_psql('postgres');
+$session->set_query_timer_restart();    # a timeout per query, not for the whole session
 
 # submit N runs of TENANT; their run ids
 sub submit
