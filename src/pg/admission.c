@@ -46,6 +46,7 @@
 
 #include "core/flow/admission.h"
 #include "core/flow/concurrency.h"
+#include "core/flow/fairness.h"
 #include "admission.h"
 #include "dispatch.h"
 #include "spi_stmt.h"
@@ -159,6 +160,18 @@ static stmt q_candidates = STMT(
 	"                    WHERE o.run_id = h.run_id AND o.stage = h.stage AND o.attempt = h.attempt"
 	"                      AND o.fence = h.fence AND o.kind = 'dispatch' AND o.state <> 'published')"
 	" ORDER BY h.priority DESC, h.ready_at, h.run_id, h.stage", 4, TX, BO, TX, BO);
+/*
+ * A fair queue's release (release_fair): one tenant's held tasks at one
+ * priority ($1 queue, $2 tenant, $3 priority), oldest first, at most $4 (the
+ * room: more cannot go), walked in run_stages_fair from the tenant's
+ * first, whatever the others hold.  (The limit also keeps the generic plan
+ * on that walk, not a sort of the tenant's whole backlog.)
+ */
+static stmt q_tenant_held = STMT(
+	"SELECT p.run_id, p.stage FROM wfe.run_stages AS p"
+	" WHERE p.queue = $1 AND p.state = 'queued' AND p.held_until IS NULL AND p.fair"
+	"   AND p.tenant = $2 AND p.priority = $3" WFE_SQL_HELD("p")
+	" ORDER BY p.tenant, p.priority DESC, p.ready_at LIMIT $4", 4, TX, TX, I4, I4);
 
 /* ---- the locks this transaction waited for ---- */
 
@@ -529,16 +542,18 @@ release_candidates(Portal cursor, const wfe_release_scope *scope, release_rooms 
 			qslot[k] = SPI_getvalue(row, desc, 5)[0] == 't' ? rooms_slot(r, WFE_LIMIT_QUEUE, queue) : -1;
 			tslot[k] = SPI_getvalue(row, desc, 6)[0] == 't' ? rooms_slot(r, WFE_LIMIT_TENANT, tenant) : -1;
 		}
-		wfe_release_pick(scope, n, qslot, tslot, r->room, go);
+		/*
+		 * One at a time, so that the room of a task its circuit or rate limit
+		 * then holds goes to the next candidate, in this batch too.
+		 */
 		for (int k = 0; k < n; k++)
 		{
-			if (!go[k])
+			if (wfe_release_pick(scope, 1, &qslot[k], &tslot[k], r->room, &go[k]) == 0)
 				continue;
 			if (flow_admit(run_id[k], stage[k], queues[k]) == ADMIT_GO)
 				dispatch(run_id[k], stage[k]);
 			else
 			{
-				/* held by its circuit or rate limit: the room it was given goes to the next batch */
 				if (qslot[k] > 0)
 					r->room[qslot[k]]++;
 				if (tslot[k] > 0)
@@ -546,6 +561,117 @@ release_candidates(Portal cursor, const wfe_release_scope *scope, release_rooms 
 			}
 		}
 	}
+}
+
+/*
+ * Dispatch the next held task of tenant at priority in queue that its
+ * circuit and rate limit let go, walking the tenant's cursor *walk (opened
+ * at the first call, over its next room tasks): a task its rate limit
+ * holds passes its room to the tenant's next.  Returns ADMIT_GO (one
+ * dispatched), ADMIT_CIRCUIT (the circuit holds the queue), or ADMIT_HELD
+ * (the tenant has no more this release).
+ */
+static admit_verdict
+release_tenant_next(const char *queue, const char *tenant, int priority, int room, Portal *walk)
+{
+	if (*walk == NULL)
+	{
+		Datum		v[4] = {CStringGetTextDatum(queue), CStringGetTextDatum(tenant), Int32GetDatum(priority),
+		Int32GetDatum(room)};
+
+		*walk = stmt_cursor(&q_tenant_held, v, NULL);
+	}
+	for (;;)
+	{
+		int64		run_id;
+		char	   *stage;
+		admit_verdict verdict;
+
+		SPI_cursor_fetch(*walk, true, 1);
+		if (SPI_processed == 0)
+			return ADMIT_HELD;
+		run_id = pg_strtoint64(SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1));
+		stage = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2);
+		verdict = flow_admit(run_id, stage, queue);
+		if (verdict == ADMIT_GO)
+			dispatch(run_id, stage);
+		if (verdict != ADMIT_HELD)
+			return verdict;
+	}
+}
+
+/*
+ * The queue side of a release on a fair queue (fairness = 'tenant', a
+ * bounded broker queue whose lock r holds): the queue's room goes to the
+ * tenants with held tasks by weight, one task at a time, as a claim's
+ * would (the stride: src/core/flow/fairness.c), each tenant within its own
+ * room in r.  A tenant's tasks are walked in run_stages_fair from its
+ * first held one, never the queue's whole backlog.  A round that leaves
+ * room (a tenant ran out at the priority served) is followed by another
+ * at the next priority, a few at most; the circuit holding the queue ends
+ * it.  Returns false when the queue has no task marked fair held at all (a
+ * task released while the queue was being made fair: the caller's release
+ * in order takes it).
+ */
+static bool
+release_fair(const char *queue, const wfe_release_scope *scope, release_rooms *r)
+{
+	int		   *room = &r->room[scope->queue_slot];
+	bool		circuit = false;
+	bool		any = true;
+
+	for (int round = 0; round < 4 && *room > 0 && !circuit; round++)
+	{
+		wfe_fair_field f;
+		int			top;
+		int			k;
+		int			sent = 0;
+		int		   *tslot;
+		int		   *got;
+		Portal	   *walk;
+
+		wfe_fair_held(queue, &f);
+		if (round == 0 && f.n == 0)
+			any = false;
+		tslot = palloc(sizeof(int) * Max(f.n, 1));
+		got = palloc0(sizeof(int) * Max(f.n, 1));
+		walk = palloc0(sizeof(Portal) * Max(f.n, 1));
+		/* a limited tenant's room is what r counted under its lock (not taken: 0) */
+		for (int j = 0; j < f.n; j++)
+		{
+			tslot[j] = f.limit[j] < 0 ? -1 : rooms_slot(r, WFE_LIMIT_TENANT, f.tenant[j]);
+			f.t[j].cap = tslot[j] < 0 ? -1 : Max(r->room[tslot[j]], 0);
+		}
+		top = wfe_fair_top(f.t, f.n, f.vt);
+		while (*room > 0 && (k = wfe_fair_next(f.t, f.n, top, &f.vt)) >= 0)
+		{
+			admit_verdict verdict = release_tenant_next(queue, f.tenant[k], top, *room, &walk[k]);
+
+			if (verdict == ADMIT_GO)
+			{
+				got[k]++;
+				sent++;
+				(*room)--;
+				if (tslot[k] >= 0)
+					r->room[tslot[k]]--;
+				continue;
+			}
+			/* the tenant ran out (its room goes to the others), or the circuit holds them all */
+			wfe_fair_give_back(f.t, k, got[k]);
+			if (verdict == ADMIT_CIRCUIT)
+			{
+				circuit = true;
+				break;
+			}
+		}
+		for (int j = 0; j < f.n; j++)
+			if (walk[j] != NULL)
+				SPI_cursor_close(walk[j]);
+		wfe_fair_keep(queue, &f);
+		if (sent == 0)
+			break;
+	}
+	return any;
 }
 
 /*
@@ -617,6 +743,13 @@ release_held(const char *queue, const char *tenant)
 	scope.queue_side = queue_side;
 	scope.tenant_side = tenant_side;
 
+	/* a fair queue's room is shared between its tenants by weight; then the tenant's side, in order */
+	if (queue_side && scope.queue_slot > 0 && wfe_queue_is_fair(queue) && release_fair(queue, &scope, &r))
+	{
+		queue_side = scope.queue_side = false;
+		if (!tenant_side)
+			return wake;
+	}
 	{
 		Datum		c[4] = {v[0], BoolGetDatum(queue_side), v[1], BoolGetDatum(tenant_side)};
 		char		cn[4] = {nulls[0], ' ', nulls[1], ' '};

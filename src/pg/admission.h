@@ -5,6 +5,17 @@
 #ifndef WFE_PG_ADMISSION_H
 #define WFE_PG_ADMISSION_H
 
+/*
+ * SQL: the broker task st (an alias) is held -- a handler-less stage with no
+ * dispatch message of its current attempt and fence still to publish (a
+ * published one leaves it dispatched).  For a queued stage of a broker queue.
+ */
+#define WFE_SQL_HELD(st) \
+	" AND " st ".handler IS NULL" \
+	" AND NOT EXISTS (SELECT 1 FROM wfe.outbox AS o" \
+	"                  WHERE o.run_id = " st ".run_id AND o.stage = " st ".stage AND o.attempt = " st ".attempt" \
+	"                    AND o.fence = " st ".fence AND o.kind = 'dispatch' AND o.state <> 'published')"
+
 /* Take a tenant's max_tasks_in_flight lock in lock order, else only try (a miss is rechecked later). */
 extern bool wfe_admission_lock_tenant(const char *tenant);
 

@@ -13,7 +13,8 @@
  * has a pass that grows by 1/weight per task it is given, and the lowest
  * pass goes first; a tenant that comes back after a while starts at the
  * queue's virtual time (the pass last served), so it gets no burst for
- * the time it had no work.
+ * the time it had no work (the rule: src/core/flow/fairness.c; the passes
+ * are kept here).
  *
  * A tenant with a task limit (max_tasks_in_flight) is served as far as
  * its room goes: its lock is taken (in lock order, like every admission:
@@ -21,6 +22,12 @@
  * gives it what fits.  A tenant at its limit is passed over, and what it
  * would have had goes to the others -- to a lower priority level, when
  * every tenant of the highest is full.
+ *
+ * A broker queue is not claimed: its tasks over a limit are held, and the
+ * release of held tasks when room frees (admission.c) serves its tenants
+ * the same way, one task at a time (wfe_fair_held, wfe_fair_keep): the
+ * tenants are read by the same skip scan, counting held tasks only (no
+ * dispatch message), and the same stride decides.
  *
  * The passes live in this backend's memory, not in a table: a claim writes
  * nothing and waits for no other claimer (no hot row per queue, which is
@@ -37,6 +44,8 @@
 #include "utils/hsearch.h"
 #include "utils/memutils.h"
 
+#include "core/flow/fairness.h"
+#include "admission.h"
 #include "spi_stmt.h"
 #include "wfe.h"
 
@@ -53,17 +62,18 @@
  * with the priority of its next task, its weight and its task limit, by a
  * skip scan of run_stages_fair (which holds the queued tasks of fair
  * queues only: run_stages.fair); then the same from the first tenant up
- * to $2, for a window that wraps around.
+ * to $2, for a window that wraps around.  HELD: a filter of the tasks
+ * counted (a release's: those with no dispatch message).
  */
-#define FAIR_HEADS(FROM, NEXT) \
+#define FAIR_HEADS(FROM, NEXT, HELD) \
 	"WITH RECURSIVE h AS (" \
 	"  (SELECT p.tenant, p.priority FROM wfe.run_stages AS p" \
-	"    WHERE p.queue = $1 AND p.state = 'queued' AND p.held_until IS NULL AND p.fair" FROM \
+	"    WHERE p.queue = $1 AND p.state = 'queued' AND p.held_until IS NULL AND p.fair" FROM HELD \
 	"    ORDER BY p.tenant, p.priority DESC, p.ready_at LIMIT 1)" \
 	"  UNION ALL" \
 	"  SELECT n.tenant, n.priority FROM h, LATERAL (" \
 	"    SELECT p.tenant, p.priority FROM wfe.run_stages AS p" \
-	"     WHERE p.queue = $1 AND p.state = 'queued' AND p.held_until IS NULL AND p.fair" NEXT \
+	"     WHERE p.queue = $1 AND p.state = 'queued' AND p.held_until IS NULL AND p.fair" NEXT HELD \
 	"       AND p.tenant > h.tenant" \
 	"     ORDER BY p.tenant, p.priority DESC, p.ready_at LIMIT 1) AS n" \
 	")" \
@@ -72,8 +82,12 @@
 	"        coalesce((SELECT l.weight FROM wfe.tenant_limits AS l WHERE l.tenant = h.tenant), 1)," \
 	"        (SELECT l.max_tasks_in_flight FROM wfe.tenant_limits AS l WHERE l.tenant = h.tenant)" \
 	"   FROM (SELECT * FROM h LIMIT $3) AS h"
-static stmt q_fair_heads = STMT(FAIR_HEADS(" AND p.tenant > $2", ""), 3, TX, TX, I4);
-static stmt q_fair_heads_wrap = STMT(FAIR_HEADS(" AND p.tenant <= $2", " AND p.tenant <= $2"), 3, TX, TX, I4);
+static stmt q_fair_heads = STMT(FAIR_HEADS(" AND p.tenant > $2", "", ""), 3, TX, TX, I4);
+static stmt q_fair_heads_wrap = STMT(FAIR_HEADS(" AND p.tenant <= $2", " AND p.tenant <= $2", ""), 3, TX, TX, I4);
+/* a broker queue's release: the tenants with held tasks (WFE_SQL_HELD: admission.h) */
+static stmt q_held_heads = STMT(FAIR_HEADS(" AND p.tenant > $2", "", WFE_SQL_HELD("p")), 3, TX, TX, I4);
+static stmt q_held_heads_wrap = STMT(FAIR_HEADS(" AND p.tenant <= $2", " AND p.tenant <= $2", WFE_SQL_HELD("p")),
+									 3, TX, TX, I4);
 
 /*
  * A tenant's pass on a queue (tenant "": the queue's virtual time, and
@@ -149,6 +163,30 @@ name_cmp(const void *a, const void *b, void *arg)
 }
 
 /*
+ * Read the tenants with ready work on queue (held: held broker tasks) into
+ * the arrays, at most FAIR_TENANTS_MAX of them: from after the last one
+ * the previous read of the queue had to stop at (else from the first),
+ * wrapping around, so that with more tenants than that each is read within
+ * a few reads.  Returns how many.
+ */
+static int
+read_window(const char *queue, bool held, fair_pass *vt, char **name, int *prio, int *weight, int *cap)
+{
+	int			n;
+
+	n = read_heads(held ? &q_held_heads : &q_fair_heads, queue, vt->next, FAIR_TENANTS_MAX, 0,
+				   name, prio, weight, cap);
+	if (n < FAIR_TENANTS_MAX && vt->next[0] != '\0')
+		n = read_heads(held ? &q_held_heads_wrap : &q_fair_heads_wrap, queue, vt->next,
+					   FAIR_TENANTS_MAX - n, n, name, prio, weight, cap);
+	if (n == FAIR_TENANTS_MAX)
+		strlcpy(vt->next, name[n - 1], sizeof(vt->next));
+	else
+		vt->next[0] = '\0';
+	return n;
+}
+
+/*
  * Shares of room tasks of queue for the tenants with ready work at the
  * highest priority ready among those with room: *shares gets one per
  * tenant given any, in the order read; returns how many (0: nothing ready,
@@ -160,7 +198,7 @@ wfe_fair_shares(const char *queue, int room, wfe_fair_share **shares, bool *read
 {
 	int			n;
 	int			free_top = PG_INT32_MIN;
-	int			top = PG_INT32_MIN;
+	int			top;
 	int			out = 0;
 	int			nlimited = 0;
 	char	  **name;
@@ -169,31 +207,17 @@ wfe_fair_shares(const char *queue, int room, wfe_fair_share **shares, bool *read
 	int		   *cap;
 	int		   *limited;
 	wfe_fair_share *s;
-	fair_pass **pass;
-	double	   *step;
-	int		   *scap;
+	wfe_fair_tenant *t;
 	fair_pass  *vt;
 
-	/*
-	 * At most FAIR_TENANTS_MAX tenants, from after the last one the
-	 * previous claim read when that one had to stop there (else from the
-	 * first), wrapping around: with more tenants than that, each is read
-	 * within a few claims.
-	 */
 	vt = pass_of(queue, "", 0);
 	name = palloc(sizeof(char *) * FAIR_TENANTS_MAX);
 	prio = palloc(sizeof(int) * FAIR_TENANTS_MAX);
 	weight = palloc(sizeof(int) * FAIR_TENANTS_MAX);
 	cap = palloc(sizeof(int) * FAIR_TENANTS_MAX);
 	limited = palloc(sizeof(int) * FAIR_TENANTS_MAX);
-	n = read_heads(&q_fair_heads, queue, vt->next, FAIR_TENANTS_MAX, 0, name, prio, weight, cap);
-	if (n < FAIR_TENANTS_MAX && vt->next[0] != '\0')
-		n = read_heads(&q_fair_heads_wrap, queue, vt->next, FAIR_TENANTS_MAX - n, n, name, prio, weight, cap);
+	n = read_window(queue, false, vt, name, prio, weight, cap);
 	*ready = n > 0;
-	if (n == FAIR_TENANTS_MAX)
-		strlcpy(vt->next, name[n - 1], sizeof(vt->next));
-	else
-		vt->next[0] = '\0';
 	for (int k = 0; k < n; k++)
 		if (cap[k] < 0)
 			free_top = Max(free_top, prio[k]);
@@ -202,50 +226,44 @@ wfe_fair_shares(const char *queue, int room, wfe_fair_share **shares, bool *read
 	 * The limited tenants that could be served (none of them below a
 	 * tenant without a limit in priority): locked in lock order, each then
 	 * counted, so cap is what each may still take.  (Their SPI results
-	 * replace the heads', which were copied out above.)
+	 * replace the heads', which were copied out above.)  Those below are
+	 * not served this claim: cap 0.
 	 */
 	for (int k = 0; k < n; k++)
 		if (cap[k] >= 0 && prio[k] >= free_top)
 			limited[nlimited++] = k;
+		else if (cap[k] >= 0)
+			cap[k] = 0;
 	qsort_arg(limited, nlimited, sizeof(int), name_cmp, name);
 	for (int j = 0; j < nlimited; j++)
 		cap[limited[j]] = wfe_tenant_room(name[limited[j]], cap[limited[j]]);
+
+	/* the stride (src/core/flow/fairness.c) decides, one task at a time */
+	t = palloc(sizeof(wfe_fair_tenant) * Max(n, 1));
 	for (int k = 0; k < n; k++)
-		if (cap[k] != 0 && (cap[k] < 0 || prio[k] >= free_top))
-			top = Max(top, prio[k]);
+	{
+		t[k].priority = prio[k];
+		t[k].weight = weight[k];
+		t[k].cap = cap[k];
+		t[k].pass = pass_of(queue, name[k], vt->pass)->pass;
+		t[k].n = 0;
+	}
+	top = wfe_fair_top(t, n, vt->pass);
+	for (int r = 0; r < room; r++)
+		if (wfe_fair_next(t, n, top, &vt->pass) < 0)
+			break;				/* every tenant served is at its limit */
 
 	s = palloc0(sizeof(wfe_fair_share) * Max(n, 1));
-	pass = palloc(sizeof(fair_pass *) * Max(n, 1));
-	step = palloc(sizeof(double) * Max(n, 1));
-	scap = palloc(sizeof(int) * Max(n, 1));
 	for (int k = 0; k < n; k++)
 	{
-		if (prio[k] != top || cap[k] == 0)
+		if (t[k].priority != top || t[k].cap == 0)
 			continue;			/* lower priority: served when the higher is done; full: passed over */
+		pass_of(queue, name[k], 0)->pass = t[k].pass;
 		s[out].tenant = name[k];
 		s[out].priority = top;
-		s[out].weight = weight[k];
-		scap[out] = cap[k] < 0 ? room : cap[k];
-		pass[out] = pass_of(queue, s[out].tenant, vt->pass);
-		/* back after a while: from the queue's virtual time, no burst for the time away */
-		if (pass[out]->pass < vt->pass)
-			pass[out]->pass = vt->pass;
-		step[out] = 1.0 / s[out].weight;
+		s[out].weight = t[k].weight;
+		s[out].n = t[k].n;
 		out++;
-	}
-	/* one task at a time to the lowest pass with room left (ties: the order read) */
-	for (int r = 0; r < room; r++)
-	{
-		int			best = -1;
-
-		for (int k = 0; k < out; k++)
-			if (s[k].n < scap[k] && (best < 0 || pass[k]->pass < pass[best]->pass))
-				best = k;
-		if (best < 0)
-			break;				/* every tenant served is at its limit */
-		vt->pass = pass[best]->pass;
-		pass[best]->pass += step[best];
-		s[best].n++;
 	}
 	*shares = s;
 	return out;
@@ -255,6 +273,47 @@ wfe_fair_shares(const char *queue, int room, wfe_fair_share **shares, bool *read
 void
 wfe_fair_took(const char *queue, const wfe_fair_share *share, int got)
 {
-	if (got < share->n)
-		pass_of(queue, share->tenant, 0)->pass -= (double) (share->n - got) / share->weight;
+	fair_pass  *p = pass_of(queue, share->tenant, 0);
+	wfe_fair_tenant t = {share->priority, share->weight, share->n, p->pass, share->n};
+
+	wfe_fair_give_back(&t, 0, got);
+	p->pass = t.pass;
+}
+
+/*
+ * The tenants with held broker tasks on queue, for a release (admission.c):
+ * each with the priority of its next held task, its weight, its task limit
+ * (-1: none) and its pass; cap is left to the caller (the rooms it
+ * counted), n at 0; and the queue's virtual time.  Hand it back with
+ * wfe_fair_keep.
+ */
+void
+wfe_fair_held(const char *queue, wfe_fair_field *f)
+{
+	fair_pass  *vt = pass_of(queue, "", 0);
+	int		   *prio = palloc(sizeof(int) * FAIR_TENANTS_MAX);
+	int		   *weight = palloc(sizeof(int) * FAIR_TENANTS_MAX);
+
+	f->tenant = palloc(sizeof(char *) * FAIR_TENANTS_MAX);
+	f->limit = palloc(sizeof(int) * FAIR_TENANTS_MAX);
+	f->n = read_window(queue, true, vt, f->tenant, prio, weight, f->limit);
+	f->t = palloc(sizeof(wfe_fair_tenant) * Max(f->n, 1));
+	for (int k = 0; k < f->n; k++)
+	{
+		f->t[k].priority = prio[k];
+		f->t[k].weight = weight[k];
+		f->t[k].cap = f->limit[k] < 0 ? -1 : 0;
+		f->t[k].pass = pass_of(queue, f->tenant[k], vt->pass)->pass;
+		f->t[k].n = 0;
+	}
+	f->vt = vt->pass;
+}
+
+/* A release's passes and virtual time are kept for the next decision of queue. */
+void
+wfe_fair_keep(const char *queue, const wfe_fair_field *f)
+{
+	for (int k = 0; k < f->n; k++)
+		pass_of(queue, f->tenant[k], 0)->pass = f->t[k].pass;
+	pass_of(queue, "", 0)->pass = f->vt;
 }

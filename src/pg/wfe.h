@@ -36,6 +36,17 @@ typedef struct wfe_fair_share
 } wfe_fair_share;
 extern int	wfe_fair_shares(const char *queue, int room, wfe_fair_share **shares, bool *ready);
 extern void wfe_fair_took(const char *queue, const wfe_fair_share *share, int got);
+/* fairness.c: a fair broker queue's tenants with held tasks, for a release (admission.c) */
+typedef struct wfe_fair_field
+{
+	int			n;
+	char	  **tenant;
+	int		   *limit;			/* max_tasks_in_flight; -1: none */
+	struct wfe_fair_tenant *t;	/* the stride's view of each (src/core/flow/fairness.h) */
+	double		vt;				/* the queue's virtual time */
+} wfe_fair_field;
+extern void wfe_fair_held(const char *queue, wfe_fair_field *f);
+extern void wfe_fair_keep(const char *queue, const wfe_fair_field *f);
 /* claim.c: how many more tasks a tenant with a task limit may be given (its lock taken) */
 extern int	wfe_tenant_room(const char *tenant, int limit);
 extern void wfe_rate_admit(int n, struct ItemPointerData **tids, char **limit, char **key, char **tenant,

@@ -34,6 +34,12 @@
 # and a fourth queue whose stage has keyed concurrency (KC_BACKLOG queued
 # runs over 20 key values, max far above the load), so the keys' locks,
 # their in-flight counts and the claim by tuple id are checked with it.
+#
+# And the release of held broker tasks on a fair queue (max_in_flight 5,
+# FB_BACKLOG held runs of five tenants, one of them with half): the queue's
+# limit is raised by 1 or 10 and wfe._release_held releases that many, by
+# weight; the same checks, and no release walks run_stages_ready (the
+# queue's held backlog in dispatch order) instead of each tenant's next.
 use strict;
 use warnings;
 
@@ -47,6 +53,7 @@ my $BACKLOG  = 20_000;    # queued runs left when the claims start
 my $RL_BACKLOG = 20_000;  # queued runs of the rate-limited queue (with a circuit)
 my $FAIR_BACKLOG = 20_000; # queued runs of the fair queue, over five tenants
 my $KC_BACKLOG = 20_000;  # queued runs of the queue with keyed concurrency
+my $FB_BACKLOG = 10_000;  # held runs of the fair broker queue, over five tenants
 my $HISTORY  = 3_000;     # runs claimed and completed before that
 my $BIG_ROWS = 500;       # a wfe table with more rows is a big one
 my @SIZES    = (1, 10, 1000);
@@ -118,6 +125,17 @@ stages:
 $y$);
 SELECT wfe.approve('tap-plan-kc', '1.0.0');
 SELECT wfe.activate('tap-plan-kc', '1.0.0');
+SELECT wfe.register_worker('tap-plan.fb@1', 'tap-plan-fb');
+SELECT wfe.create_definition($y$
+name: tap-plan-fb
+version: "1.0.0"
+entry: a
+stages:
+  - { name: a, type: worker, queue: tap-plan-fb, worker: tap-plan.fb@1, on_success: completed, on_failure: failed }
+$y$);
+SELECT wfe.approve('tap-plan-fb', '1.0.0');
+SELECT wfe.activate('tap-plan-fb', '1.0.0');
+SELECT wfe.configure_queue('tap-plan-fb', 'broker', 5, fairness => 'tenant');
 CREATE TABLE public.tap_claimed (session text, call int, max_tasks int,
     run_id bigint, stage text, attempt int, fence bigint);
 });
@@ -152,6 +170,15 @@ is( $node->safe_psql(
 		  . "LATERAL wfe.submit('tap-plan-kc', jsonb_build_object('k', 'key-' || i % 20)) AS s WHERE s.accepted"),
 	$KC_BACKLOG,
 	'the runs with keyed concurrency are submitted');
+# the fair broker queue: five dispatched, the rest held; half of them fb-t1's, submitted first
+is( $node->safe_psql(
+		'postgres',
+		"SELECT count(*) FROM generate_series(1, $FB_BACKLOG) AS i, "
+		  . "LATERAL wfe.submit('tap-plan-fb', jsonb_build_object('v', i), NULL, "
+		  . "jsonb_build_object('tenant', 'fb-t' || CASE WHEN i <= $FB_BACKLOG / 2 THEN 1 ELSE 2 + i % 4 END)) AS s "
+		  . "WHERE s.accepted"),
+	$FB_BACKLOG,
+	'the fair broker queue\'s runs are submitted');
 
 # history: claimed and completed a thousand at a time
 $node->safe_psql(
@@ -280,6 +307,9 @@ sub big_table_read
 	return ($rows{$rel} // 0) > $BIG_ROWS ? $rel : undef;
 }
 
+# the sessions checked now are releases of held broker tasks
+my $releases = 0;
+
 # the offending nodes of a plan tree: { node => why }
 sub offences
 {
@@ -287,6 +317,11 @@ sub offences
 	$bad //= {};
 	if (my $rel = big_table_read($n))
 	{
+		# a fair queue's release must not walk the queue's held backlog in dispatch order
+		if ($releases && ($n->{'Index Name'} // '') eq 'run_stages_ready')
+		{
+			$bad->{$n} = "a release walked run_stages_ready (the queue's held backlog); wfe.$rel has $rows{$rel} rows";
+		}
 		my $type = $n->{'Node Type'};
 		my $size = "wfe.$rel has $rows{$rel} rows";
 		if ($type eq 'Index Scan' || $type eq 'Index Only Scan')
@@ -338,6 +373,43 @@ sub plans_from
 	return @plans;
 }
 
+# a session's set-up: auto_explain sends every plan, nested ones too, as JSON NOTICEs
+my $AUTO_EXPLAIN = q{
+LOAD 'auto_explain';
+SET auto_explain.log_min_duration = 0;
+SET auto_explain.log_nested_statements = on;
+SET auto_explain.log_analyze = off;
+SET auto_explain.log_verbose = on;
+SET auto_explain.log_format = json;
+SET auto_explain.log_level = notice;
+SET client_min_messages = notice;
+};
+
+# the plans on psql's stderr ERR, grouped by call (a plan whose text matches
+# MARKER ends one), and the offending ones, each shown once: (calls,
+# offending, how many plans)
+sub calls_and_offences
+{
+	my ($err, $marker) = @_;
+	my (@calls, @current, %seen, @offending);
+	my @plans = plans_from($err);
+	for my $p (@plans)
+	{
+		if ($p->{text} =~ $marker)
+		{
+			push @calls, [@current];
+			@current = ();
+			next;
+		}
+		push @current, $p;
+		my $bad = offences($p->{plan});
+		next unless %$bad;
+		my $shown = render($p->{plan}, $bad);
+		push @offending, "Query Text: $p->{text}\n$shown" unless $seen{ $p->{text} . $shown }++;
+	}
+	return (\@calls, \@offending, scalar(@plans));
+}
+
 #
 # The claims.
 #
@@ -355,16 +427,7 @@ for my $queue ('tap-plan-jobs', 'tap-plan-rl', 'tap-plan-fair', 'tap-plan-kc')
 my $total = 0;
 for my $s (@sessions)
 {
-	my $sql = q{
-LOAD 'auto_explain';
-SET auto_explain.log_min_duration = 0;
-SET auto_explain.log_nested_statements = on;
-SET auto_explain.log_analyze = off;
-SET auto_explain.log_verbose = on;
-SET auto_explain.log_format = json;
-SET auto_explain.log_level = notice;
-SET client_min_messages = notice;
-};
+	my $sql = $AUTO_EXPLAIN;
 	$sql .= "SET plan_cache_mode = $s->{mode};\n" if $s->{mode};
 	my ($call, $expected) = (0, 0);
 	for my $size (@{ $s->{sizes} })
@@ -395,28 +458,14 @@ SET client_min_messages = notice;
 		"$s->{name}: each of the $call claims returned max_tasks tasks");
 
 	# the plans, attributed to the claim whose top-level INSERT ends them
-	my @plans = plans_from($err);
-	my (@calls, @current, %seen, @offending);
-	for my $p (@plans)
-	{
-		if ($p->{text} =~ /tap_claimed/)
-		{
-			push @calls, [@current];
-			@current = ();
-			next;
-		}
-		push @current, $p;
-		my $bad = offences($p->{plan});
-		next unless %$bad;
-		my $shown = render($p->{plan}, $bad);
-		push @offending, "Query Text: $p->{text}\n$shown" unless $seen{ $p->{text} . $shown }++;
-	}
-	my $covered = grep { grep { reads_big($_->{plan}) } @$_ } @calls;
-	is( scalar(@calls) . ' ' . $covered,
+	my ($calls, $offending, $nplans) = calls_and_offences($err, qr/tap_claimed/);
+	my @offending = @$offending;
+	my $covered = grep { grep { reads_big($_->{plan}) } @$_ } @$calls;
+	is( scalar(@$calls) . ' ' . $covered,
 		"$call $call",
 		"$s->{name}: auto_explain showed, for each of the $call claims, "
 		  . 'nested plans that read a big wfe table ('
-		  . scalar(@plans)
+		  . $nplans
 		  . ' plans in all)')
 	  or diag "psql's stderr (first 4000 characters):\n" . substr($err, 0, 4000);
 	ok(!@offending, "$s->{name}: no plan scans a big wfe table")
@@ -424,6 +473,47 @@ SET client_min_messages = notice;
 		  . " offending plan(s) (every plan: tmp_check/$file):\n\n"
 		  . join("\n", @offending));
 }
+
+#
+# The releases of the fair broker queue's held tasks: the limit raised by
+# SIZE, then wfe._release_held as configure_queue calls it, CALLS times per
+# size, each session fresh (custom and generic plans).
+#
+$releases = 1;
+my $released = 5;
+for my $size (1, 10)
+{
+	my $name = "fair release of $size";
+	my $sql = $AUTO_EXPLAIN;
+	for my $call (1 .. $CALLS)
+	{
+		$sql .= "UPDATE wfe.queues SET max_in_flight = max_in_flight + $size WHERE queue = 'tap-plan-fb';\n"
+		  . "SELECT count(*) AS tap_released FROM wfe._release_held('tap-plan-fb', NULL);\n";
+	}
+	$released += $size * $CALLS;
+	my (undef, $err) = run_sql($sql, "the releases ($name)");
+	(my $file = "releases-$size.log") =~ s/[=, ]+/-/g;
+	PostgreSQL::Test::Utils::append_to_file("$PostgreSQL::Test::Utils::tmp_check/$file", $err);
+	is( $node->safe_psql('postgres',
+			"SELECT count(*) FROM wfe.outbox AS o JOIN wfe.run_stages AS st USING (run_id, stage)
+			  WHERE st.queue = 'tap-plan-fb' AND o.kind = 'dispatch'"),
+		$released, "$name: each release dispatched $size");
+	my ($calls, $offending) = calls_and_offences($err, qr/tap_released/);
+	my @offending = @$offending;
+	my $covered = grep { grep { ($_->{text} =~ /p\.fair/) && reads_big($_->{plan}) } @$_ } @$calls;
+	is(scalar(@$calls) . ' ' . $covered, "$CALLS $CALLS",
+		"$name: auto_explain showed, for each release, the fair walk reading run_stages");
+	ok(!@offending, "$name: no plan scans a big wfe table, nor the held backlog in order")
+	  or diag(scalar(@offending) . " offending plan(s) (every plan: tmp_check/$file):\n\n" . join("\n", @offending));
+}
+# weights 1: the 77 released went to the five tenants in turn (7 and 70, each
+# session's passes from 0), whatever fb-t1's backlog
+is( $node->safe_psql('postgres',
+		"SELECT string_agg(n::text, ' ' ORDER BY tenant) FROM (SELECT st.tenant, count(*) AS n
+		   FROM wfe.outbox AS o JOIN wfe.run_stages AS st USING (run_id, stage)
+		  WHERE st.queue = 'tap-plan-fb' AND o.kind = 'dispatch' GROUP BY st.tenant) AS x"),
+	'21 16 15 15 15', 'the releases shared by tenant (fb-t1 had the 5 dispatched at submit too)');
+$releases = 0;
 
 #
 # Each claimed task completes.

@@ -162,5 +162,31 @@ main(void)
 		}
 		ok(bad == 0, "no room is ever overrun (%d)", bad);
 	}
+
+	/*
+	 * Decided one at a time (a release's candidates): a task its circuit or
+	 * rate limit then holds gives its room back, and the next candidate of
+	 * the same batch takes it.
+	 */
+	{
+		wfe_release_scope scope = {true, 1, false, -1};
+		int			room[2] = {0, 1};
+		int			qslot[3] = {1, 1, 1};
+		int			tslot[3] = {-1, -1, -1};
+		bool		go[3];
+		int			sent = -1;
+
+		for (int k = 0; k < 3; k++)
+		{
+			if (wfe_release_pick(&scope, 1, &qslot[k], &tslot[k], room, &go[k]) == 0)
+				continue;
+			if (k == 0)
+				room[qslot[k]]++;	/* the first is held by its rate limit */
+			else if (sent < 0)
+				sent = k;
+		}
+		ok(go[0] && go[1] && !go[2] && sent == 1 && room[1] == 0,
+		   "a held task's room goes to the next candidate of the same batch (sent %d)", sent);
+	}
 	return tap_done();
 }
