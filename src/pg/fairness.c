@@ -11,9 +11,10 @@
  * (queue, tenant, priority DESC, ready_at): one index probe per tenant,
  * whatever the backlog.  Who goes next is stride scheduling: each tenant
  * has a pass that grows by 1/weight per task it is given, and the lowest
- * pass goes first; a tenant that comes back after a while starts at the
- * queue's virtual time (the pass last served), so it gets no burst for
- * the time it had no work.
+ * pass goes first -- on equal passes, the tenant whose next task is newer,
+ * the one without a backlog (src/core/flow/fairorder.c); a tenant that
+ * comes back after a while starts at the queue's virtual time (the pass
+ * last served), so it gets no burst for the time it had no work.
  *
  * A tenant with a task limit (max_tasks_in_flight) is served as far as
  * its room goes: its lock is taken (in lock order, like every admission:
@@ -36,7 +37,9 @@
 #include "utils/builtins.h"
 #include "utils/hsearch.h"
 #include "utils/memutils.h"
+#include "utils/timestamp.h"
 
+#include "core/flow/fairorder.h"
 #include "spi_stmt.h"
 #include "wfe.h"
 
@@ -50,25 +53,25 @@
 
 /*
  * The tenants with ready work on $1 after $2 (at most $3 of them), each
- * with the priority of its next task, its weight and its task limit, by a
- * skip scan of run_stages_fair (which holds the queued tasks of fair
- * queues only: run_stages.fair); then the same from the first tenant up
- * to $2, for a window that wraps around.
+ * with the priority and ready_at of its next task, its weight and its
+ * task limit, by a skip scan of run_stages_fair (which holds the queued
+ * tasks of fair queues only: run_stages.fair); then the same from the
+ * first tenant up to $2, for a window that wraps around.
  */
 #define FAIR_HEADS(FROM, NEXT) \
 	"WITH RECURSIVE h AS (" \
-	"  (SELECT p.tenant, p.priority FROM wfe.run_stages AS p" \
+	"  (SELECT p.tenant, p.priority, p.ready_at FROM wfe.run_stages AS p" \
 	"    WHERE p.queue = $1 AND p.state = 'queued' AND p.held_until IS NULL AND p.fair" FROM \
 	"    ORDER BY p.tenant, p.priority DESC, p.ready_at LIMIT 1)" \
 	"  UNION ALL" \
-	"  SELECT n.tenant, n.priority FROM h, LATERAL (" \
-	"    SELECT p.tenant, p.priority FROM wfe.run_stages AS p" \
+	"  SELECT n.tenant, n.priority, n.ready_at FROM h, LATERAL (" \
+	"    SELECT p.tenant, p.priority, p.ready_at FROM wfe.run_stages AS p" \
 	"     WHERE p.queue = $1 AND p.state = 'queued' AND p.held_until IS NULL AND p.fair" NEXT \
 	"       AND p.tenant > h.tenant" \
 	"     ORDER BY p.tenant, p.priority DESC, p.ready_at LIMIT 1) AS n" \
 	")" \
 	/* (lookups per tenant, not a join, which could give the tenants out of order) */ \
-	" SELECT h.tenant, h.priority," \
+	" SELECT h.tenant, h.priority, h.ready_at," \
 	"        coalesce((SELECT l.weight FROM wfe.tenant_limits AS l WHERE l.tenant = h.tenant), 1)," \
 	"        (SELECT l.max_tasks_in_flight FROM wfe.tenant_limits AS l WHERE l.tenant = h.tenant)" \
 	"   FROM (SELECT * FROM h LIMIT $3) AS h"
@@ -121,7 +124,7 @@ pass_of(const char *queue, const char *tenant, double start)
  */
 static int
 read_heads(stmt *q, const char *queue, const char *bound, int max, int at,
-		   char **name, int *prio, int *weight, int *cap)
+		   char **name, int *prio, TimestampTz *next_at, int *weight, int *cap)
 {
 	Datum		v[3] = {CStringGetTextDatum(queue), CStringGetTextDatum(bound), Int32GetDatum(max)};
 
@@ -129,11 +132,13 @@ read_heads(stmt *q, const char *queue, const char *bound, int max, int at,
 	for (uint64 k = 0; k < SPI_processed; k++, at++)
 	{
 		HeapTuple	t = SPI_tuptable->vals[k];
-		char	   *limit = SPI_getvalue(t, SPI_tuptable->tupdesc, 4);
+		char	   *limit = SPI_getvalue(t, SPI_tuptable->tupdesc, 5);
+		bool		isnull;
 
 		name[at] = SPI_getvalue(t, SPI_tuptable->tupdesc, 1);
 		prio[at] = pg_strtoint32(SPI_getvalue(t, SPI_tuptable->tupdesc, 2));
-		weight[at] = Max(pg_strtoint32(SPI_getvalue(t, SPI_tuptable->tupdesc, 3)), 1);
+		next_at[at] = DatumGetTimestampTz(SPI_getbinval(t, SPI_tuptable->tupdesc, 3, &isnull));
+		weight[at] = Max(pg_strtoint32(SPI_getvalue(t, SPI_tuptable->tupdesc, 4)), 1);
 		cap[at] = limit ? pg_strtoint32(limit) : -1;	/* -1: no task limit */
 	}
 	return at;
@@ -165,6 +170,7 @@ wfe_fair_shares(const char *queue, int room, wfe_fair_share **shares, bool *read
 	int			nlimited = 0;
 	char	  **name;
 	int		   *prio;
+	TimestampTz *next_at;
 	int		   *weight;
 	int		   *cap;
 	int		   *limited;
@@ -172,6 +178,7 @@ wfe_fair_shares(const char *queue, int room, wfe_fair_share **shares, bool *read
 	fair_pass **pass;
 	double	   *step;
 	int		   *scap;
+	TimestampTz *snext_at;
 	fair_pass  *vt;
 
 	/*
@@ -183,12 +190,14 @@ wfe_fair_shares(const char *queue, int room, wfe_fair_share **shares, bool *read
 	vt = pass_of(queue, "", 0);
 	name = palloc(sizeof(char *) * FAIR_TENANTS_MAX);
 	prio = palloc(sizeof(int) * FAIR_TENANTS_MAX);
+	next_at = palloc(sizeof(TimestampTz) * FAIR_TENANTS_MAX);
 	weight = palloc(sizeof(int) * FAIR_TENANTS_MAX);
 	cap = palloc(sizeof(int) * FAIR_TENANTS_MAX);
 	limited = palloc(sizeof(int) * FAIR_TENANTS_MAX);
-	n = read_heads(&q_fair_heads, queue, vt->next, FAIR_TENANTS_MAX, 0, name, prio, weight, cap);
+	n = read_heads(&q_fair_heads, queue, vt->next, FAIR_TENANTS_MAX, 0, name, prio, next_at, weight, cap);
 	if (n < FAIR_TENANTS_MAX && vt->next[0] != '\0')
-		n = read_heads(&q_fair_heads_wrap, queue, vt->next, FAIR_TENANTS_MAX - n, n, name, prio, weight, cap);
+		n = read_heads(&q_fair_heads_wrap, queue, vt->next, FAIR_TENANTS_MAX - n, n,
+					   name, prio, next_at, weight, cap);
 	*ready = n > 0;
 	if (n == FAIR_TENANTS_MAX)
 		strlcpy(vt->next, name[n - 1], sizeof(vt->next));
@@ -218,6 +227,7 @@ wfe_fair_shares(const char *queue, int room, wfe_fair_share **shares, bool *read
 	pass = palloc(sizeof(fair_pass *) * Max(n, 1));
 	step = palloc(sizeof(double) * Max(n, 1));
 	scap = palloc(sizeof(int) * Max(n, 1));
+	snext_at = palloc(sizeof(TimestampTz) * Max(n, 1));
 	for (int k = 0; k < n; k++)
 	{
 		if (prio[k] != top || cap[k] == 0)
@@ -226,6 +236,7 @@ wfe_fair_shares(const char *queue, int room, wfe_fair_share **shares, bool *read
 		s[out].priority = top;
 		s[out].weight = weight[k];
 		scap[out] = cap[k] < 0 ? room : cap[k];
+		snext_at[out] = next_at[k];
 		pass[out] = pass_of(queue, s[out].tenant, vt->pass);
 		/* back after a while: from the queue's virtual time, no burst for the time away */
 		if (pass[out]->pass < vt->pass)
@@ -233,13 +244,14 @@ wfe_fair_shares(const char *queue, int room, wfe_fair_share **shares, bool *read
 		step[out] = 1.0 / s[out].weight;
 		out++;
 	}
-	/* one task at a time to the lowest pass with room left (ties: the order read) */
+	/* one task at a time to the first with room left (src/core/flow/fairorder.c) */
 	for (int r = 0; r < room; r++)
 	{
 		int			best = -1;
 
 		for (int k = 0; k < out; k++)
-			if (s[k].n < scap[k] && (best < 0 || pass[k]->pass < pass[best]->pass))
+			if (s[k].n < scap[k] &&
+				(best < 0 || wfe_fair_before(pass[k]->pass, snext_at[k], pass[best]->pass, snext_at[best])))
 				best = k;
 		if (best < 0)
 			break;				/* every tenant served is at its limit */
