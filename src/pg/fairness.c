@@ -11,10 +11,11 @@
  * (queue, tenant, priority DESC, ready_at): one index probe per tenant,
  * whatever the backlog.  Who goes next is stride scheduling: each tenant
  * has a pass that grows by 1/weight per task it is given, and the lowest
- * pass goes first; a tenant that comes back after a while starts at the
- * queue's virtual time (the pass last served), so it gets no burst for
- * the time it had no work (the rule: src/core/flow/fairness.c; the passes
- * are kept here).
+ * pass goes first -- on equal passes, the tenant whose next task is newer,
+ * the one without a backlog; a tenant that comes back after a while
+ * starts at the queue's virtual time (the pass last served), so it gets no
+ * burst for the time it had no work (the rule: src/core/flow/fairness.c;
+ * the passes are kept here).
  *
  * A tenant with a task limit (max_tasks_in_flight) is served as far as
  * its room goes: its lock is taken (in lock order, like every admission:
@@ -43,6 +44,7 @@
 #include "utils/builtins.h"
 #include "utils/hsearch.h"
 #include "utils/memutils.h"
+#include "utils/timestamp.h"
 
 #include "core/flow/fairness.h"
 #include "admission.h"
@@ -59,7 +61,8 @@
 
 /*
  * The tenants with ready work on $1 after $2 (at most $3 of them), each
- * with the priority of its next task, its weight and its task limit, by a
+ * with the priority and ready_at of its next task, its weight and its task
+ * limit, by a
  * skip scan of run_stages_fair (which holds the queued tasks of fair
  * queues only: run_stages.fair); then the same from the first tenant up
  * to $2, for a window that wraps around.  HELD: a filter of the tasks
@@ -67,18 +70,18 @@
  */
 #define FAIR_HEADS(FROM, NEXT, HELD) \
 	"WITH RECURSIVE h AS (" \
-	"  (SELECT p.tenant, p.priority FROM wfe.run_stages AS p" \
+	"  (SELECT p.tenant, p.priority, p.ready_at FROM wfe.run_stages AS p" \
 	"    WHERE p.queue = $1 AND p.state = 'queued' AND p.held_until IS NULL AND p.fair" FROM HELD \
 	"    ORDER BY p.tenant, p.priority DESC, p.ready_at LIMIT 1)" \
 	"  UNION ALL" \
-	"  SELECT n.tenant, n.priority FROM h, LATERAL (" \
-	"    SELECT p.tenant, p.priority FROM wfe.run_stages AS p" \
+	"  SELECT n.tenant, n.priority, n.ready_at FROM h, LATERAL (" \
+	"    SELECT p.tenant, p.priority, p.ready_at FROM wfe.run_stages AS p" \
 	"     WHERE p.queue = $1 AND p.state = 'queued' AND p.held_until IS NULL AND p.fair" NEXT HELD \
 	"       AND p.tenant > h.tenant" \
 	"     ORDER BY p.tenant, p.priority DESC, p.ready_at LIMIT 1) AS n" \
 	")" \
 	/* (lookups per tenant, not a join, which could give the tenants out of order) */ \
-	" SELECT h.tenant, h.priority," \
+	" SELECT h.tenant, h.priority, h.ready_at," \
 	"        coalesce((SELECT l.weight FROM wfe.tenant_limits AS l WHERE l.tenant = h.tenant), 1)," \
 	"        (SELECT l.max_tasks_in_flight FROM wfe.tenant_limits AS l WHERE l.tenant = h.tenant)" \
 	"   FROM (SELECT * FROM h LIMIT $3) AS h"
@@ -135,7 +138,7 @@ pass_of(const char *queue, const char *tenant, double start)
  */
 static int
 read_heads(stmt *q, const char *queue, const char *bound, int max, int at,
-		   char **name, int *prio, int *weight, int *cap)
+		   char **name, int *prio, TimestampTz *next_at, int *weight, int *cap)
 {
 	Datum		v[3] = {CStringGetTextDatum(queue), CStringGetTextDatum(bound), Int32GetDatum(max)};
 
@@ -143,11 +146,13 @@ read_heads(stmt *q, const char *queue, const char *bound, int max, int at,
 	for (uint64 k = 0; k < SPI_processed; k++, at++)
 	{
 		HeapTuple	t = SPI_tuptable->vals[k];
-		char	   *limit = SPI_getvalue(t, SPI_tuptable->tupdesc, 4);
+		char	   *limit = SPI_getvalue(t, SPI_tuptable->tupdesc, 5);
+		bool		isnull;
 
 		name[at] = SPI_getvalue(t, SPI_tuptable->tupdesc, 1);
 		prio[at] = pg_strtoint32(SPI_getvalue(t, SPI_tuptable->tupdesc, 2));
-		weight[at] = Max(pg_strtoint32(SPI_getvalue(t, SPI_tuptable->tupdesc, 3)), 1);
+		next_at[at] = DatumGetTimestampTz(SPI_getbinval(t, SPI_tuptable->tupdesc, 3, &isnull));
+		weight[at] = Max(pg_strtoint32(SPI_getvalue(t, SPI_tuptable->tupdesc, 4)), 1);
 		cap[at] = limit ? pg_strtoint32(limit) : -1;	/* -1: no task limit */
 	}
 	return at;
@@ -170,15 +175,16 @@ name_cmp(const void *a, const void *b, void *arg)
  * a few reads.  Returns how many.
  */
 static int
-read_window(const char *queue, bool held, fair_pass *vt, char **name, int *prio, int *weight, int *cap)
+read_window(const char *queue, bool held, fair_pass *vt, char **name, int *prio, TimestampTz *next_at,
+			int *weight, int *cap)
 {
 	int			n;
 
 	n = read_heads(held ? &q_held_heads : &q_fair_heads, queue, vt->next, FAIR_TENANTS_MAX, 0,
-				   name, prio, weight, cap);
+				   name, prio, next_at, weight, cap);
 	if (n < FAIR_TENANTS_MAX && vt->next[0] != '\0')
 		n = read_heads(held ? &q_held_heads_wrap : &q_fair_heads_wrap, queue, vt->next,
-					   FAIR_TENANTS_MAX - n, n, name, prio, weight, cap);
+					   FAIR_TENANTS_MAX - n, n, name, prio, next_at, weight, cap);
 	if (n == FAIR_TENANTS_MAX)
 		strlcpy(vt->next, name[n - 1], sizeof(vt->next));
 	else
@@ -203,6 +209,7 @@ wfe_fair_shares(const char *queue, int room, wfe_fair_share **shares, bool *read
 	int			nlimited = 0;
 	char	  **name;
 	int		   *prio;
+	TimestampTz *next_at;
 	int		   *weight;
 	int		   *cap;
 	int		   *limited;
@@ -213,10 +220,11 @@ wfe_fair_shares(const char *queue, int room, wfe_fair_share **shares, bool *read
 	vt = pass_of(queue, "", 0);
 	name = palloc(sizeof(char *) * FAIR_TENANTS_MAX);
 	prio = palloc(sizeof(int) * FAIR_TENANTS_MAX);
+	next_at = palloc(sizeof(TimestampTz) * FAIR_TENANTS_MAX);
 	weight = palloc(sizeof(int) * FAIR_TENANTS_MAX);
 	cap = palloc(sizeof(int) * FAIR_TENANTS_MAX);
 	limited = palloc(sizeof(int) * FAIR_TENANTS_MAX);
-	n = read_window(queue, false, vt, name, prio, weight, cap);
+	n = read_window(queue, false, vt, name, prio, next_at, weight, cap);
 	*ready = n > 0;
 	for (int k = 0; k < n; k++)
 		if (cap[k] < 0)
@@ -246,6 +254,7 @@ wfe_fair_shares(const char *queue, int room, wfe_fair_share **shares, bool *read
 		t[k].weight = weight[k];
 		t[k].cap = cap[k];
 		t[k].pass = pass_of(queue, name[k], vt->pass)->pass;
+		t[k].next_at = next_at[k];
 		t[k].n = 0;
 	}
 	top = wfe_fair_top(t, n, vt->pass);
@@ -274,7 +283,8 @@ void
 wfe_fair_took(const char *queue, const wfe_fair_share *share, int got)
 {
 	fair_pass  *p = pass_of(queue, share->tenant, 0);
-	wfe_fair_tenant t = {share->priority, share->weight, share->n, p->pass, share->n};
+	wfe_fair_tenant t = {.priority = share->priority, .weight = share->weight, .cap = share->n,
+	.pass = p->pass, .n = share->n};
 
 	wfe_fair_give_back(&t, 0, got);
 	p->pass = t.pass;
@@ -292,11 +302,12 @@ wfe_fair_held(const char *queue, wfe_fair_field *f)
 {
 	fair_pass  *vt = pass_of(queue, "", 0);
 	int		   *prio = palloc(sizeof(int) * FAIR_TENANTS_MAX);
+	TimestampTz *next_at = palloc(sizeof(TimestampTz) * FAIR_TENANTS_MAX);
 	int		   *weight = palloc(sizeof(int) * FAIR_TENANTS_MAX);
 
 	f->tenant = palloc(sizeof(char *) * FAIR_TENANTS_MAX);
 	f->limit = palloc(sizeof(int) * FAIR_TENANTS_MAX);
-	f->n = read_window(queue, true, vt, f->tenant, prio, weight, f->limit);
+	f->n = read_window(queue, true, vt, f->tenant, prio, next_at, weight, f->limit);
 	f->t = palloc(sizeof(wfe_fair_tenant) * Max(f->n, 1));
 	for (int k = 0; k < f->n; k++)
 	{
@@ -304,6 +315,7 @@ wfe_fair_held(const char *queue, wfe_fair_field *f)
 		f->t[k].weight = weight[k];
 		f->t[k].cap = f->limit[k] < 0 ? -1 : 0;
 		f->t[k].pass = pass_of(queue, f->tenant[k], vt->pass)->pass;
+		f->t[k].next_at = next_at[k];
 		f->t[k].n = 0;
 	}
 	f->vt = vt->pass;

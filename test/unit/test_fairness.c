@@ -19,7 +19,7 @@
 static wfe_fair_tenant
 tenant(int prio, int w, int cap)
 {
-	wfe_fair_tenant t = {prio, w, cap, 0.0, 0};
+	wfe_fair_tenant t = {.priority = prio, .weight = w, .cap = cap};
 
 	return t;
 }

@@ -4,6 +4,25 @@
  */
 #include "fairness.h"
 
+/*
+ * Passes closer than this are equal: a pass is a sum of 1/weight steps, so
+ * two that should be equal differ by rounding only, and the smallest step
+ * (weight 10000) is a hundred times this.
+ */
+#define PASS_EPSILON 1e-6
+
+/* Does the tenant (pass_a, next_a) go before (pass_b, next_b)? (fairness.h) */
+bool
+wfe_fair_before(double pass_a, int64_t next_a, double pass_b, int64_t next_b)
+{
+	if (pass_a < pass_b - PASS_EPSILON)
+		return true;
+	if (pass_a > pass_b + PASS_EPSILON)
+		return false;
+	/* owed the same: the one without a backlog, whose task would wait behind it for nothing */
+	return next_a > next_b;
+}
+
 /* The priority level served (fairness.h). */
 int
 wfe_fair_top(wfe_fair_tenant *t, int n, double vt)
@@ -27,7 +46,7 @@ wfe_fair_next(wfe_fair_tenant *t, int n, int top, double *vt)
 
 	for (int k = 0; k < n; k++)
 		if (t[k].priority == top && t[k].cap != 0 && (t[k].cap < 0 || t[k].n < t[k].cap)
-			&& (best < 0 || t[k].pass < t[best].pass))
+			&& (best < 0 || wfe_fair_before(t[k].pass, t[k].next_at, t[best].pass, t[best].next_at)))
 			best = k;
 	if (best < 0)
 		return -1;

@@ -9,15 +9,25 @@
  * with room has ready.  Both ask this module who goes next.
  *
  * Each tenant has a pass that grows by 1/weight per task it is given; the
- * lowest pass goes first (ties: the order given, which is the order read).
- * The queue's virtual time is the pass last served: a tenant that comes
- * back after a while starts there, so it gets no burst for the time it
- * had no work.  The server layer keeps the passes (src/pg/fairness.c).
+ * lowest pass goes first.  The queue's virtual time is the pass last
+ * served: a tenant that comes back after a while starts there, so it gets
+ * no burst for the time it had no work.  The server layer keeps the
+ * passes (src/pg/fairness.c).
+ *
+ * Equal passes are common: every tenant a claimer has not served yet
+ * starts at the virtual time, and a tenant served once is level again with
+ * one that has a backlog.  Both are owed the same, so fairness allows
+ * either order; what the order decides is latency.  The tenant whose next
+ * task became ready later goes first: that is the tenant with no backlog
+ * (one with a backlog has an old task at its head), whose task would
+ * otherwise wait a whole claim behind a backlog that gains nothing from
+ * going first.
  */
 #ifndef WFE_FAIRNESS_H
 #define WFE_FAIRNESS_H
 
 #include <stdbool.h>
+#include <stdint.h>
 
 /* No priority: no tenant has room. */
 #define WFE_FAIR_NONE (-2147483647 - 1)
@@ -28,9 +38,18 @@ typedef struct wfe_fair_tenant
 	int			priority;		/* of its next ready task */
 	int			weight;			/* its share, >= 1 */
 	int			cap;			/* tasks it may still take; -1: no limit, 0: passed over */
+	int64_t		next_at;		/* when its next task became ready (any clock, later is larger) */
 	double		pass;			/* its pass: read before, written after */
 	int			n;				/* tasks given it so far */
 } wfe_fair_tenant;
+
+/*
+ * Does a tenant at pass pass_a whose next task became ready at next_a go
+ * before one at pass_b and next_b?  The lower pass; on equal passes
+ * (within rounding: passes are sums of 1/weight), the later ready.
+ * Neither goes before the other when both are equal.
+ */
+extern bool wfe_fair_before(double pass_a, int64_t next_a, double pass_b, int64_t next_b);
 
 /*
  * The priority level served: the highest among the n tenants with room
@@ -40,9 +59,9 @@ typedef struct wfe_fair_tenant
 extern int	wfe_fair_top(wfe_fair_tenant *t, int n, double vt);
 
 /*
- * The next task goes to: the tenant at priority top with the lowest pass
- * and room left (n < cap); its pass grows by 1/weight, its n by one, *vt
- * becomes the pass it was served at.  Returns its index, or -1 when every
+ * The next task goes to: the tenant at priority top with room left
+ * (n < cap) that goes before the others (wfe_fair_before); its pass grows
+ * by 1/weight, its n by one, *vt becomes the pass it was served at.  Returns its index, or -1 when every
  * tenant at top is full.
  */
 extern int	wfe_fair_next(wfe_fair_tenant *t, int n, int top, double *vt);
