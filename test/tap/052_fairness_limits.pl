@@ -4,8 +4,9 @@
 #
 # A worker login claims from fair queue fl, where tenant big (task limit 3)
 # queued 50 tasks before tenant small (no limit) queued 10:
-# 1. single claims alternate until big is at its limit, then go to small
-#    alone: big is passed over, not waited for, and never over its limit;
+# 1. single claims alternate (small first: at equal passes the tenant whose
+#    next task is newer goes first) until big is at its limit, then go to
+#    small alone: big is passed over, not waited for, and never over its limit;
 #    a batch claim gives big nothing more either;
 # 2. a completed task of big's makes room: the next claim serves big again,
 #    by weight beside small;
@@ -82,8 +83,8 @@ sub in_flight
 queue_tasks('big', 50);
 queue_tasks('small', 20);
 my $got = claims(8);
-is($got, 'big,small,big,small,big,small,small,small',
-	'single claims alternate until big has its 3 in flight, then serve small alone');
+is($got, 'small,big,small,big,small,big,small,small',
+	'single claims alternate, small first (its tasks are newer), until big has its 3 in flight, then serve small alone');
 is(in_flight('big'), 3, 'big has 3 tasks in flight: its limit, not more');
 is(claims(4, 1), 'small,small,small,small', 'a batch of 4 goes to small: big at its limit gets none');
 is(in_flight('big'), 3, 'big still has 3');
