@@ -28,14 +28,16 @@ stages:
     on_success: completed
     on_failure: failed
 $yaml$) IS NOT NULL AS defined;
-SELECT wfe.submit('ret-flow', '{}') AS live_run \gset
+SELECT wfe.approve('ret-flow', '1.0.0') IS NOT NULL AS approved;
+SELECT wfe.activate('ret-flow', '1.0.0') IS NOT NULL AS activated;
+SELECT s.run_id AS live_run FROM wfe.submit('ret-flow', '{}') AS s \gset
 
 -- old ones (ten minutes, a second apart: the day's partition stays) and young ones
 INSERT INTO wfe.events (run_id, tenant, type, at, detail)
-SELECT NULL, 'default', t, now() - interval '10 minutes' - i * interval '1 second', '{"schedule": "s"}'
+SELECT NULL, 'default', t, now() - interval '10 minutes' - i * interval '1 second', jsonb_build_object('schedule', 's', 'i', i)
   FROM generate_series(1, 5) AS i, (VALUES ('schedule.skipped'), ('schedule.failed')) AS x(t);
-INSERT INTO wfe.events (run_id, tenant, type, at)
-SELECT 424242, '', 'callback.unknown', now() - interval '10 minutes' - i * interval '1 second'
+INSERT INTO wfe.events (run_id, tenant, type, at, detail)
+SELECT 424242, '', 'callback.unknown', now() - interval '10 minutes' - i * interval '1 second', jsonb_build_object('i', i)
   FROM generate_series(1, 5) AS i;
 -- a callback about a run that exists stays with its run
 INSERT INTO wfe.events (run_id, tenant, type, at)
@@ -43,33 +45,34 @@ VALUES (:live_run, 'default', 'callback.unknown', now() - interval '20 minutes')
 INSERT INTO wfe.events (run_id, tenant, type, at)
 VALUES (NULL, 'default', 'schedule.skipped', now()), (424242, '', 'callback.unknown', now());
 
--- what is left, by kind: old (before the cutoff of a 60 s retention) and young
+-- what is left, by kind: old (before the cutoff of a 300 s retention) and young
 CREATE TEMP VIEW left_over AS
 SELECT e.type, e.run_id IS NOT DISTINCT FROM :live_run AS of_live_run,
-       count(*) FILTER (WHERE e.at < now() - interval '60 seconds') AS old,
-       count(*) FILTER (WHERE e.at >= now() - interval '60 seconds') AS young
+       count(*) FILTER (WHERE e.at < now() - interval '300 seconds') AS old,
+       count(*) FILTER (WHERE e.at >= now() - interval '300 seconds') AS young
   FROM wfe.events AS e
  WHERE e.type IN ('schedule.skipped', 'schedule.failed', 'callback.unknown')
  GROUP BY 1, 2 ORDER BY 1, 2;
 SELECT type, of_live_run, old, young FROM left_over;
 
--- a batch of 2: the two oldest of each kind
-SELECT wfe._retention(60, 2) AS runs_removed;
+-- a batch of 2: the two oldest schedule events (a pair of one time), the two oldest callbacks
+SELECT wfe._retention(300, 2) AS runs_removed;
 SELECT type, of_live_run, old, young FROM left_over;
--- the ones left are the youngest of the old ones
-SELECT type, min(at) > now() - interval '10 minutes 4 seconds' AS oldest_first
+-- oldest first: the old ones left, by their place (5 the oldest)
+SELECT type, array_agg((detail ->> 'i')::int ORDER BY (detail ->> 'i')::int) AS left
   FROM wfe.events WHERE type IN ('schedule.skipped', 'schedule.failed', 'callback.unknown')
-   AND run_id IS DISTINCT FROM :live_run
+   AND run_id IS DISTINCT FROM :live_run AND detail ? 'i'
  GROUP BY 1 ORDER BY 1;
 
--- events of one time (one transaction's) all go in the batch that reaches them
+-- events of one time (one transaction's) all go in the batch that reaches them:
+-- three older than the rest, and a batch of 2 takes the three (and two callbacks)
 INSERT INTO wfe.events (run_id, tenant, type, at)
 SELECT NULL, 'default', 'schedule.failed', now() - interval '30 minutes' FROM generate_series(1, 3);
-SELECT wfe._retention(60, 2) AS runs_removed;
+SELECT wfe._retention(300, 2) AS runs_removed;
 SELECT type, of_live_run, old, young FROM left_over;
 
 -- a large batch: every old one, none of the young or of the live run
-SELECT wfe._retention(60, 100) AS runs_removed;
+SELECT wfe._retention(300, 100) AS runs_removed;
 SELECT type, of_live_run, old, young FROM left_over;
 
 \c :regress_db
