@@ -751,10 +751,12 @@ COMMENT ON FUNCTION wfe._retention(int, int) IS
 -- two transactions never wait on each other for a counter; every 256th
 -- insert folds the rows committed so far into one row per series (one
 -- fold at a time, src/pg/metrics.c), so the table stays a few rows per
--- series.
+-- series.  No primary key: the fold takes every row and nothing looks one
+-- up by id (its identity only counts the inserts), and an index entry per
+-- counted attempt end is a WAL record on every step (docs/benchmarks.md).
 
 CREATE TABLE wfe.metric_counters (
-    id     bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    id     bigint GENERATED ALWAYS AS IDENTITY,
     tenant text NOT NULL,
     metric text NOT NULL,
     labels jsonb NOT NULL,
@@ -3260,8 +3262,7 @@ CREATE TABLE wfe.events (
     type     text NOT NULL,
     at       timestamptz NOT NULL DEFAULT now(),
     detail   jsonb,
-    fence    bigint,
-    PRIMARY KEY (event_id, at)
+    fence    bigint
 ) PARTITION BY RANGE (at);
 CREATE TABLE wfe.events_default PARTITION OF wfe.events DEFAULT;
 COMMENT ON TABLE wfe.events_default IS
@@ -5517,25 +5518,34 @@ BEGIN
     DELETE FROM wfe.unauthenticated_callbacks AS u
      WHERE u.id IN (SELECT u2.id FROM wfe.unauthenticated_callbacks AS u2
                      WHERE u2.at < v_cutoff LIMIT p_batch);
-    -- schedules' skipped ticks and failures (69_schedules.sql)
+    -- schedules' skipped ticks and failures (69_schedules.sql), oldest
+    -- first: those up to the p_batch-th one's time (events have no key to
+    -- name rows by, 60_runtime_tables.sql; rows of that very time go too)
     DELETE FROM wfe.events AS e
-     WHERE e.event_id IN (SELECT e2.event_id FROM wfe.events AS e2
-                           WHERE e2.run_id IS NULL AND e2.type IN ('schedule.skipped', 'schedule.failed')
-                             AND e2.at < v_cutoff
-                           LIMIT p_batch);
+     WHERE e.run_id IS NULL AND e.type IN ('schedule.skipped', 'schedule.failed')
+       AND e.at < v_cutoff
+       AND e.at <= (SELECT max(x.at)
+                      FROM (SELECT e2.at FROM wfe.events AS e2
+                             WHERE e2.run_id IS NULL AND e2.type IN ('schedule.skipped', 'schedule.failed')
+                               AND e2.at < v_cutoff
+                             ORDER BY e2.at LIMIT p_batch) AS x);
     -- run commands' stored inputs (85_ingress.sql): a run keeps its own copy
     -- in its context, so a payload older than the retention is needed by
     -- nobody but a command that late, used or not
     DELETE FROM wfe.ingress_payloads AS p
      WHERE p.key IN (SELECT p2.key FROM wfe.ingress_payloads AS p2
                       WHERE p2.created_at < v_cutoff LIMIT p_batch);
-    -- callbacks about runs that never existed (or are gone)
+    -- callbacks about runs that never existed (or are gone), the same way
     DELETE FROM wfe.events AS e
-     WHERE e.event_id IN (SELECT e2.event_id FROM wfe.events AS e2
-                           WHERE e2.type IN ('callback.unknown', 'callback.unauthenticated', 'callback.expired', 'callback.replayed')
-                             AND e2.at < v_cutoff
-                             AND NOT EXISTS (SELECT 1 FROM wfe.runs AS r WHERE r.run_id = e2.run_id)
-                           LIMIT p_batch);
+     WHERE e.type IN ('callback.unknown', 'callback.unauthenticated', 'callback.expired', 'callback.replayed')
+       AND e.at < v_cutoff
+       AND NOT EXISTS (SELECT 1 FROM wfe.runs AS r WHERE r.run_id = e.run_id)
+       AND e.at <= (SELECT max(x.at)
+                      FROM (SELECT e2.at FROM wfe.events AS e2
+                             WHERE e2.type IN ('callback.unknown', 'callback.unauthenticated', 'callback.expired', 'callback.replayed')
+                               AND e2.at < v_cutoff
+                               AND NOT EXISTS (SELECT 1 FROM wfe.runs AS r WHERE r.run_id = e2.run_id)
+                             ORDER BY e2.at LIMIT p_batch) AS x);
     -- the history partitions: made ahead, and dropped once past retention
     PERFORM wfe._history_maintain(v_cutoff);
     RETURN n;

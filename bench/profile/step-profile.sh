@@ -119,3 +119,31 @@ Q -c "SELECT relname, n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE n_
 Q -c "SELECT funcname, calls, round(self_time::numeric / $st, 3) FROM pg_stat_user_functions ORDER BY self_time DESC" >"$OUT/funcs.txt"
 Q -c "SELECT 'run_stages: ' || pg_relation_size('wfe.run_stages') / 8192 || ' pages, '
              || (SELECT count(*) FROM wfe.run_stages) || ' rows'" | tee -a "$OUT/summary.txt"
+
+# One client's server CPU per step, which the machine's load moves far less
+# than steps/s: CPU_STEPS steps in one session (a procedure committing after
+# each claim and each completion), the backend's CPU time (utime + stime of
+# /proc/PID/stat, in clock ticks) read before and after.
+Q -c 'CREATE PROCEDURE public.cpu_steps(n int) LANGUAGE plpgsql AS $p$
+      DECLARE t record;
+      BEGIN
+          FOR i IN 1 .. n LOOP
+              SELECT * INTO t FROM wfe.claim_task($$bench$$, $$cpu$$, 1);
+              COMMIT;
+              EXIT WHEN t.run_id IS NULL;
+              PERFORM wfe.complete_task(t.run_id, t.stage, t.attempt, t.fence);
+              COMMIT;
+          END LOOP;
+      END $p$' -c 'GRANT EXECUTE ON PROCEDURE public.cpu_steps(int) TO bench_worker'
+CPU_STEPS=${CPU_STEPS:-2000}
+c0=$(Q -c "SELECT count(*) FROM wfe.events WHERE type = 'stage.claimed' AND detail ->> 'worker_id' = 'cpu'")
+# shellcheck disable=SC2016  # $WFE_PID and $14 are psql's shell's and awk's
+printf '%s\n' 'SELECT pg_backend_pid() AS pid \gset' '\setenv WFE_PID :pid' 'CALL public.cpu_steps(10);' \
+	'\! awk "{ print \$14 + \$15 }" /proc/$WFE_PID/stat' "CALL public.cpu_steps($CPU_STEPS);" \
+	'\! awk "{ print \$14 + \$15 }" /proc/$WFE_PID/stat' >"$WORKDIR/cpu.sql"
+PGUSER=bench_worker "$BIN/psql" -X -q -v ON_ERROR_STOP=1 -d wfe_bench -At -f "$WORKDIR/cpu.sql" >"$WORKDIR/cpu.txt"
+c1=$(Q -c "SELECT count(*) FROM wfe.events WHERE type = 'stage.claimed' AND detail ->> 'worker_id' = 'cpu'")
+n=$((c1 - c0 - 10))
+hz=$(getconf CLK_TCK)
+echo "one client: $n steps, backend CPU ms/step $(awk -v a="$(sed -n 1p "$WORKDIR/cpu.txt")" -v b="$(sed -n 2p "$WORKDIR/cpu.txt")" \
+	-v n="$n" -v hz="$hz" 'BEGIN { printf "%.3f", (b - a) * 1000 / hz / n }')" | tee -a "$OUT/summary.txt"

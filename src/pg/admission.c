@@ -95,12 +95,8 @@ static stmt q_limits = STMT(
 	/* a map element's own key (its item's concurrency) too: its map counts it released either way */
 	"       st.concurrency_key, st.concurrency_max"
 	"  FROM wfe.run_stages AS st WHERE st.run_id = $3 AND st.stage = $4", 4, TX, TX, I8, TX);
-/* the common end of a task, nothing limited, costs this one statement */
-static stmt q_limited = STMT(
-	"SELECT EXISTS (SELECT 1 FROM wfe.queues AS q"
-	"                WHERE q.queue = $1 AND q.max_in_flight IS NOT NULL AND NOT q.paused)"
-	"    OR EXISTS (SELECT 1 FROM wfe.tenant_limits AS t"
-	"                WHERE t.tenant = $2 AND t.max_tasks_in_flight IS NOT NULL)", 2, TX, TX);
+/* an end whose own statement did not say (a completion's does: engine.c) asks with this one */
+static stmt q_limited = STMT("SELECT " WFE_SQL_LIMITED("$1", "$2"), 2, TX, TX);
 /* a release's queue ($1) and tenant ($2): bounded broker queue, open broker queue, limited poll queue, limited tenant */
 static stmt q_scope = STMT(
 	"SELECT coalesce(bool_or(q.delivery = 'broker' AND NOT q.paused AND q.max_in_flight IS NOT NULL), false),"
@@ -763,13 +759,19 @@ release_held(const char *queue, const char *tenant)
 
 /* A task of queue and tenant ended or left (admission.h). */
 void
-wfe_admission_room_freed(const char *queue, const char *tenant)
+wfe_admission_room_freed(const char *queue, const char *tenant, const bool *limited)
 {
-	Datum		v[2] = {CStringGetTextDatum(queue), CStringGetTextDatum(tenant)};
 	ListCell   *lc;
 
-	stmt_run(&q_limited, v, NULL);
-	if (!stmt_bool(1))
+	if (limited == NULL)
+	{
+		Datum		v[2] = {CStringGetTextDatum(queue), CStringGetTextDatum(tenant)};
+
+		stmt_run(&q_limited, v, NULL);
+		if (!stmt_bool(1))
+			return;
+	}
+	else if (!*limited)
 		return;
 	foreach(lc, release_held(queue, tenant))
 		wfe_ready_released(strVal(lfirst(lc)));

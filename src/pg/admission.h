@@ -34,8 +34,24 @@ extern void wfe_admission_recheck_queue(const char *queue);
 /* ratelimit.c: a broker task's rate-limit token -- may it go (else it is held until the token is due)? */
 extern bool wfe_rate_dispatch(int64 run_id, const char *stage);
 
-/* A task of queue and tenant ended or left: release the held tasks that now fit, wake the pollers concerned. */
-extern void wfe_admission_room_freed(const char *queue, const char *tenant);
+/*
+ * Is a task of queue and tenant under a limit whose room its end frees: its
+ * queue's max_in_flight (unless paused) or its tenant's max_tasks_in_flight.
+ * SQL over a queue and a tenant expression, so that the statement that ends
+ * a task can answer it in its RETURNING (engine.c, q_complete).
+ */
+#define WFE_SQL_LIMITED(queue, tenant) \
+	"(EXISTS (SELECT 1 FROM wfe.queues AS q" \
+	"          WHERE q.queue = " queue " AND q.max_in_flight IS NOT NULL AND NOT q.paused)" \
+	" OR EXISTS (SELECT 1 FROM wfe.tenant_limits AS t" \
+	"             WHERE t.tenant = " tenant " AND t.max_tasks_in_flight IS NOT NULL))"
+
+/*
+ * A task of queue and tenant ended or left: release the held tasks that now
+ * fit, wake the pollers concerned.  limited: WFE_SQL_LIMITED's answer when
+ * the caller has it already, NULL to ask.
+ */
+extern void wfe_admission_room_freed(const char *queue, const char *tenant, const bool *limited);
 
 /* concurrency.c: keyed concurrency at a broker dispatch -- may it go (else it is held)? */
 extern bool wfe_concurrency_dispatch(int64 run_id, const char *stage, const char *queue, const char *tenant,

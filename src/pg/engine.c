@@ -43,23 +43,21 @@
 #include "bgw/bgw.h"
 #include "wfe.h"
 
-static stmt q_lock_run = STMT(
-	"SELECT r.tenant, r.workflow, r.version, r.execution_context, r.intent, r.state,"
-	" r.finished_at IS NOT NULL, r.definition_id"
-	" FROM wfe.runs AS r WHERE r.run_id = $1 FOR NO KEY UPDATE", 1, I8);
+/*
+ * What a step reads of its run, with its lock.  The context comes along as
+ * jsonb, read into text only if the step binds an input (io_context): a
+ * statement less on every step that releases a stage.
+ */
+#define RUN_COLS "SELECT r.tenant, r.workflow, r.version, r.execution_context, r.intent, r.state," \
+	" r.finished_at IS NOT NULL, r.definition_id, r.context FROM wfe.runs AS r WHERE r.run_id = $1"
+static stmt q_lock_run = STMT(RUN_COLS " FOR NO KEY UPDATE", 1, I8);
 /*
  * a run this transaction just inserted (wfe.submit): no other transaction
  * can see it before commit, so there is nothing to lock -- and locking our
  * own new row would only cost a WAL record
  */
-static stmt q_read_new_run = STMT(
-	"SELECT r.tenant, r.workflow, r.version, r.execution_context, r.intent, r.state,"
-	" r.finished_at IS NOT NULL, r.definition_id"
-	" FROM wfe.runs AS r WHERE r.run_id = $1", 1, I8);
-static stmt q_lock_run_skip = STMT(
-	"SELECT r.tenant, r.workflow, r.version, r.execution_context, r.intent, r.state,"
-	" r.finished_at IS NOT NULL, r.definition_id"
-	" FROM wfe.runs AS r WHERE r.run_id = $1 FOR NO KEY UPDATE SKIP LOCKED", 1, I8);
+static stmt q_read_new_run = STMT(RUN_COLS, 1, I8);
+static stmt q_lock_run_skip = STMT(RUN_COLS " FOR NO KEY UPDATE SKIP LOCKED", 1, I8);
 static stmt q_plan = STMT(
 	"SELECT d.plan::text FROM wfe.definitions AS d WHERE d.definition_id = $1", 1, I8);
 /* its schemas, and what runs it (the result cache keys on both: cache.c) */
@@ -82,8 +80,6 @@ static stmt q_row_lock = STMT(
 	"SELECT " ROW_COLS " FROM wfe.run_stages AS st WHERE st.run_id = $1 AND st.stage = $2 FOR UPDATE", 2, I8, TX);
 static stmt q_result = STMT(
 	"SELECT st.result::text FROM wfe.run_stages AS st WHERE st.run_id = $1 AND st.stage = $2", 2, I8, TX);
-static stmt q_context = STMT(
-	"SELECT r.context::text FROM wfe.runs AS r WHERE r.run_id = $1", 1, I8);
 static stmt q_same = STMT(
 	"SELECT (CASE WHEN $3 THEN st.result ELSE st.error END) = $4::jsonb"
 	" FROM wfe.run_stages AS st WHERE st.run_id = $1 AND st.stage = $2", 4, I8, TX, BO, TX);
@@ -144,11 +140,13 @@ static stmt q_bind_failed = STMT(
 	"   SET state = 'failed', attempt = $5, fence = $4, outcome = 'failed',"
 	"       error = $3::jsonb, finished_at = now()"
 	" WHERE st.run_id = $1 AND st.stage = $2", 5, I8, TX, TX, I8, I4);
+/* and whether the room it frees is limited (room_freed): no statement of its own */
 static stmt q_complete = STMT(
 	"UPDATE wfe.run_stages AS st"
 	"   SET state = 'completed', outcome = 'completed', result = $3::jsonb, error = NULL,"
 	"       finished_at = now(), deadline_at = NULL"
-	" WHERE st.run_id = $1 AND st.stage = $2", 3, I8, TX, TX);
+	" WHERE st.run_id = $1 AND st.stage = $2"
+	" RETURNING " WFE_SQL_LIMITED("st.queue", "st.tenant"), 3, I8, TX, TX);
 static stmt q_retry = STMT(
 	"WITH s AS (UPDATE wfe.run_stages AS st"
 	"              SET state = 'retry_scheduled', outcome = 'failed', error = $3::jsonb, deadline_at = NULL"
@@ -495,7 +493,9 @@ typedef struct srv
 	int64		run_id;
 	wfe_run		run;
 	const wfe_run_plan *rp;
-	char	   *context;
+	Datum		context_jsonb;	/* the run's context as its lock read it (SPI memory, as the run's columns) */
+	bool		context_null;
+	char	   *context;		/* ...as text, once the core asks */
 	wfe_step_io io;
 	int			lock_stage;		/* load this stage's row FOR UPDATE, or -1 */
 	int			lease_ms;		/* accept_task's lease (0: none) */
@@ -559,10 +559,13 @@ io_context(void *arg)
 
 	if (s->context == NULL)
 	{
-		Datum		v[1] = {Int64GetDatum(s->run_id)};
+		Jsonb	   *jb;
 
-		stmt_run(&q_context, v, NULL);
-		s->context = SPI_processed == 1 ? stmt_col(1) : pstrdup("{}");
+		if (s->context_null)
+			return s->context = pstrdup("{}");
+		/* as jsonb's output function writes it */
+		jb = DatumGetJsonbP(s->context_jsonb);
+		s->context = JsonbToCString(NULL, &jb->root, VARSIZE(jb));
 	}
 	return s->context;
 }
@@ -804,6 +807,7 @@ begin(srv *s, int64 run_id, run_lock how)
 	s->run.intent = intent ? wfe_run_state_from_name(intent) : -1;
 	s->run.state = (wfe_run_state) wfe_run_state_from_name(stmt_col(6));
 	s->run.finished = stmt_bool(7);
+	s->context_jsonb = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 9, &s->context_null);
 	s->rp = run_plan(pg_strtoint64(stmt_col(8)));
 	s->io = (wfe_step_io) {
 		.arg = s,.load = io_load,.result = io_result,.context = io_context,
@@ -981,7 +985,7 @@ static stmt q_fence = STMT(
  * the queues concerned hear of it at commit (admission.c says which).
  */
 static void
-room_freed(srv *s, const wfe_op *op)
+room_freed(srv *s, const wfe_op *op, const bool *limited)
 {
 	const char *queue;
 
@@ -994,7 +998,7 @@ room_freed(srv *s, const wfe_op *op)
 		wfe_step_row(&current_step, op->stage)->queue;
 	if (queue == NULL || (op->elem < 0 && wfe_step_row(&current_step, op->stage)->has_handler))
 		return;
-	wfe_admission_room_freed(queue, s->run.tenant ? s->run.tenant : "");
+	wfe_admission_room_freed(queue, s->run.tenant ? s->run.tenant : "", limited);
 }
 
 /* Is op about an attempt a child run carries (a workflow stage, an element of a map of child runs)? */
@@ -1044,6 +1048,8 @@ apply(srv *s, const char *reported)
 			wfe_map_element_name(s->rp->stages[op->stage].name, op->elem) : s->rp->stages[op->stage].name;
 		Datum		v[9];
 		char		n[10] = "         ";
+		bool		limited;
+		const bool *known = NULL;	/* whether the room freed is limited, when the op's statement said */
 
 		v[0] = Int64GetDatum(s->run_id);
 		v[1] = stage ? CStringGetTextDatum(stage) : (Datum) 0;
@@ -1082,6 +1088,12 @@ apply(srv *s, const char *reported)
 			case WFE_OP_COMPLETE:
 				v[2] = CStringGetTextDatum(op->json ? op->json : reported ? reported : "{}");
 				stmt_run(&q_complete, v, n);
+				/* an element's room is its map's item queue's: room_freed asks */
+				if (SPI_processed == 1 && op->elem < 0)
+				{
+					limited = stmt_bool(1);
+					known = &limited;
+				}
 				break;
 			case WFE_OP_RETRY:
 				v[2] = CStringGetTextDatum(op->json ? op->json : "{}");
@@ -1277,7 +1289,7 @@ apply(srv *s, const char *reported)
 				}
 				break;
 		}
-		room_freed(s, op);
+		room_freed(s, op, known);
 		/* an attempt of a stage (or map element) with keyed concurrency left its slot (concurrency.c) */
 		if (op->stage >= 0 && s->rp->stages[op->stage].concurrency_key != NULL &&
 			(op->elem >= 0 || s->rp->stages[op->stage].kind != WFE_K_MAP) &&

@@ -311,9 +311,13 @@ CREATE TRIGGER outputs_write_once
 -- partition, made ahead by the background worker and dropped whole by
 -- retention (86_history.sql); the default partition takes what no day
 -- partition covers (a database without the worker keeps all its history
--- there), so an insert never fails for want of a partition.  The primary key
--- carries the partition key, as PostgreSQL requires; event_id alone stays
--- unique, drawn from its identity.
+-- there), so an insert never fails for want of a partition.  No primary
+-- key: event_id is unique, drawn from its identity, and nothing looks an
+-- event up by it; a key would have to carry the partition key (event_id,
+-- at) and would cost every event an index entry that no query reads (the
+-- write path, docs/benchmarks.md).  Readers find a run's events by
+-- events_run, retention and the dashboards the rare run-less ones by the
+-- partial indexes below and in 69_schedules.sql.
 CREATE TABLE wfe.events (
     event_id bigint GENERATED ALWAYS AS IDENTITY,
     run_id   bigint,
@@ -323,8 +327,7 @@ CREATE TABLE wfe.events (
     type     text NOT NULL,
     at       timestamptz NOT NULL DEFAULT now(),
     detail   jsonb,
-    fence    bigint,
-    PRIMARY KEY (event_id, at)
+    fence    bigint
 ) PARTITION BY RANGE (at);
 CREATE TABLE wfe.events_default PARTITION OF wfe.events DEFAULT;
 COMMENT ON TABLE wfe.events_default IS
