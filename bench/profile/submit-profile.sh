@@ -1,0 +1,108 @@
+#!/bin/bash
+# submit-profile.sh OUTDIR — where one 12-stage submit's time and WAL go
+# (docs/benchmarks.md "A submit that pays less up front").
+#
+# A private cluster shaped like `make bench`'s (wfe and pg_stat_statements
+# preloaded, defaults otherwise, pg_stat_statements.track = all,
+# track_functions = all), the bench schema (bench/sql/setup.sql, the
+# 12-stage chain) with 2,000 runs submitted and analysed first (as
+# bench/run.sh's submit_prepare), then one after the other, CLIENTS
+# clients each (default 4), after 2 s of warm-up:
+#   - one-row inserts (bench/pgbench/insert.sql), inserts/s;
+#   - submits (bench/pgbench/submit.sql), SECS s.
+# Writes into OUTDIR: summary.txt (the two rates, their ratio, WAL records
+# and bytes per submit read back with pg_walinspect, statement time and
+# nested statements per submit), wal.txt (WAL records per submit by
+# resource manager, record type and relation), stmts.txt (statements by
+# time per submit), funcs.txt (pg_stat_user_functions).
+#
+# Environment: PG_CONFIG (the PostgreSQL to use, with wfe installed),
+# CLUSTER_FIRST_PORT, SECS (default 15), CLIENTS (default 4).
+# The machine is shared: run it under nice, compare runs made back to back.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+. test/harness/lib.sh
+. test/harness/cluster.sh
+
+OUT=${1:?usage: submit-profile.sh OUTDIR}
+SECS=${SECS:-15}
+CLIENTS=${CLIENTS:-4}
+BIN=$(pg_path bindir)
+mkdir -p "$OUT"
+: >"$OUT/summary.txt"
+WORKDIR=$(make_workdir)
+trap 'cluster_stop; rm -rf "$WORKDIR"' EXIT
+
+cluster_start "$WORKDIR"
+cluster_createdb wfe_bench
+cat >>"$CLUSTER_DIR/data/postgresql.conf" <<CONF
+shared_preload_libraries = 'wfe,pg_stat_statements'
+wfe.database = 'wfe_bench'
+pg_stat_statements.track = all
+pg_stat_statements.max = 5000
+track_functions = all
+CONF
+cluster_pg_ctl -l "$CLUSTER_DIR/server.log" -m fast -w -t 60 restart >/dev/null
+
+# chain NAME STAGES QUEUE WORKER: as bench/run.sh's
+# shellcheck disable=SC2016  # ${context.x} is the definition's, not ours
+chain() {
+	local i next
+	printf 'name: %s\nversion: "1.0.0"\nentry: s001\nstages:\n' "$1"
+	for ((i = 1; i <= $2; i++)); do
+		next=completed
+		[ "$i" -eq "$2" ] || next=$(printf 's%03d' $((i + 1)))
+		printf '  - name: s%03d\n    type: worker\n    queue: %s\n    worker: %s\n    input: { x: "${context.x}" }\n    on_success: %s\n    on_failure: failed\n' \
+			"$i" "$3" "$4" "$next"
+	done
+}
+chain bench-steps 2 bench bench.step@1 >"$WORKDIR/steps.yaml"
+chain bench-submit 12 bench-submit bench.submit@1 >"$WORKDIR/submit.yaml"
+Q() { "$BIN/psql" -X -q -v ON_ERROR_STOP=1 -d wfe_bench -At "$@"; }
+Q -v steps="$WORKDIR/steps.yaml" -v submit="$WORKDIR/submit.yaml" -f bench/sql/setup.sql >/dev/null
+Q -c "CREATE EXTENSION pg_walinspect"
+Q -c "SELECT count(*) FROM (SELECT wfe.submit('bench-submit', jsonb_build_object('x', i))
+                            FROM generate_series(1, 2000) AS i) AS s" >/dev/null
+Q -c "VACUUM ANALYZE" -c "CHECKPOINT"
+
+# pgb SCRIPT SECONDS: CLIENTS clients
+pgb() {
+	timeout $(($2 + 60)) "$BIN/pgbench" -n -M prepared -c "$CLIENTS" -j "$CLIENTS" -T "$2" \
+		-f "bench/pgbench/$1" wfe_bench >/dev/null 2>&1
+}
+
+pgb insert.sql 2
+n0=$(Q -c "SELECT count(*) FROM bench_inserts")
+pgb insert.sql "$SECS"
+n1=$(Q -c "SELECT count(*) FROM bench_inserts")
+echo "inserts/s: $(((n1 - n0) / SECS))" | tee -a "$OUT/summary.txt"
+
+count="SELECT count(*) FROM wfe.runs WHERE workflow = 'bench-submit'"
+pgb submit.sql 2
+Q -c "CHECKPOINT" -c "SELECT pg_stat_statements_reset()" -c "SELECT pg_stat_reset()" >/dev/null
+s0=$(Q -c "$count")
+lsn0=$(Q -c "SELECT pg_current_wal_insert_lsn()")
+pgb submit.sql "$SECS"
+lsn1=$(Q -c "SELECT pg_current_wal_insert_lsn()")
+s1=$(Q -c "$count")
+st=$((s1 - s0))
+# everything below is read after the measured run, so it is not in the figures
+Q -c "SELECT 'submits/s: ' || $st / $SECS || ' (' || $st || ' submits); ratio to inserts '
+             || round($st::numeric / $((n1 - n0)), 2)" | tee -a "$OUT/summary.txt"
+Q -c "SELECT 'WAL records/submit ' || round(count(*)::numeric / $st, 2)
+             || ', bytes/submit ' || round(sum(record_length)::numeric / $st)
+             || ', FPI/submit ' || round(count(*) FILTER (WHERE fpi_length > 0)::numeric / $st, 2)
+        FROM pg_get_wal_records_info('$lsn0', '$lsn1')" | tee -a "$OUT/summary.txt"
+Q -c "SELECT round(count(*)::numeric / $st, 2) AS per_submit, resource_manager, record_type, coalesce(c.relname, w.rel)
+        FROM (SELECT *, (regexp_match(block_ref, 'rel [0-9]+/[0-9]+/([0-9]+)'))[1] AS rel
+                FROM pg_get_wal_records_info('$lsn0', '$lsn1')) AS w
+        LEFT JOIN pg_class AS c ON c.relfilenode::text = w.rel
+       GROUP BY 2, 3, 4 ORDER BY 1 DESC" >"$OUT/wal.txt"
+Q -c "SELECT 'statement ms/submit: ' || round(sum(total_exec_time)::numeric / $st, 3)
+        FROM pg_stat_statements WHERE toplevel AND query LIKE '%wfe.submit%'" | tee -a "$OUT/summary.txt"
+Q -c "SELECT 'nested statements/submit: ' || round(sum(calls)::numeric / $st, 2)
+        FROM pg_stat_statements WHERE NOT toplevel" | tee -a "$OUT/summary.txt"
+Q -c "SELECT round(total_exec_time::numeric / $st, 3) AS ms_submit, round(calls::numeric / $st, 2) AS calls_submit,
+             toplevel, left(regexp_replace(query, '\s+', ' ', 'g'), 150)
+        FROM pg_stat_statements WHERE calls > 0 ORDER BY toplevel DESC, total_exec_time DESC LIMIT 40" >"$OUT/stmts.txt"
+Q -c "SELECT funcname, calls, round(self_time::numeric / $st, 3) FROM pg_stat_user_functions ORDER BY self_time DESC" >"$OUT/funcs.txt"
