@@ -64,15 +64,7 @@ st=$((s1 - s0))
 # everything below is read after the measured run, so it is not in the figures
 Q -c "SELECT 'wfe1 steps/s: ' || $st / $SECS || ' (' || $st || ' steps); ratio to the floor '
              || round($st::numeric / $((n1 - n0)), 2)" | tee -a "$OUT/summary.txt"
-Q -c "SELECT 'WAL records/step ' || round(count(*)::numeric / $st, 2)
-             || ', bytes/step ' || round(sum(record_length)::numeric / $st)
-             || ', FPI/step ' || round(count(*) FILTER (WHERE fpi_length > 0)::numeric / $st, 2)
-        FROM pg_get_wal_records_info('$lsn0', '$lsn1')" | tee -a "$OUT/summary.txt"
-Q -c "SELECT round(count(*)::numeric / $st, 2) AS per_step, resource_manager, record_type, coalesce(c.relname, w.rel)
-        FROM (SELECT *, (regexp_match(block_ref, 'rel [0-9]+/[0-9]+/([0-9]+)'))[1] AS rel
-                FROM pg_get_wal_records_info('$lsn0', '$lsn1')) AS w
-        LEFT JOIN pg_class AS c ON c.relfilenode::text = w.rel
-       GROUP BY 2, 3, 4 ORDER BY 1 DESC" >"$OUT/wal.txt"
+wal_report "$lsn0" "$lsn1" "$st" step "$OUT"
 Q -c "SELECT 'statement ms/step: claim_task ' || round(sum(total_exec_time) FILTER (WHERE query LIKE '%claim_task%')::numeric / $st, 3)
              || ', complete_task ' || round(sum(total_exec_time) FILTER (WHERE query LIKE '%complete_task%')::numeric / $st, 3)
              || ', background worker ' || round(sum(total_exec_time) FILTER (WHERE query LIKE '%wfe.\_%')::numeric / $st, 3)

@@ -57,15 +57,7 @@ st=$((s1 - s0))
 # everything below is read after the measured run, so it is not in the figures
 Q -c "SELECT 'submits/s: ' || $st / $SECS || ' (' || $st || ' submits); ratio to inserts '
              || round($st::numeric / $((n1 - n0)), 2)" | tee -a "$OUT/summary.txt"
-Q -c "SELECT 'WAL records/submit ' || round(count(*)::numeric / $st, 2)
-             || ', bytes/submit ' || round(sum(record_length)::numeric / $st)
-             || ', FPI/submit ' || round(count(*) FILTER (WHERE fpi_length > 0)::numeric / $st, 2)
-        FROM pg_get_wal_records_info('$lsn0', '$lsn1')" | tee -a "$OUT/summary.txt"
-Q -c "SELECT round(count(*)::numeric / $st, 2) AS per_submit, resource_manager, record_type, coalesce(c.relname, w.rel)
-        FROM (SELECT *, (regexp_match(block_ref, 'rel [0-9]+/[0-9]+/([0-9]+)'))[1] AS rel
-                FROM pg_get_wal_records_info('$lsn0', '$lsn1')) AS w
-        LEFT JOIN pg_class AS c ON c.relfilenode::text = w.rel
-       GROUP BY 2, 3, 4 ORDER BY 1 DESC" >"$OUT/wal.txt"
+wal_report "$lsn0" "$lsn1" "$st" submit "$OUT"
 Q -c "SELECT 'statement ms/submit: ' || round(sum(total_exec_time)::numeric / $st, 3)
         FROM pg_stat_statements WHERE toplevel AND query LIKE '%wfe.submit%'" | tee -a "$OUT/summary.txt"
 Q -c "SELECT 'nested statements/submit: ' || round(sum(calls)::numeric / $st, 2)
