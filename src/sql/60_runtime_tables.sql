@@ -86,8 +86,8 @@ CREATE TABLE wfe.runs (
     workflow          text NOT NULL,
     version           text NOT NULL,
     -- No foreign key: a run's definition_id is that of the definition row
-    -- its insert selects (submit.c), and a definition is never deleted or
-    -- its id changed (definitions_immutable).  A key's check would lock
+    -- its insert selects (submit.c), and a definition is never deleted
+    -- (definitions_immutable) nor its id changed (definitions_guard).  A key's check would lock
     -- the definition's row FOR KEY SHARE at every submit, and concurrent
     -- submits of one workflow made a MultiXact of it each
     -- (docs/benchmarks.md "A submit that pays less up front").
