@@ -109,6 +109,8 @@ set -euo pipefail
 . "$WFE_HARNESS/cluster.sh"
 # shellcheck source=../test/harness/rabbit.sh
 . "$WFE_HARNESS/rabbit.sh"
+# shellcheck source=chain.sh
+. "$(dirname "${BASH_SOURCE[0]}")/chain.sh"
 
 BENCH_SECONDS=${BENCH_SECONDS:-20}
 WARMUP_SECONDS=${WARMUP_SECONDS:-2}
@@ -167,26 +169,6 @@ q() {
 	for s in "$@"; do args+=(-c "$s"); done
 	PGOPTIONS="-c statement_timeout=${ADMIN_TIMEOUT}s -c client_min_messages=warning" timeout $((ADMIN_TIMEOUT + 30)) \
 		"$(pg_path bindir)/psql" -X -q -v ON_ERROR_STOP=1 -d "$DB" -At "${args[@]}"
-}
-
-# chain NAME STAGES QUEUE WORKER: a stages-form definition of STAGES worker
-# stages in a line, each binding its input from the run context.
-chain() {
-	local i next
-	printf 'name: %s\nversion: "1.0.0"\nentry: s001\nstages:\n' "$1"
-	for ((i = 1; i <= $2; i++)); do
-		next=completed
-		[ "$i" -eq "$2" ] || next=$(printf 's%03d' $((i + 1)))
-		cat <<EOF
-  - name: $(printf 's%03d' "$i")
-    type: worker
-    queue: $3
-    worker: $4
-    input: { x: "\${context.x}" }
-    on_success: $next
-    on_failure: failed
-EOF
-	done
 }
 
 # bench_cluster: the private cluster, with pg_stat_statements (and wfe, whose

@@ -4312,35 +4312,28 @@ SELECT 'wfe_schedule_next_fire_seconds', jsonb_build_object('schedule', s.name),
 COMMENT ON VIEW wfe.metrics IS
 'The Prometheus data model, one row per series: metric name, labels, value, kind (gauge or counter), help; under the reader''s row-level security.';
 
+-- ---------------------------------------------------------------------
+-- A submit that pays less up front (issue 24 item 3, submit2): a run's
+-- definition_id has no foreign key (definitions are never deleted: its
+-- check locked the definition's row at every submit, a MultiXact each
+-- under concurrent submits), and the tenant rule is C in one place
+-- (src/pg/tenants.c): wfe.my_tenants and wfe._tenant_ok, in the final
+-- bodies below.
+-- ---------------------------------------------------------------------
+ALTER TABLE wfe.runs DROP CONSTRAINT runs_definition_id_fkey;
+
 -- Final bodies: every function whose text changed in 0.3.0, as src/sql has it.
 -- (Written by the same rule as the sections above: the whole text, copied.)
 
 CREATE OR REPLACE FUNCTION wfe.my_tenants()
-RETURNS text[]
-LANGUAGE plpgsql STABLE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    RETURN CASE
-           WHEN coalesce((SELECT r.rolsuper FROM pg_catalog.pg_roles AS r
-                           WHERE r.oid OPERATOR(pg_catalog.=) wfe._caller()), false)
-                OR pg_catalog.pg_has_role(wfe._caller(), 'wfe_admin', 'USAGE') THEN NULL
-           ELSE (SELECT coalesce(pg_catalog.array_agg(DISTINCT m.tenant ORDER BY m.tenant), '{}')
-                   FROM wfe.tenant_members AS m
-                  WHERE pg_catalog.pg_has_role(wfe._caller(), m.role, 'USAGE'))
-           END;
-END
-$$;
+RETURNS text[] AS 'MODULE_PATHNAME', 'wfe_my_tenants'
+LANGUAGE C STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp;
 
 CREATE OR REPLACE FUNCTION wfe._tenant_ok(p_tenant text)
-RETURNS boolean
-LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    RETURN coalesce(p_tenant OPERATOR(pg_catalog.=) ANY (wfe.my_tenants()), true);
-END
-$$;
+RETURNS boolean AS 'MODULE_PATHNAME', 'wfe_tenant_ok'
+LANGUAGE C STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp;
 
 CREATE OR REPLACE FUNCTION wfe._check_tenant_member(p_role regrole, p_tenant text)
 RETURNS void

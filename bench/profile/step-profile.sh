@@ -22,46 +22,14 @@
 # The machine is shared: run it under nice, compare runs made back to back.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
-. test/harness/lib.sh
-. test/harness/cluster.sh
+. bench/profile/profile.sh
 
 OUT=${1:?usage: step-profile.sh OUTDIR}
 SECS=${SECS:-15}
 RUNS=${RUNS:-150}
-BIN=$(pg_path bindir)
 mkdir -p "$OUT"
 : >"$OUT/summary.txt"
-WORKDIR=$(make_workdir)
-trap 'cluster_stop; rm -rf "$WORKDIR"' EXIT
-
-cluster_start "$WORKDIR"
-cluster_createdb wfe_bench
-cat >>"$CLUSTER_DIR/data/postgresql.conf" <<EOF
-shared_preload_libraries = 'wfe,pg_stat_statements'
-wfe.database = 'wfe_bench'
-pg_stat_statements.track = all
-pg_stat_statements.max = 5000
-track_functions = all
-EOF
-cluster_pg_ctl -l "$CLUSTER_DIR/server.log" -m fast -w -t 60 restart >/dev/null
-
-# chain NAME STAGES QUEUE WORKER: as bench/run.sh's
-# shellcheck disable=SC2016  # ${context.x} is the definition's, not ours
-chain() {
-	local i next
-	printf 'name: %s\nversion: "1.0.0"\nentry: s001\nstages:\n' "$1"
-	for ((i = 1; i <= $2; i++)); do
-		next=completed
-		[ "$i" -eq "$2" ] || next=$(printf 's%03d' $((i + 1)))
-		printf '  - name: s%03d\n    type: worker\n    queue: %s\n    worker: %s\n    input: { x: "${context.x}" }\n    on_success: %s\n    on_failure: failed\n' \
-			"$i" "$3" "$4" "$next"
-	done
-}
-chain bench-steps 200 bench bench.step@1 >"$WORKDIR/steps.yaml"
-chain bench-submit 12 bench-submit bench.submit@1 >"$WORKDIR/submit.yaml"
-Q() { "$BIN/psql" -X -q -v ON_ERROR_STOP=1 -d wfe_bench -At "$@"; }
-Q -v steps="$WORKDIR/steps.yaml" -v submit="$WORKDIR/submit.yaml" -f bench/sql/setup.sql >/dev/null
-Q -c "CREATE EXTENSION pg_walinspect"
+profile_cluster 200
 [ -z "${FILLFACTOR:-}" ] || Q -c "ALTER TABLE wfe.run_stages SET (fillfactor = $FILLFACTOR)"
 Q -c "INSERT INTO bench_jobs (queue, state, payload)
       SELECT 'bench', 'done', jsonb_build_object('x', i) FROM generate_series(1, 50000) AS i" \
@@ -96,15 +64,7 @@ st=$((s1 - s0))
 # everything below is read after the measured run, so it is not in the figures
 Q -c "SELECT 'wfe1 steps/s: ' || $st / $SECS || ' (' || $st || ' steps); ratio to the floor '
              || round($st::numeric / $((n1 - n0)), 2)" | tee -a "$OUT/summary.txt"
-Q -c "SELECT 'WAL records/step ' || round(count(*)::numeric / $st, 2)
-             || ', bytes/step ' || round(sum(record_length)::numeric / $st)
-             || ', FPI/step ' || round(count(*) FILTER (WHERE fpi_length > 0)::numeric / $st, 2)
-        FROM pg_get_wal_records_info('$lsn0', '$lsn1')" | tee -a "$OUT/summary.txt"
-Q -c "SELECT round(count(*)::numeric / $st, 2) AS per_step, resource_manager, record_type, coalesce(c.relname, w.rel)
-        FROM (SELECT *, (regexp_match(block_ref, 'rel [0-9]+/[0-9]+/([0-9]+)'))[1] AS rel
-                FROM pg_get_wal_records_info('$lsn0', '$lsn1')) AS w
-        LEFT JOIN pg_class AS c ON c.relfilenode::text = w.rel
-       GROUP BY 2, 3, 4 ORDER BY 1 DESC" >"$OUT/wal.txt"
+wal_report "$lsn0" "$lsn1" "$st" step "$OUT"
 Q -c "SELECT 'statement ms/step: claim_task ' || round(sum(total_exec_time) FILTER (WHERE query LIKE '%claim_task%')::numeric / $st, 3)
              || ', complete_task ' || round(sum(total_exec_time) FILTER (WHERE query LIKE '%complete_task%')::numeric / $st, 3)
              || ', background worker ' || round(sum(total_exec_time) FILTER (WHERE query LIKE '%wfe.\_%')::numeric / $st, 3)

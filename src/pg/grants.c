@@ -148,24 +148,6 @@ wfe_may_serve_queue(const char *queue)
 	return false;
 }
 
-/* Does the role acting in this session act for tenant (wfe._tenant_ok)? */
-bool
-wfe_acts_for_tenant(const char *tenant)
-{
-	Datum		arg = CStringGetTextDatum(tenant);
-	Oid			argtype = TEXTOID;
-	bool		isnull,
-				ok;
-
-	SPI_connect();
-	if (SPI_execute_with_args("SELECT wfe._tenant_ok($1)", 1, &argtype, &arg, NULL, true, 1) != SPI_OK_SELECT ||
-		SPI_processed != 1)
-		elog(ERROR, "wfe: could not check tenant membership");
-	ok = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-	SPI_finish();
-	return !isnull && ok;
-}
-
 /* Raise 42501 unless the session's role may serve queue; what names the call. */
 void
 wfe_require_queue(const char *queue, const char *what)

@@ -52,17 +52,6 @@ static stmt q_named = STMT(DEFINITION_COLUMNS " WHERE d.workflow = $1 AND d.vers
 static stmt q_active = STMT(DEFINITION_COLUMNS " WHERE d.workflow = $1 AND d.state = 'active'", 1, TX);
 static stmt q_definition_row = STMT("SELECT d FROM wfe.definitions AS d WHERE d.definition_id = $1", 1, I8);
 
-/*
- * The rule of wfe.my_tenants, for one tenant: the role acting ($1) is a
- * superuser, has wfe_admin's privileges, or those of a role mapped to $2.
- */
-static stmt q_acts_for = STMT(
-	"SELECT coalesce((SELECT r.rolsuper FROM pg_catalog.pg_roles AS r WHERE r.oid = $1), false)"
-	"    OR pg_catalog.pg_has_role($1, 'wfe_admin', 'USAGE')"
-	"    OR EXISTS (SELECT 1 FROM wfe.tenant_members AS m"
-	"                WHERE m.tenant = $2 AND pg_catalog.pg_has_role($1, m.role, 'USAGE'))",
-	2, OIDOID, TX);
-
 /* the run that keeps an idempotency key (wfe._run_keeps_key), and whether its context is this one */
 static stmt q_idempotent = STMT(
 	"SELECT x.run_id, x.context = $4 FROM wfe.runs AS x"
@@ -233,17 +222,6 @@ static int
 numeric_cmp_int(Numeric a, int64 b)
 {
 	return DatumGetInt32(DirectFunctionCall2(numeric_cmp, NumericGetDatum(a), NumericGetDatum(int64_to_numeric(b))));
-}
-
-/* The role acting: does it act for tenant (wfe._tenant_ok)? */
-static bool
-acts_for(const char *tenant)
-{
-	Datum		v[2] = {ObjectIdGetDatum(wfe_caller_role()), CStringGetTextDatum(tenant)};
-	bool		isnull;
-
-	stmt_run(&q_acts_for, v, NULL);
-	return DatumGetBool(col(1, &isnull)) && !isnull;
 }
 
 /* The definition of the last result's row 0 (DEFINITION_COLUMNS), its plan decompressed once. */
@@ -535,7 +513,7 @@ read_options(Jsonb *opts, new_run *n)
 				 errmsg("tenant \"%s\" is not valid", left_chars(n->tenant, 80)),
 				 errhint("Tenants match ^[A-Za-z0-9_.-]{1,63}$.")));
 	/* a role submits only for the tenants it acts for, the default one too */
-	if (!acts_for(n->tenant))
+	if (!wfe_acts_for_tenant(n->tenant))
 		ereport(ERROR,
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
 				 errmsg("role \"%s\" does not act for tenant \"%s\"",

@@ -28,19 +28,6 @@ PG_FUNCTION_INFO_V1(wfe_submit_via);
 /* How the submit in progress came ({"via": "amqp", ...}), or NULL. */
 static Jsonb *submit_via = NULL;
 
-/* Does the role acting now act for tenant (wfe._tenant_ok)? */
-static bool
-acting_role_acts_for(Datum tenant)
-{
-	Oid			argtype = TEXTOID;
-	bool		isnull;
-
-	if (SPI_execute_with_args("SELECT wfe._tenant_ok($1)", 1, &argtype, &tenant, NULL, true, 1) != SPI_OK_SELECT ||
-		SPI_processed != 1)
-		elog(ERROR, "wfe: could not check tenant membership");
-	return DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-}
-
 /*
  * The body of both SQL functions below: (owner, tenant, workflow, context,
  * key, options) are their first six arguments; via is recorded in the
@@ -70,7 +57,7 @@ submit_as(FunctionCallInfo fcinfo, Jsonb *via)
 	submit_via = via;
 	PG_TRY();
 	{
-		if (acting_role_acts_for(tenant))
+		if (!PG_ARGISNULL(1) && wfe_acts_for_tenant(TextDatumGetCString(tenant)))
 		{
 			Oid			argtypes[4] = {TEXTOID, JSONBOID, TEXTOID, JSONBOID};
 			Datum		args[4] = {PG_GETARG_DATUM(2), PG_GETARG_DATUM(3), PG_GETARG_DATUM(4), PG_GETARG_DATUM(5)};

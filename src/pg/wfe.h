@@ -126,6 +126,8 @@ extern void wfe_require_queue(const char *queue, const char *what);
 
 /* The wfe_task_ready payload of a queue: a keyed tag, not its name (ready_tag.c). */
 extern char *wfe_ready_tag(const char *queue);
+
+/* Does the role acting act for tenant (tenants.c, the one place of the rule)? */
 extern bool wfe_acts_for_tenant(const char *tenant);
 extern bool wfe_may_call_back(const char *queue, const char *tenant, bool has_handler,
 							  int64 run_id, const char *stage, const char *what);

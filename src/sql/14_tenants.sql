@@ -23,38 +23,22 @@ GRANT SELECT ON wfe.tenant_members TO wfe_admin;
 -- The tenants the calling role acts for; NULL when it acts for all (a
 -- superuser, or with wfe_admin's privileges).  Public: the row-level
 -- security policies call it as the role that queries, once per query.
--- PL/pgSQL, as a submit calls it (00_schema.sql's rules).
+-- C (src/pg/tenants.c, the one place of the rule, which a submit asks
+-- too): no PL/pgSQL on the submit path (00_schema.sql's rules).
 CREATE FUNCTION wfe.my_tenants()
-RETURNS text[]
-LANGUAGE plpgsql STABLE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    RETURN CASE
-           WHEN coalesce((SELECT r.rolsuper FROM pg_catalog.pg_roles AS r
-                           WHERE r.oid OPERATOR(pg_catalog.=) wfe._caller()), false)
-                OR pg_catalog.pg_has_role(wfe._caller(), 'wfe_admin', 'USAGE') THEN NULL
-           ELSE (SELECT coalesce(pg_catalog.array_agg(DISTINCT m.tenant ORDER BY m.tenant), '{}')
-                   FROM wfe.tenant_members AS m
-                  WHERE pg_catalog.pg_has_role(wfe._caller(), m.role, 'USAGE'))
-           END;
-END
-$$;
+RETURNS text[] AS 'MODULE_PATHNAME', 'wfe_my_tenants'
+LANGUAGE C STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION wfe.my_tenants() IS
 'The tenants the role acting in this session acts for (mapped directly or through roles whose privileges it has); NULL: every tenant (a superuser or wfe_admin).';
 REVOKE ALL ON FUNCTION wfe.my_tenants() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION wfe.my_tenants() TO wfe_admin, wfe_author, wfe_approver, wfe_submitter, wfe_worker, wfe_operator, wfe_reader;
 
--- May the calling role act for p_tenant?
+-- May the calling role act for p_tenant?  (The same rule, tenants.c.)
 CREATE FUNCTION wfe._tenant_ok(p_tenant text)
-RETURNS boolean
-LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    RETURN coalesce(p_tenant OPERATOR(pg_catalog.=) ANY (wfe.my_tenants()), true);
-END
-$$;
+RETURNS boolean AS 'MODULE_PATHNAME', 'wfe_tenant_ok'
+LANGUAGE C STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp;
 COMMENT ON FUNCTION wfe._tenant_ok(text) IS
 'Whether the role acting in this session acts for tenant p_tenant (mapped to it, or a superuser or wfe_admin).';
 REVOKE ALL ON FUNCTION wfe._tenant_ok(text) FROM PUBLIC;

@@ -85,7 +85,13 @@ CREATE TABLE wfe.runs (
     tenant            text NOT NULL DEFAULT 'default',
     workflow          text NOT NULL,
     version           text NOT NULL,
-    definition_id     bigint NOT NULL REFERENCES wfe.definitions,
+    -- No foreign key: a run's definition_id is that of the definition row
+    -- its insert selects (submit.c), and a definition is never deleted
+    -- (definitions_immutable) nor its id changed (definitions_guard).  A key's check would lock
+    -- the definition's row FOR KEY SHARE at every submit, and concurrent
+    -- submits of one workflow made a MultiXact of it each
+    -- (docs/benchmarks.md "A submit that pays less up front").
+    definition_id     bigint NOT NULL,
     definition_digest text NOT NULL,
     dsl_version       text NOT NULL,
     compiler_version  text NOT NULL,
