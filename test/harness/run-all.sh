@@ -12,7 +12,7 @@
 #
 # Environment: TEST_FUZZ_SECONDS (default 20) for the short fuzz run;
 # WFE_KEEP_WORKDIR=1 keeps the temporary directory (test outputs, server log);
-# WFE_TAP_JOBS (default 2): TAP test files run at once (see run-tap.sh).
+# WFE_TAP_JOBS (default 3): TAP test files run at once (see run-tap.sh).
 # The recap gives each suite's wall time.
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"

@@ -9,7 +9,7 @@
 # assertion counts; a test that dies or breaks its plan counts one failure.
 # Optional: with no test/tap/*.pl the suite is skipped.
 #
-# WFE_TAP_JOBS (default 2) test files run at once, the longest first (as
+# WFE_TAP_JOBS (default 3) test files run at once, the longest first (as
 # test/harness/tap-durations lists them; files it does not list start
 # first).  Most of a TAP test's time is spent waiting (servers starting,
 # polling), so two at a time roughly halve the suite on two cores.  Each
@@ -115,7 +115,7 @@ main() {
 		summary 0 0
 		exit 0
 	fi
-	jobs=${WFE_TAP_JOBS:-2}
+	jobs=${WFE_TAP_JOBS:-3}
 	[[ $jobs =~ ^[1-9][0-9]*$ ]] || die "WFE_TAP_JOBS must be a positive number, not '$jobs'"
 
 	RESULTS="$WORKDIR/results"
