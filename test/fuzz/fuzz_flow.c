@@ -98,6 +98,7 @@ typedef struct flow
 	wfe_circuit_conf conf;
 	wfe_circuit circuit;
 	int			probes;			/* attempts let through since it half opened */
+	bool		probe_held;		/* the probe is among the attempts out */
 	int			out;			/* attempts released and not ended */
 	bool		monotonic;		/* the clock never went back since the circuit's last change */
 	/* queue and tenant limits: room left per limit, in flight per limit */
@@ -243,6 +244,7 @@ circuit_admit(flow *f, int want)
 		CHECK(before == WFE_CIRCUIT_OPEN && f->now >= f->circuit.since_us,
 			  "half opened from another state than open", before, f->now);
 		f->probes = 0;
+		f->probe_held = false;	/* the attempts out were released before: none is the probe */
 		f->monotonic = true;
 	}
 	else
@@ -259,6 +261,8 @@ circuit_admit(flow *f, int want)
 			break;
 		case WFE_CIRCUIT_HALF_OPEN:
 			f->probes += n;
+			if (n > 0)
+				f->probe_held = true;
 			CHECK(f->probes <= 1, "more than one probe through a half-open circuit", f->probes, want);
 			CHECK(f->circuit.probe_out == (f->probes == 1), "probe_out disagrees with the probes let through",
 				  f->circuit.probe_out, f->probes);
@@ -267,10 +271,16 @@ circuit_admit(flow *f, int want)
 	f->out += n;
 }
 
-/* An attempt of the circuit's queue ends. */
+/*
+ * An attempt of the circuit's queue ends as outcome; it is the probe when
+ * one is out and want_probe says so (or it is the only attempt out).
+ */
 static void
-circuit_record(flow *f, bool failed)
+circuit_record(flow *f, wfe_circuit_outcome outcome, bool want_probe)
 {
+	bool		failed = outcome == WFE_CIRCUIT_FAILED;
+	bool		cancelled = outcome == WFE_CIRCUIT_CANCELLED;
+	bool		probe;
 	wfe_circuit c = f->circuit;
 	wfe_circuit_state before;
 	wfe_circuit_change change;
@@ -279,15 +289,24 @@ circuit_record(flow *f, bool failed)
 
 	if (f->out == 0)
 		return;
-	f->out--;
 	/* what it would see: the tick first, then (closed) the window with this call in it */
 	if (wfe_circuit_tick(&c, &f->conf, f->now) == WFE_CIRCUIT_HALF_OPENED)
+	{
 		f->probes = 0;			/* the record half opens it first */
+		f->probe_held = false;
+	}
+	probe = f->probe_held && (want_probe || f->out == 1);
+	f->out--;
+	if (probe)
+		f->probe_held = false;
 	before = c.state;
 	wfe_circuit_window(&c, &f->conf, f->now, &calls, &failures);
-	calls += 1;
+	calls += !cancelled;
 	failures += failed;
-	change = wfe_circuit_record(&f->circuit, &f->conf, f->now, failed);
+	change = wfe_circuit_record(&f->circuit, &f->conf, f->now, outcome, probe);
+	if (cancelled)
+		CHECK(change == (probe && c.probe_out ? WFE_CIRCUIT_PROBE_BACK : WFE_CIRCUIT_SAME),
+			  "a cancelled attempt did other than give the probe back", change, probe);
 	switch (before)
 	{
 		case WFE_CIRCUIT_CLOSED:
@@ -302,15 +321,21 @@ circuit_record(flow *f, bool failed)
 			CHECK(change == WFE_CIRCUIT_SAME, "an open circuit's late outcome changed it", change, 0);
 			break;
 		case WFE_CIRCUIT_HALF_OPEN:
-			if (!c.probe_out)
-				CHECK(change == WFE_CIRCUIT_SAME, "an outcome before the probe went out decided", change, 0);
+			if (!probe)
+				CHECK(change == WFE_CIRCUIT_SAME, "an attempt other than the probe decided", change, c.probe_out);
+			else if (cancelled)
+			{
+				CHECK(!f->circuit.probe_out, "a cancelled probe was not given back", f->circuit.probe_out, 0);
+				f->probes = 0;
+			}
 			else
 				CHECK(change == (failed ? WFE_CIRCUIT_OPENED : WFE_CIRCUIT_CLOSED_AGAIN),
 					  "the probe's outcome did not decide", change, failed);
 			break;
 	}
-	if (change != WFE_CIRCUIT_SAME)
+	if (change != WFE_CIRCUIT_SAME && change != WFE_CIRCUIT_PROBE_BACK)
 	{
+		f->probe_held = false;
 		CHECK(f->circuit.since_us == f->now && !f->circuit.probe_out && f->circuit.calls == 0,
 			  "a change did not start the new state afresh", f->circuit.since_us, f->now);
 		CHECK(f->circuit.state == (change == WFE_CIRCUIT_OPENED ? WFE_CIRCUIT_OPEN : WFE_CIRCUIT_CLOSED),
@@ -478,7 +503,8 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 				circuit_admit(&f, (int) (arg[0] % 6) - 1);
 				break;
 			case 8:
-				circuit_record(&f, arg[0] & 1);
+				circuit_record(&f, (arg[0] & 3) == 3 ? WFE_CIRCUIT_SUCCEEDED : (wfe_circuit_outcome) (arg[0] & 3),
+							   arg[0] & 4);
 				break;
 			case 9:
 				if (pos + 1 <= size)
