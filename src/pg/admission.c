@@ -97,22 +97,35 @@ static stmt q_limits = STMT(
 	"  FROM wfe.run_stages AS st WHERE st.run_id = $3 AND st.stage = $4", 4, TX, TX, I8, TX);
 /* an end whose own statement did not say (a completion's does: engine.c) asks with this one */
 static stmt q_limited = STMT("SELECT " WFE_SQL_LIMITED("$1", "$2"), 2, TX, TX);
-/* a release's queue ($1) and tenant ($2): bounded broker queue, open broker queue, limited poll queue, limited tenant */
+/*
+ * A release's queue ($1) and tenant ($2): bounded broker queue, open broker
+ * queue, limited poll queue, limited tenant, fair queue.
+ */
 static stmt q_scope = STMT(
 	"SELECT coalesce(bool_or(q.delivery = 'broker' AND NOT q.paused AND q.max_in_flight IS NOT NULL), false),"
 	"       coalesce(bool_or(q.delivery = 'broker' AND NOT q.paused), false),"
 	"       coalesce(bool_or(q.delivery = 'poll' AND NOT q.paused AND q.max_in_flight IS NOT NULL), false),"
 	"       EXISTS (SELECT 1 FROM wfe.tenant_limits AS l"
-	"                WHERE l.tenant = $2 AND l.max_tasks_in_flight IS NOT NULL)"
+	"                WHERE l.tenant = $2 AND l.max_tasks_in_flight IS NOT NULL),"
+	"       coalesce(bool_or(q.fairness = 'tenant'), false)"
 	"  FROM wfe.queues AS q WHERE q.queue = $1", 2, TX, TX);
-/* the tenants whose locks a release takes: $2 when limited ($3), those with tasks held in $1 ($4) */
-static stmt q_release_tenants = STMT(
-	"SELECT l.tenant, l.max_tasks_in_flight FROM wfe.tenant_limits AS l"
-	" WHERE l.max_tasks_in_flight IS NOT NULL"
-	"   AND (($3 AND l.tenant = $2)"
-	"        OR ($4 AND EXISTS (SELECT 1 FROM wfe.run_stages AS st"
-	"                            WHERE st.queue = $1 AND st.state = 'queued' AND st.tenant = l.tenant)))"
-	" ORDER BY l.tenant COLLATE \"C\"", 4, TX, TX, BO, BO);
+
+/*
+ * The tenants whose locks a release takes: $2 when limited ($3), those
+ * with tasks held in $1 ($4): HELD is what such a task is.  On a fair
+ * queue, a held task a room can release is one the fair walk reads
+ * (run_stages_fair: one probe per limited tenant, whatever the backlog).
+ */
+#define RELEASE_TENANTS(HELD) \
+	"SELECT l.tenant, l.max_tasks_in_flight FROM wfe.tenant_limits AS l" \
+	" WHERE l.max_tasks_in_flight IS NOT NULL" \
+	"   AND (($3 AND l.tenant = $2)" \
+	"        OR ($4 AND EXISTS (SELECT 1 FROM wfe.run_stages AS st" \
+	"                            WHERE st.queue = $1 AND st.state = 'queued' AND st.tenant = l.tenant" HELD ")))" \
+	" ORDER BY l.tenant COLLATE \"C\""
+static stmt q_release_tenants = STMT(RELEASE_TENANTS(""), 4, TX, TX, BO, BO);
+static stmt q_release_tenants_fair = STMT(RELEASE_TENANTS(" AND st.held_until IS NULL AND st.fair"),
+										  4, TX, TX, BO, BO);
 /* a tenant's pollers (a queue without a wfe.queues row is an unlimited poll queue) */
 static stmt q_tenant_pollers = STMT(
 	"SELECT DISTINCT st.queue"
@@ -687,7 +700,8 @@ release_held(const char *queue, const char *tenant)
 	char		nulls[4] = {' ', ' ', ' ', ' '};
 	bool		bounded,
 				open,
-				limited;
+				limited,
+				fair;
 	bool		queue_side,
 				tenant_side;
 	List	   *wake = NIL;
@@ -703,6 +717,7 @@ release_held(const char *queue, const char *tenant)
 	if (stmt_bool(3))
 		wake = lappend(wake, makeString(pstrdup(queue)));
 	limited = stmt_bool(4);
+	fair = stmt_bool(5);
 	queue_side = wfe_release_queue_side(bounded, open, tenant != NULL, true);
 	tenant_side = wfe_release_tenant_side(limited, queue != NULL, tenant != NULL, true, 1);
 	if (!queue_side && !tenant_side)
@@ -711,7 +726,7 @@ release_held(const char *queue, const char *tenant)
 	/* the tenant locks first, in name order: the tenant, and the limited ones with tasks held in the queue */
 	v[2] = BoolGetDatum(limited);
 	v[3] = BoolGetDatum(queue_side);
-	stmt_run(&q_release_tenants, v, nulls);
+	stmt_run(fair ? &q_release_tenants_fair : &q_release_tenants, v, nulls);
 	rooms_lock(&r, WFE_LIMIT_TENANT);
 	scope.tenant_slot = limited ? rooms_slot(&r, WFE_LIMIT_TENANT, tenant) : -1;
 	tenant_side = wfe_release_tenant_side(limited, queue != NULL, tenant != NULL, scope.tenant_slot > 0,
