@@ -355,7 +355,9 @@ ok( $node->poll_query_until(
 	'the busy workers are still at it');
 my $runs_before = sql('SELECT count(*) FROM wfe.runs');
 # read before the kill: after the restart the background worker may already
-# have finished them
+# have finished them.  (The busy loop submits a run every other round, but
+# can catch up with all of them for a moment: wait for one in flight.)
+$node->poll_query_until('postgres', "SELECT count(*) > 0 FROM wfe.runs WHERE finished_at IS NULL");
 my $in_flight = sql("SELECT count(*) FROM wfe.runs WHERE finished_at IS NULL");
 
 $offset = -s $node->logfile;
