@@ -1,7 +1,9 @@
 /*
  * step.c — the step core (step.h): every decision about how a run moves.
- * The result cache's part of a release is step_cache.c; operator recovery
- * is step_operate.c (what they share: step_internal.h).
+ * Binding and decisions are step_bind.c, waits and sleeps step_waits.c,
+ * intents and a run's end step_finish.c, the result cache's part of a
+ * release step_cache.c, operator recovery step_operate.c (what they share:
+ * step_internal.h).
  *
  * The functions below call each other the way a run's consequences chain:
  * a completion routes to a stage, which may be a decision that routes on,
@@ -11,24 +13,17 @@
  * ends), and st->depth guards it anyway.
  */
 #include <math.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include <json-c/json.h>
 
-#include "bind.h"
-#include "core/lang/compile.h"
-#include "core/expr/expr.h"
 #include "core/jsonschema/jsonschema.h"
 #include "step_internal.h"
 
 #define STEP_MAX_DEPTH 4096
 
 static void stage_done(wfe_step *st, int i, wfe_state outcome);
-static void set_intent(wfe_step *st, wfe_run_state intent, const char *reason);
 static void task_done(wfe_step *st, int i);
-static void sleep_unbound(wfe_step *st, int i, const char *value, const char *why);
 
 /* ---------------------------------------------------------------------
  * Memory, rows and effects
@@ -226,332 +221,6 @@ step_intent_name(int intent)
 }
 
 /* ---------------------------------------------------------------------
- * Binding and decisions
- * --------------------------------------------------------------------- */
-
-/*
- * The outputs task i requires, as {task: {key: value}}; *missing (if not
- * NULL) says whether any is absent.  A producer that completed in this very
- * step has not written its outputs yet: they are read from its result.
- */
-static json_object *
-required_outputs(wfe_step *st, int i, int *missing)
-{
-	const wfe_rp_stage *s = &st->rp->stages[i];
-	json_object *out = json_object_new_object();
-
-	if (missing)
-		*missing = 0;
-	for (int k = 0; k < s->nrequires; k++)
-	{
-		const wfe_require *rq = &s->requires[k];
-		json_object *value = NULL;
-		int			found = 0;
-		json_object *per;
-
-		if (rq->producer >= 0 && wfe_step_row(st, rq->producer)->result != NULL)
-		{
-			const wfe_rp_stage *ps = &st->rp->stages[rq->producer];
-			json_object *result = step_hold(st, step_jparse(st->rows[rq->producer].result));
-			json_object *v;
-
-			for (int m = 0; m < ps->nproduces && !found; m++)
-				if (strcmp(ps->produces[m].key, rq->key) == 0 &&
-					json_object_is_type(result, json_type_object) &&
-					json_object_object_get_ex(result, rq->key, &v))
-				{
-					value = json_object_get(v);
-					found = 1;
-				}
-		}
-		else
-		{
-			const char *text = st->io->output(st->io->arg, rq->producer_name, rq->key);
-
-			if (text != NULL)
-			{
-				value = step_jparse(text);
-				found = 1;
-			}
-		}
-		if (!found)
-		{
-			if (missing)
-				*missing = 1;
-			continue;
-		}
-		if (!json_object_object_get_ex(out, rq->producer_name, &per))
-		{
-			per = json_object_new_object();
-			json_object_object_add(out, rq->producer_name, per);
-		}
-		json_object_object_add(per, rq->key, value);
-	}
-	return out;
-}
-
-/*
- * The evaluation root a stage's input or decision reads: the context and
- * run identity, the results of the stages it refers to (only completed
- * actions and workers have results), the outputs it requires.
- */
-static json_object *
-build_root(wfe_step *st, int i, int for_decision)
-{
-	const wfe_rp_stage *s = &st->rp->stages[i];
-	json_object *root = json_object_new_object();
-	json_object *stages = json_object_new_object();
-	json_object *run = json_object_new_object();
-	json_object *context = NULL;
-	json_object *outputs = NULL;
-
-	if (for_decision || (s->input_refs & WFE_REF_CONTEXT))
-		context = step_jparse(st->io->context(st->io->arg));
-	json_object_object_add(root, "context", context ? context : json_object_new_object());
-	if (for_decision || (s->input_refs & WFE_REF_STAGES))
-	{
-		int			n = s->nstage_refs < 0 ? st->rp->nstages : s->nstage_refs;
-
-		for (int k = 0; k < n; k++)
-		{
-			int			t = s->nstage_refs < 0 ? k : s->stage_refs[k];
-			const wfe_rp_stage *ts = &st->rp->stages[t];
-			wfe_row    *tr;
-			json_object *entry;
-
-			if (ts->kind != WFE_K_ACTION && ts->kind != WFE_K_WORKER &&
-				ts->kind != WFE_K_WAIT && ts->kind != WFE_K_SLEEP && ts->kind != WFE_K_WORKFLOW &&
-				ts->kind != WFE_K_MAP)
-				continue;
-			tr = wfe_step_row(st, t);
-			if (!tr->exists || tr->state != WFE_COMPLETED)
-				continue;
-			entry = json_object_new_object();
-			json_object_object_add(entry, "result",
-								   step_jparse(tr->result ? tr->result : st->io->result(st->io->arg, t)));
-			json_object_object_add(stages, ts->name, entry);
-		}
-	}
-	json_object_object_add(root, "stages", stages);
-	if (s->nrequires > 0)
-		outputs = required_outputs(st, i, NULL);
-	json_object_object_add(root, "outputs", outputs ? outputs : json_object_new_object());
-	json_object_object_add(run, "id", json_object_new_int64(st->run->run_id));
-	json_object_object_add(run, "tenant", step_jstr(st->run->tenant));
-	json_object_object_add(run, "workflow", step_jstr(st->run->workflow));
-	json_object_object_add(run, "version", step_jstr(st->run->version));
-	json_object_object_add(root, "run", run);
-	return step_hold(st, root);
-}
-
-/* A decision's outcome over pre-parsed `when` clauses (bind.c's rules). */
-static void
-decide(wfe_step *st, int i, wfe_decision *d)
-{
-	const wfe_rp_stage *s = &st->rp->stages[i];
-	json_object *root = build_root(st, i, 1);
-
-	memset(d, 0, sizeof(*d));
-	d->branch = -1;
-	for (int k = 0; k < s->nbranches; k++)
-	{
-		wfe_expr_error err;
-		int			rc;
-
-		memset(&err, 0, sizeof(err));
-		if (s->when[k] == NULL)
-		{
-			d->branch = k;
-			d->code = "expr.eval";
-			snprintf(d->message, sizeof(d->message), "expr.syntax: branch %d does not parse", k + 1);
-			return;
-		}
-		rc = wfe_expr_eval_bool(s->when[k], root, NULL, &err);
-		if (rc < 0)
-		{
-			d->branch = k;
-			d->code = "expr.eval";
-			snprintf(d->message, sizeof(d->message), "%s", err.message);
-			return;
-		}
-		if (rc == 1)
-		{
-			d->ok = 1;
-			d->branch = k;
-			return;
-		}
-	}
-	d->code = "expr.eval";
-	snprintf(d->message, sizeof(d->message), "no branch of the decision is true");
-}
-
-/* A finaliser's input: the run's identity, intent and stage states. */
-static const char *
-finaliser_input(wfe_step *st)
-{
-	json_object *in = json_object_new_object();
-	json_object *stages = json_object_new_object();
-
-	step_load_all(st);
-	for (int k = 0; k < st->rp->nstages; k++)
-		if (st->rp->stages[k].kind != WFE_K_FINALISER && st->rows[k].exists)
-			json_object_object_add(stages, st->rp->stages[k].name,
-								   json_object_new_string(wfe_state_name(st->rows[k].state)));
-	json_object_object_add(in, "run_id", json_object_new_int64(st->run->run_id));
-	json_object_object_add(in, "workflow", step_jstr(st->run->workflow));
-	json_object_object_add(in, "version", step_jstr(st->run->version));
-	json_object_object_add(in, "tenant", step_jstr(st->run->tenant));
-	json_object_object_add(in, "intent", st->run->intent >= 0 ? step_jstr(step_intent_name(st->run->intent)) : NULL);
-	json_object_object_add(in, "stages", stages);
-	return step_json_text(st, in);
-}
-
-/*
- * Bind stage i's input.  Returns the input's JSON text, or NULL with *code
- * and *message set when binding failed.  whose: how a schema violation's
- * message names the schema (NULL: the contract's input schema).
- */
-const char *
-step_bind_stage(wfe_step *st, int i, const char *whose, const char **code, const char **message)
-{
-	const wfe_rp_stage *s = &st->rp->stages[i];
-
-	return step_bind(st, i, s->input_refs ? build_root(st, i, 0) : NULL, whose, code, message);
-}
-
-/* The evaluation root of stage i's input (a map adds item and item_index to it). */
-json_object *
-step_root(wfe_step *st, int i)
-{
-	return build_root(st, i, 0);
-}
-
-/* Bind stage i's input over root (NULL: it reads no root), as step_bind_stage. */
-const char *
-step_bind(wfe_step *st, int i, json_object *root, const char *whose, const char **code,
-		  const char **message)
-{
-	const wfe_rp_stage *s = &st->rp->stages[i];
-	json_object *schema = st->io->input_schema(st->io->arg, i);
-	json_object *input;
-	wfe_bind_error err;
-	char	   *canon;
-	const char *text;
-
-	if (s->input_refs == 0 && schema == NULL && strstr(s->input_text, "$${") == NULL)
-		return s->input_text;	/* nothing to interpolate, unescape or check */
-	if (root == NULL)
-		root = step_hold(st, json_object_new_object());
-	memset(&err, 0, sizeof(err));
-	input = wfe_bind_input(s->input, root, schema, whose, &err);
-	if (input == NULL)
-	{
-		*code = wfe_arena_strdup(&st->arena, err.code ? err.code : WFE_BIND_TYPE);
-		*message = wfe_arena_strdup(&st->arena, err.message);
-		return NULL;
-	}
-	canon = wfe_canonical_json(input);
-	json_object_put(input);
-	text = wfe_arena_strdup(&st->arena, canon ? canon : "{}");
-	free(canon);
-	return text;
-}
-
-/*
- * Bind a flow-control key (dsl.md "Flow-control keys"), the template expr
- * (rate_limit.key or concurrency.key: what), over root into *key_out: a
- * string as it is, any other value its canonical JSON.  Returns 0, or -1
- * with *code and *message set: a key that fails to bind is the stage's
- * binding failure.
- */
-static int
-bind_key(wfe_step *st, json_object *expr, const char *what, json_object *root,
-		 const char **key_out, const char **code, const char **message)
-{
-	json_object *key;
-	wfe_bind_error err;
-
-	memset(&err, 0, sizeof(err));
-	key = wfe_bind_input(expr, root, NULL, NULL, &err);
-	if (key == NULL)
-	{
-		*code = wfe_arena_strdup(&st->arena, err.code ? err.code : WFE_BIND_TYPE);
-		*message = wfe_arena_printf(&st->arena, "%s: %s", what, err.message);
-		return -1;
-	}
-	if (json_object_get_type(key) == json_type_string)
-		*key_out = wfe_arena_strdup(&st->arena, json_object_get_string(key));
-	else
-	{
-		char	   *canon = wfe_canonical_json(key);
-
-		*key_out = wfe_arena_strdup(&st->arena, canon ? canon : "null");
-		free(canon);
-	}
-	json_object_put(key);
-	return 0;
-}
-
-/*
- * Bind stage i's rate-limit key over root into *key_out (NULL: the stage
- * has no keyed rate limit); see bind_key.  A map binds one per element,
- * with item and item_index.
- */
-int
-step_rate_key(wfe_step *st, int i, json_object *root, const char **key_out,
-			  const char **code, const char **message)
-{
-	*key_out = NULL;
-	if (st->rp->stages[i].rate_key == NULL)
-		return 0;
-	return bind_key(st, st->rp->stages[i].rate_key, "rate_limit.key", root, key_out, code, message);
-}
-
-/* Bind stage i's rate-limit key into its row, for the enqueue to write. */
-static int
-bind_rate_key(wfe_step *st, int i, const char **code, const char **message)
-{
-	const char *key;
-
-	if (st->rp->stages[i].rate_key == NULL)
-		return 0;
-	if (step_rate_key(st, i, build_root(st, i, 0), &key, code, message) < 0)
-		return -1;
-	wfe_step_row(st, i)->rate_key = key;
-	return 0;
-}
-
-/*
- * Bind stage i's concurrency key over root into *key_out (NULL: the stage
- * has no keyed concurrency), as step_rate_key does: a map binds one per
- * element, with item and item_index.
- */
-int
-step_concurrency_key(wfe_step *st, int i, json_object *root, const char **key_out,
-					 const char **code, const char **message)
-{
-	*key_out = NULL;
-	if (st->rp->stages[i].concurrency_key == NULL)
-		return 0;
-	return bind_key(st, st->rp->stages[i].concurrency_key, "concurrency.key", root, key_out, code, message);
-}
-
-/*
- * Bind stage i's concurrency key into its row, as bind_rate_key does.  (A
- * long key is stored as its digest by the server: concurrency.h.)
- */
-static int
-bind_concurrency_key(wfe_step *st, int i, const char **code, const char **message)
-{
-	const wfe_rp_stage *s = &st->rp->stages[i];
-
-	if (s->concurrency_key == NULL)
-		return 0;
-	return step_concurrency_key(st, i, build_root(st, i, 0), &wfe_step_row(st, i)->concurrency_key,
-								code, message);
-}
-
-/* ---------------------------------------------------------------------
  * Releasing stages
  * --------------------------------------------------------------------- */
 
@@ -623,8 +292,8 @@ step_resolve(wfe_step *st, int i, wfe_state state, json_object *result, json_obj
 		r->branch = branch;
 }
 
-static void
-skip(wfe_step *st, int i, const char *reason, int decision)
+void
+step_skip(wfe_step *st, int i, const char *reason, int decision)
 {
 	wfe_row    *r = wfe_step_row(st, i);
 	wfe_op	   *op = step_emit(st, WFE_OP_SKIP, i);
@@ -677,7 +346,7 @@ step_skip_unreachable(wfe_step *st, int decision, int next)
 						live = 1;
 				}
 		if (!live)
-			skip(st, i, "branch_not_taken", decision);
+			step_skip(st, i, "branch_not_taken", decision);
 	}
 }
 
@@ -691,7 +360,7 @@ step_route(wfe_step *st, int from, int target, int branch, wfe_state outcome)
 	{
 		const char *word = target == WFE_TO_COMPLETED ? "completed" : "failed";
 
-		set_intent(st, target == WFE_TO_COMPLETED ? WFE_RUN_COMPLETED : WFE_RUN_FAILED,
+		step_set_intent(st, target == WFE_TO_COMPLETED ? WFE_RUN_COMPLETED : WFE_RUN_FAILED,
 				   wfe_arena_printf(&st->arena, "stage %s routed to %s",
 									st->rp->stages[from].name, word));
 		return;
@@ -813,7 +482,7 @@ step_activate(wfe_step *st, int i, int branch, wfe_state outcome)
 		json_object *detail = json_object_new_object();
 		int			next;
 
-		decide(st, i, &d);
+		step_decide(st, i, &d);
 		if (d.ok)
 		{
 			json_object *result = json_object_new_object();
@@ -873,12 +542,12 @@ step_activate(wfe_step *st, int i, int branch, wfe_state outcome)
 			return;
 		}
 		/* a wait binds nothing; a sleep binds its `until`, if it has one */
-		input = s->kind == WFE_K_FINALISER ? finaliser_input(st)
+		input = s->kind == WFE_K_FINALISER ? step_finaliser_input(st)
 			: (s->kind == WFE_K_WAIT || (s->kind == WFE_K_SLEEP && s->input == NULL)) ? "{}"
 			: step_bind_stage(st, i, NULL, &code, &message);
-		if (input != NULL && bind_rate_key(st, i, &code, &message) < 0)
+		if (input != NULL && step_bind_rate_key(st, i, &code, &message) < 0)
 			input = NULL;
-		if (input != NULL && bind_concurrency_key(st, i, &code, &message) < 0)
+		if (input != NULL && step_bind_concurrency_key(st, i, &code, &message) < 0)
 			input = NULL;
 		if (input == NULL)
 			step_bind_failed(st, i, code, message);
@@ -917,480 +586,6 @@ step_bind_failed(wfe_step *st, int i, const char *code, const char *message)
 }
 
 /* ---------------------------------------------------------------------
- * Waits and sleeps: running with no worker until the world or a timer
- * ends them (runtime.md "Signals", "Sleep and not_before")
- * --------------------------------------------------------------------- */
-
-/* Stage i's released attempt is running with no worker: a new attempt and fence. */
-static wfe_op *
-park(wfe_step *st, int i, const char *input, int64_t delay_us, const char *timer)
-{
-	wfe_row    *r = wfe_step_row(st, i);
-	wfe_op	   *op = step_emit(st, WFE_OP_PARK, i);
-
-	r->state = WFE_RUNNING;
-	r->attempt += 1;
-	r->fence = step_next_fence(st, r->fence);
-	r->outcome = 0;
-	op->attempt = r->attempt;
-	op->fence = r->fence;
-	op->delay_us = delay_us;
-	op->text = timer;
-	op->json = input;
-	return op;
-}
-
-/* The oldest buffered signal for wait i, taken: it completes the wait. */
-static int
-take_buffered(wfe_step *st, int i)
-{
-	int64_t		id = 0;
-	const char *payload = st->io->buffered_signal
-		? st->io->buffered_signal(st->io->arg, st->rp->stages[i].contract, st->signal_after, &id)
-		: NULL;
-	wfe_op	   *op;
-
-	if (payload == NULL)
-		return 0;
-	/* ids only grow: a second wait released in this step takes the next one */
-	st->signal_after = id;
-	op = step_emit(st, WFE_OP_SIGNAL_TAKEN, i);
-	op->delay_us = id;
-	step_completed(st, i, wfe_arena_strdup(&st->arena, payload), BY_ATTEMPT);
-	return 1;
-}
-
-/* {"slept_until": when} */
-static const char *
-slept_until(wfe_step *st, json_object *when)
-{
-	json_object *o = json_object_new_object();
-
-	json_object_object_add(o, "slept_until", when);
-	return step_json_text(st, o);
-}
-
-/*
- * Release a wait or a sleep (input: a sleep's bound {"until"}).  A wait
- * takes the oldest signal buffered for it, or waits with its timeout timer;
- * a sleep whose time has come completes at once, else waits for its timer.
- */
-void
-step_park(wfe_step *st, int i, const char *input)
-{
-	const wfe_rp_stage *s = &st->rp->stages[i];
-	json_object *detail = json_object_new_object();
-
-	if (s->kind == WFE_K_WAIT)
-	{
-		wfe_op	   *op = park(st, i, NULL, s->timeout_ms >= 0 ? s->timeout_ms * 1000 : -1,
-							  "wait_timeout");
-
-		json_object_object_add(detail, "signal", step_jstr(s->contract));
-		json_object_object_add(detail, "timeout_ms",
-							   s->timeout_ms >= 0 ? json_object_new_int64(s->timeout_ms) : NULL);
-		step_event_fenced(st, i, op->attempt, "stage.waiting", detail, op->fence);
-		take_buffered(st, i);
-		return;
-	}
-	/* a sleep */
-	{
-		int64_t		delay_us = s->sleep_ms >= 0 ? s->sleep_ms * 1000 : 0;
-		const char *until = NULL;
-		wfe_op	   *op;
-
-		if (s->sleep_ms < 0)
-		{
-			json_object *in = step_hold(st, step_jparse(input));
-			json_object *u = NULL;
-			int64_t		sec = 0;
-			int32_t		nsec = 0;
-			char		why[128] = "";
-
-			if (in)
-				json_object_object_get_ex(in, "until", &u);
-			if (u == NULL || !json_object_is_type(u, json_type_string) ||
-				wfe_timestamp_parse(json_object_get_string(u), (size_t) json_object_get_string_len(u),
-									&sec, &nsec, why, sizeof(why)) != 0)
-			{
-				sleep_unbound(st, i, u ? json_object_to_json_string_ext(u, JSON_C_TO_STRING_PLAIN) : "null",
-							  why);
-				json_object_put(detail);
-				return;
-			}
-			until = json_object_get_string(u);
-			delay_us = sec * 1000000 + nsec / 1000 - (st->io->now_us ? st->io->now_us(st->io->arg) : 0);
-		}
-		if (until != NULL && delay_us <= 0)
-		{
-			/* its time has come already: it completes at once */
-			op = park(st, i, input, -1, NULL);
-			json_object_object_add(detail, "until", step_jstr(until));
-			step_event_fenced(st, i, op->attempt, "stage.sleeping", detail, op->fence);
-			step_completed(st, i, slept_until(st, step_jstr(until)), BY_ATTEMPT);
-			return;
-		}
-		op = park(st, i, input, delay_us, "sleep");
-		json_object_object_add(detail, "duration_ms", json_object_new_int64(delay_us / 1000));
-		if (until)
-			json_object_object_add(detail, "until", step_jstr(until));
-		step_event_fenced(st, i, op->attempt, "stage.sleeping", detail, op->fence);
-	}
-}
-
-/* A sleep's until did not bind to an RFC 3339 timestamp: binding.type, the failure route. */
-static void
-sleep_unbound(wfe_step *st, int i, const char *value, const char *why)
-{
-	step_bind_failed(st, i, "binding.type",
-					 wfe_arena_printf(&st->arena, "until of sleep '%s' is %s, not an RFC 3339 timestamp%s%s",
-									  st->rp->stages[i].name, value, why[0] ? ": " : "", why));
-}
-
-const char *
-wfe_step_signal(wfe_step *st, const char *signal, const char *payload, const char *key,
-				const char *by, int *taken)
-{
-	const wfe_run_plan *rp = st->rp;
-	const char *outcome = "late";
-	int			released = -1,
-				pending = 0;
-	json_object *detail = json_object_new_object();
-
-	*taken = -1;
-	if (st->run->intent < 0 && !st->run->finished)
-	{
-		/* the first released wait on it in plan order takes it; else one yet to come buffers it */
-		for (int i = 0; i < rp->first_finaliser && released < 0; i++)
-		{
-			wfe_row    *r;
-
-			if (rp->stages[i].kind != WFE_K_WAIT || strcmp(rp->stages[i].contract, signal) != 0)
-				continue;
-			r = wfe_step_row(st, i);
-			if (r->exists && r->state == WFE_RUNNING)
-				released = i;
-			else if (r->exists && r->state == WFE_WAITING)
-				pending = 1;
-		}
-		outcome = released >= 0 ? "accepted" : pending ? "buffered" : "late";
-	}
-	json_object_object_add(detail, "signal", step_jstr(signal));
-	json_object_object_add(detail, "outcome", json_object_new_string(outcome));
-	json_object_object_add(detail, "idempotency_key", step_jstr(key));
-	json_object_object_add(detail, "by", step_jstr(by));
-	step_event(st, released, released >= 0 ? wfe_step_row(st, released)->attempt : 0,
-			   "signal.received", detail);
-	if (released >= 0)
-	{
-		*taken = released;
-		step_completed(st, released, payload, BY_ATTEMPT);
-	}
-	return outcome;
-}
-
-void
-wfe_step_wait_timeout(wfe_step *st, int i, int attempt, int64_t fence)
-{
-	wfe_row    *r = wfe_step_row(st, i);
-	const wfe_rp_stage *s = &st->rp->stages[i];
-	json_object *detail;
-	json_object *error;
-	wfe_op	   *op;
-
-	/* a timer of a wait that took its signal, was cancelled or redriven does nothing */
-	if (!r->exists || s->kind != WFE_K_WAIT || r->state != WFE_RUNNING || r->attempt != attempt ||
-		r->fence != fence)
-		return;
-	op = step_emit(st, WFE_OP_TIME_OUT, i);
-	r->state = WFE_TIMED_OUT;
-	r->fence = step_next_fence(st, r->fence);
-	op->fence = r->fence;
-	detail = json_object_new_object();
-	json_object_object_add(detail, "clock", json_object_new_string("wait"));
-	json_object_object_add(detail, "signal", step_jstr(s->contract));
-	json_object_object_add(detail, "timeout_ms", json_object_new_int64(s->timeout_ms));
-	step_event(st, i, r->attempt, "stage.timed_out", detail);
-	error = json_object_new_object();
-	json_object_object_add(error, "code", json_object_new_string("timeout.wait"));
-	json_object_object_add(error, "message", json_object_new_string(
-						   wfe_arena_printf(&st->arena, "no signal %s came within %lld ms", s->contract,
-											(long long) s->timeout_ms)));
-	/* no retry, no dead letter: the author routed the timeout (on_timeout) */
-	step_attempt_failed(st, i, step_json_text(st, error), "\"timeout.wait\"", 0, WFE_TIMED_OUT);
-}
-
-void
-wfe_step_sleep_due(wfe_step *st, int i, int attempt, int64_t fence, const char *due_json)
-{
-	wfe_row    *r = wfe_step_row(st, i);
-
-	if (!r->exists || st->rp->stages[i].kind != WFE_K_SLEEP || r->state != WFE_RUNNING ||
-		r->attempt != attempt || r->fence != fence)
-		return;
-	step_completed(st, i, slept_until(st, step_jparse(due_json)), BY_ATTEMPT);
-}
-
-/* ---------------------------------------------------------------------
- * Intents, finalisers, the end of a run
- * --------------------------------------------------------------------- */
-
-/* Expose the run's final state: completed only if every finaliser succeeded. */
-static void
-finish(wfe_step *st)
-{
-	wfe_run    *run = st->run;
-	wfe_run_state final;
-	wfe_op	   *op;
-	json_object *detail = json_object_new_object();
-
-	if (run->finished)
-		return;
-	if (run->intent == WFE_RUN_CANCELLED)
-		final = WFE_RUN_CANCELLED;
-	else if (run->intent == WFE_RUN_COMPLETED)
-	{
-		final = WFE_RUN_COMPLETED;
-		step_load_all(st);
-		for (int k = st->rp->first_finaliser; k < st->rp->nstages; k++)
-			if (st->rows[k].exists && st->rows[k].state != WFE_COMPLETED)
-				final = WFE_RUN_FAILED;
-	}
-	else
-		final = WFE_RUN_FAILED;
-	op = step_emit(st, WFE_OP_FINISH, -1);
-	op->state = final;
-	op->text = (final == WFE_RUN_FAILED && run->intent == WFE_RUN_COMPLETED)
-		? "a finaliser failed" : NULL;
-	run->state = final;
-	run->finished = 1;
-	json_object_object_add(detail, "intent", step_jstr(step_intent_name(run->intent)));
-	step_event(st, -1, 0, wfe_arena_printf(&st->arena, "run.%s", wfe_run_state_name(final)), detail);
-}
-
-/* Release the next finaliser in declared order, or finish the run. */
-static void
-next_finaliser(wfe_step *st)
-{
-	for (int k = st->rp->first_finaliser; k < st->rp->nstages; k++)
-	{
-		wfe_row    *r = wfe_step_row(st, k);
-
-		if (r->exists && r->state == WFE_WAITING)
-		{
-			if (st->run->state == WFE_RUN_RUNNING)
-			{
-				step_emit(st, WFE_OP_FINALISING, -1);
-				st->run->state = WFE_RUN_FINALISING;
-			}
-			step_activate(st, k, -1, WFE_COMPLETED);
-			return;
-		}
-	}
-	finish(st);
-}
-
-/*
- * The run's output (dsl.md "Run output"), bound when the run reaches a
- * completed intent: the `output` template over every completed stage's
- * result and every task's outputs, or by default {} (stages form) or the
- * outputs map {task: {key: value}} (tasks form).  Read once per run, at its
- * end, so it may read every row.  NULL with *code and *message on a binding
- * failure.
- */
-static const char *
-run_output(wfe_step *st, const char **code, const char **message)
-{
-	const wfe_run_plan *rp = st->rp;
-	json_object *root;
-	json_object *stages;
-	json_object *outputs = json_object_new_object();
-	json_object *run;
-	json_object *bound;
-	wfe_bind_error err;
-	char	   *canon;
-	const char *text;
-
-	for (int i = 0; i < rp->nstages; i++)
-	{
-		const wfe_rp_stage *s = &rp->stages[i];
-		json_object *per = NULL;
-		/* a task completed in this step: its outputs are not written yet */
-		json_object *fresh = s->nproduces > 0 && wfe_step_row(st, i)->result
-			? step_hold(st, step_jparse(wfe_step_row(st, i)->result)) : NULL;
-
-		for (int k = 0; k < s->nproduces; k++)
-		{
-			json_object *fv = NULL;
-			const char *v;
-
-			if (fresh != NULL)
-			{
-				if (json_object_object_get_ex(fresh, s->produces[k].key, &fv))
-				{
-					if (per == NULL)
-					{
-						per = json_object_new_object();
-						json_object_object_add(outputs, s->name, per);
-					}
-					json_object_object_add(per, s->produces[k].key, json_object_get(fv));
-				}
-				continue;
-			}
-			v = st->io->output(st->io->arg, s->name, s->produces[k].key);
-			if (v == NULL)
-				continue;
-			if (per == NULL)
-			{
-				per = json_object_new_object();
-				json_object_object_add(outputs, s->name, per);
-			}
-			json_object_object_add(per, s->produces[k].key, step_jparse(v));
-		}
-	}
-	if (rp->output == NULL)
-	{
-		if (rp->tasks_form)
-			return step_json_text(st, outputs);	/* frees it */
-		json_object_put(outputs);
-		return "{}";
-	}
-
-	root = step_hold(st, json_object_new_object());	/* owns what is added to it */
-	stages = json_object_new_object();
-	run = json_object_new_object();
-	{
-		json_object *context = step_jparse(st->io->context(st->io->arg));
-
-		json_object_object_add(root, "context", context ? context : json_object_new_object());
-	}
-	step_load_all(st);
-	for (int t = 0; t < rp->nstages; t++)
-	{
-		const wfe_rp_stage *ts = &rp->stages[t];
-		wfe_row    *tr = &st->rows[t];
-		json_object *entry;
-
-		if ((ts->kind != WFE_K_ACTION && ts->kind != WFE_K_WORKER && ts->kind != WFE_K_WAIT &&
-			 ts->kind != WFE_K_SLEEP && ts->kind != WFE_K_WORKFLOW && ts->kind != WFE_K_MAP) ||
-			!tr->exists || tr->state != WFE_COMPLETED)
-			continue;
-		entry = json_object_new_object();
-		json_object_object_add(entry, "result",
-							   step_jparse(tr->result ? tr->result : st->io->result(st->io->arg, t)));
-		json_object_object_add(stages, ts->name, entry);
-	}
-	json_object_object_add(root, "stages", stages);
-	json_object_object_add(root, "outputs", outputs);
-	json_object_object_add(run, "id", json_object_new_int64(st->run->run_id));
-	json_object_object_add(run, "tenant", step_jstr(st->run->tenant));
-	json_object_object_add(run, "workflow", step_jstr(st->run->workflow));
-	json_object_object_add(run, "version", step_jstr(st->run->version));
-	json_object_object_add(root, "run", run);
-
-	memset(&err, 0, sizeof(err));
-	bound = wfe_bind_input(rp->output, root, NULL, NULL, &err);
-	if (bound == NULL)
-	{
-		*code = wfe_arena_strdup(&st->arena, err.code ? err.code : WFE_BIND_TYPE);
-		/* bind.c names the path from "input"; here it is the run's output */
-		*message = wfe_arena_strdup(&st->arena, strncmp(err.message, "input", 5) == 0
-									? wfe_arena_printf(&st->arena, "output%s", err.message + 5)
-									: err.message);
-		return NULL;
-	}
-	canon = wfe_canonical_json(bound);
-	json_object_put(bound);
-	text = wfe_arena_strdup(&st->arena, canon ? canon : "{}");
-	free(canon);
-	return text;
-}
-
-/*
- * Set the run's terminal intent (once): fence what is in flight and ask it
- * to stop, skip what never started, then run the finalisers.  Tasks the run
- * does not wait for (awaits: false) go on after a completed intent.
- */
-static void
-set_intent(wfe_step *st, wfe_run_state intent, const char *reason)
-{
-	const wfe_run_plan *rp = st->rp;
-	wfe_op	   *op;
-	json_object *detail;
-
-	const char *output = NULL;
-
-	if (st->run->intent >= 0)
-		return;
-	if (intent == WFE_RUN_COMPLETED)
-	{
-		const char *code = NULL;
-		const char *message = NULL;
-
-		/* before the finalisers: an output that does not bind fails the run */
-		output = run_output(st, &code, &message);
-		if (output == NULL)
-		{
-			detail = json_object_new_object();
-			json_object_object_add(detail, "code", step_jstr(code));
-			json_object_object_add(detail, "message", step_jstr(message));
-			step_event(st, -1, 0, "run.output_failed", detail);
-			intent = WFE_RUN_FAILED;
-			reason = wfe_arena_printf(&st->arena, "%s: %s", code, message);
-		}
-	}
-	op = step_emit(st, WFE_OP_INTENT, -1);
-	op->state = intent;
-	op->text = reason;
-	op->json = output;
-	st->run->intent = intent;
-	detail = json_object_new_object();
-	json_object_object_add(detail, "intent", step_jstr(step_intent_name(intent)));
-	json_object_object_add(detail, "reason", step_jstr(reason));
-	step_event(st, -1, 0, "run.intent", detail);
-
-	step_load_all(st);
-	for (int i = 0; i < rp->nstages; i++)
-	{
-		wfe_row    *r = &st->rows[i];
-		wfe_state	was = r->state;
-
-		if (!r->exists || rp->stages[i].kind == WFE_K_FINALISER || !WFE_STATE_IN_FLIGHT(was) ||
-			(!r->awaits && intent == WFE_RUN_COMPLETED))
-			continue;
-		op = step_emit(st, WFE_OP_CANCEL, i);
-		{
-			json_object *error = json_object_new_object();
-
-			json_object_object_add(error, "code", json_object_new_string(
-								   wfe_arena_printf(&st->arena, "run.%s", step_intent_name(intent))));
-			json_object_object_add(error, "message", step_jstr(reason));
-			op->json = step_json_text(st, error);
-		}
-		op->flag = (was == WFE_DISPATCHED || was == WFE_RUNNING);
-		op->text = reason;
-		r->state = WFE_CANCELLED;
-		op->prev_fence = r->fence;
-		r->fence = step_next_fence(st, r->fence);
-		op->attempt = r->attempt;
-		op->fence = r->fence;
-		detail = json_object_new_object();
-		json_object_object_add(detail, "was", step_jstr(wfe_state_name(was)));
-		json_object_object_add(detail, "cancel_requested", json_object_new_boolean(op->flag));
-		/* the fence of the attempt asked to stop: its ack_cancel names it */
-		step_event_fenced(st, i, r->attempt, "stage.cancelled", detail, op->prev_fence);
-		step_cache_leader_ended(st, i);
-		if (rp->stages[i].kind == WFE_K_MAP)
-			step_emit(st, WFE_OP_MAP_CANCEL, i)->json = op->json;
-	}
-	for (int i = 0; i < rp->nstages; i++)
-		if (st->rows[i].exists && st->rows[i].state == WFE_WAITING &&
-			rp->stages[i].kind != WFE_K_FINALISER)
-			skip(st, i, intent == WFE_RUN_COMPLETED ? "branch_not_taken" : "run_aborted", -1);
-	next_finaliser(st);
-}
-
-/* ---------------------------------------------------------------------
  * The tasks form
  * --------------------------------------------------------------------- */
 
@@ -1409,7 +604,7 @@ tasks_maybe_complete(wfe_step *st)
 			(r->state == WFE_WAITING || WFE_STATE_IN_FLIGHT(r->state)))
 			return;
 	}
-	set_intent(st, WFE_RUN_COMPLETED, "every awaited task finished");
+	step_set_intent(st, WFE_RUN_COMPLETED, "every awaited task finished");
 }
 
 /* Release a waiting task whose dependencies are all done, or skip it. */
@@ -1453,7 +648,7 @@ task_consider(wfe_step *st, int i)
 		{
 			int			missing;
 
-			step_hold(st, required_outputs(st, i, &missing));
+			step_hold(st, step_required_outputs(st, i, &missing));
 			if (missing)
 				reason = "missing_input";
 		}
@@ -1463,7 +658,7 @@ task_consider(wfe_step *st, int i)
 		step_activate(st, i, -1, WFE_COMPLETED);
 		return;
 	}
-	skip(st, i, reason, -1);
+	step_skip(st, i, reason, -1);
 	task_done(st, i);
 }
 
@@ -1481,7 +676,7 @@ task_done(wfe_step *st, int i)
 	if ((r->state == WFE_FAILED || r->state == WFE_TIMED_OUT) && r->awaits && s->critical)
 	{
 		/* a critical failure halts the run: nothing unstarted is dispatched */
-		set_intent(st, WFE_RUN_FAILED,
+		step_set_intent(st, WFE_RUN_FAILED,
 				   wfe_arena_printf(&st->arena, "critical task %s failed", s->name));
 		st->depth--;
 		return;
@@ -1509,7 +704,7 @@ stage_done(wfe_step *st, int i, wfe_state outcome)
 		return;
 	}
 	if (s->kind == WFE_K_FINALISER)
-		next_finaliser(st);
+		step_next_finaliser(st);
 	else if (st->rp->tasks_form)
 		task_done(st, i);
 	else
@@ -1725,13 +920,13 @@ wfe_step_run_deadline(wfe_step *st, const char *deadline_json)
 	detail = json_object_new_object();
 	json_object_object_add(detail, "deadline_at", step_jparse(deadline_json));
 	step_event(st, -1, 0, "run.deadline_expired", detail);
-	set_intent(st, WFE_RUN_FAILED, "run deadline passed");
+	step_set_intent(st, WFE_RUN_FAILED, "run deadline passed");
 }
 
 void
 wfe_step_cancel(wfe_step *st, const char *reason)
 {
-	set_intent(st, WFE_RUN_CANCELLED, reason);
+	step_set_intent(st, WFE_RUN_CANCELLED, reason);
 }
 
 /*
@@ -1749,7 +944,7 @@ wfe_step_engine_error(wfe_step *st, int i, const char *error_json)
 		return;
 	json_object_object_add(detail, "error", step_jparse(error_json));
 	step_event(st, i, i >= 0 ? wfe_step_row(st, i)->attempt : 0, "run.engine_error", detail);
-	set_intent(st, WFE_RUN_FAILED, "engine error");
+	step_set_intent(st, WFE_RUN_FAILED, "engine error");
 }
 
 void

@@ -1,7 +1,9 @@
 /*
  * step_internal.h — what the files of the step core share: step.c (how a
- * run moves), step_cache.c (the result cache at release), step_operate.c
- * (operator recovery) and child.c (workflow stages' child runs).  Not
+ * run moves), step_bind.c (binding and decisions), step_waits.c (waits and
+ * sleeps), step_finish.c (intents, finalisers, a run's end), step_cache.c
+ * (the result cache at release), step_operate.c (operator recovery) and
+ * child.c (workflow stages' child runs).  Not
  * for the server: it includes step.h and knows nothing of this.
  */
 #ifndef WFE_STEP_INTERNAL_H
@@ -9,6 +11,7 @@
 
 #include <json-c/json.h>
 
+#include "bind.h"
 #include "step.h"
 
 /* Memory, rows and effects (step.c) */
@@ -24,7 +27,19 @@ extern void step_event_fenced(wfe_step *st, int stage, int attempt, const char *
 							  int64_t fence);
 extern const char *step_intent_name(int intent);
 
+/* Binding and decisions (step_bind.c) */
+extern json_object *step_required_outputs(wfe_step *st, int i, int *missing);
+extern void step_decide(wfe_step *st, int i, wfe_decision *d);
+extern const char *step_finaliser_input(wfe_step *st);
+extern int	step_bind_rate_key(wfe_step *st, int i, const char **code, const char **message);
+extern int	step_bind_concurrency_key(wfe_step *st, int i, const char **code, const char **message);
+
+/* Intents, finalisers, the end of a run (step_finish.c) */
+extern void step_next_finaliser(wfe_step *st);
+extern void step_set_intent(wfe_step *st, wfe_run_state intent, const char *reason);
+
 /* Releasing, routing, ending attempts (step.c) */
+extern void step_skip(wfe_step *st, int i, const char *reason, int decision);
 extern int64_t step_next_fence(wfe_step *st, int64_t fence);
 extern void step_enqueue(wfe_step *st, int i, const char *input, int new_attempt, const char *cache_key);
 extern void step_resolve(wfe_step *st, int i, wfe_state state, json_object *result, json_object *error, int branch);
