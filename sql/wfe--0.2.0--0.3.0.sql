@@ -5598,21 +5598,8 @@ END
 $$;
 
 CREATE OR REPLACE FUNCTION wfe._project_event()
-RETURNS trigger
-LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    INSERT INTO wfe.outbox (tenant, run_id, stage, attempt, kind, exchange, routing_key, message_id, body)
-    VALUES (NEW.tenant, NEW.run_id, NEW.stage, NEW.attempt, 'event', wfe._exchange('event'), NEW.type,
-            md5('event:' || NEW.event_id)::uuid,
-            jsonb_build_object('event_id', NEW.event_id, 'run_id', NEW.run_id, 'tenant', NEW.tenant,
-                               'stage', NEW.stage, 'attempt', NEW.attempt, 'type', NEW.type,
-                               'at', NEW.at, 'detail', NEW.detail));
-    PERFORM wfe._wake(now());
-    RETURN NULL;
-END
-$$;
+RETURNS trigger AS 'MODULE_PATHNAME', 'wfe_project_event'
+LANGUAGE C;
 
 CREATE OR REPLACE FUNCTION wfe.fetch_payload(ref jsonb)
 RETURNS jsonb

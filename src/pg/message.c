@@ -2,7 +2,8 @@
  * message.c — what names a message: its deterministic id and, for the
  * outbox, its exchange and routing key.  The rules live here and in
  * src/amqp/topology.c only; SQL asks through wfe._message_id,
- * wfe._exchange and wfe._routing_key, and the claim calls wfe_message_id.
+ * wfe._exchange and wfe._routing_key, the claim calls wfe_message_id and
+ * the event projection (event_projection.c) wfe_event_message_id.
  */
 #include "postgres.h"
 
@@ -14,6 +15,19 @@
 #include "amqp/topology.h"
 #include "pg/wfe.h"
 
+/* md5 of text as a uuid (what md5(text)::uuid gives in SQL); frees text. */
+static Datum
+md5_uuid(char *text)
+{
+	pg_uuid_t  *uuid = palloc(sizeof(pg_uuid_t));
+	const char *errstr = NULL;
+
+	if (!pg_md5_binary(text, strlen(text), uuid->data, &errstr))
+		elog(ERROR, "wfe: md5 failed: %s", errstr ? errstr : "?");
+	pfree(text);
+	return UUIDPGetDatum(uuid);
+}
+
 /*
  * The deterministic id of a message about one attempt: md5 of
  * "run:stage:attempt:fence:kind" as a uuid, so a republished message keeps
@@ -22,15 +36,15 @@
 Datum
 wfe_message_id(int64 run_id, const char *stage, int attempt, int64 fence, const char *kind)
 {
-	char	   *text = psprintf(INT64_FORMAT ":%s:%d:" INT64_FORMAT ":%s", run_id, stage, attempt,
-								fence, kind);
-	pg_uuid_t  *uuid = palloc(sizeof(pg_uuid_t));
-	const char *errstr = NULL;
+	return md5_uuid(psprintf(INT64_FORMAT ":%s:%d:" INT64_FORMAT ":%s", run_id, stage, attempt,
+							 fence, kind));
+}
 
-	if (!pg_md5_binary(text, strlen(text), uuid->data, &errstr))
-		elog(ERROR, "wfe: md5 failed: %s", errstr ? errstr : "?");
-	pfree(text);
-	return UUIDPGetDatum(uuid);
+/* The id of an event's message on the wfe.events exchange: md5 of "event:<event_id>" as a uuid. */
+Datum
+wfe_event_message_id(int64 event_id)
+{
+	return md5_uuid(psprintf("event:" INT64_FORMAT, event_id));
 }
 
 PG_FUNCTION_INFO_V1(wfe_message_id_sql);

@@ -80,6 +80,8 @@ extern void wfe_validation_raise_stopped(int rc, const char *detail);
 /* The deterministic id of a message about one attempt (message.c). */
 extern Datum wfe_message_id(int64 run_id, const char *stage, int attempt, int64 fence,
 							const char *kind);
+/* The id of an event's message on the wfe.events exchange (message.c). */
+extern Datum wfe_event_message_id(int64 event_id);
 
 /* SHA-256 (compile_fn.c: PostgreSQL's cryptohash). */
 extern void wfe_sha256(const unsigned char *data, size_t len, unsigned char out[32]);
