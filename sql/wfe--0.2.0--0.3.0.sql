@@ -4322,6 +4322,40 @@ COMMENT ON VIEW wfe.metrics IS
 -- ---------------------------------------------------------------------
 ALTER TABLE wfe.runs DROP CONSTRAINT runs_definition_id_fkey;
 
+-- ---------------------------------------------------------------------
+-- A submit, third pass (issue 24 item 3, submit3): a stage row has no
+-- foreign key to its run (its check was a statement per stage row of every
+-- submit and map); its run's deletion takes it through wfe.runs_deleted.
+-- ---------------------------------------------------------------------
+ALTER TABLE wfe.run_stages DROP CONSTRAINT run_stages_run_id_fkey;
+-- Trigger: no stage row outlives its run, whoever deletes it (retention,
+-- an owner's DELETE or TRUNCATE ... CASCADE), as the foreign key's cascade
+-- did; it runs as the tables' owner, as the cascade did, and deletes only
+-- the rows of the runs the statement deleted.
+CREATE FUNCTION wfe._runs_deleted()
+RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF TG_OP = 'TRUNCATE' THEN
+        TRUNCATE wfe.run_stages;
+    ELSE
+        -- an array, not a join: the transition table has no statistics,
+        -- and the primary key's index is the way to a run's rows
+        DELETE FROM wfe.run_stages AS st WHERE st.run_id = ANY (ARRAY(SELECT g.run_id FROM gone AS g));
+    END IF;
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION wfe._runs_deleted() IS
+'Trigger: deletes the stage rows of the runs a statement deleted (or truncates them with wfe.runs).';
+REVOKE ALL ON FUNCTION wfe._runs_deleted() FROM PUBLIC;
+CREATE TRIGGER runs_deleted AFTER DELETE ON wfe.runs
+    REFERENCING OLD TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION wfe._runs_deleted();
+CREATE TRIGGER runs_truncated AFTER TRUNCATE ON wfe.runs
+    FOR EACH STATEMENT EXECUTE FUNCTION wfe._runs_deleted();
+
 -- Final bodies: every function whose text changed in 0.3.0, as src/sql has it.
 -- (Written by the same rule as the sections above: the whole text, copied.)
 
@@ -5496,7 +5530,7 @@ BEGIN
         -- (wfe._history_maintain, below); those in the default one now
         DELETE FROM wfe.events_default AS e WHERE e.run_id = ANY (v_runs);
         DELETE FROM wfe.outbox AS o WHERE o.run_id = ANY (v_runs) AND o.state = 'published';
-        DELETE FROM wfe.runs AS r WHERE r.run_id = ANY (v_runs);     -- cascades to stages, outputs, timers, payloads
+        DELETE FROM wfe.runs AS r WHERE r.run_id = ANY (v_runs);     -- their stages by wfe.runs_deleted; outputs, timers, payloads by cascade
         n := cardinality(v_runs);
     END IF;
     DELETE FROM wfe.outbox AS o

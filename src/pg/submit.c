@@ -73,8 +73,8 @@ static stmt q_runs_live = STMT(
  * plan, waiting, and its run.submitted event.  $15 and $16 are the plan's
  * form and contracts; NULLs take a new trace id and the sampled flag.
  * A child run ($12, $13, $14: its parent's attempt) says so in its event; a
- * submitted one how it came (wfe._submit_via).  The stage rows' foreign
- * keys are checked at the statement's end, when the run row is there.
+ * submitted one how it came (wfe._submit_via).  The stage rows have no
+ * foreign key to check: they are written here, with their run.
  */
 #define INSERT_RUN_HEAD \
 	"WITH r AS (" \

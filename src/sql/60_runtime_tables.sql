@@ -152,8 +152,12 @@ CREATE INDEX runs_replay_of ON wfe.runs (replay_of) WHERE replay_of IS NOT NULL;
 -- runs in flight per tenant: the admission limit and wfe.dashboard_tenants
 CREATE INDEX runs_unfinished_tenant ON wfe.runs (tenant) WHERE finished_at IS NULL;
 
+-- No foreign key to wfe.runs: its check is a statement of its own for every
+-- row a submit or a map's release inserts, always beside its run row (the
+-- submit's one statement, a map under its run's lock).  The stage rows go
+-- with their run through wfe.runs_deleted instead (below).
 CREATE TABLE wfe.run_stages (
-    run_id          bigint NOT NULL REFERENCES wfe.runs ON DELETE CASCADE,
+    run_id          bigint NOT NULL,
     stage           text NOT NULL,
     tenant          text NOT NULL,
     ordinal         int NOT NULL,
@@ -225,6 +229,34 @@ COMMENT ON COLUMN wfe.run_stages.element IS
 'A map element''s 0-based index (its stage is NAME[element], its ordinal the map''s); NULL for every other stage';
 -- a map's elements in order: the one final aggregation, the cancellation of those under way
 CREATE INDEX run_stages_elements ON wfe.run_stages (run_id, ordinal, element) WHERE element IS NOT NULL;
+
+-- Trigger: no stage row outlives its run, whoever deletes it (retention,
+-- an owner's DELETE or TRUNCATE ... CASCADE), as the foreign key's cascade
+-- did; it runs as the tables' owner, as the cascade did, and deletes only
+-- the rows of the runs the statement deleted.
+CREATE FUNCTION wfe._runs_deleted()
+RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF TG_OP = 'TRUNCATE' THEN
+        TRUNCATE wfe.run_stages;
+    ELSE
+        -- an array, not a join: the transition table has no statistics,
+        -- and the primary key's index is the way to a run's rows
+        DELETE FROM wfe.run_stages AS st WHERE st.run_id = ANY (ARRAY(SELECT g.run_id FROM gone AS g));
+    END IF;
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION wfe._runs_deleted() IS
+'Trigger: deletes the stage rows of the runs a statement deleted (or truncates them with wfe.runs).';
+REVOKE ALL ON FUNCTION wfe._runs_deleted() FROM PUBLIC;
+CREATE TRIGGER runs_deleted AFTER DELETE ON wfe.runs
+    REFERENCING OLD TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION wfe._runs_deleted();
+CREATE TRIGGER runs_truncated AFTER TRUNCATE ON wfe.runs
+    FOR EACH STATEMENT EXECUTE FUNCTION wfe._runs_deleted();
 
 -- One counter row per released map (runtime.md "Map elements"): each
 -- element's end updates it, so no step but the map's release and its final

@@ -297,7 +297,7 @@ BEGIN
         -- (wfe._history_maintain, below); those in the default one now
         DELETE FROM wfe.events_default AS e WHERE e.run_id = ANY (v_runs);
         DELETE FROM wfe.outbox AS o WHERE o.run_id = ANY (v_runs) AND o.state = 'published';
-        DELETE FROM wfe.runs AS r WHERE r.run_id = ANY (v_runs);     -- cascades to stages, outputs, timers, payloads
+        DELETE FROM wfe.runs AS r WHERE r.run_id = ANY (v_runs);     -- their stages by wfe.runs_deleted; outputs, timers, payloads by cascade
         n := cardinality(v_runs);
     END IF;
     DELETE FROM wfe.outbox AS o
