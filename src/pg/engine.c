@@ -78,6 +78,10 @@ static stmt q_row = STMT(
 	"SELECT " ROW_COLS " FROM wfe.run_stages AS st WHERE st.run_id = $1 AND st.stage = $2", 2, I8, TX);
 static stmt q_row_lock = STMT(
 	"SELECT " ROW_COLS " FROM wfe.run_stages AS st WHERE st.run_id = $1 AND st.stage = $2 FOR UPDATE", 2, I8, TX);
+/* a stage's row and the rows of the stages its success leads to (io_load) */
+static stmt q_rows = STMT(
+	"SELECT " ROW_COLS ", st.stage FROM wfe.run_stages AS st WHERE st.run_id = $1 AND st.stage = ANY ($2)",
+	2, I8, TEXTARRAYOID);
 static stmt q_result = STMT(
 	"SELECT st.result::text FROM wfe.run_stages AS st WHERE st.run_id = $1 AND st.stage = $2", 2, I8, TX);
 static stmt q_same = STMT(
@@ -488,6 +492,9 @@ contract(const char *ref)
  * One step: the run under its lock, the core's I/O hooks (io_*)
  * --------------------------------------------------------------------- */
 
+/* at most this many rows read with the one asked for (io_load) */
+#define READ_AHEAD 4
+
 typedef struct srv
 {
 	int64		run_id;
@@ -498,6 +505,9 @@ typedef struct srv
 	char	   *context;		/* ...as text, once the core asks */
 	wfe_step_io io;
 	int			lock_stage;		/* load this stage's row FOR UPDATE, or -1 */
+	int			nahead;			/* rows read ahead (io_load), not yet asked for */
+	int			ahead_stage[READ_AHEAD];
+	wfe_row		ahead[READ_AHEAD];
 	int			lease_ms;		/* accept_task's lease (0: none) */
 	List	   *after;			/* child runs to start or cancel once the step is over (child.c) */
 } srv;
@@ -505,41 +515,113 @@ typedef struct srv
 /* The one step in progress; kept static so an error's leftovers are released next time. */
 static wfe_step current_step;
 
-/* Fill *row from result columns first.. first+9 of row 0 (see ROW_COLS). */
-static void
-fill_row(srv *s, wfe_row *row, int first)
+/* Column c (1-based) of result row k as text, or NULL. */
+static char *
+row_col(uint64 k, int c)
 {
-	char	   *outcome,
-			   *branch;
-
-	row->exists = 1;
-	row->state = (wfe_state) wfe_state_from_name(stmt_col(first));
-	row->attempt = pg_strtoint32(stmt_col(first + 1));
-	row->fence = pg_strtoint64(stmt_col(first + 2));
-	outcome = stmt_col(first + 3);
-	row->outcome = outcome == NULL ? 0 : strcmp(outcome, "completed") == 0 ? WFE_COMPLETED : WFE_FAILED;
-	branch = stmt_col(first + 4);
-	row->branch = branch ? wfe_run_plan_find(s->rp, branch) : -1;
-	row->awaits = stmt_bool(first + 5);
-	row->has_handler = stmt_bool(first + 6);
-	row->queue = stmt_col(first + 7);
-	row->arrivals = stmt_col(first + 8);
-	row->cache_key = stmt_col(first + 9);
+	return SPI_getvalue(SPI_tuptable->vals[k], SPI_tuptable->tupdesc, c);
 }
 
+/* Fill *row from the first ten columns of result row k (see ROW_COLS). */
+static void
+fill_row(srv *s, wfe_row *row, uint64 k)
+{
+	char	   *outcome,
+			   *branch,
+			   *b;
+
+	row->exists = 1;
+	row->state = (wfe_state) wfe_state_from_name(row_col(k, 1));
+	row->attempt = pg_strtoint32(row_col(k, 2));
+	row->fence = pg_strtoint64(row_col(k, 3));
+	outcome = row_col(k, 4);
+	row->outcome = outcome == NULL ? 0 : strcmp(outcome, "completed") == 0 ? WFE_COMPLETED : WFE_FAILED;
+	branch = row_col(k, 5);
+	row->branch = branch ? wfe_run_plan_find(s->rp, branch) : -1;
+	b = row_col(k, 6);
+	row->awaits = b != NULL && b[0] == 't';
+	b = row_col(k, 7);
+	row->has_handler = b != NULL && b[0] == 't';
+	row->queue = row_col(k, 8);
+	row->arrivals = row_col(k, 9);
+	row->cache_key = row_col(k, 10);
+}
+
+/* Add stage j to the stages read with another (io_load), once. */
+static void
+add_ahead(srv *s, int *stages, int *n, int j)
+{
+	if (j < 0 || *n >= READ_AHEAD + 1 || j == s->lock_stage)
+		return;
+	for (int k = 0; k < *n; k++)
+		if (stages[k] == j)
+			return;
+	stages[(*n)++] = j;
+}
+
+/*
+ * Load stage i's row.  A completion goes on to load the rows of the stages
+ * its success leads to (to release them): those are read in the same
+ * statement and kept until the core asks, which saves a statement on every
+ * step that releases one.  Both reads are made under the run's lock, which
+ * every writer of a row that is not queued holds; a queued row's claimer
+ * may move it at any time, before a read as well as after.  The row to
+ * lock (lock_stage) is read on its own, FOR UPDATE, and only after rows
+ * read before its wait are dropped: what follows the wait reads afresh.
+ */
 static void
 io_load(void *arg, int i, wfe_row *row)
 {
 	srv		   *s = arg;
-	Datum		v[2] = {Int64GetDatum(s->run_id), CStringGetTextDatum(s->rp->stages[i].name)};
+	const wfe_rp_stage *st = &s->rp->stages[i];
+	Datum		v[2] = {Int64GetDatum(s->run_id), CStringGetTextDatum(st->name)};
+	int			stages[READ_AHEAD + 1];
+	Datum		names[READ_AHEAD + 1];
+	int			n = 0;
 
-	stmt_run(i == s->lock_stage ? &q_row_lock : &q_row, v, NULL);
-	if (SPI_processed != 1)
+	if (i == s->lock_stage)
 	{
-		row->exists = 0;
+		s->nahead = 0;
+		stmt_run(&q_row_lock, v, NULL);
+		if (SPI_processed != 1)
+			row->exists = 0;
+		else
+			fill_row(s, row, 0);
 		return;
 	}
-	fill_row(s, row, 1);
+	for (int k = 0; k < s->nahead; k++)
+		if (s->ahead_stage[k] == i)
+		{
+			*row = s->ahead[k];
+			s->nahead--;
+			s->ahead_stage[k] = s->ahead_stage[s->nahead];
+			s->ahead[k] = s->ahead[s->nahead];
+			return;
+		}
+	add_ahead(s, stages, &n, i);
+	add_ahead(s, stages, &n, st->on_success);
+	for (int k = 0; k < st->ndependents; k++)
+		add_ahead(s, stages, &n, st->dependents[k]);
+	for (int k = 0; k < n; k++)
+		names[k] = CStringGetTextDatum(s->rp->stages[stages[k]].name);
+	v[1] = PointerGetDatum(construct_array(names, n, TEXTOID, -1, false, TYPALIGN_INT));
+	stmt_run(&q_rows, v, NULL);
+	row->exists = 0;
+	s->nahead = 0;
+	for (uint64 r = 0; r < SPI_processed; r++)
+	{
+		int			j = wfe_run_plan_find(s->rp, row_col(r, 11));
+
+		if (j == i)
+			fill_row(s, row, r);
+		else if (j >= 0 && s->nahead < READ_AHEAD)
+		{
+			memset(&s->ahead[s->nahead], 0, sizeof(wfe_row));
+			s->ahead[s->nahead].branch = -1;
+			fill_row(s, &s->ahead[s->nahead], r);
+			s->ahead_stage[s->nahead++] = j;
+		}
+	}
 }
 
 static const char *
@@ -689,7 +771,7 @@ io_load_element(void *arg, int i, int64_t elem, wfe_row *row)
 		row->exists = 0;
 		return;
 	}
-	fill_row(s, row, 1);
+	fill_row(s, row, 0);
 }
 
 static void
