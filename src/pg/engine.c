@@ -279,10 +279,30 @@ static stmt q_expiring = STMT(
  * tenant's run (an existence oracle) nor holds it while others wait.  The
  * queue's delivery mode comes with it: accept_task is for broker queues.
  */
-static stmt q_gate = STMT(
-	"SELECT st.tenant, st.queue, st.handler IS NOT NULL, coalesce(q.delivery, 'poll') = 'broker'"
+#define GATE_COLS "st.tenant, st.queue, st.handler IS NOT NULL, coalesce(q.delivery, 'poll') = 'broker'" \
 	"  FROM wfe.run_stages AS st LEFT JOIN wfe.queues AS q ON q.queue = st.queue"
-	" WHERE st.run_id = $1 AND st.stage = $2", 2, I8, TX);
+static stmt q_gate = STMT("SELECT " GATE_COLS " WHERE st.run_id = $1 AND st.stage = $2", 2, I8, TX);
+/*
+ * ...and for a batch of reports (complete_tasks), in one statement: what it
+ * reads never changes, so reading it for all before the first lock is the
+ * same as reading it before each.  The LIMIT keeps each report an index
+ * probe in the generic plan (a join would be hashed).
+ */
+static stmt q_gates = STMT(
+	"SELECT b.n::int, g.* FROM unnest($1::int8[], $2::text[]) WITH ORDINALITY AS b(run_id, stage, n)"
+	"  CROSS JOIN LATERAL (SELECT " GATE_COLS
+	"                       WHERE st.run_id = b.run_id AND st.stage = b.stage LIMIT 1) AS g",
+	2, INT8ARRAYOID, TEXTARRAYOID);
+
+/* What the gate read of a stage's row (q_gate, q_gates). */
+typedef struct gate_row
+{
+	bool		found;			/* false: no such run or stage */
+	char	   *tenant;
+	char	   *queue;
+	bool		handler;
+	bool		broker;
+} gate_row;
 
 /* a batch of reports, checked, in run_id then stage order (invalid ones first) */
 static stmt q_reports = STMT(
@@ -1410,13 +1430,28 @@ unknown(int64 run_id, const char *stage, int attempt, int64 fence, wfe_callback 
 	return "unknown";
 }
 
+/* Fill *g from result row k's columns first.. first+3 (GATE_COLS). */
+static void
+gate_fill(gate_row *g, uint64 k, int first)
+{
+	char	   *handler = row_col(k, first + 2);
+	char	   *broker = row_col(k, first + 3);
+
+	g->found = true;
+	g->tenant = row_col(k, first);
+	g->queue = row_col(k, first + 1);
+	g->handler = handler != NULL && handler[0] == 't';
+	g->broker = broker != NULL && broker[0] == 't';
+}
+
 /*
- * One callback about (run, stage, attempt, fence): the gate, then the
- * transition.  value is the reported result or error (JSON text).
+ * One callback about (run, stage, attempt, fence): the gate (read here, or
+ * given: gate), then the transition.  value is the reported result or
+ * error (JSON text).
  */
 static const char *
 callback(int64 run_id, const char *stage, int attempt, int64 fence, wfe_callback cb,
-		 const char *value, bool retryable, const char *worker_id, int lease_ms)
+		 const char *value, bool retryable, const char *worker_id, int lease_ms, const gate_row *gate)
 {
 	srv			s;
 	int			i;
@@ -1424,26 +1459,29 @@ callback(int64 run_id, const char *stage, int attempt, int64 fence, wfe_callback
 	const char *outcome;
 	int			same = 0;
 	bool		poll;
+	gate_row	g;
 
 	/*
-	 * The gate's first half, before any lock (q_gate).  Stage rows are
-	 * created with their run, so no row means no such run or stage; and a
-	 * report nobody can attribute to a tenant is recorded under none
-	 * (tenant ''), where no tenant's reader sees it.
+	 * The gate's first half, before any lock (q_gate; gate: q_gates read it
+	 * already).  Stage rows are created with their run, so no row means no
+	 * such run or stage; and a report nobody can attribute to a tenant is
+	 * recorded under none (tenant ''), where no tenant's reader sees it.
 	 */
+	if (gate == NULL)
 	{
-		Datum		g[2] = {Int64GetDatum(run_id), CStringGetTextDatum(stage)};
-		char	   *queue;
+		Datum		v[2] = {Int64GetDatum(run_id), CStringGetTextDatum(stage)};
 
-		stmt_run(&q_gate, g, NULL);
-		if (SPI_processed != 1)
-			return unknown(run_id, stage, attempt, fence, cb);
-		queue = stmt_col(2);
-		if (!wfe_may_call_back(queue, stmt_col(1), stmt_bool(3), run_id, stage,
-							   cb == WFE_CB_ACCEPT ? "accept tasks of" : "report for"))
-			return unknown(run_id, stage, attempt, fence, cb);
-		poll = queue != NULL && !stmt_bool(4);
+		stmt_run(&q_gate, v, NULL);
+		g.found = SPI_processed == 1;
+		if (g.found)
+			gate_fill(&g, 0, 1);
+		gate = &g;
 	}
+	if (!gate->found ||
+		!wfe_may_call_back(gate->queue, gate->tenant, gate->handler, run_id, stage,
+						   cb == WFE_CB_ACCEPT ? "accept tasks of" : "report for"))
+		return unknown(run_id, stage, attempt, fence, cb);
+	poll = gate->queue != NULL && !gate->broker;
 
 	if (!begin(&s, run_id, LOCK_WAIT))
 		return unknown(run_id, stage, attempt, fence, cb);
@@ -1576,7 +1614,7 @@ callback_sql(FunctionCallInfo fcinfo, wfe_callback cb, const char *value, bool r
 
 	SPI_connect();
 	outcome = callback(PG_GETARG_INT64(0), text_to_cstring(PG_GETARG_TEXT_PP(1)),
-					   PG_GETARG_INT32(2), PG_GETARG_INT64(3), cb, value, retryable, worker_id, lease_ms);
+					   PG_GETARG_INT32(2), PG_GETARG_INT64(3), cb, value, retryable, worker_id, lease_ms, NULL);
 	result = cstring_to_text(outcome);	/* before SPI_finish frees the SPI memory */
 	result = (text *) SPI_datumTransfer(PointerGetDatum(result), false, -1);
 	SPI_finish();
@@ -1935,6 +1973,7 @@ wfe_complete_tasks(PG_FUNCTION_ARGS)
 	int		   *attempts;
 	int64	   *fences;
 	char	  **results;
+	gate_row   *gates;
 
 	if (PG_ARGISNULL(0))
 		ereport(ERROR,
@@ -1982,6 +2021,25 @@ wfe_complete_tasks(PG_FUNCTION_ARGS)
 		fences[k] = pg_strtoint64(SPI_getvalue(t, d, 6));
 		results[k] = SPI_getvalue(t, d, 7);
 	}
+	/* the gates of all reports before the first lock (q_gates); a report with none is unknown */
+	gates = palloc0(sizeof(gate_row) * (n + 1));
+	if (n > 0)
+	{
+		Datum		ids[1000];
+		Datum		names[1000];
+		Datum		g[2];
+
+		for (uint64 k = 0; k < n; k++)
+		{
+			ids[k] = Int64GetDatum(run_ids[k]);
+			names[k] = CStringGetTextDatum(stages[k]);
+		}
+		g[0] = PointerGetDatum(construct_array(ids, (int) n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+		g[1] = PointerGetDatum(construct_array(names, (int) n, TEXTOID, -1, false, TYPALIGN_INT));
+		stmt_run(&q_gates, g, NULL);
+		for (uint64 r = 0; r < SPI_processed; r++)
+			gate_fill(&gates[pg_strtoint32(row_col(r, 1)) - 1], r, 2);
+	}
 	/*
 	 * Each report in a memory context of its own, freed after it: a nested
 	 * SPI connection, because SPI returns to its procedure context after
@@ -1997,7 +2055,7 @@ wfe_complete_tasks(PG_FUNCTION_ARGS)
 
 		SPI_connect();
 		outcome = callback(run_ids[k], stages[k], attempts[k], fences[k],
-						   WFE_CB_COMPLETE, results[k], true, NULL, 0);
+						   WFE_CB_COMPLETE, results[k], true, NULL, 0, &gates[k]);
 		values[0] = Int64GetDatum(run_ids[k]);
 		values[1] = CStringGetTextDatum(stages[k]);
 		values[2] = CStringGetTextDatum(outcome);
