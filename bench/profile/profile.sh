@@ -36,15 +36,20 @@ CONF
 
 # wal_report LSN0 LSN1 N UNIT OUT: the WAL between the two LSNs per one of
 # N units (records, bytes, full-page images) appended to OUT/summary.txt,
-# and by resource manager, record type and relation into OUT/wal.txt
+# and by resource manager, record type and relation (records and bytes
+# without full-page images per unit) into OUT/wal.txt
 wal_report() {
 	Q -c "SELECT 'WAL records/$4 ' || round(count(*)::numeric / $3, 2)
 	             || ', bytes/$4 ' || round(sum(record_length)::numeric / $3)
+	             || ' (' || round(sum(record_length - fpi_length)::numeric / $3) || ' without full-page images)'
 	             || ', FPI/$4 ' || round(count(*) FILTER (WHERE fpi_length > 0)::numeric / $3, 2)
 	        FROM pg_get_wal_records_info('$1', '$2')" | tee -a "$5/summary.txt"
-	Q -c "SELECT round(count(*)::numeric / $3, 2) AS per_$4, resource_manager, record_type, coalesce(c.relname, w.rel)
+	# bytes without full-page images: where a checkpoint fell moves those
+	Q -c "SELECT round(count(*)::numeric / $3, 2) AS per_$4,
+	             round(sum(record_length - fpi_length)::numeric / $3) AS bytes_$4,
+	             resource_manager, record_type, coalesce(c.relname, w.rel)
 	        FROM (SELECT *, (regexp_match(block_ref, 'rel [0-9]+/[0-9]+/([0-9]+)'))[1] AS rel
 	                FROM pg_get_wal_records_info('$1', '$2')) AS w
 	        LEFT JOIN pg_class AS c ON c.relfilenode::text = w.rel
-	       GROUP BY 2, 3, 4 ORDER BY 1 DESC" >"$5/wal.txt"
+	       GROUP BY 3, 4, 5 ORDER BY 1 DESC" >"$5/wal.txt"
 }

@@ -17,7 +17,8 @@
 # time per submit), funcs.txt (pg_stat_user_functions).
 #
 # Environment: PG_CONFIG (the PostgreSQL to use, with wfe installed),
-# CLUSTER_FIRST_PORT, SECS (default 15), CLIENTS (default 4).
+# CLUSTER_FIRST_PORT, SECS (default 15), CLIENTS (default 4), FILLFACTOR
+# (set on wfe.run_stages before the runs are submitted).
 # The machine is shared: run it under nice, compare runs made back to back.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -29,6 +30,7 @@ CLIENTS=${CLIENTS:-4}
 mkdir -p "$OUT"
 : >"$OUT/summary.txt"
 profile_cluster 2
+[ -z "${FILLFACTOR:-}" ] || Q -c "ALTER TABLE wfe.run_stages SET (fillfactor = $FILLFACTOR)"
 Q -c "SELECT count(*) FROM (SELECT wfe.submit('bench-submit', jsonb_build_object('x', i))
                             FROM generate_series(1, 2000) AS i) AS s" >/dev/null
 Q -c "VACUUM ANALYZE" -c "CHECKPOINT"

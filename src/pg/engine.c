@@ -78,6 +78,10 @@ static stmt q_row = STMT(
 	"SELECT " ROW_COLS " FROM wfe.run_stages AS st WHERE st.run_id = $1 AND st.stage = $2", 2, I8, TX);
 static stmt q_row_lock = STMT(
 	"SELECT " ROW_COLS " FROM wfe.run_stages AS st WHERE st.run_id = $1 AND st.stage = $2 FOR UPDATE", 2, I8, TX);
+/* a stage's row and the rows of the stages its success leads to (io_load) */
+static stmt q_rows = STMT(
+	"SELECT " ROW_COLS ", st.stage FROM wfe.run_stages AS st WHERE st.run_id = $1 AND st.stage = ANY ($2)",
+	2, I8, TEXTARRAYOID);
 static stmt q_result = STMT(
 	"SELECT st.result::text FROM wfe.run_stages AS st WHERE st.run_id = $1 AND st.stage = $2", 2, I8, TX);
 static stmt q_same = STMT(
@@ -275,10 +279,30 @@ static stmt q_expiring = STMT(
  * tenant's run (an existence oracle) nor holds it while others wait.  The
  * queue's delivery mode comes with it: accept_task is for broker queues.
  */
-static stmt q_gate = STMT(
-	"SELECT st.tenant, st.queue, st.handler IS NOT NULL, coalesce(q.delivery, 'poll') = 'broker'"
+#define GATE_COLS "st.tenant, st.queue, st.handler IS NOT NULL, coalesce(q.delivery, 'poll') = 'broker'" \
 	"  FROM wfe.run_stages AS st LEFT JOIN wfe.queues AS q ON q.queue = st.queue"
-	" WHERE st.run_id = $1 AND st.stage = $2", 2, I8, TX);
+static stmt q_gate = STMT("SELECT " GATE_COLS " WHERE st.run_id = $1 AND st.stage = $2", 2, I8, TX);
+/*
+ * ...and for a batch of reports (complete_tasks), in one statement: what it
+ * reads never changes, so reading it for all before the first lock is the
+ * same as reading it before each.  The LIMIT keeps each report an index
+ * probe in the generic plan (a join would be hashed).
+ */
+static stmt q_gates = STMT(
+	"SELECT b.n::int, g.* FROM unnest($1::int8[], $2::text[]) WITH ORDINALITY AS b(run_id, stage, n)"
+	"  CROSS JOIN LATERAL (SELECT " GATE_COLS
+	"                       WHERE st.run_id = b.run_id AND st.stage = b.stage LIMIT 1) AS g",
+	2, INT8ARRAYOID, TEXTARRAYOID);
+
+/* What the gate read of a stage's row (q_gate, q_gates). */
+typedef struct gate_row
+{
+	bool		found;			/* false: no such run or stage */
+	char	   *tenant;
+	char	   *queue;
+	bool		handler;
+	bool		broker;
+} gate_row;
 
 /* a batch of reports, checked, in run_id then stage order (invalid ones first) */
 static stmt q_reports = STMT(
@@ -488,6 +512,9 @@ contract(const char *ref)
  * One step: the run under its lock, the core's I/O hooks (io_*)
  * --------------------------------------------------------------------- */
 
+/* at most this many rows read with the one asked for (io_load) */
+#define READ_AHEAD 4
+
 typedef struct srv
 {
 	int64		run_id;
@@ -498,6 +525,9 @@ typedef struct srv
 	char	   *context;		/* ...as text, once the core asks */
 	wfe_step_io io;
 	int			lock_stage;		/* load this stage's row FOR UPDATE, or -1 */
+	int			nahead;			/* rows read ahead (io_load), not yet asked for */
+	int			ahead_stage[READ_AHEAD];
+	wfe_row		ahead[READ_AHEAD];
 	int			lease_ms;		/* accept_task's lease (0: none) */
 	List	   *after;			/* child runs to start or cancel once the step is over (child.c) */
 } srv;
@@ -505,41 +535,113 @@ typedef struct srv
 /* The one step in progress; kept static so an error's leftovers are released next time. */
 static wfe_step current_step;
 
-/* Fill *row from result columns first.. first+9 of row 0 (see ROW_COLS). */
-static void
-fill_row(srv *s, wfe_row *row, int first)
+/* Column c (1-based) of result row k as text, or NULL. */
+static char *
+row_col(uint64 k, int c)
 {
-	char	   *outcome,
-			   *branch;
-
-	row->exists = 1;
-	row->state = (wfe_state) wfe_state_from_name(stmt_col(first));
-	row->attempt = pg_strtoint32(stmt_col(first + 1));
-	row->fence = pg_strtoint64(stmt_col(first + 2));
-	outcome = stmt_col(first + 3);
-	row->outcome = outcome == NULL ? 0 : strcmp(outcome, "completed") == 0 ? WFE_COMPLETED : WFE_FAILED;
-	branch = stmt_col(first + 4);
-	row->branch = branch ? wfe_run_plan_find(s->rp, branch) : -1;
-	row->awaits = stmt_bool(first + 5);
-	row->has_handler = stmt_bool(first + 6);
-	row->queue = stmt_col(first + 7);
-	row->arrivals = stmt_col(first + 8);
-	row->cache_key = stmt_col(first + 9);
+	return SPI_getvalue(SPI_tuptable->vals[k], SPI_tuptable->tupdesc, c);
 }
 
+/* Fill *row from the first ten columns of result row k (see ROW_COLS). */
+static void
+fill_row(srv *s, wfe_row *row, uint64 k)
+{
+	char	   *outcome,
+			   *branch,
+			   *b;
+
+	row->exists = 1;
+	row->state = (wfe_state) wfe_state_from_name(row_col(k, 1));
+	row->attempt = pg_strtoint32(row_col(k, 2));
+	row->fence = pg_strtoint64(row_col(k, 3));
+	outcome = row_col(k, 4);
+	row->outcome = outcome == NULL ? 0 : strcmp(outcome, "completed") == 0 ? WFE_COMPLETED : WFE_FAILED;
+	branch = row_col(k, 5);
+	row->branch = branch ? wfe_run_plan_find(s->rp, branch) : -1;
+	b = row_col(k, 6);
+	row->awaits = b != NULL && b[0] == 't';
+	b = row_col(k, 7);
+	row->has_handler = b != NULL && b[0] == 't';
+	row->queue = row_col(k, 8);
+	row->arrivals = row_col(k, 9);
+	row->cache_key = row_col(k, 10);
+}
+
+/* Add stage j to the stages read with another (io_load), once. */
+static void
+add_ahead(srv *s, int *stages, int *n, int j)
+{
+	if (j < 0 || *n >= READ_AHEAD + 1 || j == s->lock_stage)
+		return;
+	for (int k = 0; k < *n; k++)
+		if (stages[k] == j)
+			return;
+	stages[(*n)++] = j;
+}
+
+/*
+ * Load stage i's row.  A completion goes on to load the rows of the stages
+ * its success leads to (to release them): those are read in the same
+ * statement and kept until the core asks, which saves a statement on every
+ * step that releases one.  Both reads are made under the run's lock, which
+ * every writer of a row that is not queued holds; a queued row's claimer
+ * may move it at any time, before a read as well as after.  The row to
+ * lock (lock_stage) is read on its own, FOR UPDATE, and only after rows
+ * read before its wait are dropped: what follows the wait reads afresh.
+ */
 static void
 io_load(void *arg, int i, wfe_row *row)
 {
 	srv		   *s = arg;
-	Datum		v[2] = {Int64GetDatum(s->run_id), CStringGetTextDatum(s->rp->stages[i].name)};
+	const wfe_rp_stage *st = &s->rp->stages[i];
+	Datum		v[2] = {Int64GetDatum(s->run_id), CStringGetTextDatum(st->name)};
+	int			stages[READ_AHEAD + 1];
+	Datum		names[READ_AHEAD + 1];
+	int			n = 0;
 
-	stmt_run(i == s->lock_stage ? &q_row_lock : &q_row, v, NULL);
-	if (SPI_processed != 1)
+	if (i == s->lock_stage)
 	{
-		row->exists = 0;
+		s->nahead = 0;
+		stmt_run(&q_row_lock, v, NULL);
+		if (SPI_processed != 1)
+			row->exists = 0;
+		else
+			fill_row(s, row, 0);
 		return;
 	}
-	fill_row(s, row, 1);
+	for (int k = 0; k < s->nahead; k++)
+		if (s->ahead_stage[k] == i)
+		{
+			*row = s->ahead[k];
+			s->nahead--;
+			s->ahead_stage[k] = s->ahead_stage[s->nahead];
+			s->ahead[k] = s->ahead[s->nahead];
+			return;
+		}
+	add_ahead(s, stages, &n, i);
+	add_ahead(s, stages, &n, st->on_success);
+	for (int k = 0; k < st->ndependents; k++)
+		add_ahead(s, stages, &n, st->dependents[k]);
+	for (int k = 0; k < n; k++)
+		names[k] = CStringGetTextDatum(s->rp->stages[stages[k]].name);
+	v[1] = PointerGetDatum(construct_array(names, n, TEXTOID, -1, false, TYPALIGN_INT));
+	stmt_run(&q_rows, v, NULL);
+	row->exists = 0;
+	s->nahead = 0;
+	for (uint64 r = 0; r < SPI_processed; r++)
+	{
+		int			j = wfe_run_plan_find(s->rp, row_col(r, 11));
+
+		if (j == i)
+			fill_row(s, row, r);
+		else if (j >= 0 && s->nahead < READ_AHEAD)
+		{
+			memset(&s->ahead[s->nahead], 0, sizeof(wfe_row));
+			s->ahead[s->nahead].branch = -1;
+			fill_row(s, &s->ahead[s->nahead], r);
+			s->ahead_stage[s->nahead++] = j;
+		}
+	}
 }
 
 static const char *
@@ -689,7 +791,7 @@ io_load_element(void *arg, int i, int64_t elem, wfe_row *row)
 		row->exists = 0;
 		return;
 	}
-	fill_row(s, row, 1);
+	fill_row(s, row, 0);
 }
 
 static void
@@ -1328,13 +1430,28 @@ unknown(int64 run_id, const char *stage, int attempt, int64 fence, wfe_callback 
 	return "unknown";
 }
 
+/* Fill *g from result row k's columns first.. first+3 (GATE_COLS). */
+static void
+gate_fill(gate_row *g, uint64 k, int first)
+{
+	char	   *handler = row_col(k, first + 2);
+	char	   *broker = row_col(k, first + 3);
+
+	g->found = true;
+	g->tenant = row_col(k, first);
+	g->queue = row_col(k, first + 1);
+	g->handler = handler != NULL && handler[0] == 't';
+	g->broker = broker != NULL && broker[0] == 't';
+}
+
 /*
- * One callback about (run, stage, attempt, fence): the gate, then the
- * transition.  value is the reported result or error (JSON text).
+ * One callback about (run, stage, attempt, fence): the gate (read here, or
+ * given: gate), then the transition.  value is the reported result or
+ * error (JSON text).
  */
 static const char *
 callback(int64 run_id, const char *stage, int attempt, int64 fence, wfe_callback cb,
-		 const char *value, bool retryable, const char *worker_id, int lease_ms)
+		 const char *value, bool retryable, const char *worker_id, int lease_ms, const gate_row *gate)
 {
 	srv			s;
 	int			i;
@@ -1342,26 +1459,29 @@ callback(int64 run_id, const char *stage, int attempt, int64 fence, wfe_callback
 	const char *outcome;
 	int			same = 0;
 	bool		poll;
+	gate_row	g;
 
 	/*
-	 * The gate's first half, before any lock (q_gate).  Stage rows are
-	 * created with their run, so no row means no such run or stage; and a
-	 * report nobody can attribute to a tenant is recorded under none
-	 * (tenant ''), where no tenant's reader sees it.
+	 * The gate's first half, before any lock (q_gate; gate: q_gates read it
+	 * already).  Stage rows are created with their run, so no row means no
+	 * such run or stage; and a report nobody can attribute to a tenant is
+	 * recorded under none (tenant ''), where no tenant's reader sees it.
 	 */
+	if (gate == NULL)
 	{
-		Datum		g[2] = {Int64GetDatum(run_id), CStringGetTextDatum(stage)};
-		char	   *queue;
+		Datum		v[2] = {Int64GetDatum(run_id), CStringGetTextDatum(stage)};
 
-		stmt_run(&q_gate, g, NULL);
-		if (SPI_processed != 1)
-			return unknown(run_id, stage, attempt, fence, cb);
-		queue = stmt_col(2);
-		if (!wfe_may_call_back(queue, stmt_col(1), stmt_bool(3), run_id, stage,
-							   cb == WFE_CB_ACCEPT ? "accept tasks of" : "report for"))
-			return unknown(run_id, stage, attempt, fence, cb);
-		poll = queue != NULL && !stmt_bool(4);
+		stmt_run(&q_gate, v, NULL);
+		g.found = SPI_processed == 1;
+		if (g.found)
+			gate_fill(&g, 0, 1);
+		gate = &g;
 	}
+	if (!gate->found ||
+		!wfe_may_call_back(gate->queue, gate->tenant, gate->handler, run_id, stage,
+						   cb == WFE_CB_ACCEPT ? "accept tasks of" : "report for"))
+		return unknown(run_id, stage, attempt, fence, cb);
+	poll = gate->queue != NULL && !gate->broker;
 
 	if (!begin(&s, run_id, LOCK_WAIT))
 		return unknown(run_id, stage, attempt, fence, cb);
@@ -1494,7 +1614,7 @@ callback_sql(FunctionCallInfo fcinfo, wfe_callback cb, const char *value, bool r
 
 	SPI_connect();
 	outcome = callback(PG_GETARG_INT64(0), text_to_cstring(PG_GETARG_TEXT_PP(1)),
-					   PG_GETARG_INT32(2), PG_GETARG_INT64(3), cb, value, retryable, worker_id, lease_ms);
+					   PG_GETARG_INT32(2), PG_GETARG_INT64(3), cb, value, retryable, worker_id, lease_ms, NULL);
 	result = cstring_to_text(outcome);	/* before SPI_finish frees the SPI memory */
 	result = (text *) SPI_datumTransfer(PointerGetDatum(result), false, -1);
 	SPI_finish();
@@ -1853,6 +1973,7 @@ wfe_complete_tasks(PG_FUNCTION_ARGS)
 	int		   *attempts;
 	int64	   *fences;
 	char	  **results;
+	gate_row   *gates;
 
 	if (PG_ARGISNULL(0))
 		ereport(ERROR,
@@ -1900,6 +2021,25 @@ wfe_complete_tasks(PG_FUNCTION_ARGS)
 		fences[k] = pg_strtoint64(SPI_getvalue(t, d, 6));
 		results[k] = SPI_getvalue(t, d, 7);
 	}
+	/* the gates of all reports before the first lock (q_gates); a report with none is unknown */
+	gates = palloc0(sizeof(gate_row) * (n + 1));
+	if (n > 0)
+	{
+		Datum		ids[1000];
+		Datum		names[1000];
+		Datum		g[2];
+
+		for (uint64 k = 0; k < n; k++)
+		{
+			ids[k] = Int64GetDatum(run_ids[k]);
+			names[k] = CStringGetTextDatum(stages[k]);
+		}
+		g[0] = PointerGetDatum(construct_array(ids, (int) n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+		g[1] = PointerGetDatum(construct_array(names, (int) n, TEXTOID, -1, false, TYPALIGN_INT));
+		stmt_run(&q_gates, g, NULL);
+		for (uint64 r = 0; r < SPI_processed; r++)
+			gate_fill(&gates[pg_strtoint32(row_col(r, 1)) - 1], r, 2);
+	}
 	/*
 	 * Each report in a memory context of its own, freed after it: a nested
 	 * SPI connection, because SPI returns to its procedure context after
@@ -1915,7 +2055,7 @@ wfe_complete_tasks(PG_FUNCTION_ARGS)
 
 		SPI_connect();
 		outcome = callback(run_ids[k], stages[k], attempts[k], fences[k],
-						   WFE_CB_COMPLETE, results[k], true, NULL, 0);
+						   WFE_CB_COMPLETE, results[k], true, NULL, 0, &gates[k]);
 		values[0] = Int64GetDatum(run_ids[k]);
 		values[1] = CStringGetTextDatum(stages[k]);
 		values[2] = CStringGetTextDatum(outcome);
