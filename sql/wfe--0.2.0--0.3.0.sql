@@ -4355,6 +4355,222 @@ CREATE TRIGGER runs_deleted AFTER DELETE ON wfe.runs
     REFERENCING OLD TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION wfe._runs_deleted();
 CREATE TRIGGER runs_truncated AFTER TRUNCATE ON wfe.runs
     FOR EACH STATEMENT EXECUTE FUNCTION wfe._runs_deleted();
+-- The dashboards at 120 columns (tidy): dashboard_outbox's broker column
+-- (up/down, was the boolean connected), lease (was lease_age) and a
+-- last_error cut to 30 characters; an open circuit whose time is up reads
+-- "open, ending" in dashboard_queues and "half opens now" in
+-- dashboard_stuck, as a due token reads "token due now".
+-- ---------------------------------------------------------------------
+DROP VIEW wfe.dashboard_outbox;
+CREATE VIEW wfe.dashboard_outbox WITH (security_invoker = true) AS
+SELECT (SELECT count(*) FROM wfe.outbox AS o WHERE o.state = 'pending') AS pending,
+       (SELECT count(*) FROM wfe.outbox AS o WHERE o.state = 'claimed') AS claimed,
+       wfe.human_ms(extract(epoch FROM now() - (SELECT min(o.created_at) FROM wfe.outbox AS o
+                                                 WHERE o.state = 'pending')) * 1000) AS oldest,
+       (SELECT round(count(*) / 60.0, 1) FROM wfe.outbox AS o
+         WHERE o.state = 'published' AND o.published_at >= now() - interval '1 minute') AS per_s,
+       (SELECT count(*) FROM wfe.outbox AS o
+         WHERE o.state = 'pending' AND o.last_error LIKE 'unroutable:%') AS unroutable,
+       CASE l.connected WHEN true THEN 'up' WHEN false THEN 'down' END AS broker,
+       l.holder,
+       wfe.human_ms(extract(epoch FROM now() - l.heartbeat_at) * 1000) AS lease,
+       -- cut to fit a 120-column terminal beside the rest (the whole text is
+       -- in wfe.publisher_lease and wfe.outbox)
+       (SELECT CASE WHEN length(e.msg) > 30 THEN left(e.msg, 29) || '…' ELSE e.msg END
+          FROM (SELECT coalesce(l.last_error,
+                                (SELECT o.last_error FROM wfe.outbox AS o
+                                  WHERE o.state = 'pending' AND o.last_error IS NOT NULL
+                                  ORDER BY o.available_at DESC LIMIT 1)) AS msg) AS e) AS last_error
+  FROM wfe.publisher_lease AS l;
+COMMENT ON VIEW wfe.dashboard_outbox IS
+'The outbox and its publisher: pending and claimed rows, oldest pending age, messages published per second over the last minute, unroutable rows, the broker connection (up or down), lease holder and age of its last renewal, last error (cut to 30 characters).';
+GRANT SELECT ON wfe.dashboard_outbox TO wfe_reader, wfe_operator;
+
+CREATE OR REPLACE VIEW wfe.dashboard_queues WITH (security_invoker = true) AS
+WITH settings AS (
+    -- NB: wfe._setting is not the readers' to call (this view is
+    -- security_invoker), so the default stands here too, for a session that
+    -- has not loaded the library
+    SELECT coalesce(current_setting('wfe.track_threshold_bytes', true)::int, 524288) AS threshold
+), live AS (
+    SELECT st.queue,
+           CASE WHEN q.delivery = 'broker' THEN
+                CASE WHEN octet_length(coalesce(st.input, '{}')::text) > s.threshold THEN 'large' ELSE 'small' END
+                ELSE 'poll' END AS track,
+           count(*) FILTER (WHERE st.state = 'queued') AS depth,
+           min(st.ready_at) FILTER (WHERE st.state = 'queued') AS oldest_ready,
+           count(*) FILTER (WHERE st.state IN ('dispatched', 'running')) AS in_flight
+      FROM wfe.run_stages AS st
+      LEFT JOIN wfe.queues AS q ON q.queue = st.queue
+      CROSS JOIN settings AS s
+     WHERE st.state IN ('queued', 'dispatched', 'running') AND st.queue IS NOT NULL
+     GROUP BY 1, 2
+), started AS (
+    -- attempts that started in the last hour, in runs live or finished in it
+    SELECT st.queue,
+           CASE WHEN q.delivery = 'broker' THEN
+                CASE WHEN octet_length(coalesce(st.input, '{}')::text) > s.threshold THEN 'large' ELSE 'small' END
+                ELSE 'poll' END AS track,
+           percentile_cont(0.5) WITHIN GROUP (ORDER BY st.started_at - st.ready_at) AS p50,
+           percentile_cont(0.95) WITHIN GROUP (ORDER BY st.started_at - st.ready_at) AS p95,
+           sum(st.attempt - 1)::double precision / nullif(sum(st.attempt), 0) AS retry_rate
+      FROM wfe.runs AS r
+      JOIN wfe.run_stages AS st ON st.run_id = r.run_id
+      LEFT JOIN wfe.queues AS q ON q.queue = st.queue
+      CROSS JOIN settings AS s
+     WHERE (r.finished_at IS NULL OR r.finished_at >= now() - interval '1 hour')
+       AND st.started_at >= now() - interval '1 hour' AND st.queue IS NOT NULL
+     GROUP BY 1, 2
+), dead AS (
+    SELECT st.queue, count(*) AS dead_letters
+      FROM wfe.dead_letters AS d
+      JOIN wfe.run_stages AS st ON st.run_id = d.run_id AND st.stage = d.stage
+     WHERE d.resolved_at IS NULL
+     GROUP BY st.queue
+), names AS (
+    SELECT l.queue, l.track FROM live AS l
+    UNION SELECT s.queue, s.track FROM started AS s
+    UNION SELECT q.queue, CASE WHEN q.delivery = 'broker' THEN 'small' ELSE 'poll' END FROM wfe.queues AS q
+    UNION SELECT d.queue, CASE WHEN q.delivery = 'broker' THEN 'small' ELSE 'poll' END
+      FROM dead AS d LEFT JOIN wfe.queues AS q ON q.queue = d.queue
+    -- a circuit is operational state every reader sees (79_circuits.sql), like wfe.queues
+    UNION SELECT c.queue, CASE WHEN q.delivery = 'broker' THEN 'small' ELSE 'poll' END
+      FROM wfe.circuits AS c LEFT JOIN wfe.queues AS q ON q.queue = c.queue
+)
+SELECT n.queue, n.track,
+       coalesce(l.depth, 0) AS depth,
+       wfe.human_ms(extract(epoch FROM now() - l.oldest_ready) * 1000) AS oldest,
+       coalesce(l.in_flight, 0) AS in_flight,
+       q.max_in_flight AS max,
+       wfe.human_ms(extract(epoch FROM s.p50) * 1000) AS wait_p50,
+       wfe.human_ms(extract(epoch FROM s.p95) * 1000) AS wait_p95,
+       wfe.bar(s.retry_rate, 4) AS retries,
+       -- a queue's dead letters are counted on its first track only
+       CASE WHEN n.track IN ('poll', 'small') THEN coalesce(d.dead_letters, 0) ELSE 0 END AS dlq,
+       -- what holds its work back: paused or full, and its circuit breaker
+       -- when not closed (open: how long until it half opens, or 'open, ending')
+       concat_ws(', ',
+                 CASE WHEN q.paused THEN 'paused'
+                      WHEN sum(l.in_flight) OVER (PARTITION BY n.queue) >= q.max_in_flight THEN 'full' END,
+                 CASE c.state WHEN 'open' THEN 'open'
+                      || CASE WHEN extract(epoch FROM c.since - now()) * 1000 + c.open_ms > 0
+                              THEN ' ' || wfe.human_ms(extract(epoch FROM c.since - now()) * 1000 + c.open_ms)
+                              ELSE ', ending' END
+                      WHEN 'half_open' THEN 'half_open' END) AS state
+  FROM names AS n
+  LEFT JOIN wfe.queues AS q ON q.queue = n.queue
+  LEFT JOIN wfe.circuits AS c ON c.queue = n.queue
+  LEFT JOIN live AS l ON l.queue = n.queue AND l.track = n.track
+  LEFT JOIN started AS s ON s.queue = n.queue AND s.track = n.track
+  LEFT JOIN dead AS d ON d.queue = n.queue
+ ORDER BY n.queue, n.track;
+COMMENT ON VIEW wfe.dashboard_queues IS
+'Per queue and track (poll, or the broker''s small and large): depth, oldest ready age, in flight and limit, dequeue wait p50/p95 and retry rate over the last hour, open dead letters, and what holds its work back: paused or full, its circuit breaker open (for how long yet) or half_open.';
+GRANT SELECT ON wfe.dashboard_queues TO wfe_reader, wfe_operator;
+
+CREATE OR REPLACE VIEW wfe.dashboard_stuck WITH (security_invoker = true) AS
+SELECT x.problem, x.run_id, x.stage, x.attempt,
+       wfe.human_ms(extract(epoch FROM now() - x.since) * 1000) AS age,
+       CASE WHEN length(x.detail) > 36 THEN left(x.detail, 35) || '…' ELSE x.detail END AS detail
+  FROM (
+    -- a run with nothing under way and nothing due: no attempt can move it
+    SELECT 'no live attempt' AS problem, r.run_id, NULL::text AS stage, NULL::int AS attempt,
+           coalesce((SELECT max(st.finished_at) FROM wfe.run_stages AS st WHERE st.run_id = r.run_id),
+                    r.submitted_at) AS since,
+           r.workflow || ' ' || r.state AS detail
+      FROM wfe.runs AS r
+     WHERE r.finished_at IS NULL
+       AND NOT EXISTS (SELECT 1 FROM wfe.run_stages AS st WHERE st.run_id = r.run_id
+                          AND st.state IN ('queued', 'dispatched', 'running', 'retry_scheduled'))
+       -- a cached stage waiting on the attempt in flight under its key moves when that one ends
+       AND NOT EXISTS (SELECT 1 FROM wfe.run_stages AS st
+                         JOIN wfe.run_stages AS l ON l.cache_key = st.cache_key AND l.tenant = st.tenant
+                        WHERE st.run_id = r.run_id AND st.state = 'waiting' AND st.cache = 'waiting'
+                          AND l.state IN ('queued', 'dispatched', 'running', 'retry_scheduled'))
+       AND NOT EXISTS (SELECT 1 FROM wfe.timers AS t WHERE t.run_id = r.run_id AND t.fired_at IS NULL)
+    UNION ALL
+    -- the clocks should have fired (the background worker is down or behind)
+    SELECT 'past deadline', st.run_id, st.stage, st.attempt, st.deadline_at, st.state || ' on ' || st.queue
+      FROM wfe.run_stages AS st
+     WHERE st.state IN ('queued', 'dispatched', 'running') AND st.deadline_at < now() - interval '5 seconds'
+    UNION ALL
+    SELECT 'timer overdue', t.run_id, t.stage, t.attempt, t.due_at, t.kind
+      FROM wfe.timers AS t
+     WHERE t.fired_at IS NULL AND t.due_at < now() - interval '5 seconds'
+    UNION ALL
+    -- waiting on a queue that does not release
+    SELECT CASE WHEN q.paused THEN 'queue paused' ELSE 'queue full' END,
+           st.run_id, st.stage, st.attempt, st.ready_at,
+           st.queue || CASE WHEN q.paused THEN '' ELSE ' at max_in_flight ' || q.max_in_flight END
+      FROM wfe.run_stages AS st
+      JOIN wfe.queues AS q ON q.queue = st.queue
+     WHERE st.state = 'queued'
+       AND (q.paused OR st.queue IN (SELECT s2.queue FROM wfe.run_stages AS s2
+                                      WHERE s2.queue = q.queue AND s2.state IN ('dispatched', 'running')
+                                      GROUP BY s2.queue HAVING count(*) >= q.max_in_flight))
+    UNION ALL
+    -- waiting on a tenant at its max_tasks_in_flight (broker: held; poll: not claimed)
+    SELECT 'tenant full', st.run_id, st.stage, st.attempt, st.ready_at,
+           l.tenant || ' at max_tasks_in_flight ' || l.max_tasks_in_flight
+      FROM wfe.tenant_limits AS l
+      JOIN wfe.runs AS r ON r.tenant = l.tenant AND r.finished_at IS NULL
+      JOIN wfe.run_stages AS st ON st.run_id = r.run_id
+     WHERE l.max_tasks_in_flight IS NOT NULL
+       AND st.state = 'queued' AND st.queue IS NOT NULL AND st.handler IS NULL
+       -- (by attempt: the view runs as its reader, who may not see fences)
+       AND NOT EXISTS (SELECT 1 FROM wfe.outbox AS o
+                        WHERE o.run_id = st.run_id AND o.stage = st.stage AND o.attempt = st.attempt
+                          AND o.kind = 'dispatch' AND o.state <> 'published')
+       AND (SELECT count(*) FROM wfe.runs AS r2 JOIN wfe.run_stages AS s2 ON s2.run_id = r2.run_id
+             WHERE r2.tenant = l.tenant AND r2.finished_at IS NULL AND s2.queue IS NOT NULL
+               AND s2.handler IS NULL AND s2.state IN ('dispatched', 'running')) >= l.max_tasks_in_flight
+    UNION ALL
+    -- held by a rate limit until its token is due, or naming none configured (78_rate_limits.sql)
+    SELECT CASE WHEN st.held_until = 'infinity' THEN 'rate limit unknown' ELSE 'rate limited' END,
+           st.run_id, st.stage, st.attempt, st.ready_at,
+           st.rate_limit || CASE WHEN st.held_until = 'infinity' THEN ' is not configured'
+                                 WHEN st.held_until <= now() THEN ' token due now'
+                                 ELSE ' token due in '
+                                      || wfe.human_ms(extract(epoch FROM st.held_until - now()) * 1000)
+                            END
+      FROM wfe.run_stages AS st
+     WHERE st.held_until IS NOT NULL AND st.state = 'queued'
+       AND NOT (st.held_until = 'infinity' AND st.concurrency_key IS NOT NULL
+                AND (st.rate_limit IS NULL OR EXISTS (SELECT 1 FROM wfe.rate_limits AS l
+                                                       WHERE l.name = st.rate_limit)))
+    UNION ALL
+    -- held by keyed concurrency until an attempt of its key ends (79_concurrency.sql)
+    SELECT 'concurrency limited', st.run_id, st.stage, st.attempt, st.ready_at,
+           'key full: ' || st.concurrency_max || ' in flight'
+      FROM wfe.run_stages AS st
+     WHERE st.held_until = 'infinity' AND st.state = 'queued' AND st.concurrency_key IS NOT NULL
+       AND (st.rate_limit IS NULL OR EXISTS (SELECT 1 FROM wfe.rate_limits AS l WHERE l.name = st.rate_limit))
+    UNION ALL
+    -- held by its queue's open circuit, or behind the half-open probe (79_circuits.sql)
+    SELECT 'circuit open', st.run_id, st.stage, st.attempt, st.ready_at,
+           st.queue || CASE WHEN c.state = 'open' THEN ' open, half opens '
+                                 || CASE WHEN extract(epoch FROM c.since - now()) * 1000 + c.open_ms > 0
+                                         THEN 'in ' || wfe.human_ms(extract(epoch FROM c.since - now()) * 1000 + c.open_ms)
+                                         ELSE 'now' END
+                            ELSE ' half open: one probe' END
+      FROM wfe.circuits AS c
+      JOIN wfe.run_stages AS st ON st.queue = c.queue AND st.state = 'queued'
+     WHERE c.state <> 'closed'
+    UNION ALL
+    -- a dispatch the broker has not taken for a minute
+    SELECT 'dispatch unpublished', o.run_id, o.stage, o.attempt, o.created_at,
+           coalesce(o.last_error, o.routing_key)
+      FROM wfe.outbox AS o
+     WHERE o.kind = 'dispatch' AND o.state <> 'published' AND o.created_at < now() - interval '1 minute'
+    UNION ALL
+    SELECT 'dead letter', d.run_id, d.stage, d.attempt, d.at, d.reason
+      FROM wfe.dead_letters AS d
+     WHERE d.resolved_at IS NULL
+  ) AS x
+ ORDER BY x.since, x.run_id, x.stage;
+COMMENT ON VIEW wfe.dashboard_stuck IS
+'Work that does not move: runs with no live attempt and no due timer, attempts past their deadline, overdue timers, tasks on a paused or full queue or of a full tenant, attempts a rate limit, keyed concurrency or an open circuit holds, dispatches unpublished for a minute, open dead letters.';
+GRANT SELECT ON wfe.dashboard_stuck TO wfe_reader, wfe_operator;
 
 -- Final bodies: every function whose text changed in 0.3.0, as src/sql has it.
 -- (Written by the same rule as the sections above: the whole text, copied.)

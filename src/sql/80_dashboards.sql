@@ -144,12 +144,14 @@ SELECT n.queue, n.track,
        -- a queue's dead letters are counted on its first track only
        CASE WHEN n.track IN ('poll', 'small') THEN coalesce(d.dead_letters, 0) ELSE 0 END AS dlq,
        -- what holds its work back: paused or full, and its circuit breaker
-       -- when not closed (open: how long until it half opens)
+       -- when not closed (open: how long until it half opens, or 'open, ending')
        concat_ws(', ',
                  CASE WHEN q.paused THEN 'paused'
                       WHEN sum(l.in_flight) OVER (PARTITION BY n.queue) >= q.max_in_flight THEN 'full' END,
-                 CASE c.state WHEN 'open' THEN 'open '
-                      || wfe.human_ms(greatest(0, extract(epoch FROM c.since - now()) * 1000 + c.open_ms))
+                 CASE c.state WHEN 'open' THEN 'open'
+                      || CASE WHEN extract(epoch FROM c.since - now()) * 1000 + c.open_ms > 0
+                              THEN ' ' || wfe.human_ms(extract(epoch FROM c.since - now()) * 1000 + c.open_ms)
+                              ELSE ', ending' END
                       WHEN 'half_open' THEN 'half_open' END) AS state
   FROM names AS n
   LEFT JOIN wfe.queues AS q ON q.queue = n.queue
@@ -172,16 +174,19 @@ SELECT (SELECT count(*) FROM wfe.outbox AS o WHERE o.state = 'pending') AS pendi
          WHERE o.state = 'published' AND o.published_at >= now() - interval '1 minute') AS per_s,
        (SELECT count(*) FROM wfe.outbox AS o
          WHERE o.state = 'pending' AND o.last_error LIKE 'unroutable:%') AS unroutable,
-       l.connected,
+       CASE l.connected WHEN true THEN 'up' WHEN false THEN 'down' END AS broker,
        l.holder,
-       wfe.human_ms(extract(epoch FROM now() - l.heartbeat_at) * 1000) AS lease_age,
-       left(coalesce(l.last_error,
-                     (SELECT o.last_error FROM wfe.outbox AS o
-                       WHERE o.state = 'pending' AND o.last_error IS NOT NULL
-                       ORDER BY o.available_at DESC LIMIT 1)), 40) AS last_error
+       wfe.human_ms(extract(epoch FROM now() - l.heartbeat_at) * 1000) AS lease,
+       -- cut to fit a 120-column terminal beside the rest (the whole text is
+       -- in wfe.publisher_lease and wfe.outbox)
+       (SELECT CASE WHEN length(e.msg) > 30 THEN left(e.msg, 29) || '…' ELSE e.msg END
+          FROM (SELECT coalesce(l.last_error,
+                                (SELECT o.last_error FROM wfe.outbox AS o
+                                  WHERE o.state = 'pending' AND o.last_error IS NOT NULL
+                                  ORDER BY o.available_at DESC LIMIT 1)) AS msg) AS e) AS last_error
   FROM wfe.publisher_lease AS l;
 COMMENT ON VIEW wfe.dashboard_outbox IS
-'The outbox and its publisher: pending and claimed rows, oldest pending age, messages published per second over the last minute, unroutable rows, broker connected, lease holder and age of its last renewal, last error.';
+'The outbox and its publisher: pending and claimed rows, oldest pending age, messages published per second over the last minute, unroutable rows, the broker connection (up or down), lease holder and age of its last renewal, last error (cut to 30 characters).';
 GRANT SELECT ON wfe.dashboard_outbox TO wfe_reader, wfe_operator;
 
 -- Stages per workflow over the last hour: how long, how often they fail.
@@ -316,8 +321,9 @@ SELECT x.problem, x.run_id, x.stage, x.attempt,
     SELECT CASE WHEN st.held_until = 'infinity' THEN 'rate limit unknown' ELSE 'rate limited' END,
            st.run_id, st.stage, st.attempt, st.ready_at,
            st.rate_limit || CASE WHEN st.held_until = 'infinity' THEN ' is not configured'
+                                 WHEN st.held_until <= now() THEN ' token due now'
                                  ELSE ' token due in '
-                                      || wfe.human_ms(greatest(0, extract(epoch FROM st.held_until - now()) * 1000))
+                                      || wfe.human_ms(extract(epoch FROM st.held_until - now()) * 1000)
                             END
       FROM wfe.run_stages AS st
      WHERE st.held_until IS NOT NULL AND st.state = 'queued'
@@ -334,8 +340,10 @@ SELECT x.problem, x.run_id, x.stage, x.attempt,
     UNION ALL
     -- held by its queue's open circuit, or behind the half-open probe (79_circuits.sql)
     SELECT 'circuit open', st.run_id, st.stage, st.attempt, st.ready_at,
-           st.queue || CASE WHEN c.state = 'open' THEN ' open, half opens in '
-                                 || wfe.human_ms(greatest(0, extract(epoch FROM c.since - now()) * 1000 + c.open_ms))
+           st.queue || CASE WHEN c.state = 'open' THEN ' open, half opens '
+                                 || CASE WHEN extract(epoch FROM c.since - now()) * 1000 + c.open_ms > 0
+                                         THEN 'in ' || wfe.human_ms(extract(epoch FROM c.since - now()) * 1000 + c.open_ms)
+                                         ELSE 'now' END
                             ELSE ' half open: one probe' END
       FROM wfe.circuits AS c
       JOIN wfe.run_stages AS st ON st.queue = c.queue AND st.state = 'queued'

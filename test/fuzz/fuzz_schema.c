@@ -1,6 +1,6 @@
 /*
  * fuzz_schema.c — libFuzzer harness over the JSON Schema validator
- * (src/core/jsonschema*.c, jsonnum.c) and the regex engine (regex.c).
+ * (src/core/jsonschema*.c, jsonnum.c) and the regex engine (regex*.c).
  *
  * An input is "SCHEMA\0VALUE": both are parsed with wfe_json_parse (so the
  * parser's big-integer widening is fuzzed too); a schema that parses is

@@ -1,5 +1,5 @@
 /*
- * test_regex.c — unit tests of the linear-time regex engine (src/core/jsonschema/regex.c).
+ * test_regex.c — unit tests of the linear-time regex engine (src/core/jsonschema/regex*.c).
  *
  * A standalone TAP program, run under ASan/UBSan: every case compiles a
  * pattern, searches subjects, and frees it.

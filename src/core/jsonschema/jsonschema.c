@@ -1,6 +1,7 @@
 /*
  * jsonschema.c — validation against a compiled JSON Schema (see
- * jsonschema.h; the compiler is jsonschema_compile.c).
+ * jsonschema.h; the compiler is jsonschema_compile.c and the files its
+ * header lists).
  *
  * The walk follows the schema into the value.  It stops at the first
  * violation and names it by the value's JSON path (`$`, `.name` for

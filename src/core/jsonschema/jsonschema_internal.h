@@ -1,6 +1,7 @@
 /*
  * jsonschema_internal.h — the compiled form of a JSON Schema, shared by the
- * compiler (jsonschema_compile.c) and the validator (jsonschema.c).
+ * compiler (jsonschema_compile.c and its parts, jsonschema_compile.h) and the
+ * validator (jsonschema.c).
  */
 #ifndef WFE_JSONSCHEMA_INTERNAL_H
 #define WFE_JSONSCHEMA_INTERNAL_H
