@@ -46,7 +46,10 @@ extern int	wfe_fair_shares(const char *queue, int room, wfe_fair_share **shares,
  * filters the whole backlog (70 ms and 3,000 buffers beside 100,000:
  * docs/benchmarks.md "The fair claim's tail").  The range's generic
  * estimate does not read the statistics, and only run_stages_fair gives
- * its order.  (The same rows: the column's collation is deterministic.)
+ * its order.  (The same rows: the column's collation is deterministic.
+ * After a range the index cannot seek to the priority, so the walk starts
+ * at the tenant's first entry: the priority served is the tenant's
+ * highest, whose entries come first.)
  */
 #define WFE_SQL_FAIR_TENANT(col, param) " AND " col " >= " param " AND " col " <= " param
 extern void wfe_fair_took(const char *queue, const wfe_fair_share *share, int got);
