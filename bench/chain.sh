@@ -1,7 +1,8 @@
 # shellcheck shell=bash
-# chain NAME STAGES QUEUE WORKER: a stages-form definition of STAGES worker
-# stages in a line, each binding its input from the run context.  Sourced
-# by bench/run.sh and bench/profile/*.sh.
+# chain NAME STAGES QUEUE WORKER [RATE_LIMIT]: a stages-form definition of
+# STAGES worker stages in a line, each binding its input from the run
+# context (and taking a token of RATE_LIMIT when given).  Sourced by
+# bench/run.sh and bench/profile/*.sh.
 # shellcheck disable=SC2016  # ${context.x} is the definition's, not ours
 chain() {
 	local i next
@@ -18,5 +19,6 @@ chain() {
     on_success: $next
     on_failure: failed
 EOF2
+		[ -z "${5:-}" ] || printf '    rate_limit: %s\n' "$5"
 	done
 }

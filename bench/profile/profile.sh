@@ -15,8 +15,9 @@ trap 'cluster_stop; rm -rf "$WORKDIR"' EXIT
 # Q ARGS...: psql in the bench database, tuples only
 Q() { "$BIN/psql" -X -q -v ON_ERROR_STOP=1 -d wfe_bench -At "$@"; }
 
-# profile_cluster STEP_STAGES: the cluster, the bench schema with a
-# STEP_STAGES-stage bench-steps and the 12-stage bench-submit chains
+# profile_cluster STEP_STAGES [RATE_LIMIT]: the cluster, the bench schema
+# with a STEP_STAGES-stage bench-steps (each stage taking a token of
+# RATE_LIMIT when given) and the 12-stage bench-submit chains
 profile_cluster() {
 	cluster_start "$WORKDIR"
 	cluster_createdb wfe_bench
@@ -28,7 +29,7 @@ pg_stat_statements.max = 5000
 track_functions = all
 CONF
 	cluster_pg_ctl -l "$CLUSTER_DIR/server.log" -m fast -w -t 60 restart >/dev/null
-	chain bench-steps "$1" bench bench.step@1 >"$WORKDIR/steps.yaml"
+	chain bench-steps "$1" bench bench.step@1 "${2:-}" >"$WORKDIR/steps.yaml"
 	chain bench-submit 12 bench-submit bench.submit@1 >"$WORKDIR/submit.yaml"
 	Q -v steps="$WORKDIR/steps.yaml" -v submit="$WORKDIR/submit.yaml" -f bench/sql/setup.sql >/dev/null
 	Q -c "CREATE EXTENSION pg_walinspect"

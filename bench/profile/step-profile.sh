@@ -18,7 +18,10 @@
 #
 # Environment: PG_CONFIG (the PostgreSQL to use, with wfe installed),
 # CLUSTER_FIRST_PORT, SECS (default 15), RUNS (runs submitted, default 150),
-# FILLFACTOR (set on wfe.run_stages before the runs are submitted).
+# FILLFACTOR (set on wfe.run_stages before the runs are submitted),
+# RATE_LIMIT=1 (every stage of the chain takes a token of a bucket far
+# above the load, 1,000,000/s: what a rate limit costs a step, the cost
+# figure of bench/ratelimit/run.sh).
 # The machine is shared: run it under nice, compare runs made back to back.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -29,7 +32,8 @@ SECS=${SECS:-15}
 RUNS=${RUNS:-150}
 mkdir -p "$OUT"
 : >"$OUT/summary.txt"
-profile_cluster 200
+profile_cluster 200 ${RATE_LIMIT:+fast}
+[ -z "${RATE_LIMIT:-}" ] || Q -c "SELECT wfe.configure_rate_limit('fast', 1000000, 1000000)" >/dev/null
 [ -z "${FILLFACTOR:-}" ] || Q -c "ALTER TABLE wfe.run_stages SET (fillfactor = $FILLFACTOR)"
 Q -c "INSERT INTO bench_jobs (queue, state, payload)
       SELECT 'bench', 'done', jsonb_build_object('x', i) FROM generate_series(1, 50000) AS i" \

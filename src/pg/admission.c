@@ -112,19 +112,22 @@ static stmt q_scope = STMT(
 
 /*
  * The tenants whose locks a release takes: $2 when limited ($3), those
- * with tasks held in $1 ($4): HELD is what such a task is.  On a fair
- * queue, a held task a room can release is one the fair walk reads
- * (run_stages_fair: one probe per limited tenant, whatever the backlog).
+ * with tasks held in $1 ($4): HELD is what such a task is, TENANT that it
+ * is the limited tenant's.  On a fair queue, a held task a room can
+ * release is one the fair walk reads (run_stages_fair: one probe per
+ * limited tenant, whatever the backlog; the tenant as WFE_SQL_FAIR_TENANT
+ * names it).
  */
-#define RELEASE_TENANTS(HELD) \
+#define RELEASE_TENANTS(TENANT, HELD) \
 	"SELECT l.tenant, l.max_tasks_in_flight FROM wfe.tenant_limits AS l" \
 	" WHERE l.max_tasks_in_flight IS NOT NULL" \
 	"   AND (($3 AND l.tenant = $2)" \
 	"        OR ($4 AND EXISTS (SELECT 1 FROM wfe.run_stages AS st" \
-	"                            WHERE st.queue = $1 AND st.state = 'queued' AND st.tenant = l.tenant" HELD ")))" \
+	"                            WHERE st.queue = $1 AND st.state = 'queued'" TENANT HELD ")))" \
 	" ORDER BY l.tenant COLLATE \"C\""
-static stmt q_release_tenants = STMT(RELEASE_TENANTS(""), 4, TX, TX, BO, BO);
-static stmt q_release_tenants_fair = STMT(RELEASE_TENANTS(" AND st.held_until IS NULL AND st.fair"),
+static stmt q_release_tenants = STMT(RELEASE_TENANTS(" AND st.tenant = l.tenant", ""), 4, TX, TX, BO, BO);
+static stmt q_release_tenants_fair = STMT(RELEASE_TENANTS(WFE_SQL_FAIR_TENANT("st.tenant", "l.tenant"),
+														  " AND st.held_until IS NULL AND st.fair"),
 										  4, TX, TX, BO, BO);
 /* a tenant's pollers (a queue without a wfe.queues row is an unlimited poll queue) */
 static stmt q_tenant_pollers = STMT(
@@ -173,13 +176,14 @@ static stmt q_candidates = STMT(
  * A fair queue's release (release_fair): one tenant's held tasks at one
  * priority ($1 queue, $2 tenant, $3 priority), oldest first, at most $4 (the
  * room: more cannot go), walked in run_stages_fair from the tenant's
- * first, whatever the others hold.  (The limit also keeps the generic plan
- * on that walk, not a sort of the tenant's whole backlog.)
+ * first, whatever the others hold (the tenant's condition: WFE_SQL_FAIR_TENANT).
+ * (The limit also keeps the generic plan on that walk, not a sort of the
+ * tenant's whole backlog.)
  */
 static stmt q_tenant_held = STMT(
 	"SELECT p.run_id, p.stage FROM wfe.run_stages AS p"
 	" WHERE p.queue = $1 AND p.state = 'queued' AND p.held_until IS NULL AND p.fair"
-	"   AND p.tenant = $2 AND p.priority = $3" WFE_SQL_HELD("p")
+	WFE_SQL_FAIR_TENANT("p.tenant", "$2") " AND p.priority = $3" WFE_SQL_HELD("p")
 	" ORDER BY p.tenant, p.priority DESC, p.ready_at LIMIT $4", 4, TX, TX, I4, I4);
 
 /* ---- the locks this transaction waited for ---- */

@@ -79,11 +79,11 @@ static stmt q_claim_limited = STMT(CLAIM_UPDATE "ARRAY(" CLAIM_PICK TENANT_PICK 
 /*
  * A fair queue's claim (fairness.c): one tenant's tasks at one priority
  * ($5, $6), in the order of run_stages_fair, whose leading columns the
- * equalities fix, so the walk starts at the tenant's next task whatever
- * other tenants have queued.
+ * conditions fix, so the walk starts at the tenant's next task whatever
+ * other tenants have queued (the tenant's is a range: WFE_SQL_FAIR_TENANT).
  */
 #define FAIR_PICK \
-	"   AND p.fair AND p.tenant = $5 AND p.priority = $6" \
+	"   AND p.fair" WFE_SQL_FAIR_TENANT("p.tenant", "$5") " AND p.priority = $6" \
 	" ORDER BY p.tenant, p.priority DESC, p.ready_at LIMIT $3" \
 	"   FOR UPDATE SKIP LOCKED"
 static stmt q_claim_fair = STMT(CLAIM_UPDATE "ARRAY(" CLAIM_PICK FAIR_PICK ")" CLAIM_REST, 6, TX, TX, I4, I4, TX, I4);
