@@ -4355,6 +4355,8 @@ CREATE TRIGGER runs_deleted AFTER DELETE ON wfe.runs
     REFERENCING OLD TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION wfe._runs_deleted();
 CREATE TRIGGER runs_truncated AFTER TRUNCATE ON wfe.runs
     FOR EACH STATEMENT EXECUTE FUNCTION wfe._runs_deleted();
+
+-- ---------------------------------------------------------------------
 -- The dashboards at 120 columns (tidy): dashboard_outbox's broker column
 -- (up/down, was the boolean connected), lease (was lease_age) and a
 -- last_error cut to 30 characters; an open circuit whose time is up reads
