@@ -4355,6 +4355,18 @@ CREATE TRIGGER runs_deleted AFTER DELETE ON wfe.runs
     REFERENCING OLD TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION wfe._runs_deleted();
 CREATE TRIGGER runs_truncated AFTER TRUNCATE ON wfe.runs
     FOR EACH STATEMENT EXECUTE FUNCTION wfe._runs_deleted();
+-- The state guards fire AFTER the update (a BEFORE ROW trigger has the row
+-- locked first: a WAL record more at every state change).
+DROP TRIGGER run_stages_state_guard ON wfe.run_stages;
+DROP TRIGGER runs_state_guard ON wfe.runs;
+-- AFTER, not BEFORE: a BEFORE ROW UPDATE trigger has the row locked before
+-- its update, a WAL record more at every state change (transitions.c).
+CREATE TRIGGER run_stages_state_guard
+    AFTER UPDATE OF state ON wfe.run_stages
+    FOR EACH ROW WHEN (OLD.state <> NEW.state) EXECUTE FUNCTION wfe._stage_state_guard();
+CREATE TRIGGER runs_state_guard
+    AFTER UPDATE OF state ON wfe.runs
+    FOR EACH ROW WHEN (OLD.state <> NEW.state) EXECUTE FUNCTION wfe._run_state_guard();
 
 -- ---------------------------------------------------------------------
 -- The dashboards at 120 columns (tidy): dashboard_outbox's broker column

@@ -34,7 +34,13 @@ state_attno(TupleDesc desc)
 	return 0;					/* keep compiler quiet */
 }
 
-/* Shared body of the two BEFORE UPDATE triggers. */
+/*
+ * Shared body of the two AFTER UPDATE triggers.  AFTER, not BEFORE: a
+ * BEFORE ROW UPDATE trigger makes the executor lock the row before the
+ * update (GetTupleForTrigger), a Heap/LOCK WAL record and a buffer lock
+ * more on every state change of every stage and run; an error raised here
+ * aborts the statement all the same.
+ */
 static Datum
 guard_state(FunctionCallInfo fcinfo, const wfe_transition *table, const char *what)
 {
@@ -57,7 +63,7 @@ guard_state(FunctionCallInfo fcinfo, const wfe_transition *table, const char *wh
 	attno = state_attno(desc);
 	olddatum = heap_getattr(trigdata->tg_trigtuple, attno, desc, &oldnull);
 	newdatum = heap_getattr(trigdata->tg_newtuple, attno, desc, &newnull);
-	/* BEFORE triggers run before the NOT NULL constraint: say it here */
+	/* the NOT NULL constraints refuse a NULL state before this runs */
 	if (oldnull || newnull)
 		ereport(ERROR,
 				(errcode(ERRCODE_NOT_NULL_VIOLATION),
@@ -83,7 +89,7 @@ guard_state(FunctionCallInfo fcinfo, const wfe_transition *table, const char *wh
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("illegal %s transition from %s to %s", what, from, to),
 				 errhint("See wfe.%s_transitions() for the legal transitions.", what)));
-	return PointerGetDatum(trigdata->tg_newtuple);
+	return PointerGetDatum(trigdata->tg_newtuple);	/* an AFTER trigger's is ignored */
 }
 
 PG_FUNCTION_INFO_V1(wfe_stage_row_ok);

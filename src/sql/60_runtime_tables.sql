@@ -319,12 +319,14 @@ CREATE INDEX run_stages_live ON wfe.run_stages (queue, state)
 CREATE INDEX run_stages_handler ON wfe.run_stages (ready_at)
     WHERE state = 'queued' AND handler IS NOT NULL;
 
+-- AFTER, not BEFORE: a BEFORE ROW UPDATE trigger has the row locked before
+-- its update, a WAL record more at every state change (transitions.c).
 CREATE TRIGGER run_stages_state_guard
-    BEFORE UPDATE OF state ON wfe.run_stages
-    FOR EACH ROW EXECUTE FUNCTION wfe._stage_state_guard();
+    AFTER UPDATE OF state ON wfe.run_stages
+    FOR EACH ROW WHEN (OLD.state <> NEW.state) EXECUTE FUNCTION wfe._stage_state_guard();
 CREATE TRIGGER runs_state_guard
-    BEFORE UPDATE OF state ON wfe.runs
-    FOR EACH ROW EXECUTE FUNCTION wfe._run_state_guard();
+    AFTER UPDATE OF state ON wfe.runs
+    FOR EACH ROW WHEN (OLD.state <> NEW.state) EXECUTE FUNCTION wfe._run_state_guard();
 
 -- Outputs of the tasks form: write-once per (run, task, key).
 CREATE TABLE wfe.outputs (

@@ -429,12 +429,15 @@ SELECT wfe._stage_row_ok('worker', 'queued', 1, 2, NULL, NULL) AS ok,
 \set VERBOSITY default
 
 --
--- A NULL state is refused by the state guards with 23502 (not XX000: the
--- guard runs before the NOT NULL constraint), the row unchanged.
+-- A NULL state is refused with 23502 (not XX000) by the NOT NULL
+-- constraints, before the state guards (AFTER triggers) run, the row
+-- unchanged.  Terse: the failing row's detail has the run's times.
 --
+\set VERBOSITY terse
 UPDATE wfe.runs SET state = NULL WHERE run_id = :r1;
 \echo :LAST_ERROR_SQLSTATE
 UPDATE wfe.run_stages SET state = NULL WHERE run_id = :r1 AND stage = 'solo';
 \echo :LAST_ERROR_SQLSTATE
+\set VERBOSITY default
 SELECT r.state AS run_state, s.state AS stage_state
   FROM wfe.runs AS r JOIN wfe.run_stages AS s USING (run_id) WHERE r.run_id = :r1 AND s.stage = 'solo';
