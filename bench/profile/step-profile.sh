@@ -18,7 +18,8 @@
 #
 # Environment: PG_CONFIG (the PostgreSQL to use, with wfe installed),
 # CLUSTER_FIRST_PORT, SECS (default 15), RUNS (runs submitted, default 150),
-# FILLFACTOR (set on wfe.run_stages before the runs are submitted).
+# FILLFACTOR (set on wfe.run_stages before the runs are submitted),
+# PUBLISH_EVENTS (on: every event is also written to the outbox).
 # The machine is shared: run it under nice, compare runs made back to back.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
