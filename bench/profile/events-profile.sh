@@ -24,6 +24,7 @@ mkdir -p "$OUT"
 profile_cluster 2
 
 # pass SETTING: EVENTS events, 100 a statement, with wfe.publish_events = SETTING
+# shellcheck disable=SC2016  # $WFE_PID and $14 are psql's shell's and awk's
 pass() {
 	printf '%s\n' "SET wfe.publish_events = $1;" \
 		"SELECT pg_current_wal_insert_lsn() AS lsn0 \\gset" \
@@ -40,7 +41,6 @@ Q -c "CREATE FUNCTION public.write_events(b int) RETURNS void LANGUAGE sql VOLAT
       INSERT INTO wfe.events (run_id, tenant, stage, attempt, type, detail)
       SELECT b * 100 + i, 'default', 'work', 1, 'stage.completed', '{\"worker_id\": \"w\"}'
         FROM generate_series(1, 100) AS i \$\$"
-# shellcheck disable=SC2016  # $WFE_PID and $14 are psql's shell's and awk's
 {
 	printf '%s\n' 'SELECT pg_backend_pid() AS pid \gset' '\setenv WFE_PID :pid'
 	pass off
