@@ -2,7 +2,9 @@
 # profile.sh — what bench/profile/*.sh share: a private cluster shaped like
 # `make bench`'s (wfe and pg_stat_statements preloaded, defaults otherwise,
 # pg_stat_statements.track = all, track_functions = all) with the bench
-# schema (bench/sql/setup.sql) and pg_walinspect.  Sourced from the
+# schema (bench/sql/setup.sql) and pg_walinspect; PUBLISH_EVENTS=on turns
+# wfe.publish_events on (the event log's projection on the outbox, off by
+# default as in `make bench`).  Sourced from the
 # repository's top directory; sets BIN and WORKDIR, defines Q.
 . test/harness/lib.sh
 . test/harness/cluster.sh
@@ -27,6 +29,7 @@ wfe.database = 'wfe_bench'
 pg_stat_statements.track = all
 pg_stat_statements.max = 5000
 track_functions = all
+wfe.publish_events = ${PUBLISH_EVENTS:-off}
 CONF
 	cluster_pg_ctl -l "$CLUSTER_DIR/server.log" -m fast -w -t 60 restart >/dev/null
 	chain bench-steps "$1" bench bench.step@1 "${2:-}" >"$WORKDIR/steps.yaml"

@@ -21,7 +21,8 @@
 # FILLFACTOR (set on wfe.run_stages before the runs are submitted),
 # RATE_LIMIT=1 (every stage of the chain takes a token of a bucket far
 # above the load, 1,000,000/s: what a rate limit costs a step, the cost
-# figure of bench/ratelimit/run.sh).
+# figure of bench/ratelimit/run.sh),
+# PUBLISH_EVENTS (on: every event is also written to the outbox).
 # The machine is shared: run it under nice, compare runs made back to back.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."

@@ -101,6 +101,16 @@ GRANT SELECT ON public.xact_calls, public.dispatched TO PUBLIC;
 GRANT EXECUTE ON FUNCTION pg_stat_force_next_flush() TO PUBLIC;
 });
 
+# the SQL that accepts the first dispatched attempt of broker QUEUE and completes it
+sub accept_and_complete
+{
+	my ($queue) = @_;
+	return qq{SELECT run_id AS b_run, stage AS b_stage, attempt AS b_attempt, fence AS b_fence
+  FROM public.dispatched WHERE queue = '$queue' ORDER BY run_id LIMIT 1 \\gset
+SELECT wfe.accept_task(:b_run, :'b_stage', :b_attempt, :b_fence, 'bw') || ' '
+       || wfe.complete_task(:b_run, :'b_stage', :b_attempt, :b_fence) AS answers \\gset};
+}
+
 # STEP => SQL: each step a transaction (NB: a submit per row needs an
 # argument from the row, else it is called once); its last line prints
 # "STEP|answers|not C|C".  :'answers' is what the step's calls answered.
@@ -126,24 +136,12 @@ SELECT jsonb_agg(jsonb_build_object('run_id', run_id, 'stage', stage, 'attempt',
 	[ complete_tasks => q{SELECT string_agg(outcome, ' ') AS answers FROM wfe.complete_tasks(:'reports') \gset} ],
 	[ broker_submit => q{SELECT string_agg(s.accepted::text, ' ') AS answers
   FROM generate_series(1, 2) AS i, wfe.submit('hb', jsonb_build_object('i', i)) AS s \gset} ],
-	[ broker_release => q{SELECT run_id AS b_run, stage AS b_stage, attempt AS b_attempt, fence AS b_fence
-  FROM public.dispatched WHERE queue = 'hb' ORDER BY run_id LIMIT 1 \gset
-SELECT wfe.accept_task(:b_run, :'b_stage', :b_attempt, :b_fence, 'bw') || ' '
-       || wfe.complete_task(:b_run, :'b_stage', :b_attempt, :b_fence) AS answers \gset} ],
-	[ broker_second => q{SELECT run_id AS b_run, stage AS b_stage, attempt AS b_attempt, fence AS b_fence
-  FROM public.dispatched WHERE queue = 'hb' ORDER BY run_id LIMIT 1 \gset
-SELECT wfe.accept_task(:b_run, :'b_stage', :b_attempt, :b_fence, 'bw') || ' '
-       || wfe.complete_task(:b_run, :'b_stage', :b_attempt, :b_fence) AS answers \gset} ],
+	[ broker_release => accept_and_complete('hb') ],
+	[ broker_second => accept_and_complete('hb') ],
 	[ tenant_submit => q{SELECT string_agg(s.accepted::text, ' ') AS answers
   FROM generate_series(1, 2) AS i, wfe.submit('ht', jsonb_build_object('i', i), NULL, '{"tenant": "T"}') AS s \gset} ],
-	[ tenant_release => q{SELECT run_id AS b_run, stage AS b_stage, attempt AS b_attempt, fence AS b_fence
-  FROM public.dispatched WHERE queue = 'ht' ORDER BY run_id LIMIT 1 \gset
-SELECT wfe.accept_task(:b_run, :'b_stage', :b_attempt, :b_fence, 'bw') || ' '
-       || wfe.complete_task(:b_run, :'b_stage', :b_attempt, :b_fence) AS answers \gset} ],
-	[ tenant_second => q{SELECT run_id AS b_run, stage AS b_stage, attempt AS b_attempt, fence AS b_fence
-  FROM public.dispatched WHERE queue = 'ht' ORDER BY run_id LIMIT 1 \gset
-SELECT wfe.accept_task(:b_run, :'b_stage', :b_attempt, :b_fence, 'bw') || ' '
-       || wfe.complete_task(:b_run, :'b_stage', :b_attempt, :b_fence) AS answers \gset} ],
+	[ tenant_release => accept_and_complete('ht') ],
+	[ tenant_second => accept_and_complete('ht') ],
 	[ rate_limited => q{SELECT count(*) FROM wfe.submit('hr', '{}') \gset
 SELECT string_agg(wfe.complete_task(t.run_id, t.stage, t.attempt, t.fence), ' ') AS answers
   FROM wfe.claim_task('hr', 'w', 1) AS t \gset} ],
