@@ -23,6 +23,9 @@
 # above the load, 1,000,000/s: what a rate limit costs a step, the cost
 # figure of bench/ratelimit/run.sh),
 # PUBLISH_EVENTS (on: every event is also written to the outbox).
+# FILLFACTOR (set on wfe.run_stages before the runs are submitted), SCRIPT
+# (the wfe run's pgbench script, default wfe-step.sql; wfe-step-batch-call.sql
+# for batch 10 in one complete_tasks call).
 # The machine is shared: run it under nice, compare runs made back to back.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -31,6 +34,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 OUT=${1:?usage: step-profile.sh OUTDIR}
 SECS=${SECS:-15}
 RUNS=${RUNS:-150}
+SCRIPT=${SCRIPT:-wfe-step.sql}
 mkdir -p "$OUT"
 : >"$OUT/summary.txt"
 profile_cluster 200 ${RATE_LIMIT:+fast}
@@ -56,18 +60,18 @@ pgb floor-step.sql "$SECS"
 n1=$(Q -c "SELECT count(*) FROM bench_jobs WHERE state = 'done'")
 echo "floor steps/s: $(((n1 - n0) / SECS))" | tee -a "$OUT/summary.txt"
 
-PGB_USER=bench_worker pgb wfe-step.sql 2
+PGB_USER=bench_worker pgb "$SCRIPT" 2
 Q -c "CHECKPOINT" -c "SELECT pg_stat_statements_reset()" -c "SELECT pg_stat_reset()" >/dev/null
 r0=$(Q -c "SELECT rounds FROM wfe.worker_status()")
 s0=$(Q -c "SELECT count(*) FROM wfe.events WHERE type = 'stage.completed'")
 lsn0=$(Q -c "SELECT pg_current_wal_insert_lsn()")
-PGB_USER=bench_worker pgb wfe-step.sql "$SECS"
+PGB_USER=bench_worker pgb "$SCRIPT" "$SECS"
 lsn1=$(Q -c "SELECT pg_current_wal_insert_lsn()")
 s1=$(Q -c "SELECT count(*) FROM wfe.events WHERE type = 'stage.completed'")
 r1=$(Q -c "SELECT rounds FROM wfe.worker_status()")
 st=$((s1 - s0))
 # everything below is read after the measured run, so it is not in the figures
-Q -c "SELECT 'wfe1 steps/s: ' || $st / $SECS || ' (' || $st || ' steps); ratio to the floor '
+Q -c "SELECT 'wfe ($SCRIPT) steps/s: ' || $st / $SECS || ' (' || $st || ' steps); ratio to the floor '
              || round($st::numeric / $((n1 - n0)), 2)" | tee -a "$OUT/summary.txt"
 wal_report "$lsn0" "$lsn1" "$st" step "$OUT"
 Q -c "SELECT 'statement ms/step: claim_task ' || round(sum(total_exec_time) FILTER (WHERE query LIKE '%claim_task%')::numeric / $st, 3)

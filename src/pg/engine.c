@@ -586,8 +586,9 @@ add_ahead(srv *s, int *stages, int *n, int j)
  * step that releases one.  Both reads are made under the run's lock, which
  * every writer of a row that is not queued holds; a queued row's claimer
  * may move it at any time, before a read as well as after.  The row to
- * lock (lock_stage) is read on its own, FOR UPDATE, and only after rows
- * read before its wait are dropped: what follows the wait reads afresh.
+ * lock (lock_stage) is read on its own, FOR UPDATE; rows read ahead
+ * before that wait are dropped, so what the core asks for after it is
+ * read afresh.
  */
 static void
 io_load(void *arg, int i, wfe_row *row)
