@@ -18,14 +18,12 @@
 #
 # Environment: PG_CONFIG (the PostgreSQL to use, with wfe installed),
 # CLUSTER_FIRST_PORT, SECS (default 15), RUNS (runs submitted, default 150),
-# FILLFACTOR (set on wfe.run_stages before the runs are submitted),
-# RATE_LIMIT=1 (every stage of the chain takes a token of a bucket far
-# above the load, 1,000,000/s: what a rate limit costs a step, the cost
-# figure of bench/ratelimit/run.sh),
-# PUBLISH_EVENTS (on: every event is also written to the outbox).
 # FILLFACTOR (set on wfe.run_stages before the runs are submitted), SCRIPT
 # (the wfe run's pgbench script, default wfe-step.sql; wfe-step-batch-call.sql
-# for batch 10 in one complete_tasks call).
+# for batch 10 in one complete_tasks call), RATE_LIMIT=1 (every stage of
+# the chain takes a token of a bucket far above the load, 1,000,000/s: what
+# a rate limit costs a step, the cost figure of bench/ratelimit/run.sh),
+# PUBLISH_EVENTS (on: every event is also written to the outbox).
 # The machine is shared: run it under nice, compare runs made back to back.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
