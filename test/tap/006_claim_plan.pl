@@ -43,7 +43,6 @@
 use strict;
 use warnings;
 
-use JSON::PP;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
@@ -360,30 +359,8 @@ sub reads_big
 	return 0;
 }
 
-# auto_explain's NOTICEs on psql's stderr: [{ text, plan }] in order
-sub plans_from
-{
-	my ($err) = @_;
-	my @plans;
-	while ($err =~ /NOTICE:\s+duration: [0-9.]+ ms\s+plan:\n(\{.*?\n\})(?:\n|\z)/sg)
-	{
-		my $j = decode_json($1);
-		push @plans, { text => $j->{'Query Text'} // '', plan => $j->{'Plan'} };
-	}
-	return @plans;
-}
-
 # a session's set-up: auto_explain sends every plan, nested ones too, as JSON NOTICEs
-my $AUTO_EXPLAIN = q{
-LOAD 'auto_explain';
-SET auto_explain.log_min_duration = 0;
-SET auto_explain.log_nested_statements = on;
-SET auto_explain.log_analyze = off;
-SET auto_explain.log_verbose = on;
-SET auto_explain.log_format = json;
-SET auto_explain.log_level = notice;
-SET client_min_messages = notice;
-};
+my $AUTO_EXPLAIN = $WfeNode::AUTO_EXPLAIN;
 
 # the plans on psql's stderr ERR, grouped by call (a plan whose text matches
 # MARKER ends one), and the offending ones, each shown once: (calls,
@@ -392,7 +369,7 @@ sub calls_and_offences
 {
 	my ($err, $marker) = @_;
 	my (@calls, @current, %seen, @offending);
-	my @plans = plans_from($err);
+	my @plans = WfeNode::plans_from($err);
 	for my $p (@plans)
 	{
 		if ($p->{text} =~ $marker)

@@ -19,7 +19,6 @@
 use strict;
 use warnings;
 
-use JSON::PP;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
@@ -34,29 +33,16 @@ my $BIG = 'big-tenant-whose-name-is-long-enough-to-widen-each-index-entry';
 
 my $node = WfeNode::node('wfe_fair_one_tenant');
 
+# a one-stage workflow on each queue, of the same name
+for my $q ('ot-fair', 'ot-fb')
+{
+	$node->safe_psql('postgres', "SELECT wfe.register_worker('$q\@1', '$q')");
+	WfeNode::workflow($node, "name: $q\nversion: \"1.0.0\"\nentry: a\nstages:\n"
+		  . "  - { name: a, type: worker, queue: $q, worker: $q\@1, on_success: completed, on_failure: failed }\n");
+}
 $node->safe_psql(
 	'postgres', q{
-SELECT wfe.register_worker('ot.fair@1', 'ot-fair');
-SELECT wfe.create_definition($y$
-name: ot-fair
-version: "1.0.0"
-entry: a
-stages:
-  - { name: a, type: worker, queue: ot-fair, worker: ot.fair@1, on_success: completed, on_failure: failed }
-$y$);
-SELECT wfe.approve('ot-fair', '1.0.0');
-SELECT wfe.activate('ot-fair', '1.0.0');
 SELECT wfe.configure_queue('ot-fair', fairness => 'tenant');
-SELECT wfe.register_worker('ot.fb@1', 'ot-fb');
-SELECT wfe.create_definition($y$
-name: ot-fb
-version: "1.0.0"
-entry: a
-stages:
-  - { name: a, type: worker, queue: ot-fb, worker: ot.fb@1, on_success: completed, on_failure: failed }
-$y$);
-SELECT wfe.approve('ot-fb', '1.0.0');
-SELECT wfe.activate('ot-fb', '1.0.0');
 SELECT wfe.configure_queue('ot-fb', 'broker', 1, fairness => 'tenant');
 });
 is( $node->safe_psql(
@@ -80,19 +66,6 @@ SELECT wfe.submit('ot-fair', '{}', NULL, '{"tenant": "small"}');
 SELECT wfe.submit('ot-fb', '{}', NULL, '{"tenant": "small"}');
 });
 
-# auto_explain's NOTICEs on psql's stderr: the plans, in order
-sub plans_from
-{
-	my ($err) = @_;
-	my @plans;
-	while ($err =~ /NOTICE:\s+duration: [0-9.]+ ms\s+plan:\n(\{.*?\n\})(?:\n|\z)/sg)
-	{
-		my $j = decode_json($1);
-		push @plans, { text => $j->{'Query Text'} // '', plan => $j->{'Plan'} };
-	}
-	return @plans;
-}
-
 # how a plan tree reads wfe.run_stages: each scan as its index's name, or
 # its node type without one, marked when it filters on the tenant
 sub walks
@@ -105,22 +78,13 @@ sub walks
 	return @w;
 }
 
-my $AUTO_EXPLAIN = q{
-LOAD 'auto_explain';
-SET auto_explain.log_min_duration = 0;
-SET auto_explain.log_nested_statements = on;
-SET auto_explain.log_format = json;
-SET auto_explain.log_level = notice;
-SET client_min_messages = notice;
-};
-
 # run SQL after auto_explain's set-up: (stdout, the fair walks' indexes, every walk on the tenant filter)
 sub explained
 {
 	my ($sql, $what) = @_;
 	my ($out, $err) = ('', '');
 	my $status = $node->psql(
-		'postgres', $AUTO_EXPLAIN . $sql,
+		'postgres', $WfeNode::AUTO_EXPLAIN . $sql,
 		stdout => \$out,
 		stderr => \$err,
 		on_error_stop => 1);
@@ -128,7 +92,7 @@ sub explained
 	# what auto_explain said, kept for a closer look
 	PostgreSQL::Test::Utils::append_to_file("$PostgreSQL::Test::Utils::tmp_check/plans.log", $err);
 	my (@fair, @filtered);
-	for my $p (plans_from($err))
+	for my $p (WfeNode::plans_from($err))
 	{
 		my @w = walks($p->{plan});
 		# the fair walks (the skip scan's too), but the claim's update by tuple id

@@ -7,6 +7,8 @@
 #   WfeNode::tenant_logins($node, [qw(A B)], qw(submitter reader));   # submitter_a ... reader_b
 #   WfeNode::workflow($node, $yaml);    # created, approved and activated
 #   WfeNode::tenant_flows($node, [qw(A B)], "    retry: {max_attempts: 1}\n");   # flow-a, flow-b
+#   $node->psql('postgres', $WfeNode::AUTO_EXPLAIN . $sql, stderr => \$err);
+#   for my $p (WfeNode::plans_from($err)) { ... $p->{text}, $p->{plan} ... }
 #
 # Everything happens in database postgres.  The broker tests start their
 # node through WfeRabbit::wfe_node, which adds the broker's settings.
@@ -15,6 +17,7 @@ package WfeNode;
 use strict;
 use warnings;
 
+use JSON::PP;
 use PostgreSQL::Test::Cluster;
 use Test::More;
 
@@ -108,6 +111,33 @@ sub tenant_flows
 			  . "    on_success: completed\n    on_failure: failed\n");
 	}
 	return;
+}
+
+# A session's set-up: auto_explain sends every plan, nested ones too, as
+# JSON NOTICEs (no ANALYZE; verbose, so that every relation is
+# schema-qualified).
+our $AUTO_EXPLAIN = q{
+LOAD 'auto_explain';
+SET auto_explain.log_min_duration = 0;
+SET auto_explain.log_nested_statements = on;
+SET auto_explain.log_analyze = off;
+SET auto_explain.log_verbose = on;
+SET auto_explain.log_format = json;
+SET auto_explain.log_level = notice;
+SET client_min_messages = notice;
+};
+
+# plans_from(ERR): auto_explain's NOTICEs on psql's stderr ERR: [{ text, plan }] in order
+sub plans_from
+{
+	my ($err) = @_;
+	my @plans;
+	while ($err =~ /NOTICE:\s+duration: [0-9.]+ ms\s+plan:\n(\{.*?\n\})(?:\n|\z)/sg)
+	{
+		my $j = JSON::PP::decode_json($1);
+		push @plans, { text => $j->{'Query Text'} // '', plan => $j->{'Plan'} };
+	}
+	return @plans;
 }
 
 1;
