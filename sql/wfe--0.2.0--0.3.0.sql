@@ -4322,6 +4322,15 @@ COMMENT ON VIEW wfe.metrics IS
 -- ---------------------------------------------------------------------
 ALTER TABLE wfe.runs DROP CONSTRAINT runs_definition_id_fkey;
 
+-- ---------------------------------------------------------------------
+-- Releases without scans (issue 24, flowscan): run_stages_live carries
+-- the tenant, so that whether a tenant has tasks queued in a queue is one
+-- probe (src/pg/admission.c, the releases of held tasks); no index more.
+-- ---------------------------------------------------------------------
+DROP INDEX wfe.run_stages_live;
+CREATE INDEX run_stages_live ON wfe.run_stages (queue, state, tenant)
+    WHERE state IN ('queued', 'dispatched', 'running');     -- wfe._stage_clocked
+
 -- Final bodies: every function whose text changed in 0.3.0, as src/sql has it.
 -- (Written by the same rule as the sections above: the whole text, copied.)
 
