@@ -4586,6 +4586,15 @@ COMMENT ON VIEW wfe.dashboard_stuck IS
 'Work that does not move: runs with no live attempt and no due timer, attempts past their deadline, overdue timers, tasks on a paused or full queue or of a full tenant, attempts a rate limit, keyed concurrency or an open circuit holds, dispatches unpublished for a minute, open dead letters.';
 GRANT SELECT ON wfe.dashboard_stuck TO wfe_reader, wfe_operator;
 
+-- ---------------------------------------------------------------------
+-- Releases without scans (issue 24, flowscan): run_stages_live carries
+-- the tenant, so that whether a tenant has tasks queued in a queue is one
+-- probe (src/pg/admission.c, the releases of held tasks); no index more.
+-- ---------------------------------------------------------------------
+DROP INDEX wfe.run_stages_live;
+CREATE INDEX run_stages_live ON wfe.run_stages (queue, state, tenant)
+    WHERE state IN ('queued', 'dispatched', 'running');     -- wfe._stage_clocked
+
 -- Final bodies: every function whose text changed in 0.3.0, as src/sql has it.
 -- (Written by the same rule as the sections above: the whole text, copied.)
 

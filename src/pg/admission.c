@@ -60,26 +60,58 @@
 /* Rows of held candidates fetched, and decided, at a time. */
 #define RELEASE_BATCH 64
 
-/* The counts, statements of their own after the locks (READ COMMITTED: they see the last holder's commit). */
+/*
+ * The counts, statements of their own after the locks (READ COMMITTED: they
+ * see the last holder's commit).  A task in flight is handed out
+ * (dispatched or running: wfe._stage_handed_out, written out so that the
+ * index serves any caller), or queued with a dispatch message still to
+ * publish.  Neither count reads the queued tasks a limit holds, nor a
+ * tenant's runs: their cost follows the tasks in flight and the outbox's
+ * messages not yet published (the relay's lag), never the held backlog.
+ */
+
+/*
+ * The queued tasks with a dispatch message of their attempt and fence still
+ * to publish, found from the outbox side -- its rows not yet published
+ * (outbox_pending, outbox_claimed; OWN: which ones), each probing its stage
+ * row (ROW: which stages) -- not from the queued side, which is mostly the
+ * held backlog.  (LATERAL ... LIMIT 1: a probe by primary key per message,
+ * never a merge join walking run_stages_pkey up to the messages' runs.)
+ */
+#define SQL_DISPATCHING(OWN, ROW) \
+	"(SELECT count(*)" \
+	"   FROM (SELECT DISTINCT o.run_id, o.stage, o.attempt, o.fence FROM wfe.outbox AS o" \
+	"          WHERE (o.state = 'pending' OR o.state = 'claimed') AND o.kind = 'dispatch'" OWN ") AS o," \
+	"        LATERAL (SELECT 1 FROM wfe.run_stages AS st" \
+	"                  WHERE st.run_id = o.run_id AND st.stage = o.stage AND st.attempt = o.attempt" \
+	"                    AND st.fence = o.fence AND st.state = 'queued'" ROW " LIMIT 1) AS st)"
+
+/* a queue's: its tasks handed out (run_stages_live), and those dispatching */
 static stmt q_queue_in_flight = STMT(
-	"SELECT count(*)::int FROM wfe.run_stages AS st"
-	" WHERE st.queue = $1"
-	"   AND (wfe._stage_handed_out(st.state)"
-	"        OR (st.state = 'queued'"
-	"            AND EXISTS (SELECT 1 FROM wfe.outbox AS o"
-	"                         WHERE o.run_id = st.run_id AND o.stage = st.stage AND o.attempt = st.attempt"
-	"                           AND o.fence = st.fence AND o.kind = 'dispatch' AND o.state <> 'published')))",
+	"SELECT ((SELECT count(*) FROM wfe.run_stages AS st"
+	"          WHERE st.queue = $1 AND st.state IN ('dispatched', 'running'))"
+	"      + " SQL_DISPATCHING("", " AND st.queue = $1") ")::int",
 	1, TX);
-/* through the tenant's unfinished runs (runs_unfinished_tenant): the cost follows its runs in flight */
+/*
+ * SQL: the queues with live tasks (qs), by a skip scan of run_stages_live
+ * (one probe per queue, from '', which every name sorts after): what a
+ * tenant's lookups walk instead of its runs.
+ */
+#define SQL_LIVE_QUEUES \
+	"WITH RECURSIVE qs(queue) AS (" \
+	"  SELECT ''::text" \
+	"  UNION ALL" \
+	"  SELECT n.queue FROM qs, LATERAL (" \
+	"    SELECT st.queue FROM wfe.run_stages AS st" \
+	"     WHERE st.queue > qs.queue AND st.state IN ('queued', 'dispatched', 'running')" \
+	"     ORDER BY st.queue LIMIT 1) AS n)"
+
+/* a tenant's: its tasks handed out in each queue with live tasks, one probe per queue, and those dispatching */
 static stmt q_tenant_in_flight = STMT(
-	"SELECT count(*)::int FROM wfe.runs AS r JOIN wfe.run_stages AS st ON st.run_id = r.run_id"
-	" WHERE r.tenant = $1 AND r.finished_at IS NULL"
-	"   AND st.queue IS NOT NULL AND st.handler IS NULL"
-	"   AND (wfe._stage_handed_out(st.state)"
-	"        OR (st.state = 'queued'"
-	"            AND EXISTS (SELECT 1 FROM wfe.outbox AS o"
-	"                         WHERE o.run_id = st.run_id AND o.stage = st.stage AND o.attempt = st.attempt"
-	"                           AND o.fence = st.fence AND o.kind = 'dispatch' AND o.state <> 'published')))",
+	SQL_LIVE_QUEUES
+	" SELECT ((SELECT count(*) FROM qs JOIN wfe.run_stages AS st ON st.queue = qs.queue"
+	"          WHERE st.state IN ('dispatched', 'running') AND st.tenant = $1 AND st.handler IS NULL)"
+	"      + " SQL_DISPATCHING(" AND o.tenant = $1", "") ")::int",
 	1, TX);
 static stmt q_recheck_later = STMT(
 	"INSERT INTO wfe.admission_recheck (queue, tenant) VALUES ($1, $2)", 2, TX, TX);
@@ -111,51 +143,79 @@ static stmt q_scope = STMT(
 	"  FROM wfe.queues AS q WHERE q.queue = $1", 2, TX, TX);
 
 /*
- * The tenants whose locks a release takes: $2 when limited ($3), those
- * with tasks held in $1 ($4): HELD is what such a task is, TENANT that it
- * is the limited tenant's.  On a fair queue, a held task a room can
- * release is one the fair walk reads (run_stages_fair: one probe per
- * limited tenant, whatever the backlog; the tenant as WFE_SQL_FAIR_TENANT
- * names it).
+ * Whether tenant TENANT has a task queued in queue QUEUE (SQL; HELD: what
+ * such a task must also be): the first entry from TENANT on of the queue's
+ * queued tasks by tenant, one probe of run_stages_live (queue, state,
+ * tenant), or of run_stages_fair with HELD a fair queue's.  (Not EXISTS: a
+ * tenant with many tasks queued would make a Seq Scan that stops at its
+ * first look cheaper to the planner, and that reads the backlog when they
+ * are not where it starts.)
  */
-#define RELEASE_TENANTS(TENANT, HELD) \
+#define SQL_QUEUED_FOR(QUEUE, TENANT, HELD) \
+	"(SELECT st.tenant FROM wfe.run_stages AS st" \
+	"  WHERE st.queue = " QUEUE " AND st.state = 'queued' AND st.tenant >= " TENANT HELD \
+	"  ORDER BY st.tenant LIMIT 1) = " TENANT
+
+/*
+ * The tenants whose locks a release takes: $2 when limited ($3), those
+ * with tasks held in $1 ($4): HELD is what such a task is.  On a fair
+ * queue, a held task a room can release is one the fair walk reads
+ * (run_stages_fair).  One probe per limited tenant, whatever the backlog
+ * (SQL_QUEUED_FOR's tenant is a range already, as WFE_SQL_FAIR_TENANT
+ * writes it elsewhere: a statistic of one tenant cannot make it a filter).
+ */
+#define RELEASE_TENANTS(HELD) \
 	"SELECT l.tenant, l.max_tasks_in_flight FROM wfe.tenant_limits AS l" \
 	" WHERE l.max_tasks_in_flight IS NOT NULL" \
 	"   AND (($3 AND l.tenant = $2)" \
-	"        OR ($4 AND EXISTS (SELECT 1 FROM wfe.run_stages AS st" \
-	"                            WHERE st.queue = $1 AND st.state = 'queued'" TENANT HELD ")))" \
+	"        OR ($4 AND " SQL_QUEUED_FOR("$1", "l.tenant", HELD) "))" \
 	" ORDER BY l.tenant COLLATE \"C\""
-static stmt q_release_tenants = STMT(RELEASE_TENANTS(" AND st.tenant = l.tenant", ""), 4, TX, TX, BO, BO);
-static stmt q_release_tenants_fair = STMT(RELEASE_TENANTS(WFE_SQL_FAIR_TENANT("st.tenant", "l.tenant"),
-														  " AND st.held_until IS NULL AND st.fair"),
+static stmt q_release_tenants = STMT(RELEASE_TENANTS(""), 4, TX, TX, BO, BO);
+static stmt q_release_tenants_fair = STMT(RELEASE_TENANTS(" AND st.held_until IS NULL AND st.fair"),
 										  4, TX, TX, BO, BO);
-/* a tenant's pollers (a queue without a wfe.queues row is an unlimited poll queue) */
+/*
+ * A tenant's pollers: the poll queues (a queue without a wfe.queues row is
+ * an unlimited poll queue) where it has tasks queued, one probe per queue
+ * with live tasks, whatever its backlog.
+ */
 static stmt q_tenant_pollers = STMT(
-	"SELECT DISTINCT st.queue"
-	"  FROM wfe.runs AS r JOIN wfe.run_stages AS st ON st.run_id = r.run_id"
-	"  LEFT JOIN wfe.queues AS q ON q.queue = st.queue"
-	" WHERE r.tenant = $1 AND r.finished_at IS NULL"
-	"   AND st.state = 'queued' AND st.handler IS NULL AND st.queue IS NOT NULL"
-	"   AND coalesce(q.delivery, 'poll') = 'poll' AND NOT coalesce(q.paused, false)", 1, TX);
-/* the queues whose locks a release takes: $1 when bounded ($2), the limited ones where $3 has held tasks ($4) */
+	SQL_LIVE_QUEUES
+	" SELECT qs.queue FROM qs LEFT JOIN wfe.queues AS q ON q.queue = qs.queue"
+	"  WHERE coalesce(q.delivery, 'poll') = 'poll' AND NOT coalesce(q.paused, false)"
+	"    AND " SQL_QUEUED_FOR("qs.queue", "$1", ""), 1, TX);
+/*
+ * The queues whose locks a release takes: $1 when bounded ($2), the limited
+ * ones where $3 has held tasks ($4) -- one probe per limited queue,
+ * whatever the tenant's backlog.
+ */
 static stmt q_release_queues = STMT(
 	"SELECT q.queue, q.max_in_flight FROM wfe.queues AS q"
 	" WHERE q.delivery = 'broker' AND NOT q.paused AND q.max_in_flight IS NOT NULL"
 	"   AND (($2 AND q.queue = $1)"
-	"        OR ($4 AND EXISTS (SELECT 1 FROM wfe.runs AS r JOIN wfe.run_stages AS st ON st.run_id = r.run_id"
-	"                            WHERE r.tenant = $3 AND r.finished_at IS NULL"
-	"                              AND st.queue = q.queue AND st.state = 'queued')))"
+	"        OR ($4 AND " SQL_QUEUED_FOR("q.queue", "$3", "") "))"
 	" ORDER BY q.queue COLLATE \"C\"", 4, TX, BO, TX, BO);
-/* a queue's broker tasks held back, in dispatch order (wfe_admission_release_queue) */
+/*
+ * A queue's broker tasks held back, in dispatch order, with whether their
+ * queue and tenant are limited: the circuit's release
+ * (wfe_admission_release_queue), and a release of the queue's side alone.
+ * One walk of run_stages_ready from the queue's first, fetched as the room
+ * allows: a cursor, planned for its first rows (spi_stmt.c), in the index's
+ * own order (ties: as a claim takes them), so that no sort reads the
+ * queue's whole held backlog first.
+ */
 static stmt q_queue_held = STMT(
-	"SELECT st.run_id, st.stage, coalesce(st.tenant, '') FROM wfe.run_stages AS st"
+	"SELECT st.run_id, st.stage, st.queue, st.tenant, q.max_in_flight IS NOT NULL,"
+	"       EXISTS (SELECT 1 FROM wfe.tenant_limits AS l"
+	"                WHERE l.tenant = st.tenant AND l.max_tasks_in_flight IS NOT NULL)"
+	"  FROM wfe.run_stages AS st"
 	"  JOIN wfe.queues AS q ON q.queue = st.queue AND q.delivery = 'broker' AND NOT q.paused"
-	" WHERE st.queue = $1 AND st.state = 'queued' AND st.handler IS NULL AND st.held_until IS NULL"
-	"   AND NOT EXISTS (SELECT 1 FROM wfe.outbox AS o"
-	"                    WHERE o.run_id = st.run_id AND o.stage = st.stage AND o.attempt = st.attempt"
-	"                      AND o.fence = st.fence AND o.kind = 'dispatch' AND o.state <> 'published')"
-	" ORDER BY st.priority DESC, st.ready_at, st.run_id, st.stage", 1, TX);
-/* the candidates: held in $1 (its ready index, $2), or held of $3 (its unfinished runs, $4), in dispatch order */
+	" WHERE st.queue = $1 AND st.state = 'queued' AND st.held_until IS NULL" WFE_SQL_HELD("st")
+	" ORDER BY st.priority DESC, st.ready_at", 1, TX);
+/*
+ * The candidates of a release of both sides: held in $1 (its ready index,
+ * $2), or held of $3 (its unfinished runs, $4), in dispatch order.  (The
+ * tenant's half reads its unfinished runs: known, not yet mended.)
+ */
 static stmt q_candidates = STMT(
 	"SELECT h.run_id, h.stage, h.queue, h.tenant, q.max_in_flight IS NOT NULL, l.tenant IS NOT NULL"
 	"  FROM (SELECT st.run_id, st.stage, st.queue, st.tenant, st.priority, st.ready_at, st.attempt, st.fence"
@@ -430,7 +490,7 @@ wfe_admission_release_queue(const char *queue)
 		{
 			run_id[k] = pg_strtoint64(SPI_getvalue(SPI_tuptable->vals[k], SPI_tuptable->tupdesc, 1));
 			stage[k] = SPI_getvalue(SPI_tuptable->vals[k], SPI_tuptable->tupdesc, 2);
-			tenant[k] = SPI_getvalue(SPI_tuptable->vals[k], SPI_tuptable->tupdesc, 3);
+			tenant[k] = SPI_getvalue(SPI_tuptable->vals[k], SPI_tuptable->tupdesc, 4);
 		}
 		for (int k = 0; k < n && more; k++)
 		{
@@ -765,6 +825,9 @@ release_held(const char *queue, const char *tenant)
 		if (!tenant_side)
 			return wake;
 	}
+	if (!tenant_side)
+		cursor = stmt_cursor(&q_queue_held, v, nulls);
+	else
 	{
 		Datum		c[4] = {v[0], BoolGetDatum(queue_side), v[1], BoolGetDatum(tenant_side)};
 		char		cn[4] = {nulls[0], ' ', nulls[1], ' '};

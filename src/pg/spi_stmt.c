@@ -17,11 +17,11 @@
  * it cannot see, was replanned on every call: a fifth of a step's time).
  */
 static SPIPlanPtr
-prepared(stmt *s)
+prepared(stmt *s, int options)
 {
 	if (s->plan == NULL)
 	{
-		SPIPlanPtr	p = SPI_prepare_cursor(s->sql, s->nargs, s->types, CURSOR_OPT_GENERIC_PLAN);
+		SPIPlanPtr	p = SPI_prepare_cursor(s->sql, s->nargs, s->types, CURSOR_OPT_GENERIC_PLAN | options);
 
 		if (p == NULL)
 			elog(ERROR, "wfe: cannot prepare \"%s\": %s", s->sql, SPI_result_code_string(SPI_result));
@@ -40,7 +40,7 @@ prepared(stmt *s)
 int
 stmt_run(stmt *s, Datum *values, const char *nulls)
 {
-	int			rc = SPI_execute_plan(prepared(s), values, nulls, false, 0);
+	int			rc = SPI_execute_plan(prepared(s, 0), values, nulls, false, 0);
 
 	if (rc < 0)
 		elog(ERROR, "wfe: \"%s\" failed: %s", s->sql, SPI_result_code_string(rc));
@@ -70,9 +70,14 @@ stmt_text_or_null(const char *s, char *null)
 }
 
 
-/* Open a prepared statement as a cursor (not read-only, as stmt_run), to fetch its rows in batches. */
+/*
+ * Open a prepared statement as a cursor (not read-only, as stmt_run), to
+ * fetch its rows in batches.  Planned for its first rows (fast start, as
+ * DECLARE CURSOR is): a cursor here is closed once its caller has what it
+ * needs, so an index walk in the order asked beats a sort of every row.
+ */
 Portal
 stmt_cursor(stmt *s, Datum *values, const char *nulls)
 {
-	return SPI_cursor_open(NULL, prepared(s), values, nulls, false);
+	return SPI_cursor_open(NULL, prepared(s, CURSOR_OPT_FAST_PLAN), values, nulls, false);
 }

@@ -312,8 +312,12 @@ CREATE INDEX run_stages_fair ON wfe.run_stages (queue, tenant, priority DESC, re
 -- The clocks: queued, dispatched or running attempts with a deadline.
 CREATE INDEX run_stages_deadline ON wfe.run_stages (deadline_at)
     WHERE state IN ('queued', 'dispatched', 'running') AND deadline_at IS NOT NULL;    -- wfe._stage_clocked
--- Live tasks per queue and tenant: in-flight limits at release, the dashboards.
-CREATE INDEX run_stages_live ON wfe.run_stages (queue, state)
+-- Live tasks per queue (the dashboards, a queue's in-flight count) and
+-- per queue and tenant: whether a tenant has tasks queued in a queue is one
+-- probe, whatever the backlog (the releases of held tasks, admission.c).
+-- The tenant rides in an index every state change writes anyway: no
+-- index, no WAL record more per step.
+CREATE INDEX run_stages_live ON wfe.run_stages (queue, state, tenant)
     WHERE state IN ('queued', 'dispatched', 'running');     -- wfe._stage_clocked
 -- In-database actions waiting for wfe.tick() or the background worker.
 CREATE INDEX run_stages_handler ON wfe.run_stages (ready_at)
