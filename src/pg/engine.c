@@ -78,9 +78,15 @@ static stmt q_row = STMT(
 	"SELECT " ROW_COLS " FROM wfe.run_stages AS st WHERE st.run_id = $1 AND st.stage = $2", 2, I8, TX);
 static stmt q_row_lock = STMT(
 	"SELECT " ROW_COLS " FROM wfe.run_stages AS st WHERE st.run_id = $1 AND st.stage = $2 FOR UPDATE", 2, I8, TX);
-/* a stage's row and the rows of the stages its success leads to (io_load) */
+/*
+ * a stage's row and the rows of the stages its success leads to (io_load):
+ * one probe of the primary key per name (st.stage = ANY ($2) would be a
+ * filter over all the run's rows in the generic plan: a map's elements)
+ */
 static stmt q_rows = STMT(
-	"SELECT " ROW_COLS ", st.stage FROM wfe.run_stages AS st WHERE st.run_id = $1 AND st.stage = ANY ($2)",
+	"SELECT r.* FROM unnest($2::text[]) AS a(stage)"
+	" CROSS JOIN LATERAL (SELECT " ROW_COLS ", st.stage FROM wfe.run_stages AS st"
+	"                      WHERE st.run_id = $1 AND st.stage = a.stage LIMIT 1) AS r",
 	2, I8, TEXTARRAYOID);
 static stmt q_result = STMT(
 	"SELECT st.result::text FROM wfe.run_stages AS st WHERE st.run_id = $1 AND st.stage = $2", 2, I8, TX);
