@@ -101,63 +101,36 @@ $y$);
 SELECT wfe.approve('tap-plan-flow', '1.0.0');
 SELECT wfe.activate('tap-plan-flow', '1.0.0');
 SELECT wfe.configure_rate_limit('tap-plan-fast', 1000000, 1000000);
-SELECT wfe.register_worker('tap-plan.rl@1', 'tap-plan-rl');
-SELECT wfe.create_definition($y$
-name: tap-plan-rl
-version: "1.0.0"
-entry: a
-stages:
-  - { name: a, type: worker, queue: tap-plan-rl, worker: tap-plan.rl@1, rate_limit: tap-plan-fast, on_success: completed, on_failure: failed }
-$y$);
-SELECT wfe.approve('tap-plan-rl', '1.0.0');
-SELECT wfe.activate('tap-plan-rl', '1.0.0');
-SELECT wfe.configure_circuit('tap-plan-rl', 1.0, 1000000);
-SELECT wfe.register_worker('tap-plan.fair@1', 'tap-plan-fair');
-SELECT wfe.create_definition($y$
-name: tap-plan-fair
-version: "1.0.0"
-entry: a
-stages:
-  - { name: a, type: worker, queue: tap-plan-fair, worker: tap-plan.fair@1, on_success: completed, on_failure: failed }
-$y$);
-SELECT wfe.approve('tap-plan-fair', '1.0.0');
-SELECT wfe.activate('tap-plan-fair', '1.0.0');
-SELECT wfe.configure_queue('tap-plan-fair', fairness => 'tenant');
-SELECT wfe.configure_tenant('fair-t2', weight => 2);
-SELECT wfe.register_worker('tap-plan.kc@1', 'tap-plan-kc');
-SELECT wfe.create_definition($y$
-name: tap-plan-kc
-version: "1.0.0"
-entry: a
-stages:
-  - { name: a, type: worker, queue: tap-plan-kc, worker: tap-plan.kc@1, concurrency: { key: "${context.k}", max: 10000 }, on_success: completed, on_failure: failed }
-$y$);
-SELECT wfe.approve('tap-plan-kc', '1.0.0');
-SELECT wfe.activate('tap-plan-kc', '1.0.0');
-SELECT wfe.register_worker('tap-plan.fb@1', 'tap-plan-fb');
-SELECT wfe.create_definition($y$
-name: tap-plan-fb
-version: "1.0.0"
-entry: a
-stages:
-  - { name: a, type: worker, queue: tap-plan-fb, worker: tap-plan.fb@1, on_success: completed, on_failure: failed }
-$y$);
-SELECT wfe.approve('tap-plan-fb', '1.0.0');
-SELECT wfe.activate('tap-plan-fb', '1.0.0');
-SELECT wfe.configure_queue('tap-plan-fb', 'broker', 5, fairness => 'tenant');
-SELECT wfe.register_worker('tap-plan.nb@1', 'tap-plan-nb');
-SELECT wfe.create_definition($y$
-name: tap-plan-nb
-version: "1.0.0"
-entry: a
-stages:
-  - { name: a, type: worker, queue: tap-plan-nb, worker: tap-plan.nb@1, on_success: completed, on_failure: failed }
-$y$);
-SELECT wfe.approve('tap-plan-nb', '1.0.0');
-SELECT wfe.activate('tap-plan-nb', '1.0.0');
-SELECT wfe.configure_queue('tap-plan-nb', 'broker', 5);
 CREATE TABLE public.tap_claimed (session text, call int, max_tasks int,
     run_id bigint, stage text, attempt int, fence bigint);
+});
+
+# one_stage(QUEUE, KEYS): the active one-stage poll workflow QUEUE on queue
+# QUEUE, its worker contract tap-plan.X@1 (QUEUE tap-plan-X), with the
+# stage's further KEYS ("key: value, " each).
+sub one_stage
+{
+	my ($queue, $keys) = @_;
+	$keys //= '';
+	(my $worker = $queue) =~ s/^tap-plan-/tap-plan./;
+	$node->safe_psql('postgres', "SELECT wfe.register_worker('$worker\@1', '$queue');");
+	WfeNode::workflow($node,
+		"name: $queue\nversion: \"1.0.0\"\nentry: a\nstages:\n"
+		  . "  - { name: a, type: worker, queue: $queue, worker: $worker\@1, $keys"
+		  . "on_success: completed, on_failure: failed }\n");
+}
+one_stage('tap-plan-rl', 'rate_limit: tap-plan-fast, ');
+one_stage('tap-plan-fair');
+one_stage('tap-plan-kc', 'concurrency: { key: "${context.k}", max: 10000 }, ');
+one_stage('tap-plan-fb');
+one_stage('tap-plan-nb');
+$node->safe_psql(
+	'postgres', q{
+SELECT wfe.configure_circuit('tap-plan-rl', 1.0, 1000000);
+SELECT wfe.configure_queue('tap-plan-fair', fairness => 'tenant');
+SELECT wfe.configure_tenant('fair-t2', weight => 2);
+SELECT wfe.configure_queue('tap-plan-fb', 'broker', 5, fairness => 'tenant');
+SELECT wfe.configure_queue('tap-plan-nb', 'broker', 5);
 });
 
 my $t0 = time;

@@ -228,4 +228,26 @@ for my $mode ('off', 'on')
 	}
 }
 
+#
+# The two trigger functions of this change are doors too: a login (worker
+# and submitter) can neither call them nor delete a run to set one off,
+# and nothing changes.
+#
+{
+	my $before = sql(q{SELECT (SELECT count(*) FROM wfe.runs) || '/' || (SELECT count(*) FROM wfe.run_stages)
+	                      || '/' || (SELECT count(*) FROM wfe.outbox) || '/' || (SELECT count(*) FROM wfe.events)});
+	for my $attack (
+		[ 'SELECT wfe._project_event()', 'calling the event projection' ],
+		[ 'SELECT wfe._runs_deleted()', 'calling the stage rows\' deletion' ],
+		[ 'DELETE FROM wfe.runs', 'deleting runs (and so their stage rows)' ],
+		[ 'TRUNCATE wfe.runs', 'truncating the runs' ])
+	{
+		my $r = WfeLogin::as_login($node, 'hot_on', $attack->[0]);
+		is($r->{state}, '42501', "login hot_on: $attack->[1] is refused 42501") or diag($r->{err});
+	}
+	is( sql(q{SELECT (SELECT count(*) FROM wfe.runs) || '/' || (SELECT count(*) FROM wfe.run_stages)
+	           || '/' || (SELECT count(*) FROM wfe.outbox) || '/' || (SELECT count(*) FROM wfe.events)}),
+		$before, 'and runs, stage rows, outbox and events are as they were');
+}
+
 done_testing();
