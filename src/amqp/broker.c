@@ -491,6 +491,42 @@ on_return(BrokerMessage **msgs, int n, amqp_channel_t channel, char *err, size_t
 	return true;
 }
 
+/*
+ * After a window RabbitMQ nacked, take the next one on a new channel.
+ *
+ * A nack says the queue could not take the message.  With wfe's queues
+ * (no length limit) that is a quorum queue without a leader, and the
+ * channel's route to the queue can outlive the election: RabbitMQ 3.10
+ * keeps nacking every publish of a channel opened while the election ran,
+ * long after the queue has a leader again, and a new channel publishes at
+ * once (TAP 029 caught a publisher nacked for minutes).  So a nack costs
+ * a channel.close and a channel.open, done once nothing of the window
+ * awaits a confirm (the new channel's delivery tags start again).  False
+ * when the connection failed meanwhile.
+ */
+static bool
+reopen_after_nack(BrokerMessage **msgs, int n, char *err, size_t errlen)
+{
+	int			nacked = 0;
+	amqp_rpc_reply_t r;
+
+	for (int i = 0; i < n; i++)
+		if (msgs[i]->status == MSG_NACKED)
+			nacked++;
+	if (nacked == 0 || unsettled(msgs, n))
+		return true;
+	ereport(LOG,
+			(errmsg("wfe publisher: RabbitMQ nacked %d of %d messages; publishing goes on on a new channel",
+					nacked, n)));
+	r = amqp_channel_close(conn, CHANNEL, AMQP_REPLY_SUCCESS);
+	if (r.reply_type != AMQP_RESPONSE_NORMAL)
+	{
+		(void) wfe_amqp_reply_error(r, "channel.close", err, errlen);
+		return false;
+	}
+	return open_channel(err, errlen);
+}
+
 bool
 broker_await_confirms(BrokerMessage **msgs, int n, int timeout_ms, volatile sig_atomic_t *stop,
 					  char *err, size_t errlen)
@@ -558,7 +594,7 @@ broker_await_confirms(BrokerMessage **msgs, int n, int timeout_ms, volatile sig_
 				break;
 		}
 	}
-	return true;
+	return reopen_after_nack(msgs, n, err, errlen);
 }
 
 /* ---------------------------------------------------------------------

@@ -79,8 +79,9 @@ extern bool broker_publish(BrokerMessage *msg, char *err, size_t errlen);
 /*
  * Read confirms (acks, nacks, returns) for the sent messages (a window: an
  * array of n pointers) until each is settled, timeout_ms passes, or *stop
- * becomes true.  Returns false when the connection failed (the caller
- * disconnects).
+ * becomes true.  A window with a nack is followed by a new channel (the
+ * old one's route to a quorum queue can be stale).  Returns false when the
+ * connection failed (the caller disconnects).
  */
 extern bool broker_await_confirms(BrokerMessage **msgs, int n, int timeout_ms,
 								  volatile sig_atomic_t *stop, char *err, size_t errlen);

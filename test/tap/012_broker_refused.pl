@@ -143,6 +143,21 @@ is_deeply({ map { $_->[0] => $_->[2] } @{ $queues{'wfe.tapq.small'}{arguments} |
 #
 # 3. Nacked by the broker.
 #
+# The channels of the publisher's connection (its client says "wfe publisher").
+sub publisher_channels
+{
+	my @conns = @{ JSON::PP::decode_json($rabbit->ctl('-q', 'list_connections', 'pid', 'client_properties',
+		'--formatter', 'json')) };
+	my @ours = map { $_->{pid} } grep {
+		grep { ref $_ eq 'ARRAY' && $_->[0] eq 'product' && $_->[2] eq 'wfe publisher' } @{ $_->{client_properties} }
+	} @conns;
+	my @channels = @{ JSON::PP::decode_json($rabbit->ctl('-q', 'list_channels', 'pid', 'connection',
+		'--formatter', 'json')) };
+	return sort map { $_->{pid} } grep { my $c = $_->{connection}; grep { $_ eq $c } @ours } @channels;
+}
+my @before = publisher_channels();
+is(scalar(@before), 1, 'the publisher publishes on one channel');
+$offset = -s $node->logfile;
 $rabbit->ctl('set_policy', 'tap-full', '^wfe\.tapq\.small$',
 	'{"max-length": 0, "overflow": "reject-publish"}', '--apply-to', 'queues');
 $run = sql(q{SELECT run_id FROM wfe.submit('tap-unr', '{"n": 4, "data": 4}')});
@@ -151,6 +166,14 @@ ok( $node->poll_query_until(
 		'postgres',
 		"SELECT state = 'pending' AND attempts >= 2 AND last_error = 'nacked by the broker' FROM wfe.outbox WHERE id = $id"),
 	'a nacked dispatch stays pending with last_error, and is retried');
+# a nack is followed by a new channel on the same connection (a quorum
+# queue's route in the old one can be stale: delivery.md)
+my $log = slurp_file($node->logfile, $offset);
+like($log, qr/wfe publisher: RabbitMQ nacked 1 of 1 messages; publishing goes on on a new channel/,
+	'the log says the nack moved publishing to a new channel');
+unlike($log, qr/wfe publisher disconnected/, 'without a new connection');
+my @after = publisher_channels();
+ok(@after == 1 && $after[0] ne $before[0], "the publisher's channel is a new one (@before, then @after)");
 is($rabbit->queue_messages('wfe.tapq.small'), 0, 'the queue took nothing');
 $rabbit->ctl('clear_policy', 'tap-full');
 ok($node->poll_query_until('postgres', "SELECT state = 'published' FROM wfe.outbox WHERE id = $id"),

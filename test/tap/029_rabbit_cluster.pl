@@ -107,6 +107,37 @@ sub submit
 
 sub completed { return sql(q{SELECT count(*) FROM wfe.runs WHERE state = 'completed'}); }
 
+# When runs do not complete: where their dispatches are, as notes (on
+# stdout, in order, so that a CI log's excerpt of this file shows them).
+sub say_where_runs_wait
+{
+	my ($victim) = @_;
+	my ($alive) = grep { $_ != $victim } @rabbits;
+	my @lines = (
+		'runs: ' . sql(q{SELECT string_agg(state || ' ' || n, ', ') FROM
+			(SELECT state, count(*) AS n FROM wfe.runs GROUP BY 1) AS r}),
+		'stages: ' . sql(q{SELECT string_agg(state || '/' || attempt || ' ' || n, ', ') FROM
+			(SELECT state, attempt, count(*) AS n FROM wfe.run_stages GROUP BY 1, 2) AS s}),
+		'outbox: ' . sql(q{SELECT string_agg(state || ' attempts ' || attempts || ' ' || n
+			|| coalesce(': ' || left(last_error, 80), ''), '; ') FROM
+			(SELECT state, attempts, last_error, count(*) AS n FROM wfe.outbox GROUP BY 1, 2, 3) AS o}),
+		'lease: ' . sql(q{SELECT row_to_json(l) FROM wfe.publisher_lease AS l}),
+		'background worker: ' . sql(q{SELECT string_agg(coalesce(wait_event, 'running') || ' ' || left(query, 60), '; ')
+			FROM pg_stat_activity WHERE backend_type LIKE 'wfe%'}),
+		map({ "queue $_" } split /\n/, $alive->ctl('list_queues', '-q', '--no-table-headers', 'name',
+			'messages_ready', 'messages_unacknowledged', 'consumers', 'leader', 'online')));
+	for my $i (0 .. 2)
+	{
+		my @log = grep { !/started the command|completed in/ }
+		  split /\n/, slurp_file("$PostgreSQL::Test::Utils::log_path/wfe-worker-cluster-$i.log");
+		push @lines, map { "worker $i: " . substr($_, 11, 150) } @log[ ($#log > 3 ? $#log - 3 : 0) .. $#log ];
+	}
+	push @lines, map { 'server: ' . substr($_, 11, 150) } grep { /wfe publisher|wfe worker|WARNING|ERROR/ }
+	  split /\n/, slurp_file($node->logfile);
+	note $_ for grep { defined } @lines;
+	return;
+}
+
 my $half = $RUNS / 2;
 submit(1, $half);
 $deadline = time + $PostgreSQL::Test::Utils::timeout_default;
@@ -124,9 +155,7 @@ cmp_ok($done_at_kill, '<', $half, "the node was killed under load ($done_at_kill
 
 ok($node->poll_query_until('postgres', "SELECT count(*) = $RUNS FROM wfe.runs WHERE state = 'completed'"),
 	"every run completed ($RUNS)")
-  or diag sql(q{SELECT state, count(*) FROM wfe.runs GROUP BY 1}),
-  sql(q{SELECT state, attempts, last_error, count(*) FROM wfe.outbox GROUP BY 1, 2, 3}),
-  map { my $q = $_; "$q: " . join(', ', map { "@$_" } $rabbits[ $victim == $rabbits[0] ? 1 : 0 ]->quorum_members($q)) } @QUEUES;
+  or say_where_runs_wait($victim);
 is(sql(q{SELECT count(*) FROM wfe.run_stages WHERE attempt <> 1 OR state <> 'completed'}),
 	0, 'each stage completed at its first attempt: no dispatch was lost');
 is(sql(q{SELECT count(*) FROM wfe.dead_letters}), 0, 'nothing was dead-lettered');
