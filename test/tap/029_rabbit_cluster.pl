@@ -132,8 +132,8 @@ sub say_where_runs_wait
 		  split /\n/, slurp_file("$PostgreSQL::Test::Utils::log_path/wfe-worker-cluster-$i.log");
 		push @lines, map { "worker $i: " . substr($_, 11, 150) } @log[ ($#log > 3 ? $#log - 3 : 0) .. $#log ];
 	}
-	push @lines, map { 'server: ' . substr($_, 11, 150) } grep { /wfe publisher|wfe worker|WARNING|ERROR/ }
-	  split /\n/, slurp_file($node->logfile);
+	my @server = grep { /wfe publisher|wfe worker|WARNING|ERROR/ } split /\n/, slurp_file($node->logfile);
+	push @lines, map { 'server: ' . substr($_, 11, 150) } @server[ ($#server > 11 ? $#server - 11 : 0) .. $#server ];
 	note $_ for grep { defined } @lines;
 	return;
 }
